@@ -1,0 +1,81 @@
+"""Sending privatized reports to the shuffler.
+
+Each report gets a fresh random report id (inside the sealed content, for the curator's
+replay protection) and a separate random idempotency id (outside, for the shuffler):
+the shuffler never sees the id the curator sees. Retrying a call reuses the same
+idempotency ids, so a retry is stored once.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterable, Sequence
+
+import grpc
+
+from lac.common import envelope
+from lac.common.v1 import reports_pb2, shuffler_pb2, shuffler_pb2_grpc
+from lac.client.localizer import PrivatizedReport
+
+RETRYABLE = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED}
+
+
+def report_content(report: PrivatizedReport) -> reports_pb2.ReportContent:
+    return reports_pb2.ReportContent(
+        report_id=os.urandom(envelope.REPORT_ID_BYTES),
+        sentences=[reports_pb2.Sentence(tokens=list(s)) for s in report.sentences],
+        privacy=reports_pb2.LocalPrivacy(mechanism=report.mechanism, epsilon_per_word=report.epsilon_per_word,
+                                         n_words=report.n_words, embedding=report.embedding,
+                                         statement=report.statement),
+        n_out_of_vocabulary=report.n_out_of_vocabulary)
+
+
+def client_report(report: PrivatizedReport) -> shuffler_pb2.ClientReport:
+    return shuffler_pb2.ClientReport(idempotency_id=os.urandom(16), payload=envelope.seal(report_content(report)))
+
+
+class ShufflerClient:
+    """Submits reports to a shuffler over gRPC, many per call, retrying transient failures."""
+
+    def __init__(self, target: str, batch_size: int = 100, attempts: int = 5, timeout: float = 30.0):
+        self.channel = grpc.insecure_channel(target)
+        self.stub = shuffler_pb2_grpc.ShufflerStub(self.channel)
+        self.batch_size = batch_size
+        self.attempts = attempts
+        self.timeout = timeout
+
+    def close(self) -> None:
+        self.channel.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def submit(self, reports: Iterable[PrivatizedReport]) -> list[shuffler_pb2.ReportAck]:
+        """Submit ``reports``; returns one ack per report (STORED or DUPLICATE)."""
+        acks: list[shuffler_pb2.ReportAck] = []
+        chunk: list[shuffler_pb2.ClientReport] = []
+        for r in reports:
+            chunk.append(client_report(r))
+            if len(chunk) == self.batch_size:
+                acks.extend(self.submit_prepared(chunk))
+                chunk = []
+        if chunk:
+            acks.extend(self.submit_prepared(chunk))
+        return acks
+
+    def submit_prepared(self, chunk: Sequence[shuffler_pb2.ClientReport]) -> list[shuffler_pb2.ReportAck]:
+        request = shuffler_pb2.SubmitRequest(reports=list(chunk))
+        delay = 0.2
+        for attempt in range(1, self.attempts + 1):
+            try:
+                return list(self.stub.Submit(request, timeout=self.timeout, wait_for_ready=True).acks)
+            except grpc.RpcError as exc:
+                if exc.code() not in RETRYABLE or attempt == self.attempts:
+                    raise
+                time.sleep(delay)
+                delay *= 2
+        raise AssertionError("unreachable")

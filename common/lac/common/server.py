@@ -1,0 +1,69 @@
+"""What every LAC gRPC server shares: health checking, reflection, binding, shutdown.
+
+Imported only by the services (grpcio-health-checking and grpcio-reflection are their
+dependencies, not the client's).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+from collections.abc import Awaitable, Callable, Iterable
+from pathlib import Path
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+log = logging.getLogger(__name__)
+
+MAX_MESSAGE_BYTES = 64 * 1024 * 1024
+
+
+def new_server(max_message_bytes: int = MAX_MESSAGE_BYTES) -> grpc.aio.Server:
+    return grpc.aio.server(options=[
+        ("grpc.max_receive_message_length", max_message_bytes),
+        ("grpc.max_send_message_length", max_message_bytes),
+    ])
+
+
+def finish_server(server: grpc.aio.Server, service_names: Iterable[str], host: str, port: int
+                  ) -> tuple[grpc.aio.Server, int]:
+    """Add health + reflection for ``service_names`` and bind ``host:port`` (0 = ephemeral)."""
+    names = list(service_names)
+    health_servicer = health.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    for name in names + [""]:
+        health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
+    reflection.enable_server_reflection(names + [reflection.SERVICE_NAME, health.SERVICE_NAME], server)
+    bound = server.add_insecure_port(f"{host}:{port}")
+    if bound == 0:
+        raise OSError(f"could not bind {host}:{port}")
+    return server, bound
+
+
+async def run_until_signalled(server: grpc.aio.Server, port: int, port_file: Path | None, name: str,
+                              on_stop: Callable[[], Awaitable[None]] | None = None,
+                              grace_seconds: float = 5.0) -> None:
+    """Start ``server``, write the bound port to ``port_file``, stop gracefully on SIGTERM/SIGINT.
+
+    On a signal the server stops taking new calls, lets running ones finish for
+    ``grace_seconds``, then ``on_stop`` closes the service's own state.
+    """
+    await server.start()
+    if port_file is not None:
+        tmp = port_file.with_suffix(port_file.suffix + ".tmp")
+        tmp.write_text(f"{port}\n")
+        tmp.replace(port_file)
+    log.info("%s listening on port %d", name, port)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    log.info("%s stopping (grace %.1fs)", name, grace_seconds)
+    await server.stop(grace_seconds)
+    if on_stop is not None:
+        await on_stop()
+    log.info("%s stopped", name)

@@ -1,0 +1,166 @@
+from lac.common.v1 import reports_pb2 as _reports_pb2
+from google.protobuf.internal import containers as _containers
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class IngestBatchRequest(_message.Message):
+    __slots__ = ("batch_id", "reports")
+    BATCH_ID_FIELD_NUMBER: _ClassVar[int]
+    REPORTS_FIELD_NUMBER: _ClassVar[int]
+    batch_id: str
+    reports: _containers.RepeatedCompositeFieldContainer[_reports_pb2.SealedPayload]
+    def __init__(self, batch_id: _Optional[str] = ..., reports: _Optional[_Iterable[_Union[_reports_pb2.SealedPayload, _Mapping]]] = ...) -> None: ...
+
+class IngestBatchResponse(_message.Message):
+    __slots__ = ("batch_id", "duplicate", "accepted", "rejected")
+    BATCH_ID_FIELD_NUMBER: _ClassVar[int]
+    DUPLICATE_FIELD_NUMBER: _ClassVar[int]
+    ACCEPTED_FIELD_NUMBER: _ClassVar[int]
+    REJECTED_FIELD_NUMBER: _ClassVar[int]
+    batch_id: str
+    duplicate: bool
+    accepted: int
+    rejected: int
+    def __init__(self, batch_id: _Optional[str] = ..., duplicate: _Optional[bool] = ..., accepted: _Optional[int] = ..., rejected: _Optional[int] = ...) -> None: ...
+
+class ReleaseRequest(_message.Message):
+    __slots__ = ("mechanism", "epsilon", "delta", "s", "c", "rho", "sensitivity", "calibration")
+    MECHANISM_FIELD_NUMBER: _ClassVar[int]
+    EPSILON_FIELD_NUMBER: _ClassVar[int]
+    DELTA_FIELD_NUMBER: _ClassVar[int]
+    S_FIELD_NUMBER: _ClassVar[int]
+    C_FIELD_NUMBER: _ClassVar[int]
+    RHO_FIELD_NUMBER: _ClassVar[int]
+    SENSITIVITY_FIELD_NUMBER: _ClassVar[int]
+    CALIBRATION_FIELD_NUMBER: _ClassVar[int]
+    mechanism: str
+    epsilon: float
+    delta: float
+    s: float
+    c: int
+    rho: float
+    sensitivity: str
+    calibration: str
+    def __init__(self, mechanism: _Optional[str] = ..., epsilon: _Optional[float] = ..., delta: _Optional[float] = ..., s: _Optional[float] = ..., c: _Optional[int] = ..., rho: _Optional[float] = ..., sensitivity: _Optional[str] = ..., calibration: _Optional[str] = ...) -> None: ...
+
+class ReleaseRecord(_message.Message):
+    __slots__ = ("release_id", "created_at", "mechanism", "params", "sensitivity_method", "data_dependent", "gamma", "sigma", "calibration", "epsilon", "delta", "n_reports", "vocab_size", "max_n", "statement")
+    class ParamsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: float
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[float] = ...) -> None: ...
+    RELEASE_ID_FIELD_NUMBER: _ClassVar[int]
+    CREATED_AT_FIELD_NUMBER: _ClassVar[int]
+    MECHANISM_FIELD_NUMBER: _ClassVar[int]
+    PARAMS_FIELD_NUMBER: _ClassVar[int]
+    SENSITIVITY_METHOD_FIELD_NUMBER: _ClassVar[int]
+    DATA_DEPENDENT_FIELD_NUMBER: _ClassVar[int]
+    GAMMA_FIELD_NUMBER: _ClassVar[int]
+    SIGMA_FIELD_NUMBER: _ClassVar[int]
+    CALIBRATION_FIELD_NUMBER: _ClassVar[int]
+    EPSILON_FIELD_NUMBER: _ClassVar[int]
+    DELTA_FIELD_NUMBER: _ClassVar[int]
+    N_REPORTS_FIELD_NUMBER: _ClassVar[int]
+    VOCAB_SIZE_FIELD_NUMBER: _ClassVar[int]
+    MAX_N_FIELD_NUMBER: _ClassVar[int]
+    STATEMENT_FIELD_NUMBER: _ClassVar[int]
+    release_id: str
+    created_at: str
+    mechanism: str
+    params: _containers.ScalarMap[str, float]
+    sensitivity_method: str
+    data_dependent: bool
+    gamma: float
+    sigma: float
+    calibration: str
+    epsilon: float
+    delta: float
+    n_reports: int
+    vocab_size: int
+    max_n: int
+    statement: str
+    def __init__(self, release_id: _Optional[str] = ..., created_at: _Optional[str] = ..., mechanism: _Optional[str] = ..., params: _Optional[_Mapping[str, float]] = ..., sensitivity_method: _Optional[str] = ..., data_dependent: _Optional[bool] = ..., gamma: _Optional[float] = ..., sigma: _Optional[float] = ..., calibration: _Optional[str] = ..., epsilon: _Optional[float] = ..., delta: _Optional[float] = ..., n_reports: _Optional[int] = ..., vocab_size: _Optional[int] = ..., max_n: _Optional[int] = ..., statement: _Optional[str] = ...) -> None: ...
+
+class ListReleasesRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ListReleasesResponse(_message.Message):
+    __slots__ = ("releases",)
+    RELEASES_FIELD_NUMBER: _ClassVar[int]
+    releases: _containers.RepeatedCompositeFieldContainer[ReleaseRecord]
+    def __init__(self, releases: _Optional[_Iterable[_Union[ReleaseRecord, _Mapping]]] = ...) -> None: ...
+
+class GetReleaseRequest(_message.Message):
+    __slots__ = ("release_id", "include_pre_noise_mean")
+    RELEASE_ID_FIELD_NUMBER: _ClassVar[int]
+    INCLUDE_PRE_NOISE_MEAN_FIELD_NUMBER: _ClassVar[int]
+    release_id: str
+    include_pre_noise_mean: bool
+    def __init__(self, release_id: _Optional[str] = ..., include_pre_noise_mean: _Optional[bool] = ...) -> None: ...
+
+class GetReleaseResponse(_message.Message):
+    __slots__ = ("record", "items", "log_probs", "pre_noise_mean")
+    RECORD_FIELD_NUMBER: _ClassVar[int]
+    ITEMS_FIELD_NUMBER: _ClassVar[int]
+    LOG_PROBS_FIELD_NUMBER: _ClassVar[int]
+    PRE_NOISE_MEAN_FIELD_NUMBER: _ClassVar[int]
+    record: ReleaseRecord
+    items: _containers.RepeatedScalarFieldContainer[str]
+    log_probs: _containers.RepeatedScalarFieldContainer[float]
+    pre_noise_mean: _containers.RepeatedScalarFieldContainer[float]
+    def __init__(self, record: _Optional[_Union[ReleaseRecord, _Mapping]] = ..., items: _Optional[_Iterable[str]] = ..., log_probs: _Optional[_Iterable[float]] = ..., pre_noise_mean: _Optional[_Iterable[float]] = ...) -> None: ...
+
+class TopNgramsRequest(_message.Message):
+    __slots__ = ("release_id", "k", "order")
+    RELEASE_ID_FIELD_NUMBER: _ClassVar[int]
+    K_FIELD_NUMBER: _ClassVar[int]
+    ORDER_FIELD_NUMBER: _ClassVar[int]
+    release_id: str
+    k: int
+    order: int
+    def __init__(self, release_id: _Optional[str] = ..., k: _Optional[int] = ..., order: _Optional[int] = ...) -> None: ...
+
+class NgramProbability(_message.Message):
+    __slots__ = ("ngram", "probability")
+    NGRAM_FIELD_NUMBER: _ClassVar[int]
+    PROBABILITY_FIELD_NUMBER: _ClassVar[int]
+    ngram: str
+    probability: float
+    def __init__(self, ngram: _Optional[str] = ..., probability: _Optional[float] = ...) -> None: ...
+
+class TopNgramsResponse(_message.Message):
+    __slots__ = ("ngrams",)
+    NGRAMS_FIELD_NUMBER: _ClassVar[int]
+    ngrams: _containers.RepeatedCompositeFieldContainer[NgramProbability]
+    def __init__(self, ngrams: _Optional[_Iterable[_Union[NgramProbability, _Mapping]]] = ...) -> None: ...
+
+class CuratorStatusRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class CuratorStatus(_message.Message):
+    __slots__ = ("batches", "reports", "rejects", "releases")
+    class RejectsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
+    BATCHES_FIELD_NUMBER: _ClassVar[int]
+    REPORTS_FIELD_NUMBER: _ClassVar[int]
+    REJECTS_FIELD_NUMBER: _ClassVar[int]
+    RELEASES_FIELD_NUMBER: _ClassVar[int]
+    batches: int
+    reports: int
+    rejects: _containers.ScalarMap[str, int]
+    releases: int
+    def __init__(self, batches: _Optional[int] = ..., reports: _Optional[int] = ..., rejects: _Optional[_Mapping[str, int]] = ..., releases: _Optional[int] = ...) -> None: ...

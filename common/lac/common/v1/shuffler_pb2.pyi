@@ -1,0 +1,91 @@
+from lac.common.v1 import reports_pb2 as _reports_pb2
+from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class AckStatus(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    ACK_STATUS_UNSPECIFIED: _ClassVar[AckStatus]
+    ACK_STATUS_STORED: _ClassVar[AckStatus]
+    ACK_STATUS_DUPLICATE: _ClassVar[AckStatus]
+ACK_STATUS_UNSPECIFIED: AckStatus
+ACK_STATUS_STORED: AckStatus
+ACK_STATUS_DUPLICATE: AckStatus
+
+class ClientReport(_message.Message):
+    __slots__ = ("idempotency_id", "payload")
+    IDEMPOTENCY_ID_FIELD_NUMBER: _ClassVar[int]
+    PAYLOAD_FIELD_NUMBER: _ClassVar[int]
+    idempotency_id: bytes
+    payload: _reports_pb2.SealedPayload
+    def __init__(self, idempotency_id: _Optional[bytes] = ..., payload: _Optional[_Union[_reports_pb2.SealedPayload, _Mapping]] = ...) -> None: ...
+
+class SubmitRequest(_message.Message):
+    __slots__ = ("reports",)
+    REPORTS_FIELD_NUMBER: _ClassVar[int]
+    reports: _containers.RepeatedCompositeFieldContainer[ClientReport]
+    def __init__(self, reports: _Optional[_Iterable[_Union[ClientReport, _Mapping]]] = ...) -> None: ...
+
+class ReportAck(_message.Message):
+    __slots__ = ("idempotency_id", "status")
+    IDEMPOTENCY_ID_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    idempotency_id: bytes
+    status: AckStatus
+    def __init__(self, idempotency_id: _Optional[bytes] = ..., status: _Optional[_Union[AckStatus, str]] = ...) -> None: ...
+
+class SubmitResponse(_message.Message):
+    __slots__ = ("acks",)
+    ACKS_FIELD_NUMBER: _ClassVar[int]
+    acks: _containers.RepeatedCompositeFieldContainer[ReportAck]
+    def __init__(self, acks: _Optional[_Iterable[_Union[ReportAck, _Mapping]]] = ...) -> None: ...
+
+class ShufflerStatusRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ShufflerStatus(_message.Message):
+    __slots__ = ("buffered_reports", "min_batch", "batches_forwarded", "reports_forwarded", "batches_pending", "rejects", "note")
+    class RejectsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
+    BUFFERED_REPORTS_FIELD_NUMBER: _ClassVar[int]
+    MIN_BATCH_FIELD_NUMBER: _ClassVar[int]
+    BATCHES_FORWARDED_FIELD_NUMBER: _ClassVar[int]
+    REPORTS_FORWARDED_FIELD_NUMBER: _ClassVar[int]
+    BATCHES_PENDING_FIELD_NUMBER: _ClassVar[int]
+    REJECTS_FIELD_NUMBER: _ClassVar[int]
+    NOTE_FIELD_NUMBER: _ClassVar[int]
+    buffered_reports: int
+    min_batch: int
+    batches_forwarded: int
+    reports_forwarded: int
+    batches_pending: int
+    rejects: _containers.ScalarMap[str, int]
+    note: str
+    def __init__(self, buffered_reports: _Optional[int] = ..., min_batch: _Optional[int] = ..., batches_forwarded: _Optional[int] = ..., reports_forwarded: _Optional[int] = ..., batches_pending: _Optional[int] = ..., rejects: _Optional[_Mapping[str, int]] = ..., note: _Optional[str] = ...) -> None: ...
+
+class FlushRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class FlushResponse(_message.Message):
+    __slots__ = ("released", "batch_id", "batch_size", "note")
+    RELEASED_FIELD_NUMBER: _ClassVar[int]
+    BATCH_ID_FIELD_NUMBER: _ClassVar[int]
+    BATCH_SIZE_FIELD_NUMBER: _ClassVar[int]
+    NOTE_FIELD_NUMBER: _ClassVar[int]
+    released: bool
+    batch_id: str
+    batch_size: int
+    note: str
+    def __init__(self, released: _Optional[bool] = ..., batch_id: _Optional[str] = ..., batch_size: _Optional[int] = ..., note: _Optional[str] = ...) -> None: ...

@@ -1,0 +1,112 @@
+"""Shared fixtures: real servers on ephemeral loopback ports, small real texts."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from pathlib import Path
+
+import pytest
+
+# A small public text (the opening of the Wikipedia excerpt style), enough for a tiny prior.
+PUBLIC_TEXT = """The quick brown fox jumps over the lazy dog. The dog sleeps in the sun.
+A fox is a small animal. The sun is a star. The dog and the fox are friends.
+People like to walk in the park. The park is green in the spring. We walk the dog every day.
+It is a good day to walk. The weather is nice today. I think the weather will be nice tomorrow."""
+
+
+@pytest.fixture
+def public_corpus(tmp_path: Path) -> Path:
+    path = tmp_path / "public.txt"
+    path.write_text(PUBLIC_TEXT)
+    return path
+
+
+class ServerThread:
+    """Runs an async LAC service (server + library object) on its own event loop thread."""
+
+    def __init__(self, build):
+        self._build = build  # coroutine function returning (server, port, on_stop)
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self._thread.start()
+        self.server, self.port, self._on_stop = self.call(self._start())
+
+    async def _start(self):
+        server, port, on_stop = await self._build()
+        await server.start()
+        return server, port, on_stop
+
+    def call(self, coro):
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(60)
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def stop(self) -> None:
+        async def _stop():
+            await self.server.stop(1)
+            if self._on_stop:
+                await self._on_stop()
+        self.call(_stop())
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(10)
+
+
+@pytest.fixture
+def start_curator(tmp_path, public_corpus):
+    """Factory: start an in-process curator on 127.0.0.1:0 with a tiny public prior."""
+    from lac.curator.config import CuratorConfig
+    from lac.curator.prior import public_vocabulary
+    from lac.curator.server import create_server
+    from lac.curator.service import Curator
+
+    started = []
+
+    def start(**overrides):
+        overrides.setdefault("state_dir", tmp_path / f"curator{len(started)}")
+        config = CuratorConfig(port=0, public_corpus=public_corpus, vocab_min_count=1, **overrides)
+        vocab = public_vocabulary(config.public_corpus, config.max_n, config.vocab_min_count,
+                                  config.vocab_max_items, config.state_dir / "prior")
+
+        async def build():
+            curator = Curator(config, vocab)
+            server, port = create_server(curator)
+            return server, port, curator.stop
+
+        s = ServerThread(build)
+        started.append(s)
+        return s
+
+    yield start
+    for s in started:
+        s.stop()
+
+
+@pytest.fixture
+def start_shuffler(tmp_path):
+    """Factory: start an in-process shuffler on 127.0.0.1:0 forwarding to ``curator`` (host:port)."""
+    from lac.shuffler.config import ShufflerConfig
+    from lac.shuffler.server import create_server
+    from lac.shuffler.service import Shuffler
+
+    started = []
+
+    def start(curator: str, **overrides):
+        overrides.setdefault("state_dir", tmp_path / f"shuffler{len(started)}")
+        config = ShufflerConfig(port=0, curator=curator, **overrides)
+
+        async def build():
+            shuffler = Shuffler(config)
+            server, port = create_server(shuffler)
+            shuffler.start()
+            return server, port, shuffler.stop
+
+        s = ServerThread(build)
+        started.append(s)
+        return s
+
+    yield start
+    for s in started:
+        s.stop()
