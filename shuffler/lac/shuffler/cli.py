@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 
 import grpc
@@ -15,8 +14,7 @@ from lac.shuffler.config import ENV_PREFIX, ShufflerConfig
 def register(subparsers) -> None:
     p = subparsers.add_parser("shuffler", help="the amplifier: batch, anonymise and shuffle reports")
     sub = p.add_subparsers(dest="shuffler_command", metavar="ACTION", required=True)
-    serve = sub.add_parser("serve", help="run the shuffler gRPC server",
-                           formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    serve = sub.add_parser("serve", help="run the shuffler gRPC server")
     cfg.add_flags(serve, ShufflerConfig, ENV_PREFIX)
     serve.set_defaults(func=_serve)
     for name, helptext, func in (("status", "print the shuffler's status", _status),

@@ -1,0 +1,406 @@
+"""N-gram items, the public release vocabulary, and per-report (per-user) sparse counts.
+
+An *item* is an n-gram (1 <= n <= max_n) of a sentence padded as ``<s> w1 .. wk </s>``, written
+as its tokens joined by single spaces. Included: every n-gram of the padded sentence except
+the bare ``<s>`` unigram (``<s>`` is only ever a context, never predicted, as in ARPA models).
+So ``</s>``, ``<s> w1``, ``wk </s>``, ``<s> w1 w2``, ``<s> w1 </s>`` (k = 1) are items.
+Empty sentences produce no items. Items are enumerated in reading order of their last token,
+shorter first; the per-report cap W keeps the first W distinct in-vocabulary items in this
+order (see ``count_reports``).
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections import Counter
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from functools import cached_property
+from itertools import repeat
+
+import numpy as np
+import scipy.sparse as sp
+
+from lac.common.text import BOS, EOS
+
+__all__ = ["ngrams", "NgramVocabulary", "ReportCounts", "count_reports", "user_counts"]
+
+_FORMAT_VERSION = 1
+
+
+def _check_max_n(max_n: int) -> None:
+    if isinstance(max_n, bool) or not isinstance(max_n, (int, np.integer)) or max_n < 1:
+        raise ValueError(f"max_n must be an integer >= 1, got {max_n!r}")
+
+
+def ngrams(sentence: Sequence[str], max_n: int = 3) -> Iterator[str]:
+    """All items of ``<s> sentence </s>`` for n = 1..max_n (see module docstring for the rule).
+
+    Tokens must be non-empty, contain no whitespace and not be ``<s>``/``</s>`` themselves
+    (``lac.common.text.words`` guarantees this); otherwise ValueError.
+    """
+    _check_max_n(max_n)
+    toks = list(sentence)
+    for t in toks:
+        if not isinstance(t, str) or not t or t in (BOS, EOS) or len(t.split()) != 1 or t.strip() != t:
+            raise ValueError(f"invalid token {t!r} in sentence")
+    return _ngrams(toks, max_n)
+
+
+def _ngrams(toks: list[str], max_n: int) -> Iterator[str]:
+    if not toks:
+        return
+    padded = [BOS, *toks, EOS]
+    for end in range(1, len(padded)):
+        for n in range(1, min(max_n, end + 1) + 1):
+            yield " ".join(padded[end - n + 1 : end + 1])
+
+
+@dataclass(frozen=True)
+class _Lookup:
+    """Vectorised item lookup: an n-gram's id is built left to right through prefix tables."""
+
+    wid: dict[str, int]  # in-sentence tokens -> word id (BOS/EOS deliberately absent)
+    bos: int  # word id of <s>, -1 if no item uses it
+    eos: int
+    base: int  # number of word ids
+    dense1: np.ndarray  # word id -> id of that 1-prefix (-1 if no item starts with the word)
+    prefixes: tuple[_KeyTable | None, ...]  # [k-1] for k >= 2: the k-prefixes of items, keyed by
+    # (id of the (k-1)-prefix) * base + word id; id = rank of the key among the k-prefixes
+    columns: tuple[np.ndarray, ...]  # [k-1]: column of the item equal to that prefix, or -1
+
+
+@dataclass(frozen=True, eq=False)
+class NgramVocabulary:
+    """The release vocabulary (public n-gram set) with its public counts ``alpha``."""
+
+    items: tuple[str, ...]
+    alpha: np.ndarray
+    max_n: int
+    _orders: np.ndarray = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        _check_max_n(self.max_n)
+        items = tuple(self.items)
+        alpha = np.array(self.alpha, dtype=np.float64, copy=True).reshape(-1)
+        if alpha.shape != (len(items),):
+            raise ValueError(f"alpha has {alpha.size} entries for {len(items)} items")
+        if not np.all(np.isfinite(alpha)) or np.any(alpha < 0):
+            raise ValueError("alpha must be finite and >= 0")
+        orders = np.empty(len(items), dtype=np.int8)
+        for i, it in enumerate(items):
+            if not isinstance(it, str):
+                raise ValueError(f"item {i} is not a string: {it!r}")
+            parts = it.split(" ")
+            if not 1 <= len(parts) <= self.max_n or any(not p or p != p.strip() or len(p.split()) != 1 for p in parts):
+                raise ValueError(f"item {it!r} is not an n-gram of 1..{self.max_n} single-space-separated tokens")
+            orders[i] = len(parts)
+        if len(set(items)) != len(items):
+            raise ValueError("items contain duplicates")
+        alpha.setflags(write=False)
+        orders.setflags(write=False)
+        object.__setattr__(self, "items", items)
+        object.__setattr__(self, "alpha", alpha)
+        object.__setattr__(self, "max_n", int(self.max_n))
+        object.__setattr__(self, "_orders", orders)
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    @property
+    def orders(self) -> np.ndarray:
+        """int8 array: n of each item."""
+        return self._orders
+
+    def order(self, item: str) -> int:
+        return int(self._orders[self.index[item]])
+
+    @cached_property
+    def index(self) -> dict[str, int]:
+        """item -> column."""
+        return {it: i for i, it in enumerate(self.items)}
+
+    @classmethod
+    def from_sentences(
+        cls,
+        sentences: Iterable[Sequence[str]],
+        max_n: int = 3,
+        min_count: int = 1,
+        max_items: int | None = None,
+    ) -> "NgramVocabulary":
+        """Public counts from a *public* corpus: items with count >= min_count, most frequent
+        first (ties by item text), at most ``max_items``."""
+        _check_max_n(max_n)
+        if min_count < 1:
+            raise ValueError(f"min_count must be >= 1, got {min_count!r}")
+        if max_items is not None and max_items < 0:
+            raise ValueError(f"max_items must be >= 0 or None, got {max_items!r}")
+        counts: Counter[str] = Counter()
+        for s in sentences:
+            counts.update(ngrams(s, max_n))
+        kept = sorted(((c, it) for it, c in counts.items() if c >= min_count), key=lambda p: (-p[0], p[1]))
+        if max_items is not None:
+            kept = kept[:max_items]
+        return cls(tuple(it for _, it in kept), np.array([c for c, _ in kept], dtype=np.float64), max_n)
+
+    def save(self, path: str | os.PathLike) -> None:
+        """Write exactly ``path`` (an .npz: UTF-8 items joined by newlines, alpha, max_n), atomically."""
+        for it in self.items:
+            if "\n" in it:
+                raise ValueError(f"item {it!r} contains a newline and cannot be saved")
+        blob = np.frombuffer("\n".join(self.items).encode("utf-8"), dtype=np.uint8)
+        path = os.fspath(path)
+        fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(path)), prefix=".vocab-", suffix=".tmp")
+        try:
+            with os.fdopen(fd, "wb") as f:
+                np.savez_compressed(
+                    f, format=np.int64(_FORMAT_VERSION), items=blob, n_items=np.int64(len(self.items)),
+                    alpha=self.alpha, max_n=np.int64(self.max_n),
+                )
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+            raise
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> "NgramVocabulary":
+        with np.load(os.fspath(path), allow_pickle=False) as z:
+            if int(z["format"]) != _FORMAT_VERSION:
+                raise ValueError(f"unsupported vocabulary format {int(z['format'])}")
+            n = int(z["n_items"])
+            text = z["items"].tobytes().decode("utf-8")
+            items = tuple(text.split("\n")) if n else ()
+            if len(items) != n:
+                raise ValueError(f"corrupt vocabulary file: {len(items)} items, header says {n}")
+            return cls(items, z["alpha"], int(z["max_n"]))
+
+    @cached_property
+    def _lookup(self) -> _Lookup:
+        parts = [it.split(" ") for it in self.items]
+        tokens = sorted({t for p in parts for t in p})
+        all_ids = {t: i for i, t in enumerate(tokens)}
+        base = max(len(tokens), 1)
+        n_items = len(parts)
+        if n_items * base >= 1 << 62:
+            raise ValueError("vocabulary too large for 64-bit n-gram keys")
+        wids = np.full((n_items, self.max_n), -1, dtype=np.int64)
+        for i, p in enumerate(parts):
+            wids[i, : len(p)] = [all_ids[t] for t in p]
+        lengths = self._orders.astype(np.int64)
+        prefixes, columns = [], []
+        pid = np.zeros(n_items, dtype=np.int64)
+        for k in range(1, self.max_n + 1):
+            has = lengths >= k
+            keys = wids[has, k - 1] if k == 1 else pid[has] * base + wids[has, k - 1]
+            table, inv = np.unique(keys, return_inverse=True)
+            pid = np.full(n_items, -1, dtype=np.int64)
+            pid[has] = inv
+            col = np.full(table.size, -1, dtype=np.int64)
+            exact = np.flatnonzero(lengths == k)
+            col[pid[exact]] = exact
+            prefixes.append(table)
+            columns.append(col)
+        dense1 = np.full(base, -1, dtype=np.int64)
+        dense1[prefixes[0]] = np.arange(prefixes[0].size)
+        wid = dict(all_ids)
+        bos, eos = wid.pop(BOS, -1), wid.pop(EOS, -1)
+        tables = (None,) + tuple(_KeyTable(t) for t in prefixes[1:])
+        return _Lookup(wid, bos, eos, base, dense1, tables, tuple(columns))
+
+
+@dataclass(frozen=True)
+class ReportCounts:
+    """Result of ``count_reports``; ``matrix`` has one row per report, in input order."""
+
+    matrix: sp.csr_matrix
+    n_ngrams: int  # n-grams extracted (exactly what ``ngrams`` yields over all sentences)
+    n_out_of_vocab: int  # of those, occurrences not in the public vocabulary (dropped)
+    n_over_cap: int  # distinct in-vocabulary items dropped by the per-report cap W
+    n_clamped: int  # occurrences removed by clamping per-item counts at C (kept items only)
+
+
+class _KeyTable:
+    """Static int64 key -> rank-in-sorted-order map, probed vectorised (a hash table laid out
+    as hash-sorted buckets: a few cache-friendly gathers instead of a binary search)."""
+
+    _MULT = np.uint64(0x9E3779B97F4A7C15)
+
+    def __init__(self, sorted_keys: np.ndarray) -> None:
+        m = sorted_keys.size
+        self.bits = max(1, int(2 * m - 1).bit_length()) if m else 1
+        h = self._hash(sorted_keys)
+        order = np.argsort(h, kind="stable")
+        self.keys = sorted_keys[order]
+        self.ranks = order.astype(np.int64)
+        self.offsets = np.searchsorted(h[order], np.arange((1 << self.bits) + 1, dtype=np.uint64))
+        self.max_probe = int(np.diff(self.offsets).max()) if m else 0
+
+    def _hash(self, keys: np.ndarray) -> np.ndarray:
+        with np.errstate(over="ignore"):
+            return (keys.astype(np.uint64) * self._MULT) >> np.uint64(64 - self.bits)
+
+    def find(self, q: np.ndarray) -> np.ndarray:
+        """Rank of each key in the sorted key set, -1 where absent."""
+        out = np.full(q.size, -1, dtype=np.int64)
+        if self.max_probe == 0 or q.size == 0:
+            return out
+        hq = self._hash(q).astype(np.int64)
+        pos = self.offsets[hq]
+        end = self.offsets[hq + 1]
+        todo = np.flatnonzero(pos < end)
+        pos, end = pos[todo], end[todo]
+        for _ in range(self.max_probe):
+            if todo.size == 0:
+                break
+            hit = self.keys[pos] == q[todo]
+            out[todo[hit]] = self.ranks[pos[hit]]
+            pos += 1
+            more = ~hit & (pos < end)
+            todo, pos, end = todo[more], pos[more], end[more]
+        return out
+
+
+def _count_chunk(reports: list, vocab: NgramVocabulary, lk: _Lookup, C: int, W: int | None):
+    n_rep = len(reports)
+    V = len(vocab)
+    max_n = vocab.max_n
+    sents = [s for rep in reports for s in rep]
+    if any(isinstance(s, str) for s in sents):
+        raise TypeError("a report is a sequence of sentences, each a sequence of tokens, not a string")
+    slen = np.fromiter(map(len, sents), dtype=np.int64, count=len(sents))
+    rep_of_sent = np.repeat(np.arange(n_rep, dtype=np.int64), [len(rep) for rep in reports])
+    keep = slen > 0
+    slen, rep_of_sent = slen[keep], rep_of_sent[keep]
+    flat = [t for s in sents for t in s]
+    if not flat:
+        return np.zeros(n_rep, np.int64), np.empty(0, np.int32), np.empty(0, np.int32), 0, 0, 0, 0
+    tok = np.fromiter(map(lk.wid.get, flat, repeat(-1)), dtype=np.int64, count=len(flat))
+    # Padded layout: <s> w1 .. wk </s> per sentence, sentences of a report consecutive.
+    lens = slen + 2
+    starts = np.cumsum(lens) - lens
+    wid = np.empty(int(lens.sum()), dtype=np.int64)
+    wid[starts] = lk.bos
+    wid[starts + lens - 1] = lk.eos
+    wid[np.arange(tok.size) + np.repeat(starts + 1 - (np.cumsum(slen) - slen), slen)] = tok
+    pos_in_sent = np.arange(wid.size, dtype=np.int64) - np.repeat(starts, lens)
+    rep_of_pos = np.repeat(rep_of_sent, lens)
+
+    n_ngrams = 0
+    # col_at[p*max_n + k-1] = column of the k-gram ending at padded position p, else -1: this
+    # layout is the enumeration order of ``ngrams``, so no sort by occurrence is needed later.
+    col_at = np.full(wid.size * max_n, -1, dtype=np.int64)
+    pid = np.full(wid.size, -1, dtype=np.int64)
+    for k in range(1, max_n + 1):
+        n_ngrams += int(np.maximum(lens - k + 1, 0).sum()) - (lens.size if k == 1 else 0)
+        if k == 1:
+            cand = np.flatnonzero(wid >= 0)
+            keys = wid[cand]
+        else:
+            prev = np.full(wid.size, -1, dtype=np.int64)
+            prev[1:] = pid[:-1]
+            cand = np.flatnonzero((prev >= 0) & (wid >= 0) & (pos_in_sent >= k - 1))
+            keys = prev[cand] * lk.base + wid[cand]
+        pid = np.full(wid.size, -1, dtype=np.int64)
+        pid[cand] = lk.dense1[keys] if k == 1 else lk.prefixes[k - 1].find(keys)
+        found = cand[pid[cand] >= 0]
+        col = lk.columns[k - 1][pid[found]]
+        hit = col >= 0
+        if k == 1:
+            hit &= pos_in_sent[found] > 0  # the bare <s> unigram is never an item
+        col_at[found[hit] * max_n + (k - 1)] = col[hit]
+    o = np.flatnonzero(col_at >= 0)
+    c = col_at[o]
+    r = rep_of_pos[o // max_n]
+    del col_at
+    n_oov = n_ngrams - o.size
+    Vk = max(V, 1)
+    key = r * Vk + c
+    order = np.argsort(key, kind="stable")  # stable: each group starts at its first occurrence
+    key, o = key[order], o[order]
+    first = np.ones(key.size, dtype=bool)
+    first[1:] = key[1:] != key[:-1]
+    gstart = np.flatnonzero(first)
+    gcount = np.diff(np.append(gstart, key.size))
+    gkey, gfirst = key[gstart], o[gstart]
+    grow = gkey // Vk
+    gcol = gkey - grow * Vk
+    n_over_cap = 0
+    if W is not None:
+        # Occurrence ordinals grow with the report index, so sorting by them alone orders the
+        # groups by (report, first occurrence).
+        by_occ = np.argsort(gfirst, kind="stable")
+        per_row = np.bincount(grow, minlength=n_rep)
+        row_start = np.cumsum(per_row) - per_row
+        rank = np.empty(gkey.size, dtype=np.int64)
+        rank[by_occ] = np.arange(gkey.size) - row_start[grow[by_occ]]
+        kept = rank < W
+        n_over_cap = int(gkey.size - kept.sum())
+        grow, gcol, gcount = grow[kept], gcol[kept], gcount[kept]
+    n_clamped = int(np.maximum(gcount - C, 0).sum())
+    row_nnz = np.bincount(grow, minlength=n_rep)
+    return row_nnz, gcol.astype(np.int32), np.minimum(gcount, C).astype(np.int32), n_ngrams, n_oov, n_over_cap, n_clamped
+
+
+def count_reports(
+    reports: Iterable[Sequence[Sequence[str]]],
+    vocab: NgramVocabulary,
+    C: int,
+    W: int | None,
+    chunk_size: int = 32768,
+) -> ReportCounts:
+    """Per-report counts over ``vocab`` columns (one row per report = one anonymous user).
+
+    Per report: extract ``ngrams`` of each sentence; drop n-grams not in ``vocab``; if W is
+    set keep only the first W distinct remaining items in enumeration order (reading order of
+    the item's last token, shorter first — a rule that looks at this report alone, so the
+    bound holds whatever other users send); clamp each kept item's count at C. Tokens equal to
+    ``<s>``/``</s>`` inside a sentence are treated as out-of-vocabulary words.
+    """
+    if isinstance(C, bool) or not isinstance(C, (int, np.integer)) or C < 1:
+        raise ValueError(f"C must be an integer >= 1, got {C!r}")
+    if W is not None and (isinstance(W, bool) or not isinstance(W, (int, np.integer)) or W < 1):
+        raise ValueError(f"W must be an integer >= 1 or None, got {W!r}")
+    if chunk_size < 1:
+        raise ValueError("chunk_size must be >= 1")
+    lk = vocab._lookup
+    nnz_parts, col_parts, data_parts = [], [], []
+    totals = np.zeros(4, dtype=np.int64)
+    chunk: list = []
+
+    def flush() -> None:
+        row_nnz, cols, data, *stats = _count_chunk(chunk, vocab, lk, int(C), None if W is None else int(W))
+        nnz_parts.append(row_nnz)
+        col_parts.append(cols)
+        data_parts.append(data)
+        totals[:] += stats
+        chunk.clear()
+
+    for rep in reports:
+        chunk.append(rep)
+        if len(chunk) >= chunk_size:
+            flush()
+    if chunk:
+        flush()
+    row_nnz = np.concatenate(nnz_parts) if nnz_parts else np.zeros(0, np.int64)
+    indptr = np.zeros(row_nnz.size + 1, dtype=np.int64)
+    np.cumsum(row_nnz, out=indptr[1:])
+    indices = np.concatenate(col_parts) if col_parts else np.empty(0, np.int32)
+    data = np.concatenate(data_parts) if data_parts else np.empty(0, np.int32)
+    if indptr[-1] <= np.iinfo(np.int32).max:
+        indptr = indptr.astype(np.int32)
+    matrix = sp.csr_matrix((data, indices, indptr), shape=(row_nnz.size, len(vocab)))
+    matrix.has_sorted_indices = True
+    matrix.has_canonical_format = True
+    n_ngrams, n_oov, n_cap, n_clamped = (int(x) for x in totals)
+    return ReportCounts(matrix, n_ngrams, n_oov, n_cap, n_clamped)
+
+
+def user_counts(
+    reports: Iterable[Sequence[Sequence[str]]], vocab: NgramVocabulary, C: int, W: int | None
+) -> sp.csr_matrix:
+    """int32 CSR of per-report counts; see ``count_reports`` for the rule and drop statistics."""
+    return count_reports(reports, vocab, C, W).matrix
