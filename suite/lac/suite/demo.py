@@ -26,11 +26,13 @@ from lac.suite import procs
 def register(subparsers) -> None:
     p = subparsers.add_parser("demo", help="run curator + shuffler + simulated users end to end",
                               formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    p.add_argument("--users", type=int, default=2000, help="simulated users (one report each)")
+    p.add_argument("--users", type=int, default=12_327, help="simulated users, one report each (at most 12,327)")
     p.add_argument("--local-epsilon", type=float, default=15.0, help="client metric-DP ε per word")
     p.add_argument("--vocab-size", type=int, default=20_000, help="embedding vocabulary (most frequent words)")
     p.add_argument("--epsilon", type=float, default=1.0, help="curator release ε")
     p.add_argument("--delta", type=float, default=1e-6, help="curator release δ")
+    p.add_argument("--S", dest="s", type=float, default=0.01, help="BayesianDP decay slope S")
+    p.add_argument("--rho", type=float, default=0.5, help="BayesianDP private/public weight ρ")
     p.add_argument("--top", type=int, default=10, help="n-grams to show per order")
     p.add_argument("--workdir", type=Path, default=None, help="keep state and logs here (default: a temp dir)")
     p.set_defaults(func=run)
@@ -103,7 +105,8 @@ def _run(args, workdir: Path) -> int:
 
             print(f"[5/6] curator release (BayesianDP, ε = {args.epsilon:g}, δ = {args.delta:g})", flush=True)
             record = cstub.Release(curator_pb2.ReleaseRequest(mechanism="bayesian", epsilon=args.epsilon,
-                                                              delta=args.delta), timeout=600)
+                                                              delta=args.delta, s=args.s, rho=args.rho),
+                                   timeout=600)
             release = cstub.GetRelease(curator_pb2.GetReleaseRequest(release_id=record.release_id), timeout=60)
             tops = {n: cstub.TopNgrams(curator_pb2.TopNgramsRequest(release_id=record.release_id, k=args.top,
                                                                     order=n), timeout=30).ngrams
@@ -135,6 +138,9 @@ def _run(args, workdir: Path) -> int:
     log_prior = mu_p - np.logaddexp.reduce(mu_p)
 
     n_words = np.array([r.n_words for r in reports])
+    clean_tokens = [w for t in texts for s in sentences(t) for w in s]
+    private_tokens = [w for r in reports for s in r.sentences for w in s]
+    changed = np.mean([a != b for a, b in zip(clean_tokens, private_tokens)])
     print()
     print("=" * 72)
     print("LAC demo summary")
@@ -144,7 +150,7 @@ def _run(args, workdir: Path) -> int:
           f"curator holds {status.reports}, rejected {sum(status.rejects.values())}")
     print(f"local privacy: {reports[0].mechanism}, ε = {args.local_epsilon:g} per word (metric DP over "
           f"{emb.name}); words per report: median {int(np.median(n_words))}, max {n_words.max()}; "
-          f"a report of ℓ words composes to ℓ·ε·d")
+          f"a report of ℓ words composes to ℓ·ε·d; {100 * changed:.1f}% of words were replaced")
     print(f"release: {record.mechanism}, (ε, δ) = ({record.epsilon:g}, {record.delta:g}), "
           f"sensitivity {record.sensitivity_method}{' (data-dependent)' if record.data_dependent else ''}, "
           f"γ = {record.gamma:.4g}, noise σ = {record.sigma:.4g} ({record.calibration})")
