@@ -1,4 +1,4 @@
-"""``lac shuffler serve|status|flush``."""
+"""``lac shuffler serve|status|flush|amplification``."""
 
 from __future__ import annotations
 
@@ -22,6 +22,24 @@ def register(subparsers) -> None:
         q = sub.add_parser(name, help=helptext)
         q.add_argument("--server", default="127.0.0.1:50051", help="shuffler address host:port")
         q.set_defaults(func=func)
+    amp = sub.add_parser(
+        "amplification",
+        help="privacy accountant: central (eps, delta) of a shuffled batch of eps0-LDP reports",
+        description="Central (epsilon, delta)-DP of one uniformly shuffled batch of n reports, each from a "
+                    "distinct user and eps0-LDP (Feldman-McMillan-Talwar 2021): numerical bound (Thm 3.2) "
+                    "and closed form (Thm 3.1) side by side, reporting 'no amplification' where nothing "
+                    "is gained. Offline: needs no running shuffler.")
+    amp.add_argument("--eps0", type=float, required=True,
+                     help="local pure DP level of one report (> 0); for LAC's metric-DP reports use "
+                          "n_words * eps_per_word * vocabulary diameter")
+    amp.add_argument("--n", type=int, required=True,
+                     help="number of reports in the shuffled batch, each from a distinct user (>= 1)")
+    amp.add_argument("--delta", type=float, required=True, help="target central delta, in (0, 1)")
+    amp.add_argument("--subsample-q", type=float, default=None, metavar="Q",
+                     help="also report amplification by Poisson sub-sampling at rate Q in [0, 1] "
+                          "(eps = log(1 + Q(e^eps0 - 1)), delta scales by Q)")
+    amp.add_argument("--json", action="store_true", help="print one JSON object instead of text")
+    amp.set_defaults(func=_amplification)
 
 
 def _serve(args) -> int:
@@ -60,4 +78,43 @@ def _status(args) -> int:
 def _flush(args) -> int:
     r = _call(args, "Flush", shuffler_pb2.FlushRequest())
     print(f"released batch {r.batch_id} of {r.batch_size} reports" if r.released else r.note)
+    return 0
+
+
+def _amplification(args) -> int:
+    import json
+    import sys
+
+    from lac.shuffler.amplification import shuffle_epsilon, subsampling_epsilon, subsampling_statement
+
+    try:
+        results = [shuffle_epsilon(args.eps0, args.n, args.delta, method=m) for m in ("numerical", "closed_form")]
+        sub = None
+        if args.subsample_q is not None:
+            sub = {"q": args.subsample_q, "epsilon": subsampling_epsilon(args.eps0, args.subsample_q),
+                   "delta_scale": args.subsample_q,
+                   "statement": subsampling_statement(args.eps0, args.subsample_q)}
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    if args.json:
+        out = {"eps0": args.eps0, "n": args.n, "delta": args.delta,
+               "numerical": results[0].to_dict(), "closed_form": results[1].to_dict()}
+        if sub is not None:
+            out["subsampling"] = sub
+        print(json.dumps(out, indent=2))
+        return 0
+    print(f"eps0 = {args.eps0:g}   n = {args.n}   delta = {args.delta:g}")
+    print(f"{'method':<13} {'epsilon':>12}  result")
+    for r in results:
+        verdict = "amplified" if r.amplified else "no amplification (eps = eps0)"
+        print(f"{r.method:<13} {r.epsilon:>12.6g}  {verdict}")
+    if sub is not None:
+        print(f"{'subsample':<13} {sub['epsilon']:>12.6g}  Poisson sub-sampling at q = {sub['q']:g} "
+              f"(delta scales by q)")
+    print()
+    for r in results:
+        print(f"[{r.method}] {r.statement}")
+    if sub is not None:
+        print(f"[subsample] {sub['statement']}")
     return 0
