@@ -7,7 +7,9 @@ holding item j, V = vocabulary size,
   μ_ps = ρ·(w ⊙ x̂) + (1−ρ)·μ_p                    (Corollary 1)
   h ~ N(μ_ps, σ² I),  θ = softmax(h)              (eq. 4)
 γ is the ℓ2 sensitivity of w ⊙ x̂ to removing one user; μ_ps moves by ρ·γ, so σ is calibrated
-for sensitivity ρ·γ. Both γ methods look at the observed data (see ``BayesianRelease``).
+for sensitivity ρ·γ. The "bruteforce" and "claim1" γ methods look at the observed data (see
+``BayesianRelease``); "sound" (lac.curator.sound) is a data-independent worst case from public
+parameters (C, S, W, |V|, n_max).
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ __all__ = [
     "bayesian_dp",
 ]
 
-SENSITIVITY_METHODS = ("bruteforce", "claim1")
+SENSITIVITY_METHODS = ("bruteforce", "claim1", "sound")
 LOG_THETA_GRID = 2.0**-40
 _BLOCK_NNZ = 1 << 22  # rows are processed in blocks of about this many non-zeros (bounds memory)
 
@@ -65,6 +67,8 @@ class BayesianParams:
     rho: float = 0.9
     sensitivity: str = "bruteforce"
     calibration: str = "auto"
+    W: int | None = None  # public cap on items per user (needed by sensitivity="sound")
+    n_max: int | None = None  # public cap on the number of users (needed by sensitivity="sound")
 
     def __post_init__(self) -> None:
         if not (_real(self.epsilon) and math.isfinite(self.epsilon) and self.epsilon > 0):
@@ -76,6 +80,12 @@ class BayesianParams:
             raise ValueError(f"rho must be in (0, 1], got {self.rho!r}")
         if self.sensitivity not in SENSITIVITY_METHODS:
             raise ValueError(f"sensitivity must be one of {SENSITIVITY_METHODS}, got {self.sensitivity!r}")
+        for name in ("W", "n_max"):
+            v = getattr(self, name)
+            if v is not None and (isinstance(v, bool) or not isinstance(v, Integral) or v < 1):
+                raise ValueError(f"{name} must be an integer >= 1 or None, got {v!r}")
+        if self.sensitivity == "sound" and (self.W is None or self.n_max is None):
+            raise ValueError("sensitivity='sound' needs the public caps W and n_max")
         if self.calibration not in _CALIBRATIONS:
             raise ValueError(f"calibration must be one of {_CALIBRATIONS}, got {self.calibration!r}")
         if self.calibration == "classic" and self.epsilon >= 1:
@@ -278,6 +288,16 @@ def snap_grid(sigma: float) -> float:
 
 
 def _statement(p: BayesianParams, gamma: float, sigma: float, calibration: str, n_users: int) -> str:
+    if p.sensitivity == "sound":
+        return (
+            f"BayesianDP release: ({p.epsilon:g}, {p.delta:g})-differential privacy for one user = one "
+            f"anonymous report, under add/remove-one-report adjacency, via the Gaussian mechanism on "
+            f"μ_ps with ℓ2 sensitivity ρ·γ = {p.rho:g}·{gamma:.6g}, σ = {sigma:.6g} ({calibration} "
+            f"calibration). Per-item counts clamped at C={p.C}, S={p.S:g}. γ is sound: data-independent "
+            f"worst case over all data sets with at most n_max={p.n_max} users and W={p.W} items per user "
+            f"(lac.curator.sound). Floating point: h is snapped to a grid of spacing Λ (a mitigation in "
+            f"the spirit of Mironov 2012, not a proof)."
+        )
     how = (
         "the exact brute-force maximum over the users present in this data set"
         if p.sensitivity == "bruteforce"
@@ -323,7 +343,12 @@ def bayesian_dp(
     mu_p = prior_mean(alpha)
     xhat = log_mean_center(stats.c)
     w = decay_weights(stats.N, S, C)
-    if params.sensitivity == "bruteforce":
+    if params.sensitivity == "sound":
+        from lac.curator.sound import check_public_caps, sound_gamma
+
+        check_public_caps(U, params.W, params.n_max)
+        gamma = sound_gamma(S, C, params.W, alpha.size, params.n_max)
+    elif params.sensitivity == "bruteforce":
         sq = bruteforce_sq_dists(U, stats, S, C)
         gamma = float(math.sqrt(sq.max())) if sq.size else 0.0
     else:
@@ -352,7 +377,7 @@ def bayesian_dp(
         n_users=stats.n_users,
         vocab_size=int(alpha.size),
         params=params,
-        data_dependent=True,
+        data_dependent=params.sensitivity != "sound",
         statement=_statement(params, gamma, sigma, used, stats.n_users),
         grid=grid,
     )

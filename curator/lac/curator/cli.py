@@ -28,14 +28,33 @@ def register(subparsers) -> None:
         q.set_defaults(func=func)
         return q
 
-    r = client_parser("release", "release the n-gram distribution of all stored reports (BayesianDP)", _release)
+    r = client_parser("release", "release the n-gram distribution of all stored reports (BayesianDP); "
+                      "with --counts, run offline on files instead (see lac.curator.offline)", _release)
     r.add_argument("--epsilon", type=float, required=True, help="ε of this release")
     r.add_argument("--delta", type=float, required=True, help="δ of this release")
     r.add_argument("--S", dest="s", type=float, default=0.0, help="decay slope S (default: library default)")
     r.add_argument("--C", dest="c", type=int, default=0, help="per-item count clamp C (default: library default)")
     r.add_argument("--rho", type=float, default=0.0, help="private/public weight ρ (default: library default)")
-    r.add_argument("--sensitivity", choices=["bruteforce", "claim1"], default="bruteforce")
+    r.add_argument("--sensitivity", choices=["bruteforce", "claim1", "sound"], default="bruteforce",
+                   help="γ method; 'sound' (data-independent worst case) needs --W and --n-max")
     r.add_argument("--calibration", choices=["auto", "classic", "analytic"], default="auto")
+    off = r.add_argument_group("offline mode (only with --counts; no server is contacted)")
+    off.add_argument("--counts", default=None,
+                     help="per-user counts: scipy.sparse.save_npz .npz, rows = users, columns = vocabulary")
+    off.add_argument("--vocab", default=None,
+                     help="vocabulary file, one n-gram per line aligned with the columns "
+                          "(default: COUNTS with .npz replaced by .vocab.txt)")
+    off.add_argument("--public", default=None,
+                     help="public counts: 'item<TAB>count' lines, or an NgramVocabulary .npz")
+    off.add_argument("--mechanism", choices=["bayesian", "endtoend", "laplace", "laplace-public", "kanon"],
+                     default="bayesian")
+    off.add_argument("--W", dest="w", type=int, default=None, help="public cap on items per user")
+    off.add_argument("--n-max", dest="n_max", type=int, default=None, help="public cap on the number of users")
+    off.add_argument("--K", dest="k", type=int, default=50, help="k-anonymity threshold (mechanism kanon)")
+    off.add_argument("--public-sensitivity", choices=["sound", "observed"], default="sound",
+                     help="ℓ1 sensitivity of laplace-public: sound (2) or observed (data-dependent)")
+    off.add_argument("--out", default=None,
+                     help="where to write the released distribution (.npz; default next to COUNTS)")
     client_parser("releases", "list releases", _releases)
     t = client_parser("top", "top n-grams of a release", _top)
     t.add_argument("release_id")
@@ -81,11 +100,31 @@ def describe(r: curator_pb2.ReleaseRecord) -> str:
 
 
 def _release(args) -> int:
+    if args.counts is not None:
+        return _release_offline(args)
     req = curator_pb2.ReleaseRequest(mechanism="bayesian", epsilon=args.epsilon, delta=args.delta, s=args.s,
                                      c=args.c, rho=args.rho, sensitivity=args.sensitivity,
                                      calibration=args.calibration)
     record = _stub(args).Release(req, timeout=600)
     _print(args, record, describe(record))
+    return 0
+
+
+def _release_offline(args) -> int:
+    from lac.curator.offline import release_offline
+
+    if args.public is None:
+        raise SystemExit("lac curator release: --counts needs --public")
+    rec = release_offline(args.counts, args.public, args.mechanism, args.epsilon, args.delta, vocab=args.vocab,
+                          S=args.s or None, C=args.c or None, rho=args.rho or None, sensitivity=args.sensitivity,
+                          calibration=args.calibration, W=args.w, n_max=args.n_max, K=args.k,
+                          public_sensitivity=args.public_sensitivity, out=args.out)
+    if args.json:
+        print(json.dumps(rec, indent=2, ensure_ascii=False))
+    else:
+        eps = "n/a (not DP)" if rec["epsilon"] is None else f"{rec['epsilon']:g}"
+        print(f"offline release ({rec['mechanism']}): (ε, δ) = ({eps}, {rec['delta']:g}); "
+              f"{rec['n_users']} users, {rec['vocab_size']} items; written to {rec['out']}\n  {rec['statement']}")
     return 0
 
 

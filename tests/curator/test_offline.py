@@ -1,0 +1,114 @@
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from lac.curator.ngrams import NgramVocabulary
+from lac.curator.offline import default_out_path, default_vocab_path, load_public, release_offline
+
+ITEMS = ("the", "cat", "sat", "the cat", "cat sat", "on", "mat", "the mat")
+
+
+@pytest.fixture()
+def files(tmp_path):
+    rng = np.random.default_rng(0)
+    n, V = 60, len(ITEMS)
+    dense = np.zeros((n, V), dtype=np.int64)
+    for u in range(n):
+        dense[u, rng.choice(V, size=int(rng.integers(1, 4)), replace=False)] = rng.integers(1, 3)
+    counts = tmp_path / "users.npz"
+    sp.save_npz(counts, sp.csr_matrix(dense))
+    default_vocab_path(counts).write_text("\n".join(ITEMS) + "\n", encoding="utf-8")
+    public = tmp_path / "public.tsv"
+    public.write_text("# public counts\nthe\t100\ncat\t20\nsat\t5\nthe cat\t10\nmat\t7\nnot in vocab\t3\n",
+                      encoding="utf-8")
+    return counts, public, dense
+
+
+def _cli(*args):
+    env = dict(os.environ)
+    p = subprocess.run([sys.executable, "-m", "lac.common", "curator", "release", *args],
+                       capture_output=True, text=True, env=env, timeout=120)
+    assert p.returncode == 0, p.stderr
+    return p.stdout
+
+
+def test_load_public_formats(tmp_path, files):
+    _, public, _ = files
+    a = load_public(public, ITEMS)
+    np.testing.assert_array_equal(a, [100, 20, 5, 10, 0, 0, 7, 0])
+    v = NgramVocabulary(("cat", "the", "mat"), np.array([2.0, 9.0, 1.0]), 2)
+    v.save(tmp_path / "pub.npz")
+    np.testing.assert_array_equal(load_public(tmp_path / "pub.npz", ITEMS), [9, 2, 0, 0, 0, 0, 1, 0])
+    bad = tmp_path / "bad.tsv"
+    bad.write_text("the 100\n", encoding="utf-8")
+    with pytest.raises(ValueError):
+        load_public(bad, ITEMS)
+    bad.write_text("the\t1\nthe\t2\n", encoding="utf-8")
+    with pytest.raises(ValueError, match="duplicate"):
+        load_public(bad, ITEMS)
+
+
+def test_release_offline_library(files, tmp_path):
+    counts, public, _ = files
+    rec = release_offline(counts, public, "bayesian", 1.0, 1e-6, sensitivity="sound", W=3, n_max=100,
+                          rng=np.random.default_rng(1))
+    assert rec["data_dependent"] is False and "sound: data-independent worst case" in rec["statement"]
+    assert rec["out"] == str(default_out_path(counts, "bayesian"))
+    with np.load(rec["out"]) as z:
+        lp = z["log_probs"]
+        assert json.loads(z["record"].tobytes().decode()) == rec
+        assert z["items"].tobytes().decode().split("\n") == list(ITEMS)
+    assert np.isclose(np.exp(lp).sum(), 1.0)
+    with pytest.raises(ValueError, match="vocabulary"):
+        release_offline(counts, public, "bayesian", 1.0, 1e-6, vocab=public)
+
+
+@pytest.mark.parametrize("mechanism,extra", [
+    ("bayesian", []),
+    ("bayesian", ["--sensitivity", "sound", "--W", "3", "--n-max", "1000"]),
+    ("endtoend", []),
+    ("laplace", ["--W", "3"]),
+    ("laplace-public", ["--W", "3"]),
+    ("kanon", ["--K", "5"]),
+])
+def test_cli_json(files, tmp_path, mechanism, extra):
+    counts, public, dense = files
+    out = tmp_path / f"{mechanism}.npz"
+    rec = json.loads(_cli("--counts", str(counts), "--public", str(public), "--mechanism", mechanism,
+                          "--epsilon", "1.5", "--delta", "1e-6", "--out", str(out), "--json", *extra))
+    for key in ("mechanism", "params", "sensitivity_method", "gamma", "sigma", "epsilon", "delta", "n_users",
+                "vocab_size", "data_dependent", "statement", "mean_summary", "out"):
+        assert key in rec
+    assert rec["mechanism"] == mechanism
+    assert rec["n_users"] == dense.shape[0] and rec["vocab_size"] == len(ITEMS)
+    assert rec["out"] == str(out) and out.exists()
+    assert set(rec["mean_summary"]) == {"min", "max", "mean"}
+    with np.load(out) as z:
+        assert np.isclose(np.exp(z["log_probs"]).sum(), 1.0)
+    if mechanism in ("bayesian", "endtoend"):
+        assert rec["epsilon"] == pytest.approx(1.5) and rec["delta"] == 1e-6
+        assert rec["gamma"] > 0 and rec["sigma"] > 0
+    if mechanism == "kanon":
+        assert rec["epsilon"] is None and "NOT differentially private" in rec["statement"]
+    if mechanism == "endtoend":
+        assert rec["params"]["epsilon_select"] + rec["params"]["epsilon_release"] == pytest.approx(1.5)
+
+
+def test_cli_default_out_and_text(files):
+    counts, public, _ = files
+    text = _cli("--counts", str(counts), "--public", str(public), "--epsilon", "1", "--delta", "1e-6")
+    assert str(default_out_path(counts, "bayesian")) in text
+    assert default_out_path(counts, "bayesian").exists()
+
+
+def test_cli_without_counts_still_uses_server():
+    """No --counts: the RPC path is taken (fails fast to connect to a closed port)."""
+    p = subprocess.run([sys.executable, "-m", "lac.common", "curator", "release", "--server", "127.0.0.1:1",
+                        "--epsilon", "1", "--delta", "1e-6"], capture_output=True, text=True, timeout=120)
+    assert p.returncode != 0
+    assert "UNAVAILABLE" in p.stderr or "failed to connect" in p.stderr.lower() or "unavailable" in p.stderr.lower()
