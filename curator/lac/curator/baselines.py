@@ -25,7 +25,6 @@ from dataclasses import dataclass
 from numbers import Integral, Real
 
 import numpy as np
-import scipy.sparse as sp
 
 from lac.common.rng import secure_generator
 from lac.curator.bayesian import count_stats

@@ -12,7 +12,6 @@ order (see ``count_reports``).
 from __future__ import annotations
 
 import os
-import tempfile
 from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -22,6 +21,7 @@ from itertools import repeat
 import numpy as np
 import scipy.sparse as sp
 
+from lac.common.files import atomic_file
 from lac.common.text import BOS, EOS
 
 __all__ = ["ngrams", "NgramVocabulary", "ReportCounts", "count_reports", "user_counts"]
@@ -150,21 +150,11 @@ class NgramVocabulary:
             if "\n" in it:
                 raise ValueError(f"item {it!r} contains a newline and cannot be saved")
         blob = np.frombuffer("\n".join(self.items).encode("utf-8"), dtype=np.uint8)
-        path = os.fspath(path)
-        fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(path)), prefix=".vocab-", suffix=".tmp")
-        try:
-            with os.fdopen(fd, "wb") as f:
-                np.savez_compressed(
-                    f, format=np.int64(_FORMAT_VERSION), items=blob, n_items=np.int64(len(self.items)),
-                    alpha=self.alpha, max_n=np.int64(self.max_n),
-                )
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
-            raise
+        with atomic_file(path) as f:
+            np.savez_compressed(
+                f, format=np.int64(_FORMAT_VERSION), items=blob, n_items=np.int64(len(self.items)),
+                alpha=self.alpha, max_n=np.int64(self.max_n),
+            )
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> "NgramVocabulary":

@@ -25,12 +25,12 @@ from __future__ import annotations
 import json
 import math
 import os
-import tempfile
 from pathlib import Path
 
 import numpy as np
 import scipy.sparse as sp
 
+from lac.common.files import atomic_file
 from lac.curator.baselines import k_anonymity, laplace_dp, laplace_public_dp
 from lac.curator.bayesian import BayesianParams, bayesian_dp
 from lac.curator.endtoend import EndToEndParams, end_to_end_dp
@@ -94,17 +94,8 @@ def load_public(path: str | os.PathLike, items: tuple[str, ...]) -> np.ndarray:
 
 
 def _atomic_savez(path: Path, **arrays) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".release-", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            np.savez_compressed(f, **arrays)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    with atomic_file(path) as f:
+        np.savez_compressed(f, **arrays)
 
 
 def _summary(v: np.ndarray) -> dict:

@@ -7,13 +7,13 @@ beside it as ``releases/<id>.npz``, written before the release row commits.
 
 from __future__ import annotations
 
-import os
 import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 
+from lac.common.files import atomic_file
 from lac.common.v1 import curator_pb2, reports_pb2
 
 _SCHEMA = """
@@ -81,11 +81,8 @@ class CuratorStore:
                 if k.startswith("reject:")}
 
     def add_release(self, record: curator_pb2.ReleaseRecord, log_probs: np.ndarray, mean: np.ndarray) -> None:
-        path = self.state_dir / "releases" / f"{record.release_id}.npz"
-        with open(path, "wb") as fh:
+        with atomic_file(self.state_dir / "releases" / f"{record.release_id}.npz") as fh:
             np.savez(fh, log_probs=log_probs, mean=mean)
-            fh.flush()
-            os.fsync(fh.fileno())
         self._db.execute("INSERT INTO releases VALUES (?, ?)", (record.release_id, record.SerializeToString()))
 
     def releases(self) -> list[curator_pb2.ReleaseRecord]:
