@@ -32,6 +32,25 @@ def register(subparsers) -> None:
     sm.add_argument("--shuffler", default="127.0.0.1:50051", help="shuffler address host:port")
     sm.set_defaults(func=_submit)
 
+    ca = sub.add_parser("calibrate", help="audit plausible deniability (N_w, S_w) over ε and recommend ε",
+                        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    ca.add_argument("--epsilons", default="5,10,15,20,25,30", help="comma-separated ε grid (per word)")
+    ca.add_argument("--draws", type=int, default=100, help="perturbations per audited word (K)")
+    ca.add_argument("--words", default=None,
+                    help="comma-separated words to audit (default: a uniform sample per frequency band)")
+    ca.add_argument("--per-band", type=int, default=25, help="words sampled per frequency band")
+    ca.add_argument("--embedding", default="default",
+                    help="'default' (GloVe 6B 50d), a cached embedding directory or a GloVe/word2vec/fastText file")
+    ca.add_argument("--vocab-size", type=int, default=50_000, help="vocabulary size (most frequent words)")
+    ca.add_argument("--mechanism", default="laplace", choices=["laplace", "truncated", "knn", "modulated"],
+                    help="perturbation mechanism to calibrate")
+    ca.add_argument("--tau", type=float, default=None, help="truncated: admissible radius τ (default: median 10-NN distance)")
+    ca.add_argument("--k", type=int, default=20, help="knn: number of nearest words kept")
+    ca.add_argument("--target", type=float, default=0.5, help="recommend the largest ε with median N_w ≤ target")
+    ca.add_argument("--seed", type=int, default=None, help="seed (for reproducible audits only; default OS CSPRNG)")
+    ca.add_argument("--json", action="store_true", help="print the table as one JSON object")
+    ca.set_defaults(func=_calibrate)
+
 
 def _lines(path: Path) -> list[str]:
     text = sys.stdin.read() if str(path) == "-" else path.read_text(encoding="utf-8")
@@ -64,6 +83,47 @@ def _privatize(args) -> int:
                               "statement": r.statement}))
         else:
             print(" ".join(" ".join(s) for s in r.sentences))
+    return 0
+
+
+def _calibrate(args) -> int:
+    from lac.client import calibrate as cal
+    from lac.client.formats import open_embedding
+    from lac.common.rng import generator
+
+    try:
+        epsilons = cal.parse_floats(args.epsilons)
+    except ValueError as e:
+        print(f"error: --epsilons: {e}", file=sys.stderr)
+        return 2
+    emb = open_embedding(args.embedding, args.vocab_size)
+    rng = generator(args.seed)
+    bands = band_of = None
+    if args.words:
+        words = [w.strip() for w in args.words.split(",") if w.strip()]
+        missing = [w for w in words if w not in emb.index]
+        if missing:
+            print(f"error: not in the vocabulary of {emb.name}: {', '.join(missing)}", file=sys.stderr)
+            return 2
+        ids = [emb.index[w] for w in words]
+    else:
+        bands = cal.default_bands(emb.size)
+        ids, band_of = cal.choose_words(emb, args.per_band, rng, bands)
+    factory = cal.mechanism_factory(args.mechanism, emb, tau=args.tau, k=args.k)
+    rows = cal.calibrate(emb, factory, epsilons, ids, args.draws, rng, bands=bands, band_of=band_of,
+                         report_words=bool(args.words))
+    rec = cal.recommend(rows, args.target)
+    if args.json:
+        print(cal.to_json(rows, embedding=emb, mechanism=args.mechanism, draws=args.draws,
+                          target=args.target, recommended=rec))
+        return 0
+    print(f"embedding {emb.name} ({emb.size} words, d={emb.dim}); mechanism {args.mechanism}; "
+          f"{len(ids)} words x {args.draws} draws")
+    print(cal.format_table(rows, args.draws))
+    if rec is None:
+        print(f"no ε in the grid has median N_w <= {args.target:g}; try smaller values")
+    else:
+        print(f"recommended ε = {rec:g} (largest in the grid with median N_w <= {args.target:g})")
     return 0
 
 

@@ -40,9 +40,15 @@ class PrivatizedReport:
 
 
 class Localizer:
-    """Word-level metric-DP perturbation of texts over a fixed public ``embedding``."""
+    """Word-level metric-DP perturbation of texts over a fixed public ``embedding``.
 
-    def __init__(self, embedding: Embedding, mechanism: MultivariateLaplace,
+    ``mechanism`` is either additive noise (``sample_noise``, e.g. ``MultivariateLaplace``;
+    output = nearest word to φ(w) + noise) or a mechanism over the vocabulary offering
+    ``sample_rows(points, rng)`` (``lac.client.truncated``, ``lac.client.modulated``); both
+    provide ``name``, ``epsilon``, ``local_epsilon`` and ``statement``.
+    """
+
+    def __init__(self, embedding: Embedding, mechanism: MultivariateLaplace | object,
                  rng: np.random.Generator | None = None):
         self.embedding = embedding
         self.mechanism = mechanism
@@ -71,6 +77,9 @@ class Localizer:
             points = np.empty((chunk.size, dim), dtype=np.float64)
             points[known] = vectors[chunk[known]]
             points[~known] = self.embedding.centroid
+            if hasattr(self.mechanism, "sample_rows"):  # mechanisms over the vocabulary (truncated, modulated)
+                out[s:s + _CHUNK] = self.mechanism.sample_rows(points, self.rng)
+                continue
             points += self.mechanism.sample_noise(chunk.size, dim, self.rng)
             out[s:s + _CHUNK] = self._index.query(points)
         return out
