@@ -241,8 +241,13 @@ def glove_default(vocab_size: int = 50_000, *, cache_dir=None) -> Embedding:
         raise ValueError(f"vocab_size must be a positive int, got {vocab_size!r}")
     root = Path(cache_dir) if cache_dir is not None else data_dir() / "embeddings"
     path = root / "glove-6b-50d" / str(vocab_size)
+    return cached(path, lambda: build_glove(vocab_size))
+
+
+def cached(path: Path, build) -> Embedding:
+    """Load the cache at ``path``, first building it with ``build()`` if missing (atomic rename)."""
     if not (path / "meta.json").exists():
-        emb = build_glove(vocab_size)
+        emb = build()
         emb.diameter()  # exact, stored in meta.json so later loads get it for free
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.parent / f".{path.name}.tmp-{uuid.uuid4().hex}"

@@ -25,14 +25,11 @@ in private memory by each process.
 from __future__ import annotations
 
 import hashlib
-import os
-import shutil
-import uuid
 from pathlib import Path
 
 import numpy as np
 
-from lac.client.embedding import Embedding, load, save
+from lac.client.embedding import Embedding, cached, load
 from lac.common.paths import data_dir
 
 FORMATS = ("glove", "word2vec-text", "fasttext-vec", "word2vec-bin")
@@ -241,19 +238,7 @@ def load_vectors(path, fmt: str = "auto", vocab_size: int | None = None, *, cach
     limit = _check_vocab_size(vocab_size)
     root = Path(cache_dir) if cache_dir is not None else data_dir() / "embeddings"
     target = root / "imported" / f"{path.stem}-{_file_key(path)}" / (str(limit) if limit else "all")
-    if not (target / "meta.json").exists():
-        emb = read_vectors(path, fmt, limit, name=name, encoding=encoding, errors=errors)
-        emb.diameter()
-        target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = target.parent / f".{target.name}.tmp-{uuid.uuid4().hex}"
-        save(emb, tmp)
-        try:
-            os.rename(tmp, target)
-        except OSError:
-            if not (target / "meta.json").exists():
-                raise
-            shutil.rmtree(tmp, ignore_errors=True)
-    return load(target)
+    return cached(target, lambda: read_vectors(path, fmt, limit, name=name, encoding=encoding, errors=errors))
 
 
 def open_embedding(spec: str, vocab_size: int | None = 50_000, *, cache_dir=None) -> Embedding:
