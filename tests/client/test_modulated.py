@@ -9,27 +9,14 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from scipy import stats
 from scipy.special import logsumexp
 
+from chisq import chi2_pvalue
 from lac.client.localizer import OOV, Localizer
 from lac.client.modulated import DensityModulated, kde_log_prior
 from lac.client.nearest import sqdist64
 
 P_MIN = 1e-3
-
-
-def chi2_pvalue(counts, probs):
-    exp = probs * counts.sum()
-    order = np.argsort(-exp)
-    exp, counts = exp[order], counts[order]
-    big = exp >= 5
-    e = np.append(exp[big], exp[~big].sum())
-    o = np.append(counts[big], counts[~big].sum())
-    if e[-1] == 0:
-        e, o = e[:-1], o[:-1]
-    assert len(e) >= 10
-    return float(stats.chisquare(o, e).pvalue)
 
 
 def _formula(emb, x, eps, sigma, centres=None):

@@ -11,28 +11,13 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from scipy import stats
 
+from chisq import chi2_pvalue
 from lac.client.localizer import OOV, Localizer
 from lac.client.nearest import sqdist64
 from lac.client.truncated import DistanceTruncated, KNNTruncated, default_tau
 
 P_MIN = 1e-3
-
-
-def chi2_pvalue(counts: np.ndarray, probs: np.ndarray) -> float:
-    n = counts.sum()
-    exp = probs * n
-    order = np.argsort(-exp)
-    exp, counts = exp[order], counts[order]
-    big = exp >= 5
-    e = np.append(exp[big], exp[~big].sum())
-    o = np.append(counts[big], counts[~big].sum())
-    if e[-1] == 0:
-        assert o[-1] == 0
-        e, o = e[:-1], o[:-1]
-    assert len(e) >= 10, "test is too coarse"
-    return float(stats.chisquare(o, e).pvalue)
 
 
 def _dist(emb, x):
