@@ -44,6 +44,7 @@ class ReportLog:
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=FULL")
         self._db.executescript(_SCHEMA)
+        self._buffered = self._db.execute("SELECT COUNT(*) FROM buffer").fetchone()[0]
 
     def close(self) -> None:
         self._db.close()
@@ -58,10 +59,12 @@ class ReportLog:
                     self._db.execute("INSERT INTO buffer (encoding, key_id, data) VALUES (?, ?, ?)",
                                      (p.encoding, p.key_id, p.data))
                 stored.append(bool(cur.rowcount))
+        self._buffered += sum(stored)
         return stored
 
     def buffered(self) -> int:
-        return self._db.execute("SELECT COUNT(*) FROM buffer").fetchone()[0]
+        """Reports waiting for a batch (kept in memory; the table is only counted at open)."""
+        return self._buffered
 
     def release(self, min_batch: int) -> tuple[str, int] | None:
         """Move every buffered report into one shuffled batch if there are at least ``min_batch``."""
@@ -75,6 +78,7 @@ class ReportLog:
                                  ((batch_id, i, *row) for i, row in enumerate(rows)))
             self._db.execute("DELETE FROM buffer")
             self._bump("batches_released", 1)
+        self._buffered = 0
         return batch_id, len(rows)
 
     def pending_batches(self) -> list[str]:
