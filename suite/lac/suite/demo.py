@@ -64,7 +64,8 @@ def _run(args, workdir: Path) -> int:
     print("[1/6] data", flush=True)
     emb = glove_default(args.vocab_size)
     corpora = prepare_corpora()
-    texts = random.SystemRandom().sample(load_users(), min(args.users, len(load_users())))
+    users = load_users()
+    texts = random.SystemRandom().sample(users, min(args.users, len(users)))
     print(f"  embedding {emb.name} ({emb.size} words x {emb.dim} dims); {len(texts)} users' messages "
           f"(BSD fortunes); public corpus {corpora.public_corpus}")
 
