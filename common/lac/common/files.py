@@ -10,11 +10,12 @@ from pathlib import Path
 
 
 @contextmanager
-def atomic_file(path: str | os.PathLike) -> Iterator:
+def atomic_file(path: str | os.PathLike, mode: int = 0o600) -> Iterator:
     """Yield a binary file; on success it is fsync'd and renamed over ``path``, on error removed."""
     path = Path(path)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        os.fchmod(fd, mode)
         with os.fdopen(fd, "wb") as f:
             yield f
             f.flush()

@@ -16,6 +16,8 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
+from lac.common.tls import ServerTls
+
 log = logging.getLogger(__name__)
 
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024
@@ -28,16 +30,20 @@ def new_server(max_message_bytes: int = MAX_MESSAGE_BYTES) -> grpc.aio.Server:
     ])
 
 
-def finish_server(server: grpc.aio.Server, service_names: Iterable[str], host: str, port: int
-                  ) -> tuple[grpc.aio.Server, int]:
-    """Add health + reflection for ``service_names`` and bind ``host:port`` (0 = ephemeral)."""
+def finish_server(server: grpc.aio.Server, service_names: Iterable[str], host: str, port: int,
+                  tls: ServerTls | None = None) -> tuple[grpc.aio.Server, int]:
+    """Add health + reflection for ``service_names`` and bind ``host:port`` (0 = ephemeral).
+
+    With ``tls`` the port speaks TLS (mTLS if it names a client CA); without, plaintext.
+    """
     names = list(service_names)
     health_servicer = health.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     for name in names + [""]:
         health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
     reflection.enable_server_reflection(names + [reflection.SERVICE_NAME, health.SERVICE_NAME], server)
-    bound = server.add_insecure_port(f"{host}:{port}")
+    address = f"{host}:{port}"
+    bound = server.add_secure_port(address, tls.credentials()) if tls else server.add_insecure_port(address)
     if bound == 0:
         raise OSError(f"could not bind {host}:{port}")
     return server, bound

@@ -24,15 +24,15 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x14lac/v1/reports.proto\x12\x06lac.v1\"X\n\rSealedPayload\x12)\n\x08\x65ncoding\x18\x01 \x01(\x0e\x32\x17.lac.v1.PayloadEncoding\x12\x0e\n\x06key_id\x18\x02 \x01(\t\x12\x0c\n\x04\x64\x61ta\x18\x03 \x01(\x0c\"\x1a\n\x08Sentence\x12\x0e\n\x06tokens\x18\x01 \x03(\t\"r\n\x0cLocalPrivacy\x12\x11\n\tmechanism\x18\x01 \x01(\t\x12\x18\n\x10\x65psilon_per_word\x18\x02 \x01(\x01\x12\x0f\n\x07n_words\x18\x03 \x01(\r\x12\x11\n\tembedding\x18\x04 \x01(\t\x12\x11\n\tstatement\x18\x05 \x01(\t\"\x8b\x01\n\rReportContent\x12\x11\n\treport_id\x18\x01 \x01(\x0c\x12#\n\tsentences\x18\x02 \x03(\x0b\x32\x10.lac.v1.Sentence\x12%\n\x07privacy\x18\x03 \x01(\x0b\x32\x14.lac.v1.LocalPrivacy\x12\x1b\n\x13n_out_of_vocabulary\x18\x04 \x01(\r*\\\n\x0fPayloadEncoding\x12 \n\x1cPAYLOAD_ENCODING_UNSPECIFIED\x10\x00\x12\'\n#PAYLOAD_ENCODING_PLAINTEXT_INSECURE\x10\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x14lac/v1/reports.proto\x12\x06lac.v1\"X\n\rSealedPayload\x12)\n\x08\x65ncoding\x18\x01 \x01(\x0e\x32\x17.lac.v1.PayloadEncoding\x12\x0e\n\x06key_id\x18\x02 \x01(\t\x12\x0c\n\x04\x64\x61ta\x18\x03 \x01(\x0c\"\x1a\n\x08Sentence\x12\x0e\n\x06tokens\x18\x01 \x03(\t\"r\n\x0cLocalPrivacy\x12\x11\n\tmechanism\x18\x01 \x01(\t\x12\x18\n\x10\x65psilon_per_word\x18\x02 \x01(\x01\x12\x0f\n\x07n_words\x18\x03 \x01(\r\x12\x11\n\tembedding\x18\x04 \x01(\t\x12\x11\n\tstatement\x18\x05 \x01(\t\"\x8b\x01\n\rReportContent\x12\x11\n\treport_id\x18\x01 \x01(\x0c\x12#\n\tsentences\x18\x02 \x03(\x0b\x32\x10.lac.v1.Sentence\x12%\n\x07privacy\x18\x03 \x01(\x0b\x32\x14.lac.v1.LocalPrivacy\x12\x1b\n\x13n_out_of_vocabulary\x18\x04 \x01(\r\"\xc4\x01\n\x0c\x42\x61tchPrivacy\x12\x11\n\tn_reports\x18\x01 \x01(\x04\x12\x15\n\rlocal_epsilon\x18\x02 \x01(\x01\x12\r\n\x05\x64\x65lta\x18\x03 \x01(\x01\x12\x17\n\x0f\x63\x65ntral_epsilon\x18\x04 \x01(\x01\x12\x11\n\tamplified\x18\x05 \x01(\x08\x12\x0e\n\x06method\x18\x06 \x01(\t\x12\x13\n\x0bsubsample_q\x18\x07 \x01(\x01\x12\x17\n\x0f\x63rowd_threshold\x18\x08 \x01(\r\x12\x11\n\tstatement\x18\t \x01(\t*\x90\x01\n\x0fPayloadEncoding\x12 \n\x1cPAYLOAD_ENCODING_UNSPECIFIED\x10\x00\x12\'\n#PAYLOAD_ENCODING_PLAINTEXT_INSECURE\x10\x01\x12\x32\n.PAYLOAD_ENCODING_HPKE_X25519_SHA256_CHACHAPOLY\x10\x02\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'lac.v1.reports_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_PAYLOADENCODING']._serialized_start=408
-  _globals['_PAYLOADENCODING']._serialized_end=500
+  _globals['_PAYLOADENCODING']._serialized_start=608
+  _globals['_PAYLOADENCODING']._serialized_end=752
   _globals['_SEALEDPAYLOAD']._serialized_start=32
   _globals['_SEALEDPAYLOAD']._serialized_end=120
   _globals['_SENTENCE']._serialized_start=122
@@ -41,4 +41,6 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_LOCALPRIVACY']._serialized_end=264
   _globals['_REPORTCONTENT']._serialized_start=267
   _globals['_REPORTCONTENT']._serialized_end=406
+  _globals['_BATCHPRIVACY']._serialized_start=409
+  _globals['_BATCHPRIVACY']._serialized_end=605
 # @@protoc_insertion_point(module_scope)

@@ -11,8 +11,10 @@ class PayloadEncoding(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     PAYLOAD_ENCODING_UNSPECIFIED: _ClassVar[PayloadEncoding]
     PAYLOAD_ENCODING_PLAINTEXT_INSECURE: _ClassVar[PayloadEncoding]
+    PAYLOAD_ENCODING_HPKE_X25519_SHA256_CHACHAPOLY: _ClassVar[PayloadEncoding]
 PAYLOAD_ENCODING_UNSPECIFIED: PayloadEncoding
 PAYLOAD_ENCODING_PLAINTEXT_INSECURE: PayloadEncoding
+PAYLOAD_ENCODING_HPKE_X25519_SHA256_CHACHAPOLY: PayloadEncoding
 
 class SealedPayload(_message.Message):
     __slots__ = ("encoding", "key_id", "data")
@@ -55,3 +57,25 @@ class ReportContent(_message.Message):
     privacy: LocalPrivacy
     n_out_of_vocabulary: int
     def __init__(self, report_id: _Optional[bytes] = ..., sentences: _Optional[_Iterable[_Union[Sentence, _Mapping]]] = ..., privacy: _Optional[_Union[LocalPrivacy, _Mapping]] = ..., n_out_of_vocabulary: _Optional[int] = ...) -> None: ...
+
+class BatchPrivacy(_message.Message):
+    __slots__ = ("n_reports", "local_epsilon", "delta", "central_epsilon", "amplified", "method", "subsample_q", "crowd_threshold", "statement")
+    N_REPORTS_FIELD_NUMBER: _ClassVar[int]
+    LOCAL_EPSILON_FIELD_NUMBER: _ClassVar[int]
+    DELTA_FIELD_NUMBER: _ClassVar[int]
+    CENTRAL_EPSILON_FIELD_NUMBER: _ClassVar[int]
+    AMPLIFIED_FIELD_NUMBER: _ClassVar[int]
+    METHOD_FIELD_NUMBER: _ClassVar[int]
+    SUBSAMPLE_Q_FIELD_NUMBER: _ClassVar[int]
+    CROWD_THRESHOLD_FIELD_NUMBER: _ClassVar[int]
+    STATEMENT_FIELD_NUMBER: _ClassVar[int]
+    n_reports: int
+    local_epsilon: float
+    delta: float
+    central_epsilon: float
+    amplified: bool
+    method: str
+    subsample_q: float
+    crowd_threshold: int
+    statement: str
+    def __init__(self, n_reports: _Optional[int] = ..., local_epsilon: _Optional[float] = ..., delta: _Optional[float] = ..., central_epsilon: _Optional[float] = ..., amplified: _Optional[bool] = ..., method: _Optional[str] = ..., subsample_q: _Optional[float] = ..., crowd_threshold: _Optional[int] = ..., statement: _Optional[str] = ...) -> None: ...

@@ -1,0 +1,170 @@
+"""Transport security: TLS material for the deployment and gRPC credentials from it.
+
+``lac keys tls`` makes a private CA and, per service, a certificate for its host names
+(usable as server and as client certificate, so the shuffler's certificate also serves
+as its mTLS identity towards the curator). Servers run with TLS unless started with an
+explicit insecure flag; clients verify the server against the CA.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import ipaddress
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import grpc
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+from lac.common.files import atomic_file
+
+log = logging.getLogger(__name__)
+
+INSECURE_WARNING = ("INSECURE MODE: plaintext gRPC without TLS or authentication. Anyone on the network "
+                    "can read and forge traffic. Use only for local demos and tests.")
+
+
+def _write_key(path: Path, key: ec.EllipticCurvePrivateKey) -> None:
+    pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                            serialization.NoEncryption())
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "wb") as f:
+        f.write(pem)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def _write_cert(path: Path, cert: x509.Certificate) -> None:
+    with atomic_file(path, mode=0o644) as f:
+        f.write(cert.public_bytes(serialization.Encoding.PEM))
+
+
+def _name(common_name: str) -> x509.Name:
+    return x509.Name([x509.NameAttribute(NameOID.ORGANIZATION_NAME, "LAC deployment"),
+                      x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
+
+
+def _san(host: str) -> x509.GeneralName:
+    try:
+        return x509.IPAddress(ipaddress.ip_address(host))
+    except ValueError:
+        return x509.DNSName(host)
+
+
+def make_ca(out_dir: str | Path, days: int = 825) -> None:
+    """Create ``ca.pem``/``ca.key`` in ``out_dir`` (refuses to overwrite an existing CA)."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    if (out / "ca.key").exists():
+        raise FileExistsError(f"{out / 'ca.key'} exists; remove it to make a new CA")
+    key = ec.generate_private_key(ec.SECP256R1())
+    now = dt.datetime.now(dt.timezone.utc)
+    cert = (x509.CertificateBuilder().subject_name(_name("LAC CA")).issuer_name(_name("LAC CA"))
+            .public_key(key.public_key()).serial_number(x509.random_serial_number())
+            .not_valid_before(now - dt.timedelta(minutes=5)).not_valid_after(now + dt.timedelta(days=days))
+            .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+            .add_extension(x509.KeyUsage(digital_signature=True, key_cert_sign=True, crl_sign=True,
+                                         content_commitment=False, key_encipherment=False,
+                                         data_encipherment=False, key_agreement=False,
+                                         encipher_only=False, decipher_only=False), critical=True)
+            .sign(key, hashes.SHA256()))
+    _write_key(out / "ca.key", key)
+    _write_cert(out / "ca.pem", cert)
+
+
+def issue(out_dir: str | Path, name: str, hosts: list[str], days: int = 397) -> tuple[Path, Path]:
+    """Issue ``<name>.pem``/``<name>.key`` signed by the CA in ``out_dir``, valid for ``hosts``.
+
+    The certificate's common name is ``name`` (the mTLS identity) and it allows both
+    server and client authentication.
+    """
+    out = Path(out_dir)
+    ca_key = serialization.load_pem_private_key((out / "ca.key").read_bytes(), password=None)
+    ca_cert = x509.load_pem_x509_certificate((out / "ca.pem").read_bytes())
+    key = ec.generate_private_key(ec.SECP256R1())
+    now = dt.datetime.now(dt.timezone.utc)
+    cert = (x509.CertificateBuilder().subject_name(_name(name)).issuer_name(ca_cert.subject)
+            .public_key(key.public_key()).serial_number(x509.random_serial_number())
+            .not_valid_before(now - dt.timedelta(minutes=5)).not_valid_after(now + dt.timedelta(days=days))
+            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+            .add_extension(x509.SubjectAlternativeName([_san(h) for h in hosts]), critical=False)
+            .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH,
+                                                  ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
+            .sign(ca_key, hashes.SHA256()))
+    _write_key(out / f"{name}.key", key)
+    _write_cert(out / f"{name}.pem", cert)
+    return out / f"{name}.pem", out / f"{name}.key"
+
+
+@dataclass(frozen=True)
+class ServerTls:
+    """A server's certificate and key; with ``client_ca`` clients must present a certificate."""
+    cert: Path
+    key: Path
+    client_ca: Path | None = None
+
+    def credentials(self) -> grpc.ServerCredentials:
+        ca = self.client_ca.read_bytes() if self.client_ca else None
+        return grpc.ssl_server_credentials([(self.key.read_bytes(), self.cert.read_bytes())],
+                                           root_certificates=ca, require_client_auth=ca is not None)
+
+
+@dataclass(frozen=True)
+class ClientTls:
+    """How a client reaches a TLS server: the CA to trust and, for mTLS, its own cert and key."""
+    ca: Path
+    cert: Path | None = None
+    key: Path | None = None
+
+    def credentials(self) -> grpc.ChannelCredentials:
+        own = (self.key.read_bytes(), self.cert.read_bytes()) if self.cert and self.key else (None, None)
+        return grpc.ssl_channel_credentials(self.ca.read_bytes(), private_key=own[0], certificate_chain=own[1])
+
+
+def server_tls(cert: str, key: str, client_ca: str = "", insecure: bool = False,
+               name: str = "server") -> ServerTls | None:
+    """Validate a server's transport settings: TLS files, or an explicit insecure flag."""
+    if insecure:
+        if cert or key:
+            raise ValueError(f"{name}: both insecure mode and a TLS certificate were given; choose one")
+        log.warning("%s: %s", name, INSECURE_WARNING)
+        return None
+    if not (cert and key):
+        raise ValueError(f"{name}: TLS needs a certificate and a key (create them with `lac keys tls`), "
+                         "or pass the insecure flag for a local demo")
+    return ServerTls(Path(cert), Path(key), Path(client_ca) if client_ca else None)
+
+
+def client_tls(ca: str, cert: str = "", key: str = "", insecure: bool = False,
+               name: str = "client") -> ClientTls | None:
+    """Validate a client's transport settings: a CA to trust, or an explicit insecure flag."""
+    if insecure:
+        if ca:
+            raise ValueError(f"{name}: both insecure mode and a TLS CA were given; choose one")
+        return None
+    if not ca:
+        raise ValueError(f"{name}: TLS needs the CA certificate to trust (`lac keys tls` writes ca.pem), "
+                         "or the insecure flag for a local demo")
+    if bool(cert) != bool(key):
+        raise ValueError(f"{name}: a client certificate needs both --cert and --key")
+    return ClientTls(Path(ca), Path(cert) if cert else None, Path(key) if key else None)
+
+
+def channel(target: str, tls: ClientTls | None, options=(), aio: bool = False):
+    """A gRPC channel to ``target``: TLS when ``tls`` is given, plaintext otherwise."""
+    mod = grpc.aio if aio else grpc
+    if tls is None:
+        return mod.insecure_channel(target, options=list(options))
+    return mod.secure_channel(target, tls.credentials(), options=list(options))
+
+
+def peer_identity(context) -> str | None:
+    """The common name of a verified mTLS client certificate, or None."""
+    auth = context.auth_context() or {}
+    names = auth.get("x509_common_name") or []
+    return names[0].decode() if names else None
