@@ -108,7 +108,7 @@ def test_cli_default_out_and_text(files):
 
 def test_cli_without_counts_still_uses_server():
     """No --counts: the RPC path is taken (fails fast to connect to a closed port)."""
-    p = subprocess.run([sys.executable, "-m", "lac.common", "curator", "release", "--server", "127.0.0.1:1",
+    p = subprocess.run([sys.executable, "-m", "lac.common", "curator", "release", "--server", "127.0.0.1:1", "--insecure",
                         "--epsilon", "1", "--delta", "1e-6"], capture_output=True, text=True, timeout=120)
     assert p.returncode != 0
     assert "UNAVAILABLE" in p.stderr or "failed to connect" in p.stderr.lower() or "unavailable" in p.stderr.lower()

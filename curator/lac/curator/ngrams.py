@@ -24,7 +24,7 @@ import scipy.sparse as sp
 from lac.common.files import atomic_file
 from lac.common.text import BOS, EOS
 
-__all__ = ["ngrams", "NgramVocabulary", "ReportCounts", "count_reports", "user_counts"]
+__all__ = ["ngrams", "NgramVocabulary", "ReportCounts", "count_reports", "user_counts", "cap_and_clamp"]
 
 _FORMAT_VERSION = 1
 
@@ -318,6 +318,10 @@ def _count_chunk(reports: list, vocab: NgramVocabulary, lk: _Lookup, C: int, W: 
     gkey, gfirst = key[gstart], o[gstart]
     grow = gkey // Vk
     gcol = gkey - grow * Vk
+    if C is None:  # raw: each report's items in first-occurrence order, counts not clamped
+        by_occ = np.argsort(gfirst, kind="stable")
+        row_nnz = np.bincount(grow, minlength=n_rep)
+        return row_nnz, gcol[by_occ].astype(np.int32), gcount[by_occ].astype(np.int32), n_ngrams, n_oov, 0, 0
     n_over_cap = 0
     if W is not None:
         # Occurrence ordinals grow with the report index, so sorting by them alone orders the
@@ -338,7 +342,7 @@ def _count_chunk(reports: list, vocab: NgramVocabulary, lk: _Lookup, C: int, W: 
 def count_reports(
     reports: Iterable[Sequence[Sequence[str]]],
     vocab: NgramVocabulary,
-    C: int,
+    C: int | None,
     W: int | None,
     chunk_size: int = 32768,
 ) -> ReportCounts:
@@ -349,8 +353,14 @@ def count_reports(
     the item's last token, shorter first — a rule that looks at this report alone, so the
     bound holds whatever other users send); clamp each kept item's count at C. Tokens equal to
     ``<s>``/``</s>`` inside a sentence are treated as out-of-vocabulary words.
+
+    With ``C=None`` (raw, W must be None): no cap, no clamp, and each row lists the report's
+    items in first-occurrence order (indices not sorted) with their full counts: what the
+    curator stores, so ``cap_and_clamp`` can apply any W and C later.
     """
-    if isinstance(C, bool) or not isinstance(C, (int, np.integer)) or C < 1:
+    if C is None and W is not None:
+        raise ValueError("raw counts (C=None) take no W")
+    if C is not None and (isinstance(C, bool) or not isinstance(C, (int, np.integer)) or C < 1):
         raise ValueError(f"C must be an integer >= 1, got {C!r}")
     if W is not None and (isinstance(W, bool) or not isinstance(W, (int, np.integer)) or W < 1):
         raise ValueError(f"W must be an integer >= 1 or None, got {W!r}")
@@ -362,7 +372,8 @@ def count_reports(
     chunk: list = []
 
     def flush() -> None:
-        row_nnz, cols, data, *stats = _count_chunk(chunk, vocab, lk, int(C), None if W is None else int(W))
+        row_nnz, cols, data, *stats = _count_chunk(chunk, vocab, lk, None if C is None else int(C),
+                                                   None if W is None else int(W))
         nnz_parts.append(row_nnz)
         col_parts.append(cols)
         data_parts.append(data)
@@ -383,8 +394,9 @@ def count_reports(
     if indptr[-1] <= np.iinfo(np.int32).max:
         indptr = indptr.astype(np.int32)
     matrix = sp.csr_matrix((data, indices, indptr), shape=(row_nnz.size, len(vocab)))
-    matrix.has_sorted_indices = True
-    matrix.has_canonical_format = True
+    if C is not None:
+        matrix.has_sorted_indices = True
+        matrix.has_canonical_format = True
     n_ngrams, n_oov, n_cap, n_clamped = (int(x) for x in totals)
     return ReportCounts(matrix, n_ngrams, n_oov, n_cap, n_clamped)
 
@@ -394,3 +406,32 @@ def user_counts(
 ) -> sp.csr_matrix:
     """int32 CSR of per-report counts; see ``count_reports`` for the rule and drop statistics."""
     return count_reports(reports, vocab, C, W).matrix
+
+
+def cap_and_clamp(indptr: np.ndarray, indices: np.ndarray, data: np.ndarray, n_cols: int, C: int,
+                  W: int | None) -> sp.csr_matrix:
+    """Canonical int32 CSR from raw rows in first-occurrence order (``count_reports(C=None)``,
+    columns < 0 dropped first; a row's columns must be distinct): keep each row's first W entries,
+    clamp counts at C. Equals ``user_counts`` of the same reports over the same columns."""
+    indptr = np.asarray(indptr, dtype=np.int64)
+    indices = np.asarray(indices, dtype=np.int64)
+    n = indptr.size - 1
+    row = np.repeat(np.arange(n, dtype=np.int64), np.diff(indptr))
+    keep = indices >= 0
+    row, indices, data = row[keep], indices[keep], np.asarray(data)[keep]
+    if W is not None:
+        row_nnz = np.bincount(row, minlength=n)
+        start = np.cumsum(row_nnz) - row_nnz
+        rank = np.arange(row.size, dtype=np.int64) - start[row]
+        kept = rank < W
+        row, indices, data = row[kept], indices[kept], data[kept]
+    row_nnz = np.bincount(row, minlength=n)
+    indptr = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(row_nnz, out=indptr[1:])
+    if indptr[-1] <= np.iinfo(np.int32).max:
+        indptr = indptr.astype(np.int32)
+    # A row's columns are distinct (distinct items), so sorting them makes the matrix canonical.
+    m = sp.csr_matrix((np.minimum(data, C).astype(np.int32), indices.astype(np.int32), indptr), shape=(n, n_cols))
+    m.sort_indices()
+    m.has_canonical_format = True
+    return m

@@ -32,11 +32,11 @@ import scipy.sparse as sp
 
 from lac.common.files import atomic_file
 from lac.curator.baselines import k_anonymity, laplace_dp, laplace_public_dp
-from lac.curator.bayesian import BayesianParams, bayesian_dp
+from lac.curator.bayesian import LOG_THETA_GRID, BayesianParams, bayesian_dp
 from lac.curator.endtoend import EndToEndParams, end_to_end_dp
 from lac.curator.ngrams import NgramVocabulary
 
-__all__ = ["MECHANISMS", "load_counts", "load_vocab", "load_public", "default_vocab_path", "default_out_path",
+__all__ = ["MECHANISMS", "run_mechanism", "load_counts", "load_vocab", "load_public", "default_vocab_path", "default_out_path",
            "release_offline"]
 
 MECHANISMS = ("bayesian", "endtoend", "laplace", "laplace-public", "kanon")
@@ -107,14 +107,13 @@ def _finite_or_none(x):
     return None if x is None or not math.isfinite(x) else float(x)
 
 
-def release_offline(
-    counts: str | os.PathLike,
-    public: str | os.PathLike,
+def run_mechanism(
+    U: sp.csr_matrix,
+    alpha: np.ndarray,
     mechanism: str,
     epsilon: float,
     delta: float,
     *,
-    vocab: str | os.PathLike | None = None,
     S: float | None = None,
     C: int | None = None,
     rho: float | None = None,
@@ -124,17 +123,15 @@ def release_offline(
     n_max: int | None = None,
     K: int = 50,
     public_sensitivity: str = "sound",
-    out: str | os.PathLike | None = None,
     rng: np.random.Generator | None = None,
-) -> dict:
-    """Run one mechanism on the files and write the release; returns the release record."""
+) -> tuple[np.ndarray, np.ndarray, dict]:
+    """One mechanism on per-user counts U: (released log-probabilities, pre-noise mean, record).
+
+    The log-probabilities of every mechanism are rounded to multiples of ``LOG_THETA_GRID``
+    (BayesianDP also snaps h before the softmax): a floating-point mitigation, not a proof.
+    """
     if mechanism not in MECHANISMS:
         raise ValueError(f"mechanism must be one of {MECHANISMS}, got {mechanism!r}")
-    U = load_counts(counts)
-    items = load_vocab(vocab if vocab is not None else default_vocab_path(counts))
-    if len(items) != U.shape[1]:
-        raise ValueError(f"the vocabulary has {len(items)} items but the counts have {U.shape[1]} columns")
-    alpha = load_public(public, items)
     defaults = BayesianParams(epsilon=1.0, delta=0.5)
     S = defaults.S if not S else S
     C = defaults.C if not C else C
@@ -180,6 +177,45 @@ def release_offline(
                    epsilon=_finite_or_none(b.epsilon), delta=b.delta, n_users=b.n_users, vocab_size=b.vocab_size,
                    data_dependent=b.data_dependent, differentially_private=b.differentially_private,
                    statement=b.statement)
+    rec.setdefault("differentially_private", True)
+    log_probs = np.asarray(log_probs, dtype=np.float64)
+    finite = np.isfinite(log_probs)
+    log_probs = np.where(finite, np.rint(np.where(finite, log_probs, 0.0) / LOG_THETA_GRID) * LOG_THETA_GRID,
+                         log_probs)
+    return log_probs, mean, rec
+
+
+def release_offline(
+    counts: str | os.PathLike,
+    public: str | os.PathLike,
+    mechanism: str,
+    epsilon: float,
+    delta: float,
+    *,
+    vocab: str | os.PathLike | None = None,
+    S: float | None = None,
+    C: int | None = None,
+    rho: float | None = None,
+    sensitivity: str = "bruteforce",
+    calibration: str = "auto",
+    W: int | None = None,
+    n_max: int | None = None,
+    K: int = 50,
+    public_sensitivity: str = "sound",
+    out: str | os.PathLike | None = None,
+    rng: np.random.Generator | None = None,
+) -> dict:
+    """Run one mechanism on the files and write the release; returns the release record."""
+    if mechanism not in MECHANISMS:
+        raise ValueError(f"mechanism must be one of {MECHANISMS}, got {mechanism!r}")
+    U = load_counts(counts)
+    items = load_vocab(vocab if vocab is not None else default_vocab_path(counts))
+    if len(items) != U.shape[1]:
+        raise ValueError(f"the vocabulary has {len(items)} items but the counts have {U.shape[1]} columns")
+    alpha = load_public(public, items)
+    log_probs, mean, rec = run_mechanism(U, alpha, mechanism, epsilon, delta, S=S, C=C, rho=rho,
+                                         sensitivity=sensitivity, calibration=calibration, W=W, n_max=n_max, K=K,
+                                         public_sensitivity=public_sensitivity, rng=rng)
     rec["mean_summary"] = _summary(mean)
     out_path = Path(out) if out is not None else default_out_path(counts, mechanism)
     rec["out"] = str(out_path)

@@ -1,100 +1,274 @@
-"""The curator's durable state: ingested batches and reports, releases, reject counters.
+"""The curator's durable state.
 
-SQLite (WAL, ``synchronous=FULL``): a batch is acknowledged only after its transaction
-commits. Release arrays (released log-probabilities, operator-only pre-noise mean) live
-beside it as ``releases/<id>.npz``, written before the release row commits.
+Layout under ``state_dir``:
+
+* ``curator.sqlite`` (WAL, ``synchronous=FULL``): batches, the report ids of the replay window,
+  quarantined reports, releases, the privacy ledger, counters. Small rows only.
+* ``segments/<batch>.npz``: one immutable segment per ingested batch (``Segment``): the
+  segment's own n-gram strings and a CSR matrix reports × items of raw counts, each row in the
+  report's first-occurrence order, so W and C are applied at release time exactly as
+  ``lac.curator.ngrams.user_counts`` does. Written with ``atomic_file`` (fsync) and the directory
+  fsync'd before the batch's transaction commits; a batch is acknowledged only after that commit.
+  Segments are plain ``numpy`` arrays, readable by Dask/Spark workers without the database.
+* ``releases/<id>.npz``: released log-probabilities and the operator-only pre-noise mean,
+  written before the release row (and its ledger entry) commits.
+
+Privacy: the report content (text, report ids, local-privacy metadata) is not stored. A segment
+keeps only a report's n-grams that are in the public release vocabulary, with counts; report
+ids live in SQLite only for the replay window and are then deleted. Quarantined reports keep
+their sealed bytes (for diagnosis) — they are encrypted to the curator once HPKE is in place.
 """
 
 from __future__ import annotations
 
+import os
 import sqlite3
+import time
+import uuid
+import zipfile
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from lac.common.errors import DataLoss, FailedPrecondition
 from lac.common.files import atomic_file
-from lac.common.v1 import curator_pb2, reports_pb2
+from lac.common.v1 import curator_pb2
+
+_SEGMENT_FORMAT = 1
 
 _SCHEMA = """
-CREATE TABLE IF NOT EXISTS batches (batch_id TEXT PRIMARY KEY, accepted INTEGER NOT NULL, rejected INTEGER NOT NULL);
-CREATE TABLE IF NOT EXISTS reports (id INTEGER PRIMARY KEY, report_id BLOB NOT NULL UNIQUE, content BLOB NOT NULL);
+CREATE TABLE IF NOT EXISTS batches (batch_id TEXT PRIMARY KEY, accepted INTEGER NOT NULL, rejected INTEGER NOT NULL,
+                                    segment TEXT, received_at REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS report_ids (report_id BLOB PRIMARY KEY, seen_at REAL NOT NULL);
+CREATE INDEX IF NOT EXISTS report_ids_seen ON report_ids (seen_at);
+CREATE TABLE IF NOT EXISTS quarantine (id INTEGER PRIMARY KEY, batch_id TEXT NOT NULL, reason TEXT NOT NULL,
+                                       detail TEXT NOT NULL, sealed BLOB NOT NULL, at REAL NOT NULL);
 CREATE TABLE IF NOT EXISTS releases (release_id TEXT PRIMARY KEY, record BLOB NOT NULL);
+CREATE TABLE IF NOT EXISTS ledger (id INTEGER PRIMARY KEY, release_id TEXT NOT NULL, epsilon REAL NOT NULL,
+                                   delta REAL NOT NULL, at REAL NOT NULL);
 CREATE TABLE IF NOT EXISTS counters (name TEXT PRIMARY KEY, value INTEGER NOT NULL);
 """
 
 
+@dataclass(frozen=True)
+class Segment:
+    """Raw per-report counts of one batch: row r's entries are its items in first-occurrence order."""
+
+    items: tuple[str, ...]  # the segment's local n-gram strings
+    indptr: np.ndarray  # int64, n_reports + 1
+    indices: np.ndarray  # int32 local item ids
+    data: np.ndarray  # int32 raw counts (no W cap, no C clamp)
+
+    @property
+    def n_reports(self) -> int:
+        return self.indptr.size - 1
+
+    def save(self, path: Path) -> None:
+        blob = np.frombuffer("\n".join(self.items).encode("utf-8"), dtype=np.uint8)
+        with atomic_file(path) as f:
+            np.savez(f, format=np.int64(_SEGMENT_FORMAT), items=blob, n_items=np.int64(len(self.items)),
+                     indptr=self.indptr, indices=self.indices, data=self.data)
+
+    @classmethod
+    def load(cls, path: Path) -> "Segment":
+        with np.load(path, allow_pickle=False) as z:
+            if int(z["format"]) != _SEGMENT_FORMAT:
+                raise ValueError(f"{path}: unsupported segment format {int(z['format'])}")
+            n = int(z["n_items"])
+            items = tuple(z["items"].tobytes().decode("utf-8").split("\n")) if n else ()
+            if len(items) != n:
+                raise ValueError(f"{path}: corrupt segment")
+            return cls(items, z["indptr"], z["indices"], z["data"])
+
+
+@dataclass(frozen=True)
+class Quarantined:
+    reason: str
+    detail: str
+    sealed: bytes
+
+
+@dataclass(frozen=True)
+class BatchResult:
+    duplicate: bool
+    accepted: int
+    rejected: int
+    rejects: dict[str, int]
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 class CuratorStore:
+    """Single-writer store; call from one thread (the service uses a one-thread executor)."""
+
     def __init__(self, state_dir: Path):
         state_dir.mkdir(parents=True, exist_ok=True)
-        (state_dir / "releases").mkdir(exist_ok=True)
         self.state_dir = state_dir
+        self.segments_dir = state_dir / "segments"
+        self.releases_dir = state_dir / "releases"
+        self.segments_dir.mkdir(exist_ok=True)
+        self.releases_dir.mkdir(exist_ok=True)
         self._db = sqlite3.connect(state_dir / "curator.sqlite", isolation_level=None, check_same_thread=False)
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=FULL")
+        if self._db.execute("SELECT 1 FROM sqlite_master WHERE name = 'reports'").fetchone():
+            raise FailedPrecondition(f"{state_dir} holds a pre-segment curator store (reports table); "
+                                     "start from a fresh state directory")
         self._db.executescript(_SCHEMA)
+        self._remove_orphans()
+
+    def _remove_orphans(self) -> None:
+        """Segments written for a batch whose commit never happened (crash): never acknowledged."""
+        known = {r[0] for r in self._db.execute("SELECT segment FROM batches WHERE segment IS NOT NULL")}
+        for p in self.segments_dir.iterdir():
+            if p.name not in known:
+                p.unlink()
 
     def close(self) -> None:
         self._db.close()
 
+    def _begin(self) -> None:
+        self._db.execute("BEGIN IMMEDIATE")
+
     def has_batch(self, batch_id: str) -> bool:
         return self._db.execute("SELECT 1 FROM batches WHERE batch_id = ?", (batch_id,)).fetchone() is not None
 
-    def add_batch(self, batch_id: str, contents: list[reports_pb2.ReportContent],
-                  rejects: dict[str, int]) -> tuple[int, int]:
-        """Store a batch's valid reports atomically; a replayed report id is rejected. Returns (accepted, rejected)."""
-        rejects = dict(rejects)
-        accepted = 0
-        self._db.execute("BEGIN IMMEDIATE")
+    def add_batch(self, batch_id: str, report_ids: list[bytes], count, quarantined: list[Quarantined],
+                  window_seconds: float, now: float | None = None) -> BatchResult:
+        """Store one batch atomically. ``count(indexes)`` turns the reports kept (positions in
+        ``report_ids``) into a ``Segment``. Report ids seen within the window (or twice in the
+        batch) are counted as ``replayed_report_id`` and dropped. Returns the outcome."""
+        now = time.time() if now is None else now
+        segment_name = None
+        self._begin()
         try:
-            for c in contents:
-                cur = self._db.execute("INSERT OR IGNORE INTO reports (report_id, content) VALUES (?, ?)",
-                                       (c.report_id, c.SerializeToString()))
-                if cur.rowcount:
-                    accepted += 1
-                else:
-                    rejects["replayed_report_id"] = rejects.get("replayed_report_id", 0) + 1
+            if self.has_batch(batch_id):
+                self._db.execute("ROLLBACK")
+                return BatchResult(True, 0, 0, {})
+            self._db.execute("DELETE FROM report_ids WHERE seen_at < ?", (now - window_seconds,))
+            keep, seen = [], set()
+            for i, rid in enumerate(report_ids):
+                if rid in seen or self._db.execute("SELECT 1 FROM report_ids WHERE report_id = ?",
+                                                   (rid,)).fetchone():
+                    continue
+                seen.add(rid)
+                keep.append(i)
+            rejects: dict[str, int] = {}
+            for q in quarantined:
+                rejects[q.reason] = rejects.get(q.reason, 0) + 1
+            if len(keep) < len(report_ids):
+                rejects["replayed_report_id"] = len(report_ids) - len(keep)
+            if keep:
+                segment = count(keep)
+                segment_name = f"{uuid.uuid4().hex}.npz"
+                segment.save(self.segments_dir / segment_name)
+                _fsync_dir(self.segments_dir)
+            self._db.executemany("INSERT INTO report_ids VALUES (?, ?)", ((report_ids[i], now) for i in keep))
+            self._db.executemany("INSERT INTO quarantine (batch_id, reason, detail, sealed, at) VALUES (?, ?, ?, ?, ?)",
+                                 ((batch_id, q.reason, q.detail, q.sealed, now) for q in quarantined))
             rejected = sum(rejects.values())
-            self._db.execute("INSERT INTO batches VALUES (?, ?, ?)", (batch_id, accepted, rejected))
+            self._db.execute("INSERT INTO batches VALUES (?, ?, ?, ?, ?)",
+                             (batch_id, len(keep), rejected, segment_name, now))
+            self._bump("reports", len(keep))
             for reason, n in rejects.items():
                 self._bump("reject:" + reason, n)
             self._db.execute("COMMIT")
         except BaseException:
-            self._db.execute("ROLLBACK")
+            if self._db.in_transaction:
+                self._db.execute("ROLLBACK")
+            if segment_name:
+                (self.segments_dir / segment_name).unlink(missing_ok=True)
             raise
-        return accepted, rejected
+        return BatchResult(False, len(keep), rejected, rejects)
 
-    def reports(self) -> Iterator[list[list[str]]]:
-        """Every stored report's perturbed sentences, in storage order."""
-        for (blob,) in self._db.execute("SELECT content FROM reports ORDER BY id"):
-            c = reports_pb2.ReportContent.FromString(blob)
-            yield [list(s.tokens) for s in c.sentences]
+    def segments(self) -> Iterator[Segment]:
+        """Every stored segment, in ingest order."""
+        rows = self._db.execute("SELECT segment FROM batches WHERE segment IS NOT NULL ORDER BY rowid").fetchall()
+        for (name,) in rows:
+            try:
+                yield Segment.load(self.segments_dir / name)
+            except (OSError, ValueError, KeyError, zipfile.BadZipFile) as exc:
+                raise DataLoss(f"segment {name} of an acknowledged batch is missing or corrupt: {exc}") from exc
 
     def counts(self) -> dict[str, int]:
         batches, = self._db.execute("SELECT COUNT(*) FROM batches").fetchone()
-        reports, = self._db.execute("SELECT COUNT(*) FROM reports").fetchone()
         releases, = self._db.execute("SELECT COUNT(*) FROM releases").fetchone()
-        return {"batches": batches, "reports": reports, "releases": releases}
+        quarantined, = self._db.execute("SELECT COUNT(*) FROM quarantine").fetchone()
+        reports, = self._db.execute("SELECT COALESCE(SUM(accepted), 0) FROM batches").fetchone()
+        return {"batches": batches, "reports": reports, "releases": releases, "quarantined": quarantined}
 
     def rejects(self) -> dict[str, int]:
         return {k.split(":", 1)[1]: v for k, v in self._db.execute("SELECT name, value FROM counters")
                 if k.startswith("reject:")}
 
-    def add_release(self, record: curator_pb2.ReleaseRecord, log_probs: np.ndarray, mean: np.ndarray) -> None:
-        with atomic_file(self.state_dir / "releases" / f"{record.release_id}.npz") as fh:
-            np.savez(fh, log_probs=log_probs, mean=mean)
-        self._db.execute("INSERT INTO releases VALUES (?, ?)", (record.release_id, record.SerializeToString()))
+    def quarantine(self, limit: int = 100) -> list[tuple[str, str, str, bytes]]:
+        """Most recent quarantined reports: (batch_id, reason, detail, sealed bytes)."""
+        return self._db.execute("SELECT batch_id, reason, detail, sealed FROM quarantine ORDER BY id DESC LIMIT ?",
+                                (limit,)).fetchall()
+
+    # -- releases and the ledger --------------------------------------------------------------
+
+    def spent(self) -> tuple[float, float]:
+        eps, delta = self._db.execute("SELECT COALESCE(SUM(epsilon), 0), COALESCE(SUM(delta), 0) FROM ledger").fetchone()
+        return float(eps), float(delta)
+
+    def check_budget(self, epsilon: float, delta: float, budget: tuple[float, float]) -> None:
+        """FailedPrecondition if spending (ε, δ) now would exceed ``budget`` (basic composition)."""
+        spent_eps, spent_delta = self.spent()
+        # Relative slack so that e.g. ten releases of 0.1 fit a budget of 1.0 despite rounding.
+        over_eps = spent_eps + epsilon > budget[0] * (1 + 1e-9)
+        over_delta = spent_delta + delta > budget[1] * (1 + 1e-9)
+        if over_eps or over_delta:
+            raise FailedPrecondition(
+                f"privacy budget exhausted: requested (ε, δ) = ({epsilon:g}, {delta:g}); spent "
+                f"({spent_eps:g}, {spent_delta:g}) of ({budget[0]:g}, {budget[1]:g}); remaining "
+                f"({max(budget[0] - spent_eps, 0):g}, {max(budget[1] - spent_delta, 0):g})")
+
+    def add_release(self, record: curator_pb2.ReleaseRecord, items: tuple[str, ...], log_probs: np.ndarray,
+                    mean: np.ndarray, spend: tuple[float, float] | None, budget: tuple[float, float]) -> None:
+        """Store a release and, if ``spend`` is given, its ledger entry, in one transaction that
+        first re-checks the budget (nothing is stored or spent when it refuses)."""
+        path = self.releases_dir / f"{record.release_id}.npz"
+        self._begin()
+        try:
+            if spend is not None:
+                self.check_budget(*spend, budget)
+            with atomic_file(path) as fh:
+                np.savez(fh, log_probs=log_probs, mean=mean,
+                         items=np.frombuffer("\n".join(items).encode("utf-8"), dtype=np.uint8))
+            _fsync_dir(self.releases_dir)
+            self._db.execute("INSERT INTO releases VALUES (?, ?)", (record.release_id, record.SerializeToString()))
+            if spend is not None:
+                self._db.execute("INSERT INTO ledger (release_id, epsilon, delta, at) VALUES (?, ?, ?, ?)",
+                                 (record.release_id, float(spend[0]), float(spend[1]), time.time()))
+            self._db.execute("COMMIT")
+        except BaseException:
+            if self._db.in_transaction:
+                self._db.execute("ROLLBACK")
+            path.unlink(missing_ok=True)
+            raise
 
     def releases(self) -> list[curator_pb2.ReleaseRecord]:
         rows = self._db.execute("SELECT record FROM releases")
         return sorted((curator_pb2.ReleaseRecord.FromString(r[0]) for r in rows), key=lambda r: r.created_at)
 
-    def release(self, release_id: str) -> tuple[curator_pb2.ReleaseRecord, np.ndarray, np.ndarray] | None:
+    def release(self, release_id: str) -> tuple[curator_pb2.ReleaseRecord, tuple[str, ...], np.ndarray,
+                                                np.ndarray] | None:
+        """(record, items, released log-probabilities, pre-noise mean), None if unknown."""
         row = self._db.execute("SELECT record FROM releases WHERE release_id = ?", (release_id,)).fetchone()
         if row is None:
             return None
-        with np.load(self.state_dir / "releases" / f"{release_id}.npz") as z:
-            return curator_pb2.ReleaseRecord.FromString(row[0]), z["log_probs"], z["mean"]
+        with np.load(self.releases_dir / f"{release_id}.npz") as z:
+            items = tuple(z["items"].tobytes().decode("utf-8").split("\n"))
+            return curator_pb2.ReleaseRecord.FromString(row[0]), items, z["log_probs"], z["mean"]
 
     def _bump(self, name: str, n: int) -> None:
         self._db.execute("INSERT INTO counters VALUES (?, ?) ON CONFLICT(name) DO UPDATE SET value = value + ?",

@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from lac.common.v1 import reports_pb2 as lac_dot_v1_dot_reports__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x14lac/v1/curator.proto\x12\x06lac.v1\x1a\x14lac/v1/reports.proto\"N\n\x12IngestBatchRequest\x12\x10\n\x08\x62\x61tch_id\x18\x01 \x01(\t\x12&\n\x07reports\x18\x02 \x03(\x0b\x32\x15.lac.v1.SealedPayload\"^\n\x13IngestBatchResponse\x12\x10\n\x08\x62\x61tch_id\x18\x01 \x01(\t\x12\x11\n\tduplicate\x18\x02 \x01(\x08\x12\x10\n\x08\x61\x63\x63\x65pted\x18\x03 \x01(\x04\x12\x10\n\x08rejected\x18\x04 \x01(\x04\"\x90\x01\n\x0eReleaseRequest\x12\x11\n\tmechanism\x18\x01 \x01(\t\x12\x0f\n\x07\x65psilon\x18\x02 \x01(\x01\x12\r\n\x05\x64\x65lta\x18\x03 \x01(\x01\x12\t\n\x01s\x18\x04 \x01(\x01\x12\t\n\x01\x63\x18\x05 \x01(\r\x12\x0b\n\x03rho\x18\x06 \x01(\x01\x12\x13\n\x0bsensitivity\x18\x07 \x01(\t\x12\x13\n\x0b\x63\x61libration\x18\x08 \x01(\t\"\xfc\x02\n\rReleaseRecord\x12\x12\n\nrelease_id\x18\x01 \x01(\t\x12\x12\n\ncreated_at\x18\x02 \x01(\t\x12\x11\n\tmechanism\x18\x03 \x01(\t\x12\x31\n\x06params\x18\x04 \x03(\x0b\x32!.lac.v1.ReleaseRecord.ParamsEntry\x12\x1a\n\x12sensitivity_method\x18\x05 \x01(\t\x12\x16\n\x0e\x64\x61ta_dependent\x18\x06 \x01(\x08\x12\r\n\x05gamma\x18\x07 \x01(\x01\x12\r\n\x05sigma\x18\x08 \x01(\x01\x12\x13\n\x0b\x63\x61libration\x18\t \x01(\t\x12\x0f\n\x07\x65psilon\x18\n \x01(\x01\x12\r\n\x05\x64\x65lta\x18\x0b \x01(\x01\x12\x11\n\tn_reports\x18\x0c \x01(\x04\x12\x12\n\nvocab_size\x18\r \x01(\x04\x12\r\n\x05max_n\x18\x0e \x01(\r\x12\x11\n\tstatement\x18\x0f \x01(\t\x1a-\n\x0bParamsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x01:\x02\x38\x01\"\x15\n\x13ListReleasesRequest\"?\n\x14ListReleasesResponse\x12\'\n\x08releases\x18\x01 \x03(\x0b\x32\x15.lac.v1.ReleaseRecord\"G\n\x11GetReleaseRequest\x12\x12\n\nrelease_id\x18\x01 \x01(\t\x12\x1e\n\x16include_pre_noise_mean\x18\x02 \x01(\x08\"u\n\x12GetReleaseResponse\x12%\n\x06record\x18\x01 \x01(\x0b\x32\x15.lac.v1.ReleaseRecord\x12\r\n\x05items\x18\x02 \x03(\t\x12\x11\n\tlog_probs\x18\x03 \x03(\x01\x12\x16\n\x0epre_noise_mean\x18\x04 \x03(\x01\"@\n\x10TopNgramsRequest\x12\x12\n\nrelease_id\x18\x01 \x01(\t\x12\t\n\x01k\x18\x02 \x01(\r\x12\r\n\x05order\x18\x03 \x01(\r\"6\n\x10NgramProbability\x12\r\n\x05ngram\x18\x01 \x01(\t\x12\x13\n\x0bprobability\x18\x02 \x01(\x01\"=\n\x11TopNgramsResponse\x12(\n\x06ngrams\x18\x01 \x03(\x0b\x32\x18.lac.v1.NgramProbability\"\x16\n\x14\x43uratorStatusRequest\"\xa8\x01\n\rCuratorStatus\x12\x0f\n\x07\x62\x61tches\x18\x01 \x01(\x04\x12\x0f\n\x07reports\x18\x02 \x01(\x04\x12\x33\n\x07rejects\x18\x03 \x03(\x0b\x32\".lac.v1.CuratorStatus.RejectsEntry\x12\x10\n\x08releases\x18\x04 \x01(\x04\x1a.\n\x0cRejectsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x04:\x02\x38\x01\x32W\n\rCuratorIngest\x12\x46\n\x0bIngestBatch\x12\x1a.lac.v1.IngestBatchRequest\x1a\x1b.lac.v1.IngestBatchResponse2\xd7\x02\n\x07\x43urator\x12\x38\n\x07Release\x12\x16.lac.v1.ReleaseRequest\x1a\x15.lac.v1.ReleaseRecord\x12I\n\x0cListReleases\x12\x1b.lac.v1.ListReleasesRequest\x1a\x1c.lac.v1.ListReleasesResponse\x12\x43\n\nGetRelease\x12\x19.lac.v1.GetReleaseRequest\x1a\x1a.lac.v1.GetReleaseResponse\x12@\n\tTopNgrams\x12\x18.lac.v1.TopNgramsRequest\x1a\x19.lac.v1.TopNgramsResponse\x12@\n\tGetStatus\x12\x1c.lac.v1.CuratorStatusRequest\x1a\x15.lac.v1.CuratorStatusb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x14lac/v1/curator.proto\x12\x06lac.v1\x1a\x14lac/v1/reports.proto\"N\n\x12IngestBatchRequest\x12\x10\n\x08\x62\x61tch_id\x18\x01 \x01(\t\x12&\n\x07reports\x18\x02 \x03(\x0b\x32\x15.lac.v1.SealedPayload\"^\n\x13IngestBatchResponse\x12\x10\n\x08\x62\x61tch_id\x18\x01 \x01(\t\x12\x11\n\tduplicate\x18\x02 \x01(\x08\x12\x10\n\x08\x61\x63\x63\x65pted\x18\x03 \x01(\x04\x12\x10\n\x08rejected\x18\x04 \x01(\x04\"\xc6\x01\n\x0eReleaseRequest\x12\x11\n\tmechanism\x18\x01 \x01(\t\x12\x0f\n\x07\x65psilon\x18\x02 \x01(\x01\x12\r\n\x05\x64\x65lta\x18\x03 \x01(\x01\x12\t\n\x01s\x18\x04 \x01(\x01\x12\t\n\x01\x63\x18\x05 \x01(\r\x12\x0b\n\x03rho\x18\x06 \x01(\x01\x12\x13\n\x0bsensitivity\x18\x07 \x01(\t\x12\x13\n\x0b\x63\x61libration\x18\x08 \x01(\t\x12\r\n\x05n_max\x18\t \x01(\x04\x12\t\n\x01k\x18\n \x01(\r\x12\x1a\n\x12public_sensitivity\x18\x0b \x01(\t\"\xe1\x03\n\rReleaseRecord\x12\x12\n\nrelease_id\x18\x01 \x01(\t\x12\x12\n\ncreated_at\x18\x02 \x01(\t\x12\x11\n\tmechanism\x18\x03 \x01(\t\x12\x31\n\x06params\x18\x04 \x03(\x0b\x32!.lac.v1.ReleaseRecord.ParamsEntry\x12\x1a\n\x12sensitivity_method\x18\x05 \x01(\t\x12\x16\n\x0e\x64\x61ta_dependent\x18\x06 \x01(\x08\x12\r\n\x05gamma\x18\x07 \x01(\x01\x12\r\n\x05sigma\x18\x08 \x01(\x01\x12\x13\n\x0b\x63\x61libration\x18\t \x01(\t\x12\x0f\n\x07\x65psilon\x18\n \x01(\x01\x12\r\n\x05\x64\x65lta\x18\x0b \x01(\x01\x12\x11\n\tn_reports\x18\x0c \x01(\x04\x12\x12\n\nvocab_size\x18\r \x01(\x04\x12\r\n\x05max_n\x18\x0e \x01(\r\x12\x11\n\tstatement\x18\x0f \x01(\t\x12\x1e\n\x16\x64ifferentially_private\x18\x10 \x01(\x08\x12\x15\n\rlaplace_scale\x18\x11 \x01(\x01\x12\x16\n\x0eledger_epsilon\x18\x12 \x01(\x01\x12\x14\n\x0cledger_delta\x18\x13 \x01(\x01\x1a-\n\x0bParamsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x01:\x02\x38\x01\"\x15\n\x13ListReleasesRequest\"?\n\x14ListReleasesResponse\x12\'\n\x08releases\x18\x01 \x03(\x0b\x32\x15.lac.v1.ReleaseRecord\"G\n\x11GetReleaseRequest\x12\x12\n\nrelease_id\x18\x01 \x01(\t\x12\x1e\n\x16include_pre_noise_mean\x18\x02 \x01(\x08\"u\n\x12GetReleaseResponse\x12%\n\x06record\x18\x01 \x01(\x0b\x32\x15.lac.v1.ReleaseRecord\x12\r\n\x05items\x18\x02 \x03(\t\x12\x11\n\tlog_probs\x18\x03 \x03(\x01\x12\x16\n\x0epre_noise_mean\x18\x04 \x03(\x01\"@\n\x10TopNgramsRequest\x12\x12\n\nrelease_id\x18\x01 \x01(\t\x12\t\n\x01k\x18\x02 \x01(\r\x12\r\n\x05order\x18\x03 \x01(\r\"6\n\x10NgramProbability\x12\r\n\x05ngram\x18\x01 \x01(\t\x12\x13\n\x0bprobability\x18\x02 \x01(\x01\"=\n\x11TopNgramsResponse\x12(\n\x06ngrams\x18\x01 \x03(\x0b\x32\x18.lac.v1.NgramProbability\"\x16\n\x14\x43uratorStatusRequest\"\xe7\x02\n\rCuratorStatus\x12\x0f\n\x07\x62\x61tches\x18\x01 \x01(\x04\x12\x0f\n\x07reports\x18\x02 \x01(\x04\x12\x33\n\x07rejects\x18\x03 \x03(\x0b\x32\".lac.v1.CuratorStatus.RejectsEntry\x12\x10\n\x08releases\x18\x04 \x01(\x04\x12\x16\n\x0e\x62udget_epsilon\x18\x05 \x01(\x01\x12\x14\n\x0c\x62udget_delta\x18\x06 \x01(\x01\x12\x15\n\rspent_epsilon\x18\x07 \x01(\x01\x12\x13\n\x0bspent_delta\x18\x08 \x01(\x01\x12\x19\n\x11remaining_epsilon\x18\t \x01(\x01\x12\x17\n\x0fremaining_delta\x18\n \x01(\x01\x12\x13\n\x0bquarantined\x18\x0b \x01(\x04\x12\x1a\n\x12replay_window_days\x18\x0c \x01(\x01\x1a.\n\x0cRejectsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x04:\x02\x38\x01\"?\n\x19NgramProbabilitiesRequest\x12\x12\n\nrelease_id\x18\x01 \x01(\t\x12\x0e\n\x06ngrams\x18\x02 \x03(\t\"F\n\x1aNgramProbabilitiesResponse\x12(\n\x06ngrams\x18\x01 \x03(\x0b\x32\x18.lac.v1.NgramProbability\"A\n\x0fNextWordRequest\x12\x12\n\nrelease_id\x18\x01 \x01(\t\x12\x0f\n\x07\x63ontext\x18\x02 \x01(\t\x12\t\n\x01k\x18\x03 \x01(\r\"Q\n\x10NextWordResponse\x12\x14\n\x0c\x63ontext_used\x18\x01 \x01(\t\x12\'\n\x05words\x18\x02 \x03(\x0b\x32\x18.lac.v1.NgramProbability\"5\n\x11PerplexityRequest\x12\x12\n\nrelease_id\x18\x01 \x01(\t\x12\x0c\n\x04text\x18\x02 \x01(\t\"l\n\x12PerplexityResponse\x12\x12\n\nperplexity\x18\x01 \x01(\x01\x12\x13\n\x0bn_sentences\x18\x02 \x01(\x04\x12\x10\n\x08n_tokens\x18\x03 \x01(\x04\x12\x1b\n\x13n_out_of_vocabulary\x18\x04 \x01(\x04\"\'\n\x11\x45xportArpaRequest\x12\x12\n\nrelease_id\x18\x01 \x01(\t\"\x19\n\tArpaChunk\x12\x0c\n\x04text\x18\x01 \x01(\t2W\n\rCuratorIngest\x12\x46\n\x0bIngestBatch\x12\x1a.lac.v1.IngestBatchRequest\x1a\x1b.lac.v1.IngestBatchResponse2\xf6\x04\n\x07\x43urator\x12\x38\n\x07Release\x12\x16.lac.v1.ReleaseRequest\x1a\x15.lac.v1.ReleaseRecord\x12I\n\x0cListReleases\x12\x1b.lac.v1.ListReleasesRequest\x1a\x1c.lac.v1.ListReleasesResponse\x12\x43\n\nGetRelease\x12\x19.lac.v1.GetReleaseRequest\x1a\x1a.lac.v1.GetReleaseResponse\x12@\n\tTopNgrams\x12\x18.lac.v1.TopNgramsRequest\x1a\x19.lac.v1.TopNgramsResponse\x12@\n\tGetStatus\x12\x1c.lac.v1.CuratorStatusRequest\x1a\x15.lac.v1.CuratorStatus\x12[\n\x12NgramProbabilities\x12!.lac.v1.NgramProbabilitiesRequest\x1a\".lac.v1.NgramProbabilitiesResponse\x12=\n\x08NextWord\x12\x17.lac.v1.NextWordRequest\x1a\x18.lac.v1.NextWordResponse\x12\x43\n\nPerplexity\x12\x19.lac.v1.PerplexityRequest\x1a\x1a.lac.v1.PerplexityResponse\x12<\n\nExportArpa\x12\x19.lac.v1.ExportArpaRequest\x1a\x11.lac.v1.ArpaChunk0\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -41,33 +41,49 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_INGESTBATCHRESPONSE']._serialized_start=134
   _globals['_INGESTBATCHRESPONSE']._serialized_end=228
   _globals['_RELEASEREQUEST']._serialized_start=231
-  _globals['_RELEASEREQUEST']._serialized_end=375
-  _globals['_RELEASERECORD']._serialized_start=378
-  _globals['_RELEASERECORD']._serialized_end=758
-  _globals['_RELEASERECORD_PARAMSENTRY']._serialized_start=713
-  _globals['_RELEASERECORD_PARAMSENTRY']._serialized_end=758
-  _globals['_LISTRELEASESREQUEST']._serialized_start=760
-  _globals['_LISTRELEASESREQUEST']._serialized_end=781
-  _globals['_LISTRELEASESRESPONSE']._serialized_start=783
-  _globals['_LISTRELEASESRESPONSE']._serialized_end=846
-  _globals['_GETRELEASEREQUEST']._serialized_start=848
-  _globals['_GETRELEASEREQUEST']._serialized_end=919
-  _globals['_GETRELEASERESPONSE']._serialized_start=921
-  _globals['_GETRELEASERESPONSE']._serialized_end=1038
-  _globals['_TOPNGRAMSREQUEST']._serialized_start=1040
-  _globals['_TOPNGRAMSREQUEST']._serialized_end=1104
-  _globals['_NGRAMPROBABILITY']._serialized_start=1106
-  _globals['_NGRAMPROBABILITY']._serialized_end=1160
-  _globals['_TOPNGRAMSRESPONSE']._serialized_start=1162
-  _globals['_TOPNGRAMSRESPONSE']._serialized_end=1223
-  _globals['_CURATORSTATUSREQUEST']._serialized_start=1225
-  _globals['_CURATORSTATUSREQUEST']._serialized_end=1247
-  _globals['_CURATORSTATUS']._serialized_start=1250
-  _globals['_CURATORSTATUS']._serialized_end=1418
-  _globals['_CURATORSTATUS_REJECTSENTRY']._serialized_start=1372
-  _globals['_CURATORSTATUS_REJECTSENTRY']._serialized_end=1418
-  _globals['_CURATORINGEST']._serialized_start=1420
-  _globals['_CURATORINGEST']._serialized_end=1507
-  _globals['_CURATOR']._serialized_start=1510
-  _globals['_CURATOR']._serialized_end=1853
+  _globals['_RELEASEREQUEST']._serialized_end=429
+  _globals['_RELEASERECORD']._serialized_start=432
+  _globals['_RELEASERECORD']._serialized_end=913
+  _globals['_RELEASERECORD_PARAMSENTRY']._serialized_start=868
+  _globals['_RELEASERECORD_PARAMSENTRY']._serialized_end=913
+  _globals['_LISTRELEASESREQUEST']._serialized_start=915
+  _globals['_LISTRELEASESREQUEST']._serialized_end=936
+  _globals['_LISTRELEASESRESPONSE']._serialized_start=938
+  _globals['_LISTRELEASESRESPONSE']._serialized_end=1001
+  _globals['_GETRELEASEREQUEST']._serialized_start=1003
+  _globals['_GETRELEASEREQUEST']._serialized_end=1074
+  _globals['_GETRELEASERESPONSE']._serialized_start=1076
+  _globals['_GETRELEASERESPONSE']._serialized_end=1193
+  _globals['_TOPNGRAMSREQUEST']._serialized_start=1195
+  _globals['_TOPNGRAMSREQUEST']._serialized_end=1259
+  _globals['_NGRAMPROBABILITY']._serialized_start=1261
+  _globals['_NGRAMPROBABILITY']._serialized_end=1315
+  _globals['_TOPNGRAMSRESPONSE']._serialized_start=1317
+  _globals['_TOPNGRAMSRESPONSE']._serialized_end=1378
+  _globals['_CURATORSTATUSREQUEST']._serialized_start=1380
+  _globals['_CURATORSTATUSREQUEST']._serialized_end=1402
+  _globals['_CURATORSTATUS']._serialized_start=1405
+  _globals['_CURATORSTATUS']._serialized_end=1764
+  _globals['_CURATORSTATUS_REJECTSENTRY']._serialized_start=1718
+  _globals['_CURATORSTATUS_REJECTSENTRY']._serialized_end=1764
+  _globals['_NGRAMPROBABILITIESREQUEST']._serialized_start=1766
+  _globals['_NGRAMPROBABILITIESREQUEST']._serialized_end=1829
+  _globals['_NGRAMPROBABILITIESRESPONSE']._serialized_start=1831
+  _globals['_NGRAMPROBABILITIESRESPONSE']._serialized_end=1901
+  _globals['_NEXTWORDREQUEST']._serialized_start=1903
+  _globals['_NEXTWORDREQUEST']._serialized_end=1968
+  _globals['_NEXTWORDRESPONSE']._serialized_start=1970
+  _globals['_NEXTWORDRESPONSE']._serialized_end=2051
+  _globals['_PERPLEXITYREQUEST']._serialized_start=2053
+  _globals['_PERPLEXITYREQUEST']._serialized_end=2106
+  _globals['_PERPLEXITYRESPONSE']._serialized_start=2108
+  _globals['_PERPLEXITYRESPONSE']._serialized_end=2216
+  _globals['_EXPORTARPAREQUEST']._serialized_start=2218
+  _globals['_EXPORTARPAREQUEST']._serialized_end=2257
+  _globals['_ARPACHUNK']._serialized_start=2259
+  _globals['_ARPACHUNK']._serialized_end=2284
+  _globals['_CURATORINGEST']._serialized_start=2286
+  _globals['_CURATORINGEST']._serialized_end=2373
+  _globals['_CURATOR']._serialized_start=2376
+  _globals['_CURATOR']._serialized_end=3006
 # @@protoc_insertion_point(module_scope)

@@ -28,7 +28,7 @@ class IngestBatchResponse(_message.Message):
     def __init__(self, batch_id: _Optional[str] = ..., duplicate: _Optional[bool] = ..., accepted: _Optional[int] = ..., rejected: _Optional[int] = ...) -> None: ...
 
 class ReleaseRequest(_message.Message):
-    __slots__ = ("mechanism", "epsilon", "delta", "s", "c", "rho", "sensitivity", "calibration")
+    __slots__ = ("mechanism", "epsilon", "delta", "s", "c", "rho", "sensitivity", "calibration", "n_max", "k", "public_sensitivity")
     MECHANISM_FIELD_NUMBER: _ClassVar[int]
     EPSILON_FIELD_NUMBER: _ClassVar[int]
     DELTA_FIELD_NUMBER: _ClassVar[int]
@@ -37,6 +37,9 @@ class ReleaseRequest(_message.Message):
     RHO_FIELD_NUMBER: _ClassVar[int]
     SENSITIVITY_FIELD_NUMBER: _ClassVar[int]
     CALIBRATION_FIELD_NUMBER: _ClassVar[int]
+    N_MAX_FIELD_NUMBER: _ClassVar[int]
+    K_FIELD_NUMBER: _ClassVar[int]
+    PUBLIC_SENSITIVITY_FIELD_NUMBER: _ClassVar[int]
     mechanism: str
     epsilon: float
     delta: float
@@ -45,10 +48,13 @@ class ReleaseRequest(_message.Message):
     rho: float
     sensitivity: str
     calibration: str
-    def __init__(self, mechanism: _Optional[str] = ..., epsilon: _Optional[float] = ..., delta: _Optional[float] = ..., s: _Optional[float] = ..., c: _Optional[int] = ..., rho: _Optional[float] = ..., sensitivity: _Optional[str] = ..., calibration: _Optional[str] = ...) -> None: ...
+    n_max: int
+    k: int
+    public_sensitivity: str
+    def __init__(self, mechanism: _Optional[str] = ..., epsilon: _Optional[float] = ..., delta: _Optional[float] = ..., s: _Optional[float] = ..., c: _Optional[int] = ..., rho: _Optional[float] = ..., sensitivity: _Optional[str] = ..., calibration: _Optional[str] = ..., n_max: _Optional[int] = ..., k: _Optional[int] = ..., public_sensitivity: _Optional[str] = ...) -> None: ...
 
 class ReleaseRecord(_message.Message):
-    __slots__ = ("release_id", "created_at", "mechanism", "params", "sensitivity_method", "data_dependent", "gamma", "sigma", "calibration", "epsilon", "delta", "n_reports", "vocab_size", "max_n", "statement")
+    __slots__ = ("release_id", "created_at", "mechanism", "params", "sensitivity_method", "data_dependent", "gamma", "sigma", "calibration", "epsilon", "delta", "n_reports", "vocab_size", "max_n", "statement", "differentially_private", "laplace_scale", "ledger_epsilon", "ledger_delta")
     class ParamsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -71,6 +77,10 @@ class ReleaseRecord(_message.Message):
     VOCAB_SIZE_FIELD_NUMBER: _ClassVar[int]
     MAX_N_FIELD_NUMBER: _ClassVar[int]
     STATEMENT_FIELD_NUMBER: _ClassVar[int]
+    DIFFERENTIALLY_PRIVATE_FIELD_NUMBER: _ClassVar[int]
+    LAPLACE_SCALE_FIELD_NUMBER: _ClassVar[int]
+    LEDGER_EPSILON_FIELD_NUMBER: _ClassVar[int]
+    LEDGER_DELTA_FIELD_NUMBER: _ClassVar[int]
     release_id: str
     created_at: str
     mechanism: str
@@ -86,7 +96,11 @@ class ReleaseRecord(_message.Message):
     vocab_size: int
     max_n: int
     statement: str
-    def __init__(self, release_id: _Optional[str] = ..., created_at: _Optional[str] = ..., mechanism: _Optional[str] = ..., params: _Optional[_Mapping[str, float]] = ..., sensitivity_method: _Optional[str] = ..., data_dependent: _Optional[bool] = ..., gamma: _Optional[float] = ..., sigma: _Optional[float] = ..., calibration: _Optional[str] = ..., epsilon: _Optional[float] = ..., delta: _Optional[float] = ..., n_reports: _Optional[int] = ..., vocab_size: _Optional[int] = ..., max_n: _Optional[int] = ..., statement: _Optional[str] = ...) -> None: ...
+    differentially_private: bool
+    laplace_scale: float
+    ledger_epsilon: float
+    ledger_delta: float
+    def __init__(self, release_id: _Optional[str] = ..., created_at: _Optional[str] = ..., mechanism: _Optional[str] = ..., params: _Optional[_Mapping[str, float]] = ..., sensitivity_method: _Optional[str] = ..., data_dependent: _Optional[bool] = ..., gamma: _Optional[float] = ..., sigma: _Optional[float] = ..., calibration: _Optional[str] = ..., epsilon: _Optional[float] = ..., delta: _Optional[float] = ..., n_reports: _Optional[int] = ..., vocab_size: _Optional[int] = ..., max_n: _Optional[int] = ..., statement: _Optional[str] = ..., differentially_private: _Optional[bool] = ..., laplace_scale: _Optional[float] = ..., ledger_epsilon: _Optional[float] = ..., ledger_delta: _Optional[float] = ...) -> None: ...
 
 class ListReleasesRequest(_message.Message):
     __slots__ = ()
@@ -147,7 +161,7 @@ class CuratorStatusRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class CuratorStatus(_message.Message):
-    __slots__ = ("batches", "reports", "rejects", "releases")
+    __slots__ = ("batches", "reports", "rejects", "releases", "budget_epsilon", "budget_delta", "spent_epsilon", "spent_delta", "remaining_epsilon", "remaining_delta", "quarantined", "replay_window_days")
     class RejectsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -159,8 +173,88 @@ class CuratorStatus(_message.Message):
     REPORTS_FIELD_NUMBER: _ClassVar[int]
     REJECTS_FIELD_NUMBER: _ClassVar[int]
     RELEASES_FIELD_NUMBER: _ClassVar[int]
+    BUDGET_EPSILON_FIELD_NUMBER: _ClassVar[int]
+    BUDGET_DELTA_FIELD_NUMBER: _ClassVar[int]
+    SPENT_EPSILON_FIELD_NUMBER: _ClassVar[int]
+    SPENT_DELTA_FIELD_NUMBER: _ClassVar[int]
+    REMAINING_EPSILON_FIELD_NUMBER: _ClassVar[int]
+    REMAINING_DELTA_FIELD_NUMBER: _ClassVar[int]
+    QUARANTINED_FIELD_NUMBER: _ClassVar[int]
+    REPLAY_WINDOW_DAYS_FIELD_NUMBER: _ClassVar[int]
     batches: int
     reports: int
     rejects: _containers.ScalarMap[str, int]
     releases: int
-    def __init__(self, batches: _Optional[int] = ..., reports: _Optional[int] = ..., rejects: _Optional[_Mapping[str, int]] = ..., releases: _Optional[int] = ...) -> None: ...
+    budget_epsilon: float
+    budget_delta: float
+    spent_epsilon: float
+    spent_delta: float
+    remaining_epsilon: float
+    remaining_delta: float
+    quarantined: int
+    replay_window_days: float
+    def __init__(self, batches: _Optional[int] = ..., reports: _Optional[int] = ..., rejects: _Optional[_Mapping[str, int]] = ..., releases: _Optional[int] = ..., budget_epsilon: _Optional[float] = ..., budget_delta: _Optional[float] = ..., spent_epsilon: _Optional[float] = ..., spent_delta: _Optional[float] = ..., remaining_epsilon: _Optional[float] = ..., remaining_delta: _Optional[float] = ..., quarantined: _Optional[int] = ..., replay_window_days: _Optional[float] = ...) -> None: ...
+
+class NgramProbabilitiesRequest(_message.Message):
+    __slots__ = ("release_id", "ngrams")
+    RELEASE_ID_FIELD_NUMBER: _ClassVar[int]
+    NGRAMS_FIELD_NUMBER: _ClassVar[int]
+    release_id: str
+    ngrams: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, release_id: _Optional[str] = ..., ngrams: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class NgramProbabilitiesResponse(_message.Message):
+    __slots__ = ("ngrams",)
+    NGRAMS_FIELD_NUMBER: _ClassVar[int]
+    ngrams: _containers.RepeatedCompositeFieldContainer[NgramProbability]
+    def __init__(self, ngrams: _Optional[_Iterable[_Union[NgramProbability, _Mapping]]] = ...) -> None: ...
+
+class NextWordRequest(_message.Message):
+    __slots__ = ("release_id", "context", "k")
+    RELEASE_ID_FIELD_NUMBER: _ClassVar[int]
+    CONTEXT_FIELD_NUMBER: _ClassVar[int]
+    K_FIELD_NUMBER: _ClassVar[int]
+    release_id: str
+    context: str
+    k: int
+    def __init__(self, release_id: _Optional[str] = ..., context: _Optional[str] = ..., k: _Optional[int] = ...) -> None: ...
+
+class NextWordResponse(_message.Message):
+    __slots__ = ("context_used", "words")
+    CONTEXT_USED_FIELD_NUMBER: _ClassVar[int]
+    WORDS_FIELD_NUMBER: _ClassVar[int]
+    context_used: str
+    words: _containers.RepeatedCompositeFieldContainer[NgramProbability]
+    def __init__(self, context_used: _Optional[str] = ..., words: _Optional[_Iterable[_Union[NgramProbability, _Mapping]]] = ...) -> None: ...
+
+class PerplexityRequest(_message.Message):
+    __slots__ = ("release_id", "text")
+    RELEASE_ID_FIELD_NUMBER: _ClassVar[int]
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    release_id: str
+    text: str
+    def __init__(self, release_id: _Optional[str] = ..., text: _Optional[str] = ...) -> None: ...
+
+class PerplexityResponse(_message.Message):
+    __slots__ = ("perplexity", "n_sentences", "n_tokens", "n_out_of_vocabulary")
+    PERPLEXITY_FIELD_NUMBER: _ClassVar[int]
+    N_SENTENCES_FIELD_NUMBER: _ClassVar[int]
+    N_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    N_OUT_OF_VOCABULARY_FIELD_NUMBER: _ClassVar[int]
+    perplexity: float
+    n_sentences: int
+    n_tokens: int
+    n_out_of_vocabulary: int
+    def __init__(self, perplexity: _Optional[float] = ..., n_sentences: _Optional[int] = ..., n_tokens: _Optional[int] = ..., n_out_of_vocabulary: _Optional[int] = ...) -> None: ...
+
+class ExportArpaRequest(_message.Message):
+    __slots__ = ("release_id",)
+    RELEASE_ID_FIELD_NUMBER: _ClassVar[int]
+    release_id: str
+    def __init__(self, release_id: _Optional[str] = ...) -> None: ...
+
+class ArpaChunk(_message.Message):
+    __slots__ = ("text",)
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    text: str
+    def __init__(self, text: _Optional[str] = ...) -> None: ...

@@ -132,6 +132,26 @@ class CuratorStub:
                 request_serializer=lac_dot_v1_dot_curator__pb2.CuratorStatusRequest.SerializeToString,
                 response_deserializer=lac_dot_v1_dot_curator__pb2.CuratorStatus.FromString,
                 _registered_method=True)
+        self.NgramProbabilities = channel.unary_unary(
+                '/lac.v1.Curator/NgramProbabilities',
+                request_serializer=lac_dot_v1_dot_curator__pb2.NgramProbabilitiesRequest.SerializeToString,
+                response_deserializer=lac_dot_v1_dot_curator__pb2.NgramProbabilitiesResponse.FromString,
+                _registered_method=True)
+        self.NextWord = channel.unary_unary(
+                '/lac.v1.Curator/NextWord',
+                request_serializer=lac_dot_v1_dot_curator__pb2.NextWordRequest.SerializeToString,
+                response_deserializer=lac_dot_v1_dot_curator__pb2.NextWordResponse.FromString,
+                _registered_method=True)
+        self.Perplexity = channel.unary_unary(
+                '/lac.v1.Curator/Perplexity',
+                request_serializer=lac_dot_v1_dot_curator__pb2.PerplexityRequest.SerializeToString,
+                response_deserializer=lac_dot_v1_dot_curator__pb2.PerplexityResponse.FromString,
+                _registered_method=True)
+        self.ExportArpa = channel.unary_stream(
+                '/lac.v1.Curator/ExportArpa',
+                request_serializer=lac_dot_v1_dot_curator__pb2.ExportArpaRequest.SerializeToString,
+                response_deserializer=lac_dot_v1_dot_curator__pb2.ArpaChunk.FromString,
+                _registered_method=True)
 
 
 class CuratorServicer:
@@ -167,6 +187,32 @@ class CuratorServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def NgramProbabilities(self, request, context):
+        """Queries on an existing release: post-processing, free (no privacy budget spent).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def NextWord(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Perplexity(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ExportArpa(self, request, context):
+        """The release as an ARPA back-off language model, in chunks of text (concatenate them).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_CuratorServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -194,6 +240,26 @@ def add_CuratorServicer_to_server(servicer, server):
                     servicer.GetStatus,
                     request_deserializer=lac_dot_v1_dot_curator__pb2.CuratorStatusRequest.FromString,
                     response_serializer=lac_dot_v1_dot_curator__pb2.CuratorStatus.SerializeToString,
+            ),
+            'NgramProbabilities': grpc.unary_unary_rpc_method_handler(
+                    servicer.NgramProbabilities,
+                    request_deserializer=lac_dot_v1_dot_curator__pb2.NgramProbabilitiesRequest.FromString,
+                    response_serializer=lac_dot_v1_dot_curator__pb2.NgramProbabilitiesResponse.SerializeToString,
+            ),
+            'NextWord': grpc.unary_unary_rpc_method_handler(
+                    servicer.NextWord,
+                    request_deserializer=lac_dot_v1_dot_curator__pb2.NextWordRequest.FromString,
+                    response_serializer=lac_dot_v1_dot_curator__pb2.NextWordResponse.SerializeToString,
+            ),
+            'Perplexity': grpc.unary_unary_rpc_method_handler(
+                    servicer.Perplexity,
+                    request_deserializer=lac_dot_v1_dot_curator__pb2.PerplexityRequest.FromString,
+                    response_serializer=lac_dot_v1_dot_curator__pb2.PerplexityResponse.SerializeToString,
+            ),
+            'ExportArpa': grpc.unary_stream_rpc_method_handler(
+                    servicer.ExportArpa,
+                    request_deserializer=lac_dot_v1_dot_curator__pb2.ExportArpaRequest.FromString,
+                    response_serializer=lac_dot_v1_dot_curator__pb2.ArpaChunk.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -331,6 +397,114 @@ class Curator:
             '/lac.v1.Curator/GetStatus',
             lac_dot_v1_dot_curator__pb2.CuratorStatusRequest.SerializeToString,
             lac_dot_v1_dot_curator__pb2.CuratorStatus.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def NgramProbabilities(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/lac.v1.Curator/NgramProbabilities',
+            lac_dot_v1_dot_curator__pb2.NgramProbabilitiesRequest.SerializeToString,
+            lac_dot_v1_dot_curator__pb2.NgramProbabilitiesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def NextWord(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/lac.v1.Curator/NextWord',
+            lac_dot_v1_dot_curator__pb2.NextWordRequest.SerializeToString,
+            lac_dot_v1_dot_curator__pb2.NextWordResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Perplexity(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/lac.v1.Curator/Perplexity',
+            lac_dot_v1_dot_curator__pb2.PerplexityRequest.SerializeToString,
+            lac_dot_v1_dot_curator__pb2.PerplexityResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ExportArpa(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/lac.v1.Curator/ExportArpa',
+            lac_dot_v1_dot_curator__pb2.ExportArpaRequest.SerializeToString,
+            lac_dot_v1_dot_curator__pb2.ArpaChunk.FromString,
             options,
             channel_credentials,
             insecure,
