@@ -202,3 +202,34 @@ def test_cli_no_amplification_and_help():
     for flag in ("--eps0", "--n", "--delta", "--subsample-q", "--json"):
         assert flag in help_text
     assert _lac("--eps0", "-1", "--n", "10", "--delta", "1e-6").returncode != 0
+
+
+def test_each_batch_carries_its_amplification_statement(tmp_path):
+    from lac.shuffler.config import ShufflerConfig
+    from lac.shuffler.service import Shuffler
+
+    def privacy(n=100_000, **kw):
+        return Shuffler(ShufflerConfig(state_dir=tmp_path / str(sorted(kw.items())), auth="none", insecure=True,
+                                       **kw)).privacy(n)
+
+    p = privacy(local_epsilon=4.0, target_delta=1e-6)
+    assert p.amplified and p.method == "fmt21-numerical" and p.n_reports == 100_000
+    assert p.central_epsilon == pytest.approx(0.176588, abs=1e-4)
+    assert "(0.176588, 1e-06)-DP" in p.statement
+    big = privacy(n=50, local_epsilon=30.0)
+    assert not big.amplified and big.central_epsilon == 30.0 and "No amplification" in big.statement
+    undeclared = privacy()
+    assert undeclared.method == "undeclared" and "declared no local epsilon" in undeclared.statement
+    sub = privacy(local_epsilon=4.0, subsample_q=0.1, crowd_threshold=5)
+    assert "q=0.1" in sub.statement and "Crowd threshold k=5" in sub.statement and sub.subsample_q == 0.1
+
+
+@pytest.mark.parametrize("eps0", [36.0, 37.0, 50.0, 800.0])
+def test_large_eps0_is_never_amplified_at_small_n(eps0):
+    """Regression: e/(1+e) rounded to 1 above eps ~ 36.7 and collapsed delta to 0 (eps0=50 claimed 36.8);
+    exp(-800) underflowed to a math domain error. Pr[no clone] = (1 - e^-eps0)^(n-1) ~ 1 > delta here."""
+    from lac.shuffler.amplification import shuffle_epsilon
+
+    with np.errstate(over="raise", invalid="raise", divide="raise"):  # underflow to 0 is benign
+        r = shuffle_epsilon(eps0, 150, 1e-6)
+    assert not r.amplified and r.epsilon == eps0

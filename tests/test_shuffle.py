@@ -1,19 +1,56 @@
-"""The shuffler's permutation is uniform (chi-square over positions)."""
+"""The shuffler's privacy randomness: uniform permutations, Bernoulli sub-sampling, geometric noise."""
 
 import numpy as np
 from scipy import stats
 
-from lac.shuffler.shuffle import secure_shuffle
+from lac.shuffler.shuffle import bernoulli_mask, geometric, secure_permutation, secure_shuffle
+
+
+def _position_chi2(shuffle_once, n: int, trials: int) -> float:
+    counts = np.zeros((n, n), dtype=int)
+    for _ in range(trials):
+        counts[shuffle_once(n), np.arange(n)] += 1
+    return ((counts - trials / n) ** 2 / (trials / n)).sum()
 
 
 def test_every_item_lands_in_every_position_uniformly():
     # n items, T shuffles: counts[item, position] ~ T/n each. Chi-square with (n-1)^2 dof;
-    # false-alarm rate 1e-4 per run.
-    n, trials = 6, 12_000
-    counts = np.zeros((n, n), dtype=int)
-    for _ in range(trials):
+    # false-alarm rate 1e-4 per check.
+    def via_list(n):
         items = list(range(n))
         secure_shuffle(items)
-        counts[items, np.arange(n)] += 1
-    chi2 = ((counts - trials / n) ** 2 / (trials / n)).sum()
-    assert stats.chi2.sf(chi2, (n - 1) ** 2) > 1e-4
+        return items
+
+    for shuffle_once in (via_list, secure_permutation):
+        chi2 = _position_chi2(shuffle_once, 6, 12_000)
+        assert stats.chi2.sf(chi2, 25) > 1e-4
+
+
+def test_all_permutations_equally_likely():
+    # 4! = 24 permutations, 24,000 draws: chi-square with 23 dof, false-alarm rate 1e-4.
+    index = {}
+    counts = np.zeros(24, dtype=int)
+    for _ in range(24_000):
+        key = tuple(secure_permutation(4))
+        counts[index.setdefault(key, len(index))] += 1
+    assert len(index) == 24
+    assert stats.chisquare(counts).pvalue > 1e-4
+
+
+def test_large_permutation_is_a_permutation():
+    perm = secure_permutation(1_000_000)
+    assert np.array_equal(np.sort(perm), np.arange(1_000_000))
+    assert secure_permutation(0).size == 0 and list(secure_permutation(1)) == [0]
+
+
+def test_bernoulli_and_geometric():
+    # Binomial and mean tests at a 1e-4 false-alarm rate each.
+    n, q = 200_000, 0.3
+    assert stats.binomtest(int(bernoulli_mask(n, q).sum()), n, q).pvalue > 1e-4
+    assert bernoulli_mask(10, 1.0).all() and not bernoulli_mask(10, 0.0).any()
+    mean = 20.0
+    draws = np.array([geometric(mean) for _ in range(20_000)])
+    p = mean / (1 + mean)
+    sd = np.sqrt(p / (1 - p) ** 2 / draws.size)
+    assert abs(draws.mean() - mean) < 3.9 * sd and draws.min() >= 0
+    assert geometric(0) == 0

@@ -134,7 +134,7 @@ class _PrivacyCurve:
             return
         p = math.exp(-eps0)
         logfact = _log_factorials(m)
-        pc = np.exp(_log_binom_pmf(logfact, m, np.arange(m + 1), math.log(p), math.log1p(-p)))
+        pc = np.exp(_log_binom_pmf(logfact, m, np.arange(m + 1), -eps0, math.log1p(-p)))  # log p = -eps0: no underflow
         keep = pc >= tiny                             # never empty: the mode has mass >= 1/(m+1)
         c_idx = np.flatnonzero(keep)
         self.c_min, self.c_max = c_min, c_max = int(c_idx[0]), int(c_idx[-1])
@@ -167,8 +167,9 @@ class _PrivacyCurve:
         eps = np.atleast_1d(np.asarray(eps, dtype=float))
         if self.m <= 0:
             return np.ones_like(eps)
-        e = np.exp(eps)
-        frac = e / (1.0 + e)
+        with np.errstate(over="ignore"):
+            e = np.exp(eps)
+        q = np.exp(-np.logaddexp(0.0, eps))  # 1/(1+e^eps) > 0; e/(1+e) itself rounds to 1 above eps ~ 36.7
         k_lo, k_hi = self.k_lo, self.k_hi
         pmf, S = self.pmf0.copy(), self.S0.copy()
         buf = np.empty_like(pmf)
@@ -176,7 +177,9 @@ class _PrivacyCurve:
         slack = np.zeros_like(eps)
         for start in range(self.c_min, self.c_max + 1, chunk):
             cs = np.arange(start, min(start + chunk, self.c_max + 1))
-            xstar = np.floor(np.outer(cs + 1, frac)).astype(np.int64) + 1          # (chunk, G)
+            # x* = floor((c+1) e/(1+e)) + 1 = (c+1) - ceil((c+1) q) + 1, exact even when q is tiny
+            # (q > 0 always, so the ceiling is >= 1 even where q underflows to 0 above eps ~ 745)
+            xstar = (cs + 1)[:, None] - np.maximum(np.ceil(np.outer(cs + 1, q)), 1).astype(np.int64) + 1
             i1 = np.minimum(xstar - 1, k_hi) - k_lo
             i2 = np.minimum(xstar, k_hi) - k_lo
             beyond = xstar > k_hi
@@ -195,8 +198,9 @@ class _PrivacyCurve:
                 S.take(i2[r], out=s2[r])
             s2[beyond] = 0.0
             w = self.pc[cs - self.c_min]
-            acc += w @ np.maximum(s1 - e * s2, 0.0)
-            slack += w @ (s1 + e * s2)
+            es2 = np.multiply(e, s2, out=np.zeros_like(s2), where=s2 > 0.0)  # e may be inf (eps > ~709); inf*0 = 0
+            acc += w @ np.maximum(s1 - es2, 0.0)
+            slack += w @ (s1 + es2)
         bound = acc * (1.0 + _REL_SLACK) + slack * 1e-12 + self.excluded
         return np.minimum(bound, 1.0)
 

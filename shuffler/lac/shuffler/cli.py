@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import asyncio
 
-import grpc
+from pathlib import Path
+
 
 from lac.common import config as cfg
+from lac.common import tls
 from lac.common.v1 import shuffler_pb2, shuffler_pb2_grpc
 from lac.shuffler.config import ENV_PREFIX, ShufflerConfig
 
@@ -21,7 +23,18 @@ def register(subparsers) -> None:
                                  ("flush", "release a batch now if at least min_batch reports are buffered", _flush)):
         q = sub.add_parser(name, help=helptext)
         q.add_argument("--server", default="127.0.0.1:50051", help="shuffler address host:port")
+        tls.add_client_flags(q)
         q.set_defaults(func=func)
+    add = sub.add_parser("add-client", help="register a client and print its new bearer token (shown once)",
+                         description="Append '<sha256 of token> <client id>' to the tokens file (a running "
+                                     "shuffler re-reads it) and print the token. Give the token to the client; "
+                                     "it sends 'authorization: Bearer <token>'.")
+    add.add_argument("client_id", help="client id (1-128 of A-Z a-z 0-9 . _ : @ -); never leaves the shuffler")
+    add.add_argument("--tokens-file", type=Path, default=None,
+                     help="tokens file (default: STATE_DIR/clients.tokens)")
+    add.add_argument("--state-dir", type=Path, default=ShufflerConfig.state_dir,
+                     help=f"shuffler state directory [default: {ShufflerConfig.state_dir}]")
+    add.set_defaults(func=_add_client)
     amp = sub.add_parser(
         "amplification",
         help="privacy accountant: central (eps, delta) of a shuffled batch of eps0-LDP reports",
@@ -59,19 +72,41 @@ def _serve(args) -> int:
     return 0
 
 
+def _add_client(args) -> int:
+    from lac.shuffler.auth import add_client
+
+    path = args.tokens_file or args.state_dir / "clients.tokens"
+    token = add_client(path, args.client_id)
+    print(f"# client {args.client_id} added to {path}; its token (not stored anywhere, shown once):")
+    print(token)
+    return 0
+
+
 def _call(args, method: str, request):
-    with grpc.insecure_channel(args.server) as channel:
+    try:
+        channel_tls = tls.client_tls_from_args(args, "lac shuffler")
+    except ValueError as e:
+        raise SystemExit(f"error: {e}") from None
+    with tls.channel(args.server, channel_tls) as channel:
         return getattr(shuffler_pb2_grpc.ShufflerStub(channel), method)(request, timeout=30)
 
 
 def _status(args) -> int:
     s = _call(args, "GetStatus", shuffler_pb2.ShufflerStatusRequest())
+    print(f"authentication:     {s.auth}")
+    print(f"epoch:              {s.epoch} (next in {s.seconds_to_next_epoch:.0f}s)")
     print(f"buffered reports:   {s.buffered_reports} (min_batch {s.min_batch})")
     print(f"batches forwarded:  {s.batches_forwarded} ({s.reports_forwarded} reports)")
     print(f"batches pending:    {s.batches_pending}")
+    print(f"report log:         {s.log_bytes} of {s.max_log_bytes} bytes")
+    print("counters:           " + (", ".join(f"{k}={v}" for k, v in sorted(s.counters.items())) or "none"))
     print("rejects:            " + (", ".join(f"{k}={v}" for k, v in sorted(s.rejects.items())) or "none"))
     if s.note:
         print(f"note:               {s.note}")
+    for b in s.recent_batches:
+        state = "delivered" if b.delivered else "pending"
+        print(f"batch {b.batch_id}: {b.size} reports, {state}; "
+              f"{b.privacy.statement or 'amplification statement not computed yet'}")
     return 0
 
 

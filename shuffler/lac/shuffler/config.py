@@ -19,9 +19,48 @@ class ShufflerConfig:
     curator: str = setting("127.0.0.1:50052", "curator ingest address host:port")
     min_batch: int = setting(100, "release a batch only when at least this many reports are buffered")
     epoch_seconds: float = setting(3600.0, "epoch length; at each epoch end a batch is released if large enough")
-    max_report_bytes: int = setting(64 * 1024, "largest accepted sealed payload")
+    max_report_bytes: int = setting(66_000, "largest accepted sealed payload in bytes (HPKE payloads are at "
+                                            "most 65,584)")
     max_reports_per_request: int = setting(10_000, "most reports accepted in one Submit call")
     forward_retry_max_seconds: float = setting(30.0, "longest back-off between delivery attempts to the curator")
+    max_batch_bytes: int = setting(60 * 1024 ** 2, "largest forwarded batch message; a larger release is cut "
+                                                   "into several batches (keep below the curator's gRPC "
+                                                   "receive limit, 64 MiB by default)")
+    tls_cert: str = setting("", "TLS certificate of this server (PEM; `lac keys tls --name shuffler`)")
+    tls_key: str = setting("", "TLS private key of this server")
+    tls_client_ca: str = setting("", "CA whose client certificates identify clients (mTLS, optional: clients "
+                                     "may use bearer tokens instead)")
+    curator_ca: str = setting("", "CA that signed the curator's certificate")
+    curator_cert: str = setting("", "this shuffler's client certificate towards the curator (mutual TLS; its "
+                                    "common name must be in the curator's ingest_identities); default tls_cert")
+    curator_key: str = setting("", "key of curator_cert; default tls_key")
+    insecure: bool = setting(False, "INSECURE local demos and tests: serve and reach the curator over plaintext "
+                                    "gRPC without TLS")
+    allow_plaintext_payloads: bool = setting(False, "accept PAYLOAD_ENCODING_PLAINTEXT_INSECURE reports, which "
+                                                    "this shuffler could read: local demos only")
+    auth: str = setting("token", "client authentication: 'token' (bearer tokens from tokens_file, or an mTLS "
+                                 "client certificate) or 'none' (INSECURE: anyone may submit and there is no "
+                                 "per-client quota; local demos only)")
+    tokens_file: Path | None = setting(None, "file of '<sha256 of token> <client id>' lines, re-read when it "
+                                             "changes (default: STATE_DIR/clients.tokens; add clients with "
+                                             "`lac shuffler add-client`)")
+    quota_per_epoch: int = setting(1, "reports accepted per client per epoch (0 = unlimited); over it: "
+                                      "RESOURCE_EXHAUSTED with retry-after-seconds")
+    max_log_bytes: int = setting(2 * 1024 ** 3, "disk quota of the report log (buffered reports + undelivered "
+                                                "batches); when full, Submit answers UNAVAILABLE until "
+                                                "forwarding drains it")
+    batch_threshold_noise: float = setting(0.0, "mean of a geometric random amount added to min_batch for each "
+                                                "release (0 = exact min_batch), so batch sizes do not reveal "
+                                                "exactly when the threshold was crossed")
+    subsample_q: float = setting(1.0, "Poisson sub-sampling at release: keep each report with probability q "
+                                      "(1 = keep all); dropped reports are counted, never forwarded")
+    crowd_threshold: int = setting(0, "drop, at release, every crowd id with fewer than this many reports "
+                                      "(0 = off; reports without a crowd id form one crowd)")
+    local_epsilon: float = setting(0.0, "declared worst-case local DP level eps0 of one report "
+                                        "(n_words * eps_per_word * vocabulary diameter); 0 = not declared")
+    target_delta: float = setting(1e-6, "central delta of each batch's amplification statement")
+    metrics_port: int | None = setting(None, "serve Prometheus text metrics at http://HOST:PORT/metrics "
+                                             "(0 = any free port; unset = off)")
 
     def __post_init__(self) -> None:
         if self.min_batch < 1:
@@ -30,3 +69,17 @@ class ShufflerConfig:
             raise ValueError("epoch_seconds must be positive")
         if self.max_report_bytes < 1 or self.max_reports_per_request < 1:
             raise ValueError("size limits must be positive")
+        if self.auth not in ("token", "none"):
+            raise ValueError("auth must be 'token' or 'none'")
+        if self.quota_per_epoch < 0 or self.crowd_threshold < 0 or self.batch_threshold_noise < 0:
+            raise ValueError("quota_per_epoch, crowd_threshold and batch_threshold_noise must be >= 0")
+        if not 0.0 < self.subsample_q <= 1.0:
+            raise ValueError("subsample_q must be in (0, 1]")
+        if self.local_epsilon < 0 or not 0.0 < self.target_delta < 1.0:
+            raise ValueError("local_epsilon must be >= 0 and target_delta in (0, 1)")
+        if self.max_log_bytes < 1 or self.max_batch_bytes < 1024:
+            raise ValueError("max_log_bytes must be positive and max_batch_bytes at least 1024")
+
+    @property
+    def tokens_path(self) -> Path:
+        return self.tokens_file if self.tokens_file is not None else self.state_dir / "clients.tokens"

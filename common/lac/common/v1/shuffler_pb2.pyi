@@ -18,12 +18,14 @@ ACK_STATUS_STORED: AckStatus
 ACK_STATUS_DUPLICATE: AckStatus
 
 class ClientReport(_message.Message):
-    __slots__ = ("idempotency_id", "payload")
+    __slots__ = ("idempotency_id", "payload", "crowd_id")
     IDEMPOTENCY_ID_FIELD_NUMBER: _ClassVar[int]
     PAYLOAD_FIELD_NUMBER: _ClassVar[int]
+    CROWD_ID_FIELD_NUMBER: _ClassVar[int]
     idempotency_id: bytes
     payload: _reports_pb2.SealedPayload
-    def __init__(self, idempotency_id: _Optional[bytes] = ..., payload: _Optional[_Union[_reports_pb2.SealedPayload, _Mapping]] = ...) -> None: ...
+    crowd_id: str
+    def __init__(self, idempotency_id: _Optional[bytes] = ..., payload: _Optional[_Union[_reports_pb2.SealedPayload, _Mapping]] = ..., crowd_id: _Optional[str] = ...) -> None: ...
 
 class SubmitRequest(_message.Message):
     __slots__ = ("reports",)
@@ -50,8 +52,15 @@ class ShufflerStatusRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class ShufflerStatus(_message.Message):
-    __slots__ = ("buffered_reports", "min_batch", "batches_forwarded", "reports_forwarded", "batches_pending", "rejects", "note")
+    __slots__ = ("buffered_reports", "min_batch", "batches_forwarded", "reports_forwarded", "batches_pending", "rejects", "note", "epoch", "seconds_to_next_epoch", "log_bytes", "max_log_bytes", "counters", "recent_batches", "auth")
     class RejectsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
+    class CountersEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
         VALUE_FIELD_NUMBER: _ClassVar[int]
@@ -65,6 +74,13 @@ class ShufflerStatus(_message.Message):
     BATCHES_PENDING_FIELD_NUMBER: _ClassVar[int]
     REJECTS_FIELD_NUMBER: _ClassVar[int]
     NOTE_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    SECONDS_TO_NEXT_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    LOG_BYTES_FIELD_NUMBER: _ClassVar[int]
+    MAX_LOG_BYTES_FIELD_NUMBER: _ClassVar[int]
+    COUNTERS_FIELD_NUMBER: _ClassVar[int]
+    RECENT_BATCHES_FIELD_NUMBER: _ClassVar[int]
+    AUTH_FIELD_NUMBER: _ClassVar[int]
     buffered_reports: int
     min_batch: int
     batches_forwarded: int
@@ -72,7 +88,26 @@ class ShufflerStatus(_message.Message):
     batches_pending: int
     rejects: _containers.ScalarMap[str, int]
     note: str
-    def __init__(self, buffered_reports: _Optional[int] = ..., min_batch: _Optional[int] = ..., batches_forwarded: _Optional[int] = ..., reports_forwarded: _Optional[int] = ..., batches_pending: _Optional[int] = ..., rejects: _Optional[_Mapping[str, int]] = ..., note: _Optional[str] = ...) -> None: ...
+    epoch: int
+    seconds_to_next_epoch: float
+    log_bytes: int
+    max_log_bytes: int
+    counters: _containers.ScalarMap[str, int]
+    recent_batches: _containers.RepeatedCompositeFieldContainer[BatchInfo]
+    auth: str
+    def __init__(self, buffered_reports: _Optional[int] = ..., min_batch: _Optional[int] = ..., batches_forwarded: _Optional[int] = ..., reports_forwarded: _Optional[int] = ..., batches_pending: _Optional[int] = ..., rejects: _Optional[_Mapping[str, int]] = ..., note: _Optional[str] = ..., epoch: _Optional[int] = ..., seconds_to_next_epoch: _Optional[float] = ..., log_bytes: _Optional[int] = ..., max_log_bytes: _Optional[int] = ..., counters: _Optional[_Mapping[str, int]] = ..., recent_batches: _Optional[_Iterable[_Union[BatchInfo, _Mapping]]] = ..., auth: _Optional[str] = ...) -> None: ...
+
+class BatchInfo(_message.Message):
+    __slots__ = ("batch_id", "size", "delivered", "privacy")
+    BATCH_ID_FIELD_NUMBER: _ClassVar[int]
+    SIZE_FIELD_NUMBER: _ClassVar[int]
+    DELIVERED_FIELD_NUMBER: _ClassVar[int]
+    PRIVACY_FIELD_NUMBER: _ClassVar[int]
+    batch_id: str
+    size: int
+    delivered: bool
+    privacy: _reports_pb2.BatchPrivacy
+    def __init__(self, batch_id: _Optional[str] = ..., size: _Optional[int] = ..., delivered: _Optional[bool] = ..., privacy: _Optional[_Union[_reports_pb2.BatchPrivacy, _Mapping]] = ...) -> None: ...
 
 class FlushRequest(_message.Message):
     __slots__ = ()

@@ -1,0 +1,243 @@
+"""The shuffler as a real gRPC server: group commit, authentication, quotas, anonymisation on
+the wire, crowd threshold, sub-sampling, backpressure, metrics."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sqlite3
+import urllib.request
+
+import grpc
+import pytest
+
+from lac.common.v1 import curator_pb2, reports_pb2, shuffler_pb2, shuffler_pb2_grpc
+from lac.shuffler.auth import add_client
+
+from conftest import payload, report, tag_of, wait_for  # tests/shuffler/conftest.py
+
+
+def _submit(address, reports, token=None, timeout=10):
+    md = (("authorization", f"Bearer {token}"),) if token else None
+    with grpc.insecure_channel(address) as ch:
+        return shuffler_pb2_grpc.ShufflerStub(ch).Submit(shuffler_pb2.SubmitRequest(reports=reports),
+                                                         metadata=md, timeout=timeout).acks
+
+
+def _status(address):
+    with grpc.insecure_channel(address) as ch:
+        return shuffler_pb2_grpc.ShufflerStub(ch).GetStatus(shuffler_pb2.ShufflerStatusRequest(), timeout=10)
+
+
+def test_concurrent_submits_share_commits(start_shuffler, sink):
+    shf = start_shuffler(sink.address, min_batch=10_000)
+
+    async def main():
+        async with grpc.aio.insecure_channel(shf.address) as ch:
+            stub = shuffler_pb2_grpc.ShufflerStub(ch)
+            calls = [stub.Submit(shuffler_pb2.SubmitRequest(reports=[report() for _ in range(10)]), timeout=30)
+                     for _ in range(200)]
+            return await asyncio.gather(*calls)
+
+    replies = asyncio.run(main())
+    assert all(a.status == shuffler_pb2.ACK_STATUS_STORED for r in replies for a in r.acks)
+    status = _status(shf.address)
+    assert status.buffered_reports == 2000 and status.counters["accepted"] == 2000
+    commits = shf.call(_commits(shf))
+    assert commits < 200, f"{commits} commits for 200 concurrent calls: no group commit"
+
+
+async def _commits(shf):
+    return shf_shuffler(shf)._log.commits
+
+
+def shf_shuffler(shf):
+    return shf._on_stop.__self__  # the Shuffler whose stop() the fixture registered
+
+
+def test_client_stream_and_idempotency(start_shuffler, sink):
+    shf = start_shuffler(sink.address, min_batch=1000)
+    first = [report() for _ in range(3)]
+    with grpc.insecure_channel(shf.address) as ch:
+        stub = shuffler_pb2_grpc.ShufflerStub(ch)
+        acks = stub.SubmitStream(iter([shuffler_pb2.SubmitRequest(reports=first[:2]),
+                                       shuffler_pb2.SubmitRequest(reports=first)]), timeout=10).acks
+    assert [a.status for a in acks] == [shuffler_pb2.ACK_STATUS_STORED] * 2 + \
+        [shuffler_pb2.ACK_STATUS_DUPLICATE] * 2 + [shuffler_pb2.ACK_STATUS_STORED]
+    assert _status(shf.address).counters["duplicates"] == 2
+
+
+def test_authentication_and_quota(start_shuffler, sink, tmp_path):
+    state = tmp_path / "auth-shuffler"
+    alice = add_client(state / "clients.tokens", "alice")
+    shf = start_shuffler(sink.address, auth="token", state_dir=state, quota_per_epoch=2, min_batch=1000)
+    for token in (None, "not-a-token"):
+        with pytest.raises(grpc.RpcError) as err:
+            _submit(shf.address, [report()], token)
+        assert err.value.code() == grpc.StatusCode.UNAUTHENTICATED
+    two = [report(), report()]
+    assert [a.status for a in _submit(shf.address, two, alice)] == [shuffler_pb2.ACK_STATUS_STORED] * 2
+    assert [a.status for a in _submit(shf.address, two, alice)] == [shuffler_pb2.ACK_STATUS_DUPLICATE] * 2
+    with pytest.raises(grpc.RpcError) as err:
+        _submit(shf.address, [report()], alice)
+    assert err.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert "retry after" in err.value.details()
+    retry = dict(err.value.trailing_metadata())["retry-after-seconds"]
+    assert 1 <= int(retry) <= 3600
+    # A client added while the shuffler runs has its own quota; a request over quota stores nothing.
+    bob = add_client(state / "clients.tokens", "bob")
+    with pytest.raises(grpc.RpcError) as err:
+        _submit(shf.address, [report() for _ in range(3)], bob)
+    assert err.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert len(_submit(shf.address, [report()], bob)) == 1
+    status = _status(shf.address)
+    assert status.buffered_reports == 3 and status.rejects["quota"] == 4 and status.auth == "token"
+    # The client ids are stored nowhere (the quota table keys are keyed hashes); tokens only as hashes.
+    shf.stop()
+    raw = b"".join(p.read_bytes() for p in state.iterdir() if p.name.startswith("shuffler.sqlite"))
+    assert b"alice" not in raw and b"bob" not in raw and alice.encode() not in raw
+    assert alice not in (state / "clients.tokens").read_text()
+    rows = sqlite3.connect(state / "shuffler.sqlite").execute("SELECT COUNT(*) FROM quota").fetchone()[0]
+    assert rows == 2
+
+
+def test_invalid_and_oversized_input(start_shuffler, sink):
+    shf = start_shuffler(sink.address, max_report_bytes=2048, max_reports_per_request=5)
+    plain = reports_pb2.PAYLOAD_ENCODING_PLAINTEXT_INSECURE
+    bad = {
+        "idempotency_id": shuffler_pb2.ClientReport(idempotency_id=b"x", payload=payload(b"t")),
+        "exceeds 2048": shuffler_pb2.ClientReport(idempotency_id=os.urandom(16), payload=reports_pb2.SealedPayload(
+            encoding=plain, data=b"x" * 4096)),
+        "unspecified": shuffler_pb2.ClientReport(idempotency_id=os.urandom(16),
+                                                 payload=reports_pb2.SealedPayload(data=b"x")),
+        "empty payload": shuffler_pb2.ClientReport(idempotency_id=os.urandom(16),
+                                                   payload=reports_pb2.SealedPayload(encoding=plain)),
+        "longer than": report(crowd="c" * 1000),
+    }
+    for message, r in bad.items():
+        with pytest.raises(grpc.RpcError) as err:
+            _submit(shf.address, [report(), r])
+        assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT and message in err.value.details()
+    for reports in ([], [report() for _ in range(6)]):
+        with pytest.raises(grpc.RpcError) as err:
+            _submit(shf.address, reports)
+        assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    with grpc.insecure_channel(shf.address) as ch:  # bytes that are not a SubmitRequest at all
+        raw = ch.unary_unary("/lac.v1.Shuffler/Submit", request_serializer=None, response_deserializer=None)
+        with pytest.raises(grpc.RpcError) as err:
+            raw(b"\xff\xff\xff garbage", timeout=10)
+        assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "malformed" in err.value.details()
+    status = _status(shf.address)
+    assert status.buffered_reports == 0 and sum(status.rejects.values()) == 8 and status.rejects["malformed"] == 1
+
+
+def test_wire_carries_no_identity_time_or_order(start_shuffler, sink, tmp_path):
+    state = tmp_path / "wire-shuffler"
+    token = add_client(state / "clients.tokens", "client-identity-xyz")
+    shf = start_shuffler(sink.address, auth="token", state_dir=state, quota_per_epoch=0, min_batch=60,
+                         local_epsilon=1.0)
+    # Unknown fields smuggled into the payload must not reach the curator.
+    smuggled = reports_pb2.SealedPayload.FromString(
+        payload(b"smuggled-report-1").SerializeToString() + b"\xf8\x07\x2a")  # field 127 = 42
+    sent = [report(tag=i.to_bytes(16, "big"), crowd="crowd-secret") for i in range(59)]
+    sent.append(shuffler_pb2.ClientReport(idempotency_id=os.urandom(16), payload=smuggled, crowd_id="crowd-secret"))
+    for i in range(0, 60, 10):
+        _submit(shf.address, sent[i:i + 10], token)
+    wait_for(lambda: len(sink.raw) >= 1)
+    wait_for(lambda: _status(shf.address).batches_forwarded == 1)
+    raw = sink.raw[0]
+    batch = curator_pb2.IngestBatchRequest.FromString(raw)
+    allowed = {"batch_id", "reports", "privacy"}
+    assert {f.name for f, _ in batch.ListFields()} <= allowed
+    for p in batch.reports:  # nothing but the payload's known fields
+        clean = reports_pb2.SealedPayload(encoding=p.encoding, key_id=p.key_id, data=p.data)
+        assert p.SerializeToString() == clean.SerializeToString()
+    stripped = curator_pb2.IngestBatchRequest(batch_id=batch.batch_id, reports=batch.reports)
+    if "privacy" in curator_pb2.IngestBatchRequest.DESCRIPTOR.fields_by_name:
+        stripped.privacy.CopyFrom(batch.privacy)
+    assert raw == stripped.SerializeToString()  # no unknown fields anywhere
+    for secret in [r.idempotency_id for r in sent] + [b"crowd-secret", b"client-identity-xyz", token.encode()]:
+        assert secret not in raw
+    tags = [tag_of(p) for p in batch.reports]
+    submitted = [tag_of(r.payload) for r in sent]
+    assert sorted(tags) == sorted(submitted) and tags != submitted  # same reports, not in arrival order
+    status = _status(shf.address)
+    assert status.recent_batches[0].privacy.n_reports == 60
+    assert "No amplification" in status.recent_batches[0].privacy.statement or \
+        status.recent_batches[0].privacy.amplified
+
+
+def test_crowd_threshold_and_subsampling(start_shuffler, sink):
+    shf = start_shuffler(sink.address, min_batch=10, crowd_threshold=3)
+    reports = [report(crowd="a") for _ in range(6)] + [report(crowd="b") for _ in range(2)] + \
+        [report() for _ in range(2)]
+    _submit(shf.address, reports)
+    wait_for(lambda: _status(shf.address).batches_forwarded == 1)
+    assert sorted(sink.tags()) == sorted(tag_of(r.payload) for r in reports[:6])
+    status = _status(shf.address)
+    assert status.counters["dropped_crowd_threshold"] == 4 and "crowd threshold" in status.note
+
+    shf2 = start_shuffler(sink.address, min_batch=400, subsample_q=0.5)
+    _submit(shf2.address, [report() for _ in range(400)])
+    wait_for(lambda: _status(shf2.address).batches_forwarded == 1)
+    kept = _status(shf2.address).reports_forwarded
+    assert abs(kept - 200) < 60  # Binomial(400, 1/2): sd 10, 6 sd
+    assert _status(shf2.address).counters["dropped_subsampled"] == 400 - kept
+
+
+def test_backpressure_when_curator_is_down(start_shuffler, sink):
+    sink.down = True
+    shf = start_shuffler(sink.address, min_batch=5, max_log_bytes=250_000, forward_retry_max_seconds=0.2)
+    accepted = 0
+    with pytest.raises(grpc.RpcError) as err:
+        for _ in range(200):
+            _submit(shf.address, [shuffler_pb2.ClientReport(idempotency_id=os.urandom(16),
+                                                            payload=payload(os.urandom(16), 4000))
+                                  for _ in range(5)])
+            accepted += 5
+    assert err.value.code() == grpc.StatusCode.UNAVAILABLE and "report log full" in err.value.details()
+    assert 20 <= accepted < 1000
+    status = _status(shf.address)
+    assert status.batches_pending >= 1 and status.rejects["log_full"] >= 5
+    sink.down = False  # the curator comes back: the backlog drains and ingest resumes
+    wait_for(lambda: _status(shf.address).batches_pending == 0)
+    assert len(_submit(shf.address, [report() for _ in range(5)])) == 5
+    wait_for(lambda: len(sink.tags()) == accepted + 5)
+
+
+def test_metrics_endpoint(start_shuffler, sink):
+    shf = start_shuffler(sink.address, min_batch=3, metrics_port=0)
+    _submit(shf.address, [report() for _ in range(3)])
+    wait_for(lambda: _status(shf.address).batches_forwarded == 1)
+    port = shf.call(_metrics_port(shf))
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+    assert "lac_shuffler_reports_accepted_total 3" in text
+    assert "lac_shuffler_reports_forwarded_total 3" in text
+    assert 'lac_shuffler_ingest_seconds_bucket{le="+Inf"} 1' in text
+    assert "# TYPE lac_shuffler_rejects_total counter" in text
+
+
+async def _metrics_port(shf):
+    return await shf_shuffler(shf).metrics_ready
+
+
+def test_hand_built_acks_equal_protobuf_serialization():
+    from lac.shuffler.server import _acks
+
+    reports = [shuffler_pb2.ClientReport(idempotency_id=os.urandom(n)) for n in (8, 16, 64)]
+    stored = [True, False, True]
+    expected = shuffler_pb2.SubmitResponse(acks=[
+        shuffler_pb2.ReportAck(idempotency_id=r.idempotency_id,
+                               status=shuffler_pb2.ACK_STATUS_STORED if s else shuffler_pb2.ACK_STATUS_DUPLICATE)
+        for r, s in zip(reports, stored)])
+    assert _acks(reports, stored) == expected.SerializeToString()
+
+
+def test_large_release_is_cut_into_batches_that_fit_a_message(start_shuffler, sink):
+    shf = start_shuffler(sink.address, min_batch=50, max_batch_bytes=20_000)
+    reports = [shuffler_pb2.ClientReport(idempotency_id=os.urandom(16), payload=payload(os.urandom(16), 1000))
+               for _ in range(50)]
+    _submit(shf.address, reports)
+    wait_for(lambda: _status(shf.address).reports_forwarded == 50)
+    assert max(len(r) for r in sink.raw) <= 20_000 + 100 and len(sink.batches()) >= 3
+    assert sorted(sink.tags()) == sorted(tag_of(r.payload) for r in reports)
