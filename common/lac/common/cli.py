@@ -18,6 +18,7 @@ PROVIDERS = {
     "curator": "lac-curator",
     "data": "lac (the suite: pip install .)",
     "demo": "lac (the suite: pip install .)",
+    "eval": "lac (the suite: pip install .)",
 }
 
 

@@ -1,0 +1,71 @@
+"""Evaluation settings: one frozen dataclass, with presets ``tiny`` (tests), ``quick`` and ``default``."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields, replace
+
+
+@dataclass(frozen=True)
+class EvalConfig:
+    seed: int = 20240601  # evaluation randomness only (a simulation, not a release)
+    # data
+    max_users: int | None = None  # private users (fortunes) used, None = all
+    heldout_fraction: float = 0.1  # users held out for the language-model test
+    vocab_size: int = 50_000  # most frequent public trigrams (seen >= 2 times) in the release vocabulary
+    W: int = 20  # public cap on distinct items per user
+    C: int = 1  # per-item clamp (paper: 1 below 1M users)
+    delta: float = 1e-6
+    S: float = 0.01  # BayesianDP decay slope (fixed; EndToEndDP tunes it privately)
+    rho: float = 0.3  # BayesianDP private/public weight (fixed)
+    n_max: int = 20_000  # public cap on users for the sound sensitivity
+    kl_smoothing: float = 1e-4  # released q is mixed with uniform at this weight before KL / perplexity
+    runs: int = 5  # independent releases per point
+    # figure grids
+    epsilons: tuple[float, ...] = (0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0)
+    fig_epsilon: float = 0.1  # ε of figures 2-4 (paper: 0.1)
+    user_counts: tuple[int, ...] = (500, 1000, 2000, 5000, 10_000)
+    vocab_sizes: tuple[int, ...] = (2_000, 5_000, 10_000, 20_000, 50_000)
+    public_noise: tuple[float, ...] = (0.0, 1.0, 3.0, 10.0, 30.0, 100.0)
+    ks: tuple[int, ...] = (2, 5, 10, 20, 50, 100, 200)
+    table_epsilon: float = 0.2
+    table_k: int = 50
+    lm_vocab_size: int = 50_000  # Table 1: most frequent public n-grams of orders 1-3 (as the curator releases)
+    lm_W: int = 100  # Table 1: per-user item cap (the curator's default)
+    table_runs: int = 3  # Table 1: releases per DP mechanism (each builds a language model)
+    # membership inference
+    mi_epsilons: tuple[float, ...] = (0.1, 0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0)
+    mi_samples: int = 400  # release pairs per ε
+    mi_confidence: float = 0.95
+    # localizer
+    embedding_vocab: int = 20_000
+    local_epsilons: tuple[float, ...] = (1.0, 2.0, 5.0, 10.0, 15.0, 20.0, 30.0, 50.0)
+    calib_words_per_band: int = 30
+    calib_draws: int = 100
+    local_users: int = 2000  # users privatized (items 4 and 5)
+    # end to end
+    central_epsilons: tuple[float, ...] = (0.5, 1.0, 2.0, 4.0, 8.0)
+    report_words: int = 32  # reports truncated to this many words so ε0 = ℓ·ε·diam holds for all
+    eps0_grid_points: int = 24
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+    def with_overrides(self, **kw) -> "EvalConfig":
+        names = {f.name for f in fields(self)}
+        return replace(self, **{k: v for k, v in kw.items() if k in names and v is not None})
+
+
+PRESETS = {
+    "default": EvalConfig(),
+    "quick": EvalConfig(
+        runs=3, table_runs=1, epsilons=(0.05, 0.1, 0.5, 1.0, 5.0), user_counts=(1000, 3000, 10_000),
+        vocab_sizes=(2_000, 10_000, 50_000), public_noise=(0.0, 3.0, 30.0), ks=(5, 20, 50, 200),
+        mi_epsilons=(0.1, 1.0, 5.0, 20.0, 100.0), mi_samples=200, local_epsilons=(2.0, 10.0, 20.0, 50.0),
+        calib_words_per_band=15, calib_draws=40, local_users=1000, central_epsilons=(1.0, 4.0),
+        eps0_grid_points=12),
+    "tiny": EvalConfig(
+        max_users=1500, table_runs=1, vocab_size=3000, lm_vocab_size=5000, n_max=2000, runs=2, epsilons=(0.1, 1.0), user_counts=(300, 1000),
+        vocab_sizes=(1000, 3000), public_noise=(0.0, 10.0), ks=(2, 10), mi_epsilons=(1.0, 20.0), mi_samples=40,
+        embedding_vocab=5000, local_epsilons=(5.0, 20.0), calib_words_per_band=5, calib_draws=10, local_users=150,
+        central_epsilons=(2.0,), eps0_grid_points=6),
+}
