@@ -57,8 +57,25 @@ class ServerThread:
         self._thread.join(10)
 
 
+@pytest.fixture(scope="session")
+def curator_key_dir(tmp_path_factory) -> Path:
+    """A real curator HPKE key ring (``lac keys curator``), shared by the session."""
+    from lac.common.envelope import generate_key
+
+    path = tmp_path_factory.mktemp("curator-keys")
+    generate_key(path)
+    return path
+
+
 @pytest.fixture
-def start_curator(tmp_path, public_corpus):
+def curator_public_key(curator_key_dir):
+    from lac.common.envelope import CuratorKeyRing
+
+    return CuratorKeyRing.load(curator_key_dir).public_key()
+
+
+@pytest.fixture
+def start_curator(tmp_path, public_corpus, curator_key_dir):
     """Factory: start an in-process curator on 127.0.0.1:0 with a tiny public prior."""
     from lac.curator.config import CuratorConfig
     from lac.curator.prior import public_vocabulary
@@ -69,6 +86,8 @@ def start_curator(tmp_path, public_corpus):
 
     def start(**overrides):
         overrides.setdefault("state_dir", tmp_path / f"curator{len(started)}")
+        overrides.setdefault("key_dir", curator_key_dir)
+        overrides.setdefault("insecure", True)  # plaintext transport; tests of TLS pass their own material
         config = CuratorConfig(port=0, public_corpus=public_corpus, vocab_min_count=1, **overrides)
         vocab = public_vocabulary(config.public_corpus, config.max_n, config.vocab_min_count,
                                   config.vocab_max_items, config.state_dir / "prior")
@@ -98,6 +117,9 @@ def start_shuffler(tmp_path):
 
     def start(curator: str, **overrides):
         overrides.setdefault("state_dir", tmp_path / f"shuffler{len(started)}")
+        overrides.setdefault("auth", "none")  # tests of authentication pass auth="token"
+        overrides.setdefault("insecure", True)  # plaintext transport; tests of TLS pass their own material
+        overrides.setdefault("allow_plaintext_payloads", True)
         config = ShufflerConfig(port=0, curator=curator, **overrides)
 
         async def build():

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
+from lac.common import tls
 from lac.common.v1 import curator_pb2, curator_pb2_grpc, shuffler_pb2
 from lac.suite import procs
 
@@ -33,18 +34,34 @@ def test_pipeline_release_matches_library(tmp_path, data):
     from lac.curator.prior import public_vocabulary
     from lac.curator.service import compute_release
 
+    from lac.shuffler.auth import add_client
+
     emb, corpora, texts = data
+    pki = procs.LocalDeployment.create(tmp_path / "keys")
+    analyst = pki.client_tls("analyst")
+    tokens = [add_client(tmp_path / "shuffler" / "clients.tokens", f"user-{i}") for i in range(USERS)]
     curator = procs.start("curator", ["--state-dir", str(tmp_path / "curator"),
-                                      "--public-corpus", str(corpora.public_corpus)], tmp_path)
+                                      "--public-corpus", str(corpora.public_corpus), *pki.curator_args()],
+                          tmp_path, tls=analyst)
     try:
-        shuffler = procs.start("shuffler", ["--state-dir", str(tmp_path / "shuffler"),
-                                            "--curator", curator.address, "--min-batch", str(USERS)], tmp_path)
+        shuffler = procs.start("shuffler", ["--state-dir", str(tmp_path / "shuffler"), "--curator", curator.address,
+                                            "--min-batch", str(USERS), *pki.shuffler_args()],
+                               tmp_path, tls=pki.client_tls())
         try:
             reports = Localizer(emb, MultivariateLaplace(10.0), rng=np.random.default_rng(7)).privatize_many(texts)
-            with ShufflerClient(shuffler.address, batch_size=25) as client:
-                acks = client.submit(reports)
+            acks = []
+            for report, token in zip(reports, tokens):  # each user: own token, one sealed report, over TLS
+                with ShufflerClient(shuffler.address, pki.curator_public_key(), pki.client_tls(),
+                                    token=token) as client:
+                    acks += client.submit([report])
             assert [a.status for a in acks] == [shuffler_pb2.ACK_STATUS_STORED] * USERS
-            with grpc.insecure_channel(curator.address) as ch:
+            with ShufflerClient(shuffler.address, pki.curator_public_key(), pki.client_tls(),
+                                token=tokens[0]) as client:
+                with pytest.raises(grpc.RpcError) as over:
+                    client.submit(reports[:1])
+            assert over.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+            assert any(k == "retry-after-seconds" for k, _ in over.value.trailing_metadata())
+            with tls.channel(curator.address, analyst) as ch:
                 stub = curator_pb2_grpc.CuratorStub(ch)
                 deadline = time.monotonic() + 60
                 while stub.GetStatus(curator_pb2.CuratorStatusRequest(), timeout=5).reports < USERS:
@@ -53,6 +70,7 @@ def test_pipeline_release_matches_library(tmp_path, data):
                 record = stub.Release(curator_pb2.ReleaseRequest(epsilon=0.5, delta=1e-6), timeout=300)
                 full = stub.GetRelease(curator_pb2.GetReleaseRequest(release_id=record.release_id,
                                                                      include_pre_noise_mean=True), timeout=30)
+            _check_who_holds_the_curator_key(pki, shuffler.process.pid, curator.process.pid)
         finally:
             assert shuffler.stop() == 0  # graceful SIGTERM shutdown
     finally:
@@ -75,3 +93,22 @@ def test_pipeline_release_matches_library(tmp_path, data):
     residual = np.asarray(full.log_probs) - expected.mean
     residual -= residual.mean()
     assert stats.kstest(residual / record.sigma, "norm").pvalue > 1e-4  # false-alarm rate 1e-4
+
+
+def _check_who_holds_the_curator_key(pki, shuffler_pid: int, curator_pid: int) -> None:
+    """The shuffler process holds no curator private key; the same scan finds it in the curator."""
+    from cryptography.hazmat.primitives import serialization
+
+    from memscan import find_in_process
+
+    key_file = next((pki.root / "curator-keys").glob("curator-*.key"))
+    key = serialization.load_pem_private_key(key_file.read_bytes(), password=None)
+    raw = key.private_bytes(serialization.Encoding.Raw, serialization.PrivateFormat.Raw,
+                            serialization.NoEncryption())
+    pem_body = key_file.read_bytes().splitlines()[1]
+    try:
+        in_curator = find_in_process(curator_pid, [raw])
+    except PermissionError:
+        pytest.skip("no ptrace access to /proc/PID/mem here")
+    assert in_curator == {raw}, "positive control: the scan must find the key in the curator process"
+    assert find_in_process(shuffler_pid, [raw, pem_body]) == set()

@@ -3,7 +3,9 @@
 Each report gets a fresh random report id (inside the sealed content, for the curator's
 replay protection) and a separate random idempotency id (outside, for the shuffler):
 the shuffler never sees the id the curator sees. Retrying a call reuses the same
-idempotency ids, so a retry is stored once.
+idempotency ids, so a retry is stored once. Content is HPKE-sealed to the curator's
+public key; the channel is TLS and the client authenticates with a bearer token (or
+an mTLS certificate). Plaintext payloads and channels need ``insecure=True``.
 """
 
 from __future__ import annotations
@@ -14,7 +16,8 @@ from collections.abc import Iterable, Sequence
 
 import grpc
 
-from lac.common import envelope
+from lac.common import envelope, tls
+from lac.common.envelope import CuratorPublicKey
 from lac.common.v1 import reports_pb2, shuffler_pb2, shuffler_pb2_grpc
 from lac.client.localizer import PrivatizedReport
 
@@ -31,15 +34,31 @@ def report_content(report: PrivatizedReport) -> reports_pb2.ReportContent:
         n_out_of_vocabulary=report.n_out_of_vocabulary)
 
 
-def client_report(report: PrivatizedReport) -> shuffler_pb2.ClientReport:
-    return shuffler_pb2.ClientReport(idempotency_id=os.urandom(16), payload=envelope.seal(report_content(report)))
+def client_report(report: PrivatizedReport, curator_key: CuratorPublicKey | None) -> shuffler_pb2.ClientReport:
+    """A report ready for the shuffler: sealed to ``curator_key`` (None = plaintext, demos only)."""
+    content = report_content(report)
+    payload = envelope.seal(content, curator_key) if curator_key else envelope.seal_insecure(content)
+    return shuffler_pb2.ClientReport(idempotency_id=os.urandom(16), payload=payload)
 
 
 class ShufflerClient:
-    """Submits reports to a shuffler over gRPC, many per call, retrying transient failures."""
+    """Submits reports to a shuffler over gRPC, many per call, retrying transient failures.
 
-    def __init__(self, target: str, batch_size: int = 100, attempts: int = 5, timeout: float = 30.0):
-        self.channel = grpc.insecure_channel(target)
+    Production use needs ``curator_key`` (reports are sealed to it) and ``tls`` (the CA
+    that signed the shuffler's certificate, optionally a client certificate), plus a
+    ``token`` unless the client certificate identifies the client. ``insecure=True``
+    allows plaintext payloads and channels for local demos only.
+    """
+
+    def __init__(self, target: str, curator_key: CuratorPublicKey | None = None, tls_config: tls.ClientTls | None = None,
+                 token: str | None = None, insecure: bool = False, batch_size: int = 100, attempts: int = 5,
+                 timeout: float = 30.0):
+        if not insecure and (curator_key is None or tls_config is None):
+            raise ValueError("ShufflerClient needs the curator's public key and TLS settings "
+                             "(or insecure=True for a local demo)")
+        self.curator_key = curator_key
+        self.metadata = (("authorization", f"Bearer {token}"),) if token else ()
+        self.channel = tls.channel(target, tls_config)
         self.stub = shuffler_pb2_grpc.ShufflerStub(self.channel)
         self.batch_size = batch_size
         self.attempts = attempts
@@ -59,7 +78,7 @@ class ShufflerClient:
         acks: list[shuffler_pb2.ReportAck] = []
         chunk: list[shuffler_pb2.ClientReport] = []
         for r in reports:
-            chunk.append(client_report(r))
+            chunk.append(client_report(r, self.curator_key))
             if len(chunk) == self.batch_size:
                 acks.extend(self.submit_prepared(chunk))
                 chunk = []
@@ -72,7 +91,8 @@ class ShufflerClient:
         delay = 0.2
         for attempt in range(1, self.attempts + 1):
             try:
-                return list(self.stub.Submit(request, timeout=self.timeout, wait_for_ready=True).acks)
+                return list(self.stub.Submit(request, timeout=self.timeout, wait_for_ready=True,
+                                             metadata=self.metadata).acks)
             except grpc.RpcError as exc:
                 if exc.code() not in RETRYABLE or attempt == self.attempts:
                     raise

@@ -103,15 +103,17 @@ def issue(out_dir: str | Path, name: str, hosts: list[str], days: int = 397) -> 
 
 @dataclass(frozen=True)
 class ServerTls:
-    """A server's certificate and key; with ``client_ca`` clients must present a certificate."""
+    """A server's certificate and key; with ``client_ca`` client certificates signed by it are
+    verified, and required unless ``client_cert_optional``."""
     cert: Path
     key: Path
     client_ca: Path | None = None
+    client_cert_optional: bool = False
 
     def credentials(self) -> grpc.ServerCredentials:
         ca = self.client_ca.read_bytes() if self.client_ca else None
-        return grpc.ssl_server_credentials([(self.key.read_bytes(), self.cert.read_bytes())],
-                                           root_certificates=ca, require_client_auth=ca is not None)
+        return grpc.ssl_server_credentials([(self.key.read_bytes(), self.cert.read_bytes())], root_certificates=ca,
+                                           require_client_auth=ca is not None and not self.client_cert_optional)
 
 
 @dataclass(frozen=True)
@@ -126,8 +128,8 @@ class ClientTls:
         return grpc.ssl_channel_credentials(self.ca.read_bytes(), private_key=own[0], certificate_chain=own[1])
 
 
-def server_tls(cert: str, key: str, client_ca: str = "", insecure: bool = False,
-               name: str = "server") -> ServerTls | None:
+def server_tls(cert: str, key: str, client_ca: str = "", insecure: bool = False, name: str = "server",
+               client_cert_optional: bool = False) -> ServerTls | None:
     """Validate a server's transport settings: TLS files, or an explicit insecure flag."""
     if insecure:
         if cert or key:
@@ -137,7 +139,7 @@ def server_tls(cert: str, key: str, client_ca: str = "", insecure: bool = False,
     if not (cert and key):
         raise ValueError(f"{name}: TLS needs a certificate and a key (create them with `lac keys tls`), "
                          "or pass the insecure flag for a local demo")
-    return ServerTls(Path(cert), Path(key), Path(client_ca) if client_ca else None)
+    return ServerTls(Path(cert), Path(key), Path(client_ca) if client_ca else None, client_cert_optional)
 
 
 def client_tls(ca: str, cert: str = "", key: str = "", insecure: bool = False,
@@ -168,3 +170,15 @@ def peer_identity(context) -> str | None:
     auth = context.auth_context() or {}
     names = auth.get("x509_common_name") or []
     return names[0].decode() if names else None
+
+
+def add_client_flags(p) -> None:
+    """--ca/--cert/--key/--insecure on an argparse parser: how a command reaches a LAC server."""
+    p.add_argument("--ca", default="", help="CA certificate to trust (ca.pem from `lac keys tls`)")
+    p.add_argument("--cert", default="", help="client certificate, for servers that require mTLS")
+    p.add_argument("--key", default="", help="client certificate's key")
+    p.add_argument("--insecure", action="store_true", help="plaintext channel without TLS (local demos only)")
+
+
+def client_tls_from_args(args, name: str) -> ClientTls | None:
+    return client_tls(args.ca, args.cert, args.key, insecure=args.insecure, name=name)

@@ -14,9 +14,9 @@ import tempfile
 import time
 from pathlib import Path
 
-import grpc
 import numpy as np
 
+from lac.common import tls
 from lac.common.progress import Progress
 from lac.common.text import sentences
 from lac.common.v1 import curator_pb2, curator_pb2_grpc, shuffler_pb2, shuffler_pb2_grpc
@@ -69,21 +69,29 @@ def _run(args, workdir: Path) -> int:
     print(f"  embedding {emb.name} ({emb.size} words x {emb.dim} dims); {len(texts)} users' messages "
           f"(BSD fortunes); public corpus {corpora.public_corpus}")
 
-    print("[2/6] starting curator and shuffler (separate processes, loopback)", flush=True)
+    print("[2/6] keys, TLS material, then curator and shuffler (separate processes, loopback)", flush=True)
+    pki = procs.LocalDeployment.create(workdir / "keys")
+    analyst = pki.client_tls("analyst")
     curator = procs.start("curator", ["--state-dir", str(workdir / "curator"),
-                                      "--public-corpus", str(corpora.public_corpus)], workdir)
+                                      "--public-corpus", str(corpora.public_corpus), *pki.curator_args()],
+                          workdir, tls=analyst)
     shuffler = None
     try:
+        # One process plays every user, so per-client tokens and quotas would be theatre here.
         shuffler = procs.start("shuffler", ["--state-dir", str(workdir / "shuffler"), "--curator", curator.address,
-                                            "--min-batch", str(len(texts))], workdir)
-        print(f"  curator on {curator.address}, shuffler on {shuffler.address} (min_batch {len(texts)})")
+                                            "--min-batch", str(len(texts)), "--auth", "none", *pki.shuffler_args()],
+                               workdir, tls=pki.client_tls())
+        print(f"  curator on {curator.address} (mutual TLS), shuffler on {shuffler.address} (TLS; "
+              f"min_batch {len(texts)}); reports are HPKE-sealed to curator key {pki.curator_public_key().key_id}")
+        print("  WARNING: shuffler runs with --auth none (no client authentication, no per-client quota) "
+              "because this one demo process plays all simulated users")
 
         print(f"[3/6] users privatize locally (multivariate Laplace, ε = {args.local_epsilon:g} per word) "
               "and submit", flush=True)
         localizer = Localizer(emb, MultivariateLaplace(args.local_epsilon))
         bar = Progress("users", len(texts))
         reports, acks = [], []
-        with ShufflerClient(shuffler.address) as client:
+        with ShufflerClient(shuffler.address, pki.curator_public_key(), pki.client_tls()) as client:
             for i in range(0, len(texts), 100):
                 chunk = localizer.privatize_many(texts[i:i + 100])
                 reports.extend(chunk)
@@ -93,14 +101,14 @@ def _run(args, workdir: Path) -> int:
         stored = sum(a.status == shuffler_pb2.ACK_STATUS_STORED for a in acks)
 
         print("[4/6] waiting for the shuffled batch to reach the curator", flush=True)
-        with grpc.insecure_channel(curator.address) as ch:
+        with tls.channel(curator.address, analyst) as ch:
             cstub = curator_pb2_grpc.CuratorStub(ch)
             deadline = time.monotonic() + 120
             while (status := cstub.GetStatus(curator_pb2.CuratorStatusRequest(), timeout=10)).reports < stored:
                 if time.monotonic() > deadline:
                     raise TimeoutError(f"curator holds {status.reports} of {stored} reports after 120s")
                 time.sleep(0.2)
-            with grpc.insecure_channel(shuffler.address) as sch:
+            with tls.channel(shuffler.address, pki.client_tls()) as sch:
                 sstatus = shuffler_pb2_grpc.ShufflerStub(sch).GetStatus(shuffler_pb2.ShufflerStatusRequest(),
                                                                         timeout=10)
 

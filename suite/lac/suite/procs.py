@@ -9,8 +9,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import grpc
-from grpc_health.v1 import health_pb2, health_pb2_grpc
+from lac.common import health
+from lac.common.tls import ClientTls
 
 
 @dataclass
@@ -36,8 +36,12 @@ class Service:
         return self.process.returncode
 
 
-def start(name: str, args: list[str], workdir: Path, timeout: float = 120.0, env: dict | None = None) -> Service:
-    """Run ``lac <name> serve <args> --port 0 --port-file ...`` and wait for SERVING health."""
+def start(name: str, args: list[str], workdir: Path, timeout: float = 120.0, env: dict | None = None,
+          tls: ClientTls | None = None) -> Service:
+    """Run ``lac <name> serve <args> --port 0 --port-file ...`` and wait for SERVING health.
+
+    ``tls`` is how to reach the service for the health check when it serves TLS.
+    """
     workdir.mkdir(parents=True, exist_ok=True)
     port_file = workdir / f"{name}.port"
     port_file.unlink(missing_ok=True)
@@ -55,17 +59,9 @@ def start(name: str, args: list[str], workdir: Path, timeout: float = 120.0, env
             raise TimeoutError(f"{name} did not start within {timeout}s; log {log_path}:\n{_tail(log_path)}")
         time.sleep(0.05)
     service = Service(name, proc, int(port_file.read_text()), log_path)
-    wait_serving(service.address, deadline - time.monotonic())
+    if not health.check(service.address, tls, timeout=max(deadline - time.monotonic(), 1.0), wait=True):
+        raise RuntimeError(f"{service.address} is not serving")
     return service
-
-
-def wait_serving(address: str, timeout: float) -> None:
-    with grpc.insecure_channel(address) as channel:
-        stub = health_pb2_grpc.HealthStub(channel)
-        reply = stub.Check(health_pb2.HealthCheckRequest(service=""), timeout=max(timeout, 1.0),
-                           wait_for_ready=True)
-        if reply.status != health_pb2.HealthCheckResponse.SERVING:
-            raise RuntimeError(f"{address} is not serving: {reply.status}")
 
 
 def _tail(path: Path, n: int = 30) -> str:
@@ -73,3 +69,49 @@ def _tail(path: Path, n: int = 30) -> str:
         return "\n".join(path.read_text(errors="replace").splitlines()[-n:])
     except OSError:
         return ""
+
+
+@dataclass
+class LocalDeployment:
+    """Keys and TLS material for running the services locally as in production: the curator's
+    HPKE key ring, a private CA, certificates for curator, shuffler and an analyst."""
+    root: Path
+
+    @classmethod
+    def create(cls, root: Path) -> LocalDeployment:
+        from lac.common import envelope, tls
+
+        root.mkdir(parents=True, exist_ok=True)
+        envelope.generate_key(root / "curator-keys")
+        tls.make_ca(root / "tls")
+        for name in ("curator", "shuffler", "analyst"):
+            tls.issue(root / "tls", name, ["localhost", "127.0.0.1"])
+        return cls(root)
+
+    def _pem(self, name: str) -> tuple[str, str]:
+        return str(self.root / "tls" / f"{name}.pem"), str(self.root / "tls" / f"{name}.key")
+
+    @property
+    def ca(self) -> str:
+        return str(self.root / "tls" / "ca.pem")
+
+    def curator_args(self) -> list[str]:
+        cert, key = self._pem("curator")
+        return ["--key-dir", str(self.root / "curator-keys"), "--tls-cert", cert, "--tls-key", key,
+                "--tls-client-ca", self.ca]
+
+    def shuffler_args(self) -> list[str]:
+        cert, key = self._pem("shuffler")
+        return ["--tls-cert", cert, "--tls-key", key, "--tls-client-ca", self.ca, "--curator-ca", self.ca]
+
+    def client_tls(self, name: str | None = None) -> ClientTls:
+        """How a client reaches the services: trust our CA; with ``name``, present that certificate."""
+        if name is None:
+            return ClientTls(Path(self.ca))
+        cert, key = self._pem(name)
+        return ClientTls(Path(self.ca), Path(cert), Path(key))
+
+    def curator_public_key(self):
+        from lac.common.envelope import CuratorPublicKey
+
+        return CuratorPublicKey.load(self.root / "curator-keys" / "curator.pub")
