@@ -76,6 +76,15 @@ def test_pipeline_release_matches_library(tmp_path, data):
     finally:
         assert curator.stop() == 0
 
+    import sqlite3
+
+    from lac.common.v1 import reports_pb2
+
+    with sqlite3.connect(tmp_path / "curator" / "curator.sqlite") as db:
+        (blob,), = db.execute("SELECT privacy FROM batches").fetchall()
+    stated = reports_pb2.BatchPrivacy.FromString(blob)  # the shuffler's statement, stored with the batch
+    assert stated.n_reports == USERS and stated.statement
+
     cc = CuratorConfig()
     vocab = public_vocabulary(corpora.public_corpus, cc.max_n, cc.vocab_min_count, cc.vocab_max_items,
                               tmp_path / "prior")

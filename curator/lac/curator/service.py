@@ -162,12 +162,14 @@ class Curator:
             return curator_pb2.IngestBatchResponse(batch_id=request.batch_id, duplicate=True)
         ids, texts, quarantined = await asyncio.to_thread(self.open_batch, request.reports)
         window = self.config.replay_window_days * 86400.0
+        privacy = request.privacy.SerializeToString() if request.HasField("privacy") else None
         result = await self._run(self.store.add_batch, request.batch_id, ids,
-                                 lambda keep: make_segment([texts[i] for i in keep], self.vocab), quarantined, window)
+                                 lambda keep: make_segment([texts[i] for i in keep], self.vocab), quarantined, window,
+                                 None, privacy)
         if result.duplicate:
             return curator_pb2.IngestBatchResponse(batch_id=request.batch_id, duplicate=True)
-        log.info("stored batch %s: %d accepted, %d rejected %s", request.batch_id, result.accepted,
-                 result.rejected, result.rejects or "")
+        log.info("stored batch %s: %d accepted, %d rejected %s; shuffler: %s", request.batch_id, result.accepted,
+                 result.rejected, result.rejects or "", request.privacy.statement or "no amplification statement")
         return curator_pb2.IngestBatchResponse(batch_id=request.batch_id, accepted=result.accepted,
                                                rejected=result.rejected)
 

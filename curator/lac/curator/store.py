@@ -40,7 +40,7 @@ _SEGMENT_FORMAT = 1
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS batches (batch_id TEXT PRIMARY KEY, accepted INTEGER NOT NULL, rejected INTEGER NOT NULL,
-                                    segment TEXT, received_at REAL NOT NULL);
+                                    segment TEXT, received_at REAL NOT NULL, privacy BLOB);
 CREATE TABLE IF NOT EXISTS report_ids (report_id BLOB PRIMARY KEY, seen_at REAL NOT NULL);
 CREATE INDEX IF NOT EXISTS report_ids_seen ON report_ids (seen_at);
 CREATE TABLE IF NOT EXISTS quarantine (id INTEGER PRIMARY KEY, batch_id TEXT NOT NULL, reason TEXT NOT NULL,
@@ -142,7 +142,7 @@ class CuratorStore:
         return self._db.execute("SELECT 1 FROM batches WHERE batch_id = ?", (batch_id,)).fetchone() is not None
 
     def add_batch(self, batch_id: str, report_ids: list[bytes], count, quarantined: list[Quarantined],
-                  window_seconds: float, now: float | None = None) -> BatchResult:
+                  window_seconds: float, now: float | None = None, privacy: bytes | None = None) -> BatchResult:
         """Store one batch atomically. ``count(indexes)`` turns the reports kept (positions in
         ``report_ids``) into a ``Segment``. Report ids seen within the window (or twice in the
         batch) are counted as ``replayed_report_id`` and dropped. Returns the outcome."""
@@ -175,8 +175,8 @@ class CuratorStore:
             self._db.executemany("INSERT INTO quarantine (batch_id, reason, detail, sealed, at) VALUES (?, ?, ?, ?, ?)",
                                  ((batch_id, q.reason, q.detail, q.sealed, now) for q in quarantined))
             rejected = sum(rejects.values())
-            self._db.execute("INSERT INTO batches VALUES (?, ?, ?, ?, ?)",
-                             (batch_id, len(keep), rejected, segment_name, now))
+            self._db.execute("INSERT INTO batches VALUES (?, ?, ?, ?, ?, ?)",
+                             (batch_id, len(keep), rejected, segment_name, now, privacy))
             self._bump("reports", len(keep))
             for reason, n in rejects.items():
                 self._bump("reject:" + reason, n)

@@ -8,12 +8,14 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class IngestBatchRequest(_message.Message):
-    __slots__ = ("batch_id", "reports")
+    __slots__ = ("batch_id", "reports", "privacy")
     BATCH_ID_FIELD_NUMBER: _ClassVar[int]
     REPORTS_FIELD_NUMBER: _ClassVar[int]
+    PRIVACY_FIELD_NUMBER: _ClassVar[int]
     batch_id: str
     reports: _containers.RepeatedCompositeFieldContainer[_reports_pb2.SealedPayload]
-    def __init__(self, batch_id: _Optional[str] = ..., reports: _Optional[_Iterable[_Union[_reports_pb2.SealedPayload, _Mapping]]] = ...) -> None: ...
+    privacy: _reports_pb2.BatchPrivacy
+    def __init__(self, batch_id: _Optional[str] = ..., reports: _Optional[_Iterable[_Union[_reports_pb2.SealedPayload, _Mapping]]] = ..., privacy: _Optional[_Union[_reports_pb2.BatchPrivacy, _Mapping]] = ...) -> None: ...
 
 class IngestBatchResponse(_message.Message):
     __slots__ = ("batch_id", "duplicate", "accepted", "rejected")
