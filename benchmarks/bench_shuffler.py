@@ -27,7 +27,7 @@ import grpc
 
 from lac.common import envelope
 from lac.common.v1 import curator_pb2, reports_pb2, shuffler_pb2
-from lac.shuffler.reportlog import ReportLog
+from lac.shuffler.reportlog import ReportLog, _varint
 from lac.suite import procs
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "shuffler"))
@@ -39,15 +39,6 @@ def _payload_field(size: int) -> bytes:
     p = reports_pb2.SealedPayload(encoding=envelope.HPKE, key_id="0" * envelope.KEY_ID_CHARS, data=os.urandom(size))
     body = p.SerializeToString()
     return b"\x12" + _varint(len(body)) + body  # ClientReport.payload = 2
-
-
-def _varint(n: int) -> bytes:
-    out = bytearray()
-    while n > 0x7F:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
 
 
 def _request(per_rpc: int, payload_field: bytes) -> bytes:

@@ -168,3 +168,29 @@ def test_release_and_queries(start_curator):
             with pytest.raises(grpc.RpcError) as err:
                 stub.Release(bad, timeout=10)
             assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+
+
+def test_shuffler_sees_only_sealed_shapes(start_curator, start_shuffler):
+    """With plaintext refused, the shuffler accepts real HPKE payloads and rejects, with a reason
+    counter and INVALID_ARGUMENT, plaintext, truncated and re-padded ones; nothing else is lost."""
+    cur = start_curator()
+    shf = start_shuffler(cur.address, min_batch=1000, allow_plaintext_payloads=False)
+    good = seal(content(["the", "cat"]))
+    bad = {
+        "plaintext_refused": envelope.seal_insecure(content(["the", "cat"])),
+        "bad_size": reports_pb2.SealedPayload(encoding=good.encoding, key_id=good.key_id, data=good.data[:-1]),
+        "bad_key_id": reports_pb2.SealedPayload(encoding=good.encoding, key_id="k", data=good.data),
+    }
+    with grpc.insecure_channel(shf.address) as ch:
+        stub = shuffler_pb2_grpc.ShufflerStub(ch)
+        for reason, payload in bad.items():
+            with pytest.raises(grpc.RpcError) as err:
+                stub.Submit(shuffler_pb2.SubmitRequest(reports=[
+                    shuffler_pb2.ClientReport(idempotency_id=os.urandom(16), payload=good),
+                    shuffler_pb2.ClientReport(idempotency_id=os.urandom(16), payload=payload)]), timeout=10)
+            assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "report 1" in err.value.details()
+        acks = stub.Submit(shuffler_pb2.SubmitRequest(reports=[client_report(content(["a", "dog"]))]), timeout=10)
+        status = stub.GetStatus(shuffler_pb2.ShufflerStatusRequest(), timeout=10)
+    assert [a.status for a in acks.acks] == [shuffler_pb2.ACK_STATUS_STORED]
+    assert status.buffered_reports == 1  # a request with one bad report stores none of it; the client retries
+    assert {k: status.rejects[k] for k in bad} == {k: 1 for k in bad}

@@ -59,8 +59,12 @@ def start(name: str, args: list[str], workdir: Path, timeout: float = 120.0, env
             raise TimeoutError(f"{name} did not start within {timeout}s; log {log_path}:\n{_tail(log_path)}")
         time.sleep(0.05)
     service = Service(name, proc, int(port_file.read_text()), log_path)
-    if not health.check(service.address, tls, timeout=max(deadline - time.monotonic(), 1.0), wait=True):
-        raise RuntimeError(f"{service.address} is not serving")
+    try:
+        if not health.check(service.address, tls, timeout=max(deadline - time.monotonic(), 1.0), wait=True):
+            raise RuntimeError(f"{service.address} is not serving")
+    except BaseException:
+        service.stop(timeout=5)  # never leave a half-started server behind
+        raise
     return service
 
 
