@@ -110,3 +110,25 @@ def test_cli_json(glove_cache_dir, tmp_path):
     bad = subprocess.run([sys.executable, "-m", "lac.common", "client", "calibrate", "--words", "zqxvort",
                           "--vocab-size", "2000"], capture_output=True, text=True, env=env, timeout=120)
     assert bad.returncode == 2 and "zqxvort" in bad.stderr
+    assert doc["embedding_size"] == 2000 and doc["embedding_dim"] == 50 and doc["embedding_diameter"] > 0
+
+
+@pytest.mark.parametrize("mechanism", ["laplace", "truncated"])
+def test_cli_privatize_json_metadata(tmp_path, mechanism):
+    import os
+    env = {**os.environ, "LAC_DATA_DIR": str(tmp_path)}
+    src = tmp_path / "in.txt"
+    src.write_text("the king spoke to the zqxvort\n\nhello world\n", encoding="utf-8")
+    out = subprocess.run([sys.executable, "-m", "lac.common", "client", "privatize", str(src), "--json",
+                          "--vocab-size", "2000", "--epsilon", "10", "--mechanism", mechanism],
+                         capture_output=True, text=True, env=env, timeout=120)
+    assert out.returncode == 0, out.stderr
+    docs = [json.loads(line) for line in out.stdout.splitlines()]
+    assert [d["n_words"] for d in docs] == [6, 2]
+    md = docs[0]["metadata"]
+    assert md["embedding"]["size"] == 2000 and md["embedding"]["dim"] == 50
+    assert "ℓ·ε = 60" in md["report_composition"] and "Earth Mover" in md["bag_earth_movers"]
+    assert "zqxvort" not in out.stdout
+    assert "2000 words, d=50, diameter" in out.stderr  # the embedding is described on stderr
+    if mechanism == "truncated":
+        assert "τ" in md["metric"]

@@ -141,3 +141,16 @@ def test_malformed(tmp_path):
     spaced = tmp_path / "spaced.txt"
     spaced.write_text("a b 1 2\nc 3 4\n", encoding="utf-8")
     assert formats.read_vectors(spaced).words == ("a b", "c")
+
+
+def test_open_cached_directory_with_vocab_size(glove_prefix, tmp_path):
+    from lac.client.embedding import save
+    from lac.client.formats import open_embedding
+
+    emb = glove_prefix(300)
+    save(emb, tmp_path / "e")
+    whole = open_embedding(str(tmp_path / "e"), None)
+    assert whole.size == 300 and isinstance(whole.vectors, np.memmap)
+    part = open_embedding(str(tmp_path / "e"), 100)
+    assert part.size == 100 and part.words == emb.words[:100] and isinstance(part.vectors, np.memmap)
+    np.testing.assert_array_equal(part.vectors, emb.vectors[:100])  # as stored, nothing normalised

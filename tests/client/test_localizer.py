@@ -182,3 +182,41 @@ def test_metric_dp_ratio_many_pairs(glove200):
         b = np.bincount(loc.perturb_ids(np.full(n, w2)), minlength=glove200.size)
         assert _ratio_violations(a, b, n, bound, P_MIN / 20).size == 0
         assert _ratio_violations(b, a, n, bound, P_MIN / 20).size == 0
+
+
+def test_report_metadata_states_every_guarantee(glove50k):
+    r = _loc(glove50k, 4.0).privatize(TEXT)
+    md = r.metadata
+    assert md["embedding"] == {"name": glove50k.name, "size": 50_000, "dim": 50, "diameter": glove50k.diameter(),
+                               "source": glove50k.source, "license": "PDDL-1.0"}
+    assert md["n_words"] == 16 and md["epsilon_per_word"] == 4.0
+    assert md["report_epsilon_times_max_distance"] == 64.0
+    assert "ℓ·ε = 64" in md["report_composition"] and "ℓ·ε = 64" in r.statement
+    assert "Earth Mover" in md["bag_earth_movers"] and "ℓ = 16" in md["bag_earth_movers"]
+    assert md["local_epsilon_worst_case"] == 16 * 4.0 * glove50k.diameter()
+    assert "never passed through" in md["out_of_vocabulary"]
+    assert md["per_word_guarantee"] in r.statement
+    import json
+    json.dumps(md)  # JSON-able as printed by `lac client privatize --json`
+
+
+def test_bag_earth_movers_guarantee_is_attained_in_one_dimension():
+    # Seed 003, Thm 3.1: bags of equal size l satisfy eps*l*E(b,b')-privacy.  On the line
+    # 0, .5, 1, 1.5, 2 take b = {0, 1} and b' = {1, .5}: the best matching (0-.5, 1-1) costs
+    # l*E = .5, while matching positions (0-1, 1-.5) would cost 1.5.  The output bag {2, 2}
+    # attains exp(eps * .5) exactly, so the test catches a mis-stated bag bound.  One family
+    # at false-alarm rate 1e-3 (ratio checks) plus one binomial test at 1e-3.
+    emb = Embedding("line", list("abcde"), np.arange(5, dtype=np.float32)[:, None] / 2)
+    eps, n = 2.0, 200_000
+    loc = _loc(emb, eps, seed=10)
+
+    def bags(rows):
+        out = loc.perturb_ids(np.tile(rows, n)).reshape(n, 2)
+        return np.bincount(out.min(axis=1) * 5 + out.max(axis=1), minlength=25)
+
+    a, b = bags([0, 2]), bags([2, 1])
+    bound = np.exp(eps * 0.5)
+    assert _ratio_violations(a, b, n, bound, P_MIN / 2).size == 0
+    assert _ratio_violations(b, a, n, bound, P_MIN / 2).size == 0
+    top = 4 * 5 + 4
+    assert stats.binomtest(b[top], a[top] + b[top], bound / (1 + bound)).pvalue > P_MIN  # b' is nearer 2

@@ -118,3 +118,29 @@ def test_sqdist64_matches_definition():
     rng = np.random.default_rng(0)
     p, q = rng.standard_normal((2, 5, 7))
     np.testing.assert_array_equal(sqdist64(p, q), ((p - q) ** 2).sum(axis=1))
+
+
+@pytest.mark.parametrize("tile_entries,block", [(64, 8), (1000, 50), (1 << 20, 512)])
+def test_exact_across_vocabulary_tiles(glove10k, monkeypatch, tile_entries, block):
+    """Ties and near-ties whose rows fall in different vocabulary tiles are still resolved exactly."""
+    import lac.client.nearest as nearest
+
+    monkeypatch.setattr(nearest, "_TILE_ENTRIES", tile_entries)
+    monkeypatch.setattr(nearest, "_MIN_TILE", 4)
+    v = np.array(glove10k.vectors[:3000])
+    v[2999] = v[5]     # duplicates far apart: always in different tiles
+    v[1500] = v[1499]  # adjacent duplicates: same tile or straddling a boundary
+    rng = np.random.default_rng(12)
+    points = np.concatenate([v[[5, 2999, 1499, 1500]].astype(np.float64), _near_tie_points(v, rng, 40),
+                             _noisy_points(v, 10.0, 200, rng)])
+    got = nearest_rows(points, v, block=block)
+    np.testing.assert_array_equal(got, reference_nearest_rows(points, v))
+    assert list(got[:4]) == [5, 5, 1499, 1499]
+
+
+def test_near_ties_on_50k_vocabulary(glove50k):
+    rng = np.random.default_rng(13)
+    v = glove50k.vectors
+    points = _near_tie_points(v, rng, 30)
+    np.testing.assert_array_equal(nearest_rows(points, v, glove50k.norms2), reference_nearest_rows(points, v))
+

@@ -174,11 +174,13 @@ def recommend(rows: Sequence[CalibrationRow], target: float = 0.5, stat: str = "
 
 def format_table(rows: Sequence[CalibrationRow], draws: int) -> str:
     band_labels = list(rows[0].bands) if rows else []
-    head = ["ε", "med N_w", "mean N_w", f"med S_w/{draws}", "nn10"] + [f"N_w[{b}]" for b in band_labels]
+    head = (["ε", "med N_w", "mean N_w", f"med S_w/{draws}", "nn10"] + [f"N_w[{b}]" for b in band_labels]
+            + [f"S_w[{b}]" for b in band_labels])
     lines = ["  ".join(f"{h:>12}" for h in head)]
     for r in rows:
-        cells = [f"{r.epsilon:g}", f"{r.median_n_w:.3f}", f"{r.mean_n_w:.3f}", f"{r.median_s_w:g}",
-                 f"{r.mean_nn10:.3f}"] + [f"{r.bands[b]['median_n_w']:.3f}" for b in band_labels]
+        cells = ([f"{r.epsilon:g}", f"{r.median_n_w:.3f}", f"{r.mean_n_w:.3f}", f"{r.median_s_w:g}",
+                  f"{r.mean_nn10:.3f}"] + [f"{r.bands[b]['median_n_w']:.3f}" for b in band_labels]
+                 + [f"{r.bands[b]['median_s_w']:g}" for b in band_labels])
         lines.append("  ".join(f"{c:>12}" for c in cells))
     words = rows[0].words if rows else {}
     for w in words:
@@ -190,7 +192,8 @@ def format_table(rows: Sequence[CalibrationRow], draws: int) -> str:
 
 def to_json(rows: Sequence[CalibrationRow], *, embedding: Embedding, mechanism: str, draws: int,
             target: float, recommended: float | None) -> str:
-    return json.dumps({"embedding": embedding.name, "mechanism": mechanism, "draws": draws,
+    return json.dumps({"embedding": embedding.name, "embedding_size": embedding.size, "embedding_dim": embedding.dim,
+                       "embedding_diameter": embedding.diameter(), "mechanism": mechanism, "draws": draws,
                        "target_median_n_w": target, "recommended_epsilon": recommended,
                        "rows": [r.as_dict() for r in rows]}, ensure_ascii=False)
 

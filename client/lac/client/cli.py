@@ -19,17 +19,34 @@ def register(subparsers) -> None:
     def common(q):
         q.add_argument("file", type=Path, help="text file, one message per line ('-' for stdin)")
         q.add_argument("--epsilon", type=float, default=15.0, help="metric-DP ε per word")
-        q.add_argument("--vocab-size", type=int, default=50_000, help="GloVe vocabulary (most frequent words)")
+        q.add_argument("--vocab-size", type=int, default=50_000, help="vocabulary size (most frequent words)")
+        q.add_argument("--embedding", default="default",
+                       help="'default' (GloVe 6B 50d), a cached embedding directory or a GloVe/word2vec/fastText file")
+        q.add_argument("--mechanism", default="laplace", choices=["laplace", "truncated", "knn", "modulated"],
+                       help="laplace: multivariate Laplace + exact nearest word; truncated: distance-truncated "
+                            "(--tau); knn: kNN-truncated (--k); modulated: density-modulated")
+        q.add_argument("--tau", type=float, default=None,
+                       help="truncated: admissible radius τ (default: median 10-NN distance)")
+        q.add_argument("--k", type=int, default=20, help="knn: number of nearest words kept")
 
     pr = sub.add_parser("privatize", help="print each line privatized (one output line per input line)",
                         formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     common(pr)
-    pr.add_argument("--json", action="store_true", help="one JSON report per line, with its guarantee")
+    pr.add_argument("--json", action="store_true",
+                    help="one JSON report per line, with its guarantees and embedding facts (metadata)")
     pr.set_defaults(func=_privatize)
     sm = sub.add_parser("submit", help="privatize each line and submit it as one report to a shuffler",
                         formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     common(sm)
     sm.add_argument("--shuffler", default="127.0.0.1:50051", help="shuffler address host:port")
+    sm.add_argument("--curator-key", type=Path, help="the curator's public key (curator.pub from `lac keys curator`)")
+    sm.add_argument("--ca", default="", help="CA certificate that signed the shuffler's TLS certificate")
+    sm.add_argument("--cert", default="", help="client certificate (mTLS identity), optional")
+    sm.add_argument("--key", default="", help="client certificate's key")
+    sm.add_argument("--token-file", type=Path,
+                    help="file holding this client's bearer token (or set LAC_CLIENT_TOKEN)")
+    sm.add_argument("--insecure", action="store_true",
+                    help="plaintext payloads and channel, no TLS: local demos only")
     sm.set_defaults(func=_submit)
 
     ca = sub.add_parser("calibrate", help="audit plausible deniability (N_w, S_w) over ε and recommend ε",
@@ -57,14 +74,21 @@ def _lines(path: Path) -> list[str]:
     return [line for line in text.splitlines() if line.strip()]
 
 
+def _describe(emb) -> str:
+    return f"embedding {emb.name}: {emb.size} words, d={emb.dim}, diameter {emb.diameter():.6g}"
+
+
 def _localize(args):
-    from lac.client.embedding import glove_default
+    from lac.client.calibrate import mechanism_factory
+    from lac.client.formats import open_embedding
     from lac.client.localizer import Localizer
-    from lac.client.mechanisms import MultivariateLaplace
     from lac.common.progress import Progress
 
     lines = _lines(args.file)
-    localizer = Localizer(glove_default(args.vocab_size), MultivariateLaplace(args.epsilon))
+    emb = open_embedding(args.embedding, args.vocab_size)
+    print(_describe(emb), file=sys.stderr)
+    mech = mechanism_factory(args.mechanism, emb, tau=args.tau, k=args.k)(args.epsilon)
+    localizer = Localizer(emb, mech)
     bar = Progress("privatizing", len(lines))
     reports = []
     for i in range(0, len(lines), 256):
@@ -80,7 +104,7 @@ def _privatize(args) -> int:
             print(json.dumps({"sentences": r.sentences, "n_words": r.n_words,
                               "n_out_of_vocabulary": r.n_out_of_vocabulary, "mechanism": r.mechanism,
                               "epsilon_per_word": r.epsilon_per_word, "embedding": r.embedding,
-                              "statement": r.statement}))
+                              "statement": r.statement, "metadata": r.metadata}, ensure_ascii=False))
         else:
             print(" ".join(" ".join(s) for s in r.sentences))
     return 0
@@ -117,7 +141,7 @@ def _calibrate(args) -> int:
         print(cal.to_json(rows, embedding=emb, mechanism=args.mechanism, draws=args.draws,
                           target=args.target, recommended=rec))
         return 0
-    print(f"embedding {emb.name} ({emb.size} words, d={emb.dim}); mechanism {args.mechanism}; "
+    print(f"{_describe(emb)}; mechanism {args.mechanism}; "
           f"{len(ids)} words x {args.draws} draws")
     print(cal.format_table(rows, args.draws))
     if rec is None:
@@ -131,8 +155,24 @@ def _submit(args) -> int:
     from lac.client.submit import ShufflerClient
     from lac.common.v1 import shuffler_pb2
 
+    import os
+
+    from lac.common import tls
+    from lac.common.envelope import CuratorPublicKey
+
+    try:
+        channel_tls = tls.client_tls(args.ca, args.cert, args.key, insecure=args.insecure, name="lac client submit")
+        if args.curator_key is None and not args.insecure:
+            raise ValueError("--curator-key is required (or --insecure for a local demo)")
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    if args.insecure:
+        print("WARNING: --insecure: reports travel in plaintext without TLS; local demos only", file=sys.stderr)
+    key = CuratorPublicKey.load(args.curator_key) if args.curator_key else None
+    token = args.token_file.read_text().strip() if args.token_file else os.environ.get("LAC_CLIENT_TOKEN")
     reports = _localize(args)
-    with ShufflerClient(args.shuffler) as client:
+    with ShufflerClient(args.shuffler, key, channel_tls, token=token, insecure=args.insecure) as client:
         acks = client.submit(reports)
     stored = sum(a.status == shuffler_pb2.ACK_STATUS_STORED for a in acks)
     print(f"submitted {len(acks)} reports: {stored} stored, {len(acks) - stored} already stored")

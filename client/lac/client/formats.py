@@ -249,5 +249,11 @@ def open_embedding(spec: str, vocab_size: int | None = 50_000, *, cache_dir=None
         return glove_default(vocab_size or 50_000, cache_dir=cache_dir)
     p = Path(spec)
     if p.is_dir():
-        return load(p)
+        emb = load(p)
+        if vocab_size is None or vocab_size >= emb.size:
+            return emb
+        _check_vocab_size(vocab_size)
+        # Rows are assumed to be in frequency order (as every supported format stores them).
+        return Embedding(f"{emb.name}[:{vocab_size}]", emb.words[:vocab_size], emb.vectors[:vocab_size],
+                         source=f"{emb.source}; first {vocab_size} rows", license=emb.license)
     return load_vectors(p, vocab_size=vocab_size, cache_dir=cache_dir)

@@ -12,7 +12,7 @@ OOV word and an in-vocabulary word w the per-word guarantee is ε·‖c − φ(w
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -23,6 +23,9 @@ from lac.client.mechanisms import MultivariateLaplace
 from lac.client.nearest import NearestIndex
 
 OOV = -1  # row id standing for "out of vocabulary" (perturbed from the centroid)
+OOV_STATEMENT = ("out-of-vocabulary words are all perturbed from the embedding's centroid (a fixed public "
+                 "point), never passed through, so they are mutually indistinguishable and, against a "
+                 "vocabulary word w, protected at ε·d(centroid, w).")
 _CHUNK = 1 << 16  # words per noise + nearest-neighbour pass (bounds memory, not speed)
 
 
@@ -37,6 +40,7 @@ class PrivatizedReport:
     epsilon_per_word: float
     embedding: str
     statement: str
+    metadata: dict = field(default_factory=dict, compare=False)  # JSON-able guarantees and embedding facts
 
 
 class Localizer:
@@ -88,11 +92,49 @@ class Localizer:
         """Worst-case pure LDP level of an ``n_words`` report (n·ε·diameter)."""
         return self.mechanism.local_epsilon(n_words, self.diameter)
 
+    def metric(self) -> str:
+        """The per-word metric d_X under which the mechanism is ε·d_X-private."""
+        return getattr(self.mechanism, "metric", "d(w,w') = ‖φ(w) − φ(w')‖₂")
+
+    def composition(self, n_words: int) -> str:
+        """Per-report composition: ℓ words, each ε·d_X-private with independent randomness."""
+        n, eps, dx = int(n_words), self.mechanism.epsilon, self.metric()
+        return (f"Report of ℓ = {n} words, each perturbed independently with ε = {eps:g} per word under "
+                f"d_X = {dx}: ℓ words ⇒ ℓ·ε = {n * eps:g}. For texts x, x' of the same length ℓ and every "
+                f"output y, Pr[M(x)=y] ≤ exp(ε·Σᵢ d_X(xᵢ,x'ᵢ))·Pr[M(x')=y] ≤ exp(ℓ·ε·maxᵢ d_X(xᵢ,x'ᵢ))·Pr[M(x')=y]. "
+                f"The budget grows with the length of the text; ε is not a per-document guarantee.")
+
+    def bag_statement(self, n_words: int) -> str:
+        """Earth Mover's guarantee for bags of words of equal size (seed 003, Theorem 3.1)."""
+        n, eps, dx = int(n_words), self.mechanism.epsilon, self.metric()
+        return (f"As a bag of words (order forgotten), against any other bag b' of the same size ℓ = {n}: "
+                f"Pr[M(b) ∈ Z] ≤ exp(ℓ·ε·E(b,b'))·Pr[M(b') ∈ Z] for every set Z of output bags, with E the "
+                f"Earth Mover's metric over d_X = {dx} (each word of mass 1/ℓ), so ℓ·E(b,b') = min over "
+                f"one-to-one matchings σ of Σᵢ d_X(bᵢ, b'_σ(i)) (Fernandes, Dras & McIver, Thm 3.1: εℓE-privacy "
+                f"for bags of equal size). Bags of different sizes are distinguishable by their size.")
+
     def statement(self, n_words: int) -> str:
-        return (f"{self.mechanism.statement(n_words, diameter=self.diameter)} Embedding: {self.embedding.name}; "
-                f"out-of-vocabulary words are all perturbed from the embedding's centroid (a fixed public "
-                f"point), so they are mutually indistinguishable and, against a vocabulary word w, "
-                f"protected at ε·d(centroid, w).")
+        return (f"{self.mechanism.statement(n_words, diameter=self.diameter)} {self.composition(n_words)} "
+                f"{self.bag_statement(n_words)} Embedding: {self.embedding.name} "
+                f"({self.embedding.size} words, d = {self.embedding.dim}, diameter {self.diameter:.6g}); "
+                f"{OOV_STATEMENT}")
+
+    def metadata(self, n_words: int) -> dict:
+        """Everything a report states about its privacy, as JSON-able fields."""
+        emb = self.embedding
+        return {
+            "embedding": {"name": emb.name, "size": emb.size, "dim": emb.dim, "diameter": self.diameter,
+                          "source": emb.source, "license": emb.license},
+            "mechanism": self.mechanism.name, "epsilon_per_word": self.mechanism.epsilon,
+            "metric": self.metric(), "n_words": int(n_words),
+            "per_word_guarantee": self.mechanism.statement(n_words, diameter=self.diameter),
+            "report_composition": self.composition(n_words),
+            "report_epsilon_times_max_distance": int(n_words) * self.mechanism.epsilon,
+            "bag_earth_movers": self.bag_statement(n_words),
+            "local_epsilon_worst_case": self.local_epsilon(n_words),
+            "out_of_vocabulary": OOV_STATEMENT,
+            "nearest_neighbour": "exact Euclidean search (identical to float64 brute force)",
+        }
 
     def privatize_many(self, texts: Iterable[str]) -> list[PrivatizedReport]:
         """Privatize each text (one report per text); all words share one vectorised pass."""
@@ -114,7 +156,7 @@ class Localizer:
             reports.append(PrivatizedReport(
                 sentences=tuple(perturbed), n_words=n, n_out_of_vocabulary=n_oov,
                 mechanism=self.mechanism.name, epsilon_per_word=self.mechanism.epsilon,
-                embedding=self.embedding.name, statement=self.statement(n)))
+                embedding=self.embedding.name, statement=self.statement(n), metadata=self.metadata(n)))
         return reports
 
     def privatize(self, text: str) -> PrivatizedReport:

@@ -31,6 +31,7 @@ class MultivariateLaplace:
 
     epsilon: float
     name: ClassVar[str] = "multivariate-laplace"
+    metric: ClassVar[str] = "‖φ(w) − φ(w')‖₂"
 
     def __post_init__(self):
         eps = self.epsilon

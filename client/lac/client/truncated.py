@@ -78,6 +78,7 @@ class VocabularyMechanism:
     """
 
     name = "vocabulary-exponential"
+    metric = "‖φ(w) − φ(w')‖₂"  # the per-word metric d_X of the guarantee (a truncated d is still a metric)
 
     def __init__(self, embedding: Embedding, epsilon: float):
         self.embedding = embedding
@@ -160,6 +161,10 @@ class DistanceTruncated(VocabularyMechanism):
     def scores(self, dist):
         return np.minimum(dist, self.tau, out=dist)
 
+    @property
+    def metric(self) -> str:
+        return f"min(‖φ(w) − φ(w')‖₂, τ = {self.tau:g})"
+
     def per_word_bound(self, diameter: float) -> float:
         return min(float(diameter), self.tau)
 
@@ -209,6 +214,10 @@ class KNNTruncated(VocabularyMechanism):
 
     def per_word_bound(self, diameter: float) -> float:
         return min(float(diameter), self.max_radius())
+
+    @property
+    def metric(self) -> str:
+        return f"min(‖φ(w) − φ(w')‖₂, R_k = {self.max_radius():.6g})"
 
     def statement(self, n_words: int, diameter: float | None = None) -> str:
         n, eps, k = int(n_words), self.epsilon, self.k
