@@ -114,7 +114,9 @@ def test_perturb_ids(glove200):
 def test_default_rng_is_fresh_csprng(glove200):
     a = Localizer(glove200, MultivariateLaplace(1.0))
     b = Localizer(glove200, MultivariateLaplace(1.0))
-    assert isinstance(a.rng, np.random.Generator)
+    from lac.common.rng import CsprngGenerator
+
+    assert isinstance(a.rng, CsprngGenerator)  # every bit from a ChaCha20 stream keyed by os.urandom
     assert not np.array_equal(a.rng.random(4), b.rng.random(4))
 
 

@@ -1,21 +1,143 @@
 """Randomness for privacy mechanisms.
 
-Production code draws from the OS CSPRNG: numpy generators are seeded with 256 bits
-from ``os.urandom`` (never from time or a fixed seed). Tests pass an explicit seed.
+Production code draws every random bit from a cryptographically secure generator: the
+ChaCha20 keystream (the construction behind Linux's ``getrandom`` and OpenBSD's
+``arc4random``) under a fresh 256-bit key from ``os.urandom``, rekeyed from the OS every
+``REKEY_BYTES``. ``CsprngGenerator`` turns those bits into the few distributions the
+mechanisms need, vectorised with numpy, with the same call signatures as
+``numpy.random.Generator`` so that tests can inject a seeded numpy generator instead.
+A numpy PCG64 stream seeded from the OS would not do: its state can be recovered from
+its outputs, so only its seed would be cryptographic.
 """
 
 from __future__ import annotations
 
+import math
 import os
 
 import numpy as np
+from cryptography.hazmat.primitives.ciphers import Cipher, algorithms
+
+REKEY_BYTES = 1 << 30
+_TWO_PI = 2.0 * math.pi
+_EPS52 = 2.0 ** -52
 
 
-def secure_generator() -> np.random.Generator:
-    """A fresh PCG64 generator seeded with 256 bits from the OS CSPRNG."""
-    return np.random.Generator(np.random.PCG64(int.from_bytes(os.urandom(32), "little")))
+class CsprngGenerator:
+    """Uniform, normal, gamma (integer shape), Laplace variates and permutations from ChaCha20.
+
+    Uniform doubles take 52 random bits and lie strictly inside (0, 1); normals use
+    Box–Muller; Gamma(a, θ), a ≥ 1, by Marsaglia–Tsang rejection (exact);
+    (exact); Laplace uses the inverse CDF; permutations sort 64-bit random keys, redrawing
+    on ties (exactly uniform).
+    """
+
+    def __init__(self) -> None:
+        self._rekey()
+
+    def _rekey(self) -> None:
+        cipher = Cipher(algorithms.ChaCha20(os.urandom(32), os.urandom(16)), mode=None)
+        self._stream = cipher.encryptor()
+        self._left = REKEY_BYTES
+
+    def _fill(self, n: int) -> np.ndarray:
+        """n fresh random uint64 in a new writable array."""
+        if 8 * n > self._left:
+            self._rekey()
+        self._left -= 8 * n
+        out = np.empty(8 * n + 64, dtype=np.uint8)  # update_into may want a block of headroom
+        self._stream.update_into(np.zeros(8 * n, dtype=np.uint8), out)
+        return out[:8 * n].view(np.uint64)
+
+    def _unit(self, n: int, offset: float) -> np.ndarray:
+        """n doubles (k + offset)·2^-52, k uniform on 0..2^52-1, built in place from 52 random bits."""
+        x = self._fill(n)
+        x >>= np.uint64(12)
+        x |= np.uint64(0x3FF0000000000000)  # exponent of 1.0: the bits become a double in [1, 2)
+        f = x.view(np.float64)
+        f -= 1.0 - offset * _EPS52
+        return f
+
+    def _open_uniform(self, n: int) -> np.ndarray:
+        """Uniform on (0, 1), never 0 or 1: the midpoints (k + 1/2)·2^-52."""
+        return self._unit(n, 0.5)
+
+    def random(self, size=None) -> np.ndarray | float:
+        """Uniform on [0, 1) (like ``Generator.random``), on the 2^-52 grid."""
+        n = int(np.prod(size)) if size is not None else 1
+        u = self._unit(n, 0.0)
+        return u.reshape(size) if size is not None else float(u[0])
+
+    def standard_normal(self, size=None) -> np.ndarray | float:
+        n = int(np.prod(size)) if size is not None else 1
+        half = (n + 1) // 2
+        u = self._open_uniform(2 * half)
+        r, theta = u[:half], u[half:]
+        np.log(r, out=r)
+        r *= -2.0
+        np.sqrt(r, out=r)
+        theta *= _TWO_PI
+        z = np.empty(2 * half)
+        np.cos(theta, out=z[:half])
+        np.sin(theta, out=z[half:])
+        z[:half] *= r
+        z[half:] *= r
+        z = z[:n]
+        return z.reshape(size) if size is not None else float(z[0])
+
+    def standard_exponential(self, size=None) -> np.ndarray | float:
+        n = int(np.prod(size)) if size is not None else 1
+        e = -np.log(self._open_uniform(n))
+        return e.reshape(size) if size is not None else float(e[0])
+
+    def gamma(self, shape: float, scale: float = 1.0, size=None) -> np.ndarray | float:
+        """Gamma(shape, scale) for shape >= 1 by Marsaglia–Tsang rejection (exact), vectorised."""
+        if not shape >= 1:
+            raise ValueError(f"CsprngGenerator.gamma supports shape >= 1 (the embedding dimension), got {shape}")
+        n = int(np.prod(size)) if size is not None else 1
+        d = shape - 1.0 / 3.0
+        c = 1.0 / math.sqrt(9.0 * d)
+        out = np.empty(n)
+        todo = np.arange(n)
+        while todo.size:
+            x = self.standard_normal(todo.size)
+            v = (1.0 + c * x) ** 3
+            log_u = np.log(self._open_uniform(todo.size))
+            with np.errstate(invalid="ignore", divide="ignore"):
+                ok = (v > 0) & (log_u < 0.5 * x * x + d - d * v + d * np.log(v))
+            out[todo[ok]] = d * v[ok]
+            todo = todo[~ok]
+        out *= scale
+        return out.reshape(size) if size is not None else float(out[0])
+
+    def laplace(self, loc: float = 0.0, scale: float = 1.0, size=None) -> np.ndarray | float:
+        n = int(np.prod(size)) if size is not None else 1
+        u = self._open_uniform(n) - 0.5  # (-1/2, 1/2), never 0 exactly
+        x = loc - scale * np.sign(u) * np.log1p(-2.0 * np.abs(u))
+        return x.reshape(size) if size is not None else float(x[0])
+
+    def permutation(self, n: int) -> np.ndarray:
+        while True:
+            keys = self._fill(n)
+            order = np.argsort(keys, kind="stable")
+            if n < 2 or np.all(keys[order[1:]] != keys[order[:-1]]):
+                return order
+
+    def choice(self, a, size: int, replace: bool = True) -> np.ndarray:
+        a = np.arange(a) if np.isscalar(a) else np.asarray(a)
+        if replace:
+            idx = np.minimum((self.random(size) * len(a)).astype(np.int64), len(a) - 1)
+            return a[idx]  # 53-bit uniforms: bias below 2^-53 · len(a)
+        if size > len(a):
+            raise ValueError("cannot take a larger sample than the population without replacement")
+        return a[self.permutation(len(a))[:size]]
 
 
-def generator(seed: int | None = None) -> np.random.Generator:
-    """``secure_generator()`` unless a test supplies ``seed``."""
+def secure_generator() -> CsprngGenerator:
+    """A generator whose every bit comes from a ChaCha20 keystream keyed by the OS CSPRNG."""
+    return CsprngGenerator()
+
+
+def generator(seed: int | None = None) -> CsprngGenerator | np.random.Generator:
+    """``secure_generator()`` unless a test or a reproducible audit supplies ``seed``."""
     return secure_generator() if seed is None else np.random.default_rng(seed)

@@ -1,0 +1,71 @@
+"""The production generator: every distribution the mechanisms use, checked against its law.
+
+Each KS / chi-square check has false-alarm rate 1e-4 (the tests are independent; over the
+file the chance of a spurious failure is below 1e-3)."""
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from lac.common import rng as rngmod
+from lac.common.rng import CsprngGenerator, generator, secure_generator
+
+ALPHA = 1e-4
+N = 200_000
+
+
+@pytest.fixture()
+def g():
+    return secure_generator()
+
+
+def test_default_is_csprng_and_seed_is_for_tests_only():
+    assert isinstance(generator(), CsprngGenerator)
+    assert isinstance(generator(3), np.random.Generator)
+    a, b = CsprngGenerator(), CsprngGenerator()
+    assert not np.array_equal(a.random(8), b.random(8)), "fresh OS key per generator"
+
+
+@pytest.mark.parametrize("name, draw, cdf", [
+    ("uniform", lambda g: g.random(N), stats.uniform.cdf),
+    ("normal", lambda g: g.standard_normal(N), stats.norm.cdf),
+    ("exponential", lambda g: g.standard_exponential(N), stats.expon.cdf),
+    ("gamma d=50", lambda g: g.gamma(50, 1 / 7.5, N), stats.gamma(50, scale=1 / 7.5).cdf),
+    ("gamma d=1", lambda g: g.gamma(1, 2.0, N), stats.gamma(1, scale=2.0).cdf),
+    ("gamma d=300", lambda g: g.gamma(300, 0.1, N), stats.gamma(300, scale=0.1).cdf),
+    ("gamma a=2.5", lambda g: g.gamma(2.5, 1.0, N), stats.gamma(2.5).cdf),
+    ("laplace", lambda g: g.laplace(1.5, 0.3, N), stats.laplace(1.5, 0.3).cdf),
+])
+def test_distributions(g, name, draw, cdf):
+    x = draw(g)
+    assert x.shape == (N,) and np.isfinite(x).all()
+    assert stats.kstest(x, cdf).pvalue > ALPHA, name
+
+
+def test_shapes_scalars_and_normal_pairs_independent(g):
+    assert g.standard_normal((3, 4)).shape == (3, 4) and isinstance(g.random(), float)
+    z = g.standard_normal(N)
+    assert abs(np.corrcoef(z[: N // 2], z[N // 2:])[0, 1]) < 5 / np.sqrt(N / 2)  # cos/sin halves
+    with pytest.raises(ValueError, match="shape >= 1"):
+        g.gamma(0.5, 1.0, 10)
+
+
+def test_permutations_uniform(g):
+    counts = {}
+    for _ in range(24_000):
+        p = tuple(g.permutation(4))
+        counts[p] = counts.get(p, 0) + 1
+    assert len(counts) == 24
+    assert stats.chisquare(list(counts.values())).pvalue > ALPHA
+    picks = g.choice(10, 10, replace=False)
+    assert sorted(picks) == list(range(10))
+
+
+def test_rekeys_from_the_os(monkeypatch):
+    monkeypatch.setattr(rngmod, "REKEY_BYTES", 1024)
+    g = CsprngGenerator()
+    first = g._stream
+    g.random(100)  # 800 bytes: same key
+    assert g._stream is first
+    g.random(100)  # beyond 1024 bytes: new key
+    assert g._stream is not first
