@@ -222,6 +222,9 @@ def test_each_batch_carries_its_amplification_statement(tmp_path):
     assert undeclared.method == "undeclared" and "declared no local epsilon" in undeclared.statement
     sub = privacy(local_epsilon=4.0, subsample_q=0.1, crowd_threshold=5)
     assert "q=0.1" in sub.statement and "Crowd threshold k=5" in sub.statement and sub.subsample_q == 0.1
+    assert "turns an (4, 0)-DP mechanism" in sub.statement
+    undeclared_sub = privacy(subsample_q=0.1)  # no eps0: no sub-sampling epsilon either, never "(0, 0)-DP"
+    assert "q=0.1" in undeclared_sub.statement and "-DP" not in undeclared_sub.statement
 
 
 @pytest.mark.parametrize("eps0", [36.0, 37.0, 50.0, 800.0])

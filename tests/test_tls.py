@@ -4,9 +4,8 @@ import asyncio
 
 import grpc
 import pytest
-from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from lac.common import tls
+from lac.common import health, tls
 from lac.common.cli import main as lac_main
 from lac.common.server import finish_server, new_server
 
@@ -23,10 +22,8 @@ def material(tmp_path_factory):
     return d, other
 
 
-def check(port, client: tls.ClientTls | None) -> str:
-    with tls.channel(f"localhost:{port}", client) as ch:
-        reply = health_pb2_grpc.HealthStub(ch).Check(health_pb2.HealthCheckRequest(), timeout=5)
-        return health_pb2.HealthCheckResponse.ServingStatus.Name(reply.status)
+def check(port, client: tls.ClientTls | None) -> bool:
+    return health.check(f"localhost:{port}", client, timeout=5)
 
 
 def serve(server_tls, body):
@@ -45,7 +42,7 @@ def test_tls_server_verified_by_ca(material):
     server_tls = tls.server_tls(str(d / "server.pem"), str(d / "server.key"))
 
     def body(port):
-        assert check(port, tls.client_tls(str(d / "ca.pem"))) == "SERVING"
+        assert check(port, tls.client_tls(str(d / "ca.pem")))
         for wrong in (tls.client_tls(str(other / "ca.pem")), None):  # untrusted CA; plaintext
             with pytest.raises(grpc.RpcError) as exc:
                 check(port, wrong)
@@ -59,7 +56,7 @@ def test_mutual_tls_requires_a_client_certificate_from_our_ca(material):
 
     def body(port):
         ca = str(d / "ca.pem")
-        assert check(port, tls.client_tls(ca, str(d / "alice.pem"), str(d / "alice.key"))) == "SERVING"
+        assert check(port, tls.client_tls(ca, str(d / "alice.pem"), str(d / "alice.key")))
         for client in (tls.client_tls(ca), tls.client_tls(ca, str(other / "mallory.pem"), str(other / "mallory.key"))):
             with pytest.raises(grpc.RpcError) as exc:
                 check(port, client)

@@ -23,6 +23,15 @@ _TWO_PI = 2.0 * math.pi
 _EPS52 = 2.0 ** -52
 
 
+def _count(size) -> int:
+    return int(np.prod(size)) if size is not None else 1
+
+
+def _shaped(values: np.ndarray, size):
+    """numpy's convention: an array of shape ``size``, or a float when ``size`` is None."""
+    return values.reshape(size) if size is not None else float(values[0])
+
+
 class CsprngGenerator:
     """Uniform, normal, gamma (integer shape), Laplace variates and permutations from ChaCha20.
 
@@ -64,12 +73,12 @@ class CsprngGenerator:
 
     def random(self, size=None) -> np.ndarray | float:
         """Uniform on [0, 1) (like ``Generator.random``), on the 2^-52 grid."""
-        n = int(np.prod(size)) if size is not None else 1
+        n = _count(size)
         u = self._unit(n, 0.0)
-        return u.reshape(size) if size is not None else float(u[0])
+        return _shaped(u, size)
 
     def standard_normal(self, size=None) -> np.ndarray | float:
-        n = int(np.prod(size)) if size is not None else 1
+        n = _count(size)
         half = (n + 1) // 2
         u = self._open_uniform(2 * half)
         r, theta = u[:half], u[half:]
@@ -83,18 +92,18 @@ class CsprngGenerator:
         z[:half] *= r
         z[half:] *= r
         z = z[:n]
-        return z.reshape(size) if size is not None else float(z[0])
+        return _shaped(z, size)
 
     def standard_exponential(self, size=None) -> np.ndarray | float:
-        n = int(np.prod(size)) if size is not None else 1
+        n = _count(size)
         e = -np.log(self._open_uniform(n))
-        return e.reshape(size) if size is not None else float(e[0])
+        return _shaped(e, size)
 
     def gamma(self, shape: float, scale: float = 1.0, size=None) -> np.ndarray | float:
         """Gamma(shape, scale) for shape >= 1 by Marsaglia–Tsang rejection (exact), vectorised."""
         if not shape >= 1:
             raise ValueError(f"CsprngGenerator.gamma supports shape >= 1 (the embedding dimension), got {shape}")
-        n = int(np.prod(size)) if size is not None else 1
+        n = _count(size)
         d = shape - 1.0 / 3.0
         c = 1.0 / math.sqrt(9.0 * d)
         out = np.empty(n)
@@ -108,13 +117,13 @@ class CsprngGenerator:
             out[todo[ok]] = d * v[ok]
             todo = todo[~ok]
         out *= scale
-        return out.reshape(size) if size is not None else float(out[0])
+        return _shaped(out, size)
 
     def laplace(self, loc: float = 0.0, scale: float = 1.0, size=None) -> np.ndarray | float:
-        n = int(np.prod(size)) if size is not None else 1
+        n = _count(size)
         u = self._open_uniform(n) - 0.5  # (-1/2, 1/2), never 0 exactly
         x = loc - scale * np.sign(u) * np.log1p(-2.0 * np.abs(u))
-        return x.reshape(size) if size is not None else float(x[0])
+        return _shaped(x, size)
 
     def permutation(self, n: int) -> np.ndarray:
         while True:

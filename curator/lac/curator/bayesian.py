@@ -325,7 +325,7 @@ def bayesian_dp(
     """Algorithm 1 (BayesianDP) on per-user counts U (rows = users, columns = vocabulary).
 
     Guarantee and caveats: see ``BayesianRelease.statement``. Noise comes from ``rng``
-    (default: a fresh OS-seeded generator). Floating-point mitigation: h is rounded to the grid
+    (default: a fresh ``lac.common.rng`` CSPRNG generator). Floating-point mitigation: h is rounded to the grid
     Λ = ``snap_grid(σ)`` before the softmax, so the released low-order bits are those of a
     grid point rather than of μ_ps + noise; log θ is then rounded to multiples of 2⁻⁴⁰.
     """

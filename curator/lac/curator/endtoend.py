@@ -157,7 +157,7 @@ def end_to_end_dp(
     rng: np.random.Generator | None = None,
 ) -> EndToEndRelease:
     """Algorithm 2 on per-user counts U (rows = users). Noise and the split come from ``rng``
-    (default: OS-seeded). Guarantee: see the module docstring and ``statement``."""
+    (default: the ``lac.common.rng`` CSPRNG). Guarantee: see the module docstring and ``statement``."""
     if not isinstance(params, EndToEndParams):
         raise TypeError("params must be an EndToEndParams")
     if not sp.issparse(U):

@@ -24,6 +24,7 @@ import math
 import uuid
 from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 
 import numpy as np
 import scipy.sparse as sp
@@ -90,7 +91,7 @@ class Curator:
         self.config = config
         self.vocab = vocab
         self.store = CuratorStore(config.state_dir)
-        self._rng = rng  # None: a fresh OS-seeded generator per release (production)
+        self._rng = rng  # None: a fresh CSPRNG generator per release (production)
         self.keyring = envelope.CuratorKeyRing.load(config.key_dir) if config.key_dir else None
         if config.allow_plaintext_payloads:
             log.warning("INSECURE: accepting plaintext payloads (local demos and tests only)")
@@ -163,9 +164,9 @@ class Curator:
         ids, texts, quarantined = await asyncio.to_thread(self.open_batch, request.reports)
         window = self.config.replay_window_days * 86400.0
         privacy = request.privacy.SerializeToString() if request.HasField("privacy") else None
-        result = await self._run(self.store.add_batch, request.batch_id, ids,
-                                 lambda keep: make_segment([texts[i] for i in keep], self.vocab), quarantined, window,
-                                 None, privacy)
+        result = await self._run(partial(
+            self.store.add_batch, request.batch_id, ids, lambda keep: make_segment([texts[i] for i in keep], self.vocab),
+            quarantined, window, privacy=privacy))
         if result.duplicate:
             return curator_pb2.IngestBatchResponse(batch_id=request.batch_id, duplicate=True)
         log.info("stored batch %s: %d accepted, %d rejected %s; shuffler: %s", request.batch_id, result.accepted,

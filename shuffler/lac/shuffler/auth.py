@@ -17,16 +17,12 @@ import secrets
 from pathlib import Path
 
 from lac.common.errors import InvalidArgument, Unauthenticated
+from lac.common.tls import peer_identity
 
 log = logging.getLogger(__name__)
 
 _CLIENT_ID = re.compile(r"^[A-Za-z0-9._:@-]{1,128}$")
 
-try:  # mTLS identity; the TLS credentials themselves are wired by lac.common.tls / the server
-    from lac.common.tls import peer_identity as _peer_identity
-except ImportError:  # HOOK: without lac.common.tls there is no mTLS identity
-    def _peer_identity(context) -> str | None:
-        return None
 
 
 def token_hash(token: str) -> str:
@@ -94,7 +90,7 @@ class Authenticator:
         """The caller's client id (None when authentication is disabled); raises Unauthenticated."""
         if not self.enabled:
             return None
-        peer = _peer_identity(context)
+        peer = peer_identity(context)
         if peer:
             return "mtls:" + peer
         header = ""

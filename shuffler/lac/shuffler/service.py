@@ -229,8 +229,9 @@ class Shuffler:
                       "filter, no DP claim of its own).")
         if cfg.subsample_q < 1:
             extra += (f" Reports were Poisson sub-sampled at q={cfg.subsample_q:g} (secret sample) before "
-                      "shuffling; the epsilon above does not count that in. "
-                      + amplification.subsampling_statement(cfg.local_epsilon or 0.0, cfg.subsample_q))
+                      "shuffling; the epsilon above does not count that in.")
+            if cfg.local_epsilon > 0:  # with no declared eps0 there is nothing to amplify (not "(0, 0)-DP")
+                extra += " " + amplification.subsampling_statement(cfg.local_epsilon, cfg.subsample_q)
         if cfg.local_epsilon <= 0:
             out.method = "undeclared"
             out.statement = ("No amplification statement: the operator declared no local epsilon "
