@@ -106,7 +106,7 @@ class Localizer:
 
     def bag_statement(self, n_words: int) -> str:
         """Earth Mover's guarantee for bags of words of equal size (seed 003, Theorem 3.1)."""
-        n, eps, dx = int(n_words), self.mechanism.epsilon, self.metric()
+        n, dx = int(n_words), self.metric()
         return (f"As a bag of words (order forgotten), against any other bag b' of the same size ℓ = {n}: "
                 f"Pr[M(b) ∈ Z] ≤ exp(ℓ·ε·E(b,b'))·Pr[M(b') ∈ Z] for every set Z of output bags, with E the "
                 f"Earth Mover's metric over d_X = {dx} (each word of mass 1/ℓ), so ℓ·E(b,b') = min over "
