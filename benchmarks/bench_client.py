@@ -5,11 +5,11 @@
 Prints (all measured in this run, on this machine, ratios from interleaved runs):
 1. multivariate-Laplace noise vectors/s at d=50 (batched gamma radius x normalised
    standard_normal rows) vs the per-call ``multivariate_normal`` baseline;
-2. exact projection (``NearestIndex.query``) words/s on real GloVe 6B 50d -- all 400,000 rows
-   (memory-mapped from the wheel) and the 326,793-word single-token vocabulary -- vs a
-   per-word numpy loop (float64 distances) and a per-word float32 GEMV loop on a subsample,
-   and vs the GEMM bound: the raw float32 GEMMs of the
-   same block and tile shapes, without any argmin or re-ranking;
+2. exact projection (``NearestIndex.query``, default backend and the BLAS backend) words/s on
+   real GloVe 6B 50d -- all 400,000 rows (memory-mapped from the wheel) and the 326,793-word
+   single-token vocabulary -- vs a per-word numpy loop (float64 distances) and a per-word
+   float32 GEMV loop on a subsample, vs the raw float32 BLAS GEMMs of the BLAS backend's block
+   and tile shapes (no argmin or re-ranking), and vs the machine's SGEMM peak (a 2048^3 product);
 3. the same on a SYNTHETIC 100k x 300 float32 Gaussian matrix (speed only, not language).
 """
 
@@ -80,10 +80,10 @@ def blas_threads() -> str:
 
 
 def _tiled_gemm(index, pts):
-    """The raw float32 GEMMs ``NearestIndex.query`` issues for ``pts`` (same block and tile shapes)."""
+    """The raw float32 GEMMs the BLAS backend issues for ``pts`` (same block and tile shapes)."""
     block = min(nearest._QUERY_BLOCK, len(pts))
     tile = int(min(index.size, max(nearest._MIN_TILE, nearest._TILE_ENTRIES // block)))
-    aug = index._aug[np.dtype(np.float32)]
+    aug = index._augmented(np.dtype(np.float32))
     buf = np.ones((block, index.dim + 1), dtype=np.float32)
     out = np.empty((block, tile), dtype=np.float32)
 
@@ -95,6 +95,19 @@ def _tiled_gemm(index, pts):
                 t1 = min(t0 + tile, index.size)
                 np.matmul(buf[:nb], aug[t0:t1].T, out=out[:nb, :t1 - t0])
     return run
+
+
+_PEAK = {}
+
+
+def sgemm_peak() -> float:
+    """This machine's float32 GEMM rate (GFLOP/s) on a large square product: its arithmetic limit."""
+    if "gflops" not in _PEAK:
+        g = np.random.default_rng(1)
+        a, b = (g.standard_normal((2048, 2048)).astype(np.float32) for _ in range(2))
+        out = np.empty_like(a)
+        _PEAK["gflops"] = 2 * 2048**3 / _timeit(lambda: np.matmul(a, b, out=out), min_time=2.0) / 1e9
+    return _PEAK["gflops"]
 
 
 def _interleaved(fns, rounds):
@@ -111,8 +124,9 @@ def _interleaved(fns, rounds):
 
 
 def bench_projection(label, vectors, norms2, rng, quick, eps=10.0):
-    """Exact projection words/s vs the raw GEMM of the same shapes and vs a per-word numpy loop."""
+    """Exact projection words/s (both backends) vs raw GEMM bounds and per-word numpy loops."""
     index = NearestIndex(vectors, norms2)
+    blas = NearestIndex(vectors, norms2, backend="blas")
     size, dim = index.size, index.dim
     m = 1024 if quick else 4096
     ids = rng.integers(0, size, m)
@@ -130,16 +144,22 @@ def bench_projection(label, vectors, norms2, rng, quick, eps=10.0):
     def gemv_loop():  # the fastest simple per-word loop (float32 matvec + norms; not exact)
         return [int(np.argmin(n32 - 2.0 * (v32 @ p))) for p in sub32]
 
-    tq, tg, tl, tv = _interleaved([lambda: index.query(pts), _tiled_gemm(index, pts), loop, gemv_loop],
-                                  2 if quick else 3)
-    assert loop() == list(index.query(sub)), "exact search disagrees with the per-word loop"
-    rate, bound, slow, gemv = m / tq, m / tg, len(sub) / tl, len(sub) / tv
+    tq, tb, tg, tl, tv = _interleaved([lambda: index.query(pts), lambda: blas.query(pts), _tiled_gemm(blas, pts),
+                                       loop, gemv_loop], 2 if quick else 3)
+    assert loop() == list(index.query(sub)) == list(blas.query(sub)), "exact search disagrees with the loop"
+    assert np.array_equal(index.query(pts), blas.query(pts)), "backends disagree"
+    rate, rate_blas, bound, slow, gemv = m / tq, m / tb, m / tg, len(sub) / tl, len(sub) / tv
     gflops = 2.0 * m * (dim + 1) * size / tg / 1e9
-    print(f"exact projection, {label} {size}x{dim} (eps={eps:g} noise): {rate:,.0f} words/s; "
+    peak = sgemm_peak()
+    peak_rate = peak * 1e9 / (2.0 * dim * size)  # words/s if every flop of the d-long dot products ran at peak
+    print(f"exact projection, {label} {size}x{dim} (eps={eps:g} noise), backend {index.backend}: "
+          f"{rate:,.0f} words/s = {2.0 * dim * size * rate / 1e9:,.1f} GFLOP/s; "
+          f"blas backend {rate_blas:,.0f} words/s (x{rate / rate_blas:,.2f}); "
           f"per-word numpy loop {slow:,.1f} words/s (x{rate / slow:,.0f}), per-word float32 GEMV loop "
-          f"{gemv:,.0f} words/s (x{rate / gemv:,.1f}); raw float32 GEMM of the same "
-          f"shapes {gflops:,.1f} GFLOP/s = GEMM-bound {bound:,.0f} words/s -> {100 * rate / bound:.0f}% of it; "
-          f"same answers as the loop on its subsample")
+          f"{gemv:,.0f} words/s (x{rate / gemv:,.1f}); raw BLAS GEMMs of the blas backend's shapes "
+          f"{gflops:,.1f} GFLOP/s = {bound:,.0f} words/s -> {100 * rate / bound:.0f}% of it; "
+          f"machine SGEMM peak (2048^3) {peak:,.1f} GFLOP/s = {peak_rate:,.0f} words/s -> "
+          f"{100 * rate / peak_rate:.0f}% of it; same answers as the loop and across backends")
     return rate, slow, bound
 
 

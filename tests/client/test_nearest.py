@@ -1,12 +1,31 @@
-"""Exactness of the blocked-GEMM nearest-row search against the float64 brute force."""
+"""Exactness of the nearest-row search (fused kernel and BLAS backends) against the float64 brute force."""
 
 from __future__ import annotations
+
+import platform
+import sys
 
 import numpy as np
 import pytest
 
+from lac.client import nearest
 from lac.client.mechanisms import MultivariateLaplace
-from lac.client.nearest import nearest_rows, reference_nearest_rows, sqdist64
+from lac.client.nearest import NearestIndex, fused_available, reference_nearest_rows, sqdist64
+
+BACKEND = "auto"
+
+
+@pytest.fixture(autouse=True, params=["fused", "blas"])
+def backend(request, monkeypatch):
+    """Every test in this module runs once per backend."""
+    if request.param == "fused" and not fused_available():
+        pytest.skip("fused kernel not available on this machine")
+    monkeypatch.setattr(sys.modules[__name__], "BACKEND", request.param)
+    return request.param
+
+
+def nearest_rows(points, vectors, norms2=None, block=None):
+    return nearest.nearest_rows(points, vectors, norms2, block=block, backend=BACKEND)
 
 
 def _noisy_points(vectors, eps, n, rng):
@@ -123,8 +142,6 @@ def test_sqdist64_matches_definition():
 @pytest.mark.parametrize("tile_entries,block", [(64, 8), (1000, 50), (1 << 20, 512)])
 def test_exact_across_vocabulary_tiles(glove10k, monkeypatch, tile_entries, block):
     """Ties and near-ties whose rows fall in different vocabulary tiles are still resolved exactly."""
-    import lac.client.nearest as nearest
-
     monkeypatch.setattr(nearest, "_TILE_ENTRIES", tile_entries)
     monkeypatch.setattr(nearest, "_MIN_TILE", 4)
     v = np.array(glove10k.vectors[:3000])
@@ -144,3 +161,42 @@ def test_near_ties_on_50k_vocabulary(glove50k):
     points = _near_tie_points(v, rng, 30)
     np.testing.assert_array_equal(nearest_rows(points, v, glove50k.norms2), reference_nearest_rows(points, v))
 
+
+
+@pytest.mark.parametrize("size,l2_bytes,block", [(3000, 1, 7), (2999, 3200 * 5, 1000), (2993, 1 << 20, 4096)])
+def test_fused_lanes_panels_and_chunks(glove10k, monkeypatch, backend, size, l2_bytes, block):
+    """Duplicates in the same lane and across lanes, a partial last panel, odd point counts, any chunking."""
+    if backend != "fused":
+        pytest.skip("fused kernel layout")
+    monkeypatch.setattr(nearest, "_L2_BYTES", l2_bytes)
+    v = np.array(glove10k.vectors[:size])
+    v[5 + 16 * 150] = v[5]  # same lane (row mod 16), far apart
+    v[7] = v[6]             # neighbouring lanes of one panel
+    v[size - 1] = v[2]      # in the partial last panel when size % 16 != 0
+    rng = np.random.default_rng(14)
+    points = np.concatenate([v[[5, 6, 2]].astype(np.float64), _near_tie_points(v, rng, 30),
+                             _noisy_points(v, 10.0, 301, rng)])
+    got = nearest_rows(points, v, block=block)
+    np.testing.assert_array_equal(got, reference_nearest_rows(points, v))
+    assert list(got[:3]) == [5, 6, 2]
+
+
+def test_backend_choice(glove200, backend):
+    assert NearestIndex(glove200.vectors, backend=backend).backend == backend
+    assert NearestIndex(glove200.vectors).backend == ("fused" if fused_available() else "blas")
+    with pytest.raises(ValueError, match="backend"):
+        NearestIndex(glove200.vectors, backend="hnsw")
+
+
+def _has_avx2_fma() -> bool:
+    try:
+        flags = open("/proc/cpuinfo").read().split()
+    except OSError:
+        return False
+    return "avx2" in flags and "fma" in flags
+
+
+@pytest.mark.skipif(platform.machine() != "x86_64" or not _has_avx2_fma(), reason="needs x86-64 with AVX2/FMA")
+def test_fused_kernel_is_built_here():
+    """On this kind of machine the install must have compiled the kernel (a silent BLAS fallback is slower)."""
+    assert fused_available()

@@ -11,15 +11,28 @@ rounding of the float64 reference itself); candidates are re-ranked with the ref
 formula.  The true reference winner is always a candidate, so the result is identical.
 Usually the only candidate is the float32 winner and no re-ranking is needed.
 
-Layout: blocks of 1024 points are multiplied against cache-sized tiles of vocabulary rows
-(no full distance matrix); per tile only a row-wise argmin runs over the scores.  Running
-per point: the best score and the smallest score of any *other* row seen in a tile that
-came within the margin.  Tiles whose minimum is above best + margin hold no candidate, now
-or later (best only decreases), so only points whose final second score is within the
-margin ("ambiguous": ties, near-ties) are searched again exhaustively and re-ranked.
+Two backends compute the float32 scores; the candidate rule and re-ranking are shared.
+
+* ``fused`` (default where available): a compiled AVX2+FMA kernel (``_nearest_kernel.c``,
+  loaded with ctypes) that keeps scores in registers and tracks per point the best score,
+  its row and the smallest score of any other row, so no score matrix is ever written.  It
+  runs on every core (Python threads; ctypes releases the GIL).
+* ``blas``: blocks of 1024 points are multiplied against cache-sized tiles of vocabulary rows
+  by numpy's BLAS; per tile only a row-wise argmin runs over the scores.  Tiles whose minimum
+  is above best + margin hold no candidate, now or later (best only decreases).
+
+Either way, only points whose second score is within the margin of their best ("ambiguous":
+ties, near-ties) are searched again exhaustively and re-ranked.
 """
 
 from __future__ import annotations
+
+import ctypes
+import functools
+import importlib.machinery
+import os
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import numpy as np
 
@@ -30,6 +43,49 @@ _BLOCK_ENTRIES = 1 << 22  # score-matrix entries per block (16 MiB in float32)
 _QUERY_BLOCK = 1024  # points per GEMM: enough arithmetic per loaded vocabulary row to be compute-bound
 _TILE_ENTRIES = 1 << 21  # scores per (points x vocabulary tile) GEMM: 8 MiB, stays in the L3 cache
 _MIN_TILE = 256
+_LANES, _MICRO = 16, 6  # fused kernel: vocabulary rows per panel, points per micro-kernel
+_FUSED_BLOCK = 4096  # points per fused-kernel call (its state is 192 bytes per point)
+_L2_BYTES = 384 * 1024  # vocabulary bytes per fused chunk: fits a 512 KiB L2 cache with room to spare
+BACKENDS = ("auto", "fused", "blas")
+
+
+@functools.lru_cache(maxsize=1)
+def _kernel():
+    """The compiled fused kernel via ctypes, or None (not built, or no AVX2 + FMA on this CPU)."""
+    here = Path(__file__).resolve().parent
+    for suffix in importlib.machinery.EXTENSION_SUFFIXES:
+        path = here / f"_nearest_kernel{suffix}"
+        if path.exists():
+            break
+    else:
+        return None
+    try:
+        lib = ctypes.CDLL(str(path))
+    except OSError:
+        return None
+    if not lib.lac_nearest_simd():
+        return None
+    ptr, i64 = ctypes.c_void_p, ctypes.c_int64
+    lib.lac_nearest_scan.argtypes = [ptr, ptr, i64, ctypes.c_int, ptr, i64, ptr, ptr, ptr, i64]
+    lib.lac_nearest_scan.restype = ctypes.c_int
+    return lib
+
+
+def fused_available() -> bool:
+    """True if the compiled fused kernel is installed and this CPU runs it."""
+    return _kernel() is not None
+
+
+def _cpus() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+@functools.lru_cache(maxsize=1)
+def _pool() -> ThreadPoolExecutor:
+    return ThreadPoolExecutor(max_workers=_cpus(), thread_name_prefix="lac-nearest")
 
 
 def _gamma(k: int, u: float) -> float:
@@ -60,7 +116,10 @@ def reference_nearest_rows(points: np.ndarray, vectors: np.ndarray, block: int =
 class NearestIndex:
     """Exact Euclidean nearest-row queries against fixed ``vectors`` (V x d, float32 or float64)."""
 
-    def __init__(self, vectors: np.ndarray, norms2: np.ndarray | None = None):
+    def __init__(self, vectors: np.ndarray, norms2: np.ndarray | None = None, backend: str = "auto"):
+        """``backend``: "fused" (compiled kernel), "blas" (numpy GEMM tiles) or "auto" (fused if available)."""
+        if backend not in BACKENDS:
+            raise ValueError(f"backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
         v = np.asarray(vectors)
         if v.ndim != 2 or v.shape[0] == 0 or v.shape[1] == 0:
             raise ValueError(f"vectors must be a non-empty 2-D array, got shape {v.shape}")
@@ -82,17 +141,39 @@ class NearestIndex:
         self.vectors = v
         self.size, self.dim = size, dim
         self.max_norm = float(np.sqrt(n64.max())) * _SLACK
-        # Augmented rows [-2 v, ||v||^2] so one GEMM with [p, 1] yields the score directly.
-        aug = np.empty((size, dim + 1), dtype=np.float32)
-        np.multiply(v, -2.0, out=aug[:, :dim], casting="unsafe")  # exact: power-of-two scaling
-        aug[:, dim] = n32
-        self._aug = {np.dtype(np.float32): aug}
-        self._n32 = n32
+        self._n32 = np.asarray(n32, dtype=np.float32)
+        self._aug: dict[np.dtype, np.ndarray] = {}
+        fused = backend != "blas" and fused_available() and size < 2**31 - _LANES
+        if backend == "fused" and not fused:
+            raise RuntimeError("the fused nearest-row kernel is not available here "
+                               "(not compiled at install, or the CPU lacks AVX2/FMA); use backend='blas'")
+        self.backend = "fused" if fused else "blas"
+        if fused:
+            self._panels, self._panel_norms = self._build_panels()
+        else:
+            self._augmented(np.dtype(np.float32))
+
+    def _build_panels(self) -> tuple[np.ndarray, np.ndarray]:
+        """Rows as [panel][dim][16] float32 of -2 v (padding rows 0) and norms (padding +inf)."""
+        npanels = -(-self.size // _LANES)
+        panels = np.zeros((npanels, self.dim, _LANES), dtype=np.float32)
+        step = 1 << 12  # panels per copy: bounds the temporary
+        for p0 in range(0, npanels, step):
+            rows = self.vectors[p0 * _LANES:min(p0 + step, npanels) * _LANES]
+            full = len(rows) // _LANES
+            chunk = np.multiply(rows, -2.0, dtype=np.float32)  # exact: power-of-two scaling
+            panels[p0:p0 + full] = chunk[:full * _LANES].reshape(full, _LANES, self.dim).transpose(0, 2, 1)
+            if len(rows) % _LANES:
+                panels[p0 + full, :, :len(rows) % _LANES] = chunk[full * _LANES:].T
+        norms = np.full(npanels * _LANES, np.inf, dtype=np.float32)
+        norms[:self.size] = self._n32
+        return panels, norms
 
     def _augmented(self, dtype: np.dtype) -> np.ndarray:
+        """Augmented rows [-2 v, ||v||^2] so one GEMM with [p, 1] yields the score directly."""
         if dtype not in self._aug:
-            aug = np.empty((self.size, self.dim + 1), dtype=np.float64)
-            aug[:, :self.dim] = -2.0 * np.asarray(self.vectors, dtype=np.float64)
+            aug = np.empty((self.size, self.dim + 1), dtype=dtype)
+            np.multiply(self.vectors, -2.0, out=aug[:, :self.dim], casting="unsafe")  # exact scaling
             aug[:, self.dim] = self._n32
             self._aug[dtype] = aug
         return self._aug[dtype]
@@ -124,31 +205,85 @@ class NearestIndex:
     def query(self, points: np.ndarray, block: int | None = None) -> np.ndarray:
         """Row index of the nearest vector for each point (int64), identical to the float64 brute force.
 
-        ``block`` is the number of points per GEMM (default 1024).  Points are multiplied
-        against tiles of vocabulary rows (about 2M scores per tile, so the tile stays in
-        cache); per tile only an in-place argmin runs over the scores, and a tile's second
-        smallest score is computed only for points whose tile minimum comes within the
-        candidate margin of their running best.  Points with any second row within the
-        margin of the final best are re-ranked against all rows (``_query_exhaustive``).
+        ``block`` is the number of points per GEMM or kernel call (default 1024 for blas,
+        4096 for fused).  Points with any second row within the candidate margin of their
+        best are re-ranked against all rows (``_query_exhaustive``).
         """
         p, dtype, margin = self._prepare(points)
         m = p.shape[0]
-        out = np.empty(m, dtype=np.int64)
         if m == 0:
-            return out
-        if block is None:
-            block = _QUERY_BLOCK
-        block = int(block)
-        if block < 1:
+            return np.empty(0, dtype=np.int64)
+        if block is not None and int(block) < 1:
             raise ValueError("block must be >= 1")
         if dtype != np.float32:
-            return self._query_exhaustive(p, margin, dtype, block)
+            return self._query_exhaustive(p, margin, dtype, int(block or _QUERY_BLOCK))
+        if self.backend == "fused":
+            out, best, second = self._scan_fused(p, int(block or _FUSED_BLOCK))
+        else:
+            out, best, second = self._scan_blas(p, margin, int(block or _QUERY_BLOCK))
+        amb = np.flatnonzero(second <= np.nextafter(best + margin, np.inf))
+        if amb.size:
+            out[amb] = self._query_exhaustive(p[amb], margin[amb], np.dtype(np.float32), int(block or _QUERY_BLOCK))
+        return out
+
+    def _scan_fused(self, p: np.ndarray, block: int):
+        """Float32 winner, its score and the smallest other score per point, from the fused kernel."""
+        m = p.shape[0]
+        q32 = p.astype(np.float32)  # the same rounding the BLAS path applies
+        out = np.empty(m, dtype=np.int64)
+        best, second = np.empty(m), np.empty(m)
+        chunk = max(1, _L2_BYTES // (self.dim * _LANES * 4))
+
+        def run(lo: int, hi: int) -> None:
+            for s in range(lo, hi, block):
+                e = min(s + block, hi)
+                out[s:e], best[s:e], second[s:e] = self._scan_block(q32[s:e], chunk)
+
+        threads = min(_cpus(), max(1, m // (8 * _MICRO)))
+        if threads == 1:
+            run(0, m)
+        else:
+            cuts = np.linspace(0, m, threads + 1).astype(int)
+            for f in [_pool().submit(run, int(lo), int(hi)) for lo, hi in zip(cuts[:-1], cuts[1:])]:
+                f.result()
+        return out, best, second
+
+    def _scan_block(self, q32: np.ndarray, chunk: int):
+        n = q32.shape[0]
+        nmicro = -(-n // _MICRO)
+        packed = np.zeros((nmicro * _MICRO, self.dim), dtype=np.float32)
+        packed[:n] = q32
+        packed = np.ascontiguousarray(packed.reshape(nmicro, _MICRO, self.dim).transpose(0, 2, 1))
+        lane_best = np.full((nmicro * _MICRO, _LANES), np.inf, dtype=np.float32)
+        lane_second = np.full_like(lane_best, np.inf)
+        lane_idx = np.zeros(lane_best.shape, dtype=np.int32)
+        rc = _kernel().lac_nearest_scan(
+            self._panels.ctypes.data, self._panel_norms.ctypes.data, self._panels.shape[0], self.dim,
+            packed.ctypes.data, nmicro, lane_best.ctypes.data, lane_second.ctypes.data,
+            lane_idx.ctypes.data, chunk)
+        if rc != 0:
+            raise RuntimeError(f"fused nearest-row kernel failed ({rc})")
+        lane_best, lane_second, lane_idx = lane_best[:n], lane_second[:n], lane_idx[:n]
+        # Across lanes: the smallest score, and on equal scores the lowest row.
+        top = lane_best.min(axis=1)
+        rows = np.where(lane_best == top[:, None], lane_idx, np.iinfo(np.int32).max)
+        lane = rows.argmin(axis=1)
+        at = np.arange(n)
+        winner = rows[at, lane]
+        lane_best[at, lane] = np.inf
+        second = np.minimum(lane_second.min(axis=1), lane_best.min(axis=1))
+        return winner, top, second
+
+    def _scan_blas(self, p: np.ndarray, margin: np.ndarray, block: int):
+        """Float32 winner, its score and the smallest other score that could matter, from BLAS tiles."""
+        m = p.shape[0]
+        out = np.empty(m, dtype=np.int64)
+        best_all, second_all = np.empty(m), np.empty(m)
         block = min(block, m)
         tile = int(min(self.size, max(_MIN_TILE, _TILE_ENTRIES // block)))
-        aug = self._aug[np.dtype(np.float32)]
+        aug = self._augmented(np.dtype(np.float32))
         buf = np.ones((block, self.dim + 1), dtype=np.float32)
         scores_buf = np.empty((block, tile), dtype=np.float32)
-        ambiguous = []
         for start in range(0, m, block):
             stop = min(start + block, m)
             nb = stop - start
@@ -180,14 +315,8 @@ class NearestIndex:
                 second[c] = np.minimum(np.minimum(second[c], tsec), np.where(better, old, new))
                 best[c] = np.where(better, new, old)
                 idx[c] = np.where(better, t0 + arg[c], idx[c])
-            out[start:stop] = idx
-            amb = np.flatnonzero(second <= np.nextafter(best + mg, np.inf))
-            if amb.size:
-                ambiguous.append(start + amb)
-        if ambiguous:
-            amb = np.concatenate(ambiguous)
-            out[amb] = self._query_exhaustive(p[amb], margin[amb], np.dtype(np.float32), block)
-        return out
+            out[start:stop], best_all[start:stop], second_all[start:stop] = idx, best, second
+        return out, best_all, second_all
 
     def _query_exhaustive(self, p: np.ndarray, margin: np.ndarray, dtype: np.dtype, block: int) -> np.ndarray:
         """Full score rows per block of points, every candidate within the margin re-ranked in float64.
@@ -226,14 +355,14 @@ class NearestIndex:
 
 
 def nearest_rows(points: np.ndarray, vectors: np.ndarray, norms2: np.ndarray | None = None,
-                 block: int | None = None) -> np.ndarray:
+                 block: int | None = None, backend: str = "auto") -> np.ndarray:
     """Exact Euclidean nearest row of ``vectors`` for each point (int64), ties to the lowest index.
 
     ``norms2`` (squared row norms, e.g. ``Embedding.norms2``) is optional.  ``block`` is the
-    number of points per GEMM (default 1024).  To query the
-    same vectors repeatedly, build a ``NearestIndex`` once.
+    number of points per GEMM or kernel call; ``backend`` as for ``NearestIndex``.  To query
+    the same vectors repeatedly, build a ``NearestIndex`` once.
     """
-    return NearestIndex(vectors, norms2).query(points, block=block)
+    return NearestIndex(vectors, norms2, backend).query(points, block=block)
 
 
 def farthest_pair(vectors: np.ndarray) -> tuple[float, int, int]:
