@@ -19,7 +19,6 @@ import numpy as np
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms
 
 REKEY_BYTES = 1 << 30
-_TWO_PI = 2.0 * math.pi
 _EPS52 = 2.0 ** -52
 
 
@@ -36,9 +35,9 @@ class CsprngGenerator:
     """Uniform, normal, gamma (integer shape), Laplace variates and permutations from ChaCha20.
 
     Uniform doubles take 52 random bits and lie strictly inside (0, 1); normals use
-    Box–Muller; Gamma(a, θ), a ≥ 1, by Marsaglia–Tsang rejection (exact);
-    (exact); Laplace uses the inverse CDF; permutations sort 64-bit random keys, redrawing
-    on ties (exactly uniform).
+    Marsaglia's polar method; Gamma(a, θ), a ≥ 1, by Marsaglia–Tsang rejection (exact);
+    Laplace uses the inverse CDF; permutations sort 64-bit random keys, redrawing on ties
+    (exactly uniform).
     """
 
     def __init__(self) -> None:
@@ -78,21 +77,29 @@ class CsprngGenerator:
         return _shaped(u, size)
 
     def standard_normal(self, size=None) -> np.ndarray | float:
+        """Marsaglia's polar method: exact, and no trigonometric calls (faster than Box–Muller here)."""
         n = _count(size)
-        half = (n + 1) // 2
-        u = self._open_uniform(2 * half)
-        r, theta = u[:half], u[half:]
-        np.log(r, out=r)
-        r *= -2.0
-        np.sqrt(r, out=r)
-        theta *= _TWO_PI
-        z = np.empty(2 * half)
-        np.cos(theta, out=z[:half])
-        np.sin(theta, out=z[half:])
-        z[:half] *= r
-        z[half:] *= r
-        z = z[:n]
-        return _shaped(z, size)
+        out = np.empty(n)
+        filled = 0
+        while filled < n:
+            pairs = (n - filled + 1) // 2
+            draw = pairs + pairs // 3 + 16  # a pair is accepted with probability pi/4: usually one round
+            xy = self._open_uniform(2 * draw).reshape(2, draw)
+            xy *= 2.0
+            xy -= 1.0  # a grid symmetric about 0 on (-1, 1) that never hits 0
+            s = np.einsum("ij,ij->j", xy, xy)
+            inside = s < 1.0
+            xy = np.compress(inside, xy, axis=1)[:, :pairs]
+            s = np.compress(inside, s)[:pairs]
+            f = np.log(s)
+            f *= -2.0
+            f /= s
+            np.sqrt(f, out=f)
+            xy *= f
+            z = xy.ravel()[:n - filled]  # x·f and y·f: two independent normals per pair
+            out[filled:filled + z.size] = z
+            filled += z.size
+        return _shaped(out, size)
 
     def standard_exponential(self, size=None) -> np.ndarray | float:
         n = _count(size)
