@@ -69,18 +69,16 @@ AVX2 static void run_avx2(const float *panels, const float *norms, int64_t p0, i
             }
             __m256i base = _mm256_set1_epi32((int32_t)(p * LANES));
             __m256i r0 = _mm256_add_epi32(base, lane_lo), r1 = _mm256_add_epi32(base, lane_hi);
-            update8(bm + 0 * LANES, sm + 0 * LANES, im + 0 * LANES, c00, r0);
-            update8(bm + 0 * LANES + 8, sm + 0 * LANES + 8, im + 0 * LANES + 8, c01, r1);
-            update8(bm + 1 * LANES, sm + 1 * LANES, im + 1 * LANES, c10, r0);
-            update8(bm + 1 * LANES + 8, sm + 1 * LANES + 8, im + 1 * LANES + 8, c11, r1);
-            update8(bm + 2 * LANES, sm + 2 * LANES, im + 2 * LANES, c20, r0);
-            update8(bm + 2 * LANES + 8, sm + 2 * LANES + 8, im + 2 * LANES + 8, c21, r1);
-            update8(bm + 3 * LANES, sm + 3 * LANES, im + 3 * LANES, c30, r0);
-            update8(bm + 3 * LANES + 8, sm + 3 * LANES + 8, im + 3 * LANES + 8, c31, r1);
-            update8(bm + 4 * LANES, sm + 4 * LANES, im + 4 * LANES, c40, r0);
-            update8(bm + 4 * LANES + 8, sm + 4 * LANES + 8, im + 4 * LANES + 8, c41, r1);
-            update8(bm + 5 * LANES, sm + 5 * LANES, im + 5 * LANES, c50, r0);
-            update8(bm + 5 * LANES + 8, sm + 5 * LANES + 8, im + 5 * LANES + 8, c51, r1);
+#define UPDATE_POINT(i, lo, hi)                                                  \
+            update8(bm + (i) * LANES, sm + (i) * LANES, im + (i) * LANES, lo, r0); \
+            update8(bm + (i) * LANES + 8, sm + (i) * LANES + 8, im + (i) * LANES + 8, hi, r1)
+            UPDATE_POINT(0, c00, c01);
+            UPDATE_POINT(1, c10, c11);
+            UPDATE_POINT(2, c20, c21);
+            UPDATE_POINT(3, c30, c31);
+            UPDATE_POINT(4, c40, c41);
+            UPDATE_POINT(5, c50, c51);
+#undef UPDATE_POINT
         }
     }
 }
