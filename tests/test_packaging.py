@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import shutil
 import subprocess
 import venv
 from pathlib import Path
@@ -19,13 +21,19 @@ CASES = {
 }
 
 
+def _install_alone(tmp_path, component, env=None, source=None) -> str:
+    """A fresh virtualenv with common and ``component`` (from ``source`` if given) installed; returns its python."""
+    venv.create(tmp_path / "venv", with_pip=True)
+    py = str(tmp_path / "venv" / "bin" / "python")
+    subprocess.run([py, "-m", "pip", "install", "--quiet", str(ROOT / "common"), str(source or ROOT / component)],
+                   check=True, capture_output=True, timeout=900, env=env)
+    return py
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("component", sorted(CASES))
 def test_component_installs_alone(component, tmp_path):
-    venv.create(tmp_path / "venv", with_pip=True)
-    py = str(tmp_path / "venv" / "bin" / "python")
-    subprocess.run([py, "-m", "pip", "install", "--quiet", str(ROOT / "common"), str(ROOT / component)],
-                   check=True, capture_output=True, timeout=900)
+    py = _install_alone(tmp_path, component)
     check, forbidden = CASES[component]
     subprocess.run([py, "-c", check], check=True, timeout=120)
     installed = subprocess.run([py, "-m", "pip", "list", "--format=freeze"], check=True, capture_output=True,
@@ -35,3 +43,21 @@ def test_component_installs_alone(component, tmp_path):
     help_text = subprocess.run([str(tmp_path / "venv" / "bin" / "lac"), "--help"], check=True,
                                capture_output=True, text=True).stdout
     assert component in help_text
+
+
+@pytest.mark.slow
+def test_client_installs_without_a_c_compiler(tmp_path):
+    """The fused kernel is optional: with no working compiler the SDK installs and runs on BLAS, exactly."""
+    # A clean copy: an earlier build's build/ directory would otherwise bring its compiled kernel along.
+    source = shutil.copytree(ROOT / "client", tmp_path / "client",
+                             ignore=shutil.ignore_patterns("build", "*.so", "*.egg-info"))
+    py = _install_alone(tmp_path, "client", env={**os.environ, "CC": "false", "PIP_NO_CACHE_DIR": "1"}, source=source)
+    check = ("import numpy as np\n"
+             "from lac.client.nearest import NearestIndex, fused_available, reference_nearest_rows\n"
+             "assert not fused_available()\n"
+             "v = np.random.default_rng(0).standard_normal((500, 20)).astype(np.float32)\n"
+             "p = np.random.default_rng(1).standard_normal((50, 20))\n"
+             "index = NearestIndex(v)\n"
+             "assert index.backend == 'blas'\n"
+             "assert (index.query(p) == reference_nearest_rows(p, v)).all()\n")
+    subprocess.run([py, "-c", check], check=True, timeout=120)

@@ -164,10 +164,8 @@ def test_near_ties_on_50k_vocabulary(glove50k):
 
 
 @pytest.mark.parametrize("size,l2_bytes,block", [(3000, 1, 7), (2999, 3200 * 5, 1000), (2993, 1 << 20, 4096)])
-def test_fused_lanes_panels_and_chunks(glove10k, monkeypatch, backend, size, l2_bytes, block):
+def test_fused_lanes_panels_and_chunks(glove10k, monkeypatch, size, l2_bytes, block):
     """Duplicates in the same lane and across lanes, a partial last panel, odd point counts, any chunking."""
-    if backend != "fused":
-        pytest.skip("fused kernel layout")
     monkeypatch.setattr(nearest, "_L2_BYTES", l2_bytes)
     v = np.array(glove10k.vectors[:size])
     v[5 + 16 * 150] = v[5]  # same lane (row mod 16), far apart

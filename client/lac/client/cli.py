@@ -89,6 +89,7 @@ def _localize(args):
     print(_describe(emb), file=sys.stderr)
     mech = mechanism_factory(args.mechanism, emb, tau=args.tau, k=args.k)(args.epsilon)
     localizer = Localizer(emb, mech)
+    print(f"nearest-word search: exact, {localizer.search_backend} backend", file=sys.stderr)
     bar = Progress("privatizing", len(lines))
     reports = []
     for i in range(0, len(lines), 256):

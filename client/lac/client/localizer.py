@@ -60,6 +60,11 @@ class Localizer:
         self._index = NearestIndex(embedding.vectors, embedding.norms2)
         self.diameter = embedding.diameter()
 
+    @property
+    def search_backend(self) -> str:
+        """Which exact nearest-word search runs: "fused" (compiled kernel) or "blas" (numpy fallback)."""
+        return self._index.backend
+
     def ids(self, tokens: Iterable[str]) -> np.ndarray:
         """Rows of ``tokens`` (``OOV`` for words outside the vocabulary)."""
         index = self.embedding.index
