@@ -241,3 +241,26 @@ def test_large_release_is_cut_into_batches_that_fit_a_message(start_shuffler, si
     wait_for(lambda: _status(shf.address).reports_forwarded == 50)
     assert max(len(r) for r in sink.raw) <= 20_000 + 100 and len(sink.batches()) >= 3
     assert sorted(sink.tags()) == sorted(tag_of(r.payload) for r in reports)
+
+
+def test_idempotency_ids_are_remembered_for_one_to_two_windows(tmp_path):
+    from lac.shuffler.reportlog import ReportLog
+
+    def put(log, ids):
+        return log.append_groups([([(i, None, b"sealed") for i in ids], None)], epoch=0, quota=0,
+                                 max_bytes=1 << 30)[0]
+
+    a, b = b"a" * 8, b"b" * 8
+    log = ReportLog(tmp_path)
+    t0 = float(log._db.execute("SELECT value FROM meta WHERE name = 'seen_since'").fetchone()[0])
+    assert put(log, [a]) == [True]
+    assert not log.rotate_seen(3600, now=t0 + 10)  # the window has not passed
+    assert log.rotate_seen(3600, now=t0 + 3601)
+    assert put(log, [a, b]) == [False, True]       # a: still known, from the previous generation
+    log.close()
+    log = ReportLog(tmp_path)                      # the generations and their start survive a restart
+    assert not log.rotate_seen(3600, now=t0 + 3700)
+    assert log.rotate_seen(3600, now=t0 + 7300)
+    assert put(log, [a, b]) == [True, False]       # a forgotten after two windows; b remembered
+    assert log.buffered() == 3
+    log.close()

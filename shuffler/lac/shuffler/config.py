@@ -46,6 +46,9 @@ class ShufflerConfig:
                                              "`lac shuffler add-client`)")
     quota_per_epoch: int = setting(1, "reports accepted per client per epoch (0 = unlimited); over it: "
                                       "RESOURCE_EXHAUSTED with retry-after-seconds")
+    idempotency_window_days: float = setting(7.0, "a report's idempotency id is remembered (a retry is acknowledged "
+                                                  "as a duplicate) for at least this many days and at most twice "
+                                                  "that; older ids are forgotten so the log stays bounded")
     max_log_bytes: int = setting(2 * 1024 ** 3, "disk quota of the report log (buffered reports + undelivered "
                                                 "batches); when full, Submit answers UNAVAILABLE until "
                                                 "forwarding drains it")
@@ -67,6 +70,8 @@ class ShufflerConfig:
             raise ValueError("min_batch must be at least 1")
         if self.epoch_seconds <= 0:
             raise ValueError("epoch_seconds must be positive")
+        if not self.idempotency_window_days > 0:
+            raise ValueError("idempotency_window_days must be positive")
         if self.max_report_bytes < 1 or self.max_reports_per_request < 1:
             raise ValueError("size limits must be positive")
         if self.auth not in ("token", "none"):

@@ -14,6 +14,9 @@ What is stored where:
   same content. The body is dropped once the curator acknowledges it.
 * ``quota``: reports per (epoch, keyed hash of the client id); rows of past epochs are
   deleted at each epoch change. Nothing links a quota row to a report.
+* ``seen`` / ``seen_prev``: idempotency ids in two generations. ``rotate_seen`` drops the older
+  one and starts a new one once a window has passed, so an id is remembered for at least one
+  window and at most two, and the tables stay bounded. Nothing links an id to a report.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import hmac
 import logging
 import os
 import sqlite3
+import time
 import uuid
 from collections import Counter
 from dataclasses import dataclass
@@ -36,6 +40,7 @@ log = logging.getLogger(__name__)
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS buffer (seq INTEGER PRIMARY KEY, crowd TEXT, payload BLOB NOT NULL);
 CREATE TABLE IF NOT EXISTS seen (idempotency_id BLOB PRIMARY KEY) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS seen_prev (idempotency_id BLOB PRIMARY KEY) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS batches (batch_id TEXT PRIMARY KEY, n INTEGER NOT NULL, body BLOB,
                                     privacy BLOB, delivered INTEGER NOT NULL DEFAULT 0);
 CREATE TABLE IF NOT EXISTS quota (epoch INTEGER NOT NULL, client BLOB NOT NULL, n INTEGER NOT NULL,
@@ -107,6 +112,8 @@ class ReportLog:
             if row is None:
                 row = (os.urandom(32),)
                 self._db.execute("INSERT INTO meta VALUES ('client_key', ?)", row)
+            if self._db.execute("SELECT 1 FROM meta WHERE name = 'seen_since'").fetchone() is None:
+                self._db.execute("INSERT INTO meta VALUES ('seen_since', ?)", (repr(time.time()).encode(),))
         self._client_key = row[0]
         self.used_bytes = self._measure()
         self.commits = 0  # group commits since open (one fsync each)
@@ -176,13 +183,32 @@ class ReportLog:
         return results
 
     def _known(self, ids: list[bytes]) -> set[bytes]:
-        """The subset of ``ids`` already stored."""
+        """The subset of ``ids`` already stored (in either generation)."""
         out = set()
         for i in range(0, len(ids), 10_000):
             chunk = ids[i:i + 10_000]
+            marks = ",".join("?" * len(chunk))
             out.update(r[0] for r in self._db.execute(
-                f"SELECT idempotency_id FROM seen WHERE idempotency_id IN ({','.join('?' * len(chunk))})", chunk))
+                f"SELECT idempotency_id FROM seen WHERE idempotency_id IN ({marks}) UNION ALL "
+                f"SELECT idempotency_id FROM seen_prev WHERE idempotency_id IN ({marks})", chunk + chunk))
         return out
+
+    def rotate_seen(self, window_seconds: float, now: float | None = None) -> bool:
+        """If the current generation of idempotency ids is ``window_seconds`` old, drop the previous one.
+
+        Returns True if it rotated. Ids are then remembered for between one and two windows.
+        """
+        now = time.time() if now is None else now
+        since = float(self._db.execute("SELECT value FROM meta WHERE name = 'seen_since'").fetchone()[0])
+        if now - since < window_seconds:
+            return False
+        with self._tx():
+            self._db.execute("DROP TABLE seen_prev")
+            self._db.execute("ALTER TABLE seen RENAME TO seen_prev")
+            self._db.execute("CREATE TABLE seen (idempotency_id BLOB PRIMARY KEY) WITHOUT ROWID")
+            self._db.execute("UPDATE meta SET value = ? WHERE name = 'seen_since'", (repr(now).encode(),))
+        self.used_bytes = self._measure()
+        return True
 
     def buffered(self) -> int:
         """Reports waiting for a batch (kept in memory; the table is only counted at open)."""

@@ -250,6 +250,7 @@ class Shuffler:
             ended, self._epoch = self._epoch, self.epoch()
             await self.flush(self.config.min_batch, f"end of epoch {ended}")
             await self._run(self._log.prune_quota, self._epoch)
+            await self._run(self._log.rotate_seen, self.config.idempotency_window_days * 86400.0)
 
     async def _forward_loop(self) -> None:
         delay = 0.5
