@@ -13,7 +13,7 @@ from lac.common import envelope
 from lac.common.v1 import curator_pb2, curator_pb2_grpc, reports_pb2
 from lac.curator.ngrams import NgramVocabulary, user_counts
 from lac.curator.service import make_segment, segment_counts
-from lac.curator.store import CuratorStore, Segment
+from lac.curator.store import CuratorStore, Quarantined, Segment
 
 TEXTS = [["the", "dog", "sleeps", "in", "the", "sun"], ["the", "fox", "is", "a", "small", "animal"],
          ["we", "walk", "the", "dog"], ["the", "sun", "is", "a", "star"], ["the", "dog", "the", "dog", "the"]]
@@ -45,6 +45,21 @@ def test_segments_reproduce_user_counts(C, W, tmp_path):
     # A smaller vocabulary later: items it lacks are dropped before the W cap, as re-counting would.
     small = NgramVocabulary(vocab.items[::2], vocab.alpha[::2], vocab.max_n)
     assert (segment_counts(segs, small, C, W) != user_counts(reports, small, C, W)).nnz == 0
+
+
+def test_quarantine_keeps_only_the_newest_rows(tmp_path):
+    store = CuratorStore(tmp_path, quarantine_max_rows=5)
+
+    def seg(keep):
+        raise AssertionError("no report is kept")
+
+    for b in range(4):
+        bad = [Quarantined("invalid", f"batch {b} report {i}", bytes([b, i])) for i in range(3)]
+        assert store.add_batch(f"b{b}", [], seg, bad, 86400.0).rejects == {"invalid": 3}
+    assert store.counts()["quarantined"] == 5
+    assert [r[3] for r in store.quarantine()] == [bytes([3, 2]), bytes([3, 1]), bytes([3, 0]),
+                                                  bytes([2, 2]), bytes([2, 1])]
+    assert store.rejects() == {"invalid": 12}  # the totals are kept
 
 
 def test_replay_window_prunes_old_ids(tmp_path):

@@ -42,6 +42,8 @@ class CuratorConfig:
     n_max: int = setting(1_000_000, "public cap on the number of reports in a release (sensitivity 'sound')")
     replay_window_days: float = setting(30.0, "a report id seen within this many days is rejected as a replay; "
                                               "older ids are forgotten")
+    quarantine_max_rows: int = setting(10_000, "quarantined reports kept for diagnosis (the newest; 0 = none); "
+                                               "reject counters keep the totals")
     allow_non_dp_releases: bool = setting(False, "allow the 'kanon' baseline over RPC (NOT differentially "
                                                  "private; it spends no budget and is flagged as such)")
 
@@ -54,3 +56,5 @@ class CuratorConfig:
             raise ValueError("budget_epsilon must be >= 0 and budget_delta in [0, 1)")
         if self.n_max < 1 or not self.replay_window_days > 0:
             raise ValueError("n_max and replay_window_days must be positive")
+        if self.quarantine_max_rows < 0:
+            raise ValueError("quarantine_max_rows must be >= 0")

@@ -90,7 +90,7 @@ class Curator:
     def __init__(self, config: CuratorConfig, vocab: NgramVocabulary, rng: np.random.Generator | None = None):
         self.config = config
         self.vocab = vocab
-        self.store = CuratorStore(config.state_dir)
+        self.store = CuratorStore(config.state_dir, config.quarantine_max_rows)
         self._rng = rng  # None: a fresh CSPRNG generator per release (production)
         self.keyring = envelope.CuratorKeyRing.load(config.key_dir) if config.key_dir else None
         if config.allow_plaintext_payloads:

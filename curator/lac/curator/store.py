@@ -16,7 +16,8 @@ Layout under ``state_dir``:
 Privacy: the report content (text, report ids, local-privacy metadata) is not stored. A segment
 keeps only a report's n-grams that are in the public release vocabulary, with counts; report
 ids live in SQLite only for the replay window and are then deleted. Quarantined reports keep
-their sealed bytes (for diagnosis) — they are encrypted to the curator once HPKE is in place.
+their sealed bytes (for diagnosis; still sealed to the curator), the newest ``quarantine_max_rows``
+of them only, so a stream of bad reports cannot fill the disk; reject counters keep the totals.
 """
 
 from __future__ import annotations
@@ -109,9 +110,11 @@ def _fsync_dir(path: Path) -> None:
 class CuratorStore:
     """Single-writer store; call from one thread (the service uses a one-thread executor)."""
 
-    def __init__(self, state_dir: Path):
+    def __init__(self, state_dir: Path, quarantine_max_rows: int = 10_000):
+        """``quarantine_max_rows``: quarantined reports kept for diagnosis (the most recent; counters keep totals)."""
         state_dir.mkdir(parents=True, exist_ok=True)
         self.state_dir = state_dir
+        self.quarantine_max_rows = quarantine_max_rows
         self.segments_dir = state_dir / "segments"
         self.releases_dir = state_dir / "releases"
         self.segments_dir.mkdir(exist_ok=True)
@@ -174,6 +177,9 @@ class CuratorStore:
             self._db.executemany("INSERT INTO report_ids VALUES (?, ?)", ((report_ids[i], now) for i in keep))
             self._db.executemany("INSERT INTO quarantine (batch_id, reason, detail, sealed, at) VALUES (?, ?, ?, ?, ?)",
                                  ((batch_id, q.reason, q.detail, q.sealed, now) for q in quarantined))
+            if quarantined:  # rowids grow by one per row, so this keeps the newest quarantine_max_rows
+                self._db.execute("DELETE FROM quarantine WHERE id <= (SELECT MAX(id) FROM quarantine) - ?",
+                                 (self.quarantine_max_rows,))
             rejected = sum(rejects.values())
             self._db.execute("INSERT INTO batches VALUES (?, ?, ?, ?, ?, ?)",
                              (batch_id, len(keep), rejected, segment_name, now, privacy))
