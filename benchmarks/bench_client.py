@@ -16,6 +16,7 @@ Prints (all measured in this run, on this machine, ratios from interleaved runs)
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import platform
 import re
@@ -97,17 +98,13 @@ def _tiled_gemm(index, pts):
     return run
 
 
-_PEAK = {}
-
-
+@functools.lru_cache(maxsize=1)
 def sgemm_peak() -> float:
-    """This machine's float32 GEMM rate (GFLOP/s) on a large square product: its arithmetic limit."""
-    if "gflops" not in _PEAK:
-        g = np.random.default_rng(1)
-        a, b = (g.standard_normal((2048, 2048)).astype(np.float32) for _ in range(2))
-        out = np.empty_like(a)
-        _PEAK["gflops"] = 2 * 2048**3 / _timeit(lambda: np.matmul(a, b, out=out), min_time=2.0) / 1e9
-    return _PEAK["gflops"]
+    """This machine's float32 GEMM rate (GFLOP/s) on a large square product: its arithmetic limit (once per run)."""
+    g = np.random.default_rng(1)
+    a, b = (g.standard_normal((2048, 2048)).astype(np.float32) for _ in range(2))
+    out = np.empty_like(a)
+    return 2 * 2048**3 / _timeit(lambda: np.matmul(a, b, out=out), min_time=2.0) / 1e9
 
 
 def _interleaved(fns, rounds):

@@ -215,15 +215,16 @@ class NearestIndex:
             return np.empty(0, dtype=np.int64)
         if block is not None and int(block) < 1:
             raise ValueError("block must be >= 1")
+        gemm_block = int(block or _QUERY_BLOCK)
         if dtype != np.float32:
-            return self._query_exhaustive(p, margin, dtype, int(block or _QUERY_BLOCK))
+            return self._query_exhaustive(p, margin, dtype, gemm_block)
         if self.backend == "fused":
             out, best, second = self._scan_fused(p, int(block or _FUSED_BLOCK))
         else:
-            out, best, second = self._scan_blas(p, margin, int(block or _QUERY_BLOCK))
+            out, best, second = self._scan_blas(p, margin, gemm_block)
         amb = np.flatnonzero(second <= np.nextafter(best + margin, np.inf))
         if amb.size:
-            out[amb] = self._query_exhaustive(p[amb], margin[amb], np.dtype(np.float32), int(block or _QUERY_BLOCK))
+            out[amb] = self._query_exhaustive(p[amb], margin[amb], np.dtype(np.float32), gemm_block)
         return out
 
     def _scan_fused(self, p: np.ndarray, block: int):

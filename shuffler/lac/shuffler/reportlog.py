@@ -37,10 +37,12 @@ from lac.shuffler.shuffle import bernoulli_mask, secure_permutation
 
 log = logging.getLogger(__name__)
 
-_SCHEMA = """
+_SEEN_TABLE = "CREATE TABLE IF NOT EXISTS {} (idempotency_id BLOB PRIMARY KEY) WITHOUT ROWID"  # one generation
+
+_SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS buffer (seq INTEGER PRIMARY KEY, crowd TEXT, payload BLOB NOT NULL);
-CREATE TABLE IF NOT EXISTS seen (idempotency_id BLOB PRIMARY KEY) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS seen_prev (idempotency_id BLOB PRIMARY KEY) WITHOUT ROWID;
+{_SEEN_TABLE.format("seen")};
+{_SEEN_TABLE.format("seen_prev")};
 CREATE TABLE IF NOT EXISTS batches (batch_id TEXT PRIMARY KEY, n INTEGER NOT NULL, body BLOB,
                                     privacy BLOB, delivered INTEGER NOT NULL DEFAULT 0);
 CREATE TABLE IF NOT EXISTS quota (epoch INTEGER NOT NULL, client BLOB NOT NULL, n INTEGER NOT NULL,
@@ -205,7 +207,7 @@ class ReportLog:
         with self._tx():
             self._db.execute("DROP TABLE seen_prev")
             self._db.execute("ALTER TABLE seen RENAME TO seen_prev")
-            self._db.execute("CREATE TABLE seen (idempotency_id BLOB PRIMARY KEY) WITHOUT ROWID")
+            self._db.execute(_SEEN_TABLE.format("seen"))
             self._db.execute("UPDATE meta SET value = ? WHERE name = 'seen_since'", (repr(now).encode(),))
         self.used_bytes = self._measure()
         return True
