@@ -29,26 +29,31 @@ def test_pipeline_release_matches_library(tmp_path, data):
     from lac.client.localizer import Localizer
     from lac.client.mechanisms import MultivariateLaplace
     from lac.client.submit import ShufflerClient
-    from lac.curator.bayesian import BayesianParams
+    from lac.curator.bayesian import BayesianParams, bayesian_dp
     from lac.curator.config import CuratorConfig
+    from lac.curator.ngrams import user_counts
     from lac.curator.prior import public_vocabulary
-    from lac.curator.service import compute_release
-
-    from lac.shuffler.auth import add_client
+    from lac.shuffler.auth import add_clients
 
     emb, corpora, texts = data
     pki = procs.LocalDeployment.create(tmp_path / "keys")
     analyst = pki.client_tls("analyst")
-    tokens = [add_client(tmp_path / "shuffler" / "clients.tokens", f"user-{i}") for i in range(USERS)]
+    tokens = add_clients(tmp_path / "shuffler" / "clients.tokens", [f"user-{i}" for i in range(USERS)])
+    published = ["--embedding", emb.name, "--word-distance-bound", repr(emb.diameter()), "--epsilon-per-word", "10"]
     curator = procs.start("curator", ["--state-dir", str(tmp_path / "curator"),
-                                      "--public-corpus", str(corpora.public_corpus), *pki.curator_args()],
+                                      "--public-corpus", str(corpora.public_corpus), *published, *pki.curator_args()],
                           tmp_path, tls=analyst)
     try:
         shuffler = procs.start("shuffler", ["--state-dir", str(tmp_path / "shuffler"), "--curator", curator.address,
                                             "--min-batch", str(USERS), *pki.shuffler_args()],
                                tmp_path, tls=pki.client_tls())
         try:
-            reports = Localizer(emb, MultivariateLaplace(10.0), rng=np.random.default_rng(7)).privatize_many(texts)
+            with ShufflerClient(shuffler.address, pki.curator_public_key(), pki.client_tls(), token=tokens[0]) as c:
+                deployment = c.deployment()  # the curator's configuration, relayed by the shuffler
+            assert (deployment.embedding, deployment.epsilon_per_word) == (emb.name, 10.0)
+            localizer = Localizer(emb, MultivariateLaplace(10.0), rng=np.random.default_rng(7), deployment=deployment)
+            reports = localizer.privatize_many(texts)
+            assert max(r.n_words for r in reports) <= deployment.max_report_words
             acks = []
             for report, token in zip(reports, tokens):  # each user: own token, one sealed report, over TLS
                 with ShufflerClient(shuffler.address, pki.curator_public_key(), pki.client_tls(),
@@ -61,15 +66,17 @@ def test_pipeline_release_matches_library(tmp_path, data):
                     client.submit(reports[:1])
             assert over.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
             assert any(k == "retry-after-seconds" for k, _ in over.value.trailing_metadata())
-            with tls.channel(curator.address, analyst) as ch:
-                stub = curator_pb2_grpc.CuratorStub(ch)
+            operator = pki.client_tls("operator")
+            with tls.channel(curator.address, operator) as ch:
+                ops = curator_pb2_grpc.CuratorStub(ch)
                 deadline = time.monotonic() + 60
-                while stub.GetStatus(curator_pb2.CuratorStatusRequest(), timeout=5).reports < USERS:
+                while ops.GetStatus(curator_pb2.CuratorStatusRequest(), timeout=5).reports < USERS:
                     assert time.monotonic() < deadline, "batch did not reach the curator"
                     time.sleep(0.1)
+            with tls.channel(curator.address, analyst) as ch:
+                stub = curator_pb2_grpc.CuratorStub(ch)
                 record = stub.Release(curator_pb2.ReleaseRequest(epsilon=0.5, delta=1e-6), timeout=300)
-                full = stub.GetRelease(curator_pb2.GetReleaseRequest(release_id=record.release_id,
-                                                                     include_pre_noise_mean=True), timeout=30)
+                full = stub.GetRelease(curator_pb2.GetReleaseRequest(release_id=record.release_id), timeout=30)
             _check_who_holds_the_curator_key(pki, shuffler.process.pid, curator.process.pid)
         finally:
             assert shuffler.stop() == 0  # graceful SIGTERM shutdown
@@ -83,22 +90,25 @@ def test_pipeline_release_matches_library(tmp_path, data):
     with sqlite3.connect(tmp_path / "curator" / "curator.sqlite") as db:
         (blob,), = db.execute("SELECT privacy FROM batches").fetchall()
     stated = reports_pb2.BatchPrivacy.FromString(blob)  # the shuffler's statement, stored with the batch
-    assert stated.n_reports == USERS and stated.statement
+    assert stated.n_reports == USERS and stated.distinct_clients and stated.statement
+    assert stated.report_epsilon0 == pytest.approx(deployment.report_epsilon0)
 
     cc = CuratorConfig()
     vocab = public_vocabulary(corpora.public_corpus, cc.max_n, cc.vocab_min_count, cc.vocab_max_items,
                               tmp_path / "prior")
     assert list(full.items) == list(vocab.items)
-    expected = compute_release([[list(s) for s in r.sentences] for r in reports], vocab,
-                               BayesianParams(epsilon=0.5, delta=1e-6), cc.max_items_per_report,
-                               rng=np.random.default_rng(0))
-    assert record.n_reports == expected.n_users == USERS
+    U = user_counts([[list(s) for s in r.sentences] for r in reports], vocab, C=cc.item_clamp,
+                    W=cc.max_items_per_report)
+    expected = bayesian_dp(U, vocab.alpha, BayesianParams(epsilon=0.5, delta=1e-6, S=0.01, rho=0.5, C=cc.item_clamp,
+                                                          W=cc.max_items_per_report, count_clip=cc.item_count_clip),
+                           rng=np.random.default_rng(0))
+    assert record.n_reports == 0  # an analyst never sees the exact count
+    assert record.sensitivity_method == "sound" and record.differentially_private
     assert record.vocab_size == expected.vocab_size
     assert record.gamma == pytest.approx(expected.gamma, rel=1e-12)
     assert record.sigma == pytest.approx(expected.sigma, rel=1e-12)
     assert record.calibration == expected.calibration
-    np.testing.assert_allclose(np.asarray(full.pre_noise_mean), expected.mean, rtol=0, atol=1e-12)
-    # Released log-probabilities = mean + N(0, σ²) noise, up to softmax's additive constant.
+    # Released log-probabilities = the library's pre-noise mean + N(0, σ²) noise, up to softmax's constant.
     residual = np.asarray(full.log_probs) - expected.mean
     residual -= residual.mean()
     assert stats.kstest(residual / record.sigma, "norm").pvalue > 1e-4  # false-alarm rate 1e-4

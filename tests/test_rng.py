@@ -71,3 +71,48 @@ def test_rekeys_from_the_os(monkeypatch):
     assert g._stream is first
     g.random(100)  # beyond 1024 bytes: new key
     assert g._stream is not first
+
+
+def test_a_generator_built_before_fork_draws_new_noise_in_the_child():
+    """Finding 7: a generator built before os.fork() (gunicorn --preload, multiprocessing's fork)
+    produced the same noise in parent and child. The child now re-keys from the OS at the fork."""
+    import multiprocessing
+    import os
+
+    from lac.client.embedding import Embedding
+    from lac.client.localizer import Localizer
+    from lac.client.mechanisms import MultivariateLaplace
+
+    g = secure_generator()
+    emb = Embedding("tiny", [f"w{i}" for i in range(50)], np.random.default_rng(0).standard_normal((50, 8)).astype(
+        np.float32))
+    loc = Localizer(emb, MultivariateLaplace(0.5))  # its own CSPRNG, built before the fork
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: one draw from each, then exit without running the parent's cleanup
+        try:
+            os.write(w, g.random(4).tobytes() + loc.perturb_ids(np.zeros(64, dtype=np.int64)).tobytes())
+        finally:
+            os._exit(0)
+    os.close(w)
+    child = b""
+    while chunk := os.read(r, 1 << 16):
+        child += chunk
+    os.close(r)
+    os.waitpid(pid, 0)
+    parent = g.random(4).tobytes() + loc.perturb_ids(np.zeros(64, dtype=np.int64)).tobytes()
+    assert len(child) == len(parent) and child[:32] != parent[:32] and child[32:] != parent[32:]
+
+    # the same through multiprocessing's fork start method
+    global _SHARED
+    _SHARED = g  # inherited by the forked workers, not pickled
+    with multiprocessing.get_context("fork").Pool(2) as pool:
+        draws = pool.map(_draw, range(2))
+    assert draws[0] != draws[1] and g.random(2).tobytes() not in draws
+
+
+_SHARED = None
+
+
+def _draw(_) -> bytes:
+    return _SHARED.random(2).tobytes()

@@ -12,9 +12,7 @@ from lac.common import envelope
 from lac.common.v1 import (curator_pb2, curator_pb2_grpc, reports_pb2, shuffler_pb2, shuffler_pb2_grpc)
 
 
-def content(*sentences: list[str]) -> reports_pb2.ReportContent:
-    return reports_pb2.ReportContent(report_id=os.urandom(16),
-                                     sentences=[reports_pb2.Sentence(tokens=s) for s in sentences])
+from lac_testkit import content
 
 
 _KEY = {}
@@ -87,7 +85,7 @@ def test_submit_is_idempotent_and_validates(start_curator, start_shuffler):
         status = stub.GetStatus(shuffler_pb2.ShufflerStatusRequest(), timeout=10)
         assert status.buffered_reports == 4 and sum(status.rejects.values()) == 4
         flush = stub.Flush(shuffler_pb2.FlushRequest(), timeout=10)
-        assert not flush.released and "fewer than min_batch=1000" in flush.note
+        assert not flush.released and "fewer than min_batch=1000" in flush.note and "4 distinct clients" in flush.note
 
 
 def test_batch_reaches_curator_once_and_curator_quarantines_bad_reports(start_curator, start_shuffler):
@@ -153,13 +151,13 @@ def test_release_and_queries(start_curator):
         stub = curator_pb2_grpc.CuratorStub(ch)
         record = stub.Release(curator_pb2.ReleaseRequest(epsilon=0.5, delta=1e-6), timeout=60)
         assert record.n_reports == 20 and record.sigma > 0 and record.gamma > 0
-        assert record.data_dependent and "data-dependent" in record.statement
+        assert not record.data_dependent and record.statement.startswith("(0.5, 1e-06)-differential privacy")
         assert [r.release_id for r in stub.ListReleases(curator_pb2.ListReleasesRequest(), timeout=5).releases] \
             == [record.release_id]
         top = stub.TopNgrams(curator_pb2.TopNgramsRequest(release_id=record.release_id, k=3, order=1), timeout=5)
         assert len(top.ngrams) == 3 and all(len(g.ngram.split()) == 1 for g in top.ngrams)
         full = stub.GetRelease(curator_pb2.GetReleaseRequest(release_id=record.release_id), timeout=5)
-        assert len(full.items) == len(full.log_probs) == record.vocab_size and not full.pre_noise_mean
+        assert len(full.items) == len(full.log_probs) == record.vocab_size
         with pytest.raises(grpc.RpcError) as err:
             stub.GetRelease(curator_pb2.GetReleaseRequest(release_id="nope"), timeout=5)
         assert err.value.code() == grpc.StatusCode.NOT_FOUND

@@ -33,7 +33,6 @@ def test_report_fields(glove50k):
     assert isinstance(r, PrivatizedReport)
     assert [len(s) for s in r.sentences] == [len(s) for s in src]
     assert r.n_words == sum(len(s) for s in src) == 16
-    assert r.n_out_of_vocabulary == 3
     assert (r.mechanism, r.epsilon_per_word, r.embedding) == ("multivariate-laplace", 4.0, "glove-6b-50d/50000")
     assert "n = 16" in r.statement and "centroid" in r.statement and glove50k.name in r.statement
     assert f"{16 * 4.0 * glove50k.diameter():.6g}" in r.statement
@@ -45,7 +44,7 @@ def test_report_fields(glove50k):
 
 def test_empty_text(glove200):
     r = _loc(glove200, 1.0).privatize("  ... !!")
-    assert r.sentences == () and r.n_words == 0 and r.n_out_of_vocabulary == 0
+    assert r.sentences == () and r.n_words == 0
     assert _loc(glove200, 1.0).privatize_many([]) == []
 
 
@@ -56,7 +55,6 @@ def test_oov_never_passes_through(glove50k, eps):
         out = {t for s in r.sentences for t in s}
         assert not out & OOV_TOKENS
         assert all(t in glove50k.index for t in out)
-        assert r.n_out_of_vocabulary == 3
 
 
 def test_oov_words_start_from_the_centroid(glove50k):
@@ -222,3 +220,62 @@ def test_bag_earth_movers_guarantee_is_attained_in_one_dimension():
     assert _ratio_violations(b, a, n, bound, P_MIN / 2).size == 0
     top = 4 * 5 + 4
     assert stats.binomtest(b[top], a[top] + b[top], bound / (1 + bound)).pvalue > P_MIN  # b' is nearer 2
+
+
+def test_sealed_content_holds_only_what_the_statements_disclose(glove50k, curator_public_key):
+    """Finding 2: the seal carried n_out_of_vocabulary (the curator told an OOV sentence from an
+    in-vocabulary one with certainty) and ~1.6 KB of prose. Now the sealed content is the report id,
+    the perturbed words and three typed parameters; nothing depends on which words were OOV."""
+    from lac.client.submit import report_content
+    from lac.common import envelope
+    from lac.common.v1 import reports_pb2
+
+    assert "n_out_of_vocabulary" not in reports_pb2.ReportContent.DESCRIPTOR.fields_by_name
+    loc = _loc(glove50k, 15.0, seed=3)
+    a = report_content(loc.privatize("the cat sat on the mat ."))
+    b = report_content(loc.privatize("the xqzvwk sat on the mat ."))
+    for c in (a, b):
+        assert {f.name for f, _ in c.ListFields()} == {"report_id", "sentences", "local_privacy"}
+        assert len(c.report_id) == 16 and c.local_privacy == a.local_privacy
+        assert [len(s.tokens) for s in c.sentences] == [6]
+    assert a.local_privacy.epsilon_per_word == 15.0 and a.local_privacy.embedding == glove50k.name
+    # the statement is rendered locally from the same typed values, and never sealed
+    assert "statement" not in reports_pb2.LocalPrivacy.DESCRIPTOR.fields_by_name
+    sealed = envelope.seal(a, curator_public_key)
+    assert len(sealed.data) == 32 + 512 + 16  # the smallest padding bucket
+
+
+def test_a_median_report_seals_to_the_smallest_bucket(glove50k, curator_public_key):
+    """Seal size of real 17-word messages (the demo's median report length): <= 600 B."""
+    from lac.client.submit import report_content
+    from lac.common import envelope
+
+    texts = ["I never said I was perfect, but I am a lot better than the people you usually meet here.",
+             "The quick brown fox jumps over the lazy dog while the farmer watches from the old red barn."]
+    for r in _loc(glove50k, 15.0, seed=4).privatize_many(texts):
+        assert 17 <= r.n_words <= 19
+        assert len(envelope.seal(report_content(r), curator_public_key).data) <= 600
+
+
+def test_deployment_is_enforced_on_the_device(glove50k):
+    """Finding 5: ε0 was an operator-typed number. The Localizer now refuses a mechanism, ε or
+    embedding the deployment does not accept and keeps each report within its L words."""
+    from lac.client.localizer import fit_words
+    from lac.common.deployment import Deployment
+
+    d = Deployment(epsilon_per_word=10.0, embedding=glove50k.name, word_distance_bound=glove50k.diameter(),
+                   max_report_words=5)
+    for bad in (dict(epsilon_per_word=5.0), dict(embedding="glove-6b-50d/20000"),
+                dict(mechanism="knn-truncated"), dict(word_distance_bound=10.0)):
+        with pytest.raises(ValueError, match="does not match the curator's deployment"):
+            Localizer(glove50k, MultivariateLaplace(10.0), deployment=Deployment(**{**d.__dict__, **bad}))
+    text = "One two three. Four five six seven. Eight nine ten eleven twelve thirteen fourteen."
+    trunc = Localizer(glove50k, MultivariateLaplace(10.0), deployment=d)
+    assert [r.n_words for r in trunc.privatize_many([text])] == [5]
+    split = Localizer(glove50k, MultivariateLaplace(10.0), deployment=d, long_text="split")
+    parts = split.privatize_many([text, "short one"])
+    assert [r.n_words for r in parts] == [3, 4, 5, 2, 2]  # sentences kept whole where they fit
+    with pytest.raises(ValueError, match="privatize_many"):
+        split.privatize(text)
+    assert fit_words([["a"] * 12], 5, "split") == [[["a"] * 5], [["a"] * 5], [["a"] * 2]]
+    assert fit_words([["a"] * 3, ["b"] * 3], 5, "truncate") == [[["a"] * 3, ["b"] * 2]]

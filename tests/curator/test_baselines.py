@@ -5,7 +5,9 @@ import pytest
 import scipy.sparse as sp
 from scipy import stats
 
+from lac.common.privacy import PrivacyUnit
 from lac.curator.baselines import k_anonymity, laplace_dp, laplace_public_dp
+from lac.curator.sound import cap_rows
 
 FALSE_ALARM = 1e-3  # per KS test
 
@@ -37,10 +39,18 @@ def test_laplace_mean_is_clamped_counts_and_caps_enforced():
     out = laplace_dp(sp.csr_matrix(dense), W=3, C=2, epsilon=1e9, rng=np.random.default_rng(1))
     np.testing.assert_allclose(out.mean, np.minimum(dense, 2).sum(axis=0))
     np.testing.assert_allclose(out.probs, np.minimum(dense, 2).sum(axis=0) / np.minimum(dense, 2).sum(), atol=1e-6)
-    with pytest.raises(ValueError):
-        laplace_dp(sp.csr_matrix(dense), W=1, C=2, epsilon=1.0)
+    # a report above W is cut to its first W items by the mechanism (no error: it would leak)
+    cut = laplace_dp(sp.csr_matrix(dense), W=1, C=2, epsilon=1e9, rng=np.random.default_rng(1))
+    np.testing.assert_allclose(cut.mean, np.minimum(cap_rows(sp.csr_matrix(dense), 1).toarray(), 2).sum(axis=0))
     with pytest.raises(ValueError):
         laplace_dp(sp.csr_matrix(dense), W=3, C=2, epsilon=0.0)
+
+
+def test_user_level_sensitivity_covers_every_report_of_a_user():
+    unit = PrivacyUnit.client(reports_per_window=2, windows=3, window_seconds=3600)
+    out = laplace_dp(sp.csr_matrix(_users()), W=3, C=2, epsilon=1.0, rng=np.random.default_rng(0), unit=unit)
+    assert out.sensitivity == 6 * 3 * 2 and out.scale == 36.0
+    assert "at most 6 in all" in out.statement
 
 
 def test_laplace_threshold_and_normalise():
@@ -61,7 +71,7 @@ def test_laplace_public_sound_and_observed():
     np.testing.assert_allclose(s.mean, c / c.sum())  # f + α̃ = c/‖c‖₁
     o = laplace_public_dp(U, alpha, W=3, C=2, epsilon=0.5, sensitivity="observed", rng=np.random.default_rng(4))
     assert o.sensitivity == pytest.approx(2 * 3 * 2 / c.sum()) and o.data_dependent
-    assert "data-dependent" in o.statement
+    assert o.statement.startswith("NOT differentially private") and not o.differentially_private
     # the observed ℓ1 sensitivity dominates removing any present user
     for u in range(dense.shape[0]):
         cu = np.minimum(np.delete(dense, u, axis=0), 2).sum(axis=0)

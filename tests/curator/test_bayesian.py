@@ -204,15 +204,16 @@ def test_claim1_can_underestimate_when_C_over_S_is_not_integer():
     ],
 )
 def test_params_validation(kw):
-    base = dict(epsilon=0.5, delta=1e-6)
+    base = dict(epsilon=0.5, delta=1e-6, sensitivity="bruteforce")
     with pytest.raises(ValueError):
         BayesianParams(**{**base, **kw})
 
 
 def test_params_defaults():
-    p = BayesianParams(0.5, 1e-6)
-    assert (p.S, p.C, p.rho, p.sensitivity, p.calibration) == (1.0, 1, 0.9, "bruteforce", "auto")
-    BayesianParams(epsilon=1, delta=1e-6, C=np.int64(10), rho=1.0)
+    p = BayesianParams(0.5, 1e-6, W=10, count_clip=1000)
+    assert (p.S, p.C, p.rho, p.sensitivity, p.calibration) == (1.0, 1, 0.9, "sound", "auto")
+    assert not p.data_dependent and p.unit.max_reports == 1
+    BayesianParams(epsilon=1, delta=1e-6, C=np.int64(10), rho=1.0, sensitivity="bruteforce")
 
 
 # ---------- the mechanism ----------
@@ -226,7 +227,7 @@ def _data(seed=0, n=200, V=50):
 
 def test_bayesian_dp_release():
     U, alpha = _data()
-    p = BayesianParams(epsilon=0.5, delta=1e-6, S=0.5, C=2, rho=0.8)
+    p = BayesianParams(epsilon=0.5, delta=1e-6, S=0.5, C=2, rho=0.8, sensitivity="bruteforce")
     r = bayesian_dp(U, alpha, p, rng=np.random.default_rng(1))
     Dc = np.minimum(U.toarray(), 2)
     w = np.minimum(1, 0.5 * (Dc > 0).sum(0) / 2)
@@ -235,8 +236,10 @@ def test_bayesian_dp_release():
     assert r.sigma == analytic_sigma(0.8 * r.gamma, 0.5, 1e-6)
     assert r.calibration == "analytic" and r.sensitivity_method == "bruteforce"
     assert (r.n_users, r.vocab_size) == (200, 50)
-    assert r.data_dependent and r.params is p
-    assert "(0.5, 1e-06)" in r.statement and "data-dependent" in r.statement and "remove" in r.statement
+    assert r.data_dependent and r.params is p and not r.guarantee.differentially_private
+    assert r.statement.startswith("NOT differentially private: data-dependent sensitivity, as in Ramadan et al.")
+    assert "(0.5, 1e-06)" in r.statement and "removing a present report" in r.statement
+    assert str(round(r.sigma, 3))[:4] not in r.guarantee.public_statement()  # data-derived σ withheld
     assert abs(logsumexp(r.log_theta)) < 1e-9
     # released values lie on the 2^-40 grid; the pre-softmax h was snapped to Λ
     assert np.all(r.log_theta * 2.0**40 == np.rint(r.log_theta * 2.0**40))
@@ -263,7 +266,7 @@ def test_bayesian_dp_classic_and_claim1():
 
 def test_noise_has_the_calibrated_scale():
     U, alpha = _data(2, n=300, V=20000)
-    p = BayesianParams(epsilon=1.0, delta=1e-6)
+    p = BayesianParams(epsilon=1.0, delta=1e-6, sensitivity="bruteforce")
     r = bayesian_dp(U, alpha, p, rng=np.random.default_rng(5))
     resid = r.log_theta - r.mean
     resid -= resid.mean()
@@ -272,13 +275,15 @@ def test_noise_has_the_calibrated_scale():
 
 def test_bayesian_dp_edge_cases():
     alpha = np.array([5.0, 1.0, 0.0])
-    p = BayesianParams(epsilon=0.5, delta=1e-6)
+    p = BayesianParams(epsilon=0.5, delta=1e-6, sensitivity="bruteforce")
     # zero users: γ = 0, σ = 0, output is the public prior's softmax (ρ-scaled)
     r = bayesian_dp(sp.csr_matrix((0, 3), dtype=np.int32), alpha, p)
     assert (r.gamma, r.sigma, r.grid, r.n_users) == (0.0, 0.0, 0.0, 0)
     np.testing.assert_allclose(r.log_theta, r.mean - logsumexp(r.mean), atol=2**-40)
     np.testing.assert_allclose(r.mean, 0.1 * prior_mean(alpha))
-    assert "public data only" in r.statement
+    # with the sound γ the noise does not depend on whether anyone is there
+    sound = bayesian_dp(sp.csr_matrix((0, 3), dtype=np.int32), alpha, BayesianParams(0.5, 1e-6, W=2, count_clip=9))
+    assert sound.sigma > 0 and sound.gamma > 0
     # vocabulary of size 1
     r = bayesian_dp(sp.csr_matrix(np.array([[1], [3]])), np.array([7.0]), p)
     assert r.log_theta.tolist() == [0.0] and r.gamma == 0.0

@@ -32,15 +32,16 @@ def test_cross_entropy_score_matches_definition():
 
 def test_budget_accounting_adds_up():
     U, alpha = _data()
-    p = EndToEndParams(epsilon=1.2, delta=1e-6, S_grid=(0.1, 1.0), rho_grid=(0.5, 0.9))
+    p = EndToEndParams(epsilon=1.2, delta=1e-6, S_grid=(0.1, 1.0), rho_grid=(0.5, 0.9), sensitivity="bruteforce")
     out = end_to_end_dp(U, alpha, p, rng=np.random.default_rng(1))
     assert out.epsilon_select == pytest.approx(1.2 / 3)
     assert out.epsilon_release == pytest.approx(2 * 1.2 / 3)
     assert out.epsilon == pytest.approx(1.2)
     assert out.release.params.epsilon == pytest.approx(out.epsilon_release)
     assert out.delta == out.release.params.delta == 1e-6
-    assert out.n_validation == 20 and out.n_train == 180
-    assert out.release.n_users == 180
+    in_val = np.random.default_rng(1).random(200) < 0.1  # one independent coin per report, drawn first
+    assert out.n_validation == in_val.sum() and out.n_train == 200 - in_val.sum()
+    assert out.release.n_users == out.n_train
     assert out.laplace_scale == pytest.approx(2 * out.delta_q / out.epsilon_select)
     assert out.data_dependent
     assert (out.S, out.rho) == out.grid[out.index]
@@ -50,13 +51,12 @@ def test_budget_accounting_adds_up():
 def test_selection_prefers_best_grid_point_when_noise_is_tiny():
     U, alpha = _data(seed=3, n=300)
     S_grid, rho_grid = (0.001, 0.1, 1.0, 100.0), (0.05, 0.5, 0.99)
-    p = EndToEndParams(epsilon=1e12, delta=1e-6, S_grid=S_grid, rho_grid=rho_grid)
+    p = EndToEndParams(epsilon=1e12, delta=1e-6, S_grid=S_grid, rho_grid=rho_grid, sensitivity="bruteforce")
     rng = np.random.default_rng(7)
     out = end_to_end_dp(U, alpha, p, rng=rng)
     # recompute the exact scores independently from the same split
-    perm = np.random.default_rng(7).permutation(U.shape[0])
-    n1 = 30
-    U1, U2 = U[np.sort(perm[:n1])], U[np.sort(perm[n1:])]
+    in_val = np.random.default_rng(7).random(U.shape[0]) < 0.1
+    U1, U2 = U[np.flatnonzero(in_val)], U[np.flatnonzero(~in_val)]
     c1 = np.asarray(U1.sum(axis=0)).ravel()
     c2 = np.asarray(U2.sum(axis=0)).ravel()
     N2 = np.asarray((U2 > 0).sum(axis=0)).ravel()
@@ -67,13 +67,15 @@ def test_selection_prefers_best_grid_point_when_noise_is_tiny():
     assert out.index == int(np.argmin(exact))
     assert len(set(np.round(exact, 6))) > 1  # the grid is not degenerate
     # the release equals BayesianDP run directly on the training part with the chosen (S, ρ)
-    direct = bayesian_dp(U2, alpha, BayesianParams(epsilon=2e12 / 3, delta=1e-6, S=out.S, rho=out.rho))
+    direct = bayesian_dp(U2, alpha, BayesianParams(epsilon=2e12 / 3, delta=1e-6, S=out.S, rho=out.rho,
+                                                          sensitivity="bruteforce"))
     np.testing.assert_allclose(out.release.mean, direct.mean)
 
 
 def test_selection_is_noisy_at_small_epsilon():
     U, alpha = _data(seed=5, n=100)
-    p = EndToEndParams(epsilon=0.01, delta=1e-6, S_grid=(0.01, 1.0, 100.0), rho_grid=(0.1, 0.9))
+    p = EndToEndParams(epsilon=0.01, delta=1e-6, S_grid=(0.01, 1.0, 100.0), rho_grid=(0.1, 0.9),
+                       sensitivity="bruteforce")
     picks = {end_to_end_dp(U, alpha, p, rng=np.random.default_rng(s)).index for s in range(30)}
     assert len(picks) > 1
 
@@ -81,7 +83,7 @@ def test_selection_is_noisy_at_small_epsilon():
 def test_sound_mode_is_data_independent():
     U, alpha = _data(seed=2, n=120, W=4)
     p = EndToEndParams(epsilon=1.0, delta=1e-6, S_grid=(0.5, 1.0), rho_grid=(0.5, 0.9), sensitivity="sound",
-                       W=4, n_max=1000)
+                       W=4, count_clip=1000)
     a = end_to_end_dp(U, alpha, p, rng=np.random.default_rng(0))
     assert not a.data_dependent and not a.release.data_dependent
     assert SOUND_STATEMENT in a.statement
@@ -90,17 +92,18 @@ def test_sound_mode_is_data_independent():
     b = end_to_end_dp(U2, alpha, p, rng=np.random.default_rng(1))
     assert a.delta_q == b.delta_q
     with pytest.raises(ValueError):
-        end_to_end_dp(U, alpha, EndToEndParams(epsilon=1.0, delta=1e-6, sensitivity="sound", W=1, n_max=1000))
+        end_to_end_dp(U, alpha, EndToEndParams(epsilon=1.0, delta=1e-6, sensitivity="sound", W=1, count_clip=0))
 
 
 def test_delta_q_dominates_removal_of_validation_users():
     """|Δq| (data-dependent mode) covers removing any present user from either part."""
     U, alpha = _data(seed=4, n=60)
     S_grid, rho_grid = (0.1, 1.0), (0.5, 0.9)
-    p = EndToEndParams(epsilon=1.0, delta=1e-6, S_grid=S_grid, rho_grid=rho_grid)
+    p = EndToEndParams(epsilon=1.0, delta=1e-6, S_grid=S_grid, rho_grid=rho_grid, sensitivity="bruteforce")
     out = end_to_end_dp(U, alpha, p, rng=np.random.default_rng(11))
-    perm = np.random.default_rng(11).permutation(60)
-    idx1, idx2 = np.sort(perm[:6]), np.sort(perm[6:])
+    in_val = np.random.default_rng(11).random(60) < 0.1
+    idx1, idx2 = np.flatnonzero(in_val), np.flatnonzero(~in_val)
+    assert idx1.size > 0
 
     def scores(i1, i2):
         c1 = np.asarray(U[i1].sum(axis=0)).ravel()
@@ -119,6 +122,30 @@ def test_delta_q_dominates_removal_of_validation_users():
     for j in range(idx2.size):
         worst = max(worst, np.abs(scores(idx1, np.delete(idx2, j)) - base).max())
     assert worst <= out.delta_q * (1 + 1e-9)
+
+
+def test_split_does_not_depend_on_the_number_of_reports():
+    """Regression (review finding 9): the validation split was round(0.1·n) reports, a function of n,
+    which the composition argument assumes fixed. Now each report's side is its own coin: the same
+    reports get the same sides whether or not more reports follow them."""
+    U, alpha = _data(seed=6, n=300)
+    p = EndToEndParams(epsilon=1e12, delta=1e-6, S_grid=(1.0,), rho_grid=(0.5,), sensitivity="bruteforce")
+    small = end_to_end_dp(U[:100], alpha, p, rng=np.random.default_rng(3))
+    big = end_to_end_dp(U, alpha, p, rng=np.random.default_rng(3))
+    coins = np.random.default_rng(3).random(300) < 0.1
+    assert small.n_validation == coins[:100].sum() and big.n_validation == coins.sum()
+    assert "independent 10% coins per report" in big.statement
+    # the share is 10% in expectation, not exactly: over many seeds it varies
+    sizes = {end_to_end_dp(U[:100], alpha, p, rng=np.random.default_rng(s)).n_validation for s in range(20)}
+    assert len(sizes) > 1 and 5 < np.mean(list(sizes)) < 15
+
+
+def test_sound_mode_caps_the_validation_split():
+    U, alpha = _data(seed=2, n=400, W=4)
+    p = EndToEndParams(epsilon=1.0, delta=1e-6, S_grid=(0.5,), rho_grid=(0.5,), W=4, count_clip=1000,
+                       validation_cap=7)
+    out = end_to_end_dp(U, alpha, p, rng=np.random.default_rng(0))
+    assert out.n_validation == 7 and out.guarantee.differentially_private
 
 
 def test_params_validation():

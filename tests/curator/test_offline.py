@@ -9,6 +9,7 @@ import scipy.sparse as sp
 
 from lac.curator.ngrams import NgramVocabulary
 from lac.curator.offline import default_out_path, default_vocab_path, load_public, release_offline
+from lac.curator.release import PublicCaps, ReleaseSpec
 
 ITEMS = ("the", "cat", "sat", "the cat", "cat sat", "on", "mat", "the mat")
 
@@ -55,7 +56,7 @@ def test_load_public_formats(tmp_path, files):
 
 def test_release_offline_library(files, tmp_path):
     counts, public, _ = files
-    rec = release_offline(counts, public, "bayesian", 1.0, 1e-6, sensitivity="sound", W=3, n_max=100,
+    rec = release_offline(counts, public, ReleaseSpec(epsilon=1.0), PublicCaps(W=3, count_clip=100),
                           rng=np.random.default_rng(1))
     assert rec["data_dependent"] is False and "sound: data-independent worst case" in rec["statement"]
     assert rec["out"] == str(default_out_path(counts, "bayesian"))
@@ -65,12 +66,13 @@ def test_release_offline_library(files, tmp_path):
         assert z["items"].tobytes().decode().split("\n") == list(ITEMS)
     assert np.isclose(np.exp(lp).sum(), 1.0)
     with pytest.raises(ValueError, match="vocabulary"):
-        release_offline(counts, public, "bayesian", 1.0, 1e-6, vocab=public)
+        release_offline(counts, public, ReleaseSpec(epsilon=1.0), PublicCaps(), vocab=public)
 
 
 @pytest.mark.parametrize("mechanism,extra", [
     ("bayesian", []),
-    ("bayesian", ["--sensitivity", "sound", "--W", "3", "--n-max", "1000"]),
+    ("bayesian", ["--sensitivity", "bruteforce"]),
+    ("bayesian", ["--W", "3", "--count-clip", "1000", "--reports-per-user", "2"]),
     ("endtoend", []),
     ("laplace", ["--W", "3"]),
     ("laplace-public", ["--W", "3"]),
@@ -82,19 +84,20 @@ def test_cli_json(files, tmp_path, mechanism, extra):
     rec = json.loads(_cli("--counts", str(counts), "--public", str(public), "--mechanism", mechanism,
                           "--epsilon", "1.5", "--delta", "1e-6", "--out", str(out), "--json", *extra))
     for key in ("mechanism", "params", "sensitivity_method", "gamma", "sigma", "epsilon", "delta", "n_users",
-                "vocab_size", "data_dependent", "statement", "mean_summary", "out"):
+                "vocab_size", "data_dependent", "statement", "out"):
         assert key in rec
     assert rec["mechanism"] == mechanism
     assert rec["n_users"] == dense.shape[0] and rec["vocab_size"] == len(ITEMS)
     assert rec["out"] == str(out) and out.exists()
-    assert set(rec["mean_summary"]) == {"min", "max", "mean"}
     with np.load(out) as z:
         assert np.isclose(np.exp(z["log_probs"]).sum(), 1.0)
     if mechanism in ("bayesian", "endtoend"):
         assert rec["epsilon"] == pytest.approx(1.5) and rec["delta"] == 1e-6
         assert rec["gamma"] > 0 and rec["sigma"] > 0
-    if mechanism == "kanon":
-        assert rec["epsilon"] is None and "NOT differentially private" in rec["statement"]
+    if mechanism == "kanon" or "bruteforce" in extra:
+        assert rec["statement"].startswith("NOT differentially private") and not rec["differentially_private"]
+    if "--reports-per-user" in extra:
+        assert "one user's reports (at most 2)" in rec["statement"]
     if mechanism == "endtoend":
         assert rec["params"]["epsilon_select"] + rec["params"]["epsilon_release"] == pytest.approx(1.5)
 

@@ -19,9 +19,7 @@ TEXTS = [["the", "dog", "sleeps", "in", "the", "sun"], ["the", "fox", "is", "a",
          ["we", "walk", "the", "dog"], ["the", "sun", "is", "a", "star"], ["the", "dog", "the", "dog", "the"]]
 
 
-def content(*sentences, report_id=None) -> reports_pb2.ReportContent:
-    return reports_pb2.ReportContent(report_id=report_id or os.urandom(16),
-                                     sentences=[reports_pb2.Sentence(tokens=s) for s in sentences])
+from lac_testkit import content
 
 
 def random_reports(rng, words, n):
@@ -108,6 +106,10 @@ def test_quarantine_keeps_the_rest_and_survives_restart(start_curator, seal, cur
         seal(content(["bad token"])),  # invalid
         seal(content(["a" * 100])),  # invalid
         reports_pb2.SealedPayload(),  # unsupported encoding
+        seal(content(["the"], epsilon=16.0)),  # epsilon_too_large (the deployment accepts at most 15)
+        seal(content(["the"], embedding="glove-6b-50d/20000")),  # embedding_mismatch
+        seal(content(["the"], mechanism="knn-truncated")),  # mechanism_not_allowed
+        seal(content(["the"] * 41)),  # too_many_words (L = 40)
     ]
     original = envelope.open_payload
 
@@ -120,12 +122,14 @@ def test_quarantine_keeps_the_rest_and_survives_restart(start_curator, seal, cur
     bad.append(reports_pb2.SealedPayload(encoding=envelope.HPKE, key_id="boom", data=b"x"))
     with grpc.insecure_channel(cur.address) as ch:
         reply = ingest(ch, "b1", good[:3] + bad + good[3:])
-        assert (reply.accepted, reply.rejected, reply.duplicate) == (5, 7, False)
+        assert (reply.accepted, reply.rejected, reply.duplicate) == (5, 11, False)
         assert ingest(ch, "b1", good).duplicate
         status = curator_pb2_grpc.CuratorStub(ch).GetStatus(curator_pb2.CuratorStatusRequest(), timeout=5)
-        assert status.reports == 5 and status.quarantined == 7
+        assert status.reports == 5 and status.quarantined == 11
         assert dict(status.rejects) == {"decrypt_failed": 1, "unknown_key": 1, "plaintext_refused": 1,
-                                        "invalid": 2, "unsupported_encoding": 1, "internal": 1}
+                                        "invalid": 2, "unsupported_encoding": 1, "internal": 1,
+                                        "epsilon_too_large": 1, "embedding_mismatch": 1,
+                                        "mechanism_not_allowed": 1, "too_many_words": 1}
     cur.stop()
     rows = CuratorStore(tmp_path / "c").quarantine()
     assert {r[3] for r in rows} == {b.SerializeToString() for b in bad}
@@ -149,27 +153,40 @@ def test_quarantine_keeps_the_rest_and_survives_restart(start_curator, seal, cur
 
 
 def test_release_counts_match_the_text_path(start_curator, seal, public_corpus):
-    from lac.curator.bayesian import BayesianParams
-    from lac.curator.service import compute_release
+    """The served release is the library's mechanism on the same reports: identical sound γ and σ,
+    and released log-probabilities = the library's pre-noise mean + N(0, σ²) noise (KS)."""
+    from scipy import stats
 
-    cur = start_curator(max_items_per_report=4)
+    from lac.curator.bayesian import BayesianParams, bayesian_dp
+    from lac.curator.config import CuratorConfig
+    from lac.curator.prior import public_vocabulary
+    from lac.curator.ngrams import user_counts
+
+    cur = start_curator(max_items_per_report=4, item_clamp=2)
     with grpc.insecure_channel(cur.address) as ch:
         ingest(ch, "b1", [seal(content(t)) for t in TEXTS[:3]])
         ingest(ch, "b2", [seal(content(t, ["the", "sun"])) for t in TEXTS[2:]])
         stub = curator_pb2_grpc.CuratorStub(ch)
-        rec = stub.Release(curator_pb2.ReleaseRequest(epsilon=1, delta=1e-6, c=2), timeout=60)
-        got = stub.GetRelease(curator_pb2.GetReleaseRequest(release_id=rec.release_id,
-                                                            include_pre_noise_mean=True), timeout=10)
-    from lac.curator.config import CuratorConfig
-    from lac.curator.prior import public_vocabulary
-
+        rec = stub.Release(curator_pb2.ReleaseRequest(epsilon=1, delta=1e-6), timeout=60)
+        got = stub.GetRelease(curator_pb2.GetReleaseRequest(release_id=rec.release_id), timeout=10)
     cfg = CuratorConfig(public_corpus=public_corpus, vocab_min_count=1)
     vocab = public_vocabulary(public_corpus, 3, 1, cfg.vocab_max_items, public_corpus.parent / "prior-check")
     reports = [[t] for t in TEXTS[:3]] + [[t, ["the", "sun"]] for t in TEXTS[2:]]
-    want = compute_release(reports, vocab, BayesianParams(epsilon=1, delta=1e-6, C=2), 4)
+    U = user_counts(reports, vocab, C=2, W=4)
+    want = bayesian_dp(U, vocab.alpha, BayesianParams(epsilon=1, delta=1e-6, S=0.01, rho=0.5, C=2, W=4,
+                                                      count_clip=cfg.item_count_clip), rng=np.random.default_rng(0))
     assert list(got.items) == list(vocab.items)
-    np.testing.assert_array_equal(np.array(got.pre_noise_mean), want.mean)
-    assert rec.gamma == pytest.approx(want.gamma, rel=1e-12) and rec.n_reports == 6
+    assert rec.sensitivity_method == "sound" and rec.differentially_private and not rec.data_dependent
+    assert rec.gamma == pytest.approx(want.gamma, rel=1e-12) and rec.sigma == pytest.approx(want.sigma, rel=1e-12)
+    residual = np.asarray(got.log_probs) - want.mean
+    residual -= residual.mean()
+    assert stats.kstest(residual / rec.sigma, "norm").pvalue > 1e-4  # false-alarm rate 1e-4
+
+
+def _window_spent(stub, window=None):
+    budget = stub.GetBudget(curator_pb2.BudgetRequest(), timeout=5)
+    ws = {w.window: w for w in budget.windows}
+    return ws if window is None else ws[window]
 
 
 def test_ledger_refuses_overspending_and_persists(start_curator, seal, tmp_path):
@@ -179,30 +196,63 @@ def test_ledger_refuses_overspending_and_persists(start_curator, seal, tmp_path)
         stub = curator_pb2_grpc.CuratorStub(ch)
         r1 = stub.Release(curator_pb2.ReleaseRequest(epsilon=0.6, delta=4e-6), timeout=60)
         assert (r1.ledger_epsilon, r1.ledger_delta) == (0.6, 4e-6)
+        w = r1.first_window
+        assert r1.last_window == w and "over 1 accounting window of 1 day" in r1.statement
         code, details = code_of(lambda: stub.Release(curator_pb2.ReleaseRequest(epsilon=0.5, delta=1e-6),
                                                      timeout=60))
         assert code == grpc.StatusCode.FAILED_PRECONDITION
-        assert re.search(r"requested .*0\.5.*spent .*0\.6.*remaining .*0\.4", details), details
+        assert re.search(rf"0\.5.*window {w}: spent .*0\.6.*remaining .*0\.4", details), details
         # Queries are free.
         stub.TopNgrams(curator_pb2.TopNgramsRequest(release_id=r1.release_id, k=3), timeout=10)
         stub.Perplexity(curator_pb2.PerplexityRequest(release_id=r1.release_id, text="The dog."), timeout=10)
-        s = stub.GetStatus(curator_pb2.CuratorStatusRequest(), timeout=5)
-        assert (s.spent_epsilon, s.remaining_epsilon, s.releases) == (0.6, pytest.approx(0.4), 1)
+        spent = _window_spent(stub, w)
+        assert (spent.spent_epsilon, spent.remaining_epsilon) == (0.6, pytest.approx(0.4))
+        assert stub.GetStatus(curator_pb2.CuratorStatusRequest(), timeout=5).releases == 1
     cur.stop()
     cur2 = start_curator(state_dir=tmp_path / "c", budget_epsilon=1.0, budget_delta=1e-5)
     with grpc.insecure_channel(cur2.address) as ch:
         stub = curator_pb2_grpc.CuratorStub(ch)
-        assert stub.GetStatus(curator_pb2.CuratorStatusRequest(), timeout=5).spent_epsilon == 0.6
+        assert _window_spent(stub, w).spent_epsilon == 0.6
         code, _ = code_of(lambda: stub.Release(curator_pb2.ReleaseRequest(epsilon=0.3, delta=7e-6), timeout=60))
         assert code == grpc.StatusCode.FAILED_PRECONDITION  # δ would overspend
         r2 = stub.Release(curator_pb2.ReleaseRequest(epsilon=0.4, delta=6e-6), timeout=60)
-        assert r2.n_reports == len(TEXTS)
-        s = stub.GetStatus(curator_pb2.CuratorStatusRequest(), timeout=5)
-        assert s.spent_epsilon == pytest.approx(1.0) and s.releases == 2
+        assert r2.n_reports == len(TEXTS)  # insecure test server: every caller is an operator
+        assert _window_spent(stub, w).spent_epsilon == pytest.approx(1.0)
+        assert stub.GetStatus(curator_pb2.CuratorStatusRequest(), timeout=5).releases == 2
+
+
+def test_windows_budget_per_window(start_curator, seal):
+    """A release spends on every window it covers and is refused if any would overspend; its
+    sensitivity covers k reports per window of every covered window."""
+    from lac.common.deployment import Deployment
+    from lac_testkit import batch_privacy
+
+    cur = start_curator(budget_epsilon=1.0, reports_per_window=2)
+    deployment = Deployment(reports_per_window=2)
+    with grpc.insecure_channel(cur.address) as ch:
+        for w in (100, 101, 102):
+            curator_pb2_grpc.CuratorIngestStub(ch).IngestBatch(curator_pb2.IngestBatchRequest(
+                batch_id=f"b{w}", reports=[seal(content(t)) for t in TEXTS],
+                privacy=batch_privacy(len(TEXTS), deployment, window=w)), timeout=30)
+        stub = curator_pb2_grpc.CuratorStub(ch)
+        one = stub.Release(curator_pb2.ReleaseRequest(epsilon=0.7, delta=1e-6, first_window=101, last_window=101),
+                           timeout=60)
+        assert one.n_reports == len(TEXTS) and one.reports_per_user == 2
+        all3 = stub.Release(curator_pb2.ReleaseRequest(epsilon=0.2, delta=1e-6), timeout=60)
+        assert (all3.first_window, all3.last_window, all3.n_reports, all3.reports_per_user) == (100, 102, 15, 6)
+        assert all3.gamma > one.gamma  # the sound sensitivity covers 6 reports of one client, not 2
+        assert "over 3 accounting windows" in all3.statement and "at most 6 in all" in all3.statement
+        spent = _window_spent(stub)
+        assert {w: spent[w].spent_epsilon for w in (100, 101, 102)} == {100: 0.2, 101: pytest.approx(0.9), 102: 0.2}
+        code, details = code_of(lambda: stub.Release(curator_pb2.ReleaseRequest(epsilon=0.2, delta=1e-6), timeout=60))
+        assert code == grpc.StatusCode.FAILED_PRECONDITION and "window 101" in details and "window 100" not in details
+        ok = stub.Release(curator_pb2.ReleaseRequest(epsilon=0.2, delta=1e-6, first_window=102, last_window=102),
+                          timeout=60)
+        assert ok.n_reports == len(TEXTS)
 
 
 def test_mechanisms_over_rpc(start_curator, seal):
-    cur = start_curator(n_max=1000)
+    cur = start_curator()
     with grpc.insecure_channel(cur.address) as ch:
         ingest(ch, "b1", [seal(content(t)) for t in TEXTS * 4])
         stub = curator_pb2_grpc.CuratorStub(ch)
@@ -210,34 +260,40 @@ def test_mechanisms_over_rpc(start_curator, seal):
         def release(**kw):
             return stub.Release(curator_pb2.ReleaseRequest(**kw), timeout=120)
 
-        for sens in ("bruteforce", "claim1", "sound"):
-            r = release(epsilon=1, delta=1e-6, sensitivity=sens)
-            assert r.sensitivity_method == sens and r.data_dependent == (sens != "sound") and r.sigma > 0
-            assert r.params["W"] == 100 and r.differentially_private
-        assert release(epsilon=1, delta=1e-6, sensitivity="sound", n_max=50).params["n_max"] == 50
-        code, _ = code_of(lambda: release(epsilon=1, delta=1e-6, sensitivity="sound", n_max=5))
-        assert code == grpc.StatusCode.INVALID_ARGUMENT  # 20 reports > n_max
+        r = release(epsilon=1, delta=1e-6)
+        assert r.sensitivity_method == "sound" and not r.data_dependent and r.sigma > 0 and r.differentially_private
+        assert r.params["W"] == 100 and r.params["count_clip"] == 1_000_000
+        for sens in ("bruteforce", "claim1"):  # data-dependent: refused unless the operator enables them
+            code, details = code_of(lambda: release(epsilon=1, delta=1e-6, sensitivity=sens))
+            assert code == grpc.StatusCode.FAILED_PRECONDITION and "NOT differentially private" in details
+        code, _ = code_of(lambda: release(mechanism="laplace-public", epsilon=1, public_sensitivity="observed"))
+        assert code == grpc.StatusCode.FAILED_PRECONDITION
         e = release(mechanism="endtoend", epsilon=1, delta=1e-6)
         assert e.mechanism == "endtoend" and e.laplace_scale > 0 and "epsilon_select" in e.params
+        assert "n_validation" not in e.params and e.differentially_private
         lap = release(mechanism="laplace", epsilon=1)
         assert lap.delta == 0 and lap.laplace_scale == pytest.approx(100.0) and lap.ledger_delta == 0
-        lp = release(mechanism="laplace-public", epsilon=1, public_sensitivity="observed")
-        assert lp.data_dependent and lp.sensitivity_method == "observed"
-        code, details = code_of(lambda: release(mechanism="kanon", epsilon=1, k=2))
-        assert code == grpc.StatusCode.FAILED_PRECONDITION and "NOT differentially private" in details
+        code, details = code_of(lambda: release(mechanism="kanon", epsilon=1))
+        assert code == grpc.StatusCode.INVALID_ARGUMENT and "not available over RPC" in details
         full = stub.GetRelease(curator_pb2.GetReleaseRequest(release_id=lap.release_id), timeout=10)
         finite = np.isfinite(full.log_probs)
         np.testing.assert_array_equal(np.mod(np.array(full.log_probs)[finite], 2.0**-40), 0.0)
-        status = stub.GetStatus(curator_pb2.CuratorStatusRequest(), timeout=5)
-        assert status.spent_epsilon == pytest.approx(7.0) and status.spent_delta == pytest.approx(5e-6)
+        assert _window_spent(stub, r.first_window).spent_epsilon == pytest.approx(3.0)
 
-    cur2 = start_curator(allow_non_dp_releases=True)
+    cur2 = start_curator(allow_data_dependent_releases=True)
     with grpc.insecure_channel(cur2.address) as ch:
         ingest(ch, "b1", [seal(content(t)) for t in TEXTS * 4])
-        k = curator_pb2_grpc.CuratorStub(ch).Release(curator_pb2.ReleaseRequest(mechanism="kanon", k=4), timeout=60)
-        assert not k.differentially_private and k.epsilon == float("inf") and "NOT differentially private" in k.statement
-        s = curator_pb2_grpc.CuratorStub(ch).GetStatus(curator_pb2.CuratorStatusRequest(), timeout=5)
-        assert s.spent_epsilon == 0 and s.releases == 1
+        stub = curator_pb2_grpc.CuratorStub(ch)
+        for sens in ("bruteforce", "claim1"):
+            r = stub.Release(curator_pb2.ReleaseRequest(epsilon=1, delta=1e-6, sensitivity=sens), timeout=60)
+            assert r.sensitivity_method == sens and r.data_dependent and not r.differentially_private
+            assert r.statement.startswith("NOT differentially private: data-dependent sensitivity, as in Ramadan")
+            assert (r.ledger_epsilon, r.ledger_delta) == (0, 0)
+        lp = stub.Release(curator_pb2.ReleaseRequest(mechanism="laplace-public", epsilon=1,
+                                                     public_sensitivity="observed"), timeout=60)
+        assert lp.data_dependent and not lp.differentially_private
+        assert _window_spent(stub, r.first_window).spent_epsilon == 0  # never charged as DP
+        assert stub.GetStatus(curator_pb2.CuratorStatusRequest(), timeout=5).releases == 3
 
 
 def test_queries(start_curator, seal):
@@ -293,12 +349,14 @@ def test_cli_release_status_and_queries(start_curator, seal, tmp_path, capsys):
     srv = ("--server", cur.address, "--insecure")
     with grpc.insecure_channel(cur.address) as ch:
         ingest(ch, "b1", [seal(content(t)) for t in TEXTS * 4])
-    rec = json.loads(run("curator", "release", *srv, "--json", "--mechanism", "bayesian", "--sensitivity", "sound",
-                         "--n-max", "100", "--epsilon", "2", "--delta", "1e-6"))
+    rec = json.loads(run("curator", "release", *srv, "--json", "--mechanism", "bayesian", "--epsilon", "2",
+                         "--delta", "1e-6"))
     rid = rec["release_id"]
-    assert rec["sensitivity_method"] == "sound" and rec["params"]["n_max"] == 100
+    assert rec["sensitivity_method"] == "sound" and rec["params"]["count_clip"] == 1_000_000
     status = run("curator", "status", *srv)
-    assert "spent (2, 1e-06); remaining (1, 9e-06)" in status
+    assert "spent (2, 1e-06), remaining (1, 9e-06)" in status
+    assert "spent (2, 1e-06), remaining (1, 9e-06)" in run("curator", "budget", *srv)
+    assert "ε0 = L·ε·bound = 40·15·18.9162" in run("curator", "deployment", *srv)
     assert rid in run("curator", "query", "releases", *srv)
     assert len(run("curator", "query", "top", *srv, rid, "-k", "3").strip().split("\n")) == 3
     out = json.loads(run("curator", "query", "prob", *srv, "--json", rid, "the dog", "zebra"))

@@ -11,13 +11,14 @@ from lac.curator.bayesian import (
     decay_weights,
     log_mean_center,
 )
-from lac.curator.sound import SOUND_STATEMENT, check_public_caps, sound_gamma
+from lac.common.privacy import PrivacyUnit
+from lac.curator.sound import SOUND_STATEMENT, cap_rows, sound_gamma
 
 
-def _r(dense: np.ndarray, S: float, C: int) -> np.ndarray:
-    """w ⊙ x̂ computed densely from scratch (independent of the sparse code paths)."""
+def _r(dense: np.ndarray, S: float, C: int, M: float = np.inf) -> np.ndarray:
+    """w ⊙ x̂ computed densely from scratch (independent of the sparse code paths), totals clipped at M."""
     clamped = np.minimum(dense, C)
-    c = clamped.sum(axis=0)
+    c = np.minimum(clamped.sum(axis=0), M)
     N = (dense > 0).sum(axis=0)
     return decay_weights(N, S, C) * log_mean_center(c)
 
@@ -37,17 +38,19 @@ def _random_users(rng, n, V, W, C, rare_bias=False):
 def test_formula_pieces():
     # V = 1: x̂ ≡ 0, nothing can leak.
     assert sound_gamma(1.0, 1, 5, 1, 1000) == 0.0
-    S, C, W, V, n = 0.5, 2, 3, 10, 100
-    beta = min(1, S / C)
-    expect = beta * (1 - 1 / V) * math.log1p((n - 1) * C) * math.sqrt(W) + math.log1p(C) * math.sqrt(
-        max(k * (1 - k / V) for k in range(0, W + 1)))
-    assert sound_gamma(S, C, W, V, n) == pytest.approx(expect, rel=1e-10)
-    assert sound_gamma(S, C, W, V, n) >= expect
+    S, C, W, V, M = 0.5, 2, 3, 10, 200
+    for m in (1, 3):
+        K = min(m * W, V)
+        expect = min(1, m * S / C) * (1 - 1 / V) * math.log1p(M) * math.sqrt(K) + math.log1p(m * C) * math.sqrt(
+            max(k * (1 - k / V) for k in range(0, K + 1)))
+        assert sound_gamma(S, C, W, V, M, m) == pytest.approx(expect, rel=1e-10)
+        assert sound_gamma(S, C, W, V, M, m) >= expect
     # the centering maximum is taken at k ≈ V/2 when W > V/2
     V2, W2 = 7, 100
-    assert sound_gamma(S, C, W2, V2, n) >= math.log1p(C) * math.sqrt(max(k * (1 - k / V2) for k in range(V2 + 1)))
-    for bad in [dict(S=0.0), dict(C=0), dict(W=0), dict(V=0), dict(n_max=0), dict(C=True)]:
-        kw = dict(S=1.0, C=1, W=1, V=2, n_max=2) | bad
+    assert sound_gamma(S, C, W2, V2, M) >= math.log1p(C) * math.sqrt(max(k * (1 - k / V2) for k in range(V2 + 1)))
+    for bad in [dict(S=0.0), dict(C=0), dict(W=0), dict(V=0), dict(count_clip=0), dict(C=True),
+                dict(reports_per_user=0)]:
+        kw = dict(S=1.0, C=1, W=1, V=2, count_clip=2, reports_per_user=1) | bad
         with pytest.raises(ValueError):
             sound_gamma(**kw)
 
@@ -64,7 +67,7 @@ def test_dominates_bruteforce_on_adversarial_inputs(seed):
     n_max = n + int(rng.integers(0, 3))
     dense = _random_users(rng, n, V, W, C, rare_bias=bool(seed % 2))
     U = sp.csr_matrix(dense)
-    g = sound_gamma(S, C, W, V, n_max)
+    g = sound_gamma(S, C, W, V, n_max * C)  # no clipping happens: totals are at most n·C
     assert bruteforce_gamma(U, S, C) <= g
 
 
@@ -76,38 +79,44 @@ def test_dominates_single_user_and_boundary_cases():
                     # single user holding W rare items
                     dense = np.zeros((1, V), dtype=np.int64)
                     dense[0, : min(W, V)] = C
-                    assert bruteforce_gamma(sp.csr_matrix(dense), S, C) <= sound_gamma(S, C, W, V, 1)
+                    assert bruteforce_gamma(sp.csr_matrix(dense), S, C) <= sound_gamma(S, C, W, V, C)
                     # items exactly at the N = C/S boundary: ceil(C/S) users share item 0
                     k = max(1, math.ceil(C / S))
                     dense = np.zeros((k + 3, V), dtype=np.int64)
                     dense[:k, 0] = C
                     dense[k:, 1 % V] = C
                     dense[-1, : min(W, V)] = C
-                    assert bruteforce_gamma(sp.csr_matrix(dense), S, C) <= sound_gamma(S, C, W, V, k + 3)
+                    assert bruteforce_gamma(sp.csr_matrix(dense), S, C) <= sound_gamma(S, C, W, V, (k + 3) * C)
 
 
 @pytest.mark.parametrize("seed", range(40))
 def test_dominates_dense_add_one_user(seed):
-    """Add an arbitrary user (not just remove a present one) and recompute r from scratch."""
+    """Add an arbitrary user with up to m reports (not just remove a present one), with item totals
+    clipped at M (often active here), and recompute r from scratch."""
     rng = np.random.default_rng(1000 + seed)
     C = int(rng.choice([1, 2, 4]))
     S = float(rng.choice([C / 3, C / 2.5, float(C), 0.2, 5.0]))
     V = int(rng.integers(2, 25))
     W = int(rng.integers(1, min(V, 6) + 1))
+    m = int(rng.choice([1, 1, 2, 3]))
     n = int(rng.integers(0, 15))
+    M = int(rng.choice([2, 5, 1000]))
     dense = _random_users(rng, n, V, W, C, rare_bias=True) if n else np.zeros((0, V), dtype=np.int64)
-    g = sound_gamma(S, C, W, V, n + 1)
-    r0 = _r(dense, S, C) if n else np.zeros(V)  # no users: c = 0 -> x̂ = 0
+    g = sound_gamma(S, C, W, V, M, m)
+    r0 = _r(dense, S, C, M) if n else np.zeros(V)  # no users: c = 0 -> x̂ = 0
     worst = 0.0
     for _ in range(30):
-        k = int(rng.integers(1, W + 1))
-        # new users prefer items nobody (or few) hold: the adversarial direction
+        user = []
         N = (dense > 0).sum(axis=0) if n else np.zeros(V)
-        order = np.argsort(N + rng.random(V))
-        items = order[:k] if rng.random() < 0.7 else rng.choice(V, size=k, replace=False)
-        u = np.zeros((1, V), dtype=np.int64)
-        u[0, items] = rng.integers(1, C + 1, size=k)
-        r1 = _r(np.vstack([dense, u]), S, C)
+        for _ in range(int(rng.integers(1, m + 1))):  # the user's reports
+            k = int(rng.integers(1, W + 1))
+            # new users prefer items nobody (or few) hold: the adversarial direction
+            order = np.argsort(N + rng.random(V))
+            items = order[:k] if rng.random() < 0.7 else rng.choice(V, size=k, replace=False)
+            u = np.zeros(V, dtype=np.int64)
+            u[items] = rng.integers(1, C + 1, size=k)
+            user.append(u)
+        r1 = _r(np.vstack([dense, *user]), S, C, M)
         worst = max(worst, float(np.linalg.norm(r1 - r0)))
     assert worst <= g
 
@@ -116,26 +125,35 @@ def test_bayesian_params_sound_wiring():
     with pytest.raises(ValueError):
         BayesianParams(epsilon=1.0, delta=1e-6, sensitivity="sound")
     with pytest.raises(ValueError):
-        BayesianParams(epsilon=1.0, delta=1e-6, sensitivity="sound", W=0, n_max=10)
-    p = BayesianParams(epsilon=1.0, delta=1e-6, sensitivity="sound", W=3, n_max=50, S=0.5, C=2)
+        BayesianParams(epsilon=1.0, delta=1e-6, sensitivity="sound", W=0, count_clip=10)
+    unit = PrivacyUnit.client(reports_per_window=2, windows=3, window_seconds=86400)
+    p = BayesianParams(epsilon=1.0, delta=1e-6, W=3, count_clip=50, S=0.5, C=2, unit=unit)
     rng = np.random.default_rng(3)
     dense = _random_users(rng, 20, 12, 3, 2)
     rel = bayesian_dp(sp.csr_matrix(dense), np.arange(1, 13, dtype=float), p, rng=np.random.default_rng(4))
-    assert rel.data_dependent is False
-    assert SOUND_STATEMENT in rel.statement
+    assert rel.data_dependent is False and rel.guarantee.differentially_private
+    assert SOUND_STATEMENT in rel.statement and "at most 6 in all" in rel.statement
     assert rel.sensitivity_method == "sound"
-    assert rel.gamma == pytest.approx(sound_gamma(0.5, 2, 3, 12, 50))
-    assert rel.gamma >= bruteforce_gamma(sp.csr_matrix(dense), 0.5, 2)
+    assert rel.gamma == pytest.approx(sound_gamma(0.5, 2, 3, 12, 50, 6))
     assert np.isclose(np.exp(rel.log_theta).sum(), 1.0)
-    # caps are enforced
-    with pytest.raises(ValueError, match="n_max"):
-        bayesian_dp(sp.csr_matrix(dense), np.ones(12), BayesianParams(
-            epsilon=1.0, delta=1e-6, sensitivity="sound", W=3, n_max=5))
-    with pytest.raises(ValueError, match="W="):
-        bayesian_dp(sp.csr_matrix(dense), np.ones(12), BayesianParams(
-            epsilon=1.0, delta=1e-6, sensitivity="sound", W=1, n_max=50))
 
 
-def test_check_public_caps_ignores_explicit_zeros():
-    U = sp.csr_matrix((np.array([1, 0, 0]), (np.array([0, 0, 0]), np.array([0, 1, 2]))), shape=(1, 3))
-    check_public_caps(U, 1, 1)
+def test_caps_are_enforced_by_the_mechanism_never_by_an_error():
+    """A report above W and any number of reports are fine: the mechanism cuts rows to W items and
+    clips item totals, so no error (which would leak a data statistic) is ever raised for the data."""
+    rng = np.random.default_rng(9)
+    dense = _random_users(rng, 40, 12, 8, 2)
+    p = BayesianParams(epsilon=1.0, delta=1e-6, W=2, count_clip=3, S=0.5, C=2)
+    rel = bayesian_dp(sp.csr_matrix(dense), np.ones(12), p, rng=np.random.default_rng(0))
+    capped = cap_rows(sp.csr_matrix(dense), 2)
+    assert np.diff(capped.indptr).max() == 2
+    c = np.minimum(np.minimum(capped.toarray(), 2).sum(axis=0), 3)
+    N = (capped.toarray() > 0).sum(axis=0)
+    want = 0.9 * decay_weights(N, 0.5, 2) * log_mean_center(c) + 0.1 * log_mean_center(np.ones(12))
+    np.testing.assert_allclose(rel.mean, want, atol=1e-12)
+
+
+def test_cap_rows_ignores_explicit_zeros_and_keeps_the_first_entries():
+    U = sp.csr_matrix((np.array([1, 0, 2, 3]), (np.array([0, 0, 0, 1]), np.array([0, 1, 2, 0]))), shape=(2, 3))
+    capped = cap_rows(U, 1)
+    assert capped.toarray().tolist() == [[1, 0, 0], [3, 0, 0]]

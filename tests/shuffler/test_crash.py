@@ -42,7 +42,7 @@ def test_sigkill_loses_no_acknowledged_report(tmp_path, sink):
     rng = random.Random(int.from_bytes(os.urandom(8), "big"))
     args = ["--state-dir", str(tmp_path / "state"), "--curator", sink.address, "--auth", "none", "--insecure",
             "--allow-plaintext-payloads",
-            "--min-batch", "7", "--epoch-seconds", "2", "--forward-retry-max-seconds", "0.2"]
+            "--min-batch", "7", "--release-interval-seconds", "2", "--forward-retry-max-seconds", "0.2"]
     todo: list = []
     acked: list = []
     for k in range(KILLS + 1):
@@ -69,7 +69,7 @@ def test_sigkill_loses_no_acknowledged_report(tmp_path, sink):
             stub.Submit(shuffler_pb2.SubmitRequest(reports=todo[0]), timeout=10)
             acked.append(todo.pop(0))
         want = {tag_of(r.payload) for chunk in acked for r in chunk}
-        # Reports buffered below min_batch are released at the next epoch end.
+        # Reports buffered below min_batch are released at the next interval's end.
         wait_for(lambda: want <= set(sink.tags()), timeout=60)
         status = stub.GetStatus(shuffler_pb2.ShufflerStatusRequest(), timeout=10)
     shuffler.stop()

@@ -70,7 +70,7 @@ def test_client_stream_and_idempotency(start_shuffler, sink):
 def test_authentication_and_quota(start_shuffler, sink, tmp_path):
     state = tmp_path / "auth-shuffler"
     alice = add_client(state / "clients.tokens", "alice")
-    shf = start_shuffler(sink.address, auth="token", state_dir=state, quota_per_epoch=2, min_batch=1000)
+    shf = start_shuffler(sink.address, auth="token", state_dir=state, reports_per_window=2, min_batch=1000)
     for token in (None, "not-a-token"):
         with pytest.raises(grpc.RpcError) as err:
             _submit(shf.address, [report()], token)
@@ -83,7 +83,7 @@ def test_authentication_and_quota(start_shuffler, sink, tmp_path):
     assert err.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
     assert "retry after" in err.value.details()
     retry = dict(err.value.trailing_metadata())["retry-after-seconds"]
-    assert 1 <= int(retry) <= 3600
+    assert 1 <= int(retry) <= 86400
     # A client added while the shuffler runs has its own quota; a request over quota stores nothing.
     bob = add_client(state / "clients.tokens", "bob")
     with pytest.raises(grpc.RpcError) as err:
@@ -97,7 +97,7 @@ def test_authentication_and_quota(start_shuffler, sink, tmp_path):
     raw = b"".join(p.read_bytes() for p in state.iterdir() if p.name.startswith("shuffler.sqlite"))
     assert b"alice" not in raw and b"bob" not in raw and alice.encode() not in raw
     assert alice not in (state / "clients.tokens").read_text()
-    rows = sqlite3.connect(state / "shuffler.sqlite").execute("SELECT COUNT(*) FROM quota").fetchone()[0]
+    rows = sqlite3.connect(state / "shuffler.sqlite").execute("SELECT COUNT(*) FROM window_quota").fetchone()[0]
     assert rows == 2
 
 
@@ -133,16 +133,15 @@ def test_invalid_and_oversized_input(start_shuffler, sink):
 
 def test_wire_carries_no_identity_time_or_order(start_shuffler, sink, tmp_path):
     state = tmp_path / "wire-shuffler"
-    token = add_client(state / "clients.tokens", "client-identity-xyz")
-    shf = start_shuffler(sink.address, auth="token", state_dir=state, quota_per_epoch=0, min_batch=60,
-                         local_epsilon=1.0)
+    tokens = [add_client(state / "clients.tokens", f"client-identity-{i}") for i in range(60)]
+    shf = start_shuffler(sink.address, auth="token", state_dir=state, min_batch=60)
     # Unknown fields smuggled into the payload must not reach the curator.
     smuggled = reports_pb2.SealedPayload.FromString(
         payload(b"smuggled-report-1").SerializeToString() + b"\xf8\x07\x2a")  # field 127 = 42
     sent = [report(tag=i.to_bytes(16, "big"), crowd="crowd-secret") for i in range(59)]
     sent.append(shuffler_pb2.ClientReport(idempotency_id=os.urandom(16), payload=smuggled, crowd_id="crowd-secret"))
-    for i in range(0, 60, 10):
-        _submit(shf.address, sent[i:i + 10], token)
+    for r, token in zip(sent, tokens):  # 60 clients, one report each
+        _submit(shf.address, [r], token)
     wait_for(lambda: len(sink.raw) >= 1)
     wait_for(lambda: _status(shf.address).batches_forwarded == 1)
     raw = sink.raw[0]
@@ -156,15 +155,17 @@ def test_wire_carries_no_identity_time_or_order(start_shuffler, sink, tmp_path):
     if "privacy" in curator_pb2.IngestBatchRequest.DESCRIPTOR.fields_by_name:
         stripped.privacy.CopyFrom(batch.privacy)
     assert raw == stripped.SerializeToString()  # no unknown fields anywhere
-    for secret in [r.idempotency_id for r in sent] + [b"crowd-secret", b"client-identity-xyz", token.encode()]:
+    for secret in [r.idempotency_id for r in sent] + [b"crowd-secret", b"client-identity", tokens[0].encode()]:
         assert secret not in raw
     tags = [tag_of(p) for p in batch.reports]
     submitted = [tag_of(r.payload) for r in sent]
     assert sorted(tags) == sorted(submitted) and tags != submitted  # same reports, not in arrival order
     status = _status(shf.address)
-    assert status.recent_batches[0].privacy.n_reports == 60
-    assert "No amplification" in status.recent_batches[0].privacy.statement or \
-        status.recent_batches[0].privacy.amplified
+    privacy = status.recent_batches[0].privacy
+    assert privacy.n_reports == 60 and privacy.distinct_clients and privacy == batch.privacy
+    # ε0 comes from the curator's published deployment, never from the shuffler's own configuration
+    assert privacy.report_epsilon0 == pytest.approx(sink.deployment.report_epsilon0)
+    assert "No amplification" in privacy.statement and privacy.central_epsilon == privacy.report_epsilon0
 
 
 def test_crowd_threshold_and_subsampling(start_shuffler, sink):
@@ -247,7 +248,7 @@ def test_idempotency_ids_are_remembered_for_one_to_two_windows(tmp_path):
     from lac.shuffler.reportlog import ReportLog
 
     def put(log, ids):
-        return log.append_groups([([(i, None, b"sealed") for i in ids], None)], epoch=0, quota=0,
+        return log.append_groups([([(i, None, b"sealed") for i in ids], None)], window=0, quota=1,
                                  max_bytes=1 << 30)[0]
 
     a, b = b"a" * 8, b"b" * 8
@@ -264,3 +265,55 @@ def test_idempotency_ids_are_remembered_for_one_to_two_windows(tmp_path):
     assert put(log, [a, b]) == [True, False]       # a forgotten after two windows; b remembered
     assert log.buffered() == 3
     log.close()
+
+
+def test_one_client_never_has_two_reports_in_a_batch_across_windows(tmp_path):
+    """Finding 4: alice's report of window k was carried over and shipped in one batch with her report
+    of window k+1, under a statement assuming distinct users. Now a batch takes at most one report per
+    client; the others wait for a later batch, and every batch names the windows its reports came from."""
+    from lac.shuffler.reportlog import ReportLog
+
+    log = ReportLog(tmp_path)
+    alice, bob, carol = (log.client_key(c) for c in ("token:alice", "token:bob", "token:carol"))
+
+    def put(client, window, tag):
+        sealed = reports_pb2.SealedPayload(encoding=reports_pb2.PAYLOAD_ENCODING_PLAINTEXT_INSECURE, data=tag)
+        r = log.append_groups([([(os.urandom(16), None, sealed.SerializeToString())], client)], window=window,
+                              quota=1, max_bytes=1 << 30)
+        assert r == [[True]]
+
+    put(alice, 100, b"alice-100")
+    put(bob, 100, b"bob-100")
+    assert log.release(threshold=3) is None  # two distinct clients: below the threshold, carried over
+    put(alice, 101, b"alice-101")  # a new window: alice's quota allows one more
+    assert log.append_groups([([(os.urandom(16), None, b"x")], alice)], window=101, quota=1,
+                             max_bytes=1 << 30) == ["over_quota"]
+    assert log.buffered() == 3 and log.takeable() == 2
+    assert log.release(threshold=3) is None  # still two distinct clients, although three reports
+    put(carol, 101, b"carol-101")
+    released = log.release(threshold=3)
+    assert released is not None and released.size == 3
+    batch = log.batch(released.batch_id)
+    assert batch.distinct_clients and (batch.first_window, batch.last_window) in ((100, 101), (101, 101))
+    body = curator_pb2.IngestBatchRequest.FromString(batch.body)
+    got = [p.data for p in body.reports]
+    assert sum(g.startswith(b"alice") for g in got) == 1 and {b"bob-100", b"carol-101"} <= set(got)
+    assert log.buffered() == 1 and log.takeable() == 1  # alice's other report waits for the next batch
+    put(bob, 101, b"bob-101")
+    put(carol, 102, b"carol-102")
+    second = log.release(threshold=3)
+    later = [p.data for p in curator_pb2.IngestBatchRequest.FromString(log.batch(second.batch_id).body).reports]
+    assert sum(g.startswith(b"alice") for g in later) == 1 and sorted(got + later).count(b"alice-100") == 1
+    log.close()
+
+
+def test_shuffler_release_policy_is_a_pure_function():
+    from lac.shuffler.policy import Row, select_batch
+
+    rows = [Row(i, b"a" if i < 5 else bytes([i]), 7 + i % 2, None, bytes([i])) for i in range(10)]
+    sel = select_batch(rows, threshold=6)
+    assert sel.size == 6 and len(set(sel.taken)) == 6 and sum(s < 5 for s in sel.taken) == 1
+    assert (sel.first_window, sel.last_window) == (7, 8) and sel.distinct_clients
+    assert select_batch(rows, threshold=7) is None
+    anonymous = [Row(i, None, 0, None, b"x") for i in range(3)]
+    assert not select_batch(anonymous, 3).distinct_clients

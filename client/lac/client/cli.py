@@ -16,9 +16,9 @@ def register(subparsers) -> None:
     p = subparsers.add_parser("client", help="the localizer SDK: privatize text, submit reports")
     sub = p.add_subparsers(dest="client_command", metavar="ACTION", required=True)
 
-    def common(q):
+    def common(q, epsilon_help="metric-DP ε per word"):
         q.add_argument("file", type=Path, help="text file, one message per line ('-' for stdin)")
-        q.add_argument("--epsilon", type=float, default=15.0, help="metric-DP ε per word")
+        q.add_argument("--epsilon", type=float, default=None, help=epsilon_help)
         q.add_argument("--vocab-size", type=int, default=50_000, help="vocabulary size (most frequent words)")
         q.add_argument("--embedding", default="default",
                        help="'default' (GloVe 6B 50d), a cached embedding directory or a GloVe/word2vec/fastText file")
@@ -31,13 +31,20 @@ def register(subparsers) -> None:
 
     pr = sub.add_parser("privatize", help="print each line privatized (one output line per input line)",
                         formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    common(pr)
+    common(pr, "metric-DP ε per word [default: 15]")
+    pr.add_argument("--max-words", type=int, default=None,
+                    help="L: most words per report (longer texts are truncated, or split with --long-text split)")
+    pr.add_argument("--long-text", choices=["truncate", "split"], default="truncate",
+                    help="a text longer than L words: keep its first L words, or split it into several reports")
     pr.add_argument("--json", action="store_true",
                     help="one JSON report per line, with its guarantees and embedding facts (metadata)")
     pr.set_defaults(func=_privatize)
     sm = sub.add_parser("submit", help="privatize each line and submit it as one report to a shuffler",
                         formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    common(sm)
+    common(sm, "metric-DP ε per word [default: the deployment's]")
+    sm.add_argument("--long-text", choices=["truncate", "split"], default="truncate",
+                    help="a text longer than the deployment's L words: keep its first L words, or split it into "
+                         "several reports (each one report of this client's quota per accounting window)")
     sm.add_argument("--shuffler", default="127.0.0.1:50051", help="shuffler address host:port")
     sm.add_argument("--curator-key", type=Path, help="the curator's public key (curator.pub from `lac keys curator`)")
     sm.add_argument("--ca", default="", help="CA certificate that signed the shuffler's TLS certificate")
@@ -68,6 +75,13 @@ def register(subparsers) -> None:
     ca.add_argument("--json", action="store_true", help="print the table as one JSON object")
     ca.set_defaults(func=_calibrate)
 
+    info = sub.add_parser("embedding-info", help="an embedding's id and exact diameter (what the curator publishes "
+                                                 "as embedding and word_distance_bound)")
+    info.add_argument("--embedding", default="default",
+                      help="'default' (GloVe 6B 50d), a cached embedding directory or a GloVe/word2vec/fastText file")
+    info.add_argument("--vocab-size", type=int, default=50_000, help="vocabulary size (most frequent words)")
+    info.set_defaults(func=_embedding_info)
+
 
 def _lines(path: Path) -> list[str]:
     text = sys.stdin.read() if str(path) == "-" else path.read_text(encoding="utf-8")
@@ -78,17 +92,23 @@ def _describe(emb) -> str:
     return f"embedding {emb.name}: {emb.size} words, d={emb.dim}, diameter {emb.diameter():.6g}"
 
 
-def _localize(args):
+def _localize(args, deployment=None):
     from lac.client.calibrate import mechanism_factory
     from lac.client.formats import open_embedding
     from lac.client.localizer import Localizer
+    from lac.common.deployment import Deployment
     from lac.common.progress import Progress
 
     lines = _lines(args.file)
     emb = open_embedding(args.embedding, args.vocab_size)
     print(_describe(emb), file=sys.stderr)
-    mech = mechanism_factory(args.mechanism, emb, tau=args.tau, k=args.k)(args.epsilon)
-    localizer = Localizer(emb, mech)
+    epsilon = args.epsilon if args.epsilon is not None else (deployment.epsilon_per_word if deployment else 15.0)
+    mech = mechanism_factory(args.mechanism, emb, tau=args.tau, k=args.k)(epsilon)
+    if deployment is None and getattr(args, "max_words", None):
+        deployment = Deployment(mechanism=mech.name, epsilon_per_word=epsilon, embedding=emb.name,
+                                word_distance_bound=mech.local_epsilon(1, emb.diameter()) / epsilon,
+                                max_report_words=args.max_words)
+    localizer = Localizer(emb, mech, deployment=deployment, long_text=args.long_text)
     print(f"nearest-word search: exact, {localizer.search_backend} backend", file=sys.stderr)
     bar = Progress("privatizing", len(lines))
     reports = []
@@ -102,8 +122,7 @@ def _localize(args):
 def _privatize(args) -> int:
     for r in _localize(args):
         if args.json:
-            print(json.dumps({"sentences": r.sentences, "n_words": r.n_words,
-                              "n_out_of_vocabulary": r.n_out_of_vocabulary, "mechanism": r.mechanism,
+            print(json.dumps({"sentences": r.sentences, "n_words": r.n_words, "mechanism": r.mechanism,
                               "epsilon_per_word": r.epsilon_per_word, "embedding": r.embedding,
                               "statement": r.statement, "metadata": r.metadata}, ensure_ascii=False))
         else:
@@ -152,14 +171,21 @@ def _calibrate(args) -> int:
     return 0
 
 
-def _submit(args) -> int:
-    from lac.client.submit import ShufflerClient
-    from lac.common.v1 import shuffler_pb2
+def _embedding_info(args) -> int:
+    from lac.client.formats import open_embedding
 
+    emb = open_embedding(args.embedding, args.vocab_size)
+    print(json.dumps({"embedding": emb.name, "size": emb.size, "dim": emb.dim, "diameter": emb.diameter()}))
+    return 0
+
+
+def _submit(args) -> int:
     import os
 
+    from lac.client.submit import ShufflerClient
     from lac.common import tls
     from lac.common.envelope import CuratorPublicKey
+    from lac.common.v1 import shuffler_pb2
 
     try:
         channel_tls = tls.client_tls(args.ca, args.cert, args.key, insecure=args.insecure, name="lac client submit")
@@ -172,8 +198,14 @@ def _submit(args) -> int:
         print("WARNING: --insecure: reports travel in plaintext without TLS; local demos only", file=sys.stderr)
     key = CuratorPublicKey.load(args.curator_key) if args.curator_key else None
     token = args.token_file.read_text().strip() if args.token_file else os.environ.get("LAC_CLIENT_TOKEN")
-    reports = _localize(args)
     with ShufflerClient(args.shuffler, key, channel_tls, token=token, insecure=args.insecure) as client:
+        deployment = client.deployment()
+        print(f"deployment: {deployment.report_guarantee().statement()}", file=sys.stderr)
+        try:
+            reports = _localize(args, deployment)
+        except ValueError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
         acks = client.submit(reports)
     stored = sum(a.status == shuffler_pb2.ACK_STATUS_STORED for a in acks)
     print(f"submitted {len(acks)} reports: {stored} stored, {len(acks) - stored} already stored")

@@ -6,7 +6,13 @@ to y in Euclidean distance (exact search). Only perturbed tokens leave this modu
 Out-of-vocabulary words are never passed through: all of them are mapped to one fixed,
 public point, the embedding's centroid c, and perturbed from there like any word. Between
 two OOV words the output is therefore exactly indistinguishable (distance 0); between an
-OOV word and an in-vocabulary word w the per-word guarantee is ε·‖c − φ(w)‖.
+OOV word and an in-vocabulary word w the per-word guarantee is ε·‖c − φ(w)‖. How many words
+were out of the vocabulary is not part of a report.
+
+With a ``Deployment`` (the curator's published configuration) the Localizer refuses a
+mechanism, ε or embedding the curator would not accept, and keeps every report within the
+deployment's L words: a longer text is truncated (default) or split into several reports
+(``long_text="split"``; each is one report of the client's quota).
 """
 
 from __future__ import annotations
@@ -16,6 +22,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from lac.common.deployment import Deployment
+from lac.common.privacy import Adjacency, Guarantee, Model, PrivacyUnit
 from lac.common.rng import secure_generator
 from lac.common.text import sentences as split_sentences
 from lac.client.embedding import Embedding
@@ -31,16 +39,43 @@ _CHUNK = 1 << 16  # words per noise + nearest-neighbour pass (bounds memory, not
 
 @dataclass(frozen=True)
 class PrivatizedReport:
-    """What leaves the device: perturbed tokens plus the guarantee they carry."""
+    """What leaves the device: perturbed tokens plus the typed guarantee they carry."""
 
     sentences: tuple[tuple[str, ...], ...]
     n_words: int
-    n_out_of_vocabulary: int
     mechanism: str
     epsilon_per_word: float
     embedding: str
-    statement: str
+    guarantee: Guarantee = field(compare=False)  # per word, with the report's composition in its details
     metadata: dict = field(default_factory=dict, compare=False)  # JSON-able guarantees and embedding facts
+
+    @property
+    def statement(self) -> str:
+        return self.guarantee.statement()
+
+
+def fit_words(sentences: list[list[str]], max_words: int | None, long_text: str = "truncate") -> list[list[list[str]]]:
+    """``sentences`` as reports of at most ``max_words`` words: the first ``max_words`` words
+    ("truncate"), or consecutive pieces ("split"; sentences are kept whole where they fit)."""
+    if long_text not in ("truncate", "split"):
+        raise ValueError(f"long_text must be 'truncate' or 'split', got {long_text!r}")
+    if max_words is None or sum(map(len, sentences)) <= max_words:
+        return [sentences]
+    parts: list[list[list[str]]] = [[]]
+    room = max_words
+    for s in sentences:
+        while s:
+            if room == 0:
+                if long_text == "truncate":
+                    return parts[:1]
+                parts.append([])
+                room = max_words
+            if len(s) > room and room < max_words and long_text == "split":
+                room = 0  # start the sentence in a fresh report rather than cutting it
+                continue
+            parts[-1].append(s[:room])
+            s, room = s[room:], room - len(s[:room])
+    return parts[:1] if long_text == "truncate" else parts
 
 
 class Localizer:
@@ -53,12 +88,39 @@ class Localizer:
     """
 
     def __init__(self, embedding: Embedding, mechanism: MultivariateLaplace | object,
-                 rng: np.random.Generator | None = None):
+                 rng: np.random.Generator | None = None, deployment: Deployment | None = None,
+                 long_text: str = "truncate"):
         self.embedding = embedding
         self.mechanism = mechanism
         self.rng = rng if rng is not None else secure_generator()
         self._index = NearestIndex(embedding.vectors, embedding.norms2)
         self.diameter = embedding.diameter()
+        fit_words([], None, long_text)  # validates long_text
+        self.long_text = long_text
+        self.deployment = deployment
+        if deployment is not None:
+            self._check(deployment)
+
+    def _check(self, d: Deployment) -> None:
+        """ValueError unless reports of this Localizer satisfy the published deployment ``d``."""
+        mech, emb = self.mechanism, self.embedding
+        problems = []
+        if mech.name != d.mechanism:
+            problems.append(f"mechanism {mech.name} (the deployment accepts {d.mechanism})")
+        if mech.epsilon > d.epsilon_per_word:
+            problems.append(f"ε = {mech.epsilon:g} per word (the deployment accepts at most {d.epsilon_per_word:g})")
+        if emb.name != d.embedding:
+            problems.append(f"embedding {emb.name} (the deployment uses {d.embedding})")
+        if mech.local_epsilon(1, self.diameter) > mech.epsilon * d.word_distance_bound * (1 + 1e-9):
+            problems.append(f"a per-word distance bound of {mech.local_epsilon(1, self.diameter) / mech.epsilon:.6g} "
+                            f"(the deployment publishes {d.word_distance_bound:.6g})")
+        if problems:
+            raise ValueError("this Localizer does not match the curator's deployment: " + "; ".join(problems))
+
+    @property
+    def max_words(self) -> int | None:
+        """L: most words per report (the deployment's), None without a deployment."""
+        return self.deployment.max_report_words if self.deployment is not None else None
 
     @property
     def search_backend(self) -> str:
@@ -118,11 +180,18 @@ class Localizer:
                 f"one-to-one matchings σ of Σᵢ d_X(bᵢ, b'_σ(i)) (Fernandes, Dras & McIver, Thm 3.1: εℓE-privacy "
                 f"for bags of equal size). Bags of different sizes are distinguishable by their size.")
 
+    def guarantee(self, n_words: int) -> Guarantee:
+        """The typed guarantee of a report of ``n_words`` words: ε·d metric DP per word, with
+        the report's composition, the bag-of-words statement and the embedding in its details."""
+        emb, mech = self.embedding, self.mechanism
+        return Guarantee(
+            Model.METRIC_LOCAL, mech.epsilon, 0.0, PrivacyUnit.word(), Adjacency.REPLACE,
+            f"{mech.name} over {emb.name}: {emb.size} words, d = {emb.dim}, diameter {self.diameter:.6g}",
+            details=(mech.statement(n_words, diameter=self.diameter), self.composition(n_words),
+                     self.bag_statement(n_words), OOV_STATEMENT))
+
     def statement(self, n_words: int) -> str:
-        return (f"{self.mechanism.statement(n_words, diameter=self.diameter)} {self.composition(n_words)} "
-                f"{self.bag_statement(n_words)} Embedding: {self.embedding.name} "
-                f"({self.embedding.size} words, d = {self.embedding.dim}, diameter {self.diameter:.6g}); "
-                f"{OOV_STATEMENT}")
+        return self.guarantee(n_words).statement()
 
     def metadata(self, n_words: int) -> dict:
         """Everything a report states about its privacy, as JSON-able fields."""
@@ -142,28 +211,35 @@ class Localizer:
         }
 
     def privatize_many(self, texts: Iterable[str]) -> list[PrivatizedReport]:
-        """Privatize each text (one report per text); all words share one vectorised pass."""
-        tokenised = [split_sentences(t) for t in texts]
-        flat = [tok for sents in tokenised for sent in sents for tok in sent]
-        ids = self.ids(flat)
+        """Privatize each text; all words share one vectorised pass.
+
+        One report per text, except with a deployment and ``long_text="split"``, where a text
+        longer than the deployment's L words gives several consecutive reports.
+        """
+        reports_words = [part for t in texts for part in fit_words(split_sentences(t), self.max_words, self.long_text)]
+        flat = [tok for sents in reports_words for sent in sents for tok in sent]
         words_out = self.embedding.words
-        out_rows = self.perturb_ids(ids)
+        out_rows = self.perturb_ids(self.ids(flat))
         reports, pos = [], 0
-        for sents in tokenised:
+        mech = self.mechanism
+        for sents in reports_words:
             n = sum(len(s) for s in sents)
             rows = out_rows[pos:pos + n]
-            n_oov = int(np.count_nonzero(ids[pos:pos + n] == OOV))
             perturbed, k = [], 0
             for s in sents:
                 perturbed.append(tuple(words_out[r] for r in rows[k:k + len(s)]))
                 k += len(s)
             pos += n
             reports.append(PrivatizedReport(
-                sentences=tuple(perturbed), n_words=n, n_out_of_vocabulary=n_oov,
-                mechanism=self.mechanism.name, epsilon_per_word=self.mechanism.epsilon,
-                embedding=self.embedding.name, statement=self.statement(n), metadata=self.metadata(n)))
+                sentences=tuple(perturbed), n_words=n, mechanism=mech.name, epsilon_per_word=mech.epsilon,
+                embedding=self.embedding.name, guarantee=self.guarantee(n), metadata=self.metadata(n)))
         return reports
 
     def privatize(self, text: str) -> PrivatizedReport:
-        """Privatize one text."""
-        return self.privatize_many([text])[0]
+        """Privatize one text as one report (truncated to the deployment's L words if longer;
+        in "split" mode a longer text is an error here: use ``privatize_many``)."""
+        reports = self.privatize_many([text])
+        if len(reports) != 1:
+            raise ValueError(f"the text has more than {self.max_words} words and this Localizer splits long texts: "
+                             f"use privatize_many, which returns one report per part")
+        return reports[0]

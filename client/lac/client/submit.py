@@ -17,7 +17,9 @@ from collections.abc import Iterable, Sequence
 import grpc
 
 from lac.common import envelope, tls
+from lac.common.deployment import Deployment
 from lac.common.envelope import CuratorPublicKey
+from lac.common.serde import deployment_from_proto, mechanism_id
 from lac.common.v1 import reports_pb2, shuffler_pb2, shuffler_pb2_grpc
 from lac.client.localizer import PrivatizedReport
 
@@ -25,13 +27,13 @@ RETRYABLE = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED}
 
 
 def report_content(report: PrivatizedReport) -> reports_pb2.ReportContent:
+    """What the curator will read: a fresh report id, the perturbed words and the typed local
+    parameters (mechanism, ε per word, embedding id), nothing else."""
     return reports_pb2.ReportContent(
         report_id=os.urandom(envelope.REPORT_ID_BYTES),
         sentences=[reports_pb2.Sentence(tokens=list(s)) for s in report.sentences],
-        privacy=reports_pb2.LocalPrivacy(mechanism=report.mechanism, epsilon_per_word=report.epsilon_per_word,
-                                         n_words=report.n_words, embedding=report.embedding,
-                                         statement=report.statement),
-        n_out_of_vocabulary=report.n_out_of_vocabulary)
+        local_privacy=reports_pb2.LocalPrivacy(mechanism=mechanism_id(report.mechanism),
+                                               epsilon_per_word=report.epsilon_per_word, embedding=report.embedding))
 
 
 def client_report(report: PrivatizedReport, curator_key: CuratorPublicKey | None) -> shuffler_pb2.ClientReport:
@@ -73,29 +75,42 @@ class ShufflerClient:
     def __exit__(self, *exc):
         self.close()
 
-    def submit(self, reports: Iterable[PrivatizedReport]) -> list[shuffler_pb2.ReportAck]:
-        """Submit ``reports``; returns one ack per report (STORED or DUPLICATE)."""
-        acks: list[shuffler_pb2.ReportAck] = []
-        chunk: list[shuffler_pb2.ClientReport] = []
-        for r in reports:
-            chunk.append(client_report(r, self.curator_key))
-            if len(chunk) == self.batch_size:
-                acks.extend(self.submit_prepared(chunk))
-                chunk = []
-        if chunk:
-            acks.extend(self.submit_prepared(chunk))
-        return acks
-
-    def submit_prepared(self, chunk: Sequence[shuffler_pb2.ClientReport]) -> list[shuffler_pb2.ReportAck]:
-        request = shuffler_pb2.SubmitRequest(reports=list(chunk))
+    def _call(self, method, request, metadata=None):
+        """``method(request)`` with retries of transient failures (exponential back-off)."""
         delay = 0.2
         for attempt in range(1, self.attempts + 1):
             try:
-                return list(self.stub.Submit(request, timeout=self.timeout, wait_for_ready=True,
-                                             metadata=self.metadata).acks)
+                return method(request, timeout=self.timeout, wait_for_ready=True,
+                              metadata=self.metadata if metadata is None else metadata)
             except grpc.RpcError as exc:
                 if exc.code() not in RETRYABLE or attempt == self.attempts:
                     raise
                 time.sleep(delay)
                 delay *= 2
         raise AssertionError("unreachable")
+
+    def deployment(self) -> Deployment:
+        """The curator's published local-privacy configuration, relayed by the shuffler."""
+        return deployment_from_proto(self._call(self.stub.GetDeployment, reports_pb2.DeploymentRequest()))
+
+    def submit(self, reports: Iterable[PrivatizedReport], token: str | None = None) -> list[shuffler_pb2.ReportAck]:
+        """Submit ``reports``; returns one ack per report (STORED or DUPLICATE).
+
+        ``token`` overrides this client's token for this call (e.g. a simulation playing many clients).
+        """
+        acks: list[shuffler_pb2.ReportAck] = []
+        chunk: list[shuffler_pb2.ClientReport] = []
+        for r in reports:
+            chunk.append(client_report(r, self.curator_key))
+            if len(chunk) == self.batch_size:
+                acks.extend(self.submit_prepared(chunk, token))
+                chunk = []
+        if chunk:
+            acks.extend(self.submit_prepared(chunk, token))
+        return acks
+
+    def submit_prepared(self, chunk: Sequence[shuffler_pb2.ClientReport],
+                        token: str | None = None) -> list[shuffler_pb2.ReportAck]:
+        """Submit already sealed reports (a retry reuses their idempotency ids, so it stores nothing twice)."""
+        metadata = (("authorization", f"Bearer {token}"),) if token else None
+        return list(self._call(self.stub.Submit, shuffler_pb2.SubmitRequest(reports=list(chunk)), metadata).acks)

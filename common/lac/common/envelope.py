@@ -28,7 +28,7 @@ from cryptography.hazmat.primitives.hpke import AEAD, KDF, KEM, Suite
 from google.protobuf.message import DecodeError
 
 from lac.common.errors import InvalidArgument
-from lac.common.files import atomic_file
+from lac.common.files import atomic_file, private_dir
 from lac.common.v1 import reports_pb2
 
 REPORT_ID_BYTES = 16
@@ -191,8 +191,7 @@ def generate_key(key_dir: str | Path, rotate: bool = False) -> str:
     Returns the new key id. Keys older than the previous one are removed from the ring
     (their files stay until the operator deletes them).
     """
-    key_dir = Path(key_dir)
-    key_dir.mkdir(parents=True, exist_ok=True)
+    key_dir = private_dir(key_dir)
     ring_file = key_dir / "keyring.json"
     if ring_file.exists() and not rotate:
         raise FileExistsError(f"{ring_file} exists; use rotation to replace the current key")

@@ -1,67 +1,60 @@
-"""Domain errors and the one table that maps them to gRPC status codes."""
+"""Domain errors: what went wrong, in the caller's terms. No transport here.
+
+The servicer boundary (``lac.common.rpc``) maps each class to one gRPC status code; any other
+exception is a bug and becomes INTERNAL there, logged once with the RPC name.
+"""
 
 from __future__ import annotations
 
-import functools
-import logging
+from typing import Any
 
-import grpc
-
-log = logging.getLogger(__name__)
+__all__ = ["LacError", "InvalidArgument", "NotFound", "AlreadyExists", "Unauthenticated", "PermissionDenied",
+           "ResourceExhausted", "FailedPrecondition", "Unavailable", "DataLoss"]
 
 
 class LacError(Exception):
-    """Base of errors a service reports to its caller with a precise status."""
+    """Base of errors a service reports to its caller with a precise status.
 
-    code = grpc.StatusCode.INTERNAL
+    ``retry_after`` (seconds) is sent as ``retry-after-seconds`` trailing metadata when set.
+    """
+
+    def __init__(self, message: str, *, retry_after: float | None = None, **extra: Any):
+        super().__init__(message)
+        self.retry_after = retry_after
+        self.extra = extra
 
 
 class InvalidArgument(LacError):
-    code = grpc.StatusCode.INVALID_ARGUMENT
+    """Malformed, oversized or out-of-range input."""
 
 
 class NotFound(LacError):
-    code = grpc.StatusCode.NOT_FOUND
+    """An unknown release or other named object."""
 
 
 class AlreadyExists(LacError):
-    code = grpc.StatusCode.ALREADY_EXISTS
+    """An object that must be new already exists."""
 
 
 class Unauthenticated(LacError):
-    code = grpc.StatusCode.UNAUTHENTICATED
+    """No credentials, or credentials that identify no one."""
 
 
 class PermissionDenied(LacError):
-    code = grpc.StatusCode.PERMISSION_DENIED
+    """A known caller whose roles do not include the one this call needs."""
 
 
 class ResourceExhausted(LacError):
-    code = grpc.StatusCode.RESOURCE_EXHAUSTED
+    """A quota is used up (retry after ``retry_after`` seconds)."""
 
 
 class FailedPrecondition(LacError):
-    code = grpc.StatusCode.FAILED_PRECONDITION
+    """The system is not in a state that allows the request (e.g. the privacy budget is spent)."""
 
 
 class Unavailable(LacError):
-    code = grpc.StatusCode.UNAVAILABLE
+    """A transient condition (full log, unreachable peer, full disk): retry later."""
 
 
 class DataLoss(LacError):
-    code = grpc.StatusCode.DATA_LOSS
-
-
-def rpc(method):
-    """Decorate an async servicer method: domain errors become their gRPC status."""
-
-    @functools.wraps(method)
-    async def wrapper(self, request, context):
-        try:
-            return await method(self, request, context)
-        except LacError as exc:
-            await context.abort(exc.code, str(exc))
-        except ValueError as exc:  # parameter validation in library code
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
-
-    return wrapper
+    """Stored data that should exist is missing or corrupt."""

@@ -25,3 +25,32 @@ def atomic_file(path: str | os.PathLike, mode: int = 0o600) -> Iterator:
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
+
+
+def private_dir(path: str | os.PathLike) -> Path:
+    """Create ``path`` (and parents) if needed and make it accessible to its owner only (0700)."""
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True, mode=0o700)
+    os.chmod(path, 0o700)
+    return path
+
+
+def private_sqlite(path: str | os.PathLike):
+    """A durable SQLite connection (WAL, ``synchronous=FULL``) on a database readable by its owner only.
+
+    The file is created 0600 before SQLite opens it; SQLite gives the ``-wal`` and ``-shm`` files
+    the database's permissions. The connection is in autocommit mode (explicit transactions).
+    """
+    import sqlite3
+
+    path = Path(path)
+    os.close(os.open(path, os.O_RDWR | os.O_CREAT, 0o600))
+    os.chmod(path, 0o600)
+    db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    db.execute("PRAGMA journal_mode=WAL")
+    db.execute("PRAGMA synchronous=FULL")
+    for suffix in ("-wal", "-shm"):
+        extra = path.with_name(path.name + suffix)
+        if extra.exists():
+            os.chmod(extra, 0o600)
+    return db

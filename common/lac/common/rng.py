@@ -8,18 +8,33 @@ mechanisms need, vectorised with numpy, with the same call signatures as
 ``numpy.random.Generator`` so that tests can inject a seeded numpy generator instead.
 A numpy PCG64 stream seeded from the OS would not do: its state can be recovered from
 its outputs, so only its seed would be cryptographic.
+
+Fork safety: a forked child inherits its parent's memory, keystream position included, so a
+generator built before ``os.fork()`` (gunicorn --preload, multiprocessing's fork start method)
+would produce the same noise in both processes. Every live generator is therefore re-keyed
+from ``os.urandom`` in the child right after a fork (``os.register_at_fork``).
 """
 
 from __future__ import annotations
 
 import math
 import os
+import weakref
 
 import numpy as np
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms
 
 REKEY_BYTES = 1 << 30
 _EPS52 = 2.0 ** -52
+_LIVE: weakref.WeakSet = weakref.WeakSet()  # generators to re-key in a forked child
+
+
+def _rekey_after_fork() -> None:
+    for g in list(_LIVE):
+        g._rekey()
+
+
+os.register_at_fork(after_in_child=_rekey_after_fork)
 
 
 def _count(size) -> int:
@@ -42,6 +57,7 @@ class CsprngGenerator:
 
     def __init__(self) -> None:
         self._rekey()
+        _LIVE.add(self)
 
     def _rekey(self) -> None:
         cipher = Cipher(algorithms.ChaCha20(os.urandom(32), os.urandom(16)), mode=None)

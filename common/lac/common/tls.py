@@ -21,7 +21,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from lac.common.files import atomic_file
+from lac.common.files import atomic_file, private_dir
 
 log = logging.getLogger(__name__)
 
@@ -58,8 +58,7 @@ def _san(host: str) -> x509.GeneralName:
 
 def make_ca(out_dir: str | Path, days: int = 825) -> None:
     """Create ``ca.pem``/``ca.key`` in ``out_dir`` (refuses to overwrite an existing CA)."""
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    out = private_dir(out_dir)
     if (out / "ca.key").exists():
         raise FileExistsError(f"{out / 'ca.key'} exists; remove it to make a new CA")
     key = ec.generate_private_key(ec.SECP256R1())
@@ -163,13 +162,6 @@ def channel(target: str, tls: ClientTls | None, options=(), aio: bool = False):
     if tls is None:
         return mod.insecure_channel(target, options=list(options))
     return mod.secure_channel(target, tls.credentials(), options=list(options))
-
-
-def peer_identity(context) -> str | None:
-    """The common name of a verified mTLS client certificate, or None."""
-    auth = context.auth_context() or {}
-    names = auth.get("x509_common_name") or []
-    return names[0].decode() if names else None
 
 
 def add_client_flags(p) -> None:

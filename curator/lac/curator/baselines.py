@@ -4,16 +4,17 @@ All take per-user counts U (rows = users, columns = the public vocabulary), clam
 C (as BayesianDP does) and return a frozen result with ``probs`` (a probability vector over the
 vocabulary), the parameters and a privacy statement.
 
-* ``laplace_dp``: c + Lap(b) per item, threshold at 0, normalise. A user holds at most W items
-  (public cap, checked) with clamped counts ≤ C, so the ℓ1 sensitivity of c under add/remove-
-  one-user is Δ₁ = W·C and b = W·C/ε gives ε-DP (the paper's b = W/ε with W counts per user
-  overall is the same bound with C folded into W). Thresholding/normalising is post-processing.
+* ``laplace_dp``: c + Lap(b) per item, threshold at 0, normalise. A report holds at most W items
+  (cut by the mechanism, ``cap_rows``) with clamped counts ≤ C and a user sends at most m
+  reports, so the ℓ1 sensitivity of c under add/remove-one-user is Δ₁ = m·W·C and b = m·W·C/ε
+  gives ε-DP (the paper's b = W/ε with W counts per user overall is the same bound with C folded
+  into W). Thresholding/normalising is post-processing.
 * ``laplace_public_dp``: the paper's modified mechanism
   max[Σ_n w_n(Δc̃ⁿ − α̃) + e + α̃, 0], w_n = ‖Δcⁿ‖₁/‖c‖₁, renormalised. Since Σ_n w_n Δc̃ⁿ = c/‖c‖₁
   and Σ_n w_n = 1, f = c/‖c‖₁ − α̃. Adding/removing a user with t = ‖Δc‖₁ ≤ W·C changes c/‖c‖₁ by
   exactly 2t/T in ℓ1 (T = the larger total), so Δ₁ ≤ 2 for any data ("sound", the default) and
-  Δ₁ ≤ min(2, 2·W·C/T_obs) at the observed total T_obs ("observed": data-dependent; covers
-  removing a present user and adding any user). The paper leaves Δf₁ unspecified.
+  Δ₁ ≤ min(2, 2·m·W·C/T_obs) at the observed total T_obs ("observed": data-dependent, NOT
+  differentially private). The paper leaves Δf₁ unspecified.
 * ``k_anonymity``: keep the totals of items held by ≥ K users, zero the rest, normalise.
   NOT differentially private (deterministic; the threshold uses exact counts).
 """
@@ -26,9 +27,10 @@ from numbers import Integral, Real
 
 import numpy as np
 
+from lac.common.privacy import Adjacency, Guarantee, Model, PrivacyUnit, check_epsilon
 from lac.common.rng import secure_generator
 from lac.curator.bayesian import count_stats
-from lac.curator.sound import check_public_caps
+from lac.curator.sound import cap_rows
 
 __all__ = ["BaselineRelease", "laplace_dp", "laplace_public_dp", "k_anonymity"]
 
@@ -45,17 +47,26 @@ class BaselineRelease:
     delta: float
     n_users: int
     vocab_size: int
-    data_dependent: bool
-    differentially_private: bool
-    statement: str
-    mean: np.ndarray  # pre-noise vector (operator only, NOT private)
+    guarantee: Guarantee | None  # None: k-anonymity, which has no privacy guarantee
+    mean: np.ndarray  # pre-noise vector (library/testing only, NOT private; never leaves the curator)
     noisy: np.ndarray | None = None  # DP vector before thresholding (as private as probs); None for kanon
+    note: str = ""  # the statement of a release without a guarantee
+
+    @property
+    def data_dependent(self) -> bool:
+        return self.guarantee is None or self.guarantee.data_dependent
+
+    @property
+    def differentially_private(self) -> bool:
+        return self.guarantee is not None and self.guarantee.differentially_private
+
+    @property
+    def statement(self) -> str:
+        return self.guarantee.statement() if self.guarantee is not None else self.note
 
 
 def _check_eps(epsilon) -> float:
-    if isinstance(epsilon, bool) or not (isinstance(epsilon, Real) and math.isfinite(epsilon) and epsilon > 0):
-        raise ValueError(f"epsilon must be finite and > 0, got {epsilon!r}")
-    return float(epsilon)
+    return check_epsilon(epsilon)
 
 
 def _normalise(v: np.ndarray) -> np.ndarray:
@@ -66,15 +77,16 @@ def _normalise(v: np.ndarray) -> np.ndarray:
     return out
 
 
-def laplace_dp(U, W: int, C: int = 1, epsilon: float = 1.0, rng: np.random.Generator | None = None) -> BaselineRelease:
-    """Standard Laplace baseline (§4.2 item 1): ε-DP with b = W·C/ε (see module docstring)."""
+def laplace_dp(U, W: int, C: int = 1, epsilon: float = 1.0, rng: np.random.Generator | None = None,
+               unit: PrivacyUnit = PrivacyUnit.report()) -> BaselineRelease:
+    """Standard Laplace baseline (§4.2 item 1): ε-DP with b = m·W·C/ε (see module docstring)."""
     eps = _check_eps(epsilon)
-    check_public_caps(U, W, max(U.shape[0], 1))
-    stats = count_stats(U, C)
+    stats = count_stats(cap_rows(U, W), C)
     V = stats.c.size
     if V == 0:
         raise ValueError("the vocabulary is empty")
-    sens = float(W * C)
+    m = unit.max_reports
+    sens = float(m * W * C)
     b = sens / eps
     rng = secure_generator() if rng is None else rng
     noisy = stats.c + rng.laplace(0.0, b, size=V)
@@ -84,18 +96,18 @@ def laplace_dp(U, W: int, C: int = 1, epsilon: float = 1.0, rng: np.random.Gener
     return BaselineRelease(
         probs=_normalise(noisy), mechanism="laplace", params=dict(W=int(W), C=int(C), epsilon=eps),
         sensitivity=sens, scale=b, sensitivity_method="sound", epsilon=eps, delta=0.0,
-        n_users=stats.n_users, vocab_size=V, data_dependent=False, differentially_private=True,
-        statement=(f"Laplace baseline (Ramadan et al. §4.2): ({eps:g}, 0)-differential privacy for one user "
-                   f"= one report under add/remove-one-report adjacency; ℓ1 sensitivity W·C = {sens:g} "
-                   f"(≤ W={W} items per user, counts clamped at C={C}; sound: data-independent worst case), "
-                   f"Laplace scale b = {b:.6g} per item; thresholded at 0 and normalised (post-processing)."),
+        n_users=stats.n_users, vocab_size=V,
+        guarantee=Guarantee(Model.CENTRAL, eps, 0.0, unit, Adjacency.ADD_REMOVE, "Laplace baseline (Ramadan et al. §4.2)",
+                            details=(f"ℓ1 sensitivity m·W·C = {sens:g} (≤ W={W} items per report, counts clamped at "
+                                     f"C={C}, {m} report(s) per user; data-independent worst case), Laplace scale "
+                                     f"b = {b:.6g} per item; thresholded at 0 and normalised (post-processing).",)),
         mean=mean, noisy=noisy,
     )
 
 
 def laplace_public_dp(
     U, alpha: np.ndarray, W: int, C: int = 1, epsilon: float = 1.0, sensitivity: str = "sound",
-    rng: np.random.Generator | None = None,
+    rng: np.random.Generator | None = None, unit: PrivacyUnit = PrivacyUnit.report(),
 ) -> BaselineRelease:
     """Laplace with public data (§4.2 item 2); ``sensitivity`` "sound" (Δ₁ = 2) or "observed"."""
     eps = _check_eps(epsilon)
@@ -106,15 +118,15 @@ def laplace_public_dp(
         raise ValueError(f"U has {U.shape[1]} columns but alpha has {alpha.size} entries")
     if not np.all(np.isfinite(alpha)) or np.any(alpha < 0) or alpha.sum() <= 0:
         raise ValueError("alpha must be finite, >= 0 and not all zero")
-    check_public_caps(U, W, max(U.shape[0], 1))
-    stats = count_stats(U, C)
+    stats = count_stats(cap_rows(U, W), C)
+    m = unit.max_reports
     T = float(stats.c.sum())
     a = alpha / alpha.sum()
     f = (stats.c / T if T > 0 else np.zeros_like(a)) - a
     if sensitivity == "sound":
         sens = 2.0
     else:
-        sens = min(2.0, 2.0 * W * C / T) if T > 0 else 2.0
+        sens = min(2.0, 2.0 * m * W * C / T) if T > 0 else 2.0
     b = sens / eps
     rng = secure_generator() if rng is None else rng
     noisy = f + rng.laplace(0.0, b, size=a.size) + a
@@ -123,18 +135,17 @@ def laplace_public_dp(
     mean.setflags(write=False)
     how = ("sound: data-independent worst case (two probability vectors differ by ≤ 2 in ℓ1)"
            if sensitivity == "sound" else
-           f"data-dependent: 2·W·C/‖c‖₁ at the observed total ‖c‖₁ = {T:g}, so the noise scale "
+           f"data-dependent: 2·m·W·C/‖c‖₁ at the observed total ‖c‖₁ = {T:g}, so the noise scale "
            f"itself depends on the data")
     return BaselineRelease(
         probs=_normalise(noisy), mechanism="laplace-public",
         params=dict(W=int(W), C=int(C), epsilon=eps, sensitivity=sensitivity),
         sensitivity=sens, scale=b, sensitivity_method=sensitivity, epsilon=eps, delta=0.0,
-        n_users=stats.n_users, vocab_size=int(a.size), data_dependent=sensitivity != "sound",
-        differentially_private=True,
-        statement=(f"Laplace with public data (Ramadan et al. §4.2): ({eps:g}, 0)-differential privacy for "
-                   f"one user = one report under add/remove-one-report adjacency on f = c/‖c‖₁ − α̃; ℓ1 "
-                   f"sensitivity {sens:.6g} ({how}), Laplace scale b = {b:.6g}; + α̃, thresholded at 0 "
-                   f"and renormalised (post-processing)."),
+        n_users=stats.n_users, vocab_size=int(a.size),
+        guarantee=Guarantee(Model.CENTRAL, eps, 0.0, unit, Adjacency.ADD_REMOVE,
+                            "Laplace with public data (Ramadan et al. §4.2)", data_dependent=sensitivity != "sound",
+                            details=(f"Laplace noise on f = c/‖c‖₁ − α̃ with ℓ1 sensitivity {sens:.6g} ({how}), "
+                                     f"scale b = {b:.6g}; + α̃, thresholded at 0 and renormalised (post-processing).",)),
         mean=mean, noisy=noisy,
     )
 
@@ -152,10 +163,9 @@ def k_anonymity(U, K: int, C: int = 1) -> BaselineRelease:
     return BaselineRelease(
         probs=_normalise(kept), mechanism="kanon", params=dict(K=int(K), C=int(C)), sensitivity=0.0,
         scale=0.0, sensitivity_method="none", epsilon=math.inf, delta=0.0, n_users=stats.n_users,
-        vocab_size=int(stats.c.size), data_dependent=True, differentially_private=False,
-        statement=(f"k-anonymity baseline (K={K}): items held by fewer than K users are suppressed, the "
-                   f"others are released with exact clamped counts (C={C}), normalised. This is NOT "
-                   f"differentially private: it is deterministic and offers no protection against "
-                   f"linkage or differencing attacks."),
+        vocab_size=int(stats.c.size), guarantee=None,
+        note=(f"NOT differentially private: k-anonymity baseline (K={K}): items held by fewer than K users are "
+              f"suppressed, the others are released with exact clamped counts (C={C}), normalised. It is "
+              f"deterministic and offers no protection against linkage or differencing attacks."),
         mean=mean,
     )

@@ -8,8 +8,9 @@ holding item j, V = vocabulary size,
   h ~ N(μ_ps, σ² I),  θ = softmax(h)              (eq. 4)
 γ is the ℓ2 sensitivity of w ⊙ x̂ to removing one user; μ_ps moves by ρ·γ, so σ is calibrated
 for sensitivity ρ·γ. The "bruteforce" and "claim1" γ methods look at the observed data (see
-``BayesianRelease``); "sound" (lac.curator.sound) is a data-independent worst case from public
-parameters (C, S, W, |V|, n_max).
+``BayesianRelease``) and are NOT differentially private; "sound" (lac.curator.sound) is a
+data-independent worst case from public parameters (C, S, W, |V|, the clip M on item totals and
+the reports one user can contribute), and the mechanism enforces those caps itself.
 """
 
 from __future__ import annotations
@@ -21,9 +22,11 @@ from numbers import Integral, Real
 import numpy as np
 import scipy.sparse as sp
 
+from lac.common.privacy import Adjacency, Guarantee, Model, PrivacyUnit, check_delta, check_epsilon
 from lac.common.rng import secure_generator
 from lac.curator.gaussian import METHODS as _CALIBRATIONS
 from lac.curator.gaussian import calibrate
+from lac.curator.sound import SOUND_STATEMENT, cap_rows, sound_gamma
 
 __all__ = [
     "BayesianParams",
@@ -45,10 +48,6 @@ LOG_THETA_GRID = 2.0**-40
 _BLOCK_NNZ = 1 << 22  # rows are processed in blocks of about this many non-zeros (bounds memory)
 
 
-def _real(x) -> bool:
-    return isinstance(x, Real) and not isinstance(x, bool)
-
-
 def _check_S_C(S: float, C: int) -> None:
     if isinstance(S, bool) or not (isinstance(S, Real) and math.isfinite(S) and S > 0):
         raise ValueError(f"S must be finite and > 0, got {S!r}")
@@ -58,34 +57,39 @@ def _check_S_C(S: float, C: int) -> None:
 
 @dataclass(frozen=True)
 class BayesianParams:
-    """Parameters of one BayesianDP release (defaults: C = 1 as in the paper for < 1M users)."""
+    """Parameters of one BayesianDP release (defaults: C = 1 as in the paper for < 1M users).
+
+    ``sensitivity="sound"`` needs the public caps ``W`` (items per report) and ``count_clip``
+    (item totals are clipped there before the log); ``unit`` says how many reports one user
+    contributes (the sound γ covers all of them). "bruteforce" and "claim1" are the paper's
+    data-dependent methods: one user = one report, NOT differentially private.
+    """
 
     epsilon: float
     delta: float
     S: float = 1.0
     C: int = 1
     rho: float = 0.9
-    sensitivity: str = "bruteforce"
+    sensitivity: str = "sound"
     calibration: str = "auto"
-    W: int | None = None  # public cap on items per user (needed by sensitivity="sound")
-    n_max: int | None = None  # public cap on the number of users (needed by sensitivity="sound")
+    W: int | None = None
+    count_clip: int | None = None
+    unit: PrivacyUnit = PrivacyUnit.report()
 
     def __post_init__(self) -> None:
-        if not (_real(self.epsilon) and math.isfinite(self.epsilon) and self.epsilon > 0):
-            raise ValueError(f"epsilon must be finite and > 0, got {self.epsilon!r}")
-        if not (_real(self.delta) and 0 < self.delta < 1):
-            raise ValueError(f"delta must be in (0, 1), got {self.delta!r}")
+        check_epsilon(self.epsilon)
+        check_delta(self.delta, allow_zero=False)
         _check_S_C(self.S, self.C)
-        if not (_real(self.rho) and 0 < self.rho <= 1):
+        if isinstance(self.rho, bool) or not (isinstance(self.rho, Real) and 0 < self.rho <= 1):
             raise ValueError(f"rho must be in (0, 1], got {self.rho!r}")
         if self.sensitivity not in SENSITIVITY_METHODS:
             raise ValueError(f"sensitivity must be one of {SENSITIVITY_METHODS}, got {self.sensitivity!r}")
-        for name in ("W", "n_max"):
+        for name in ("W", "count_clip"):
             v = getattr(self, name)
             if v is not None and (isinstance(v, bool) or not isinstance(v, Integral) or v < 1):
                 raise ValueError(f"{name} must be an integer >= 1 or None, got {v!r}")
-        if self.sensitivity == "sound" and (self.W is None or self.n_max is None):
-            raise ValueError("sensitivity='sound' needs the public caps W and n_max")
+        if self.sensitivity == "sound" and (self.W is None or self.count_clip is None):
+            raise ValueError("sensitivity='sound' needs the public caps W and count_clip")
         if self.calibration not in _CALIBRATIONS:
             raise ValueError(f"calibration must be one of {_CALIBRATIONS}, got {self.calibration!r}")
         if self.calibration == "classic" and self.epsilon >= 1:
@@ -94,13 +98,17 @@ class BayesianParams:
                 "use calibration='analytic' or 'auto'"
             )
 
+    @property
+    def data_dependent(self) -> bool:
+        return self.sensitivity != "sound"
+
 
 @dataclass(frozen=True, eq=False)
 class BayesianRelease:
     """One BayesianDP output. Only ``log_theta`` (and the parameters) are meant to be published."""
 
     log_theta: np.ndarray  # log softmax of the snapped h, rounded to LOG_THETA_GRID
-    mean: np.ndarray  # μ_ps before noise: operator/testing only, NOT private
+    mean: np.ndarray  # μ_ps before noise: library/testing only, NOT private; never leaves the curator
     gamma: float  # ℓ2 sensitivity of w ⊙ x̂ (μ_ps's is rho·gamma)
     sigma: float
     calibration: str  # method actually used ("classic" | "analytic")
@@ -108,9 +116,16 @@ class BayesianRelease:
     n_users: int
     vocab_size: int
     params: BayesianParams
-    data_dependent: bool
-    statement: str
+    guarantee: Guarantee
     grid: float = field(default=0.0)  # Λ, the grid h was snapped to (0 when sigma == 0)
+
+    @property
+    def data_dependent(self) -> bool:
+        return self.guarantee.data_dependent
+
+    @property
+    def statement(self) -> str:
+        return self.guarantee.statement()
 
 
 def log_mean_center(counts_per_item: np.ndarray) -> np.ndarray:
@@ -287,33 +302,29 @@ def snap_grid(sigma: float) -> float:
     return x if m == 0.5 else math.ldexp(1.0, e)
 
 
-def _statement(p: BayesianParams, gamma: float, sigma: float, calibration: str, n_users: int) -> str:
+_FLOAT_NOTE = ("Floating point: h is snapped to a grid of spacing Λ before the softmax (a mitigation in the spirit "
+               "of Mironov 2012, not a proof).")
+
+
+def _guarantee(p: BayesianParams, gamma: float, sigma: float, calibration: str, V: int) -> Guarantee:
+    noise = (f"Gaussian mechanism on μ_ps = ρ·(w⊙x̂) + (1−ρ)·μ_p with ℓ2 sensitivity ρ·γ = {p.rho:g}·{gamma:.6g}, "
+             f"σ = {sigma:.6g} ({calibration} calibration); per-report item counts clamped at C={p.C}, S={p.S:g}, "
+             f"{V} items.")
+    name = "BayesianDP (Ramadan et al., Algorithm 1)"
     if p.sensitivity == "sound":
-        return (
-            f"BayesianDP release: ({p.epsilon:g}, {p.delta:g})-differential privacy for one user = one "
-            f"anonymous report, under add/remove-one-report adjacency, via the Gaussian mechanism on "
-            f"μ_ps with ℓ2 sensitivity ρ·γ = {p.rho:g}·{gamma:.6g}, σ = {sigma:.6g} ({calibration} "
-            f"calibration). Per-item counts clamped at C={p.C}, S={p.S:g}. γ is sound: data-independent "
-            f"worst case over all data sets with at most n_max={p.n_max} users and W={p.W} items per user "
-            f"(lac.curator.sound). Floating point: h is snapped to a grid of spacing Λ (a mitigation in "
-            f"the spirit of Mironov 2012, not a proof)."
-        )
-    how = (
-        "the exact brute-force maximum over the users present in this data set"
-        if p.sensitivity == "bruteforce"
-        else "Claim 1 of Ramadan et al., evaluated on the observed N and x̂ (as stated it can "
-        "under-estimate the exact value when C/S is not an integer)"
-    )
-    zero = " With no users the output depends on public data only." if n_users == 0 else ""
-    return (
-        f"BayesianDP release: ({p.epsilon:g}, {p.delta:g})-differential privacy for one user = one "
-        f"anonymous report, under add/remove-one-report adjacency, via the Gaussian mechanism on "
-        f"μ_ps with ℓ2 sensitivity ρ·γ = {p.rho:g}·{gamma:.6g}, σ = {sigma:.6g} ({calibration} "
-        f"calibration). Per-item counts clamped at C={p.C}, S={p.S:g}. Caveat: γ is data-dependent — "
-        f"{how}; it covers removing a present user, not adding an arbitrary one, and is not a "
-        f"worst-case bound over all data sets.{zero} Floating point: h is snapped to a grid of "
-        f"spacing Λ (a mitigation in the spirit of Mironov 2012, not a proof)."
-    )
+        m = p.unit.max_reports
+        return Guarantee(Model.CENTRAL, p.epsilon, p.delta, p.unit, Adjacency.ADD_REMOVE, name, details=(
+            noise, f"γ is {SOUND_STATEMENT} over all data sets with at most W={p.W} items per report, item totals "
+                   f"clipped at M={p.count_clip} before the log and {m} report(s) per user (lac.curator.sound; "
+                   f"the mechanism enforces these caps itself).", _FLOAT_NOTE))
+    how = ("γ is the exact brute-force maximum over the reports present in this data set"
+           if p.sensitivity == "bruteforce" else
+           "γ is Claim 1 of Ramadan et al., evaluated on the observed N and x̂ (as stated it can under-estimate "
+           "the exact value when C/S is not an integer)")
+    return Guarantee(Model.CENTRAL, p.epsilon, p.delta, PrivacyUnit.report(), Adjacency.ADD_REMOVE, name,
+                     data_dependent=True, details=(
+                         noise, f"{how}; it covers removing a present report, not adding an arbitrary one, and the "
+                                f"noise scale itself is a function of the data.", _FLOAT_NOTE))
 
 
 def bayesian_dp(
@@ -339,15 +350,15 @@ def bayesian_dp(
     if alpha.size == 0:
         raise ValueError("the vocabulary is empty")
     S, C, rho = float(params.S), int(params.C), float(params.rho)
+    sound = params.sensitivity == "sound"
+    if sound:
+        U = cap_rows(U, params.W)
     stats = count_stats(U, C)
     mu_p = prior_mean(alpha)
-    xhat = log_mean_center(stats.c)
+    xhat = log_mean_center(np.minimum(stats.c, params.count_clip) if sound else stats.c)
     w = decay_weights(stats.N, S, C)
-    if params.sensitivity == "sound":
-        from lac.curator.sound import check_public_caps, sound_gamma
-
-        check_public_caps(U, params.W, params.n_max)
-        gamma = sound_gamma(S, C, params.W, alpha.size, params.n_max)
+    if sound:
+        gamma = sound_gamma(S, C, params.W, alpha.size, params.count_clip, params.unit.max_reports)
     elif params.sensitivity == "bruteforce":
         sq = bruteforce_sq_dists(U, stats, S, C)
         gamma = float(math.sqrt(sq.max())) if sq.size else 0.0
@@ -377,7 +388,6 @@ def bayesian_dp(
         n_users=stats.n_users,
         vocab_size=int(alpha.size),
         params=params,
-        data_dependent=params.sensitivity != "sound",
-        statement=_statement(params, gamma, sigma, used, stats.n_users),
+        guarantee=_guarantee(params, gamma, sigma, used, int(alpha.size)),
         grid=grid,
     )

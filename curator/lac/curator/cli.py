@@ -9,8 +9,9 @@ from google.protobuf.json_format import MessageToDict
 
 from lac.common import config as cfg
 from lac.common import tls
-from lac.common.v1 import curator_pb2, curator_pb2_grpc
+from lac.common.v1 import curator_pb2, curator_pb2_grpc, reports_pb2
 from lac.curator.config import ENV_PREFIX, CuratorConfig
+from lac.curator.release import MECHANISMS, OFFLINE_ONLY, PublicCaps, ReleaseSpec
 
 
 def register(subparsers) -> None:
@@ -28,33 +29,39 @@ def register(subparsers) -> None:
         q.set_defaults(func=func)
         return q
 
-    r = client_parser("release", "release the n-gram distribution of all stored reports (spends the privacy "
-                      "budget); with --counts, run offline on files instead (see lac.curator.offline)", _release)
+    r = client_parser("release", "release the n-gram distribution of the stored reports (spends the privacy "
+                      "budget of every window it covers); with --counts, run offline on files instead", _release)
     r.add_argument("--epsilon", type=float, default=None, help="ε of this release (not for kanon)")
-    r.add_argument("--delta", type=float, default=0.0, help="δ of this release (bayesian, endtoend)")
-    r.add_argument("--mechanism", choices=["bayesian", "endtoend", "laplace", "laplace-public", "kanon"],
-                   default="bayesian", help="kanon is NOT differentially private (over RPC only if the "
-                                            "curator allows non-DP releases; it spends no budget)")
-    r.add_argument("--S", dest="s", type=float, default=0.0, help="decay slope S (default: library default)")
-    r.add_argument("--C", dest="c", type=int, default=0, help="per-item count clamp C (default: library default)")
-    r.add_argument("--rho", type=float, default=0.0, help="private/public weight ρ (default: library default)")
-    r.add_argument("--sensitivity", choices=["bruteforce", "claim1", "sound"], default="bruteforce",
-                   help="γ method; 'sound' (data-independent worst case) needs W and n_max (over RPC: W and "
-                        "n_max from the curator's config, or --n-max)")
-    r.add_argument("--calibration", choices=["auto", "classic", "analytic"], default="auto")
-    r.add_argument("--n-max", dest="n_max", type=int, default=None, help="public cap on the number of users")
-    r.add_argument("--K", dest="k", type=int, default=50, help="k-anonymity threshold (mechanism kanon)")
-    r.add_argument("--public-sensitivity", choices=["sound", "observed"], default="sound",
-                   help="ℓ1 sensitivity of laplace-public: sound (2) or observed (data-dependent)")
+    r.add_argument("--delta", type=float, default=None,
+                   help=f"δ of this release (bayesian, endtoend) [default: {ReleaseSpec.delta:g}]")
+    r.add_argument("--mechanism", choices=[*MECHANISMS, *OFFLINE_ONLY], default=ReleaseSpec.mechanism,
+                   help="kanon is NOT differentially private and runs offline only (--counts)")
+    r.add_argument("--S", dest="s", type=float, default=None, help=f"decay slope S [default: {ReleaseSpec.S:g}]")
+    r.add_argument("--rho", type=float, default=None, help=f"private/public weight ρ [default: {ReleaseSpec.rho:g}]")
+    r.add_argument("--sensitivity", choices=["sound", "bruteforce", "claim1"], default=None,
+                   help="γ method: 'sound' (default; data-independent worst case from the public caps) or the "
+                        "paper's data-dependent 'bruteforce'/'claim1' (NOT differentially private; over RPC only "
+                        "if the curator allows data-dependent releases)")
+    r.add_argument("--calibration", choices=["auto", "classic", "analytic"], default=None)
+    r.add_argument("--public-sensitivity", choices=["sound", "observed"], default=None,
+                   help="ℓ1 sensitivity of laplace-public: sound (2) or observed (data-dependent, NOT DP)")
+    r.add_argument("--first-window", type=int, default=None, help="first accounting window covered (with --last-window)")
+    r.add_argument("--last-window", type=int, default=None, help="last accounting window covered (default: all)")
     off = r.add_argument_group("offline mode (only with --counts; no server is contacted)")
     off.add_argument("--counts", default=None,
-                     help="per-user counts: scipy.sparse.save_npz .npz, rows = users, columns = vocabulary")
+                     help="per-report counts: scipy.sparse.save_npz .npz, rows = reports, columns = vocabulary")
     off.add_argument("--vocab", default=None,
                      help="vocabulary file, one n-gram per line aligned with the columns "
                           "(default: COUNTS with .npz replaced by .vocab.txt)")
     off.add_argument("--public", default=None,
                      help="public counts: 'item<TAB>count' lines, or an NgramVocabulary .npz")
-    off.add_argument("--W", dest="w", type=int, default=None, help="public cap on items per user")
+    off.add_argument("--W", dest="w", type=int, default=PublicCaps.W, help="public cap on items per report")
+    off.add_argument("--C", dest="c", type=int, default=PublicCaps.C, help="per-report, per-item clamp")
+    off.add_argument("--count-clip", type=int, default=PublicCaps.count_clip,
+                     help="item totals are clipped here before BayesianDP's log")
+    off.add_argument("--reports-per-user", type=int, default=1,
+                     help="most reports (rows) one user contributes; the sensitivity covers all of them")
+    off.add_argument("--K", dest="k", type=int, default=ReleaseSpec.K, help="k-anonymity threshold (kanon)")
     off.add_argument("--out", default=None,
                      help="where to write the released distribution (.npz; default next to COUNTS)")
     client_parser("releases", "list releases (same as `query releases`)", _releases)
@@ -62,7 +69,9 @@ def register(subparsers) -> None:
     t.add_argument("release_id")
     t.add_argument("-k", type=int, default=20)
     t.add_argument("--order", type=int, default=0, help="only n-grams of this n (0 = all)")
-    client_parser("status", "stored batches, reports, quarantine, privacy budget", _status)
+    client_parser("status", "operator: stored batches, reports per window, quarantine, the ledger", _status)
+    client_parser("budget", "the privacy budget per accounting window (spent, remaining)", _budget)
+    client_parser("deployment", "the local-privacy configuration published to clients", _deployment)
 
     q = sub.add_parser("query", help="queries on existing releases (post-processing: no budget is spent)")
     qsub = q.add_subparsers(dest="query_command", metavar="QUERY", required=True)
@@ -127,24 +136,32 @@ def _print(args, message, text: str) -> None:
 
 def describe(r: curator_pb2.ReleaseRecord) -> str:
     dp = "" if r.differentially_private else "  NOT DIFFERENTIALLY PRIVATE (no budget spent)\n"
+    noise = (f"γ = {r.gamma:.6g}; σ = {r.sigma:.6g}; " if r.gamma or r.sigma else "")
+    count = f"{r.n_reports} reports, " if r.n_reports else ""
     return (f"release {r.release_id} ({r.created_at})\n{dp}"
             f"  mechanism {r.mechanism}, sensitivity {r.sensitivity_method}"
-            f"{' (data-dependent)' if r.data_dependent else ''}, calibration {r.calibration}\n"
-            f"  (ε, δ) = ({r.epsilon:g}, {r.delta:g}); γ = {r.gamma:.6g}; σ = {r.sigma:.6g}; "
-            f"ledger spent ({r.ledger_epsilon:g}, {r.ledger_delta:g})\n"
-            f"  {r.n_reports} reports, {r.vocab_size} n-grams (n ≤ {r.max_n})\n"
+            f"{' (data-dependent)' if r.data_dependent else ''}, calibration {r.calibration or '-'}\n"
+            f"  (ε, δ) = ({r.epsilon:g}, {r.delta:g}); {noise}spent ({r.ledger_epsilon:g}, {r.ledger_delta:g}) "
+            f"from each of windows {r.first_window}..{r.last_window}\n"
+            f"  {count}{r.vocab_size} n-grams (n ≤ {r.max_n}); privacy unit: {r.privacy_unit}\n"
             f"  {r.statement}")
 
 
 def _release(args) -> int:
     if args.counts is not None:
         return _release_offline(args)
-    if args.epsilon is None and args.mechanism != "kanon":
+    if args.mechanism in OFFLINE_ONLY:
+        raise SystemExit(f"lac curator release: {args.mechanism} is NOT differentially private and runs offline only "
+                         "(--counts)")
+    if args.epsilon is None:
         raise SystemExit("lac curator release: --epsilon is required")
-    req = curator_pb2.ReleaseRequest(mechanism=args.mechanism, epsilon=args.epsilon or 0.0, delta=args.delta,
-                                     s=args.s, c=args.c, rho=args.rho, sensitivity=args.sensitivity,
-                                     calibration=args.calibration, n_max=args.n_max or 0, k=args.k,
-                                     public_sensitivity=args.public_sensitivity)
+    if (args.first_window is None) != (args.last_window is None):
+        raise SystemExit("lac curator release: give both --first-window and --last-window, or neither")
+    req = curator_pb2.ReleaseRequest(mechanism=args.mechanism, epsilon=args.epsilon, delta=args.delta or 0.0,
+                                     s=args.s or 0.0, rho=args.rho or 0.0, sensitivity=args.sensitivity or "",
+                                     calibration=args.calibration or "", public_sensitivity=args.public_sensitivity or "")
+    if args.first_window is not None:
+        req.first_window, req.last_window = args.first_window, args.last_window
     record = _stub(args).Release(req, timeout=600)
     _print(args, record, describe(record))
     return 0
@@ -157,16 +174,22 @@ def _release_offline(args) -> int:
         raise SystemExit("lac curator release: --counts needs --public")
     if args.epsilon is None and args.mechanism != "kanon":
         raise SystemExit("lac curator release: --epsilon is required")
-    rec = release_offline(args.counts, args.public, args.mechanism, args.epsilon or 1.0, args.delta, vocab=args.vocab,
-                          S=args.s or None, C=args.c or None, rho=args.rho or None, sensitivity=args.sensitivity,
-                          calibration=args.calibration, W=args.w, n_max=args.n_max, K=args.k,
-                          public_sensitivity=args.public_sensitivity, out=args.out)
+    given = {k: v for k, v in dict(delta=args.delta, S=args.s, rho=args.rho, sensitivity=args.sensitivity,
+                                   calibration=args.calibration, public_sensitivity=args.public_sensitivity).items()
+             if v is not None}
+    try:
+        spec = ReleaseSpec(epsilon=args.epsilon or 1.0, mechanism=args.mechanism, K=args.k, **given)
+        caps = PublicCaps(W=args.w, C=args.c, count_clip=args.count_clip)
+        rec = release_offline(args.counts, args.public, spec, caps, reports_per_user=args.reports_per_user,
+                              vocab=args.vocab, out=args.out)
+    except (ValueError, OSError) as exc:
+        raise SystemExit(f"lac curator release: {exc}") from None
     if args.json:
         print(json.dumps(rec, indent=2, ensure_ascii=False))
     else:
         eps = "n/a (not DP)" if rec["epsilon"] is None else f"{rec['epsilon']:g}"
         print(f"offline release ({rec['mechanism']}): (ε, δ) = ({eps}, {rec['delta']:g}); "
-              f"{rec['n_users']} users, {rec['vocab_size']} items; written to {rec['out']}\n  {rec['statement']}")
+              f"{rec['n_users']} reports, {rec['vocab_size']} items; written to {rec['out']}\n  {rec['statement']}")
     return 0
 
 
@@ -183,14 +206,35 @@ def _top(args) -> int:
     return 0
 
 
+def _windows(ws) -> str:
+    return "\n".join(f"  window {w.window}: spent ({w.spent_epsilon:g}, {w.spent_delta:g}), remaining "
+                     f"({w.remaining_epsilon:g}, {w.remaining_delta:g})" for w in ws) or "  no windows yet"
+
+
 def _status(args) -> int:
     s = _stub(args).GetStatus(curator_pb2.CuratorStatusRequest(), timeout=30)
     rejects = ", ".join(f"{k}={v}" for k, v in sorted(s.rejects.items())) or "none"
-    _print(args, s, f"batches {s.batches}, reports {s.reports}, releases {s.releases}, quarantined "
-                    f"{s.quarantined}, rejects: {rejects}\n"
-                    f"privacy budget (ε, δ) = ({s.budget_epsilon:g}, {s.budget_delta:g}); spent "
-                    f"({s.spent_epsilon:g}, {s.spent_delta:g}); remaining ({s.remaining_epsilon:g}, "
-                    f"{s.remaining_delta:g})\nreplay window {s.replay_window_days:g} days")
+    by_window = ", ".join(f"{w}: {n}" for w, n in sorted(s.reports_by_window.items())) or "none"
+    _print(args, s, f"batches {s.batches}, reports {s.reports} (by window: {by_window}), releases {s.releases}, "
+                    f"quarantined {s.quarantined}, rejects: {rejects}\n"
+                    f"privacy budget per window (ε, δ) = ({s.budget_epsilon:g}, {s.budget_delta:g}):\n"
+                    f"{_windows(s.windows)}\nreplay window {s.replay_window_days:g} days")
+    return 0
+
+
+def _budget(args) -> int:
+    b = _stub(args).GetBudget(curator_pb2.BudgetRequest(), timeout=30)
+    _print(args, b, f"privacy budget per accounting window of {b.window_seconds:g} s (ε, δ) = "
+                    f"({b.budget_epsilon:g}, {b.budget_delta:g}); privacy unit: one client over a window, at most "
+                    f"{b.reports_per_window} report(s) per window\n{_windows(b.windows)}")
+    return 0
+
+
+def _deployment(args) -> int:
+    from lac.common.serde import deployment_from_proto
+
+    m = _stub(args).GetDeployment(reports_pb2.DeploymentRequest(), timeout=30)
+    _print(args, m, deployment_from_proto(m).report_guarantee().statement())
     return 0
 
 

@@ -1,4 +1,10 @@
-"""Curator configuration (defaults < TOML < env LAC_CURATOR_* < flags)."""
+"""Curator configuration (defaults < TOML < env LAC_CURATOR_* < flags).
+
+Everything a release's guarantee depends on besides the request's (ε, δ) is here, never in a
+request: the public caps (W, C, the clip on item totals), the privacy unit (reports per client
+per accounting window), the published local-privacy deployment, the per-window budget, and
+whether data-dependent (NOT differentially private) releases may run at all.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from lac.common.config import setting
+from lac.common.deployment import DEFAULT_EMBEDDING, DEFAULT_EMBEDDING_DIAMETER, Deployment
+from lac.common.rpc import Role, parse_names
 
 ENV_PREFIX = "LAC_CURATOR_"
 
@@ -21,40 +29,85 @@ class CuratorConfig:
     max_n: int = setting(3, "longest n-gram released")
     vocab_min_count: int = setting(2, "public n-grams seen fewer times are left out of the release vocabulary")
     vocab_max_items: int = setting(50_000, "most n-grams in the release vocabulary (most frequent public ones)")
-    max_items_per_report: int = setting(100, "W: most distinct n-grams counted per report")
-    max_sentences_per_report: int = setting(1_000, "reports with more sentences are rejected")
-    max_token_chars: int = setting(64, "reports with a longer token are rejected")
+    # -- public caps of every release (sensitivities are computed from these, never from the data)
+    max_items_per_report: int = setting(100, "W: most distinct n-grams counted per report (a report's first W)")
+    item_clamp: int = setting(1, "C: a report contributes at most C to any one n-gram")
+    item_count_clip: int = setting(1_000_000, "M: n-gram totals are clipped at M before BayesianDP's log (so its "
+                                              "sound sensitivity needs no cap on the number of reports)")
+    max_sentences_per_report: int = setting(1_000, "reports with more sentences are quarantined")
+    max_token_chars: int = setting(64, "reports with a longer token are quarantined")
+    endtoend_validation_cap: int = setting(100_000, "EndToEndDP (sound): most reports in the validation split "
+                                                    "(a larger split is cut to a random subset of this size)")
+    # -- the deployment published to clients: each accepted report satisfies it
+    local_mechanism: str = setting("multivariate-laplace", "the clients' word-level mechanism (reports declaring "
+                                                           "another are quarantined)")
+    epsilon_per_word: float = setting(15.0, "largest accepted metric-DP ε per word (reports declaring more are "
+                                            "quarantined)")
+    embedding: str = setting(DEFAULT_EMBEDDING, "the clients' embedding id (reports naming another are quarantined)")
+    word_distance_bound: float = setting(DEFAULT_EMBEDDING_DIAMETER, "largest per-word distance term: the "
+                                                                     "embedding's diameter for multivariate-laplace "
+                                                                     "(`lac client embedding-info` prints it)")
+    max_report_words: int = setting(40, "L: most words per report (clients split or truncate longer texts; "
+                                        "longer reports are quarantined). Report-level ε0 = L·ε·bound")
+    reports_per_window: int = setting(1, "k: reports per client per accounting window, enforced by the shuffler's "
+                                         "quota; batches from a shuffler with another quota are refused")
+    window_seconds: float = setting(86400.0, "the accounting window: the privacy unit is one client over a window")
+    # -- identities and roles (mTLS common names)
     key_dir: Path | None = setting(None, "directory of the curator's HPKE key ring (`lac keys curator`); "
                                          "sealed reports cannot be opened without it")
     tls_cert: str = setting("", "TLS certificate of this server (PEM; `lac keys tls --name curator`)")
     tls_key: str = setting("", "TLS private key of this server")
-    tls_client_ca: str = setting("", "CA whose client certificates are accepted (mutual TLS; clients without "
-                                     "one are refused): the shuffler's and analysts' certificates")
-    ingest_identities: str = setting("shuffler", "comma-separated mTLS common names allowed to call "
-                                                 "IngestBatch (others get PERMISSION_DENIED)")
-    insecure: bool = setting(False, "INSECURE local demos and tests: serve plaintext gRPC without TLS and let "
-                                    "anyone ingest")
+    tls_client_ca: str = setting("", "CA whose client certificates identify callers (mutual TLS)")
+    ingest_identities: str = setting("shuffler", "comma-separated mTLS common names with the ingest role "
+                                                 "(IngestBatch, GetDeployment)")
+    analyst_identities: str = setting("analyst", "comma-separated mTLS common names with the analyst role "
+                                                 "(releases and queries on them, budget)")
+    operator_identities: str = setting("operator", "comma-separated mTLS common names with the operator role "
+                                                   "(everything an analyst may, plus status: exact counts, "
+                                                   "quarantine, ledger)")
+    insecure: bool = setting(False, "INSECURE local demos and tests: serve plaintext gRPC without TLS; no caller "
+                                    "can be identified, so every caller has every role")
     allow_plaintext_payloads: bool = setting(False, "accept PAYLOAD_ENCODING_PLAINTEXT_INSECURE reports (the "
                                                     "shuffler could read them): local demos only")
-    budget_epsilon: float = setting(10.0, "total ε of this curator's data set; releases spend it "
-                                          "(basic composition) and are refused once it would be exceeded")
-    budget_delta: float = setting(1e-5, "total δ of this curator's data set (basic composition)")
-    n_max: int = setting(1_000_000, "public cap on the number of reports in a release (sensitivity 'sound')")
+    # -- the privacy budget
+    budget_epsilon: float = setting(10.0, "ε budget of each accounting window; every release covering a window "
+                                          "spends from it (basic composition) and is refused if any window would "
+                                          "overspend")
+    budget_delta: float = setting(1e-5, "δ budget of each accounting window (basic composition)")
+    allow_data_dependent_releases: bool = setting(False, "allow the papers' data-dependent sensitivities "
+                                                         "(bruteforce, claim1, laplace-public observed): such "
+                                                         "releases are NOT differentially private, labelled so, "
+                                                         "never charged as DP, and their γ and σ are operator-only")
     replay_window_days: float = setting(30.0, "a report id seen within this many days is rejected as a replay; "
                                               "older ids are forgotten")
     quarantine_max_rows: int = setting(10_000, "quarantined reports kept for diagnosis (the newest; 0 = none); "
                                                "reject counters keep the totals")
-    allow_non_dp_releases: bool = setting(False, "allow the 'kanon' baseline over RPC (NOT differentially "
-                                                 "private; it spends no budget and is flagged as such)")
 
     def __post_init__(self) -> None:
         if not 1 <= self.max_n <= 5:
             raise ValueError("max_n must be between 1 and 5")
-        if self.vocab_min_count < 1 or self.vocab_max_items < 1 or self.max_items_per_report < 1:
-            raise ValueError("vocabulary limits and W must be positive")
+        for name in ("vocab_min_count", "vocab_max_items", "max_items_per_report", "item_clamp", "item_count_clip",
+                     "endtoend_validation_cap"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be at least 1")
         if not (self.budget_epsilon >= 0 and 0 <= self.budget_delta < 1):
             raise ValueError("budget_epsilon must be >= 0 and budget_delta in [0, 1)")
-        if self.n_max < 1 or not self.replay_window_days > 0:
-            raise ValueError("n_max and replay_window_days must be positive")
+        if not self.replay_window_days > 0:
+            raise ValueError("replay_window_days must be positive")
         if self.quarantine_max_rows < 0:
             raise ValueError("quarantine_max_rows must be >= 0")
+        self.deployment  # validates the published configuration
+
+    @property
+    def deployment(self) -> Deployment:
+        """The local-privacy configuration published to clients."""
+        return Deployment(mechanism=self.local_mechanism, epsilon_per_word=self.epsilon_per_word,
+                          embedding=self.embedding, word_distance_bound=self.word_distance_bound,
+                          max_report_words=self.max_report_words, reports_per_window=self.reports_per_window,
+                          window_seconds=self.window_seconds)
+
+    @property
+    def roles(self) -> dict[Role, frozenset[str]]:
+        """mTLS common names per role."""
+        return {Role.INGEST: parse_names(self.ingest_identities), Role.ANALYST: parse_names(self.analyst_identities),
+                Role.OPERATOR: parse_names(self.operator_identities)}

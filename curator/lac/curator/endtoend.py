@@ -1,8 +1,10 @@
 """EndToEndDP (Ramadan et al., Algorithm 2): private (S, ρ) selection, then BayesianDP.
 
 Steps (paper §3.3 and §4.3):
-  1. Split the users at random (from ``rng``) into a validation set U₁ (10%) and a training set
-     U₂ (90%); the split does not look at the data.
+  1. Split the reports at random (from ``rng``): each report joins the validation set U₁
+     independently with probability 0.1, otherwise the training set U₂ (90%). The split looks
+     at neither the data nor their number, as the composition argument needs (a split into
+     round(0.1·n) reports would depend on n).
   2. For every grid point k = (S_k, ρ_k): μ_ps⁽ᵏ⁾ = ρ_k·w_k⊙x̂₂ + (1−ρ_k)·μ_p from the training set,
      and its sensitivity γ_k (the BayesianDP sensitivity method of the parameters).
   3. Score q_k = q(c₁, μ_ps⁽ᵏ⁾) = −Σ_i c₁ᵢ·log softmax(μ_ps⁽ᵏ⁾)_i (equation 6) with the clamped
@@ -13,7 +15,9 @@ Steps (paper §3.3 and §4.3):
 Budget (§4.3): ε₁ = ε/3 for the selection, ε₂ = 2ε/3 for the release; by sequential
 composition the whole output is (ε₁ + ε₂, δ) = (ε, δ)-DP.
 
-Sensitivity |Δq| (Claim 2). One user is in exactly one of the two sets:
+Sensitivity |Δq| (Claim 2). With one report per user, the user is in exactly one of the two
+sets (|Δq| = the larger of the two terms below); with m > 1 reports per user some may be in
+each set, so the terms add:
   * in U₂: |q(c₁, μ) − q(c₁, μ')| ≤ G·‖μ − μ'‖₂ = G·ρ_k·γ_k, with G = sup over the segment of
     ‖∇_μ q‖₂ = ‖‖c₁‖₁·θ − c₁‖₂ ≤ max over vertices of the simplex = sqrt(‖c₁‖₂² − 2·min(c₁)·‖c₁‖₁
     + ‖c₁‖₁²). (The paper's proof writes ∂q/∂r_i = c_i·ρ(1 − θ_i), which drops the cross terms of
@@ -22,9 +26,12 @@ Sensitivity |Δq| (Claim 2). One user is in exactly one of the two sets:
 Modes:
   * sensitivity "bruteforce" / "claim1" (the paper's method, data-dependent): γ_k from the
     training data, G from the observed c₁, and the U₁ term brute-forced over the present users.
-  * sensitivity "sound" (needs W and n_max): γ_k = sound_gamma; G ≤ √2·n_max·W·C; and
-    −log θ_i ≤ log V + range(μ_ps) ≤ log V + ρ·log(1 + n_max·C) + (1−ρ)·range(μ_p), so the U₁ term
-    is ≤ W·C·that. Everything depends on public parameters only (data-independent worst case).
+  * sensitivity "sound" (needs W, the clip M and the validation cap n₁ ≤ ``validation_cap``):
+    γ_k = sound_gamma (item totals clipped at M); a validation set larger than the cap is cut to
+    a uniformly random subset of ``validation_cap`` reports, which turns add/remove into
+    replace-one for the validation term, so that term doubles: ≤ 2·m·W·C·max_i(−log θ_i) with
+    −log θ_i ≤ log V + range(μ_ps) ≤ log V + ρ·log(1 + M) + (1−ρ)·range(μ_p); and
+    G ≤ √2·‖c₁‖₁ ≤ √2·validation_cap·W·C. Everything depends on public parameters only.
 """
 
 from __future__ import annotations
@@ -36,6 +43,7 @@ from numbers import Real
 import numpy as np
 import scipy.sparse as sp
 
+from lac.common.privacy import Adjacency, Guarantee, Model, PrivacyUnit, check_delta, check_epsilon
 from lac.common.rng import secure_generator
 from lac.curator.bayesian import (
     SENSITIVITY_METHODS,
@@ -50,7 +58,7 @@ from lac.curator.bayesian import (
     prior_mean,
 )
 from lac.curator.gaussian import METHODS as _CALIBRATIONS
-from lac.curator.sound import SOUND_STATEMENT, check_public_caps, sound_gamma
+from lac.curator.sound import SOUND_STATEMENT, cap_rows, sound_gamma
 
 __all__ = ["EndToEndParams", "EndToEndRelease", "cross_entropy_score", "end_to_end_dp", "DEFAULT_S_GRID",
            "DEFAULT_RHO_GRID"]
@@ -70,14 +78,20 @@ class EndToEndParams:
     S_grid: tuple[float, ...] = DEFAULT_S_GRID
     rho_grid: tuple[float, ...] = DEFAULT_RHO_GRID
     C: int = 1
-    sensitivity: str = "bruteforce"
+    sensitivity: str = "sound"
     calibration: str = "auto"
     W: int | None = None
-    n_max: int | None = None
+    count_clip: int | None = None
+    validation_cap: int = 100_000
+    unit: PrivacyUnit = PrivacyUnit.report()
     validation_fraction: float = VALIDATION_FRACTION
     selection_share: float = SELECTION_SHARE
 
     def __post_init__(self) -> None:
+        check_epsilon(self.epsilon)
+        check_delta(self.delta, allow_zero=False)
+        if isinstance(self.validation_cap, bool) or not isinstance(self.validation_cap, int) or self.validation_cap < 1:
+            raise ValueError(f"validation_cap must be an integer >= 1, got {self.validation_cap!r}")
         object.__setattr__(self, "S_grid", tuple(float(s) for s in self.S_grid))
         object.__setattr__(self, "rho_grid", tuple(float(r) for r in self.rho_grid))
         if not self.S_grid or not self.rho_grid:
@@ -106,7 +120,7 @@ class EndToEndParams:
     def bayesian(self, S: float, rho: float) -> BayesianParams:
         return BayesianParams(epsilon=self.epsilon_release, delta=self.delta, S=S, C=self.C, rho=rho,
                               sensitivity=self.sensitivity, calibration=self.calibration, W=self.W,
-                              n_max=self.n_max)
+                              count_clip=self.count_clip, unit=self.unit)
 
 
 @dataclass(frozen=True, eq=False)
@@ -127,11 +141,18 @@ class EndToEndRelease:
     epsilon_release: float
     epsilon: float
     delta: float
-    n_validation: int
+    n_validation: int  # exact counts: library/operator only
     n_train: int
     params: EndToEndParams
-    data_dependent: bool
-    statement: str = field(default="")
+    guarantee: Guarantee
+
+    @property
+    def data_dependent(self) -> bool:
+        return self.guarantee.data_dependent
+
+    @property
+    def statement(self) -> str:
+        return self.guarantee.statement()
 
 
 def cross_entropy_score(c: np.ndarray, mu: np.ndarray) -> float:
@@ -166,27 +187,29 @@ def end_to_end_dp(
     if U.shape[1] != alpha.size or alpha.size == 0:
         raise ValueError(f"U has {U.shape[1]} columns but alpha has {alpha.size} entries")
     rng = secure_generator() if rng is None else rng
-    U = sp.csr_matrix(U)
     C, V = int(params.C), int(alpha.size)
     sound = params.sensitivity == "sound"
-    if sound:
-        check_public_caps(U, params.W, params.n_max)
+    m = params.unit.max_reports if sound else 1
+    U = cap_rows(U, params.W) if sound else sp.csr_matrix(U)
 
     n = U.shape[0]
-    perm = rng.permutation(n)
-    n1 = int(round(params.validation_fraction * n))
-    U1, U2 = U[np.sort(perm[:n1])], U[np.sort(perm[n1:])]
+    in_validation = rng.random(n) < params.validation_fraction  # one independent coin per report
+    val_rows = np.flatnonzero(in_validation)
+    if sound and val_rows.size > params.validation_cap:
+        val_rows = np.sort(rng.choice(val_rows, size=params.validation_cap, replace=False))
+    U1, U2 = U[val_rows], U[np.flatnonzero(~in_validation)]
+    n1 = int(val_rows.size)
 
     stats1, stats2 = count_stats(U1, C), count_stats(U2, C)
     c1 = stats1.c
     mu_p = prior_mean(alpha)
-    xhat2 = log_mean_center(stats2.c)
+    xhat2 = log_mean_center(np.minimum(stats2.c, params.count_clip) if sound else stats2.c)
     grid = tuple((S, rho) for S in params.S_grid for rho in params.rho_grid)
 
     gamma_of_S: dict[float, float] = {}
     for S in params.S_grid:
         if sound:
-            g = sound_gamma(S, C, params.W, V, params.n_max)
+            g = sound_gamma(S, C, params.W, V, params.count_clip, m)
         elif params.sensitivity == "bruteforce":
             sq = bruteforce_sq_dists(U2, stats2, S, C)
             g = float(math.sqrt(sq.max())) if sq.size else 0.0
@@ -207,11 +230,11 @@ def end_to_end_dp(
     rhos = np.array([rho for _, rho in grid])
 
     if sound:
-        L = math.log1p(params.n_max * C)
-        G = math.sqrt(2.0) * params.n_max * params.W * C
+        L = math.log1p(params.count_clip)
+        G = math.sqrt(2.0) * params.validation_cap * params.W * C
         range_p = float(mu_p.max() - mu_p.min())
         term2 = G * float(np.max(rhos * gammas))
-        term1 = params.W * C * max(math.log(V) + rho * L + (1.0 - rho) * range_p for rho in params.rho_grid)
+        term1 = 2.0 * m * params.W * C * max(math.log(V) + rho * L + (1.0 - rho) * range_p for rho in params.rho_grid)
     else:
         term2 = _lipschitz(c1) * float(np.max(rhos * gammas))
         term1 = 0.0
@@ -220,7 +243,7 @@ def end_to_end_dp(
             D.data = np.minimum(D.data, C).astype(np.float64)
             for lt in log_thetas:
                 term1 = max(term1, float(np.max(np.abs(D @ lt))))
-    delta_q = max(term1, term2)
+    delta_q = max(term1, term2) if m == 1 else term1 + term2
 
     eps1 = params.epsilon_select
     scale = 2.0 * delta_q / eps1
@@ -229,24 +252,24 @@ def end_to_end_dp(
     S_star, rho_star = grid[k_star]
 
     release = bayesian_dp(U2, alpha, params.bayesian(S_star, rho_star), rng=rng)
-    how = (f"{SOUND_STATEMENT} for both |Δq| and γ (public caps W={params.W}, n_max={params.n_max})"
+    how = (f"{SOUND_STATEMENT} for both |Δq| and γ (W={params.W}, C={C}, item totals clipped at "
+           f"M={params.count_clip}, validation cap {params.validation_cap}, {m} report(s) per user)"
            if sound else
            f"data-dependent: γ ({params.sensitivity}) and |Δq| (Claim 2, with a corrected Lipschitz "
-           f"constant) are computed on the observed data and cover removing a present user only")
-    statement = (
-        f"EndToEndDP (Ramadan et al., Algorithm 2): ({params.epsilon:g}, {params.delta:g})-differential "
-        f"privacy for one user = one report, add/remove-one-report adjacency, by sequential composition "
-        f"of report-noisy-min over {len(grid)} (S, ρ) grid points (ε₁ = {eps1:g}, Laplace scale "
-        f"2|Δq|/ε₁ = {scale:.6g}, |Δq| = {delta_q:.6g}, scored with equation 6 on a random "
-        f"{n1}-user validation split) and BayesianDP on the other {n - n1} users (ε₂ = "
-        f"{params.epsilon_release:g}, δ = {params.delta:g}, S = {S_star:g}, ρ = {rho_star:g}). "
-        f"Sensitivities: {how}. Release details: {release.statement}"
-    )
+           f"constant) are computed on the observed data and cover removing a present report only")
+    guarantee = Guarantee(
+        Model.CENTRAL, eps1 + params.epsilon_release, params.delta, release.guarantee.unit, Adjacency.ADD_REMOVE,
+        "EndToEndDP (Ramadan et al., Algorithm 2)", data_dependent=not sound, details=(
+            f"Sequential composition of report-noisy-min over {len(grid)} (S, ρ) grid points (ε₁ = {eps1:g}, Laplace "
+            f"scale 2|Δq|/ε₁ = {scale:.6g}, |Δq| = {delta_q:.6g}, scored with equation 6 on a validation split of "
+            f"independent 10% coins per report) and BayesianDP on the other reports (ε₂ = "
+            f"{params.epsilon_release:g}, δ = {params.delta:g}, S = {S_star:g}, ρ = {rho_star:g}).",
+            f"Sensitivities: {how}.", *release.guarantee.details))
     scores.setflags(write=False)
     gammas.setflags(write=False)
     return EndToEndRelease(
         release=release, S=S_star, rho=rho_star, index=k_star, grid=grid, scores=scores, gammas=gammas,
         delta_q=float(delta_q), laplace_scale=float(scale), epsilon_select=eps1,
         epsilon_release=params.epsilon_release, epsilon=eps1 + params.epsilon_release, delta=params.delta,
-        n_validation=n1, n_train=n - n1, params=params, data_dependent=not sound, statement=statement,
+        n_validation=n1, n_train=int(U2.shape[0]), params=params, guarantee=guarantee,
     )

@@ -10,6 +10,7 @@ import hashlib
 import logging
 from pathlib import Path
 
+from lac.common.files import private_dir
 from lac.common.paths import data_dir
 from lac.common.text import sentences
 from lac.curator.ngrams import NgramVocabulary
@@ -34,7 +35,7 @@ def public_vocabulary(corpus: Path | None, max_n: int, min_count: int, max_items
     log.info("building the public n-gram prior from %s", corpus)
     vocab = NgramVocabulary.from_sentences(sentences(corpus.read_text(encoding="utf-8")), max_n=max_n,
                                            min_count=min_count, max_items=max_items)
-    cache_dir.mkdir(parents=True, exist_ok=True)
+    private_dir(cache_dir)
     tmp = cache.with_suffix(".tmp.npz")
     vocab.save(tmp)
     tmp.replace(cache)

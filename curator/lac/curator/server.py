@@ -1,4 +1,10 @@
-"""gRPC servicers (thin) and server factory for the curator."""
+"""gRPC servicers (thin) and server factory for the curator.
+
+Both services are registered from their generated descriptors with the roles each method
+serves (``INGEST_ROLES``, ``QUERY_ROLES``); ``lac.common.rpc`` identifies the caller by its
+mTLS certificate, checks the role and parses the request before a method runs; replies come
+from ``lac.curator.serde``.
+"""
 
 from __future__ import annotations
 
@@ -6,96 +12,112 @@ import grpc
 
 from lac.common import server as common_server
 from lac.common import tls
-from lac.common.errors import LacError, PermissionDenied, rpc
-from lac.common.v1 import curator_pb2, curator_pb2_grpc
+from lac.common.rpc import Caller, CertificateRoles, Role, service_handler
+from lac.common.serde import deployment_to_proto
+from lac.common.v1 import curator_pb2
+from lac.curator import serde
 from lac.curator.service import ARPA_CHUNK_CHARS, Curator
 
-SERVICE_NAMES = [curator_pb2.DESCRIPTOR.services_by_name[n].full_name for n in ("CuratorIngest", "Curator")]
+INGEST = curator_pb2.DESCRIPTOR.services_by_name["CuratorIngest"]
+QUERY = curator_pb2.DESCRIPTOR.services_by_name["Curator"]
+SERVICE_NAMES = [INGEST.full_name, QUERY.full_name]
+
+_READERS = {Role.ANALYST, Role.OPERATOR}
+INGEST_ROLES = {"IngestBatch": {Role.INGEST}}
+QUERY_ROLES = {
+    "Release": _READERS, "ListReleases": _READERS, "GetRelease": _READERS, "TopNgrams": _READERS,
+    "GetBudget": _READERS, "NgramProbabilities": _READERS, "NextWord": _READERS, "Perplexity": _READERS,
+    "ExportArpa": _READERS,
+    "GetDeployment": {Role.INGEST, Role.ANALYST, Role.OPERATOR},
+    "GetStatus": {Role.OPERATOR},
+}
 
 
-class IngestServicer(curator_pb2_grpc.CuratorIngestServicer):
-    """Batches from the shuffler; with mTLS only the configured identities may deliver them."""
+class IngestServicer:
+    """Batches from the shuffler."""
 
     def __init__(self, curator: Curator):
         self.curator = curator
-        cfg = curator.config
-        self.allowed = None if cfg.insecure else {n.strip() for n in cfg.ingest_identities.split(",") if n.strip()}
 
-    @rpc
-    async def IngestBatch(self, request, context):
-        if self.allowed is not None:
-            who = tls.peer_identity(context)
-            if who not in self.allowed:
-                raise PermissionDenied(f"client certificate {who!r} may not ingest batches "
-                                       f"(allowed: {', '.join(sorted(self.allowed))})")
+    async def IngestBatch(self, request, context, caller: Caller):
         return await self.curator.ingest(request)
 
 
-class QueryServicer(curator_pb2_grpc.CuratorServicer):
+class QueryServicer:
+    """Releases and queries (analysts, operators) and the published deployment."""
+
     def __init__(self, curator: Curator):
         self.curator = curator
 
-    @rpc
-    async def Release(self, request, context):
-        return await self.curator.release(request)
+    async def Release(self, request, context, caller: Caller):
+        return serde.record_message(await self.curator.release(serde.release_spec(request)), caller)
 
-    @rpc
-    async def ListReleases(self, request, context):
-        return curator_pb2.ListReleasesResponse(releases=await self.curator.list_releases())
+    async def ListReleases(self, request, context, caller: Caller):
+        return curator_pb2.ListReleasesResponse(
+            releases=[serde.record_message(r, caller) for r in await self.curator.list_releases()])
 
-    @rpc
-    async def GetRelease(self, request, context):
-        record, items, log_probs, mean = await self.curator.get_release(request.release_id)
-        reply = curator_pb2.GetReleaseResponse(record=record, items=items, log_probs=log_probs.tolist())
-        if request.include_pre_noise_mean:
-            reply.pre_noise_mean.extend(mean.tolist())
-        return reply
+    async def GetRelease(self, request, context, caller: Caller):
+        record, items, log_probs = await self.curator.get_release(request.release_id)
+        return curator_pb2.GetReleaseResponse(record=serde.record_message(record, caller), items=items,
+                                              log_probs=log_probs.tolist())
 
-    @rpc
-    async def TopNgrams(self, request, context):
+    async def TopNgrams(self, request, context, caller: Caller):
         top = await self.curator.top_ngrams(request.release_id, request.k, request.order)
         return curator_pb2.TopNgramsResponse(
             ngrams=[curator_pb2.NgramProbability(ngram=g, probability=p) for g, p in top])
 
-    @rpc
-    async def GetStatus(self, request, context):
-        return await self.curator.status()
+    async def GetBudget(self, request, context, caller: Caller):
+        d = self.curator.deployment
+        budget = self.curator.budget
+        return curator_pb2.BudgetStatus(budget_epsilon=budget.epsilon, budget_delta=budget.delta,
+                                        windows=serde.window_budgets(await self.curator.spent(), budget),
+                                        window_seconds=d.window_seconds, reports_per_window=d.reports_per_window)
 
-    @rpc
-    async def NgramProbabilities(self, request, context):
+    async def GetDeployment(self, request, context, caller: Caller):
+        return deployment_to_proto(self.curator.deployment)
+
+    async def GetStatus(self, request, context, caller: Caller):
+        s = await self.curator.status()
+        budget = self.curator.budget
+        return curator_pb2.CuratorStatus(
+            batches=s["batches"], reports=s["reports"], releases=s["releases"], rejects=s["rejects"],
+            quarantined=s["quarantined"], budget_epsilon=budget.epsilon, budget_delta=budget.delta,
+            replay_window_days=self.curator.config.replay_window_days,
+            windows=serde.window_budgets(await self.curator.spent(), budget),
+            reports_by_window=s["reports_by_window"])
+
+    async def NgramProbabilities(self, request, context, caller: Caller):
         found = await self.curator.ngram_probabilities(request.release_id, list(request.ngrams))
         return curator_pb2.NgramProbabilitiesResponse(
             ngrams=[curator_pb2.NgramProbability(ngram=g, probability=p) for g, p in found])
 
-    @rpc
-    async def NextWord(self, request, context):
+    async def NextWord(self, request, context, caller: Caller):
         used, words = await self.curator.next_word(request.release_id, request.context, request.k)
         return curator_pb2.NextWordResponse(
             context_used=used, words=[curator_pb2.NgramProbability(ngram=w, probability=p) for w, p in words])
 
-    @rpc
-    async def Perplexity(self, request, context):
+    async def Perplexity(self, request, context, caller: Caller):
         ppl, n_sent, n_tok, oov = await self.curator.perplexity(request.release_id, request.text)
         return curator_pb2.PerplexityResponse(perplexity=ppl, n_sentences=n_sent, n_tokens=n_tok,
                                               n_out_of_vocabulary=oov)
 
-    async def ExportArpa(self, request, context):
-        try:
-            text = await self.curator.arpa(request.release_id)
-        except LacError as exc:
-            await context.abort(exc.code, str(exc))
+    async def ExportArpa(self, request, context, caller: Caller):
+        text = await self.curator.arpa(request.release_id)
         for i in range(0, len(text), ARPA_CHUNK_CHARS):
             yield curator_pb2.ArpaChunk(text=text[i:i + ARPA_CHUNK_CHARS])
 
 
 def create_server(curator: Curator) -> tuple[grpc.aio.Server, int]:
     """Build (not start) the gRPC server for ``curator``, bound as its config says."""
-    server = common_server.new_server()
-    curator_pb2_grpc.add_CuratorIngestServicer_to_server(IngestServicer(curator), server)
-    curator_pb2_grpc.add_CuratorServicer_to_server(QueryServicer(curator), server)
     cfg = curator.config
     if not cfg.insecure and not cfg.tls_client_ca:
-        raise ValueError("the curator serves mutual TLS: set tls_cert, tls_key and tls_client_ca "
-                         "(`lac keys tls`), or insecure for a local demo")
+        raise ValueError("the curator identifies callers by mutual TLS: set tls_cert, tls_key and "
+                         "tls_client_ca (`lac keys tls`), or insecure for a local demo")
+    auth = CertificateRoles(cfg.roles, insecure=cfg.insecure)
+    server = common_server.new_server()
+    server.add_generic_rpc_handlers((service_handler(INGEST, IngestServicer(curator), INGEST_ROLES, auth),
+                                     service_handler(QUERY, QueryServicer(curator), QUERY_ROLES, auth)))
+    # Mutual TLS is required: a caller without a certificate signed by the client CA is refused at the
+    # handshake, before any RPC (its client sees UNAVAILABLE).
     server_tls = tls.server_tls(cfg.tls_cert, cfg.tls_key, cfg.tls_client_ca, insecure=cfg.insecure, name="curator")
     return common_server.finish_server(server, SERVICE_NAMES, cfg.host, cfg.port, server_tls)

@@ -21,6 +21,7 @@ import asyncio
 import datetime as dt
 import logging
 import math
+import time
 import uuid
 from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
@@ -31,13 +32,15 @@ import scipy.sparse as sp
 
 from lac.common import envelope
 from lac.common.errors import FailedPrecondition, InvalidArgument, LacError, NotFound
+from lac.common.privacy import Budget, PrivacyUnit
+from lac.common.serde import mechanism_id
 from lac.common.text import sentences as split_sentences
 from lac.common.v1 import curator_pb2, reports_pb2
-from lac.curator.bayesian import BayesianParams, BayesianRelease, bayesian_dp
+from lac.curator import release as releases
 from lac.curator.config import CuratorConfig
 from lac.curator.lm import NgramModel
-from lac.curator.ngrams import NgramVocabulary, cap_and_clamp, count_reports, user_counts
-from lac.curator.offline import MECHANISMS, run_mechanism
+from lac.curator.ngrams import NgramVocabulary, cap_and_clamp, count_reports
+from lac.curator.release import PublicCaps, ReleaseRecord, ReleaseSpec
 from lac.curator.store import CuratorStore, Quarantined, Segment
 
 log = logging.getLogger(__name__)
@@ -45,14 +48,6 @@ log = logging.getLogger(__name__)
 _MAX_REASON = 64
 _MAX_DETAIL = 500
 ARPA_CHUNK_CHARS = 1 << 20
-_DP_DELTA_MECHANISMS = ("bayesian", "endtoend")
-
-
-def compute_release(reports, vocab: NgramVocabulary, params: BayesianParams, max_items_per_report: int,
-                    rng: np.random.Generator | None = None) -> BayesianRelease:
-    """BayesianDP over per-report n-gram counts: the whole release computation, server or not."""
-    counts = user_counts(reports, vocab, C=int(params.C), W=max_items_per_report)
-    return bayesian_dp(counts, vocab.alpha, params, rng)
 
 
 def make_segment(reports: list[list[list[str]]], vocab: NgramVocabulary) -> Segment:
@@ -79,17 +74,16 @@ def segment_counts(segments, vocab: NgramVocabulary, C: int, W: int | None) -> s
     return out
 
 
-def _record_params(params: dict, W: int) -> dict[str, float]:
-    out = {k: float(v) for k, v in params.items()
-           if isinstance(v, (int, float)) and not isinstance(v, bool) and v is not None}
-    out["W"] = float(W)
-    return out
-
-
 class Curator:
+    """Library object behind the gRPC servicers: ingest, releases charged to a per-window ledger,
+    free queries on releases. Replies are built by ``lac.curator.serde`` from what this returns."""
+
     def __init__(self, config: CuratorConfig, vocab: NgramVocabulary, rng: np.random.Generator | None = None):
         self.config = config
         self.vocab = vocab
+        self.deployment = config.deployment
+        self.caps = PublicCaps(W=config.max_items_per_report, C=config.item_clamp, count_clip=config.item_count_clip,
+                               validation_cap=config.endtoend_validation_cap)
         self.store = CuratorStore(config.state_dir, config.quarantine_max_rows)
         self._rng = rng  # None: a fresh CSPRNG generator per release (production)
         self.keyring = envelope.CuratorKeyRing.load(config.key_dir) if config.key_dir else None
@@ -97,6 +91,9 @@ class Curator:
             log.warning("INSECURE: accepting plaintext payloads (local demos and tests only)")
         if self.keyring is None:
             log.warning("no key ring (key_dir): every HPKE-sealed report will be quarantined as unknown_key")
+        if config.allow_data_dependent_releases:
+            log.warning("data-dependent releases are enabled: they are NOT differentially private (labelled so, "
+                        "never charged to the budget)")
         self._db = ThreadPoolExecutor(max_workers=1, thread_name_prefix="curator-store")
         self._models: OrderedDict[str, NgramModel] = OrderedDict()
         self._model_lock = asyncio.Lock()
@@ -109,8 +106,9 @@ class Curator:
         self._db.shutdown()
 
     @property
-    def budget(self) -> tuple[float, float]:
-        return self.config.budget_epsilon, self.config.budget_delta
+    def budget(self) -> Budget:
+        """The (ε, δ) budget of each accounting window."""
+        return Budget(self.config.budget_epsilon, self.config.budget_delta)
 
     # -- ingest -------------------------------------------------------------------------------
 
@@ -119,16 +117,31 @@ class Curator:
         return envelope.open_payload(sealed, self.keyring, allow_plaintext=self.config.allow_plaintext_payloads)
 
     def _validate(self, content: reports_pb2.ReportContent) -> None:
-        cfg = self.config
+        """A report must satisfy the published deployment and the token rules; else _Reject."""
+        cfg, d = self.config, self.deployment
         if len(content.report_id) != envelope.REPORT_ID_BYTES:
-            raise InvalidArgument(f"report_id must be {envelope.REPORT_ID_BYTES} bytes")
+            raise _Reject("invalid", f"report_id must be {envelope.REPORT_ID_BYTES} bytes")
+        lp = content.local_privacy
+        if lp.mechanism != mechanism_id(d.mechanism):
+            raise _Reject("mechanism_not_allowed", f"local mechanism id {lp.mechanism}; this deployment accepts "
+                                                   f"{d.mechanism} only")
+        if not (math.isfinite(lp.epsilon_per_word) and 0 < lp.epsilon_per_word <= d.epsilon_per_word * (1 + 1e-12)):
+            raise _Reject("epsilon_too_large", f"ε per word {lp.epsilon_per_word!r}; this deployment accepts "
+                                               f"0 < ε ≤ {d.epsilon_per_word:g}")
+        if lp.embedding != d.embedding:
+            raise _Reject("embedding_mismatch", f"embedding {lp.embedding[:80]!r}; this deployment uses {d.embedding}")
         if len(content.sentences) > cfg.max_sentences_per_report:
-            raise InvalidArgument(f"{len(content.sentences)} sentences; at most {cfg.max_sentences_per_report}")
+            raise _Reject("invalid", f"{len(content.sentences)} sentences; at most {cfg.max_sentences_per_report}")
+        n_words = 0
         for s in content.sentences:
+            n_words += len(s.tokens)
             for t in s.tokens:
                 if not t or len(t) > cfg.max_token_chars or len(t.split()) != 1 or t.strip() != t:
-                    raise InvalidArgument(f"token {t[:80]!r}: must be 1..{cfg.max_token_chars} characters, "
-                                          "no whitespace")
+                    raise _Reject("invalid", f"token {t[:80]!r}: must be 1..{cfg.max_token_chars} characters, "
+                                             "no whitespace")
+        if n_words > d.max_report_words:
+            raise _Reject("too_many_words", f"{n_words} words; this deployment's reports have at most "
+                                            f"{d.max_report_words}")
 
     def open_batch(self, payloads) -> tuple[list[bytes], list[list[list[str]]], list[Quarantined]]:
         """Open and validate each report: (report ids, sentences) of the good ones, and the
@@ -139,111 +152,116 @@ class Curator:
                 try:
                     c = self._open(p)
                 except LacError as exc:
-                    raise _Reject(str(getattr(exc, "reason", "malformed")), exc) from None
+                    raise _Reject(str(getattr(exc, "reason", "malformed")), str(exc)) from None
                 except Exception as exc:  # a bug or library error must not take the batch down
                     log.exception("unexpected error opening a report")
-                    raise _Reject(str(getattr(exc, "reason", "internal")), exc) from None
-                try:
-                    self._validate(c)
-                except LacError as exc:
-                    raise _Reject("invalid", exc) from None
+                    raise _Reject("internal", str(exc)) from None
+                self._validate(c)
             except _Reject as r:
                 reason = r.reason[:_MAX_REASON] or "malformed"
-                log.warning("quarantined a report (%s): %s", reason, r.exc)
-                quarantined.append(Quarantined(reason, str(r.exc)[:_MAX_DETAIL], p.SerializeToString()))
+                log.warning("quarantined a report (%s): %s", reason, r.detail)
+                quarantined.append(Quarantined(reason, r.detail[:_MAX_DETAIL], p.SerializeToString()))
                 continue
             ids.append(bytes(c.report_id))
             texts.append([list(s.tokens) for s in c.sentences])
         return ids, texts, quarantined
+
+    def _batch_windows(self, request: curator_pb2.IngestBatchRequest) -> tuple[int, int]:
+        """The accounting windows of a batch's reports, after checking the shuffler's privacy unit."""
+        d = self.deployment
+        if not request.HasField("privacy"):
+            if not self.config.insecure:
+                raise FailedPrecondition("batch without the shuffler's privacy statement; this curator needs the "
+                                         "batch's windows and quota to account for it")
+            w = d.window(time.time())
+            return w, w
+        p = request.privacy
+        if (p.reports_per_window, p.window_seconds) != (d.reports_per_window, d.window_seconds):
+            raise FailedPrecondition(f"the shuffler's quota is {p.reports_per_window} report(s) per {p.window_seconds:g} s "
+                                     f"window but this curator's privacy unit is {d.reports_per_window} per "
+                                     f"{d.window_seconds:g} s window; make them agree (the batch stays with the shuffler)")
+        if not p.distinct_clients and not self.config.insecure:
+            raise FailedPrecondition("the batch's reports are not bound to distinct clients (the shuffler runs without "
+                                     "client authentication); this curator's user-level accounting needs them to be")
+        if p.first_window > p.last_window:
+            raise InvalidArgument("batch privacy: first_window after last_window")
+        return int(p.first_window), int(p.last_window)
 
     async def ingest(self, request: curator_pb2.IngestBatchRequest) -> curator_pb2.IngestBatchResponse:
         if not request.batch_id or len(request.batch_id) > 128:
             raise InvalidArgument("batch_id must be 1..128 characters")
         if await self._run(self.store.has_batch, request.batch_id):
             return curator_pb2.IngestBatchResponse(batch_id=request.batch_id, duplicate=True)
+        windows = self._batch_windows(request)
         ids, texts, quarantined = await asyncio.to_thread(self.open_batch, request.reports)
         window = self.config.replay_window_days * 86400.0
         privacy = request.privacy.SerializeToString() if request.HasField("privacy") else None
         result = await self._run(partial(
             self.store.add_batch, request.batch_id, ids, lambda keep: make_segment([texts[i] for i in keep], self.vocab),
-            quarantined, window, privacy=privacy))
+            quarantined, window, privacy=privacy, windows=windows))
         if result.duplicate:
             return curator_pb2.IngestBatchResponse(batch_id=request.batch_id, duplicate=True)
-        log.info("stored batch %s: %d accepted, %d rejected %s; shuffler: %s", request.batch_id, result.accepted,
-                 result.rejected, result.rejects or "", request.privacy.statement or "no amplification statement")
+        log.info("stored batch %s (windows %d..%d): %d accepted, %d rejected %s; shuffler: %s", request.batch_id,
+                 *windows, result.accepted, result.rejected, result.rejects or "",
+                 request.privacy.statement or "no amplification statement")
         return curator_pb2.IngestBatchResponse(batch_id=request.batch_id, accepted=result.accepted,
                                                rejected=result.rejected)
 
-    def counts(self, C: int) -> sp.csr_matrix:
-        """Per-report counts of everything stored, W from the config, clamped at C."""
-        return segment_counts(self.store.segments(), self.vocab, C, self.config.max_items_per_report)
+    def counts(self, first_window: int, last_window: int) -> sp.csr_matrix:
+        """Per-report counts of the stored reports of those windows (W cap, C clamp from the config)."""
+        return segment_counts(self.store.segments(first_window, last_window), self.vocab, self.caps.C, self.caps.W)
 
     # -- releases -----------------------------------------------------------------------------
 
-    def _release_args(self, r: curator_pb2.ReleaseRequest) -> tuple[str, dict]:
-        mechanism = r.mechanism or "bayesian"
-        if mechanism not in MECHANISMS:
-            raise InvalidArgument(f"unknown mechanism {mechanism!r}; available: {', '.join(MECHANISMS)}")
-        if mechanism == "kanon" and not self.config.allow_non_dp_releases:
-            raise FailedPrecondition("mechanism 'kanon' (k-anonymity) is NOT differentially private and is "
-                                     "disabled; the operator can enable it with allow_non_dp_releases")
-        if r.sensitivity and r.sensitivity not in ("bruteforce", "claim1", "sound"):
-            raise InvalidArgument(f"unknown sensitivity {r.sensitivity!r}")
-        if r.public_sensitivity and r.public_sensitivity not in ("sound", "observed"):
-            raise InvalidArgument(f"unknown public_sensitivity {r.public_sensitivity!r}")
-        return mechanism, dict(
-            S=r.s or None, C=r.c or None, rho=r.rho or None, sensitivity=r.sensitivity or "bruteforce",
-            calibration=r.calibration or "auto", W=self.config.max_items_per_report,
-            n_max=int(r.n_max or self.config.n_max) if r.sensitivity == "sound" else None, K=int(r.k or 50),
-            public_sensitivity=r.public_sensitivity or "sound")
-
-    async def release(self, request: curator_pb2.ReleaseRequest) -> curator_pb2.ReleaseRecord:
-        mechanism, kw = self._release_args(request)
-        dp = mechanism != "kanon"
-        if dp:
-            if not (math.isfinite(request.epsilon) and request.epsilon > 0):
-                raise InvalidArgument(f"epsilon must be finite and > 0, got {request.epsilon!r}")
-            want = (request.epsilon, request.delta if mechanism in _DP_DELTA_MECHANISMS else 0.0)
-            await self._run(self.store.check_budget, *want, self.budget)  # fail fast; re-checked at commit
-        C = int(kw["C"] or BayesianParams(epsilon=1.0, delta=0.5).C)
-        U = await self._run(self.counts, C)
-        log_probs, mean, rec = await asyncio.to_thread(run_mechanism, U, self.vocab.alpha, mechanism,
-                                                       request.epsilon, request.delta, rng=self._rng, **kw)
-        eps = rec.get("epsilon")
-        spend = (float(eps), float(rec.get("delta") or 0.0)) if dp else None
-        record = curator_pb2.ReleaseRecord(
-            release_id=uuid.uuid4().hex, created_at=dt.datetime.now(dt.timezone.utc).isoformat(),
-            mechanism=mechanism, params=_record_params(rec.get("params") or {}, self.config.max_items_per_report),
-            sensitivity_method=rec.get("sensitivity_method") or "", data_dependent=bool(rec.get("data_dependent")),
-            gamma=rec.get("gamma") or 0.0, sigma=rec.get("sigma") or 0.0, calibration=rec.get("calibration") or "",
-            epsilon=math.inf if eps is None else float(eps), delta=float(rec.get("delta") or 0.0),
-            n_reports=int(rec["n_users"]), vocab_size=int(rec["vocab_size"]), max_n=self.vocab.max_n,
-            statement=rec["statement"], differentially_private=bool(rec.get("differentially_private", True)),
-            laplace_scale=rec.get("laplace_scale") or 0.0,
-            ledger_epsilon=spend[0] if spend else 0.0, ledger_delta=spend[1] if spend else 0.0)
-        await self._run(self.store.add_release, record, self.vocab.items, log_probs, mean, spend, self.budget)
-        log.info("release %s (%s): eps=%g delta=%g over %d reports%s", record.release_id, mechanism,
-                 record.epsilon, record.delta, record.n_reports, "" if dp else " — NOT differentially private")
+    async def release(self, spec: ReleaseSpec) -> ReleaseRecord:
+        """Run ``spec`` over the windows it covers and charge every one of them (if it is DP)."""
+        if spec.mechanism not in releases.MECHANISMS:
+            raise InvalidArgument(f"mechanism {spec.mechanism!r} is not available over RPC; available: "
+                                  f"{', '.join(releases.MECHANISMS)}")
+        if spec.data_dependent and not self.config.allow_data_dependent_releases:
+            raise FailedPrecondition("data-dependent sensitivities are NOT differentially private and are disabled; "
+                                     "the operator can enable them with allow_data_dependent_releases")
+        if spec.first_window is not None:
+            span = (spec.first_window, spec.last_window)
+        else:
+            span = await self._run(self.store.windows)
+            if span is None:
+                raise FailedPrecondition("no reports are stored yet: there is nothing to release")
+        n_windows = span[1] - span[0] + 1
+        if n_windows > 100_000:
+            raise InvalidArgument(f"a release covers at most 100,000 windows, not {n_windows}")
+        d = self.deployment
+        unit = PrivacyUnit.client(d.reports_per_window, n_windows, d.window_seconds)
+        windows = list(range(span[0], span[1] + 1))
+        if not spec.data_dependent:
+            await self._run(self.store.check_budget, windows, spec.budget, self.budget)  # fail fast; re-checked
+        U = await self._run(self.counts, *span)
+        r = await asyncio.to_thread(releases.run, U, self.vocab.alpha, spec, self.caps, unit, self._rng)
+        record = ReleaseRecord.of(r, uuid.uuid4().hex, dt.datetime.now(dt.timezone.utc).isoformat(),
+                                  self.vocab.max_n, span, unit)
+        await self._run(self.store.add_release, record.release_id, record.to_json(), self.vocab.items, r.log_probs,
+                        windows, r.charge, self.budget)
+        log.info("release %s (%s) over windows %d..%d: %s", record.release_id, spec.mechanism, *span,
+                 record.statement if r.differentially_private else "NOT differentially private (not charged)")
         return record
 
-    # -- queries (post-processing: free) --------------------------------------------------------
+    async def list_releases(self) -> list[ReleaseRecord]:
+        return [ReleaseRecord.from_json(r) for r in await self._run(self.store.releases)]
 
-    async def list_releases(self) -> list[curator_pb2.ReleaseRecord]:
-        return await self._run(self.store.releases)
-
-    async def get_release(self, release_id: str):
-        """(record, items, log_probs, pre-noise mean) or NotFound."""
+    async def get_release(self, release_id: str) -> tuple[ReleaseRecord, tuple[str, ...], np.ndarray]:
+        """(record, items, released log-probabilities) or NotFound."""
         found = await self._run(self.store.release, release_id) if release_id else None
         if found is None:
             raise NotFound(f"no release {release_id!r}")
-        return found
+        record, items, log_probs = found
+        return ReleaseRecord.from_json(record), items, log_probs
 
     async def model(self, release_id: str) -> NgramModel:
         async with self._model_lock:
             if release_id in self._models:
                 self._models.move_to_end(release_id)
                 return self._models[release_id]
-            record, items, log_probs, _ = await self.get_release(release_id)
+            record, items, log_probs = await self.get_release(release_id)
             m = await asyncio.to_thread(NgramModel, items, log_probs, record.max_n or self.vocab.max_n)
             self._models[release_id] = m
             while len(self._models) > 4:
@@ -251,7 +269,7 @@ class Curator:
             return m
 
     async def top_ngrams(self, release_id: str, k: int, order: int) -> list[tuple[str, float]]:
-        record, items, log_probs, _ = await self.get_release(release_id)
+        record, items, log_probs = await self.get_release(release_id)
         if order and not 1 <= order <= record.max_n:
             raise InvalidArgument(f"order must be 0 (any) or 1..{record.max_n}, got {order}")
         probs = np.exp(log_probs)
@@ -295,19 +313,23 @@ class Curator:
         m = await self.model(release_id)
         return await asyncio.to_thread(m.arpa)
 
-    async def status(self) -> curator_pb2.CuratorStatus:
+    async def spent(self) -> dict[int, Budget]:
+        """Budget spent per window, for every window with stored reports or spending."""
+        span = await self._run(self.store.windows)
+        spent = await self._run(self.store.spent)
+        if span is not None and span[1] - span[0] < 10_000:
+            for w in range(span[0], span[1] + 1):
+                spent.setdefault(w, Budget(0.0))
+        return spent
+
+    async def status(self) -> dict:
+        """The operator's view: exact counts, rejects by reason, reports per window."""
         counts = await self._run(self.store.counts)
-        spent_eps, spent_delta = await self._run(self.store.spent)
-        b_eps, b_delta = self.budget
-        return curator_pb2.CuratorStatus(
-            batches=counts["batches"], reports=counts["reports"], releases=counts["releases"],
-            rejects=await self._run(self.store.rejects), quarantined=counts["quarantined"],
-            budget_epsilon=b_eps, budget_delta=b_delta, spent_epsilon=spent_eps, spent_delta=spent_delta,
-            remaining_epsilon=max(b_eps - spent_eps, 0.0), remaining_delta=max(b_delta - spent_delta, 0.0),
-            replay_window_days=self.config.replay_window_days)
+        return {**counts, "rejects": await self._run(self.store.rejects),
+                "reports_by_window": await self._run(self.store.reports_by_window)}
 
 
 class _Reject(Exception):
-    def __init__(self, reason: str, exc: BaseException):
+    def __init__(self, reason: str, detail: str):
         super().__init__(reason)
-        self.reason, self.exc = reason, exc
+        self.reason, self.detail = reason, detail

@@ -2,16 +2,19 @@
 
 Layout under ``state_dir``:
 
-* ``curator.sqlite`` (WAL, ``synchronous=FULL``): batches, the report ids of the replay window,
-  quarantined reports, releases, the privacy ledger, counters. Small rows only.
+* ``curator.sqlite`` (WAL, ``synchronous=FULL``, mode 0600 in a 0700 directory): batches (with the
+  range of accounting windows their reports were accepted in), the report ids of the replay
+  window, quarantined reports, releases, the privacy ledger (one row per release and window it
+  covers), counters. Small rows only.
 * ``segments/<batch>.npz``: one immutable segment per ingested batch (``Segment``): the
   segment's own n-gram strings and a CSR matrix reports × items of raw counts, each row in the
   report's first-occurrence order, so W and C are applied at release time exactly as
   ``lac.curator.ngrams.user_counts`` does. Written with ``atomic_file`` (fsync) and the directory
   fsync'd before the batch's transaction commits; a batch is acknowledged only after that commit.
   Segments are plain ``numpy`` arrays, readable by Dask/Spark workers without the database.
-* ``releases/<id>.npz``: released log-probabilities and the operator-only pre-noise mean,
-  written before the release row (and its ledger entry) commits.
+* ``releases/<id>.npz``: the released log-probabilities and items (nothing un-noised), written
+  before the release row and its ledger entries commit; at start a file without a release row
+  (a crash between the two) is removed.
 
 Privacy: the report content (text, report ids, local-privacy metadata) is not stored. A segment
 keeps only a report's n-grams that are in the public release vocabulary, with counts; report
@@ -34,21 +37,24 @@ from pathlib import Path
 import numpy as np
 
 from lac.common.errors import DataLoss, FailedPrecondition
-from lac.common.files import atomic_file
-from lac.common.v1 import curator_pb2
+from lac.common.files import atomic_file, private_dir, private_sqlite
+from lac.common.privacy import Budget
+from lac.curator.ledger import refuse_overspending
 
 _SEGMENT_FORMAT = 1
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS batches (batch_id TEXT PRIMARY KEY, accepted INTEGER NOT NULL, rejected INTEGER NOT NULL,
-                                    segment TEXT, received_at REAL NOT NULL, privacy BLOB);
+                                    segment TEXT, received_at REAL NOT NULL, privacy BLOB,
+                                    first_window INTEGER NOT NULL DEFAULT 0, last_window INTEGER NOT NULL DEFAULT 0);
 CREATE TABLE IF NOT EXISTS report_ids (report_id BLOB PRIMARY KEY, seen_at REAL NOT NULL);
 CREATE INDEX IF NOT EXISTS report_ids_seen ON report_ids (seen_at);
 CREATE TABLE IF NOT EXISTS quarantine (id INTEGER PRIMARY KEY, batch_id TEXT NOT NULL, reason TEXT NOT NULL,
                                        detail TEXT NOT NULL, sealed BLOB NOT NULL, at REAL NOT NULL);
 CREATE TABLE IF NOT EXISTS releases (release_id TEXT PRIMARY KEY, record BLOB NOT NULL);
-CREATE TABLE IF NOT EXISTS ledger (id INTEGER PRIMARY KEY, release_id TEXT NOT NULL, epsilon REAL NOT NULL,
-                                   delta REAL NOT NULL, at REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS window_ledger (id INTEGER PRIMARY KEY, release_id TEXT NOT NULL, win INTEGER NOT NULL,
+                                          epsilon REAL NOT NULL, delta REAL NOT NULL, at REAL NOT NULL);
+CREATE INDEX IF NOT EXISTS window_ledger_win ON window_ledger (win);
 CREATE TABLE IF NOT EXISTS counters (name TEXT PRIMARY KEY, value INTEGER NOT NULL);
 """
 
@@ -112,27 +118,30 @@ class CuratorStore:
 
     def __init__(self, state_dir: Path, quarantine_max_rows: int = 10_000):
         """``quarantine_max_rows``: quarantined reports kept for diagnosis (the most recent; counters keep totals)."""
-        state_dir.mkdir(parents=True, exist_ok=True)
-        self.state_dir = state_dir
+        self.state_dir = private_dir(state_dir)
         self.quarantine_max_rows = quarantine_max_rows
-        self.segments_dir = state_dir / "segments"
-        self.releases_dir = state_dir / "releases"
-        self.segments_dir.mkdir(exist_ok=True)
-        self.releases_dir.mkdir(exist_ok=True)
-        self._db = sqlite3.connect(state_dir / "curator.sqlite", isolation_level=None, check_same_thread=False)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=FULL")
+        self.segments_dir = private_dir(state_dir / "segments")
+        self.releases_dir = private_dir(state_dir / "releases")
+        self._db = private_sqlite(state_dir / "curator.sqlite")
         if self._db.execute("SELECT 1 FROM sqlite_master WHERE name = 'reports'").fetchone():
             raise FailedPrecondition(f"{state_dir} holds a pre-segment curator store (reports table); "
                                      "start from a fresh state directory")
+        if self._db.execute("SELECT 1 FROM sqlite_master WHERE name = 'ledger'").fetchone():
+            raise FailedPrecondition(f"{state_dir} holds a curator store whose ledger has no accounting windows "
+                                     "(before 0.2); start from a fresh state directory")
         self._db.executescript(_SCHEMA)
+        self._migrate()
         self._remove_orphans()
 
     def _remove_orphans(self) -> None:
-        """Segments written for a batch whose commit never happened (crash): never acknowledged."""
+        """Files written for a batch or release whose commit never happened (crash): never acknowledged."""
         known = {r[0] for r in self._db.execute("SELECT segment FROM batches WHERE segment IS NOT NULL")}
         for p in self.segments_dir.iterdir():
             if p.name not in known:
+                p.unlink()
+        releases = {r[0] + ".npz" for r in self._db.execute("SELECT release_id FROM releases")}
+        for p in self.releases_dir.iterdir():
+            if p.name not in releases:
                 p.unlink()
 
     def close(self) -> None:
@@ -145,7 +154,8 @@ class CuratorStore:
         return self._db.execute("SELECT 1 FROM batches WHERE batch_id = ?", (batch_id,)).fetchone() is not None
 
     def add_batch(self, batch_id: str, report_ids: list[bytes], count, quarantined: list[Quarantined],
-                  window_seconds: float, now: float | None = None, privacy: bytes | None = None) -> BatchResult:
+                  window_seconds: float, now: float | None = None, privacy: bytes | None = None,
+                  windows: tuple[int, int] = (0, 0)) -> BatchResult:
         """Store one batch atomically. ``count(indexes)`` turns the reports kept (positions in
         ``report_ids``) into a ``Segment``. Report ids seen within the window (or twice in the
         batch) are counted as ``replayed_report_id`` and dropped. Returns the outcome."""
@@ -181,8 +191,8 @@ class CuratorStore:
                 self._db.execute("DELETE FROM quarantine WHERE id <= (SELECT MAX(id) FROM quarantine) - ?",
                                  (self.quarantine_max_rows,))
             rejected = sum(rejects.values())
-            self._db.execute("INSERT INTO batches VALUES (?, ?, ?, ?, ?, ?)",
-                             (batch_id, len(keep), rejected, segment_name, now, privacy))
+            self._db.execute("INSERT INTO batches VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                             (batch_id, len(keep), rejected, segment_name, now, privacy, *windows))
             self._bump("reports", len(keep))
             for reason, n in rejects.items():
                 self._bump("reject:" + reason, n)
@@ -195,14 +205,33 @@ class CuratorStore:
             raise
         return BatchResult(False, len(keep), rejected, rejects)
 
-    def segments(self) -> Iterator[Segment]:
-        """Every stored segment, in ingest order."""
-        rows = self._db.execute("SELECT segment FROM batches WHERE segment IS NOT NULL ORDER BY rowid").fetchall()
+    def windows(self) -> tuple[int, int] | None:
+        """(first, last) accounting window of the stored reports, None when nothing is stored."""
+        lo, hi = self._db.execute("SELECT MIN(first_window), MAX(last_window) FROM batches "
+                                  "WHERE segment IS NOT NULL").fetchone()
+        return None if lo is None else (int(lo), int(hi))
+
+    def reports_by_window(self) -> dict[int, int]:
+        """Exact report counts per batch's last window (operator view)."""
+        return dict(self._db.execute("SELECT last_window, SUM(accepted) FROM batches GROUP BY last_window"))
+
+    def segments(self, first_window: int | None = None, last_window: int | None = None) -> Iterator[Segment]:
+        """The stored segments of batches whose windows lie in [first_window, last_window], in ingest order."""
+        lo = -(1 << 62) if first_window is None else first_window
+        hi = (1 << 62) if last_window is None else last_window
+        rows = self._db.execute("SELECT segment FROM batches WHERE segment IS NOT NULL AND first_window >= ? "
+                                "AND last_window <= ? ORDER BY rowid", (lo, hi)).fetchall()
         for (name,) in rows:
             try:
                 yield Segment.load(self.segments_dir / name)
             except (OSError, ValueError, KeyError, zipfile.BadZipFile) as exc:
                 raise DataLoss(f"segment {name} of an acknowledged batch is missing or corrupt: {exc}") from exc
+
+    def _migrate(self) -> None:
+        have = {r[1] for r in self._db.execute("PRAGMA table_info(batches)")}
+        for col in ("first_window", "last_window"):
+            if col not in have:
+                self._db.execute(f"ALTER TABLE batches ADD COLUMN {col} INTEGER NOT NULL DEFAULT 0")
 
     def counts(self) -> dict[str, int]:
         batches, = self._db.execute("SELECT COUNT(*) FROM batches").fetchone()
@@ -222,39 +251,38 @@ class CuratorStore:
 
     # -- releases and the ledger --------------------------------------------------------------
 
-    def spent(self) -> tuple[float, float]:
-        eps, delta = self._db.execute("SELECT COALESCE(SUM(epsilon), 0), COALESCE(SUM(delta), 0) FROM ledger").fetchone()
-        return float(eps), float(delta)
+    def spent(self, windows: list[int] | None = None) -> dict[int, Budget]:
+        """Budget spent per accounting window (every window with spending, or just ``windows``)."""
+        rows = self._db.execute("SELECT win, COALESCE(SUM(epsilon), 0), COALESCE(SUM(delta), 0) FROM window_ledger "
+                                "GROUP BY win").fetchall()
+        spent = {int(w): Budget(e, min(d, 1 - 1e-16)) for w, e, d in rows}
+        if windows is not None:
+            spent = {w: spent.get(w, Budget(0.0)) for w in windows}
+        return spent
 
-    def check_budget(self, epsilon: float, delta: float, budget: tuple[float, float]) -> None:
-        """FailedPrecondition if spending (ε, δ) now would exceed ``budget`` (basic composition)."""
-        spent_eps, spent_delta = self.spent()
-        # Relative slack so that e.g. ten releases of 0.1 fit a budget of 1.0 despite rounding.
-        over_eps = spent_eps + epsilon > budget[0] * (1 + 1e-9)
-        over_delta = spent_delta + delta > budget[1] * (1 + 1e-9)
-        if over_eps or over_delta:
-            raise FailedPrecondition(
-                f"privacy budget exhausted: requested (ε, δ) = ({epsilon:g}, {delta:g}); spent "
-                f"({spent_eps:g}, {spent_delta:g}) of ({budget[0]:g}, {budget[1]:g}); remaining "
-                f"({max(budget[0] - spent_eps, 0):g}, {max(budget[1] - spent_delta, 0):g})")
+    def check_budget(self, windows: list[int], charge: Budget, limit: Budget) -> None:
+        """FailedPrecondition if charging every window in ``windows`` would exceed ``limit`` in any."""
+        refuse_overspending(self.spent(windows), charge, limit)
 
-    def add_release(self, record: curator_pb2.ReleaseRecord, items: tuple[str, ...], log_probs: np.ndarray,
-                    mean: np.ndarray, spend: tuple[float, float] | None, budget: tuple[float, float]) -> None:
-        """Store a release and, if ``spend`` is given, its ledger entry, in one transaction that
-        first re-checks the budget (nothing is stored or spent when it refuses)."""
-        path = self.releases_dir / f"{record.release_id}.npz"
+    def add_release(self, release_id: str, record: bytes, items: tuple[str, ...], log_probs: np.ndarray,
+                    windows: list[int], charge: Budget | None, limit: Budget) -> None:
+        """Store a release (``record``: its serialized operator record) and, if ``charge`` is given,
+        charge it to every window in ``windows``, in one transaction that first re-checks the
+        budget (nothing is stored or spent when it refuses)."""
+        path = self.releases_dir / f"{release_id}.npz"
         self._begin()
         try:
-            if spend is not None:
-                self.check_budget(*spend, budget)
+            if charge is not None:
+                self.check_budget(windows, charge, limit)
             with atomic_file(path) as fh:
-                np.savez(fh, log_probs=log_probs, mean=mean,
-                         items=np.frombuffer("\n".join(items).encode("utf-8"), dtype=np.uint8))
+                np.savez(fh, log_probs=log_probs, items=np.frombuffer("\n".join(items).encode("utf-8"), dtype=np.uint8))
             _fsync_dir(self.releases_dir)
-            self._db.execute("INSERT INTO releases VALUES (?, ?)", (record.release_id, record.SerializeToString()))
-            if spend is not None:
-                self._db.execute("INSERT INTO ledger (release_id, epsilon, delta, at) VALUES (?, ?, ?, ?)",
-                                 (record.release_id, float(spend[0]), float(spend[1]), time.time()))
+            self._db.execute("INSERT INTO releases VALUES (?, ?)", (release_id, record))
+            if charge is not None:
+                now = time.time()
+                self._db.executemany("INSERT INTO window_ledger (release_id, win, epsilon, delta, at) "
+                                     "VALUES (?, ?, ?, ?, ?)",
+                                     ((release_id, w, charge.epsilon, charge.delta, now) for w in windows))
             self._db.execute("COMMIT")
         except BaseException:
             if self._db.in_transaction:
@@ -262,19 +290,21 @@ class CuratorStore:
             path.unlink(missing_ok=True)
             raise
 
-    def releases(self) -> list[curator_pb2.ReleaseRecord]:
-        rows = self._db.execute("SELECT record FROM releases")
-        return sorted((curator_pb2.ReleaseRecord.FromString(r[0]) for r in rows), key=lambda r: r.created_at)
+    def releases(self) -> list[bytes]:
+        """Every release's serialized record, in creation order."""
+        return [r[0] for r in self._db.execute("SELECT record FROM releases ORDER BY rowid")]
 
-    def release(self, release_id: str) -> tuple[curator_pb2.ReleaseRecord, tuple[str, ...], np.ndarray,
-                                                np.ndarray] | None:
-        """(record, items, released log-probabilities, pre-noise mean), None if unknown."""
+    def release(self, release_id: str) -> tuple[bytes, tuple[str, ...], np.ndarray] | None:
+        """(serialized record, items, released log-probabilities), None if unknown."""
         row = self._db.execute("SELECT record FROM releases WHERE release_id = ?", (release_id,)).fetchone()
         if row is None:
             return None
-        with np.load(self.releases_dir / f"{release_id}.npz") as z:
-            items = tuple(z["items"].tobytes().decode("utf-8").split("\n"))
-            return curator_pb2.ReleaseRecord.FromString(row[0]), items, z["log_probs"], z["mean"]
+        try:
+            with np.load(self.releases_dir / f"{release_id}.npz") as z:
+                items = tuple(z["items"].tobytes().decode("utf-8").split("\n"))
+                return row[0], items, z["log_probs"]
+        except (OSError, ValueError, KeyError, zipfile.BadZipFile) as exc:
+            raise DataLoss(f"the file of release {release_id} is missing or corrupt: {exc}") from exc
 
     def _bump(self, name: str, n: int) -> None:
         self._db.execute("INSERT INTO counters VALUES (?, ?) ON CONFLICT(name) DO UPDATE SET value = value + ?",

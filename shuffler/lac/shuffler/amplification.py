@@ -2,39 +2,84 @@
 
 Plain library, numpy + math only (the shuffler must not depend on scipy).
 
-Shuffling -- Feldman, McMillan, Talwar, "Hiding Among the Clones: A Simple and Nearly
-Optimal Analysis of Privacy Amplification by Shuffling" (FOCS 2021):
+Shuffling: the default bound (``method="numerical"``)
+======================================================
+Setting: a batch of n reports, each from a distinct user, each produced by the same
+eps0-LDP local randomizer R (write p = e^eps0, e = e^eps), released uniformly permuted.
+Neighbouring batches differ in one user's input (the victim: x0 versus x1); the other
+users' inputs are arbitrary and known to the adversary.
 
-* Theorem 3.1 (closed form).  If each of n reports comes from a distinct user through an
-  eps0-DP local randomizer and the batch is uniformly permuted, then for delta in (0, 1] and
-  eps0 <= log(n / (16 log(2/delta))) the shuffled batch is (eps, delta)-DP with
+**Bound.**  For every eps in [0, eps0] the shuffled batch is (eps, delta(eps))-DP with
+delta(eps) = H_e(P || Q), the hockey-stick divergence of the "stronger clone" pair
 
-      eps = log(1 + (e^eps0 - 1)/(e^eps0 + 1) * (8 sqrt(e^eps0 log(4/delta)) / sqrt(n)
-                                                 + 8 e^eps0 / n)).
+    C ~ Bin(n-1, 2/(p+1)),   A | C ~ Bin(C, 1/2),   D ~ Bern(p/(p+1)),
+    P = (A + D, C - A + 1 - D),        Q = (A + 1 - D, C - A + D).
 
-* Theorem 3.2 (the reduction behind the numerical bound).  The shuffled batch is
-  (eps, delta)-DP whenever the pair P = (A+1, C-A), Q = (A, C-A+1) with
-  C ~ Bin(n-1, e^-eps0) and A | C ~ Bin(C, 1/2) is (eps, delta)-indistinguishable.
-  (The published theorem also mixes each side with a Bernoulli(e^eps0/(e^eps0+1)) swap;
-  hockey-stick divergence is jointly convex and the swapped pair is the mirror image, so
-  dropping the mixing can only increase delta: this bound is conservative, about 0.007
-  looser than the paper's 0.17 on its n=1e5, eps0=4, delta=1e-6 example.)
-  P and Q are mirror images of each other, so one hockey-stick divergence suffices:
+Q is P mirrored, so H_e(Q || P) = H_e(P || Q).  This is the pair of Feldman, McMillan,
+Talwar, "Stronger Privacy Amplification by Shuffling for Renyi and Approximate
+Differential Privacy" (SODA 2023, Thm 3.2), and of Wang et al., "Privacy Amplification
+via Shuffling: Unified, Simplified, and Tightened" (VLDB 2024) with the parameters of a
+general eps0-LDP randomizer (p = q = e^eps0, beta = (p-1)/(p+1)).  Their general proofs
+have a gap: the FMT'23 errata restricts the theorem to a class of randomizers, and Wang
+et al.'s Lemma 4.5 re-inserts the victim's "common" component W by a rule that depends on
+the count A + B only, which is not the right conditional law when
+beta' = TV(R(x0), R(x1)) < (p-1)/(p+1).  This module relies on the following proof.
 
-      delta(eps) = sum_c Pr[C=c] * sum_{x >= x*(c)} (b_c(x-1) - e^eps b_c(x))
-                 = sum_c Pr[C=c] * (S_c(x*-1) - e^eps S_c(x*)),
+1. Decomposition (Wang et al., Lemma 4.4).  With a = beta'/(p-1),
+   U0 = (R(x0) - R(x1))_+ / beta', U1 = (R(x1) - R(x0))_+ / beta' and w = 1 - (p+1) a >= 0
+   there is a distribution W with
+       R(x0) = p a U0 + a U1 + w W,        R(x1) = a U0 + p a U1 + w W,
+   and eps0-LDP (R(z) >= R(x)/p pointwise) gives, for every other user's input z,
+       R(z) >= a U0 + a U1 + (w/p) W       (on {R(x0) >= R(x1)} the right side is R(x0)/p).
+2. Clones.  Each other user independently outputs a sample of U0 (probability a), of
+   U1 (a), of W (w/p) or of its own leftover law.  The shuffled batch is a
+   post-processing of the counts X = (X0, X1, XW) of U0, U1 and W samples (victim
+   included; the set of leftover users is uniform given its size), and since the victim
+   is one of n draws,  H_e = E[max(0, (p-e) X0 + (1-pe) X1 + p(1-e) XW)] / n  with
+   X ~ Mult(n; a, a, w/p, rest).
+3. Monotonicity in a (proved here).  The cell probabilities move with a along
+   (1, 1, -(p+1)/p, -(p-1)/p), so with g = max(0, .) and Y the statistic on n-1 draws,
+       d/da E[g] = n E[g(Y+c0) + g(Y+c1) - (p+1)/p g(Y+cW) - (p-1)/p g(Y)],
+   (c0, c1, cW) = (p-e, 1-pe, p(1-e)).  The law {cW w.p. (p+1)/2p, 0 w.p. (p-1)/2p} has
+   the mean (c0+c1)/2 of the law {c0, c1 w.p. 1/2 each} and lies in [c1, c0] when e <= p,
+   so it is smaller in convex order and the derivative is >= 0.  At a = 1/(p+1) (w = 0)
+   the counts are exactly the pair (P, Q) above, which therefore bounds every
+   eps0-LDP randomizer.
 
-  where b_c is the Bin(c, 1/2) pmf, S_c(k) = Pr[Bin(c, 1/2) >= k] and
-  x*(c) = floor(e^eps (c+1) / (1+e^eps)) + 1 is the first x with x / (c-x+1) > e^eps.
+**Evaluation (every approximation errs upwards).**  Given C = c the likelihood ratio
+P/Q = (p x + c+1-x)/(x + p(c+1-x)) increases with the first coordinate x, so
 
-  ``numerical_delta`` evaluates an *upper bound* on delta(eps): C is truncated to the
-  values whose probability is not negligible and the whole excluded mass is added
-  (each excluded c contributes at most Pr[C=c]); the tails S_c are carried from one c to
-  the next by Pascal's rule (sums of non-negative terms only, so no cancellation); the
-  remaining subtraction and the log-gamma pmfs are covered by an explicit relative
-  slack.  ``shuffle_epsilon`` then searches the smallest eps with delta(eps) <= delta by
-  repeated multi-section (512 points per pass) down to a bracket narrower than ``tol``
-  and returns the *upper* end of the final bracket.
+    H_e = sum_c Pr[C=c] max_k (A S_c(k-1) + B S_c(k)),  A = (p-e)/(p+1) >= 0, B = (1-pe)/(p+1) <= 0,
+
+with S_c(k) = Pr[Bin(c, 1/2) >= k].  ``numerical_delta``:
+
+* takes k as the best of the three integers around the computed threshold, so rounding
+  of the threshold cannot lose the maximum;
+* computes S_c as suffix sums of non-negative pmf terms (one log-gamma anchor per c, then
+  a product of ratios) over a window ending at a Hoeffding point tau: tau is added to
+  S_c(k-1) and nothing to S_c(k), whose coefficient is negative;
+* drops values of C outside a Chernoff interval and adds both Chernoff tail bounds; when C
+  has many likely values they are grouped in blocks, each block weighted at its smallest c
+  (the c-term is non-increasing in c: one more clone is a post-processing);
+* multiplies by an explicit relative slack that covers log-gamma, product and summation
+  rounding.
+
+``shuffle_epsilon`` then searches the smallest eps with delta(eps) <= delta by repeated
+multi-section and returns the *upper* end of a bracket narrower than ``tol`` (a point at
+which the bound was verified).  "No amplification" is reported (with eps = eps0, delta = 0)
+when the bound is not below eps_loc = log(p - delta (p+1)) -- what eps0-LDP alone gives at
+this delta, the randomized-response curve -- by more than 1e-6 eps0 (the precision at which
+statements print epsilon).
+
+Other shuffling bounds (for comparison)
+=======================================
+* ``method="fmt21"``: Feldman, McMillan, Talwar, "Hiding Among the Clones" (FOCS 2021),
+  Theorem 3.2: the same pair with C ~ Bin(n-1, e^-eps0) (valid for every eps0-LDP
+  randomizer since R(z) >= (R(x0) + R(x1)) / 2p).
+* ``method="fmt21_nomix"``: that pair without the Bernoulli mixing (D = 1), this module's
+  former default: conservative (joint convexity) and looser.
+* ``method="closed_form"``: FMT'21 Theorem 3.1.  For eps0 <= log(n / (16 log(2/delta))),
+      eps = log(1 + (e^eps0 - 1)/(e^eps0 + 1) * (8 sqrt(e^eps0 log(4/delta)) / sqrt(n) + 8 e^eps0 / n)).
 
 Poisson sub-sampling -- each record is kept independently with probability q; an
 (eps0, delta0)-DP mechanism run on the sample is (log(1 + q(e^eps0 - 1)), q delta0)-DP
@@ -49,6 +94,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 __all__ = [
+    "METHODS",
     "AmplificationResult",
     "closed_form_valid",
     "local_epsilon_metric",
@@ -58,22 +104,41 @@ __all__ = [
     "subsampling_statement",
 ]
 
-_REL_SLACK = 1e-7       # covers log-gamma pmf error and float accumulation (both << 1e-7)
-_GRID = 512             # points per multi-section pass
+METHODS = ("numerical", "fmt21", "fmt21_nomix", "closed_form")
 DEFAULT_TOL = 1e-7      # final bracket width on eps
+_GRID = 16             # points per multi-section pass
+_MAX_ROWS = 1024        # values of C evaluated separately before grouping into blocks
+_CHUNK = 1 << 21        # pmf entries per working array (16 MB)
+_EPS0_MAX = 700.0       # above: clone probability < 1e-300, nothing to gain (and e^eps overflows)
+_NO_GAIN = 1e-6         # relative gain over the local guarantee below which we say "no amplification"
+_ULP = 2.0 ** -52
 
-_ASSUMPTIONS = ("assumes each of the n reports comes from a distinct user and is produced by an "
-                "eps0-LDP local randomizer, and that the shuffler releases the batch uniformly "
-                "permuted with no other identifying metadata")
+_ASSUMPTIONS = ("assumes each of the n reports comes from a distinct user and is produced by the same "
+                "eps0-LDP local randomizer, that the shuffler releases the batch uniformly permuted with no "
+                "other identifying metadata, and that neighbouring batches differ in one user's input")
+
+_THEOREMS = {
+    "numerical": ("stronger-clone bound (the pair C~Bin(n-1, 2/(e^eps0+1)), A~Bin(C,1/2), "
+                  "D~Bern(e^eps0/(e^eps0+1)), P=(A+D, C-A+1-D) vs Q=(A+1-D, C-A+D) of "
+                  "Feldman-McMillan-Talwar 2023 Thm 3.2 and Wang et al. 2024 with p=q=e^eps0; proof for "
+                  "every eps0-LDP randomizer in lac.shuffler.amplification), delta(eps) computed numerically "
+                  "and rounded up"),
+    "fmt21": ("Feldman-McMillan-Talwar 2021 (Hiding Among the Clones) Theorem 3.2 (the pair with "
+              "C~Bin(n-1, e^-eps0)), delta(eps) computed numerically and rounded up"),
+    "fmt21_nomix": ("Feldman-McMillan-Talwar 2021 (Hiding Among the Clones) Theorem 3.2 reduction without the "
+                    "Bernoulli mixing (conservative), delta(eps) computed numerically and rounded up"),
+    "closed_form": "Feldman-McMillan-Talwar 2021 (Hiding Among the Clones), Theorem 3.1, closed form",
+}
 
 
 @dataclass(frozen=True)
 class AmplificationResult:
     """The central (epsilon, delta) guarantee of one shuffled batch.
 
-    ``amplified`` is False when shuffling buys nothing (the bound is >= eps0 or eps0 lies
-    outside the theorem's range); ``epsilon`` is then eps0 itself (with delta = 0 the
-    local guarantee already holds for the shuffled batch, by post-processing).
+    ``amplified`` is False when shuffling buys nothing (the bound does not beat the local
+    guarantee, or eps0 lies outside the theorem's range); ``epsilon`` is then eps0 itself
+    (with delta = 0 the local guarantee already holds for the shuffled batch, by
+    post-processing).
     """
 
     eps0: float
@@ -100,144 +165,226 @@ def _check(eps0: float, n: int, delta: float) -> None:
         raise ValueError(f"delta must be in (0, 1), got {delta!r}")
 
 
-def _log_factorials(m: int) -> np.ndarray:
-    """log(k!) for k = 0..m (math.lgamma: accurate to a few ulp)."""
-    return np.fromiter((math.lgamma(k + 1.0) for k in range(m + 1)), dtype=float, count=m + 1)
+def _kl_bernoulli(x: float, log_q: float, log_1mq: float) -> float:
+    """KL(Bern(x) || Bern(q)), q given by its logs (stable for q near 0 or 1)."""
+    out = 0.0
+    if x > 0:
+        out += x * (math.log(x) - log_q)
+    if x < 1:
+        out += (1 - x) * (math.log1p(-x) - log_1mq)
+    return max(out, 0.0)
 
 
-def _log_binom_pmf(logfact: np.ndarray, m: int, k: np.ndarray, logp: float, log1mp: float) -> np.ndarray:
-    """log Pr[Bin(m, p) = k]; -inf outside 0..m."""
-    k = np.asarray(k)
-    inside = (k >= 0) & (k <= m)
-    kk = np.clip(k, 0, m)
-    out = logfact[m] - logfact[kk] - logfact[m - kk]
-    with np.errstate(invalid="ignore"):
-        # 0 * log(0) terms (p = 1 or p = 0 edge) are taken as 0
-        out = out + np.where(kk > 0, kk * logp, 0.0) + np.where(m - kk > 0, (m - kk) * log1mp, 0.0)
-    return np.where(inside, out, -np.inf)
+def _likely_range(m: int, log_q: float, log_1mq: float, log_inv_tail: float) -> tuple[int, int, float]:
+    """[lo, hi] holding all but a Chernoff-bounded mass of Bin(m, q); returns (lo, hi, excluded bound)."""
+    mean = m * math.exp(log_q)
+
+    def bound(k: int) -> float:                   # m KL(k/m || q): log of the Chernoff bound
+        return m * _kl_bernoulli(k / m, log_q, log_1mq)
+
+    # upper: smallest k >= mean with Pr[C >= k] <= e^-bound(k) <= tail (bound increases above the mean)
+    a, b = min(m, math.ceil(mean)), m
+    if bound(b) < log_inv_tail:
+        hi, upper = m, 0.0
+    else:
+        while a < b:
+            mid = (a + b) // 2
+            a, b = (mid + 1, b) if bound(mid) < log_inv_tail else (a, mid)
+        hi, upper = a - 1, math.exp(-bound(a))
+    a, b = 0, max(0, math.floor(mean))
+    if bound(a) < log_inv_tail:
+        lo, lower = 0, 0.0
+    else:                                          # largest k <= mean with bound(k) >= log_inv_tail
+        while a < b:
+            mid = (a + b + 1) // 2
+            a, b = (mid, b) if bound(mid) >= log_inv_tail else (a, mid - 1)
+        lo, lower = a + 1, math.exp(-bound(a))
+    return lo, max(hi, lo), (upper + lower) * (1 + 1e-9)
+
+
+def _log_binom_pmf_at(m: int, k: int, log_q: float, log_1mq: float) -> float:
+    out = math.lgamma(m + 1) - math.lgamma(k + 1) - math.lgamma(m - k + 1)
+    return out + (k * log_q if k else 0.0) + ((m - k) * log_1mq if m - k else 0.0)
+
+
+def _pair_params(method: str, eps0: float) -> tuple[float, float, float, float]:
+    """(log clone prob, log(1 - clone prob), log mix, log(1 - mix)) of a method's pair."""
+    lpx = math.log1p(math.exp(-eps0))             # log(1 + e^-eps0)
+    log_mix, log_1m_mix = -lpx, -eps0 - lpx       # p/(p+1), 1/(p+1)
+    log_1m_e = math.log(-math.expm1(-eps0))       # log(1 - e^-eps0)
+    if method == "numerical":                     # clone prob 2/(p+1)
+        return math.log(2.0) - eps0 - lpx, log_1m_e - lpx, log_mix, log_1m_mix
+    if method == "fmt21":                         # clone prob e^-eps0
+        return -eps0, log_1m_e, log_mix, log_1m_mix
+    return -eps0, log_1m_e, 0.0, -math.inf        # fmt21_nomix: D = 1
 
 
 # ---------------------------------------------------------------------------- numerical bound
 
 
 class _PrivacyCurve:
-    """delta(eps) upper bounds of the FMT'21 Theorem 3.2 pair for fixed (eps0, n).
+    """Upper bounds on delta(eps) = H_{e^eps}(P || Q) of one clone pair, for fixed (eps0, n).
 
-    Everything that does not depend on eps (the distribution of C, the truncation, the
-    starting tails) is prepared once; ``delta`` then evaluates a whole grid of eps in one
-    sweep over c.
+    Everything independent of eps (the likely values of C, their weights, the Hoeffding
+    windows) is prepared once; ``delta`` evaluates a whole grid of eps per sweep.
     """
 
-    def __init__(self, eps0: float, n: int, tiny: float):
-        self.m = m = int(n) - 1                       # C ~ Bin(m, e^-eps0)
-        if m <= 0:                                    # a lone report: nothing to hide among
-            return
-        p = math.exp(-eps0)
-        logfact = _log_factorials(m)
-        pc = np.exp(_log_binom_pmf(logfact, m, np.arange(m + 1), -eps0, math.log1p(-p)))  # log p = -eps0: no underflow
-        keep = pc >= tiny                             # never empty: the mode has mass >= 1/(m+1)
-        c_idx = np.flatnonzero(keep)
-        self.c_min, self.c_max = c_min, c_max = int(c_idx[0]), int(c_idx[-1])
-        self.excluded = float(pc[~keep].sum())        # sum of small non-negatives: no cancellation
-        self.pc = pc[c_min:c_max + 1].copy()
+    def __init__(self, method: str, eps0: float, n: int, delta_target: float):
+        self.eps0 = eps0
+        log_q, log_1mq, self.log_mix, self.log_1m_mix = _pair_params(method, eps0)
+        self.mix, self.w1 = math.exp(self.log_mix), math.exp(self.log_1m_mix)   # w, 1 - w
+        self.mixing = self.w1 > 0
+        self.expm1_eps0 = math.expm1(eps0)
+        m = n - 1                                  # C ~ Bin(m, clone prob)
+        # Mass dropped by the C range and by each Hoeffding window: 1e-7 of the target delta.
+        tail = 1e-7 * delta_target
+        self.log_inv_tail = -math.log(tail)
+        if m == 0:
+            lo = hi = 0
+            pc, self.excluded = np.ones(1), 0.0
+        else:
+            lo, hi, self.excluded = _likely_range(m, log_q, log_1mq, self.log_inv_tail)
+            cs = np.arange(lo, hi)
+            steps = np.log((m - cs) / (cs + 1.0)) + (log_q - log_1mq)
+            log_pc = _log_binom_pmf_at(m, lo, log_q, log_1mq) + np.concatenate(([0.0], np.cumsum(steps)))
+            pc = np.exp(log_pc)
+        rows = np.arange(lo, hi + 1)
+        if len(rows) > _MAX_ROWS:                  # block of consecutive c, weighted at its smallest c
+            width = -(-len(rows) // _MAX_ROWS)
+            starts = np.arange(0, len(rows), width)
+            self.c, self.weight = rows[starts], np.add.reduceat(pc, starts)
+        else:
+            self.c, self.weight = rows, pc
+        # Window of Bin(c, 1/2) tails: Pr[Bin(c,1/2) >= c/2 + s] <= exp(-2 s^2 / c) (Hoeffding).
+        c = self.c.astype(float)
+        self.k_hi = np.minimum(self.c, np.ceil(c / 2 + np.sqrt(c * self.log_inv_tail / 2))).astype(np.int64)
+        gap = self.k_hi + 1 - c / 2
+        with np.errstate(divide="ignore", invalid="ignore"):
+            beyond = np.where(self.k_hi < self.c, np.exp(-2 * gap * gap / np.maximum(c, 1.0)), 0.0)
+        self.beyond = beyond + 1e-300 * (self.k_hi + 1)   # + whatever underflowed inside the window
+        self.k_lo = np.maximum(0, (self.c + 1) // 2 - 3)  # lowest index any eps >= 0 reads
+        self.log_b_cache: dict[tuple[int, int], float] = {}
+        span = int(self.k_hi.max() - self.k_lo.min()) + 2
+        self.rel_slack = 1e-12 + 64 * _ULP * (n * math.log(n + 2) + n + 4 * span + 64 * (hi - lo + 1))
 
-        # Window of k values tracked for S_c(k) = Pr[Bin(c, 1/2) >= k].
-        #  upper: Hoeffding, Pr[Bin(c,1/2) >= c/2 + t] <= exp(-2 t^2 / c) <= tiny beyond k_hi;
-        #         for x* beyond the window, S_c(x*-1) <= S_c(k_hi) is used (a valid upper bound).
-        #  lower: Pascal's rule lets the truncated low edge creep up one index per step; the
-        #         lowest index ever read is ~ c/2, so start that far below.
-        log_tiny = -math.log(tiny)
-        k_hi = int(math.ceil(c_max / 2 + math.sqrt(c_max * log_tiny / 2))) + 2
-        self.k_hi = k_hi = min(k_hi, c_max + 1)
-        self.k_lo = k_lo = max(0, c_min - (c_max + 1) // 2 - 3)
-        ks = np.arange(k_lo, k_hi + 1)
+    def _threshold_index(self, eps: np.ndarray) -> np.ndarray:
+        """Computed first x with P/Q > e^eps given C = c (exact up to one unit either way)."""
+        em = np.exp(-eps)
+        if self.mixing:   # (e w - (1-w)) / ((2w-1)(1+e)) = (p - e^-eps) / ((p-1)(1 + e^-eps)), in expm1 form
+            frac = (self.expm1_eps0 - np.expm1(-eps)) / (self.expm1_eps0 * (1.0 + em))
+        else:             # x / (c+1-x) > e
+            frac = 1.0 / (1.0 + em)
+        return np.floor(np.outer(self.c + 1, frac)).astype(np.int64) + 1
 
-        # Exact state at c = c_min.
-        log_half = math.log(0.5)
-        full = np.arange(c_min + 1)
-        pmf_full = np.exp(_log_binom_pmf(logfact, c_min, full, log_half, log_half))
-        tail_full = np.cumsum(pmf_full[::-1])[::-1]   # S(k), k = 0..c_min: positive sums
-        self.pmf0 = np.zeros(len(ks))
-        self.S0 = np.zeros(len(ks))
-        sel = ks <= c_min
-        self.pmf0[sel] = pmf_full[ks[sel]]
-        self.S0[sel] = tail_full[ks[sel]]
-
-    def delta(self, eps: np.ndarray, chunk: int = 256) -> np.ndarray:
+    def delta(self, eps) -> np.ndarray:
         eps = np.atleast_1d(np.asarray(eps, dtype=float))
-        if self.m <= 0:
-            return np.ones_like(eps)
-        with np.errstate(over="ignore"):
-            e = np.exp(eps)
-        q = np.exp(-np.logaddexp(0.0, eps))  # 1/(1+e^eps) > 0; e/(1+e) itself rounds to 1 above eps ~ 36.7
-        k_lo, k_hi = self.k_lo, self.k_hi
-        pmf, S = self.pmf0.copy(), self.S0.copy()
-        buf = np.empty_like(pmf)
-        acc = np.zeros_like(eps)
-        slack = np.zeros_like(eps)
-        for start in range(self.c_min, self.c_max + 1, chunk):
-            cs = np.arange(start, min(start + chunk, self.c_max + 1))
-            # x* = floor((c+1) e/(1+e)) + 1 = (c+1) - ceil((c+1) q) + 1, exact even when q is tiny
-            # (q > 0 always, so the ceiling is >= 1 even where q underflows to 0 above eps ~ 745)
-            xstar = (cs + 1)[:, None] - np.maximum(np.ceil(np.outer(cs + 1, q)), 1).astype(np.int64) + 1
-            i1 = np.minimum(xstar - 1, k_hi) - k_lo
-            i2 = np.minimum(xstar, k_hi) - k_lo
-            beyond = xstar > k_hi
-            s1 = np.empty(i1.shape)
-            s2 = np.empty(i2.shape)
-            for r, c in enumerate(cs):
-                if c > self.c_min:
-                    # c-1 -> c:  S_c(k) = S_{c-1}(k) + b_{c-1}(k-1)/2 ;
-                    #            b_c(k) = (b_{c-1}(k) + b_{c-1}(k-1))/2      (Pascal's rule)
-                    buf[0] = 0.0
-                    np.multiply(pmf[:-1], 0.5, out=buf[1:])
-                    S += buf
-                    pmf *= 0.5
-                    pmf += buf
-                S.take(i1[r], out=s1[r])
-                S.take(i2[r], out=s2[r])
-            s2[beyond] = 0.0
-            w = self.pc[cs - self.c_min]
-            es2 = np.multiply(e, s2, out=np.zeros_like(s2), where=s2 > 0.0)  # e may be inf (eps > ~709); inf*0 = 0
-            acc += w @ np.maximum(s1 - es2, 0.0)
-            slack += w @ (s1 + es2)
-        bound = acc * (1.0 + _REL_SLACK) + slack * 1e-12 + self.excluded
-        return np.minimum(bound, 1.0)
+        # P <= p Q pointwise for a mixing pair: delta = 0 from eps0 on (and A below would be < 0)
+        live = (eps < self.eps0) if self.mixing else np.ones(eps.shape, bool)
+        out = np.zeros_like(eps)
+        if not live.any():
+            return out
+        ev = eps[live]
+        # A = w - e(1-w) >= 0 and B = (1-w) - e w < 0 in cancellation-free forms, then rounded
+        # towards larger bounds: A up by 4 ulp, B towards 0 by 4 ulp (relative).
+        if self.mixing:
+            A = (self.expm1_eps0 - np.expm1(ev)) * self.w1
+            B = -(np.expm1(ev) * self.mix + math.tanh(self.eps0 / 2))
+        else:
+            A, B = np.ones_like(ev), -np.exp(ev)
+        A, B = A + 4 * _ULP, B * (1 - 4 * _ULP)
+        k_star = self._threshold_index(ev)
+        band_lo = np.minimum(np.maximum(self.k_lo, k_star.min(axis=1) - 2), self.k_hi)
+        acc = np.zeros_like(ev)
+        rows = len(self.c)
+        width_max = int((self.k_hi - band_lo).max()) + 2
+        step = max(1, _CHUNK // max(width_max, 1))
+        for r0 in range(0, rows, step):
+            sl = slice(r0, min(rows, r0 + step))
+            S = self._tails(self.c[sl], band_lo[sl], self.k_hi[sl])
+            zero_col = S.shape[1] - 1
+            best = np.zeros((S.shape[0], len(ev)))
+            for shift in (-1, 0, 1):
+                k = k_star[sl] + shift
+                j_hi = np.clip(k - band_lo[sl, None], 0, zero_col)
+                j_lo = np.clip(k - 1 - band_lo[sl, None], 0, zero_col)   # k-1 < 0 only if band_lo = 0: S(-1) = S(0)
+                s_lo = np.take_along_axis(S, j_lo, axis=1)
+                s_hi = np.take_along_axis(S, j_hi, axis=1)
+                bound = A * (s_lo * (1 + self.rel_slack) + self.beyond[sl, None]) + B * (s_hi * (1 - self.rel_slack))
+                np.maximum(best, bound, out=best)
+            acc += self.weight[sl] @ best
+        out[live] = acc * (1 + self.rel_slack) + self.excluded
+        return np.minimum(out, 1.0)
+
+    def _tails(self, c: np.ndarray, k_from: np.ndarray, k_hi: np.ndarray) -> np.ndarray:
+        """S[r, j] = sum_{a = k_from[r]+j}^{k_hi[r]} Pr[Bin(c[r], 1/2) = a], plus a final zero column."""
+        width = int((k_hi - k_from).max()) + 1
+        log_half = math.log(0.5)
+        start = np.array([self._log_b(int(cc), int(k)) for cc, k in zip(c, k_from)]) + c * log_half
+        a = k_from[:, None] + np.arange(width - 1)[None, :]          # ratio b(a+1)/b(a) = (c-a)/(a+1)
+        ratios = (c[:, None] - a) / (a + 1.0)
+        pmf = np.empty((len(c), width + 1))
+        pmf[:, 0] = np.exp(start)
+        np.cumprod(ratios, axis=1, out=pmf[:, 1:width])
+        pmf[:, 1:width] *= pmf[:, :1]
+        pmf[:, width] = 0.0
+        inside = (k_from[:, None] + np.arange(width + 1)[None, :]) <= k_hi[:, None]
+        pmf = np.where(inside, pmf, 0.0)
+        return np.cumsum(pmf[:, ::-1], axis=1)[:, ::-1]              # sums of non-negative terms
+
+    def _log_b(self, c: int, k: int) -> float:
+        """log binomial coefficient C(c, k), memoised (the same (c, k) recur across passes)."""
+        key = (c, k)
+        v = self.log_b_cache.get(key)
+        if v is None:
+            v = self.log_b_cache[key] = math.lgamma(c + 1) - math.lgamma(k + 1) - math.lgamma(c - k + 1)
+        return v
 
 
-def _default_tiny(n: int, delta: float | None) -> float:
-    return 1e-30 if delta is None else min(1e-30, delta * 1e-12 / max(n, 1))
+def numerical_delta(eps, eps0: float, n: int, *, tiny: float | None = None, method: str = "numerical") -> np.ndarray:
+    """Upper bound on delta(eps) of a method's clone pair (default: the stronger-clone pair), per eps.
 
-
-def numerical_delta(eps, eps0: float, n: int, *, tiny: float | None = None) -> np.ndarray:
-    """Upper bound on delta(eps) of the FMT'21 Theorem 3.2 pair, for each eps given.
-
-    ``tiny`` is the probability below which values of C are dropped (their total mass is
-    added to the bound); it only affects tightness, never soundness.
+    ``tiny`` is the target delta that sets the truncation (dropped mass <= 1e-7 * tiny per
+    cut, added to the bound); it only affects tightness, never soundness.
     """
     eps_arr = np.atleast_1d(np.asarray(eps, dtype=float))
-    if np.any(eps_arr < 0):
-        raise ValueError("eps must be >= 0")
+    if np.any(eps_arr < 0) or not np.all(np.isfinite(eps_arr)):
+        raise ValueError("eps must be finite and >= 0")
+    if method not in ("numerical", "fmt21", "fmt21_nomix"):
+        raise ValueError(f"method must be 'numerical', 'fmt21' or 'fmt21_nomix', got {method!r}")
     _check(eps0, n, 0.5)
-    return _PrivacyCurve(eps0, int(n), tiny if tiny is not None else _default_tiny(n, None)).delta(eps_arr)
+    if eps0 > _EPS0_MAX:
+        raise ValueError(f"eps0 above {_EPS0_MAX:g} is not evaluated (no amplification there)")
+    return _PrivacyCurve(method, float(eps0), int(n), tiny if tiny is not None else 1e-12).delta(eps_arr)
 
 
-def _numerical_epsilon(eps0: float, n: int, delta: float, tol: float) -> tuple[float, bool]:
-    """Smallest eps (to within tol, rounded up) with delta(eps) <= delta; (eps0, False) if none < eps0."""
-    curve = _PrivacyCurve(eps0, n, _default_tiny(n, delta))
-    lo, hi = 0.0, eps0                                # invariant: delta(hi) <= delta, once checked
-    checked = False
+def local_only_epsilon(eps0: float, delta: float) -> float:
+    """The eps with (eps, delta)-DP that eps0-LDP alone gives: log(p - delta (p+1)), floored at 0.
+
+    Randomized response's privacy curve (p - e^eps)/(p+1) is the largest of any eps0-DP pair.
+    """
+    x = delta * (1.0 + math.exp(-eps0))          # 1 - e^(eps - eps0) at the solution
+    return max(0.0, eps0 + math.log1p(-x)) if x < 1 else 0.0
+
+
+def _numerical_epsilon(method: str, eps0: float, n: int, delta: float, tol: float) -> tuple[float, bool]:
+    """Smallest eps (to within tol, rounded up) with delta(eps) <= delta; (eps0, False) if no gain."""
+    if eps0 > _EPS0_MAX:
+        return eps0, False
+    curve = _PrivacyCurve(method, eps0, n, delta)
+    if curve.delta(eps0)[0] > delta:
+        return eps0, False
+    lo, hi = 0.0, eps0                            # invariant: delta(hi) <= delta was verified
     while hi - lo > tol:
-        grid = np.linspace(lo, hi, _GRID + 1)[1:]     # includes hi (eps0 on the first pass)
+        grid = np.linspace(lo, hi, _GRID + 1)[1:-1]
         ok = curve.delta(grid) <= delta
-        if not checked:
-            if not ok[-1]:
-                return eps0, False
-            checked = True
+        if not ok.any():
+            lo = float(grid[-1])
+            continue
         # delta(eps) is non-increasing in eps: bracket the first grid point that satisfies it
         j = int(np.argmax(ok))
         lo, hi = (float(grid[j - 1]) if j > 0 else lo), float(grid[j])
-    return hi, hi < eps0
+    gained = hi < local_only_epsilon(eps0, delta) - _NO_GAIN * eps0
+    return hi, gained
 
 
 # ---------------------------------------------------------------------------- closed form
@@ -260,50 +407,46 @@ def _closed_form_epsilon(eps0: float, n: int, delta: float) -> float:
 
 def shuffle_epsilon(eps0: float, n: int, delta: float, method: str = "numerical",
                     *, tol: float = DEFAULT_TOL) -> AmplificationResult:
-    """Central (epsilon, delta) of a uniformly shuffled batch of n eps0-LDP reports (FMT'21).
+    """Central (epsilon, delta) of a uniformly shuffled batch of n eps0-LDP reports.
 
-    ``method="numerical"``: Theorem 3.2 reduction, exact-up-to-rounding delta(eps) (always
-    over-estimated) and a search returning the upper end of a bracket of width <= ``tol``.
-    ``method="closed_form"``: Theorem 3.1, only when eps0 <= log(n / (16 log(2/delta))).
-    When nothing is gained the result carries ``epsilon = eps0`` and ``amplified = False``.
+    ``method="numerical"`` (default): the stronger-clone bound (module docstring), with
+    delta(eps) over-estimated and a search returning the upper end of a bracket of width
+    <= ``tol``.  ``"fmt21"`` / ``"fmt21_nomix"``: FMT'21 Theorem 3.2 with / without the
+    mixing step, same evaluation (for comparison).  ``"closed_form"``: FMT'21 Theorem 3.1,
+    only when eps0 <= log(n / (16 log(2/delta))).  When nothing is gained the result
+    carries ``epsilon = eps0`` and ``amplified = False``.
     """
     _check(eps0, n, delta)
-    n = int(n)
-    if method == "numerical":
-        eps, amplified = _numerical_epsilon(eps0, n, delta, tol)
-        theorem = "Feldman-McMillan-Talwar 2021 (Hiding Among the Clones), Theorem 3.2 reduction without the Bernoulli mixing (conservative), numerical bound"
-        if amplified:
-            statement = (f"Shuffling n={n} reports makes the batch ({eps:.6g}, {delta:.3g})-DP centrally "
-                         f"[{theorem}; delta(eps) computed exactly up to rounding, rounded up; "
-                         f"{_ASSUMPTIONS}].")
-        else:
-            eps = eps0
-            statement = (f"No amplification: at n={n}, delta={delta:.3g} the {theorem} gives nothing "
-                         f"below eps0={eps0:.6g}; the batch is only ({eps0:.6g}, 0)-DP, the local "
-                         f"guarantee [{_ASSUMPTIONS}].")
-    elif method == "closed_form":
-        theorem = "Feldman-McMillan-Talwar 2021 (Hiding Among the Clones), Theorem 3.1, closed form"
+    if method not in METHODS:
+        raise ValueError(f"method must be one of {', '.join(map(repr, METHODS))}, got {method!r}")
+    n, eps0, delta = int(n), float(eps0), float(delta)
+    theorem = _THEOREMS[method]
+    assumptions = f"{_ASSUMPTIONS}; eps0={eps0:.6g}"
+    no_gain = (f"the {theorem} gives nothing beyond the local guarantee; the batch is only ({eps0:.6g}, 0)-DP, "
+               f"the local guarantee [{assumptions}].")
+    if method == "closed_form":
         if not closed_form_valid(eps0, n, delta):
-            eps, amplified = eps0, False
             limit = n / (16.0 * math.log(2.0 / delta))
             limit_txt = f"log(n/(16 log(2/delta))) = {math.log(limit):.4g}" if limit > 0 else "undefined"
-            statement = (f"No amplification: the {theorem} needs eps0 <= {limit_txt}, but eps0={eps0:.6g} "
-                         f"(n={n}, delta={delta:.3g}); only the local ({eps0:.6g}, 0)-DP guarantee "
-                         f"applies [{_ASSUMPTIONS}].")
-        else:
-            eps = _closed_form_epsilon(eps0, n, delta)
-            amplified = eps < eps0
-            if amplified:
-                statement = (f"Shuffling n={n} reports makes the batch ({eps:.6g}, {delta:.3g})-DP centrally "
-                             f"[{theorem}, valid since eps0 <= log(n/(16 log(2/delta))); {_ASSUMPTIONS}].")
-            else:
-                eps = eps0
-                statement = (f"No amplification: the {theorem} gives nothing below eps0={eps0:.6g} at "
-                             f"n={n}, delta={delta:.3g}; only the local ({eps0:.6g}, 0)-DP guarantee "
-                             f"applies [{_ASSUMPTIONS}].")
+            return _result(eps0, n, delta, eps0, method, False,
+                           f"No amplification: the {theorem} needs eps0 <= {limit_txt}, but eps0={eps0:.6g} "
+                           f"(n={n}, delta={delta:.3g}); only the local ({eps0:.6g}, 0)-DP guarantee "
+                           f"applies [{assumptions}].")
+        eps = _closed_form_epsilon(eps0, n, delta)
+        amplified = eps < eps0
+        valid = ", valid since eps0 <= log(n/(16 log(2/delta)))"
     else:
-        raise ValueError(f"method must be 'numerical' or 'closed_form', got {method!r}")
-    return AmplificationResult(eps0=float(eps0), n=n, delta=float(delta), epsilon=float(eps),
+        eps, amplified = _numerical_epsilon(method, eps0, n, delta, tol)
+        valid = ""
+    if not amplified:
+        return _result(eps0, n, delta, eps0, method, False, f"No amplification: at n={n}, delta={delta:.3g} {no_gain}")
+    return _result(eps0, n, delta, eps, method, True,
+                   f"Shuffling n={n} reports makes the batch ({eps:.6g}, {delta:.3g})-DP centrally "
+                   f"[{theorem}{valid}; {assumptions}].")
+
+
+def _result(eps0, n, delta, eps, method, amplified, statement) -> AmplificationResult:
+    return AmplificationResult(eps0=float(eps0), n=int(n), delta=float(delta), epsilon=float(eps),
                                method=method, amplified=bool(amplified), statement=statement)
 
 

@@ -19,17 +19,23 @@ def register(subparsers) -> None:
     serve = sub.add_parser("serve", help="run the shuffler gRPC server")
     cfg.add_flags(serve, ShufflerConfig, ENV_PREFIX)
     serve.set_defaults(func=_serve)
-    for name, helptext, func in (("status", "print the shuffler's status", _status),
-                                 ("flush", "release a batch now if at least min_batch reports are buffered", _flush)):
+    for name, helptext, func in (("status", "print the shuffler's status (operator certificate)", _status),
+                                 ("flush", "release a batch now if the release threshold is reached (operator "
+                                           "certificate)", _flush)):
         q = sub.add_parser(name, help=helptext)
         q.add_argument("--server", default="127.0.0.1:50051", help="shuffler address host:port")
+        q.add_argument("--token-file", type=Path, default=None,
+                       help="file holding an operator token (`add-client NAME --role operator`; or set "
+                            "LAC_OPERATOR_TOKEN)")
         tls.add_client_flags(q)
         q.set_defaults(func=func)
-    add = sub.add_parser("add-client", help="register a client and print its new bearer token (shown once)",
-                         description="Append '<sha256 of token> <client id>' to the tokens file (a running "
+    add = sub.add_parser("add-client", help="register a client (or operator) and print its new bearer token (shown once)",
+                         description="Append '<sha256 of token> <id> <role>' to the tokens file (a running "
                                      "shuffler re-reads it) and print the token. Give the token to the client; "
                                      "it sends 'authorization: Bearer <token>'.")
-    add.add_argument("client_id", help="client id (1-128 of A-Z a-z 0-9 . _ : @ -); never leaves the shuffler")
+    add.add_argument("client_id", help="id (1-128 of A-Z a-z 0-9 . _ : @ -); a client's never leaves the shuffler")
+    add.add_argument("--role", choices=["client", "operator"], default="client",
+                     help="client: may submit reports (quota per window); operator: may read status and flush")
     add.add_argument("--tokens-file", type=Path, default=None,
                      help="tokens file (default: STATE_DIR/clients.tokens)")
     add.add_argument("--state-dir", type=Path, default=ShufflerConfig.state_dir,
@@ -43,8 +49,8 @@ def register(subparsers) -> None:
                     "and closed form (Thm 3.1) side by side, reporting 'no amplification' where nothing "
                     "is gained. Offline: needs no running shuffler.")
     amp.add_argument("--eps0", type=float, required=True,
-                     help="local pure DP level of one report (> 0); for LAC's metric-DP reports use "
-                          "n_words * eps_per_word * vocabulary diameter")
+                     help="local pure DP level of one report (> 0); for LAC's metric-DP reports this is the "
+                          "deployment's report_epsilon0 = max_report_words * epsilon_per_word * diameter")
     amp.add_argument("--n", type=int, required=True,
                      help="number of reports in the shuffled batch, each from a distinct user (>= 1)")
     amp.add_argument("--delta", type=float, required=True, help="target central delta, in (0, 1)")
@@ -76,26 +82,30 @@ def _add_client(args) -> int:
     from lac.shuffler.auth import add_client
 
     path = args.tokens_file or args.state_dir / "clients.tokens"
-    token = add_client(path, args.client_id)
-    print(f"# client {args.client_id} added to {path}; its token (not stored anywhere, shown once):")
+    token = add_client(path, args.client_id, args.role)
+    print(f"# {args.role} {args.client_id} added to {path}; its token (not stored anywhere, shown once):")
     print(token)
     return 0
 
 
 def _call(args, method: str, request):
+    import os
+
     try:
         channel_tls = tls.client_tls_from_args(args, "lac shuffler")
     except ValueError as e:
         raise SystemExit(f"error: {e}") from None
+    token = args.token_file.read_text().strip() if args.token_file else os.environ.get("LAC_OPERATOR_TOKEN")
+    metadata = (("authorization", f"Bearer {token}"),) if token else None
     with tls.channel(args.server, channel_tls) as channel:
-        return getattr(shuffler_pb2_grpc.ShufflerStub(channel), method)(request, timeout=30)
+        return getattr(shuffler_pb2_grpc.ShufflerStub(channel), method)(request, timeout=30, metadata=metadata)
 
 
 def _status(args) -> int:
     s = _call(args, "GetStatus", shuffler_pb2.ShufflerStatusRequest())
     print(f"authentication:     {s.auth}")
-    print(f"epoch:              {s.epoch} (next in {s.seconds_to_next_epoch:.0f}s)")
-    print(f"buffered reports:   {s.buffered_reports} (min_batch {s.min_batch})")
+    print(f"window:             {s.window} (next in {s.seconds_to_next_window:.0f}s)")
+    print(f"buffered reports:   {s.buffered_reports} of {s.buffered_clients} distinct clients (min_batch {s.min_batch})")
     print(f"batches forwarded:  {s.batches_forwarded} ({s.reports_forwarded} reports)")
     print(f"batches pending:    {s.batches_pending}")
     print(f"report log:         {s.log_bytes} of {s.max_log_bytes} bytes")

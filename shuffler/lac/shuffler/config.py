@@ -17,8 +17,10 @@ class ShufflerConfig:
     port_file: Path | None = setting(None, "write the bound port to this file once serving")
     state_dir: Path = setting(Path("lac-state/shuffler"), "directory of the durable report log")
     curator: str = setting("127.0.0.1:50052", "curator ingest address host:port")
-    min_batch: int = setting(100, "release a batch only when at least this many reports are buffered")
-    epoch_seconds: float = setting(3600.0, "epoch length; at each epoch end a batch is released if large enough")
+    min_batch: int = setting(100, "release a batch only when reports of at least this many distinct clients are "
+                                  "buffered (a batch holds at most one report per client)")
+    release_interval_seconds: float = setting(3600.0, "at the end of each interval a batch is released if the "
+                                                      "threshold is reached (it is also checked after every commit)")
     max_report_bytes: int = setting(66_000, "largest accepted sealed payload in bytes (HPKE payloads are at "
                                             "most 65,584)")
     max_reports_per_request: int = setting(10_000, "most reports accepted in one Submit call")
@@ -28,8 +30,14 @@ class ShufflerConfig:
                                                    "receive limit, 64 MiB by default)")
     tls_cert: str = setting("", "TLS certificate of this server (PEM; `lac keys tls --name shuffler`)")
     tls_key: str = setting("", "TLS private key of this server")
-    tls_client_ca: str = setting("", "CA whose client certificates identify clients (mTLS, optional: clients "
-                                     "may use bearer tokens instead)")
+    tls_client_ca: str = setting("", "CA of client certificates: when set, every caller must present one (mutual "
+                                     "TLS) and certificates in operator_identities / client_identities carry those "
+                                     "roles; when unset, callers are identified by bearer tokens only")
+    operator_identities: str = setting("operator", "comma-separated mTLS common names with the operator role "
+                                                   "(GetStatus, Flush); operators can also use tokens made with "
+                                                   "`lac shuffler add-client NAME --role operator`")
+    client_identities: str = setting("", "comma-separated mTLS common names that may submit as clients (besides "
+                                         "bearer tokens)")
     curator_ca: str = setting("", "CA that signed the curator's certificate")
     curator_cert: str = setting("", "this shuffler's client certificate towards the curator (mutual TLS; its "
                                     "common name must be in the curator's ingest_identities); default tls_cert")
@@ -39,13 +47,16 @@ class ShufflerConfig:
     allow_plaintext_payloads: bool = setting(False, "accept PAYLOAD_ENCODING_PLAINTEXT_INSECURE reports, which "
                                                     "this shuffler could read: local demos only")
     auth: str = setting("token", "client authentication: 'token' (bearer tokens from tokens_file, or an mTLS "
-                                 "client certificate) or 'none' (INSECURE: anyone may submit and there is no "
-                                 "per-client quota; local demos only)")
-    tokens_file: Path | None = setting(None, "file of '<sha256 of token> <client id>' lines, re-read when it "
-                                             "changes (default: STATE_DIR/clients.tokens; add clients with "
-                                             "`lac shuffler add-client`)")
-    quota_per_epoch: int = setting(1, "reports accepted per client per epoch (0 = unlimited); over it: "
-                                      "RESOURCE_EXHAUSTED with retry-after-seconds")
+                                 "certificate in client_identities) or 'none' (INSECURE: anyone may submit, there "
+                                 "is no per-client quota and batches carry no distinct-client guarantee)")
+    tokens_file: Path | None = setting(None, "file of '<sha256 of token> <id> [client|operator]' lines, re-read "
+                                             "when it changes (default: STATE_DIR/clients.tokens; add clients "
+                                             "and operators with `lac shuffler add-client`)")
+    reports_per_window: int = setting(1, "k: reports accepted per client per accounting window; over it: "
+                                         "RESOURCE_EXHAUSTED with retry-after-seconds. Must equal the curator's "
+                                         "reports_per_window (it is the privacy unit)")
+    window_seconds: float = setting(86400.0, "the accounting window of the quota (the privacy unit is one client "
+                                             "over a window); must equal the curator's window_seconds")
     idempotency_window_days: float = setting(7.0, "a report's idempotency id is remembered (a retry is acknowledged "
                                                   "as a duplicate) for at least this many days and at most twice "
                                                   "that; older ids are forgotten so the log stays bounded")
@@ -59,29 +70,31 @@ class ShufflerConfig:
                                       "(1 = keep all); dropped reports are counted, never forwarded")
     crowd_threshold: int = setting(0, "drop, at release, every crowd id with fewer than this many reports "
                                       "(0 = off; reports without a crowd id form one crowd)")
-    local_epsilon: float = setting(0.0, "declared worst-case local DP level eps0 of one report "
-                                        "(n_words * eps_per_word * vocabulary diameter); 0 = not declared")
     target_delta: float = setting(1e-6, "central delta of each batch's amplification statement")
-    metrics_port: int | None = setting(None, "serve Prometheus text metrics at http://HOST:PORT/metrics "
+    metrics_port: int | None = setting(None, "serve Prometheus text metrics at http://METRICS_HOST:PORT/metrics "
                                              "(0 = any free port; unset = off)")
+    metrics_host: str = setting("127.0.0.1", "address of the metrics endpoint (plaintext, unauthenticated: keep it "
+                                             "on loopback or a private network)")
 
     def __post_init__(self) -> None:
         if self.min_batch < 1:
             raise ValueError("min_batch must be at least 1")
-        if self.epoch_seconds <= 0:
-            raise ValueError("epoch_seconds must be positive")
+        if not (self.release_interval_seconds > 0 and self.window_seconds > 0):
+            raise ValueError("release_interval_seconds and window_seconds must be positive")
         if not self.idempotency_window_days > 0:
             raise ValueError("idempotency_window_days must be positive")
         if self.max_report_bytes < 1 or self.max_reports_per_request < 1:
             raise ValueError("size limits must be positive")
         if self.auth not in ("token", "none"):
             raise ValueError("auth must be 'token' or 'none'")
-        if self.quota_per_epoch < 0 or self.crowd_threshold < 0 or self.batch_threshold_noise < 0:
-            raise ValueError("quota_per_epoch, crowd_threshold and batch_threshold_noise must be >= 0")
+        if self.reports_per_window < 1:
+            raise ValueError("reports_per_window must be at least 1")
+        if self.crowd_threshold < 0 or self.batch_threshold_noise < 0:
+            raise ValueError("crowd_threshold and batch_threshold_noise must be >= 0")
         if not 0.0 < self.subsample_q <= 1.0:
             raise ValueError("subsample_q must be in (0, 1]")
-        if self.local_epsilon < 0 or not 0.0 < self.target_delta < 1.0:
-            raise ValueError("local_epsilon must be >= 0 and target_delta in (0, 1)")
+        if not 0.0 < self.target_delta < 1.0:
+            raise ValueError("target_delta must be in (0, 1)")
         if self.max_log_bytes < 1 or self.max_batch_bytes < 1024:
             raise ValueError("max_log_bytes must be positive and max_batch_bytes at least 1024")
 

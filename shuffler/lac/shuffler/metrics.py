@@ -25,7 +25,7 @@ async def render(shuffler) -> str:
     metric("lac_shuffler_log_bytes", "gauge", "Bytes used by the report log.", [("", shuffler.used_bytes())])
     metric("lac_shuffler_max_log_bytes", "gauge", "Disk quota of the report log.",
            [("", shuffler.config.max_log_bytes)])
-    metric("lac_shuffler_epoch", "gauge", "Current epoch index.", [("", shuffler.epoch())])
+    metric("lac_shuffler_window", "gauge", "Current accounting window.", [("", shuffler.window())])
     metric("lac_shuffler_reports_accepted_total", "counter", "Reports stored.", [("", c.get("accepted", 0))])
     metric("lac_shuffler_reports_duplicate_total", "counter", "Reports already stored under their idempotency id.",
            [("", c.get("duplicates", 0))])

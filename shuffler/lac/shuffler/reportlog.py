@@ -1,5 +1,5 @@
 """The shuffler's durable state: buffered reports, released batches awaiting delivery,
-per-epoch quota counters.
+quota counters per accounting window.
 
 SQLite in WAL mode with ``synchronous=FULL``: a commit returns only after fsync, so a
 report acknowledged to a client survives a crash. ``append_groups`` commits many Submit
@@ -7,13 +7,16 @@ calls in one transaction (group commit: one fsync for all of them).
 
 What is stored where:
 * ``buffer``: the sealed payload (re-serialized from its known fields only, framed as an
-  ``IngestBatchRequest.reports`` entry) and the optional crowd id. No identity, no time; ``seq`` (arrival order) exists only while a
-  report is buffered and never leaves this file.
+  ``IngestBatchRequest.reports`` entry), the optional crowd id, the keyed hash of the client
+  (so a batch takes at most one report per client, ``lac.shuffler.policy``) and the accounting
+  window it was accepted in. ``seq`` (arrival order), the client hash and the window exist only
+  while a report is buffered and never leave this file (a batch carries only the range of its
+  reports' windows).
 * ``batches``: a released batch as the exact bytes of the ``IngestBatchRequest`` that will
   be sent, already shuffled, so a redelivery after a crash sends the same batch id with the
   same content. The body is dropped once the curator acknowledges it.
-* ``quota``: reports per (epoch, keyed hash of the client id); rows of past epochs are
-  deleted at each epoch change. Nothing links a quota row to a report.
+* ``quota``: reports per (accounting window, keyed hash of the client id); rows of past
+  windows are deleted when a window ends.
 * ``seen`` / ``seen_prev``: idempotency ids in two generations. ``rotate_seen`` drops the older
   one and starts a new one once a window has passed, so an id is remembered for at least one
   window and at most two, and the tables stay bounded. Nothing links an id to a report.
@@ -32,24 +35,32 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
+from lac.common.files import private_dir, private_sqlite
 from lac.common.v1 import curator_pb2
-from lac.shuffler.shuffle import bernoulli_mask, secure_permutation
+from lac.shuffler.policy import Row, Selection, select_batch
 
 log = logging.getLogger(__name__)
 
 _SEEN_TABLE = "CREATE TABLE IF NOT EXISTS {} (idempotency_id BLOB PRIMARY KEY) WITHOUT ROWID"  # one generation
 
 _SCHEMA = f"""
-CREATE TABLE IF NOT EXISTS buffer (seq INTEGER PRIMARY KEY, crowd TEXT, payload BLOB NOT NULL);
+CREATE TABLE IF NOT EXISTS buffer (seq INTEGER PRIMARY KEY, crowd TEXT, payload BLOB NOT NULL, client BLOB,
+                                   win INTEGER NOT NULL DEFAULT 0);
 {_SEEN_TABLE.format("seen")};
 {_SEEN_TABLE.format("seen_prev")};
 CREATE TABLE IF NOT EXISTS batches (batch_id TEXT PRIMARY KEY, n INTEGER NOT NULL, body BLOB,
-                                    privacy BLOB, delivered INTEGER NOT NULL DEFAULT 0);
-CREATE TABLE IF NOT EXISTS quota (epoch INTEGER NOT NULL, client BLOB NOT NULL, n INTEGER NOT NULL,
-                                  PRIMARY KEY (epoch, client)) WITHOUT ROWID;
+                                    privacy BLOB, delivered INTEGER NOT NULL DEFAULT 0,
+                                    first_window INTEGER NOT NULL DEFAULT 0, last_window INTEGER NOT NULL DEFAULT 0,
+                                    distinct_clients INTEGER NOT NULL DEFAULT 0);
+CREATE TABLE IF NOT EXISTS window_quota (win INTEGER NOT NULL, client BLOB NOT NULL, n INTEGER NOT NULL,
+                                         PRIMARY KEY (win, client)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS counters (name TEXT PRIMARY KEY, value INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value BLOB NOT NULL);
 """
+# Columns added after the first release of the format (ALTER TABLE on an older log).
+_ADDED_COLUMNS = {"buffer": ("client BLOB", "win INTEGER NOT NULL DEFAULT 0"),
+                  "batches": ("first_window INTEGER NOT NULL DEFAULT 0", "last_window INTEGER NOT NULL DEFAULT 0",
+                              "distinct_clients INTEGER NOT NULL DEFAULT 0")}
 
 OVER_QUOTA = "over_quota"
 LOG_FULL = "log_full"
@@ -70,7 +81,7 @@ def _varint(n: int) -> bytes:
 
 @dataclass(frozen=True)
 class Released:
-    batch_id: str | None  # None: every buffered report was dropped by sub-sampling/crowd threshold
+    batch_id: str | None  # None: every taken report was dropped by sub-sampling/crowd threshold
     size: int
     considered: int
     dropped_subsampled: int
@@ -78,36 +89,33 @@ class Released:
     parts: int = 1  # batches the release was split into (each at most max_batch_bytes)
 
 
-def _chunks(entries: list[bytes], max_bytes: int) -> list[tuple[int, int]]:
-    """[lo, hi) slices of ``entries`` whose summed sizes stay within ``max_bytes`` (at least one entry each)."""
-    out, lo, size = [], 0, 0
-    for i, e in enumerate(entries):
-        if size + len(e) > max_bytes and i > lo:
-            out.append((lo, i))
-            lo, size = i, 0
-        size += len(e)
-    if lo < len(entries):
-        out.append((lo, len(entries)))
-    return out
+@dataclass(frozen=True)
+class StoredBatch:
+    """A released batch awaiting delivery."""
+
+    n: int
+    body: bytes  # serialized IngestBatchRequest without its privacy field
+    privacy: bytes | None  # serialized BatchPrivacy once computed
+    first_window: int
+    last_window: int
+    distinct_clients: bool
 
 
 class ReportLog:
     """Durable buffer + released batches. Not thread-safe: use from one thread."""
 
     def __init__(self, state_dir: Path):
-        state_dir.mkdir(parents=True, exist_ok=True)
+        private_dir(state_dir)
         if (state_dir / "reports.sqlite").exists():
             log.warning("%s is the pre-0.2 report log format and is not read; deliver or migrate its "
                         "batches with the previous version first", state_dir / "reports.sqlite")
         self.path = state_dir / "shuffler.sqlite"
-        self._db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=FULL")
+        self._db = private_sqlite(self.path)
         self._db.execute("PRAGMA cache_size=-65536")  # 64 MiB: the idempotency index is random-access
         # Checkpoint the WAL into the database every ~40 MiB instead of every 4 MiB: halves ingest cost.
         self._db.execute("PRAGMA wal_autocheckpoint=10000")
         self._db.executescript(_SCHEMA)
-        self._buffered = self._db.execute("SELECT COUNT(*) FROM buffer").fetchone()[0]
+        self._migrate()
         self._page_size = self._db.execute("PRAGMA page_size").fetchone()[0]
         with self._tx():
             row = self._db.execute("SELECT value FROM meta WHERE name = 'client_key'").fetchone()
@@ -117,14 +125,36 @@ class ReportLog:
             if self._db.execute("SELECT 1 FROM meta WHERE name = 'seen_since'").fetchone() is None:
                 self._db.execute("INSERT INTO meta VALUES ('seen_since', ?)", (repr(time.time()).encode(),))
         self._client_key = row[0]
+        self._buffered = 0
+        self._per_client: Counter[bytes] = Counter()  # buffered reports per client (in memory)
+        self._anonymous = 0
+        for client, n in self._db.execute("SELECT client, COUNT(*) FROM buffer GROUP BY client"):
+            self._count_buffered(client, n)
         self.used_bytes = self._measure()
         self.commits = 0  # group commits since open (one fsync each)
+
+    def _migrate(self) -> None:
+        for table, columns in _ADDED_COLUMNS.items():
+            have = {r[1] for r in self._db.execute(f"PRAGMA table_info({table})")}
+            for col in columns:
+                if col.split()[0] not in have:
+                    self._db.execute(f"ALTER TABLE {table} ADD COLUMN {col}")
+        self._db.execute("DROP TABLE IF EXISTS quota")  # per-epoch quota of the previous format
+
+    def _count_buffered(self, client: bytes | None, n: int) -> None:
+        self._buffered += n
+        if client is None:
+            self._anonymous += n
+        else:
+            self._per_client[client] += n
+            if self._per_client[client] <= 0:
+                del self._per_client[client]
 
     def close(self) -> None:
         self._db.close()
 
     def client_key(self, client_id: str) -> bytes:
-        """Keyed hash of a client id: what the quota table stores instead of the id."""
+        """Keyed hash of a client id: what the quota table and the buffer store instead of the id."""
         return hmac.new(self._client_key, client_id.encode(), hashlib.sha256).digest()[:16]
 
     def _measure(self) -> int:
@@ -132,22 +162,24 @@ class ReportLog:
         free = self._db.execute("PRAGMA freelist_count").fetchone()[0]
         return (pages - free) * self._page_size
 
-    def append_groups(self, groups, epoch: int, quota: int, max_bytes: int) -> list:
+    def append_groups(self, groups, window: int, quota: int, max_bytes: int) -> list:
         """Store the reports of many Submit calls in one fsync'd transaction.
 
         ``groups``: list of (items, client_key or None), items = [(idempotency_id, crowd, payload)].
-        Returns per group a list of bools (True = stored, False = duplicate), or ``OVER_QUOTA``
-        (nothing of that group stored) or ``LOG_FULL``.
+        A client may store at most ``quota`` reports per accounting ``window``. Returns per group a
+        list of bools (True = stored, False = duplicate), or ``OVER_QUOTA`` (nothing of that group
+        stored) or ``LOG_FULL``.
         """
         if self.used_bytes >= max_bytes:
             self._count({"reject:" + LOG_FULL: sum(len(g[0]) for g in groups)})
             return [LOG_FULL] * len(groups)
         results, bumps = [], Counter()
+        added: list[tuple[bytes | None, int]] = []
         db = self._db
         with self._tx():
             known = self._known([it[0] for items, _ in groups for it in items])
             for items, client in groups:
-                metered = client is not None and quota > 0
+                metered = client is not None
                 if metered:
                     db.execute("SAVEPOINT g")
                 stored, fresh = [], []
@@ -159,11 +191,12 @@ class ReportLog:
                     stored.append(new)
                 db.executemany("INSERT INTO seen VALUES (?)", ((f[0],) for f in fresh))
                 # Stored framed as a repeated `reports` field entry, ready to be concatenated at release.
-                db.executemany("INSERT INTO buffer (crowd, payload) VALUES (?, ?)",
-                               ((c, _REPORTS_TAG + _varint(len(p)) + p) for _, c, p in fresh))
+                db.executemany("INSERT INTO buffer (crowd, payload, client, win) VALUES (?, ?, ?, ?)",
+                               ((c, _REPORTS_TAG + _varint(len(p)) + p, client, window) for _, c, p in fresh))
                 n_new = len(fresh)
                 if metered:
-                    row = db.execute("SELECT n FROM quota WHERE epoch = ? AND client = ?", (epoch, client)).fetchone()
+                    row = db.execute("SELECT n FROM window_quota WHERE win = ? AND client = ?",
+                                     (window, client)).fetchone()
                     if (row[0] if row else 0) + n_new > quota:
                         db.execute("ROLLBACK TO g")
                         db.execute("RELEASE g")
@@ -172,15 +205,18 @@ class ReportLog:
                         results.append(OVER_QUOTA)
                         continue
                     if n_new:
-                        db.execute("INSERT INTO quota VALUES (?, ?, ?) ON CONFLICT(epoch, client) "
-                                   "DO UPDATE SET n = n + excluded.n", (epoch, client, n_new))
+                        db.execute("INSERT INTO window_quota VALUES (?, ?, ?) ON CONFLICT(win, client) "
+                                   "DO UPDATE SET n = n + excluded.n", (window, client, n_new))
                     db.execute("RELEASE g")
                 bumps["accepted"] += n_new
                 bumps["duplicates"] += len(stored) - n_new
+                if n_new:
+                    added.append((client, n_new))
                 results.append(stored)
             self._bump_all(bumps)
         self.commits += 1
-        self._buffered += bumps["accepted"]
+        for client, n in added:
+            self._count_buffered(client, n)
         self.used_bytes = self._measure()
         return results
 
@@ -216,58 +252,65 @@ class ReportLog:
         """Reports waiting for a batch (kept in memory; the table is only counted at open)."""
         return self._buffered
 
+    def takeable(self) -> int:
+        """Reports the next batch could take: one per buffered client plus every anonymous one."""
+        return len(self._per_client) + self._anonymous
+
     def release(self, threshold: int, subsample_q: float = 1.0, crowd_threshold: int = 0,
                 max_batch_bytes: int = 1 << 62) -> Released | None:
-        """If at least ``threshold`` reports are buffered, turn all of them into one shuffled batch.
+        """If ``threshold`` is reached, turn one report per buffered client into shuffled batches.
 
-        In order: Poisson sub-sampling (keep each with probability ``subsample_q``), then the crowd
-        threshold (drop every crowd id with fewer than ``crowd_threshold`` kept reports; reports
-        without a crowd id form one crowd of their own), then a uniform shuffle; the shuffled list
-        is cut into batches of at most ``max_batch_bytes``. Returns None when fewer than
-        ``threshold`` reports are buffered (they are carried over).
+        The policy (``lac.shuffler.policy.select_batch``) decides; this stores its outcome:
+        the batches (already serialized, with their windows) and the removal of the taken reports
+        from the buffer; the clients' other reports stay buffered. None below the threshold.
         """
+        if self.takeable() < max(threshold, 1):
+            return None
         with self._tx():
-            if self._buffered < threshold or self._buffered == 0:
+            rows = [Row(*r) for r in self._db.execute("SELECT seq, client, win, crowd, payload FROM buffer")]
+            sel: Selection | None = select_batch(rows, threshold, subsample_q, crowd_threshold, max_batch_bytes)
+            if sel is None:
                 return None
-            thresholding = crowd_threshold > 0
-            rows = self._db.execute("SELECT crowd, payload FROM buffer" if thresholding
-                                    else "SELECT payload FROM buffer").fetchall()
-            considered = len(rows)
-            if subsample_q < 1.0:
-                rows = [r for r, k in zip(rows, bernoulli_mask(len(rows), subsample_q).tolist()) if k]
-            n_sub = considered - len(rows)
-            n_crowd = 0
-            if thresholding:
-                sizes = Counter(r[0] or "" for r in rows)
-                small = {c for c, m in sizes.items() if m < crowd_threshold}
-                kept = [r[1] for r in rows if (r[0] or "") not in small]
-                n_crowd = len(rows) - len(kept)
-            else:
-                kept = [r[0] for r in rows]
-            del rows
             batch_ids = []
-            shuffled = list(map(kept.__getitem__, secure_permutation(len(kept)).tolist()))
-            del kept
-            for lo, hi in _chunks(shuffled, max_batch_bytes):
-                # Consecutive slices of one uniform permutation: each part is a uniform random subset.
+            for part in sel.parts:
                 batch_id = uuid.UUID(bytes=os.urandom(16)).hex
                 header = curator_pb2.IngestBatchRequest(batch_id=batch_id).SerializeToString()
-                self._db.execute("INSERT INTO batches (batch_id, n, body) VALUES (?, ?, ?)",
-                                 (batch_id, hi - lo, header + b"".join(shuffled[lo:hi])))
+                self._db.execute("INSERT INTO batches (batch_id, n, body, first_window, last_window, distinct_clients) "
+                                 "VALUES (?, ?, ?, ?, ?, ?)",
+                                 (batch_id, len(part), header + b"".join(part), sel.first_window, sel.last_window,
+                                  int(sel.distinct_clients)))
                 batch_ids.append(batch_id)
-            self._db.execute("DELETE FROM buffer")  # whole table: this thread is the only writer
-            self._bump_all({"batches_released": len(batch_ids), "dropped_subsampled": n_sub,
-                            "dropped_crowd_threshold": n_crowd})
-        self._buffered = 0
+            taken = list(sel.taken)
+            for i in range(0, len(taken), 10_000):
+                chunk = taken[i:i + 10_000]
+                self._db.execute(f"DELETE FROM buffer WHERE seq IN ({','.join('?' * len(chunk))})", chunk)
+            self._bump_all({"batches_released": len(batch_ids), "dropped_subsampled": sel.dropped_subsampled,
+                            "dropped_crowd_threshold": sel.dropped_crowd})
+        by_client = {r.seq: r.client for r in rows}
+        for seq in taken:
+            self._count_buffered(by_client[seq], -1)
         self.used_bytes = self._measure()
-        return Released(batch_ids[0] if batch_ids else None, len(shuffled), considered, n_sub, n_crowd,
-                        len(batch_ids))
+        return Released(batch_ids[0] if batch_ids else None, sel.size, sel.considered, sel.dropped_subsampled,
+                        sel.dropped_crowd, len(batch_ids))
+
+    def get_meta(self, name: str) -> bytes | None:
+        row = self._db.execute("SELECT value FROM meta WHERE name = ?", (name,)).fetchone()
+        return row[0] if row else None
+
+    def set_meta(self, name: str, value: bytes) -> None:
+        with self._tx():
+            self._db.execute("INSERT INTO meta VALUES (?, ?) ON CONFLICT(name) DO UPDATE SET value = excluded.value",
+                             (name, value))
+
     def pending_batches(self) -> list[str]:
         return [r[0] for r in self._db.execute("SELECT batch_id FROM batches WHERE delivered = 0 ORDER BY rowid")]
 
-    def batch(self, batch_id: str) -> tuple[int, bytes, bytes | None]:
-        """(size, serialized IngestBatchRequest, serialized BatchPrivacy or None) of a pending batch."""
-        return self._db.execute("SELECT n, body, privacy FROM batches WHERE batch_id = ?", (batch_id,)).fetchone()
+    def batch(self, batch_id: str) -> StoredBatch:
+        """A pending batch: its size, body, privacy statement (once computed) and windows."""
+        n, body, privacy, first, last, distinct = self._db.execute(
+            "SELECT n, body, privacy, first_window, last_window, distinct_clients FROM batches WHERE batch_id = ?",
+            (batch_id,)).fetchone()
+        return StoredBatch(n, body, privacy, first, last, bool(distinct))
 
     def set_privacy(self, batch_id: str, privacy: bytes) -> None:
         with self._tx():
@@ -290,10 +333,10 @@ class ReportLog:
                                  (KEEP_DELIVERED,))
         self.used_bytes = self._measure()
 
-    def prune_quota(self, epoch: int) -> None:
-        """Delete the quota counters of epochs before ``epoch``."""
+    def prune_quota(self, window: int) -> None:
+        """Delete the quota counters of accounting windows before ``window``."""
         with self._tx():
-            self._db.execute("DELETE FROM quota WHERE epoch < ?", (epoch,))
+            self._db.execute("DELETE FROM window_quota WHERE win < ?", (window,))
 
     def count_reject(self, reason: str, n: int = 1) -> None:
         self._count({"reject:" + reason: n})

@@ -1,20 +1,30 @@
-"""gRPC servicer (thin) and server factory for the shuffler."""
+"""gRPC servicer (thin) and server factory for the shuffler.
+
+Every method of ``lac.v1.Shuffler`` is registered from the generated descriptor with the roles
+it serves (``ROLES``); ``lac.common.rpc`` identifies the caller, checks the role and parses
+the request before a method runs.
+"""
 
 from __future__ import annotations
 
-import math
-
 import grpc
-from google.protobuf.message import DecodeError
 
 from lac.common import server as common_server
 from lac.common import tls
-from lac.common.errors import InvalidArgument, rpc
-from lac.common.v1 import shuffler_pb2, shuffler_pb2_grpc
-from lac.shuffler.service import QuotaExceeded, Shuffler
+from lac.common.rpc import Caller, Role, service_handler
+from lac.common.v1 import shuffler_pb2
+from lac.shuffler.service import Shuffler
 
-SERVICE_NAME = shuffler_pb2.DESCRIPTOR.services_by_name["Shuffler"].full_name
+SERVICE = shuffler_pb2.DESCRIPTOR.services_by_name["Shuffler"]
+SERVICE_NAME = SERVICE.full_name
 
+ROLES = {
+    "Submit": {Role.CLIENT},
+    "SubmitStream": {Role.CLIENT},
+    "GetDeployment": {Role.CLIENT, Role.OPERATOR},
+    "GetStatus": {Role.OPERATOR},
+    "Flush": {Role.OPERATOR},
+}
 
 _ACK_STATUS = {True: bytes((0x10, shuffler_pb2.ACK_STATUS_STORED)),  # ReportAck.status = 2 (varint)
                False: bytes((0x10, shuffler_pb2.ACK_STATUS_DUPLICATE))}
@@ -31,41 +41,26 @@ def _acks(reports, stored) -> bytes:
     return b"".join(out)
 
 
-class ShufflerServicer(shuffler_pb2_grpc.ShufflerServicer):
+class ShufflerServicer:
     def __init__(self, shuffler: Shuffler):
         self.shuffler = shuffler
 
-    async def _submit(self, raw: bytes, client, context):
-        try:
-            request = shuffler_pb2.SubmitRequest.FromString(raw)
-        except DecodeError:
-            await self.shuffler.count_reject("malformed")
-            raise InvalidArgument("malformed SubmitRequest (not a valid protobuf message)") from None
-        request.DiscardUnknownFields()  # only known payload fields are stored and forwarded
-        try:
-            return _acks(request.reports, await self.shuffler.submit(request.reports, client))
-        except QuotaExceeded as exc:
-            context.set_trailing_metadata((("retry-after-seconds", str(max(1, math.ceil(exc.retry_after)))),))
-            raise
+    async def Submit(self, request, context, caller: Caller):
+        return _acks(request.reports, await self.shuffler.submit(request.reports, caller.identity))
 
-    @rpc
-    async def Submit(self, request, context):
-        return await self._submit(request, self.shuffler.auth.identify(context), context)
-
-    @rpc
-    async def SubmitStream(self, request_iterator, context):
-        client = self.shuffler.auth.identify(context)
+    async def SubmitStream(self, requests, context, caller: Caller):
         acks = []
-        async for request in request_iterator:
-            acks.append(await self._submit(request, client, context))
+        async for request in requests:
+            acks.append(_acks(request.reports, await self.shuffler.submit(request.reports, caller.identity)))
         return b"".join(acks)
 
-    @rpc
-    async def GetStatus(self, request, context):
+    async def GetDeployment(self, request, context, caller: Caller):
+        return self.shuffler.deployment_message()
+
+    async def GetStatus(self, request, context, caller: Caller):
         return await self.shuffler.status()
 
-    @rpc
-    async def Flush(self, request, context):
+    async def Flush(self, request, context, caller: Caller):
         released = await self.shuffler.flush()
         if released is None:
             return shuffler_pb2.FlushResponse(released=False, note=self.shuffler.note)
@@ -74,27 +69,15 @@ class ShufflerServicer(shuffler_pb2_grpc.ShufflerServicer):
 
 
 def create_server(shuffler: Shuffler) -> tuple[grpc.aio.Server, int]:
-    """Build (not start) the gRPC server for ``shuffler``, bound as its config says.
-
-    Submit and SubmitStream take raw bytes and parse them in the servicer, so a malformed
-    message is INVALID_ARGUMENT (gRPC's own deserializer would answer UNKNOWN).
-    """
+    """Build (not start) the gRPC server for ``shuffler``, bound as its config says."""
     server = common_server.new_server()
-    s = ShufflerServicer(shuffler)
-    out = None  # Submit/SubmitStream return serialized SubmitResponse bytes (see _acks)
-    handlers = {
-        "Submit": grpc.unary_unary_rpc_method_handler(s.Submit, request_deserializer=None, response_serializer=out),
-        "SubmitStream": grpc.stream_unary_rpc_method_handler(s.SubmitStream, request_deserializer=None,
-                                                             response_serializer=out),
-        "GetStatus": grpc.unary_unary_rpc_method_handler(
-            s.GetStatus, request_deserializer=shuffler_pb2.ShufflerStatusRequest.FromString,
-            response_serializer=shuffler_pb2.ShufflerStatus.SerializeToString),
-        "Flush": grpc.unary_unary_rpc_method_handler(
-            s.Flush, request_deserializer=shuffler_pb2.FlushRequest.FromString,
-            response_serializer=shuffler_pb2.FlushResponse.SerializeToString),
-    }
-    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE_NAME, handlers),))
+    async def count_malformed(method: str) -> None:
+        await shuffler.count_reject("malformed")
+
+    server.add_generic_rpc_handlers((service_handler(SERVICE, ShufflerServicer(shuffler), ROLES, shuffler.auth,
+                                                     on_malformed=count_malformed),))
     cfg = shuffler.config
-    server_tls = tls.server_tls(cfg.tls_cert, cfg.tls_key, cfg.tls_client_ca, insecure=cfg.insecure, name="shuffler",
-                                client_cert_optional=True)
+    # With a client CA every caller must present a certificate (gRPC cannot ask for an optional one);
+    # without, callers are identified by bearer tokens only.
+    server_tls = tls.server_tls(cfg.tls_cert, cfg.tls_key, cfg.tls_client_ca, insecure=cfg.insecure, name="shuffler")
     return common_server.finish_server(server, [SERVICE_NAME], cfg.host, cfg.port, server_tls)

@@ -4,6 +4,11 @@ release anonymised shuffled batches, deliver them to the curator until acknowled
 All SQLite work runs on one dedicated thread; the asyncio loop only awaits it. Concurrent
 Submit calls queue their reports; one commit task drains the whole queue into a single
 fsync'd transaction and then acknowledges every call in it (group commit).
+
+The privacy unit is one client over an accounting window: a client may store at most
+``reports_per_window`` reports per window, and a batch takes at most one report per client
+(``lac.shuffler.policy``). Each batch's amplification statement uses the report-level ε0 of the
+curator's published deployment (``GetDeployment``), never an operator-typed number.
 """
 
 from __future__ import annotations
@@ -11,20 +16,23 @@ from __future__ import annotations
 import asyncio
 import bisect
 import logging
-import math
 import time
 from concurrent.futures import ThreadPoolExecutor
 
 import grpc
 
 from lac.common import envelope, tls
+from lac.common.deployment import Deployment
 from lac.common.envelope import PayloadRejected
 from lac.common.errors import InvalidArgument, ResourceExhausted, Unavailable
-from lac.common.v1 import curator_pb2, reports_pb2, shuffler_pb2
+from lac.common.privacy import Adjacency, Guarantee, Model, PrivacyUnit
+from lac.common.rpc import parse_names
+from lac.common.serde import deployment_from_proto, deployment_to_proto
+from lac.common.v1 import curator_pb2, curator_pb2_grpc, reports_pb2, shuffler_pb2
 from lac.shuffler import amplification
-from lac.shuffler.auth import Authenticator
+from lac.shuffler.auth import ShufflerAuth
 from lac.shuffler.config import ShufflerConfig
-from lac.shuffler.reportlog import LOG_FULL, OVER_QUOTA, ReportLog, _varint
+from lac.shuffler.reportlog import LOG_FULL, OVER_QUOTA, ReportLog, StoredBatch, _varint
 from lac.shuffler.shuffle import geometric
 
 log = logging.getLogger(__name__)
@@ -34,14 +42,38 @@ MAX_IDEMPOTENCY_BYTES = 64
 MAX_KEY_ID_CHARS = 256
 MAX_CROWD_ID_CHARS = 256
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
+DEPLOYMENT_REFRESH_SECONDS = 300.0
 _INGEST_METHOD = "/lac.v1.CuratorIngest/IngestBatch"
-_PRIVACY_FIELD = curator_pb2.IngestBatchRequest.DESCRIPTOR.fields_by_name.get("privacy")
+_PRIVACY_FIELD = curator_pb2.IngestBatchRequest.DESCRIPTOR.fields_by_name["privacy"]
 
 
-class QuotaExceeded(ResourceExhausted):
-    def __init__(self, message: str, retry_after: float):
-        super().__init__(message)
-        self.retry_after = retry_after
+def batch_guarantee(batch: StoredBatch, deployment: Deployment, config: ShufflerConfig) -> tuple[Guarantee, str]:
+    """The central guarantee of one shuffled batch and the accounting method's name."""
+    eps0, delta = deployment.report_epsilon0, config.target_delta
+    unit = PrivacyUnit.report(deployment.max_report_words)
+    local = deployment.report_guarantee().statement()
+    extra = []
+    if config.crowd_threshold:
+        extra.append(f"Crowd threshold k={config.crowd_threshold} applied (Prochlo-style; a data-dependent filter "
+                     f"with no DP claim of its own).")
+    if config.subsample_q < 1:
+        extra.append(f"Reports were Poisson sub-sampled at q={config.subsample_q:g} (secret sample) before "
+                     f"shuffling; the ε above does not count that in. "
+                     + amplification.subsampling_statement(eps0, config.subsample_q))
+    if not batch.distinct_clients:
+        return Guarantee(
+            Model.SHUFFLED, eps0, 0.0, unit, Adjacency.REPLACE, "shuffling without client authentication",
+            details=("No amplification: client authentication is off (auth none), so the reports are not known "
+                     "to come from distinct clients; each report keeps only its local guarantee.", local, *extra)), "none"
+    r = amplification.shuffle_epsilon(eps0, batch.n, delta)
+    eps = r.epsilon if r.amplified else eps0
+    return Guarantee(
+        Model.SHUFFLED, eps, delta if r.amplified else 0.0, unit, Adjacency.ADD_REMOVE,
+        f"uniform shuffle of {batch.n} reports of distinct clients",
+        details=(r.statement, f"Each report: {local}", *extra),
+        assumptions=(f"at most one report per client in the batch (enforced: quota {config.reports_per_window} "
+                     f"per {config.window_seconds:g} s window, one report per client per batch)",)), (
+        r.method if r.amplified else "none")
 
 
 class Shuffler:
@@ -52,10 +84,13 @@ class Shuffler:
         self._curator_tls = tls.client_tls(config.curator_ca, config.curator_cert or config.tls_cert,
                                            config.curator_key or config.tls_key, insecure=config.insecure,
                                            name="shuffler -> curator")
-        self.auth = Authenticator(config.tokens_path, enabled=config.auth == "token")
+        self.auth = ShufflerAuth(config.tokens_path, operators=parse_names(config.operator_identities),
+                                 clients=parse_names(config.client_identities), client_auth=config.auth == "token",
+                                 insecure=config.insecure)
         if not self.auth.enabled:
-            log.warning("AUTHENTICATION DISABLED (auth=none): anyone who can reach this port may submit, and "
-                        "there is no per-client quota. Local demos and tests only.")
+            log.warning("CLIENT AUTHENTICATION DISABLED (auth=none): anyone who can reach this port may submit, "
+                        "there is no per-client quota and batches carry no distinct-client guarantee. Local demos "
+                        "and tests only.")
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="reportlog")
         self._log = ReportLog(config.state_dir)
         self._wake_forwarder = asyncio.Event()
@@ -63,7 +98,11 @@ class Shuffler:
         self._wake_committer = asyncio.Event()
         self._tasks: list[asyncio.Task] = []
         self._threshold = self._draw_threshold()
-        self._epoch = self.epoch()
+        self._window = self.window()
+        cached = self._log.get_meta("deployment")  # the last one fetched, so a restart knows it at once
+        self._deployment: Deployment | None = (
+            deployment_from_proto(reports_pb2.Deployment.FromString(cached)) if cached else None)
+        self._deployment_at = 0.0
         self.latency_counts = [0] * (len(LATENCY_BUCKETS) + 1)
         self.latency_sum = 0.0
         self.forward_failures = 0
@@ -76,27 +115,42 @@ class Shuffler:
     async def _run(self, fn, *args):
         return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
 
-    def epoch(self, now: float | None = None) -> int:
-        return int((time.time() if now is None else now) // self.config.epoch_seconds)
+    def window(self, now: float | None = None) -> int:
+        """The current accounting window (unix time // window_seconds)."""
+        return int((time.time() if now is None else now) // self.config.window_seconds)
 
-    def seconds_to_next_epoch(self) -> float:
+    def seconds_to_next_window(self) -> float:
         now = time.time()
-        return (self.epoch(now) + 1) * self.config.epoch_seconds - now
+        return (self.window(now) + 1) * self.config.window_seconds - now
 
     def _draw_threshold(self) -> int:
         return self.config.min_batch + geometric(self.config.batch_threshold_noise)
 
     def start(self) -> None:
-        self._tasks = [asyncio.create_task(self._commit_loop()), asyncio.create_task(self._forward_loop()),
-                       asyncio.create_task(self._epoch_loop())]
+        self._tasks = [asyncio.create_task(self._supervised(loop)) for loop in
+                       (self._commit_loop, self._forward_loop, self._interval_loop)]
         self._wake_forwarder.set()  # deliver batches left over from before a restart
         if self.config.metrics_port is not None:
             self.metrics_ready = asyncio.create_task(self._start_metrics())
 
+    async def _supervised(self, loop) -> None:
+        """Run a background loop forever: an unexpected error is logged and the loop restarted,
+        never silently lost."""
+        delay = 0.5
+        while True:
+            try:
+                await loop()
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # noqa: BLE001 - logged; the loop restarts after a back-off
+                log.exception("background task %s failed; restarting in %.1fs", loop.__name__, delay)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 30.0)
+
     async def _start_metrics(self) -> int:
         from lac.shuffler.metrics import serve_metrics
-        self._metrics_server, self.metrics_port = await serve_metrics(self, self.config.host, self.config.metrics_port)
-        log.info("metrics on http://%s:%d/metrics", self.config.host, self.metrics_port)
+        self._metrics_server, self.metrics_port = await serve_metrics(self, self.config.metrics_host, self.config.metrics_port)
+        log.info("metrics on http://%s:%d/metrics", self.config.metrics_host, self.metrics_port)
         return self.metrics_port
 
     async def stop(self) -> None:
@@ -141,8 +195,8 @@ class Shuffler:
     async def submit(self, reports, client_id: str | None = None) -> list[bool]:
         """Validate, store durably (group commit), return stored/duplicate per report.
 
-        The caller must have stripped unknown fields (``DiscardUnknownFields``) so that only
-        known payload fields are stored and forwarded.
+        ``client_id`` is the authenticated client (None: anonymous, authentication disabled).
+        The caller must have stripped unknown fields so that only known payload fields are stored.
         """
         t0 = time.perf_counter()
         try:
@@ -156,12 +210,12 @@ class Shuffler:
         self._wake_committer.set()
         result = await fut
         if result == OVER_QUOTA:
-            wait = self.seconds_to_next_epoch()
-            raise QuotaExceeded(f"quota of {self.config.quota_per_epoch} report(s) per client per epoch reached; "
-                                f"retry after {math.ceil(wait)} s (next epoch)", wait)
+            wait = self.seconds_to_next_window()
+            raise ResourceExhausted(f"quota of {self.config.reports_per_window} report(s) per client per accounting "
+                                    f"window reached; retry after {wait:.0f} s (next window)", retry_after=wait)
         if result == LOG_FULL:
             raise Unavailable(f"report log full ({self._log.used_bytes} of {self.config.max_log_bytes} bytes): "
-                              "the curator is not taking batches; retry later")
+                              "the curator is not taking batches; retry later", retry_after=30)
         return result
 
     async def _commit_loop(self) -> None:
@@ -172,8 +226,8 @@ class Shuffler:
             if not batch:
                 continue
             try:
-                results = await self._run(self._log.append_groups, [(b[0], b[1]) for b in batch], self.epoch(),
-                                          self.config.quota_per_epoch, self.config.max_log_bytes)
+                results = await self._run(self._log.append_groups, [(b[0], b[1]) for b in batch], self.window(),
+                                          self.config.reports_per_window, self.config.max_log_bytes)
             except Exception as exc:  # noqa: BLE001 - every waiting call learns of the failure
                 log.exception("group commit failed")
                 results = [Unavailable(f"report log write failed: {exc}")] * len(batch)
@@ -187,22 +241,26 @@ class Shuffler:
                     fut.set_exception(r)
                 else:
                     fut.set_result(r)
-            if self._log.buffered() >= self._threshold:
-                await self.flush(self._threshold, "threshold")
+            if self._log.takeable() >= self._threshold:
+                await self.flush("threshold")
 
     # ------------------------------------------------------------------ release
 
-    async def flush(self, threshold: int | None = None, why: str = "flush") -> tuple[str, int] | None:
-        """Release one anonymised shuffled batch if at least ``threshold`` (default min_batch) are buffered."""
+    async def flush(self, why: str = "flush") -> tuple[str, int] | None:
+        """Release one anonymised shuffled batch if the release threshold is reached (never below it).
+
+        The threshold is min_batch plus, with ``batch_threshold_noise``, a secret random amount
+        drawn anew after each release; it counts distinct clients among the buffered reports.
+        """
         cfg = self.config
-        threshold = cfg.min_batch if threshold is None else threshold
-        released = await self._run(self._log.release, threshold, cfg.subsample_q, cfg.crowd_threshold,
+        released = await self._run(self._log.release, self._threshold, cfg.subsample_q, cfg.crowd_threshold,
                                    cfg.max_batch_bytes)
         if released is None:
-            n = self._log.buffered()
-            bar = (f"min_batch={cfg.min_batch}" if threshold == cfg.min_batch else
+            n = self._log.takeable()
+            bar = (f"min_batch={cfg.min_batch}" if not cfg.batch_threshold_noise else
                    f"the randomised threshold (min_batch={cfg.min_batch} + secret noise)")
-            self.note = f"{why} at epoch {self.epoch()}: {n} reports buffered, fewer than {bar}: carried over"
+            self.note = (f"{why} in window {self.window()}: reports of {n} distinct clients buffered, fewer than "
+                         f"{bar}: carried over")
             return None
         self._threshold = self._draw_threshold()
         dropped = ""
@@ -210,46 +268,68 @@ class Shuffler:
             dropped = (f"; dropped {released.dropped_subsampled} by sub-sampling (q={cfg.subsample_q:g}) and "
                        f"{released.dropped_crowd} by the crowd threshold (k={cfg.crowd_threshold})")
         if released.batch_id is None:
-            self.note = f"{why}: all {released.considered} buffered reports were dropped{dropped}"
+            self.note = f"{why}: all {released.considered} taken reports were dropped{dropped}"
             return None
         parts = f" in {released.parts} batches of at most {cfg.max_batch_bytes} bytes" if released.parts > 1 else ""
-        self.note = f"{why}: released batch {released.batch_id} of {released.size} reports{parts}{dropped}"
+        left = self._log.buffered()
+        self.note = (f"{why}: released batch {released.batch_id} of {released.size} reports{parts}{dropped}; "
+                     f"{left} report(s) of clients already in it carried over")
         log.info("released batch %s of %d shuffled reports (%s)%s", released.batch_id, released.size, why, dropped)
         self._wake_forwarder.set()
         return released.batch_id, released.size
 
-    def privacy(self, n: int) -> reports_pb2.BatchPrivacy:
-        """The amplification statement of a batch of ``n`` reports under this deployment's config."""
+    def privacy(self, batch: StoredBatch, deployment: Deployment) -> reports_pb2.BatchPrivacy:
+        """The amplification statement of ``batch`` under the curator's ``deployment``."""
+        g, method = batch_guarantee(batch, deployment, self.config)
         cfg = self.config
-        out = reports_pb2.BatchPrivacy(n_reports=n, local_epsilon=cfg.local_epsilon, delta=cfg.target_delta,
-                                       subsample_q=cfg.subsample_q, crowd_threshold=cfg.crowd_threshold)
-        extra = ""
-        if cfg.crowd_threshold:
-            extra += (f" Crowd threshold k={cfg.crowd_threshold} applied (Prochlo-style; a data-dependent "
-                      "filter, no DP claim of its own).")
-        if cfg.subsample_q < 1:
-            extra += (f" Reports were Poisson sub-sampled at q={cfg.subsample_q:g} (secret sample) before "
-                      "shuffling; the epsilon above does not count that in.")
-            if cfg.local_epsilon > 0:  # with no declared eps0 there is nothing to amplify (not "(0, 0)-DP")
-                extra += " " + amplification.subsampling_statement(cfg.local_epsilon, cfg.subsample_q)
-        if cfg.local_epsilon <= 0:
-            out.method = "undeclared"
-            out.statement = ("No amplification statement: the operator declared no local epsilon "
-                             "(set local_epsilon)." + extra)
-            return out
-        r = amplification.shuffle_epsilon(cfg.local_epsilon, n, cfg.target_delta)
-        out.central_epsilon, out.amplified, out.method = r.epsilon, r.amplified, "fmt21-numerical"
-        out.statement = r.statement + extra
-        return out
+        return reports_pb2.BatchPrivacy(
+            n_reports=batch.n, report_epsilon0=deployment.report_epsilon0, delta=g.delta, central_epsilon=g.epsilon,
+            amplified=method != "none", method=method, subsample_q=cfg.subsample_q,
+            crowd_threshold=cfg.crowd_threshold, statement=g.statement(), distinct_clients=batch.distinct_clients,
+            reports_per_window=cfg.reports_per_window, window_seconds=cfg.window_seconds,
+            first_window=batch.first_window, last_window=batch.last_window)
+
+    # ------------------------------------------------------------------ the curator's deployment
+
+    def deployment(self) -> Deployment:
+        """The curator's published deployment (relayed to clients), or Unavailable until it is known."""
+        if self._deployment is None:
+            raise Unavailable("the curator's deployment configuration is not known yet (the curator has not been "
+                              "reachable since this shuffler started); retry later", retry_after=5)
+        return self._deployment
+
+    async def _refresh_deployment(self, channel) -> Deployment | None:
+        if self._deployment is not None and time.monotonic() - self._deployment_at < DEPLOYMENT_REFRESH_SECONDS:
+            return self._deployment
+        try:
+            reply = await curator_pb2_grpc.CuratorStub(channel).GetDeployment(reports_pb2.DeploymentRequest(),
+                                                                              timeout=30)
+        except grpc.aio.AioRpcError as exc:
+            log.warning("could not fetch the curator's deployment (%s: %s)", exc.code().name, exc.details())
+            return self._deployment
+        d = deployment_from_proto(reply)
+        if (d.reports_per_window, d.window_seconds) != (self.config.reports_per_window, self.config.window_seconds):
+            log.error("MISCONFIGURED: this shuffler's quota is %d report(s) per %g s window but the curator's privacy "
+                      "unit is %d per %g s window; the curator will refuse these batches until both agree",
+                      self.config.reports_per_window, self.config.window_seconds, d.reports_per_window,
+                      d.window_seconds)
+        if d != self._deployment:
+            log.info("curator deployment: %s", d.report_guarantee().statement())
+            await self._run(self._log.set_meta, "deployment", reply.SerializeToString())
+        self._deployment, self._deployment_at = d, time.monotonic()
+        return d
+
+    def deployment_message(self) -> reports_pb2.Deployment:
+        return deployment_to_proto(self.deployment())
 
     # ------------------------------------------------------------------ loops
 
-    async def _epoch_loop(self) -> None:
+    async def _interval_loop(self) -> None:
+        interval = self.config.release_interval_seconds
         while True:
-            await asyncio.sleep(self.seconds_to_next_epoch() + 0.001)
-            ended, self._epoch = self._epoch, self.epoch()
-            await self.flush(self.config.min_batch, f"end of epoch {ended}")
-            await self._run(self._log.prune_quota, self._epoch)
+            await asyncio.sleep(interval - time.time() % interval + 0.001)
+            await self.flush("end of release interval")
+            await self._run(self._log.prune_quota, self.window())
             await self._run(self._log.rotate_seen, self.config.idempotency_window_days * 86400.0)
 
     async def _forward_loop(self) -> None:
@@ -259,16 +339,22 @@ class Shuffler:
             ingest = channel.unary_unary(_INGEST_METHOD, request_serializer=None,
                                          response_deserializer=curator_pb2.IngestBatchResponse.FromString)
             while True:
+                await self._refresh_deployment(channel)
+                if self._deployment is None:
+                    await asyncio.sleep(delay)
+                    delay = min(delay * 2, self.config.forward_retry_max_seconds)
+                    continue
                 await self._wake_forwarder.wait()
                 self._wake_forwarder.clear()
                 for batch_id in await self._run(self._log.pending_batches):
-                    n, body, privacy = await self._run(self._log.batch, batch_id)
+                    batch = await self._run(self._log.batch, batch_id)
+                    privacy = batch.privacy
                     if privacy is None:
-                        stmt = await asyncio.get_running_loop().run_in_executor(None, self.privacy, n)
+                        deployment = await self._refresh_deployment(channel)
+                        stmt = await asyncio.get_running_loop().run_in_executor(None, self.privacy, batch, deployment)
                         privacy = stmt.SerializeToString()
                         await self._run(self._log.set_privacy, batch_id, privacy)
-                    if _PRIVACY_FIELD is not None:
-                        body = body + bytes([(_PRIVACY_FIELD.number << 3) | 2]) + _varint(len(privacy)) + privacy
+                    body = batch.body + bytes([(_PRIVACY_FIELD.number << 3) | 2]) + _varint(len(privacy)) + privacy
                     while True:
                         try:
                             reply = await ingest(body, timeout=120)
@@ -293,11 +379,11 @@ class Shuffler:
         recent = await self._run(self._log.recent_batches)
         cfg = self.config
         return shuffler_pb2.ShufflerStatus(
-            buffered_reports=self._log.buffered(), min_batch=cfg.min_batch,
+            buffered_reports=self._log.buffered(), buffered_clients=self._log.takeable(), min_batch=cfg.min_batch,
             batches_forwarded=counters.get("batches_forwarded", 0),
             reports_forwarded=counters.get("reports_forwarded", 0), batches_pending=len(pending),
             rejects={k.split(":", 1)[1]: v for k, v in counters.items() if k.startswith("reject:")},
-            note=self.note, epoch=self.epoch(), seconds_to_next_epoch=self.seconds_to_next_epoch(),
+            note=self.note, window=self.window(), seconds_to_next_window=self.seconds_to_next_window(),
             log_bytes=self._log.used_bytes, max_log_bytes=cfg.max_log_bytes,
             counters={k: v for k, v in counters.items() if not k.startswith("reject:")},
             recent_batches=[shuffler_pb2.BatchInfo(batch_id=b, size=n, delivered=bool(d),
@@ -316,4 +402,3 @@ class Shuffler:
 
     def used_bytes(self) -> int:
         return self._log.used_bytes
-

@@ -88,7 +88,7 @@ class LocalDeployment:
         root.mkdir(parents=True, exist_ok=True)
         envelope.generate_key(root / "curator-keys")
         tls.make_ca(root / "tls")
-        for name in ("curator", "shuffler", "analyst"):
+        for name in ("curator", "shuffler", "analyst", "operator"):
             tls.issue(root / "tls", name, ["localhost", "127.0.0.1"])
         return cls(root)
 
@@ -105,8 +105,10 @@ class LocalDeployment:
                 "--tls-client-ca", self.ca]
 
     def shuffler_args(self) -> list[str]:
+        """TLS for the shuffler's port (clients and operators identify with bearer tokens) and mTLS
+        towards the curator (the shuffler's certificate is its ingest identity there)."""
         cert, key = self._pem("shuffler")
-        return ["--tls-cert", cert, "--tls-key", key, "--tls-client-ca", self.ca, "--curator-ca", self.ca]
+        return ["--tls-cert", cert, "--tls-key", key, "--curator-ca", self.ca]
 
     def client_tls(self, name: str | None = None) -> ClientTls:
         """How a client reaches the services: trust our CA; with ``name``, present that certificate."""

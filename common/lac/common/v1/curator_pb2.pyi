@@ -30,33 +30,31 @@ class IngestBatchResponse(_message.Message):
     def __init__(self, batch_id: _Optional[str] = ..., duplicate: _Optional[bool] = ..., accepted: _Optional[int] = ..., rejected: _Optional[int] = ...) -> None: ...
 
 class ReleaseRequest(_message.Message):
-    __slots__ = ("mechanism", "epsilon", "delta", "s", "c", "rho", "sensitivity", "calibration", "n_max", "k", "public_sensitivity")
+    __slots__ = ("mechanism", "epsilon", "delta", "s", "rho", "sensitivity", "calibration", "public_sensitivity", "first_window", "last_window")
     MECHANISM_FIELD_NUMBER: _ClassVar[int]
     EPSILON_FIELD_NUMBER: _ClassVar[int]
     DELTA_FIELD_NUMBER: _ClassVar[int]
     S_FIELD_NUMBER: _ClassVar[int]
-    C_FIELD_NUMBER: _ClassVar[int]
     RHO_FIELD_NUMBER: _ClassVar[int]
     SENSITIVITY_FIELD_NUMBER: _ClassVar[int]
     CALIBRATION_FIELD_NUMBER: _ClassVar[int]
-    N_MAX_FIELD_NUMBER: _ClassVar[int]
-    K_FIELD_NUMBER: _ClassVar[int]
     PUBLIC_SENSITIVITY_FIELD_NUMBER: _ClassVar[int]
+    FIRST_WINDOW_FIELD_NUMBER: _ClassVar[int]
+    LAST_WINDOW_FIELD_NUMBER: _ClassVar[int]
     mechanism: str
     epsilon: float
     delta: float
     s: float
-    c: int
     rho: float
     sensitivity: str
     calibration: str
-    n_max: int
-    k: int
     public_sensitivity: str
-    def __init__(self, mechanism: _Optional[str] = ..., epsilon: _Optional[float] = ..., delta: _Optional[float] = ..., s: _Optional[float] = ..., c: _Optional[int] = ..., rho: _Optional[float] = ..., sensitivity: _Optional[str] = ..., calibration: _Optional[str] = ..., n_max: _Optional[int] = ..., k: _Optional[int] = ..., public_sensitivity: _Optional[str] = ...) -> None: ...
+    first_window: int
+    last_window: int
+    def __init__(self, mechanism: _Optional[str] = ..., epsilon: _Optional[float] = ..., delta: _Optional[float] = ..., s: _Optional[float] = ..., rho: _Optional[float] = ..., sensitivity: _Optional[str] = ..., calibration: _Optional[str] = ..., public_sensitivity: _Optional[str] = ..., first_window: _Optional[int] = ..., last_window: _Optional[int] = ...) -> None: ...
 
 class ReleaseRecord(_message.Message):
-    __slots__ = ("release_id", "created_at", "mechanism", "params", "sensitivity_method", "data_dependent", "gamma", "sigma", "calibration", "epsilon", "delta", "n_reports", "vocab_size", "max_n", "statement", "differentially_private", "laplace_scale", "ledger_epsilon", "ledger_delta")
+    __slots__ = ("release_id", "created_at", "mechanism", "params", "sensitivity_method", "data_dependent", "gamma", "sigma", "calibration", "epsilon", "delta", "n_reports", "vocab_size", "max_n", "statement", "differentially_private", "laplace_scale", "ledger_epsilon", "ledger_delta", "first_window", "last_window", "privacy_unit", "reports_per_user")
     class ParamsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -83,6 +81,10 @@ class ReleaseRecord(_message.Message):
     LAPLACE_SCALE_FIELD_NUMBER: _ClassVar[int]
     LEDGER_EPSILON_FIELD_NUMBER: _ClassVar[int]
     LEDGER_DELTA_FIELD_NUMBER: _ClassVar[int]
+    FIRST_WINDOW_FIELD_NUMBER: _ClassVar[int]
+    LAST_WINDOW_FIELD_NUMBER: _ClassVar[int]
+    PRIVACY_UNIT_FIELD_NUMBER: _ClassVar[int]
+    REPORTS_PER_USER_FIELD_NUMBER: _ClassVar[int]
     release_id: str
     created_at: str
     mechanism: str
@@ -102,7 +104,11 @@ class ReleaseRecord(_message.Message):
     laplace_scale: float
     ledger_epsilon: float
     ledger_delta: float
-    def __init__(self, release_id: _Optional[str] = ..., created_at: _Optional[str] = ..., mechanism: _Optional[str] = ..., params: _Optional[_Mapping[str, float]] = ..., sensitivity_method: _Optional[str] = ..., data_dependent: _Optional[bool] = ..., gamma: _Optional[float] = ..., sigma: _Optional[float] = ..., calibration: _Optional[str] = ..., epsilon: _Optional[float] = ..., delta: _Optional[float] = ..., n_reports: _Optional[int] = ..., vocab_size: _Optional[int] = ..., max_n: _Optional[int] = ..., statement: _Optional[str] = ..., differentially_private: _Optional[bool] = ..., laplace_scale: _Optional[float] = ..., ledger_epsilon: _Optional[float] = ..., ledger_delta: _Optional[float] = ...) -> None: ...
+    first_window: int
+    last_window: int
+    privacy_unit: str
+    reports_per_user: int
+    def __init__(self, release_id: _Optional[str] = ..., created_at: _Optional[str] = ..., mechanism: _Optional[str] = ..., params: _Optional[_Mapping[str, float]] = ..., sensitivity_method: _Optional[str] = ..., data_dependent: _Optional[bool] = ..., gamma: _Optional[float] = ..., sigma: _Optional[float] = ..., calibration: _Optional[str] = ..., epsilon: _Optional[float] = ..., delta: _Optional[float] = ..., n_reports: _Optional[int] = ..., vocab_size: _Optional[int] = ..., max_n: _Optional[int] = ..., statement: _Optional[str] = ..., differentially_private: _Optional[bool] = ..., laplace_scale: _Optional[float] = ..., ledger_epsilon: _Optional[float] = ..., ledger_delta: _Optional[float] = ..., first_window: _Optional[int] = ..., last_window: _Optional[int] = ..., privacy_unit: _Optional[str] = ..., reports_per_user: _Optional[int] = ...) -> None: ...
 
 class ListReleasesRequest(_message.Message):
     __slots__ = ()
@@ -115,24 +121,20 @@ class ListReleasesResponse(_message.Message):
     def __init__(self, releases: _Optional[_Iterable[_Union[ReleaseRecord, _Mapping]]] = ...) -> None: ...
 
 class GetReleaseRequest(_message.Message):
-    __slots__ = ("release_id", "include_pre_noise_mean")
+    __slots__ = ("release_id",)
     RELEASE_ID_FIELD_NUMBER: _ClassVar[int]
-    INCLUDE_PRE_NOISE_MEAN_FIELD_NUMBER: _ClassVar[int]
     release_id: str
-    include_pre_noise_mean: bool
-    def __init__(self, release_id: _Optional[str] = ..., include_pre_noise_mean: _Optional[bool] = ...) -> None: ...
+    def __init__(self, release_id: _Optional[str] = ...) -> None: ...
 
 class GetReleaseResponse(_message.Message):
-    __slots__ = ("record", "items", "log_probs", "pre_noise_mean")
+    __slots__ = ("record", "items", "log_probs")
     RECORD_FIELD_NUMBER: _ClassVar[int]
     ITEMS_FIELD_NUMBER: _ClassVar[int]
     LOG_PROBS_FIELD_NUMBER: _ClassVar[int]
-    PRE_NOISE_MEAN_FIELD_NUMBER: _ClassVar[int]
     record: ReleaseRecord
     items: _containers.RepeatedScalarFieldContainer[str]
     log_probs: _containers.RepeatedScalarFieldContainer[float]
-    pre_noise_mean: _containers.RepeatedScalarFieldContainer[float]
-    def __init__(self, record: _Optional[_Union[ReleaseRecord, _Mapping]] = ..., items: _Optional[_Iterable[str]] = ..., log_probs: _Optional[_Iterable[float]] = ..., pre_noise_mean: _Optional[_Iterable[float]] = ...) -> None: ...
+    def __init__(self, record: _Optional[_Union[ReleaseRecord, _Mapping]] = ..., items: _Optional[_Iterable[str]] = ..., log_probs: _Optional[_Iterable[float]] = ...) -> None: ...
 
 class TopNgramsRequest(_message.Message):
     __slots__ = ("release_id", "k", "order")
@@ -158,12 +160,44 @@ class TopNgramsResponse(_message.Message):
     ngrams: _containers.RepeatedCompositeFieldContainer[NgramProbability]
     def __init__(self, ngrams: _Optional[_Iterable[_Union[NgramProbability, _Mapping]]] = ...) -> None: ...
 
+class BudgetRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class WindowBudget(_message.Message):
+    __slots__ = ("window", "spent_epsilon", "spent_delta", "remaining_epsilon", "remaining_delta")
+    WINDOW_FIELD_NUMBER: _ClassVar[int]
+    SPENT_EPSILON_FIELD_NUMBER: _ClassVar[int]
+    SPENT_DELTA_FIELD_NUMBER: _ClassVar[int]
+    REMAINING_EPSILON_FIELD_NUMBER: _ClassVar[int]
+    REMAINING_DELTA_FIELD_NUMBER: _ClassVar[int]
+    window: int
+    spent_epsilon: float
+    spent_delta: float
+    remaining_epsilon: float
+    remaining_delta: float
+    def __init__(self, window: _Optional[int] = ..., spent_epsilon: _Optional[float] = ..., spent_delta: _Optional[float] = ..., remaining_epsilon: _Optional[float] = ..., remaining_delta: _Optional[float] = ...) -> None: ...
+
+class BudgetStatus(_message.Message):
+    __slots__ = ("budget_epsilon", "budget_delta", "windows", "window_seconds", "reports_per_window")
+    BUDGET_EPSILON_FIELD_NUMBER: _ClassVar[int]
+    BUDGET_DELTA_FIELD_NUMBER: _ClassVar[int]
+    WINDOWS_FIELD_NUMBER: _ClassVar[int]
+    WINDOW_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    REPORTS_PER_WINDOW_FIELD_NUMBER: _ClassVar[int]
+    budget_epsilon: float
+    budget_delta: float
+    windows: _containers.RepeatedCompositeFieldContainer[WindowBudget]
+    window_seconds: float
+    reports_per_window: int
+    def __init__(self, budget_epsilon: _Optional[float] = ..., budget_delta: _Optional[float] = ..., windows: _Optional[_Iterable[_Union[WindowBudget, _Mapping]]] = ..., window_seconds: _Optional[float] = ..., reports_per_window: _Optional[int] = ...) -> None: ...
+
 class CuratorStatusRequest(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
 
 class CuratorStatus(_message.Message):
-    __slots__ = ("batches", "reports", "rejects", "releases", "budget_epsilon", "budget_delta", "spent_epsilon", "spent_delta", "remaining_epsilon", "remaining_delta", "quarantined", "replay_window_days")
+    __slots__ = ("batches", "reports", "rejects", "releases", "budget_epsilon", "budget_delta", "quarantined", "replay_window_days", "windows", "reports_by_window")
     class RejectsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -171,31 +205,34 @@ class CuratorStatus(_message.Message):
         key: str
         value: int
         def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
+    class ReportsByWindowEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: int
+        value: int
+        def __init__(self, key: _Optional[int] = ..., value: _Optional[int] = ...) -> None: ...
     BATCHES_FIELD_NUMBER: _ClassVar[int]
     REPORTS_FIELD_NUMBER: _ClassVar[int]
     REJECTS_FIELD_NUMBER: _ClassVar[int]
     RELEASES_FIELD_NUMBER: _ClassVar[int]
     BUDGET_EPSILON_FIELD_NUMBER: _ClassVar[int]
     BUDGET_DELTA_FIELD_NUMBER: _ClassVar[int]
-    SPENT_EPSILON_FIELD_NUMBER: _ClassVar[int]
-    SPENT_DELTA_FIELD_NUMBER: _ClassVar[int]
-    REMAINING_EPSILON_FIELD_NUMBER: _ClassVar[int]
-    REMAINING_DELTA_FIELD_NUMBER: _ClassVar[int]
     QUARANTINED_FIELD_NUMBER: _ClassVar[int]
     REPLAY_WINDOW_DAYS_FIELD_NUMBER: _ClassVar[int]
+    WINDOWS_FIELD_NUMBER: _ClassVar[int]
+    REPORTS_BY_WINDOW_FIELD_NUMBER: _ClassVar[int]
     batches: int
     reports: int
     rejects: _containers.ScalarMap[str, int]
     releases: int
     budget_epsilon: float
     budget_delta: float
-    spent_epsilon: float
-    spent_delta: float
-    remaining_epsilon: float
-    remaining_delta: float
     quarantined: int
     replay_window_days: float
-    def __init__(self, batches: _Optional[int] = ..., reports: _Optional[int] = ..., rejects: _Optional[_Mapping[str, int]] = ..., releases: _Optional[int] = ..., budget_epsilon: _Optional[float] = ..., budget_delta: _Optional[float] = ..., spent_epsilon: _Optional[float] = ..., spent_delta: _Optional[float] = ..., remaining_epsilon: _Optional[float] = ..., remaining_delta: _Optional[float] = ..., quarantined: _Optional[int] = ..., replay_window_days: _Optional[float] = ...) -> None: ...
+    windows: _containers.RepeatedCompositeFieldContainer[WindowBudget]
+    reports_by_window: _containers.ScalarMap[int, int]
+    def __init__(self, batches: _Optional[int] = ..., reports: _Optional[int] = ..., rejects: _Optional[_Mapping[str, int]] = ..., releases: _Optional[int] = ..., budget_epsilon: _Optional[float] = ..., budget_delta: _Optional[float] = ..., quarantined: _Optional[int] = ..., replay_window_days: _Optional[float] = ..., windows: _Optional[_Iterable[_Union[WindowBudget, _Mapping]]] = ..., reports_by_window: _Optional[_Mapping[int, int]] = ...) -> None: ...
 
 class NgramProbabilitiesRequest(_message.Message):
     __slots__ = ("release_id", "ngrams")

@@ -4,6 +4,7 @@ import grpc
 import warnings
 
 from lac.common.v1 import curator_pb2 as lac_dot_v1_dot_curator__pb2
+from lac.common.v1 import reports_pb2 as lac_dot_v1_dot_reports__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
 GRPC_VERSION = grpc.__version__
@@ -99,7 +100,12 @@ class CuratorIngest:
 
 
 class CuratorStub:
-    """Missing associated documentation comment in .proto file."""
+    """Analysts and operators -> curator. Callers are identified by their mTLS certificate's common
+    name, mapped to roles in the curator's configuration; each RPC serves the roles named on it
+    (others: PERMISSION_DENIED; no certificate: UNAUTHENTICATED). Analysts see differentially
+    private outputs and public configuration only; exact counts, quarantine and ledger details are
+    for operators. No RPC returns a pre-noise or other un-noised data-derived number.
+    """
 
     def __init__(self, channel):
         """Constructor.
@@ -126,6 +132,16 @@ class CuratorStub:
                 '/lac.v1.Curator/TopNgrams',
                 request_serializer=lac_dot_v1_dot_curator__pb2.TopNgramsRequest.SerializeToString,
                 response_deserializer=lac_dot_v1_dot_curator__pb2.TopNgramsResponse.FromString,
+                _registered_method=True)
+        self.GetBudget = channel.unary_unary(
+                '/lac.v1.Curator/GetBudget',
+                request_serializer=lac_dot_v1_dot_curator__pb2.BudgetRequest.SerializeToString,
+                response_deserializer=lac_dot_v1_dot_curator__pb2.BudgetStatus.FromString,
+                _registered_method=True)
+        self.GetDeployment = channel.unary_unary(
+                '/lac.v1.Curator/GetDeployment',
+                request_serializer=lac_dot_v1_dot_reports__pb2.DeploymentRequest.SerializeToString,
+                response_deserializer=lac_dot_v1_dot_reports__pb2.Deployment.FromString,
                 _registered_method=True)
         self.GetStatus = channel.unary_unary(
                 '/lac.v1.Curator/GetStatus',
@@ -155,16 +171,24 @@ class CuratorStub:
 
 
 class CuratorServicer:
-    """Missing associated documentation comment in .proto file."""
+    """Analysts and operators -> curator. Callers are identified by their mTLS certificate's common
+    name, mapped to roles in the curator's configuration; each RPC serves the roles named on it
+    (others: PERMISSION_DENIED; no certificate: UNAUTHENTICATED). Analysts see differentially
+    private outputs and public configuration only; exact counts, quarantine and ledger details are
+    for operators. No RPC returns a pre-noise or other un-noised data-derived number.
+    """
 
     def Release(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """Analyst, operator: one release over the stored reports of some accounting windows; spends
+        the privacy budget of every window it covers.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def ListReleases(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """Analyst, operator.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
@@ -181,14 +205,29 @@ class CuratorServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetBudget(self, request, context):
+        """Analyst, operator: the privacy budget per accounting window (spent and remaining).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetDeployment(self, request, context):
+        """Any authenticated role: the local-privacy configuration published to clients.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def GetStatus(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """Operator: exact counts, rejects by reason, the ledger.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def NgramProbabilities(self, request, context):
-        """Queries on an existing release: post-processing, free (no privacy budget spent).
+        """Analyst, operator: queries on an existing release are post-processing, free (no budget).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -236,6 +275,16 @@ def add_CuratorServicer_to_server(servicer, server):
                     request_deserializer=lac_dot_v1_dot_curator__pb2.TopNgramsRequest.FromString,
                     response_serializer=lac_dot_v1_dot_curator__pb2.TopNgramsResponse.SerializeToString,
             ),
+            'GetBudget': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetBudget,
+                    request_deserializer=lac_dot_v1_dot_curator__pb2.BudgetRequest.FromString,
+                    response_serializer=lac_dot_v1_dot_curator__pb2.BudgetStatus.SerializeToString,
+            ),
+            'GetDeployment': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetDeployment,
+                    request_deserializer=lac_dot_v1_dot_reports__pb2.DeploymentRequest.FromString,
+                    response_serializer=lac_dot_v1_dot_reports__pb2.Deployment.SerializeToString,
+            ),
             'GetStatus': grpc.unary_unary_rpc_method_handler(
                     servicer.GetStatus,
                     request_deserializer=lac_dot_v1_dot_curator__pb2.CuratorStatusRequest.FromString,
@@ -270,7 +319,12 @@ def add_CuratorServicer_to_server(servicer, server):
 
  # This class is part of an EXPERIMENTAL API.
 class Curator:
-    """Missing associated documentation comment in .proto file."""
+    """Analysts and operators -> curator. Callers are identified by their mTLS certificate's common
+    name, mapped to roles in the curator's configuration; each RPC serves the roles named on it
+    (others: PERMISSION_DENIED; no certificate: UNAUTHENTICATED). Analysts see differentially
+    private outputs and public configuration only; exact counts, quarantine and ledger details are
+    for operators. No RPC returns a pre-noise or other un-noised data-derived number.
+    """
 
     @staticmethod
     def Release(request,
@@ -370,6 +424,60 @@ class Curator:
             '/lac.v1.Curator/TopNgrams',
             lac_dot_v1_dot_curator__pb2.TopNgramsRequest.SerializeToString,
             lac_dot_v1_dot_curator__pb2.TopNgramsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetBudget(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/lac.v1.Curator/GetBudget',
+            lac_dot_v1_dot_curator__pb2.BudgetRequest.SerializeToString,
+            lac_dot_v1_dot_curator__pb2.BudgetStatus.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetDeployment(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/lac.v1.Curator/GetDeployment',
+            lac_dot_v1_dot_reports__pb2.DeploymentRequest.SerializeToString,
+            lac_dot_v1_dot_reports__pb2.Deployment.FromString,
             options,
             channel_credentials,
             insecure,

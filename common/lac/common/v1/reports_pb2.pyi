@@ -12,9 +12,22 @@ class PayloadEncoding(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     PAYLOAD_ENCODING_UNSPECIFIED: _ClassVar[PayloadEncoding]
     PAYLOAD_ENCODING_PLAINTEXT_INSECURE: _ClassVar[PayloadEncoding]
     PAYLOAD_ENCODING_HPKE_X25519_SHA256_CHACHAPOLY: _ClassVar[PayloadEncoding]
+
+class LocalMechanism(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    LOCAL_MECHANISM_UNSPECIFIED: _ClassVar[LocalMechanism]
+    LOCAL_MECHANISM_MULTIVARIATE_LAPLACE: _ClassVar[LocalMechanism]
+    LOCAL_MECHANISM_DISTANCE_TRUNCATED: _ClassVar[LocalMechanism]
+    LOCAL_MECHANISM_KNN_TRUNCATED: _ClassVar[LocalMechanism]
+    LOCAL_MECHANISM_DENSITY_MODULATED: _ClassVar[LocalMechanism]
 PAYLOAD_ENCODING_UNSPECIFIED: PayloadEncoding
 PAYLOAD_ENCODING_PLAINTEXT_INSECURE: PayloadEncoding
 PAYLOAD_ENCODING_HPKE_X25519_SHA256_CHACHAPOLY: PayloadEncoding
+LOCAL_MECHANISM_UNSPECIFIED: LocalMechanism
+LOCAL_MECHANISM_MULTIVARIATE_LAPLACE: LocalMechanism
+LOCAL_MECHANISM_DISTANCE_TRUNCATED: LocalMechanism
+LOCAL_MECHANISM_KNN_TRUNCATED: LocalMechanism
+LOCAL_MECHANISM_DENSITY_MODULATED: LocalMechanism
 
 class SealedPayload(_message.Message):
     __slots__ = ("encoding", "key_id", "data")
@@ -33,35 +46,53 @@ class Sentence(_message.Message):
     def __init__(self, tokens: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class LocalPrivacy(_message.Message):
-    __slots__ = ("mechanism", "epsilon_per_word", "n_words", "embedding", "statement")
+    __slots__ = ("mechanism", "epsilon_per_word", "embedding")
     MECHANISM_FIELD_NUMBER: _ClassVar[int]
     EPSILON_PER_WORD_FIELD_NUMBER: _ClassVar[int]
-    N_WORDS_FIELD_NUMBER: _ClassVar[int]
     EMBEDDING_FIELD_NUMBER: _ClassVar[int]
-    STATEMENT_FIELD_NUMBER: _ClassVar[int]
-    mechanism: str
+    mechanism: LocalMechanism
     epsilon_per_word: float
-    n_words: int
     embedding: str
-    statement: str
-    def __init__(self, mechanism: _Optional[str] = ..., epsilon_per_word: _Optional[float] = ..., n_words: _Optional[int] = ..., embedding: _Optional[str] = ..., statement: _Optional[str] = ...) -> None: ...
+    def __init__(self, mechanism: _Optional[_Union[LocalMechanism, str]] = ..., epsilon_per_word: _Optional[float] = ..., embedding: _Optional[str] = ...) -> None: ...
 
 class ReportContent(_message.Message):
-    __slots__ = ("report_id", "sentences", "privacy", "n_out_of_vocabulary")
+    __slots__ = ("report_id", "sentences", "local_privacy")
     REPORT_ID_FIELD_NUMBER: _ClassVar[int]
     SENTENCES_FIELD_NUMBER: _ClassVar[int]
-    PRIVACY_FIELD_NUMBER: _ClassVar[int]
-    N_OUT_OF_VOCABULARY_FIELD_NUMBER: _ClassVar[int]
+    LOCAL_PRIVACY_FIELD_NUMBER: _ClassVar[int]
     report_id: bytes
     sentences: _containers.RepeatedCompositeFieldContainer[Sentence]
-    privacy: LocalPrivacy
-    n_out_of_vocabulary: int
-    def __init__(self, report_id: _Optional[bytes] = ..., sentences: _Optional[_Iterable[_Union[Sentence, _Mapping]]] = ..., privacy: _Optional[_Union[LocalPrivacy, _Mapping]] = ..., n_out_of_vocabulary: _Optional[int] = ...) -> None: ...
+    local_privacy: LocalPrivacy
+    def __init__(self, report_id: _Optional[bytes] = ..., sentences: _Optional[_Iterable[_Union[Sentence, _Mapping]]] = ..., local_privacy: _Optional[_Union[LocalPrivacy, _Mapping]] = ...) -> None: ...
+
+class Deployment(_message.Message):
+    __slots__ = ("mechanism", "epsilon_per_word", "embedding", "word_distance_bound", "max_report_words", "reports_per_window", "window_seconds", "report_epsilon0")
+    MECHANISM_FIELD_NUMBER: _ClassVar[int]
+    EPSILON_PER_WORD_FIELD_NUMBER: _ClassVar[int]
+    EMBEDDING_FIELD_NUMBER: _ClassVar[int]
+    WORD_DISTANCE_BOUND_FIELD_NUMBER: _ClassVar[int]
+    MAX_REPORT_WORDS_FIELD_NUMBER: _ClassVar[int]
+    REPORTS_PER_WINDOW_FIELD_NUMBER: _ClassVar[int]
+    WINDOW_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    REPORT_EPSILON0_FIELD_NUMBER: _ClassVar[int]
+    mechanism: LocalMechanism
+    epsilon_per_word: float
+    embedding: str
+    word_distance_bound: float
+    max_report_words: int
+    reports_per_window: int
+    window_seconds: float
+    report_epsilon0: float
+    def __init__(self, mechanism: _Optional[_Union[LocalMechanism, str]] = ..., epsilon_per_word: _Optional[float] = ..., embedding: _Optional[str] = ..., word_distance_bound: _Optional[float] = ..., max_report_words: _Optional[int] = ..., reports_per_window: _Optional[int] = ..., window_seconds: _Optional[float] = ..., report_epsilon0: _Optional[float] = ...) -> None: ...
+
+class DeploymentRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
 
 class BatchPrivacy(_message.Message):
-    __slots__ = ("n_reports", "local_epsilon", "delta", "central_epsilon", "amplified", "method", "subsample_q", "crowd_threshold", "statement")
+    __slots__ = ("n_reports", "report_epsilon0", "delta", "central_epsilon", "amplified", "method", "subsample_q", "crowd_threshold", "statement", "distinct_clients", "reports_per_window", "window_seconds", "first_window", "last_window")
     N_REPORTS_FIELD_NUMBER: _ClassVar[int]
-    LOCAL_EPSILON_FIELD_NUMBER: _ClassVar[int]
+    REPORT_EPSILON0_FIELD_NUMBER: _ClassVar[int]
     DELTA_FIELD_NUMBER: _ClassVar[int]
     CENTRAL_EPSILON_FIELD_NUMBER: _ClassVar[int]
     AMPLIFIED_FIELD_NUMBER: _ClassVar[int]
@@ -69,8 +100,13 @@ class BatchPrivacy(_message.Message):
     SUBSAMPLE_Q_FIELD_NUMBER: _ClassVar[int]
     CROWD_THRESHOLD_FIELD_NUMBER: _ClassVar[int]
     STATEMENT_FIELD_NUMBER: _ClassVar[int]
+    DISTINCT_CLIENTS_FIELD_NUMBER: _ClassVar[int]
+    REPORTS_PER_WINDOW_FIELD_NUMBER: _ClassVar[int]
+    WINDOW_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    FIRST_WINDOW_FIELD_NUMBER: _ClassVar[int]
+    LAST_WINDOW_FIELD_NUMBER: _ClassVar[int]
     n_reports: int
-    local_epsilon: float
+    report_epsilon0: float
     delta: float
     central_epsilon: float
     amplified: bool
@@ -78,4 +114,9 @@ class BatchPrivacy(_message.Message):
     subsample_q: float
     crowd_threshold: int
     statement: str
-    def __init__(self, n_reports: _Optional[int] = ..., local_epsilon: _Optional[float] = ..., delta: _Optional[float] = ..., central_epsilon: _Optional[float] = ..., amplified: _Optional[bool] = ..., method: _Optional[str] = ..., subsample_q: _Optional[float] = ..., crowd_threshold: _Optional[int] = ..., statement: _Optional[str] = ...) -> None: ...
+    distinct_clients: bool
+    reports_per_window: int
+    window_seconds: float
+    first_window: int
+    last_window: int
+    def __init__(self, n_reports: _Optional[int] = ..., report_epsilon0: _Optional[float] = ..., delta: _Optional[float] = ..., central_epsilon: _Optional[float] = ..., amplified: _Optional[bool] = ..., method: _Optional[str] = ..., subsample_q: _Optional[float] = ..., crowd_threshold: _Optional[int] = ..., statement: _Optional[str] = ..., distinct_clients: _Optional[bool] = ..., reports_per_window: _Optional[int] = ..., window_seconds: _Optional[float] = ..., first_window: _Optional[int] = ..., last_window: _Optional[int] = ...) -> None: ...

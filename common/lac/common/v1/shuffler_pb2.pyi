@@ -52,7 +52,7 @@ class ShufflerStatusRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class ShufflerStatus(_message.Message):
-    __slots__ = ("buffered_reports", "min_batch", "batches_forwarded", "reports_forwarded", "batches_pending", "rejects", "note", "epoch", "seconds_to_next_epoch", "log_bytes", "max_log_bytes", "counters", "recent_batches", "auth")
+    __slots__ = ("buffered_reports", "min_batch", "buffered_clients", "batches_forwarded", "reports_forwarded", "batches_pending", "rejects", "note", "window", "seconds_to_next_window", "log_bytes", "max_log_bytes", "counters", "recent_batches", "auth")
     class RejectsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -69,13 +69,14 @@ class ShufflerStatus(_message.Message):
         def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
     BUFFERED_REPORTS_FIELD_NUMBER: _ClassVar[int]
     MIN_BATCH_FIELD_NUMBER: _ClassVar[int]
+    BUFFERED_CLIENTS_FIELD_NUMBER: _ClassVar[int]
     BATCHES_FORWARDED_FIELD_NUMBER: _ClassVar[int]
     REPORTS_FORWARDED_FIELD_NUMBER: _ClassVar[int]
     BATCHES_PENDING_FIELD_NUMBER: _ClassVar[int]
     REJECTS_FIELD_NUMBER: _ClassVar[int]
     NOTE_FIELD_NUMBER: _ClassVar[int]
-    EPOCH_FIELD_NUMBER: _ClassVar[int]
-    SECONDS_TO_NEXT_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    WINDOW_FIELD_NUMBER: _ClassVar[int]
+    SECONDS_TO_NEXT_WINDOW_FIELD_NUMBER: _ClassVar[int]
     LOG_BYTES_FIELD_NUMBER: _ClassVar[int]
     MAX_LOG_BYTES_FIELD_NUMBER: _ClassVar[int]
     COUNTERS_FIELD_NUMBER: _ClassVar[int]
@@ -83,19 +84,20 @@ class ShufflerStatus(_message.Message):
     AUTH_FIELD_NUMBER: _ClassVar[int]
     buffered_reports: int
     min_batch: int
+    buffered_clients: int
     batches_forwarded: int
     reports_forwarded: int
     batches_pending: int
     rejects: _containers.ScalarMap[str, int]
     note: str
-    epoch: int
-    seconds_to_next_epoch: float
+    window: int
+    seconds_to_next_window: float
     log_bytes: int
     max_log_bytes: int
     counters: _containers.ScalarMap[str, int]
     recent_batches: _containers.RepeatedCompositeFieldContainer[BatchInfo]
     auth: str
-    def __init__(self, buffered_reports: _Optional[int] = ..., min_batch: _Optional[int] = ..., batches_forwarded: _Optional[int] = ..., reports_forwarded: _Optional[int] = ..., batches_pending: _Optional[int] = ..., rejects: _Optional[_Mapping[str, int]] = ..., note: _Optional[str] = ..., epoch: _Optional[int] = ..., seconds_to_next_epoch: _Optional[float] = ..., log_bytes: _Optional[int] = ..., max_log_bytes: _Optional[int] = ..., counters: _Optional[_Mapping[str, int]] = ..., recent_batches: _Optional[_Iterable[_Union[BatchInfo, _Mapping]]] = ..., auth: _Optional[str] = ...) -> None: ...
+    def __init__(self, buffered_reports: _Optional[int] = ..., min_batch: _Optional[int] = ..., buffered_clients: _Optional[int] = ..., batches_forwarded: _Optional[int] = ..., reports_forwarded: _Optional[int] = ..., batches_pending: _Optional[int] = ..., rejects: _Optional[_Mapping[str, int]] = ..., note: _Optional[str] = ..., window: _Optional[int] = ..., seconds_to_next_window: _Optional[float] = ..., log_bytes: _Optional[int] = ..., max_log_bytes: _Optional[int] = ..., counters: _Optional[_Mapping[str, int]] = ..., recent_batches: _Optional[_Iterable[_Union[BatchInfo, _Mapping]]] = ..., auth: _Optional[str] = ...) -> None: ...
 
 class BatchInfo(_message.Message):
     __slots__ = ("batch_id", "size", "delivered", "privacy")

@@ -3,6 +3,7 @@
 import grpc
 import warnings
 
+from lac.common.v1 import reports_pb2 as lac_dot_v1_dot_reports__pb2
 from lac.common.v1 import shuffler_pb2 as lac_dot_v1_dot_shuffler__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
@@ -44,6 +45,11 @@ class ShufflerStub:
                 request_serializer=lac_dot_v1_dot_shuffler__pb2.SubmitRequest.SerializeToString,
                 response_deserializer=lac_dot_v1_dot_shuffler__pb2.SubmitResponse.FromString,
                 _registered_method=True)
+        self.GetDeployment = channel.unary_unary(
+                '/lac.v1.Shuffler/GetDeployment',
+                request_serializer=lac_dot_v1_dot_reports__pb2.DeploymentRequest.SerializeToString,
+                response_deserializer=lac_dot_v1_dot_reports__pb2.Deployment.FromString,
+                _registered_method=True)
         self.GetStatus = channel.unary_unary(
                 '/lac.v1.Shuffler/GetStatus',
                 request_serializer=lac_dot_v1_dot_shuffler__pb2.ShufflerStatusRequest.SerializeToString,
@@ -60,14 +66,21 @@ class ShufflerServicer:
     """Missing associated documentation comment in .proto file."""
 
     def Submit(self, request, context):
-        """One or many reports per call (many per call is much faster).
+        """Client: one or many reports per call (many per call is much faster).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def SubmitStream(self, request_iterator, context):
-        """The same, as a client stream; acknowledged once at the end of the stream.
+        """Client: the same, as a client stream; acknowledged once at the end of the stream.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetDeployment(self, request, context):
+        """Client, operator: the curator's published local-privacy configuration (relayed).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -81,7 +94,7 @@ class ShufflerServicer:
         raise NotImplementedError('Method not implemented!')
 
     def Flush(self, request, context):
-        """Operator: release a batch now if at least min_batch reports are buffered.
+        """Operator: release a batch now if the release threshold is reached (never below it).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -99,6 +112,11 @@ def add_ShufflerServicer_to_server(servicer, server):
                     servicer.SubmitStream,
                     request_deserializer=lac_dot_v1_dot_shuffler__pb2.SubmitRequest.FromString,
                     response_serializer=lac_dot_v1_dot_shuffler__pb2.SubmitResponse.SerializeToString,
+            ),
+            'GetDeployment': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetDeployment,
+                    request_deserializer=lac_dot_v1_dot_reports__pb2.DeploymentRequest.FromString,
+                    response_serializer=lac_dot_v1_dot_reports__pb2.Deployment.SerializeToString,
             ),
             'GetStatus': grpc.unary_unary_rpc_method_handler(
                     servicer.GetStatus,
@@ -165,6 +183,33 @@ class Shuffler:
             '/lac.v1.Shuffler/SubmitStream',
             lac_dot_v1_dot_shuffler__pb2.SubmitRequest.SerializeToString,
             lac_dot_v1_dot_shuffler__pb2.SubmitResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetDeployment(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/lac.v1.Shuffler/GetDeployment',
+            lac_dot_v1_dot_reports__pb2.DeploymentRequest.SerializeToString,
+            lac_dot_v1_dot_reports__pb2.Deployment.FromString,
             options,
             channel_credentials,
             insecure,

@@ -17,7 +17,7 @@ class EvalConfig:
     delta: float = 1e-6
     S: float = 0.01  # BayesianDP decay slope (fixed; EndToEndDP tunes it privately)
     rho: float = 0.3  # BayesianDP private/public weight (fixed)
-    n_max: int = 20_000  # public cap on users for the sound sensitivity
+    count_clip: int = 20_000  # item totals clipped here before BayesianDP's log (sound sensitivity)
     kl_smoothing: float = 1e-4  # released q is mixed with uniform at this weight before KL / perplexity
     runs: int = 5  # independent releases per point
     # figure grids
@@ -64,7 +64,7 @@ PRESETS = {
         calib_words_per_band=15, calib_draws=40, local_users=1000, central_epsilons=(1.0, 4.0),
         eps0_grid_points=12),
     "tiny": EvalConfig(
-        max_users=1500, table_runs=1, vocab_size=3000, lm_vocab_size=5000, n_max=2000, runs=2, epsilons=(0.1, 1.0), user_counts=(300, 1000),
+        max_users=1500, table_runs=1, vocab_size=3000, lm_vocab_size=5000, count_clip=2000, runs=2, epsilons=(0.1, 1.0), user_counts=(300, 1000),
         vocab_sizes=(1000, 3000), public_noise=(0.0, 10.0), ks=(2, 10), mi_epsilons=(1.0, 20.0), mi_samples=40,
         embedding_vocab=5000, local_epsilons=(5.0, 20.0), calib_words_per_band=5, calib_draws=10, local_users=150,
         central_epsilons=(2.0,), eps0_grid_points=6),

@@ -27,21 +27,21 @@ LABELS = {
 }
 
 
-def bayes_params(cfg: EvalConfig, eps: float, sound: bool, n_max: int | None = None) -> BayesianParams:
+def bayes_params(cfg: EvalConfig, eps: float, sound: bool) -> BayesianParams:
     if sound:
         return BayesianParams(epsilon=eps, delta=cfg.delta, S=cfg.S, C=cfg.C, rho=cfg.rho, sensitivity="sound",
-                              W=cfg.W, n_max=n_max or cfg.n_max)
-    return BayesianParams(epsilon=eps, delta=cfg.delta, S=cfg.S, C=cfg.C, rho=cfg.rho)
+                              W=cfg.W, count_clip=cfg.count_clip)
+    return BayesianParams(epsilon=eps, delta=cfg.delta, S=cfg.S, C=cfg.C, rho=cfg.rho, sensitivity="bruteforce")
 
 
 def release(name: str, U, alpha: np.ndarray, eps: float, cfg: EvalConfig, rng: np.random.Generator,
             K: int | None = None) -> np.ndarray:
     """Probability vector released by mechanism ``name`` (see ``LABELS``)."""
     if name in ("bayes", "bayes-sound"):
-        r = bayesian_dp(U, alpha, bayes_params(cfg, eps, name == "bayes-sound", max(cfg.n_max, U.shape[0])), rng=rng)
+        r = bayesian_dp(U, alpha, bayes_params(cfg, eps, name == "bayes-sound"), rng=rng)
         return np.exp(r.log_theta)
     if name == "endtoend":
-        p = EndToEndParams(epsilon=eps, delta=cfg.delta, C=cfg.C)
+        p = EndToEndParams(epsilon=eps, delta=cfg.delta, C=cfg.C, sensitivity="bruteforce")
         return np.exp(end_to_end_dp(U, alpha, p, rng=rng).release.log_theta)
     if name == "laplace":
         return np.asarray(laplace_dp(U, W=cfg.W, C=cfg.C, epsilon=eps, rng=rng).probs)

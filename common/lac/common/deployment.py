@@ -1,0 +1,88 @@
+"""The deployment's local-privacy configuration: what every accepted report satisfies.
+
+The curator's operator sets it; the curator publishes it (``GetDeployment``), the shuffler
+relays it to clients and uses it for its amplification statements, the SDK enforces it before
+anything leaves the device, and the curator quarantines reports that exceed it. Because the
+report-level ε0 is derived from these fields (ε0 = L·ε·bound), it is never an operator-typed
+number that could disagree with what clients do.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from lac.common.privacy import Adjacency, Guarantee, Model, PrivacyUnit, check_epsilon
+
+__all__ = ["Deployment", "LOCAL_MECHANISMS", "DEFAULT_EMBEDDING", "DEFAULT_EMBEDDING_DIAMETER"]
+
+# Mechanism names (as the client's mechanisms call themselves) <-> wire ids (LocalMechanism enum).
+LOCAL_MECHANISMS = {
+    "multivariate-laplace": 1,
+    "distance-truncated": 2,
+    "knn-truncated": 3,
+    "density-modulated": 4,
+}
+DEFAULT_EMBEDDING = "glove-6b-50d/50000"
+# Exact diameter of the default embedding (GloVe 6B 50d, 50,000 most frequent single-token words);
+# a test recomputes it from the embedding.
+DEFAULT_EMBEDDING_DIAMETER = 18.916230259399217
+
+
+@dataclass(frozen=True)
+class Deployment:
+    """Local-privacy configuration of one LAC deployment.
+
+    ``word_distance_bound`` bounds the distance term of one word's metric-DP guarantee (the
+    embedding's diameter for the multivariate Laplace mechanism), so one word is
+    (ε·bound)-LDP and a report of at most ``max_report_words`` words is ε0-LDP with
+    ε0 = L·ε·bound. The privacy unit downstream is one client over an accounting window of
+    ``window_seconds`` with at most ``reports_per_window`` reports.
+    """
+
+    mechanism: str = "multivariate-laplace"
+    epsilon_per_word: float = 15.0
+    embedding: str = DEFAULT_EMBEDDING
+    word_distance_bound: float = DEFAULT_EMBEDDING_DIAMETER
+    max_report_words: int = 40
+    reports_per_window: int = 1
+    window_seconds: float = 86400.0
+
+    def __post_init__(self) -> None:
+        if self.mechanism not in LOCAL_MECHANISMS:
+            raise ValueError(f"unknown local mechanism {self.mechanism!r}; known: {', '.join(LOCAL_MECHANISMS)}")
+        check_epsilon(self.epsilon_per_word, "epsilon_per_word")
+        check_epsilon(self.word_distance_bound, "word_distance_bound")
+        if not self.embedding:
+            raise ValueError("embedding must name the deployment's embedding")
+        for name in ("max_report_words", "reports_per_window"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ValueError(f"{name} must be an integer >= 1, got {v!r}")
+        if not (math.isfinite(self.window_seconds) and self.window_seconds > 0):
+            raise ValueError(f"window_seconds must be finite and > 0, got {self.window_seconds!r}")
+
+    @property
+    def report_epsilon0(self) -> float:
+        """Worst-case pure local DP of one report: L·ε·bound."""
+        return self.max_report_words * self.epsilon_per_word * self.word_distance_bound
+
+    def window(self, unix_time: float) -> int:
+        """The accounting window containing ``unix_time``."""
+        return int(unix_time // self.window_seconds)
+
+    def word_guarantee(self) -> Guarantee:
+        return Guarantee(Model.METRIC_LOCAL, self.epsilon_per_word, 0.0, PrivacyUnit.word(), Adjacency.REPLACE,
+                         f"{self.mechanism} over {self.embedding}",
+                         details=(f"Any two words are at most {self.word_distance_bound:.6g} apart, so one word "
+                                  f"is {self.epsilon_per_word * self.word_distance_bound:.6g}-LDP.",))
+
+    def report_guarantee(self) -> Guarantee:
+        """The local guarantee of every accepted report (the ε0 the shuffler amplifies)."""
+        L, eps, bound = self.max_report_words, self.epsilon_per_word, self.word_distance_bound
+        return Guarantee(
+            Model.LOCAL, self.report_epsilon0, 0.0, PrivacyUnit.report(L), Adjacency.REPLACE,
+            f"{self.mechanism}, ε = {eps:.6g} per word over {self.embedding}",
+            details=(f"ε0 = L·ε·bound = {L}·{eps:.6g}·{bound:.6g}: at most L words, each perturbed independently "
+                     f"with ε·d metric DP and d ≤ {bound:.6g}; the number of words and sentence boundaries "
+                     f"are not hidden.",))

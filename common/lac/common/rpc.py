@@ -1,0 +1,259 @@
+"""The servicer boundary shared by the LAC services: who is calling, may they, and the status.
+
+* Roles (client, ingest, analyst, operator) come from configuration: an mTLS certificate's
+  common name or a bearer token maps to a ``Caller`` with a set of roles.
+* ``service_handler`` registers every method of a generated service descriptor, with the roles
+  each one serves (a method without a declared role is an error at start-up, so a new RPC in a
+  .proto is never served by accident). Per call, in this order: identify the caller
+  (UNAUTHENTICATED), check the role (PERMISSION_DENIED), parse the request (INVALID_ARGUMENT on
+  malformed bytes: gRPC's own deserializer would answer UNKNOWN), run the method.
+* The one table mapping domain errors (``lac.common.errors``) to status codes; anything else is
+  a bug: INTERNAL, logged once with the RPC name.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import math
+import re
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any, Protocol
+
+import grpc
+from google.protobuf.descriptor import ServiceDescriptor
+from google.protobuf.message import DecodeError, Message
+from google.protobuf.message_factory import GetMessageClass
+
+from lac.common import errors
+
+log = logging.getLogger(__name__)
+
+__all__ = ["Role", "Caller", "Authenticator", "CertificateRoles", "bearer_token", "parse_names", "service_handler",
+           "STATUS", "ALL_ROLES"]
+
+
+class Role(StrEnum):
+    CLIENT = "client"  # submits reports (shuffler)
+    INGEST = "ingest"  # delivers shuffled batches (curator; the shuffler's identity)
+    ANALYST = "analyst"  # releases and queries DP outputs (curator)
+    OPERATOR = "operator"  # runs the service: exact counts, quarantine, ledger, flush
+
+
+ALL_ROLES = frozenset(Role)
+
+STATUS: dict[type[errors.LacError], grpc.StatusCode] = {
+    errors.InvalidArgument: grpc.StatusCode.INVALID_ARGUMENT,
+    errors.NotFound: grpc.StatusCode.NOT_FOUND,
+    errors.AlreadyExists: grpc.StatusCode.ALREADY_EXISTS,
+    errors.Unauthenticated: grpc.StatusCode.UNAUTHENTICATED,
+    errors.PermissionDenied: grpc.StatusCode.PERMISSION_DENIED,
+    errors.ResourceExhausted: grpc.StatusCode.RESOURCE_EXHAUSTED,
+    errors.FailedPrecondition: grpc.StatusCode.FAILED_PRECONDITION,
+    errors.Unavailable: grpc.StatusCode.UNAVAILABLE,
+    errors.DataLoss: grpc.StatusCode.DATA_LOSS,
+}
+
+
+def status_of(exc: errors.LacError) -> grpc.StatusCode:
+    for cls in type(exc).__mro__:
+        if cls in STATUS:
+            return STATUS[cls]
+    return grpc.StatusCode.INTERNAL
+
+
+@dataclass(frozen=True)
+class Caller:
+    """Who is calling: ``identity`` ("mtls:<common name>", "token:<client id>", None = anonymous)."""
+
+    identity: str | None
+    roles: frozenset[Role]
+
+
+class Authenticator(Protocol):
+    hint: str  # how to present credentials, for the UNAUTHENTICATED message
+
+    def identify(self, context: grpc.aio.ServicerContext) -> Caller:
+        """The caller of this call (anonymous callers have identity None); ``errors.Unauthenticated``
+        for credentials that are present but invalid."""
+
+
+def parse_names(text: str) -> frozenset[str]:
+    """Comma-separated names (certificate common names) as a set."""
+    return frozenset(n.strip() for n in text.split(",") if n.strip())
+
+
+def peer_common_name(context: grpc.aio.ServicerContext) -> str | None:
+    """The common name of a verified mTLS client certificate, or None."""
+    auth = context.auth_context() or {}
+    names = auth.get("x509_common_name") or []
+    return names[0].decode() if names else None
+
+
+class CertificateRoles:
+    """Roles by mTLS certificate common name (``table``: role -> names). ``insecure``: no TLS, so
+    no identities exist and every caller gets every role (local demos and tests only)."""
+
+    hint = "connect with the mTLS client certificate of your role"
+
+    def __init__(self, table: Mapping[Role, Iterable[str]], insecure: bool = False):
+        self.table = {role: frozenset(names) for role, names in table.items()}
+        self.insecure = insecure
+
+    def roles_of(self, common_name: str) -> frozenset[Role]:
+        return frozenset(r for r, names in self.table.items() if common_name in names)
+
+    def identify(self, context: grpc.aio.ServicerContext) -> Caller:
+        if self.insecure:
+            return Caller(None, ALL_ROLES)
+        name = peer_common_name(context)
+        if name is None:
+            return Caller(None, frozenset())
+        return Caller("mtls:" + name, self.roles_of(name))
+
+
+_BEARER = re.compile(r"Bearer ([A-Za-z0-9._~+/-]+=*)")
+
+
+def bearer_token(context: grpc.aio.ServicerContext) -> str | None:
+    """The token of exactly one well-formed ``authorization: Bearer <token>`` header.
+
+    None when there is no such header; several headers or any other shape is Unauthenticated
+    (no trimming, no guessing which of two headers was meant).
+    """
+    values = [v for k, v in (context.invocation_metadata() or ()) if k == "authorization"]
+    if not values:
+        return None
+    if len(values) > 1:
+        raise errors.Unauthenticated("more than one authorization header")
+    m = _BEARER.fullmatch(values[0]) if isinstance(values[0], str) else None
+    if m is None:
+        raise errors.Unauthenticated("malformed authorization header: expected exactly 'Bearer <token>'")
+    return m.group(1)
+
+
+async def _abort(context: grpc.aio.ServicerContext, method: str, exc: errors.LacError) -> None:
+    code = status_of(exc)
+    if exc.retry_after is not None:
+        context.set_trailing_metadata((("retry-after-seconds", str(max(1, math.ceil(exc.retry_after)))),))
+    log.info("%s: %s: %s", method, code.name, exc)
+    await context.abort(code, str(exc))
+
+
+async def _internal(context: grpc.aio.ServicerContext, method: str) -> None:
+    log.exception("internal error in %s", method)
+    await context.abort(grpc.StatusCode.INTERNAL, f"internal error in {method}; the service log has the details")
+
+
+def _parse(cls: type[Message], raw: bytes) -> Message:
+    try:
+        msg = cls.FromString(raw)
+    except DecodeError:
+        raise errors.InvalidArgument(f"malformed {cls.__name__} (not a valid protobuf message)") from None
+    msg.DiscardUnknownFields()  # only known fields are acted on, stored or forwarded
+    return msg
+
+
+def _serialize(response: Message | bytes) -> bytes:
+    return response if isinstance(response, bytes) else response.SerializeToString()
+
+
+def service_handler(service: ServiceDescriptor, impl: Any, roles: Mapping[str, Iterable[Role]],
+                    auth: Authenticator,
+                    on_malformed: Callable[[str], Awaitable[None]] | None = None) -> grpc.GenericRpcHandler:
+    """A generic handler serving every method of ``service`` with ``impl.<Method>(request, context, caller)``.
+
+    ``roles[method]`` are the roles allowed to call it. Unary methods return a message (or its
+    serialized bytes); client-streaming methods receive an async iterator of parsed requests;
+    server-streaming methods are async generators. ``on_malformed(method)`` is awaited when a
+    request's bytes are not a valid message (e.g. to count it).
+    """
+    names = [m.name for m in service.methods]
+    missing = [n for n in names if n not in roles or not hasattr(impl, n)]
+    if missing or set(roles) - set(names):
+        raise ValueError(f"{service.full_name}: every method needs an implementation and declared roles; "
+                         f"missing {missing}, unknown {sorted(set(roles) - set(names))}")
+    handlers = {}
+    for m in service.methods:
+        handlers[m.name] = _method_handler(f"/{service.full_name}/{m.name}", m, getattr(impl, m.name),
+                                           frozenset(roles[m.name]), auth, on_malformed)
+    return grpc.method_handlers_generic_handler(service.full_name, handlers)
+
+
+def _method_handler(path: str, m, fn: Callable, allowed: frozenset[Role], auth: Authenticator,
+                    on_malformed: Callable[[str], Awaitable[None]] | None):
+    request_cls = GetMessageClass(m.input_type)
+
+    async def parse(raw: bytes) -> Message:
+        try:
+            return _parse(request_cls, raw)
+        except errors.InvalidArgument:
+            if on_malformed is not None:
+                await on_malformed(m.name)
+            raise
+
+    def admit(context) -> Caller:
+        caller = auth.identify(context)
+        if not caller.roles & allowed:
+            if caller.identity is None:
+                raise errors.Unauthenticated(f"missing credentials for {m.name}: {auth.hint}")
+            raise errors.PermissionDenied(f"{caller.identity} may not call {m.name} (allowed roles: "
+                                          f"{', '.join(sorted(allowed))})")
+        return caller
+
+    if m.client_streaming and not m.server_streaming:
+        async def stream_unary(request_iterator: AsyncIterator[bytes], context):
+            try:
+                caller = admit(context)
+
+                async def parsed():
+                    async for raw in request_iterator:
+                        yield await parse(raw)
+
+                return await fn(parsed(), context, caller)
+            except errors.LacError as exc:
+                await _abort(context, path, exc)
+            except (grpc.aio.AbortError, grpc.aio.UsageError):
+                raise
+            except Exception:  # noqa: BLE001 - the boundary: a bug is INTERNAL, logged once
+                await _internal(context, path)
+
+        return grpc.stream_unary_rpc_method_handler(stream_unary, request_deserializer=None,
+                                                    response_serializer=_serialize)
+    if m.server_streaming and not m.client_streaming:
+        async def unary_stream(raw: bytes, context):
+            try:
+                caller = admit(context)
+                request = await parse(raw)
+                agen = fn(request, context, caller)
+                if not inspect.isasyncgen(agen):
+                    raise TypeError(f"{path} must be an async generator")
+                async for item in agen:
+                    yield item
+            except errors.LacError as exc:
+                await _abort(context, path, exc)
+            except (grpc.aio.AbortError, grpc.aio.UsageError):
+                raise
+            except Exception:  # noqa: BLE001
+                await _internal(context, path)
+
+        return grpc.unary_stream_rpc_method_handler(unary_stream, request_deserializer=None,
+                                                    response_serializer=_serialize)
+    if m.client_streaming:
+        raise ValueError(f"{path}: bidirectional streaming is not used by LAC")
+
+    async def unary_unary(raw: bytes, context):
+        try:
+            caller = admit(context)
+            return await fn(await parse(raw), context, caller)
+        except errors.LacError as exc:
+            await _abort(context, path, exc)
+        except (grpc.aio.AbortError, grpc.aio.UsageError):
+            raise
+        except Exception:  # noqa: BLE001
+            await _internal(context, path)
+
+    return grpc.unary_unary_rpc_method_handler(unary_unary, request_deserializer=None,
+                                               response_serializer=_serialize)

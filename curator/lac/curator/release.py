@@ -1,0 +1,229 @@
+"""One release, from a request to a guarantee: the only home of release defaults.
+
+* ``ReleaseSpec``: what an analyst asks for (mechanism, ε, δ, knobs, windows). Its defaults
+  are the release defaults of the gRPC service, the CLI and the offline path.
+* ``PublicCaps``: what the curator's configuration fixes (W, C, the clip M, the EndToEndDP
+  validation cap); never part of a request, so an analyst cannot tune a sensitivity to the data.
+* ``run``: per-report counts + public prior + spec + caps + privacy unit -> ``Release`` (the
+  released log-probabilities and the typed ``Guarantee`` its statement is rendered from).
+
+Data-dependent sensitivities (the papers' "bruteforce", "claim1", laplace-public "observed")
+and k-anonymity are never differentially private: their releases carry that label and callers
+must not charge them to a privacy budget (``Release.charge`` is None).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+import scipy.sparse as sp
+
+from lac.common.privacy import Budget, Guarantee, PrivacyUnit, check_delta, check_epsilon
+from lac.curator.baselines import k_anonymity, laplace_dp, laplace_public_dp
+from lac.curator.bayesian import LOG_THETA_GRID, SENSITIVITY_METHODS, BayesianParams, bayesian_dp
+from lac.curator.endtoend import EndToEndParams, end_to_end_dp
+from lac.curator.gaussian import METHODS as CALIBRATIONS
+
+__all__ = ["MECHANISMS", "OFFLINE_ONLY", "ReleaseSpec", "PublicCaps", "Release", "ReleaseRecord", "run"]
+
+MECHANISMS = ("bayesian", "endtoend", "laplace", "laplace-public")
+OFFLINE_ONLY = ("kanon",)  # NOT differentially private: never over RPC
+_WITH_DELTA = ("bayesian", "endtoend")
+
+
+@dataclass(frozen=True)
+class PublicCaps:
+    """The public caps every sensitivity is computed from (curator configuration)."""
+
+    W: int = 100  # items per report
+    C: int = 1  # per-report, per-item clamp
+    count_clip: int = 1_000_000  # item totals clipped here before BayesianDP's log
+    validation_cap: int = 100_000  # EndToEndDP validation split (sound)
+
+    def __post_init__(self) -> None:
+        for name in ("W", "C", "count_clip", "validation_cap"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ValueError(f"{name} must be an integer >= 1, got {v!r}")
+
+
+@dataclass(frozen=True)
+class ReleaseSpec:
+    """One release request. Defaults here are the release defaults everywhere."""
+
+    epsilon: float
+    delta: float = 1e-6
+    mechanism: str = "bayesian"
+    sensitivity: str = "sound"
+    S: float = 0.01
+    rho: float = 0.5
+    calibration: str = "auto"
+    public_sensitivity: str = "sound"
+    first_window: int | None = None
+    last_window: int | None = None
+    K: int = 50  # k-anonymity threshold (offline only)
+
+    def __post_init__(self) -> None:
+        if self.mechanism not in MECHANISMS + OFFLINE_ONLY:
+            raise ValueError(f"unknown mechanism {self.mechanism!r}; available: {', '.join(MECHANISMS)}")
+        if self.mechanism != "kanon":
+            check_epsilon(self.epsilon)
+        if self.mechanism in _WITH_DELTA:
+            check_delta(self.delta, allow_zero=False)
+        if self.sensitivity not in SENSITIVITY_METHODS:
+            raise ValueError(f"unknown sensitivity {self.sensitivity!r}; available: {', '.join(SENSITIVITY_METHODS)}")
+        if self.public_sensitivity not in ("sound", "observed"):
+            raise ValueError(f"unknown public_sensitivity {self.public_sensitivity!r}; available: sound, observed")
+        if self.calibration not in CALIBRATIONS:
+            raise ValueError(f"unknown calibration {self.calibration!r}; available: {', '.join(CALIBRATIONS)}")
+        if (self.first_window is None) != (self.last_window is None):
+            raise ValueError("give both first_window and last_window, or neither")
+        if self.first_window is not None and self.first_window > self.last_window:
+            raise ValueError("first_window must not be after last_window")
+
+    @property
+    def data_dependent(self) -> bool:
+        """True when the requested calibration looks at the data (NOT differentially private)."""
+        if self.mechanism in ("bayesian", "endtoend"):
+            return self.sensitivity != "sound"
+        if self.mechanism == "laplace-public":
+            return self.public_sensitivity != "sound"
+        return self.mechanism == "kanon"
+
+    @property
+    def budget(self) -> Budget:
+        """The (ε, δ) this release spends from each window it covers when it is DP."""
+        return Budget(self.epsilon, self.delta if self.mechanism in _WITH_DELTA else 0.0)
+
+
+@dataclass(frozen=True, eq=False)
+class Release:
+    """A computed release: what is published (``log_probs``) and what it guarantees."""
+
+    mechanism: str
+    log_probs: np.ndarray
+    guarantee: Guarantee | None  # None: k-anonymity (no guarantee at all)
+    note: str
+    sensitivity_method: str
+    gamma: float
+    sigma: float
+    calibration: str
+    laplace_scale: float
+    n_reports: int  # exact: library/operator only
+    vocab_size: int
+    params: dict[str, float] = field(default_factory=dict)  # public knobs and caps
+
+    @property
+    def differentially_private(self) -> bool:
+        return self.guarantee is not None and self.guarantee.differentially_private
+
+    @property
+    def statement(self) -> str:
+        return self.guarantee.statement() if self.guarantee is not None else self.note
+
+    @property
+    def charge(self) -> Budget | None:
+        """What this release spends from each window it covers (None: not DP, never charged)."""
+        return self.guarantee.budget if self.differentially_private else None
+
+
+def _rounded(log_probs: np.ndarray) -> np.ndarray:
+    """Log-probabilities on multiples of 2⁻⁴⁰ (a floating-point mitigation, not a proof)."""
+    lp = np.asarray(log_probs, dtype=np.float64)
+    finite = np.isfinite(lp)
+    return np.where(finite, np.rint(np.where(finite, lp, 0.0) / LOG_THETA_GRID) * LOG_THETA_GRID, lp)
+
+
+def run(U: sp.csr_matrix, alpha: np.ndarray, spec: ReleaseSpec, caps: PublicCaps,
+        unit: PrivacyUnit = PrivacyUnit.report(), rng: np.random.Generator | None = None) -> Release:
+    """Run ``spec`` on per-report counts ``U`` (rows = reports, columns = the public vocabulary)."""
+    W, C = caps.W, caps.C
+    common = dict(vocab_size=int(alpha.size), n_reports=int(U.shape[0]))
+    if spec.mechanism == "bayesian":
+        p = BayesianParams(epsilon=spec.epsilon, delta=spec.delta, S=spec.S, C=C, rho=spec.rho,
+                           sensitivity=spec.sensitivity, calibration=spec.calibration, W=W,
+                           count_clip=caps.count_clip, unit=unit)
+        r = bayesian_dp(U, alpha, p, rng=rng)
+        return Release("bayesian", _rounded(r.log_theta), r.guarantee, "", r.sensitivity_method, r.gamma, r.sigma,
+                       r.calibration, 0.0, params=dict(S=p.S, C=C, rho=p.rho, W=W, count_clip=caps.count_clip),
+                       **common)
+    if spec.mechanism == "endtoend":
+        p = EndToEndParams(epsilon=spec.epsilon, delta=spec.delta, C=C, sensitivity=spec.sensitivity,
+                           calibration=spec.calibration, W=W, count_clip=caps.count_clip,
+                           validation_cap=caps.validation_cap, unit=unit)
+        e = end_to_end_dp(U, alpha, p, rng=rng)
+        r = e.release
+        return Release("endtoend", _rounded(r.log_theta), e.guarantee, "", r.sensitivity_method, r.gamma, r.sigma,
+                       r.calibration, e.laplace_scale,
+                       params=dict(S=e.S, C=C, rho=e.rho, W=W, count_clip=caps.count_clip,
+                                   epsilon_select=e.epsilon_select, epsilon_release=e.epsilon_release),
+                       **common)
+    if spec.mechanism == "laplace":
+        b = laplace_dp(U, W=W, C=C, epsilon=spec.epsilon, rng=rng, unit=unit)
+    elif spec.mechanism == "laplace-public":
+        b = laplace_public_dp(U, alpha, W=W, C=C, epsilon=spec.epsilon, sensitivity=spec.public_sensitivity,
+                              rng=rng, unit=unit)
+    else:
+        b = k_anonymity(U, K=spec.K, C=C)
+    with np.errstate(divide="ignore"):
+        log_probs = np.log(b.probs)
+    return Release(spec.mechanism, _rounded(log_probs), b.guarantee, b.note, b.sensitivity_method, 0.0, 0.0, "",
+                   b.scale, params={k: float(v) for k, v in b.params.items() if isinstance(v, (int, float))
+                                    and not isinstance(v, bool)}, **common)
+
+
+@dataclass(frozen=True)
+class ReleaseRecord:
+    """What the curator remembers of a release (stored as JSON; ``lac.curator.serde`` renders the
+    analyst's and the operator's views of it)."""
+
+    release_id: str
+    created_at: str
+    mechanism: str
+    params: dict[str, float]
+    sensitivity_method: str
+    data_dependent: bool
+    differentially_private: bool
+    gamma: float
+    sigma: float
+    calibration: str
+    laplace_scale: float
+    epsilon: float
+    delta: float
+    charged_epsilon: float  # spent from each covered window (0 when not DP)
+    charged_delta: float
+    n_reports: int  # exact: operator only
+    vocab_size: int
+    max_n: int
+    first_window: int
+    last_window: int
+    privacy_unit: str
+    reports_per_user: int
+    statement: str  # the full statement (operator)
+    public_statement: str  # the statement without data-derived numbers (analyst)
+
+    @classmethod
+    def of(cls, release: Release, release_id: str, created_at: str, max_n: int, windows: tuple[int, int],
+           unit: PrivacyUnit) -> ReleaseRecord:
+        g = release.guarantee
+        charge = release.charge
+        return cls(release_id=release_id, created_at=created_at, mechanism=release.mechanism,
+                   params=dict(release.params), sensitivity_method=release.sensitivity_method,
+                   data_dependent=g is None or g.data_dependent,
+                   differentially_private=release.differentially_private, gamma=release.gamma,
+                   sigma=release.sigma, calibration=release.calibration, laplace_scale=release.laplace_scale,
+                   epsilon=g.epsilon if g else float("inf"), delta=g.delta if g else 0.0,
+                   charged_epsilon=charge.epsilon if charge else 0.0, charged_delta=charge.delta if charge else 0.0,
+                   n_reports=release.n_reports, vocab_size=release.vocab_size, max_n=max_n,
+                   first_window=windows[0], last_window=windows[1], privacy_unit=unit.describe(),
+                   reports_per_user=unit.max_reports, statement=release.statement,
+                   public_statement=g.public_statement() if g else release.note)
+
+    def to_json(self) -> bytes:
+        return json.dumps(asdict(self)).encode("utf-8")
+
+    @classmethod
+    def from_json(cls, data: bytes) -> ReleaseRecord:
+        return cls(**json.loads(data))

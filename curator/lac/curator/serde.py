@@ -1,0 +1,69 @@
+"""Proto ⇄ domain translations of the curator's RPCs (the only curator module that builds replies).
+
+Views by role: an analyst's reply never carries an exact count, a pre-noise value or, for a
+data-dependent release, its data-derived sensitivity and noise scale; an operator's does (except
+pre-noise values, which no reply carries).
+"""
+
+from __future__ import annotations
+
+from lac.common.errors import InvalidArgument
+from lac.common.privacy import Budget
+from lac.common.rpc import Caller, Role
+from lac.common.v1 import curator_pb2
+from lac.curator.release import ReleaseRecord, ReleaseSpec
+
+__all__ = ["release_spec", "record_message", "window_budgets", "is_operator"]
+
+
+def is_operator(caller: Caller) -> bool:
+    return Role.OPERATOR in caller.roles
+
+
+def release_spec(r: curator_pb2.ReleaseRequest) -> ReleaseSpec:
+    """The request as a ``ReleaseSpec`` (unset fields take the spec's defaults); InvalidArgument if invalid."""
+    given = {}
+    if r.mechanism:
+        given["mechanism"] = r.mechanism
+    if r.delta:
+        given["delta"] = r.delta
+    if r.s:
+        given["S"] = r.s
+    if r.rho:
+        given["rho"] = r.rho
+    for name in ("sensitivity", "calibration", "public_sensitivity"):
+        if getattr(r, name):
+            given[name] = getattr(r, name)
+    if r.HasField("first_window") or r.HasField("last_window"):
+        given["first_window"] = r.first_window if r.HasField("first_window") else None
+        given["last_window"] = r.last_window if r.HasField("last_window") else None
+    try:
+        return ReleaseSpec(epsilon=r.epsilon, **given)
+    except ValueError as exc:
+        raise InvalidArgument(str(exc)) from None
+
+
+def record_message(rec: ReleaseRecord, caller: Caller) -> curator_pb2.ReleaseRecord:
+    """The caller's view of a release record."""
+    operator = is_operator(caller)
+    show_noise = operator or not rec.data_dependent
+    return curator_pb2.ReleaseRecord(
+        release_id=rec.release_id, created_at=rec.created_at, mechanism=rec.mechanism, params=rec.params,
+        sensitivity_method=rec.sensitivity_method, data_dependent=rec.data_dependent,
+        gamma=rec.gamma if show_noise else 0.0, sigma=rec.sigma if show_noise else 0.0,
+        calibration=rec.calibration, epsilon=rec.epsilon, delta=rec.delta,
+        n_reports=rec.n_reports if operator else 0, vocab_size=rec.vocab_size, max_n=rec.max_n,
+        statement=rec.statement if operator else rec.public_statement,
+        differentially_private=rec.differentially_private,
+        laplace_scale=rec.laplace_scale if show_noise else 0.0, ledger_epsilon=rec.charged_epsilon,
+        ledger_delta=rec.charged_delta, first_window=rec.first_window, last_window=rec.last_window,
+        privacy_unit=rec.privacy_unit, reports_per_user=rec.reports_per_user)
+
+
+def window_budgets(spent: dict[int, Budget], limit: Budget) -> list[curator_pb2.WindowBudget]:
+    out = []
+    for w in sorted(spent):
+        left = limit.minus(spent[w])
+        out.append(curator_pb2.WindowBudget(window=w, spent_epsilon=spent[w].epsilon, spent_delta=spent[w].delta,
+                                            remaining_epsilon=left.epsilon, remaining_delta=left.delta))
+    return out

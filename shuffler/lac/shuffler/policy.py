@@ -1,0 +1,110 @@
+"""The shuffler's release policy: which buffered reports form the next batch, in what order.
+
+A pure function of the buffered rows and the configuration (randomness from the OS CSPRNG,
+``lac.shuffler.shuffle``); storage (``ReportLog``) only fetches rows and stores the result.
+
+In order:
+1. One report per client: the rows are put in a uniformly random order and the first report
+   of each client is taken; the client's other reports stay buffered for a later batch (so a
+   batch never holds two reports of one client, whatever windows they were accepted in).
+   Rows without a client (authentication disabled) are all taken and the batch carries no
+   distinct-client guarantee.
+2. Threshold: nothing is released unless the taken reports number at least ``threshold``.
+3. Poisson sub-sampling at rate ``subsample_q`` (secret sample), then the crowd threshold
+   (crowds with fewer than ``crowd_threshold`` kept reports are dropped; reports without a
+   crowd id form one crowd).
+4. A uniform shuffle, cut into consecutive parts of at most ``max_batch_bytes`` (each part of
+   one uniform permutation is itself a uniformly random subset in uniform order).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from lac.shuffler.shuffle import bernoulli_mask, secure_permutation
+
+__all__ = ["Row", "Selection", "select_batch", "distinct_clients", "chunks"]
+
+
+@dataclass(frozen=True)
+class Row:
+    """One buffered report as the policy sees it (``payload`` is opaque bytes)."""
+
+    seq: int
+    client: bytes | None
+    window: int
+    crowd: str | None
+    payload: bytes
+
+
+@dataclass(frozen=True)
+class Selection:
+    """The outcome of one release decision."""
+
+    taken: tuple[int, ...]  # seqs removed from the buffer (released or dropped)
+    parts: tuple[tuple[bytes, ...], ...]  # shuffled payloads per batch (empty: everything was dropped)
+    considered: int
+    dropped_subsampled: int
+    dropped_crowd: int
+    first_window: int
+    last_window: int
+    distinct_clients: bool  # every released report carries a distinct authenticated client
+
+    @property
+    def size(self) -> int:
+        return sum(len(p) for p in self.parts)
+
+
+def distinct_clients(rows: Sequence[Row]) -> int:
+    """Reports a batch could take now: one per client, plus every report without a client."""
+    return len({r.client for r in rows if r.client is not None}) + sum(r.client is None for r in rows)
+
+
+def chunks(payloads: Sequence[bytes], max_bytes: int) -> list[tuple[int, int]]:
+    """[lo, hi) slices whose summed sizes stay within ``max_bytes`` (at least one entry each)."""
+    out, lo, size = [], 0, 0
+    for i, e in enumerate(payloads):
+        if size + len(e) > max_bytes and i > lo:
+            out.append((lo, i))
+            lo, size = i, 0
+        size += len(e)
+    if lo < len(payloads):
+        out.append((lo, len(payloads)))
+    return out
+
+
+def select_batch(rows: Sequence[Row], threshold: int, subsample_q: float = 1.0, crowd_threshold: int = 0,
+                 max_batch_bytes: int = 1 << 62) -> Selection | None:
+    """The next batch from ``rows`` (see the module docstring), or None below ``threshold``."""
+    order = secure_permutation(len(rows)).tolist()
+    seen: set[bytes] = set()
+    taken: list[Row] = []
+    for i in order:
+        r = rows[i]
+        if r.client is not None:
+            if r.client in seen:
+                continue
+            seen.add(r.client)
+        taken.append(r)
+    if len(taken) < max(threshold, 1):
+        return None
+    considered = len(taken)
+    kept = taken
+    if subsample_q < 1.0:
+        kept = [r for r, k in zip(kept, bernoulli_mask(len(kept), subsample_q).tolist()) if k]
+    n_sub = considered - len(kept)
+    n_crowd = 0
+    if crowd_threshold > 0:
+        sizes = Counter(r.crowd or "" for r in kept)
+        small = {c for c, m in sizes.items() if m < crowd_threshold}
+        before = len(kept)
+        kept = [r for r in kept if (r.crowd or "") not in small]
+        n_crowd = before - len(kept)
+    shuffled = [kept[i].payload for i in secure_permutation(len(kept)).tolist()]
+    parts = tuple(tuple(shuffled[lo:hi]) for lo, hi in chunks(shuffled, max_batch_bytes))
+    windows = [r.window for r in kept] or [r.window for r in taken]
+    return Selection(taken=tuple(r.seq for r in taken), parts=parts, considered=considered,
+                     dropped_subsampled=n_sub, dropped_crowd=n_crowd, first_window=min(windows),
+                     last_window=max(windows), distinct_clients=all(r.client is not None for r in kept))
