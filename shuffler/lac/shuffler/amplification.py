@@ -20,9 +20,9 @@ Talwar, "Stronger Privacy Amplification by Shuffling for Renyi and Approximate
 Differential Privacy" (SODA 2023, Thm 3.2), and of Wang et al., "Privacy Amplification
 via Shuffling: Unified, Simplified, and Tightened" (VLDB 2024) with the parameters of a
 general eps0-LDP randomizer (p = q = e^eps0, beta = (p-1)/(p+1)).  Their general proofs
-have a gap: the FMT'23 errata restricts the theorem to a class of randomizers, and Wang
-et al.'s Lemma 4.5 re-inserts the victim's "common" component W by a rule that depends on
-the count A + B only, which is not the right conditional law when
+have a gap: the FMT'23 errata restricts the theorem to a class of randomizers, and (as we
+read it) Wang et al.'s Lemma 4.5 re-inserts the victim's "common" component W by a rule that
+depends on the count A + B only, which is not the right conditional law when
 beta' = TV(R(x0), R(x1)) < (p-1)/(p+1).  This module relies on the following proof.
 
 1. Decomposition (Wang et al., Lemma 4.4).  With a = beta'/(p-1),
@@ -46,6 +46,10 @@ beta' = TV(R(x0), R(x1)) < (p-1)/(p+1).  This module relies on the following pro
    the counts are exactly the pair (P, Q) above, which therefore bounds every
    eps0-LDP randomizer.
 
+The bound is nearly attained: 3-ary randomized response (others' inputs on the third value)
+is exactly (0.11703, 1e-6)-DP after shuffling at eps0 = 4, n = 1e5, against 0.11815 here
+(tests/test_amplification.py computes such lower bounds independently).
+
 **Evaluation (every approximation errs upwards).**  Given C = c the likelihood ratio
 P/Q = (p x + c+1-x)/(x + p(c+1-x)) increases with the first coordinate x, so
 
@@ -56,8 +60,8 @@ with S_c(k) = Pr[Bin(c, 1/2) >= k].  ``numerical_delta``:
 * takes k as the best of the three integers around the computed threshold, so rounding
   of the threshold cannot lose the maximum;
 * computes S_c as suffix sums of non-negative pmf terms (one log-gamma anchor per c, then
-  a product of ratios) over a window ending at a Hoeffding point tau: tau is added to
-  S_c(k-1) and nothing to S_c(k), whose coefficient is negative;
+  a product of ratios) over a window beyond which Hoeffding bounds the tail by tau: tau is
+  added to S_c(k-1) and nothing to S_c(k), whose coefficient is negative;
 * drops values of C outside a Chernoff interval and adds both Chernoff tail bounds; when C
   has many likely values they are grouped in blocks, each block weighted at its smallest c
   (the c-term is non-increasing in c: one more clone is a post-processing);
@@ -65,11 +69,11 @@ with S_c(k) = Pr[Bin(c, 1/2) >= k].  ``numerical_delta``:
   rounding.
 
 ``shuffle_epsilon`` then searches the smallest eps with delta(eps) <= delta by repeated
-multi-section and returns the *upper* end of a bracket narrower than ``tol`` (a point at
-which the bound was verified).  "No amplification" is reported (with eps = eps0, delta = 0)
-when the bound is not below eps_loc = log(p - delta (p+1)) -- what eps0-LDP alone gives at
-this delta, the randomized-response curve -- by more than 1e-6 eps0 (the precision at which
-statements print epsilon).
+multi-section and returns the *upper* end of a bracket narrower than ``tol`` (relative
+below eps = 1): a point at which the bound was verified.  "No amplification" (reported as
+eps = eps0, delta = 0) means the bound is not below eps_loc = log(p - delta (p+1)) -- what
+eps0-LDP alone gives at this delta, the randomized-response curve -- by more than 1e-6 eps0
+(the precision at which statements print epsilon).
 
 Other shuffling bounds (for comparison)
 =======================================
@@ -98,6 +102,7 @@ __all__ = [
     "AmplificationResult",
     "closed_form_valid",
     "local_epsilon_metric",
+    "local_only_epsilon",
     "numerical_delta",
     "shuffle_epsilon",
     "subsampling_epsilon",
@@ -105,10 +110,11 @@ __all__ = [
 ]
 
 METHODS = ("numerical", "fmt21", "fmt21_nomix", "closed_form")
-DEFAULT_TOL = 1e-7      # final bracket width on eps
-_GRID = 16             # points per multi-section pass
+DEFAULT_TOL = 1e-7      # final bracket width on eps, relative below eps = 1
+_GRID = 32             # points per multi-section pass
 _MAX_ROWS = 1024        # values of C evaluated separately before grouping into blocks
-_CHUNK = 1 << 21        # pmf entries per working array (16 MB)
+_CHUNK = 1 << 20        # pmf entries per working array (8 MB)
+_TABLE = 1 << 22        # tail-table entries kept per curve (32 MB)
 _EPS0_MAX = 700.0       # above: clone probability < 1e-300, nothing to gain (and e^eps overflows)
 _NO_GAIN = 1e-6         # relative gain over the local guarantee below which we say "no amplification"
 _ULP = 2.0 ** -52
@@ -118,15 +124,14 @@ _ASSUMPTIONS = ("assumes each of the n reports comes from a distinct user and is
                 "other identifying metadata, and that neighbouring batches differ in one user's input")
 
 _THEOREMS = {
-    "numerical": ("stronger-clone bound (the pair C~Bin(n-1, 2/(e^eps0+1)), A~Bin(C,1/2), "
-                  "D~Bern(e^eps0/(e^eps0+1)), P=(A+D, C-A+1-D) vs Q=(A+1-D, C-A+D) of "
-                  "Feldman-McMillan-Talwar 2023 Thm 3.2 and Wang et al. 2024 with p=q=e^eps0; proof for "
-                  "every eps0-LDP randomizer in lac.shuffler.amplification), delta(eps) computed numerically "
-                  "and rounded up"),
-    "fmt21": ("Feldman-McMillan-Talwar 2021 (Hiding Among the Clones) Theorem 3.2 (the pair with "
-              "C~Bin(n-1, e^-eps0)), delta(eps) computed numerically and rounded up"),
+    "numerical": ("stronger-clone bound of Feldman-McMillan-Talwar 2023 (Thm 3.2 pair) and Wang et al. 2024 "
+                  "(p=q=e^eps0): hockey-stick divergence of P=(A+D, C-A+1-D) vs Q=(A+1-D, C-A+D) with "
+                  "C~Bin(n-1, 2/(e^eps0+1)), A~Bin(C,1/2), D~Bern(e^eps0/(e^eps0+1)), an upper bound for every "
+                  "eps0-LDP randomizer (proof in lac.shuffler.amplification), computed numerically and rounded up"),
+    "fmt21": ("Feldman-McMillan-Talwar 2021 (Hiding Among the Clones) Theorem 3.2 (the same pair with "
+              "C~Bin(n-1, e^-eps0)), computed numerically and rounded up"),
     "fmt21_nomix": ("Feldman-McMillan-Talwar 2021 (Hiding Among the Clones) Theorem 3.2 reduction without the "
-                    "Bernoulli mixing (conservative), delta(eps) computed numerically and rounded up"),
+                    "Bernoulli mixing (conservative), computed numerically and rounded up"),
     "closed_form": "Feldman-McMillan-Talwar 2021 (Hiding Among the Clones), Theorem 3.1, closed form",
 }
 
@@ -225,14 +230,15 @@ def _pair_params(method: str, eps0: float) -> tuple[float, float, float, float]:
 class _PrivacyCurve:
     """Upper bounds on delta(eps) = H_{e^eps}(P || Q) of one clone pair, for fixed (eps0, n).
 
-    Everything independent of eps (the likely values of C, their weights, the Hoeffding
-    windows) is prepared once; ``delta`` evaluates a whole grid of eps per sweep.
+    Everything independent of eps (the likely values of C, their weights, the table of
+    Bin(c, 1/2) tails over each Hoeffding window) is prepared once; ``delta`` then reads
+    three candidate thresholds per (c, eps) from the table, for a whole grid of eps.
     """
 
     def __init__(self, method: str, eps0: float, n: int, delta_target: float):
         self.eps0 = eps0
-        log_q, log_1mq, self.log_mix, self.log_1m_mix = _pair_params(method, eps0)
-        self.mix, self.w1 = math.exp(self.log_mix), math.exp(self.log_1m_mix)   # w, 1 - w
+        log_q, log_1mq, log_mix, log_1m_mix = _pair_params(method, eps0)
+        self.mix, self.w1 = math.exp(log_mix), math.exp(log_1m_mix)   # w = Pr[D = 1], 1 - w
         self.mixing = self.w1 > 0
         self.expm1_eps0 = math.expm1(eps0)
         m = n - 1                                  # C ~ Bin(m, clone prob)
@@ -241,31 +247,62 @@ class _PrivacyCurve:
         self.log_inv_tail = -math.log(tail)
         if m == 0:
             lo = hi = 0
-            pc, self.excluded = np.ones(1), 0.0
+            pc, self.excluded, log_pc_size = np.ones(1), 0.0, 0.0
         else:
             lo, hi, self.excluded = _likely_range(m, log_q, log_1mq, self.log_inv_tail)
             cs = np.arange(lo, hi)
-            steps = np.log((m - cs) / (cs + 1.0)) + (log_q - log_1mq)
-            log_pc = _log_binom_pmf_at(m, lo, log_q, log_1mq) + np.concatenate(([0.0], np.cumsum(steps)))
-            pc = np.exp(log_pc)
+            steps = np.log((m - cs) / (cs + 1.0)) + (log_q - log_1mq)     # log pmf(c+1) - log pmf(c)
+            anchor = _log_binom_pmf_at(m, lo, log_q, log_1mq)
+            pc = np.exp(anchor + np.concatenate(([0.0], np.cumsum(steps))))
+            log_pc_size = abs(anchor) + float(np.abs(steps).sum())       # what rounding of the logs scales with
         rows = np.arange(lo, hi + 1)
-        if len(rows) > _MAX_ROWS:                  # block of consecutive c, weighted at its smallest c
-            width = -(-len(rows) // _MAX_ROWS)
-            starts = np.arange(0, len(rows), width)
+        # Hoeffding: Pr[Bin(c,1/2) >= c/2 + s] <= exp(-2 s^2/c); the window of tails kept per c
+        # reaches s = sqrt(c log(1/tail) / 2).  Cap the table at _TABLE entries by grouping c.
+        width = math.ceil(math.sqrt(hi * self.log_inv_tail / 2)) + 6
+        max_rows = max(64, min(_MAX_ROWS, _TABLE // width))
+        if len(rows) > max_rows:                   # blocks of consecutive c, each weighted at its smallest c
+            size = -(-len(rows) // max_rows)
+            starts = np.arange(0, len(rows), size)
             self.c, self.weight = rows[starts], np.add.reduceat(pc, starts)
         else:
             self.c, self.weight = rows, pc
-        # Window of Bin(c, 1/2) tails: Pr[Bin(c,1/2) >= c/2 + s] <= exp(-2 s^2 / c) (Hoeffding).
         c = self.c.astype(float)
         self.k_hi = np.minimum(self.c, np.ceil(c / 2 + np.sqrt(c * self.log_inv_tail / 2))).astype(np.int64)
         gap = self.k_hi + 1 - c / 2
         with np.errstate(divide="ignore", invalid="ignore"):
             beyond = np.where(self.k_hi < self.c, np.exp(-2 * gap * gap / np.maximum(c, 1.0)), 0.0)
-        self.beyond = beyond + 1e-300 * (self.k_hi + 1)   # + whatever underflowed inside the window
-        self.k_lo = np.maximum(0, (self.c + 1) // 2 - 3)  # lowest index any eps >= 0 reads
-        self.log_b_cache: dict[tuple[int, int], float] = {}
-        span = int(self.k_hi.max() - self.k_lo.min()) + 2
-        self.rel_slack = 1e-12 + 64 * _ULP * (n * math.log(n + 2) + n + 4 * span + 64 * (hi - lo + 1))
+        self.beyond = beyond + 1e-300 * (self.k_hi + 2)   # + whatever underflowed inside the window
+        self.k_lo = np.maximum(0, (self.c + 1) // 2 - 3)  # below the lowest index any eps >= 0 reads
+        self.S = self._tails()
+        # Relative slack for rounding: the log-gamma anchors (a few ulp of lgamma(n+1) + n log 2),
+        # one ulp per step of the running products and sums, the summed log-weights of C.
+        self.rel_slack = 1e-12 + 64 * _ULP * (math.lgamma(n + 1) + n + self.S.shape[1] + log_pc_size + len(rows))
+
+    def _tails(self) -> np.ndarray:
+        """S[r, i] = Pr[k_hi[r] + 1 - i <= Bin(c[r], 1/2) <= k_hi[r]]  (so S[r, 0] = 0).
+
+        Row by row from the top of the window down: one log-gamma anchor at k_hi, then
+        b(a-1) = b(a) a/(c-a+1); S is a running sum of these non-negative terms.  Columns
+        past k_hi - k_lo + 1 are never read.
+        """
+        c, k_hi = self.c, self.k_hi
+        width = int((k_hi - self.k_lo).max()) + 2
+        S = np.zeros((len(c), width))
+        down = np.arange(width - 2, dtype=float)
+        step = max(1, _CHUNK // width)
+        for r0 in range(0, len(c), step):
+            cc, kh = c[r0:r0 + step], k_hi[r0:r0 + step]
+            top = np.array([math.lgamma(x + 1) - math.lgamma(k + 1) - math.lgamma(x - k + 1)
+                            for x, k in zip(cc.tolist(), kh.tolist())]) + cc * math.log(0.5)
+            a = kh.astype(float)[:, None] - down                     # b(a-1) / b(a) = a / (c-a+1)
+            ratio = (cc + 1.0)[:, None] - a
+            np.divide(a, ratio, out=ratio)                           # rows shorter than the table: unread
+            pmf = np.empty((len(cc), width - 1))
+            pmf[:, 0] = np.exp(top)
+            np.cumprod(ratio, axis=1, out=pmf[:, 1:])
+            pmf[:, 1:] *= pmf[:, :1]
+            np.cumsum(pmf, axis=1, out=S[r0:r0 + step, 1:])
+        return S
 
     def _threshold_index(self, eps: np.ndarray) -> np.ndarray:
         """Computed first x with P/Q > e^eps given C = c (exact up to one unit either way)."""
@@ -285,59 +322,25 @@ class _PrivacyCurve:
             return out
         ev = eps[live]
         # A = w - e(1-w) >= 0 and B = (1-w) - e w < 0 in cancellation-free forms, then rounded
-        # towards larger bounds: A up by 4 ulp, B towards 0 by 4 ulp (relative).
+        # towards a larger bound: A up by 4 ulp, B towards 0 by 4 ulp (relative).
         if self.mixing:
             A = (self.expm1_eps0 - np.expm1(ev)) * self.w1
             B = -(np.expm1(ev) * self.mix + math.tanh(self.eps0 / 2))
         else:
             A, B = np.ones_like(ev), -np.exp(ev)
         A, B = A + 4 * _ULP, B * (1 - 4 * _ULP)
-        k_star = self._threshold_index(ev)
-        band_lo = np.minimum(np.maximum(self.k_lo, k_star.min(axis=1) - 2), self.k_hi)
-        acc = np.zeros_like(ev)
-        rows = len(self.c)
-        width_max = int((self.k_hi - band_lo).max()) + 2
-        step = max(1, _CHUNK // max(width_max, 1))
-        for r0 in range(0, rows, step):
-            sl = slice(r0, min(rows, r0 + step))
-            S = self._tails(self.c[sl], band_lo[sl], self.k_hi[sl])
-            zero_col = S.shape[1] - 1
-            best = np.zeros((S.shape[0], len(ev)))
-            for shift in (-1, 0, 1):
-                k = k_star[sl] + shift
-                j_hi = np.clip(k - band_lo[sl, None], 0, zero_col)
-                j_lo = np.clip(k - 1 - band_lo[sl, None], 0, zero_col)   # k-1 < 0 only if band_lo = 0: S(-1) = S(0)
-                s_lo = np.take_along_axis(S, j_lo, axis=1)
-                s_hi = np.take_along_axis(S, j_hi, axis=1)
-                bound = A * (s_lo * (1 + self.rel_slack) + self.beyond[sl, None]) + B * (s_hi * (1 - self.rel_slack))
-                np.maximum(best, bound, out=best)
-            acc += self.weight[sl] @ best
-        out[live] = acc * (1 + self.rel_slack) + self.excluded
+        col = (self.k_hi + 1)[:, None] - self._threshold_index(ev)   # column of S holding S(k*)
+        last = self.S.shape[1] - 1
+        best = np.zeros((len(self.c), len(ev)))
+        for shift in (-1, 0, 1):
+            j = col - shift
+            # k > k_hi: column <= 0 holds 0 (tau is added below); S(-1) = S(0) = 1 when k_lo = 0
+            s_lo = np.take_along_axis(self.S, np.clip(j + 1, 0, last), axis=1)
+            s_hi = np.take_along_axis(self.S, np.clip(j, 0, last), axis=1)
+            bound = A * (s_lo * (1 + self.rel_slack) + self.beyond[:, None]) + B * (s_hi * (1 - self.rel_slack))
+            np.maximum(best, bound, out=best)
+        out[live] = (self.weight @ best) * (1 + self.rel_slack) + self.excluded
         return np.minimum(out, 1.0)
-
-    def _tails(self, c: np.ndarray, k_from: np.ndarray, k_hi: np.ndarray) -> np.ndarray:
-        """S[r, j] = sum_{a = k_from[r]+j}^{k_hi[r]} Pr[Bin(c[r], 1/2) = a], plus a final zero column."""
-        width = int((k_hi - k_from).max()) + 1
-        log_half = math.log(0.5)
-        start = np.array([self._log_b(int(cc), int(k)) for cc, k in zip(c, k_from)]) + c * log_half
-        a = k_from[:, None] + np.arange(width - 1)[None, :]          # ratio b(a+1)/b(a) = (c-a)/(a+1)
-        ratios = (c[:, None] - a) / (a + 1.0)
-        pmf = np.empty((len(c), width + 1))
-        pmf[:, 0] = np.exp(start)
-        np.cumprod(ratios, axis=1, out=pmf[:, 1:width])
-        pmf[:, 1:width] *= pmf[:, :1]
-        pmf[:, width] = 0.0
-        inside = (k_from[:, None] + np.arange(width + 1)[None, :]) <= k_hi[:, None]
-        pmf = np.where(inside, pmf, 0.0)
-        return np.cumsum(pmf[:, ::-1], axis=1)[:, ::-1]              # sums of non-negative terms
-
-    def _log_b(self, c: int, k: int) -> float:
-        """log binomial coefficient C(c, k), memoised (the same (c, k) recur across passes)."""
-        key = (c, k)
-        v = self.log_b_cache.get(key)
-        if v is None:
-            v = self.log_b_cache[key] = math.lgamma(c + 1) - math.lgamma(k + 1) - math.lgamma(c - k + 1)
-        return v
 
 
 def numerical_delta(eps, eps0: float, n: int, *, tiny: float | None = None, method: str = "numerical") -> np.ndarray:
@@ -374,7 +377,7 @@ def _numerical_epsilon(method: str, eps0: float, n: int, delta: float, tol: floa
     if curve.delta(eps0)[0] > delta:
         return eps0, False
     lo, hi = 0.0, eps0                            # invariant: delta(hi) <= delta was verified
-    while hi - lo > tol:
+    while hi - lo > tol * min(1.0, hi) and hi > 1e-12:
         grid = np.linspace(lo, hi, _GRID + 1)[1:-1]
         ok = curve.delta(grid) <= delta
         if not ok.any():
@@ -411,7 +414,7 @@ def shuffle_epsilon(eps0: float, n: int, delta: float, method: str = "numerical"
 
     ``method="numerical"`` (default): the stronger-clone bound (module docstring), with
     delta(eps) over-estimated and a search returning the upper end of a bracket of width
-    <= ``tol``.  ``"fmt21"`` / ``"fmt21_nomix"``: FMT'21 Theorem 3.2 with / without the
+    <= ``tol`` * min(1, eps).  ``"fmt21"`` / ``"fmt21_nomix"``: FMT'21 Theorem 3.2 with / without the
     mixing step, same evaluation (for comparison).  ``"closed_form"``: FMT'21 Theorem 3.1,
     only when eps0 <= log(n / (16 log(2/delta))).  When nothing is gained the result
     carries ``epsilon = eps0`` and ``amplified = False``.
