@@ -4,5 +4,5 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/os_packages.sh
 python -m pip install --quiet --upgrade pip
-python -m pip install --quiet ./common "./client[glove]" ./shuffler ./curator ".[test]"
+python -m pip install --quiet ./common "./client[glove]" ./shuffler "./curator[analyst]" ".[test]"
 python -m pytest -ra "$@"

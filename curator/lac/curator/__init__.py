@@ -1,0 +1,33 @@
+"""LAC curator: n-gram aggregation, central-DP releases, the curator service, and the analyst API.
+
+``from lac.curator import CuratorClient`` gives the analyst's client (``lac.curator.analyst``). It is
+imported lazily, on first access, so ``import lac.curator`` stays cheap (no gRPC, pandas or pyarrow).
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+_LAZY = {name: "lac.curator.analyst" for name in (
+    "CuratorClient", "ReleaseInfo", "PerplexityResult", "CuratorStatus", "AnalystError", "BudgetExhausted",
+    "NotFound", "PermissionDenied", "InvalidArgument", "Unavailable")}
+
+__all__ = sorted(_LAZY)
+
+if TYPE_CHECKING:  # pragma: no cover
+    from lac.curator.analyst import (AnalystError, BudgetExhausted, CuratorClient, CuratorStatus, InvalidArgument,
+                                     NotFound, PermissionDenied, PerplexityResult, ReleaseInfo, Unavailable)
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'lac.curator' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # later lookups skip __getattr__
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))

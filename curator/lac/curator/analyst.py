@@ -1,0 +1,554 @@
+"""The analyst's Python API: releases and queries of a curator as pandas DataFrames (or Arrow tables).
+
+Three lines from a running curator to a DataFrame of the top n-grams::
+
+    from lac.curator import CuratorClient
+    with CuratorClient("localhost:50052", ca="ca.pem", cert="analyst.pem", key="analyst.key") as c:
+        top = c.top(c.release(epsilon=1.0).release_id, k=20)
+
+``CuratorClient`` is a thin, synchronous wrapper over the ``lac.v1.Curator`` gRPC service: every
+number it returns is one the service returned (differentially private outputs and public
+configuration). What an analyst may see is decided by the curator, per caller: an analyst's release
+record carries no report count, and for a data-dependent release no sensitivity or noise scale, so
+nothing here has a column for them.
+
+Errors of the service arrive as ``AnalystError`` (``.code``: the gRPC status name, ``.details``: the
+curator's message), or one of its subclasses ``BudgetExhausted``, ``NotFound``, ``PermissionDenied``,
+``InvalidArgument``, ``Unavailable``; no raw gRPC exception escapes.
+
+DataFrames need the optional extra ``lac-curator[analyst]`` (pandas and pyarrow); they are imported on
+first use, so ``import lac.curator`` stays cheap and works without them. Arrow tables
+(``as_arrow=True``) need pyarrow only.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import math
+import os
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import grpc
+import numpy as np
+
+from lac.common import tls
+from lac.common.v1 import curator_pb2, curator_pb2_grpc, reports_pb2
+
+if TYPE_CHECKING:  # pragma: no cover
+    import pandas
+    import pyarrow
+
+    from lac.common.deployment import Deployment
+
+__all__ = ["CuratorClient", "ReleaseInfo", "PerplexityResult", "CuratorStatus", "AnalystError", "BudgetExhausted",
+           "NotFound", "PermissionDenied", "InvalidArgument", "Unavailable", "PARQUET_RECORD_KEY"]
+
+EXTRA = "lac-curator[analyst]"
+PARQUET_RECORD_KEY = "lac.release"  # Parquet key-value metadata: the release record as JSON
+PARQUET_FORMAT_KEY = "lac.format"
+PARQUET_FORMAT = "lac-release/1"
+_KNOBS = {"S": "s", "s": "s", "rho": "rho", "sensitivity": "sensitivity", "calibration": "calibration",
+          "public_sensitivity": "public_sensitivity"}
+
+
+# -- errors ---------------------------------------------------------------------------------------
+
+class AnalystError(Exception):
+    """An error reported by the curator (or the transport to it).
+
+    ``code`` is the gRPC status name (e.g. ``"FAILED_PRECONDITION"``), ``details`` the curator's
+    message, which quotes only public quantities (requests, configuration, budgets).
+    """
+
+    def __init__(self, code: str, details: str):
+        super().__init__(f"{code}: {details}")
+        self.code = code
+        self.details = details
+
+
+class BudgetExhausted(AnalystError):
+    """The release would overspend the privacy budget of an accounting window it covers (nothing was
+    spent); ``details`` names the windows, what they spent and what remains."""
+
+
+class NotFound(AnalystError):
+    """An unknown release id."""
+
+
+class PermissionDenied(AnalystError):
+    """The certificate's identity lacks the role the call needs (or identifies no one)."""
+
+
+class InvalidArgument(AnalystError):
+    """A malformed or out-of-range request (unknown mechanism, bad ε or δ, bad n-gram order...)."""
+
+
+class Unavailable(AnalystError):
+    """The curator is unreachable (down, wrong address, or the TLS handshake was refused); retry later."""
+
+
+_BY_CODE: dict[grpc.StatusCode, type[AnalystError]] = {
+    grpc.StatusCode.NOT_FOUND: NotFound,
+    grpc.StatusCode.PERMISSION_DENIED: PermissionDenied,
+    grpc.StatusCode.UNAUTHENTICATED: PermissionDenied,
+    grpc.StatusCode.INVALID_ARGUMENT: InvalidArgument,
+    grpc.StatusCode.UNAVAILABLE: Unavailable,
+}
+
+
+def _error(exc: grpc.RpcError) -> AnalystError:
+    """The ``AnalystError`` for a failed RPC."""
+    code = exc.code() if callable(getattr(exc, "code", None)) else None
+    details = exc.details() if callable(getattr(exc, "details", None)) else None
+    details = details or str(exc)
+    if not isinstance(code, grpc.StatusCode):
+        return AnalystError("UNKNOWN", details)
+    if code == grpc.StatusCode.FAILED_PRECONDITION and "budget" in details.lower():
+        cls: type[AnalystError] = BudgetExhausted
+    else:
+        cls = _BY_CODE.get(code, AnalystError)
+    return cls(code.name, details)
+
+
+# -- records --------------------------------------------------------------------------------------
+
+def _timestamp(text: str) -> dt.datetime | None:
+    try:
+        t = dt.datetime.fromisoformat(text)
+    except (TypeError, ValueError):
+        return None
+    return t if t.tzinfo else t.replace(tzinfo=dt.timezone.utc)
+
+
+def _finite_or_none(x: float) -> float | None:
+    return x if math.isfinite(x) else None
+
+
+@dataclass(frozen=True)
+class ReleaseInfo:
+    """One release as the caller may see it (the curator's view for the caller's role).
+
+    ``statement`` is rendered by the curator from the release's typed guarantee. ``epsilon`` is
+    ``inf`` for a release that is not differentially private (``differentially_private`` False).
+    There is deliberately no report count: the curator shows analysts none.
+    """
+
+    release_id: str
+    created_at: dt.datetime | None
+    mechanism: str
+    epsilon: float
+    delta: float
+    differentially_private: bool
+    data_dependent: bool
+    first_window: int
+    last_window: int
+    privacy_unit: str
+    reports_per_user: int
+    statement: str
+    sensitivity_method: str
+    calibration: str
+    gamma: float
+    sigma: float
+    laplace_scale: float
+    ledger_epsilon: float
+    ledger_delta: float
+    vocab_size: int
+    max_n: int
+    params: dict[str, float] = field(default_factory=dict)
+
+    @classmethod
+    def from_proto(cls, r: curator_pb2.ReleaseRecord) -> ReleaseInfo:
+        """From the ``lac.v1.ReleaseRecord`` the curator returned (its ``n_reports`` is not kept)."""
+        return cls(release_id=r.release_id, created_at=_timestamp(r.created_at), mechanism=r.mechanism,
+                   epsilon=r.epsilon, delta=r.delta, differentially_private=r.differentially_private,
+                   data_dependent=r.data_dependent, first_window=r.first_window, last_window=r.last_window,
+                   privacy_unit=r.privacy_unit, reports_per_user=r.reports_per_user, statement=r.statement,
+                   sensitivity_method=r.sensitivity_method, calibration=r.calibration, gamma=r.gamma,
+                   sigma=r.sigma, laplace_scale=r.laplace_scale, ledger_epsilon=r.ledger_epsilon,
+                   ledger_delta=r.ledger_delta, vocab_size=r.vocab_size, max_n=r.max_n,
+                   params={k: float(v) for k, v in sorted(r.params.items())})
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-able dict (``created_at`` as RFC 3339; a non-finite ε as None)."""
+        d = asdict(self)
+        d["created_at"] = self.created_at.isoformat() if self.created_at else None
+        d["epsilon"] = _finite_or_none(self.epsilon)
+        d["params"] = {k: _finite_or_none(v) for k, v in self.params.items()}
+        return d
+
+    def to_json(self) -> str:
+        """``to_dict`` as strict JSON."""
+        return json.dumps(self.to_dict(), ensure_ascii=False, allow_nan=False)
+
+    def __str__(self) -> str:
+        dp = "" if self.differentially_private else "  NOT DIFFERENTIALLY PRIVATE (no budget spent)\n"
+        return (f"release {self.release_id} ({self.created_at.isoformat() if self.created_at else '?'})\n{dp}"
+                f"  mechanism {self.mechanism}, sensitivity {self.sensitivity_method}, calibration "
+                f"{self.calibration or '-'}\n"
+                f"  (ε, δ) = ({self.epsilon:g}, {self.delta:g}); spent ({self.ledger_epsilon:g}, "
+                f"{self.ledger_delta:g}) from each of windows {self.first_window}..{self.last_window}\n"
+                f"  {self.vocab_size} n-grams (n ≤ {self.max_n}); privacy unit: {self.privacy_unit}\n"
+                f"  {self.statement}")
+
+
+@dataclass(frozen=True)
+class PerplexityResult:
+    """Perplexity of a text under a release's smoothed back-off model (``lac.curator.lm``)."""
+
+    perplexity: float
+    n_sentences: int
+    n_tokens: int  # words plus one </s> per sentence
+    n_out_of_vocabulary: int
+
+
+@dataclass(frozen=True)
+class CuratorStatus:
+    """The operator's view of the curator (exact counts; operators only)."""
+
+    batches: int
+    reports: int
+    releases: int
+    quarantined: int
+    rejects: dict[str, int]
+    reports_by_window: dict[int, int]
+    budget_epsilon: float
+    budget_delta: float
+    replay_window_days: float
+
+
+# -- optional dependencies ------------------------------------------------------------------------
+
+def _pyarrow():
+    try:
+        import pyarrow
+        import pyarrow.parquet  # noqa: F401
+    except ImportError as exc:
+        raise ImportError(f"Arrow tables and Parquet files need pyarrow: pip install '{EXTRA}'") from exc
+    return pyarrow
+
+
+def _pandas():
+    try:
+        import pandas
+    except ImportError as exc:
+        raise ImportError(f"DataFrames need pandas: pip install '{EXTRA}' (or pass as_arrow=True for an Arrow "
+                          "table, which needs pyarrow only)") from exc
+    return pandas
+
+
+def _orders(ngrams: Iterable[str]) -> list[int]:
+    """The n of each n-gram (tokens joined by single spaces)."""
+    return [len(g.split()) for g in ngrams]
+
+
+# -- the client -----------------------------------------------------------------------------------
+
+class CuratorClient:
+    """A synchronous client of a LAC curator for analysts (and operators).
+
+    ``target`` is ``host:port``. Production curators require mutual TLS: ``ca`` is the CA to trust
+    (``ca.pem`` from ``lac keys tls``), ``cert``/``key`` the caller's certificate (common name
+    ``analyst`` for the analyst role). ``insecure=True`` uses a plaintext channel, for a local demo
+    curator started with ``--insecure`` only. ``timeout`` bounds each query (seconds),
+    ``release_timeout`` each release and export.
+
+    Use it as a context manager (or call ``close()``). Methods returning tables give a pandas
+    DataFrame, or a ``pyarrow.Table`` with ``as_arrow=True``.
+    """
+
+    def __init__(self, target: str, *, ca: str | os.PathLike | None = None, cert: str | os.PathLike | None = None,
+                 key: str | os.PathLike | None = None, insecure: bool = False, timeout: float = 60.0,
+                 release_timeout: float = 600.0):
+        channel_tls = tls.client_tls(str(ca or ""), str(cert or ""), str(key or ""), insecure=insecure,
+                                     name="CuratorClient")
+        self.target = target
+        self.timeout = timeout
+        self.release_timeout = release_timeout
+        self._channel = tls.channel(target, channel_tls)
+        self._stub = curator_pb2_grpc.CuratorStub(self._channel)
+
+    def close(self) -> None:
+        """Close the channel."""
+        self._channel.close()
+
+    def __enter__(self) -> CuratorClient:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"CuratorClient({self.target!r})"
+
+    # -- plumbing
+
+    def _call(self, method: str, request, timeout: float | None = None):
+        try:
+            return getattr(self._stub, method)(request, timeout=timeout or self.timeout)
+        except grpc.RpcError as exc:
+            raise _error(exc) from None
+
+    @staticmethod
+    def _deps(as_arrow: bool):
+        """pyarrow, after checking that what the result needs is installed (before any RPC)."""
+        pa = _pyarrow()
+        if not as_arrow:
+            _pandas()
+        return pa
+
+    def _table(self, columns: Mapping[str, tuple[list, Any]], as_arrow: bool,
+               metadata: Mapping[str, str] | None = None, attrs: Mapping[str, Any] | None = None):
+        """A typed Arrow table of ``columns`` (name -> (values, arrow type)), or its DataFrame."""
+        pa = self._deps(as_arrow)
+        schema = pa.schema([pa.field(name, typ) for name, (_, typ) in columns.items()],
+                           metadata={k.encode(): v.encode() for k, v in (metadata or {}).items()} or None)
+        table = pa.Table.from_arrays([pa.array(values, type=typ) for values, typ in columns.values()], schema=schema)
+        if as_arrow:
+            return table
+        df = table.to_pandas(maps_as_pydicts="strict")
+        df.attrs.update(attrs or {})
+        return df
+
+    @staticmethod
+    def _id(release: str | ReleaseInfo) -> str:
+        return release.release_id if isinstance(release, ReleaseInfo) else str(release)
+
+    # -- releases
+
+    def release(self, epsilon: float, delta: float | None = None, mechanism: str | None = None,
+                first_window: int | None = None, last_window: int | None = None, **knobs: Any) -> ReleaseInfo:
+        """Release the n-gram distribution of the stored reports: spends (ε, δ) from the privacy budget
+        of every accounting window the release covers, and returns its record.
+
+        ``mechanism``: ``"bayesian"`` (default), ``"endtoend"``, ``"laplace"`` or ``"laplace-public"``;
+        ``delta`` defaults to the curator's release default (1e-6). ``first_window``/``last_window``
+        (both or neither; inclusive) select accounting windows; by default every window with stored
+        reports. ``knobs``: ``S`` (BayesianDP decay slope), ``rho``, ``sensitivity`` (``"sound"``; the
+        data-dependent ones are NOT differentially private and only run if the operator enabled
+        them), ``calibration``, ``public_sensitivity``. Raises ``BudgetExhausted`` when a window's
+        budget would be overspent (nothing is spent then), ``InvalidArgument`` for a bad request.
+        """
+        unknown = set(knobs) - set(_KNOBS)
+        if unknown:
+            raise TypeError(f"release() got unknown knob(s) {', '.join(sorted(unknown))}; "
+                            f"known: {', '.join(sorted(_KNOBS))}")
+        req = curator_pb2.ReleaseRequest(epsilon=float(epsilon), delta=float(delta or 0.0), mechanism=mechanism or "")
+        for name, value in knobs.items():
+            if value is not None:
+                setattr(req, _KNOBS[name], value)
+        if first_window is not None:
+            req.first_window = int(first_window)
+        if last_window is not None:
+            req.last_window = int(last_window)
+        return ReleaseInfo.from_proto(self._call("Release", req, self.release_timeout))
+
+    def release_info(self, release_id: str | ReleaseInfo) -> ReleaseInfo:
+        """The record of one release (``NotFound`` for an unknown id)."""
+        rid = self._id(release_id)
+        for r in self._call("ListReleases", curator_pb2.ListReleasesRequest()).releases:
+            if r.release_id == rid:
+                return ReleaseInfo.from_proto(r)
+        raise NotFound("NOT_FOUND", f"no release {rid!r}")
+
+    def releases(self, as_arrow: bool = False) -> pandas.DataFrame | pyarrow.Table:
+        """Every release, one row each: release_id, created_at (UTC), mechanism, epsilon, delta,
+        differentially_private, data_dependent, first_window, last_window (the accounting windows
+        covered), privacy_unit, reports_per_user, sensitivity_method, calibration, gamma, sigma,
+        laplace_scale (0 when the curator does not show them), ledger_epsilon, ledger_delta (spent from
+        each covered window), vocab_size, max_n, params (the public knobs and caps) and statement."""
+        pa = self._deps(as_arrow)
+        recs = [ReleaseInfo.from_proto(r)
+                for r in self._call("ListReleases", curator_pb2.ListReleasesRequest()).releases]
+        f64, i64, s, b = pa.float64(), pa.int64(), pa.string(), pa.bool_()
+
+        def col(name):
+            return [getattr(r, name) for r in recs]
+
+        return self._table({
+            "release_id": (col("release_id"), s),
+            "created_at": (col("created_at"), pa.timestamp("us", tz="UTC")),
+            "mechanism": (col("mechanism"), s),
+            "epsilon": (col("epsilon"), f64),
+            "delta": (col("delta"), f64),
+            "differentially_private": (col("differentially_private"), b),
+            "data_dependent": (col("data_dependent"), b),
+            "first_window": (col("first_window"), i64),
+            "last_window": (col("last_window"), i64),
+            "privacy_unit": (col("privacy_unit"), s),
+            "reports_per_user": (col("reports_per_user"), i64),
+            "sensitivity_method": (col("sensitivity_method"), s),
+            "calibration": (col("calibration"), s),
+            "gamma": (col("gamma"), f64),
+            "sigma": (col("sigma"), f64),
+            "laplace_scale": (col("laplace_scale"), f64),
+            "ledger_epsilon": (col("ledger_epsilon"), f64),
+            "ledger_delta": (col("ledger_delta"), f64),
+            "vocab_size": (col("vocab_size"), i64),
+            "max_n": (col("max_n"), i64),
+            "params": ([list(p.items()) for p in col("params")], pa.map_(s, f64)),
+            "statement": (col("statement"), s),
+        }, as_arrow)
+
+    # -- the released distribution
+
+    def _release_table(self, release_id: str | ReleaseInfo, probability: bool, as_arrow: bool):
+        pa = self._deps(as_arrow)
+        reply = self._call("GetRelease", curator_pb2.GetReleaseRequest(release_id=self._id(release_id)),
+                           self.release_timeout)
+        record = ReleaseInfo.from_proto(reply.record)
+        items = list(reply.items)
+        log_probs = np.asarray(reply.log_probs, dtype=np.float64)
+        columns = {"ngram": (items, pa.string()), "order": (_orders(items), pa.int8()),
+                   "log_prob": (log_probs, pa.float64())}
+        if probability:
+            columns["probability"] = (np.exp(log_probs), pa.float64())
+        meta = {PARQUET_RECORD_KEY: record.to_json(), PARQUET_FORMAT_KEY: PARQUET_FORMAT}
+        return self._table(columns, as_arrow, meta, {PARQUET_RECORD_KEY: record.to_dict()}), record
+
+    def ngrams(self, release_id: str | ReleaseInfo, as_arrow: bool = False) -> pandas.DataFrame | pyarrow.Table:
+        """The whole released distribution, one row per n-gram of the release vocabulary, in the
+        release's order: ngram (tokens joined by spaces; ``<s>``/``</s>`` mark sentence boundaries),
+        order (its n, int8), log_prob (the released joint log-probability over the whole vocabulary)
+        and probability (``exp(log_prob)``). The release record is in ``df.attrs["lac.release"]``
+        (an Arrow table's schema metadata, as JSON)."""
+        return self._release_table(release_id, True, as_arrow)[0]
+
+    def top(self, release_id: str | ReleaseInfo, k: int = 20, order: int = 0,
+            as_arrow: bool = False) -> pandas.DataFrame | pyarrow.Table:
+        """The ``k`` most probable n-grams of a release, most probable first: ngram, order, probability.
+
+        ``order`` = n restricts to n-grams of that n, with probabilities renormalised within the
+        order (the joint distribution of n-grams); 0 = any order, joint over the whole vocabulary.
+        """
+        pa = self._deps(as_arrow)
+        reply = self._call("TopNgrams", curator_pb2.TopNgramsRequest(release_id=self._id(release_id), k=int(k),
+                                                                     order=int(order)))
+        grams = [g.ngram for g in reply.ngrams]
+        return self._table({"ngram": (grams, pa.string()), "order": (_orders(grams), pa.int8()),
+                            "probability": ([g.probability for g in reply.ngrams], pa.float64())}, as_arrow)
+
+    def probability(self, release_id: str | ReleaseInfo, ngrams: str | Iterable[str],
+                    as_arrow: bool = False) -> pandas.DataFrame | pyarrow.Table:
+        """The released probability of each n-gram (a string ``"the dog"`` or several): ngram
+        (normalised spacing), order, probability (joint within its order; 0 outside the vocabulary)."""
+        pa = self._deps(as_arrow)
+        asked = [ngrams] if isinstance(ngrams, str) else list(ngrams)
+        reply = self._call("NgramProbabilities", curator_pb2.NgramProbabilitiesRequest(
+            release_id=self._id(release_id), ngrams=asked))
+        grams = [g.ngram for g in reply.ngrams]
+        return self._table({"ngram": (grams, pa.string()), "order": (_orders(grams), pa.int8()),
+                            "probability": ([g.probability for g in reply.ngrams], pa.float64())}, as_arrow)
+
+    def next_word(self, release_id: str | ReleaseInfo, context: str, k: int = 10,
+                  as_arrow: bool = False) -> pandas.DataFrame | pyarrow.Table:
+        """The ``k`` most probable next words after ``context`` (preceding words separated by spaces;
+        ``"<s>"`` = sentence start), most probable first: context_used (the suffix of the context the
+        release conditions on, shorter when it backs off; empty = unigrams), word, probability
+        (P(word | context_used) from the released joint)."""
+        pa = self._deps(as_arrow)
+        reply = self._call("NextWord", curator_pb2.NextWordRequest(release_id=self._id(release_id),
+                                                                   context=context, k=int(k)))
+        n = len(reply.words)
+        return self._table({"context_used": ([reply.context_used] * n, pa.string()),
+                            "word": ([w.ngram for w in reply.words], pa.string()),
+                            "probability": ([w.probability for w in reply.words], pa.float64())}, as_arrow)
+
+    def perplexity(self, release_id: str | ReleaseInfo, text: str) -> PerplexityResult:
+        """Perplexity of ``text`` (split into sentences and words by the LAC tokeniser) under the
+        release's smoothed back-off trigram model, with the token and out-of-vocabulary counts."""
+        r = self._call("Perplexity", curator_pb2.PerplexityRequest(release_id=self._id(release_id), text=text),
+                       self.release_timeout)
+        return PerplexityResult(r.perplexity, r.n_sentences, r.n_tokens, r.n_out_of_vocabulary)
+
+    # -- budget and configuration
+
+    def budget(self, as_arrow: bool = False) -> pandas.DataFrame | pyarrow.Table:
+        """The privacy budget per accounting window (windows with stored reports or spending), one row
+        each: window, window_start, window_end (UTC), spent_epsilon, spent_delta, remaining_epsilon,
+        remaining_delta, budget_epsilon, budget_delta (the per-window budget; basic composition)."""
+        pa = self._deps(as_arrow)
+        b = self._call("GetBudget", curator_pb2.BudgetRequest())
+        ws = b.window_seconds
+        utc = dt.timezone.utc
+
+        def at(seconds: float) -> dt.datetime:
+            return dt.datetime.fromtimestamp(seconds, utc)
+
+        f64, n = pa.float64(), len(b.windows)
+        ts = pa.timestamp("us", tz="UTC")
+        return self._table({
+            "window": ([w.window for w in b.windows], pa.int64()),
+            "window_start": ([at(w.window * ws) for w in b.windows], ts),
+            "window_end": ([at((w.window + 1) * ws) for w in b.windows], ts),
+            "spent_epsilon": ([w.spent_epsilon for w in b.windows], f64),
+            "spent_delta": ([w.spent_delta for w in b.windows], f64),
+            "remaining_epsilon": ([w.remaining_epsilon for w in b.windows], f64),
+            "remaining_delta": ([w.remaining_delta for w in b.windows], f64),
+            "budget_epsilon": ([b.budget_epsilon] * n, f64),
+            "budget_delta": ([b.budget_delta] * n, f64),
+        }, as_arrow, attrs={"window_seconds": ws, "reports_per_window": b.reports_per_window})
+
+    def deployment(self) -> Deployment:
+        """The local-privacy configuration the curator publishes to clients (``lac.common.deployment.
+        Deployment``: mechanism, ε per word, embedding, L words per report, k reports per client per
+        window of ``window_seconds``; ``report_epsilon0`` and ``report_guarantee().statement()``)."""
+        from lac.common.errors import LacError
+        from lac.common.serde import deployment_from_proto
+
+        m = self._call("GetDeployment", reports_pb2.DeploymentRequest())
+        try:
+            return deployment_from_proto(m)
+        except LacError as exc:
+            raise AnalystError("UNKNOWN", f"the curator published an invalid deployment: {exc}") from None
+
+    def status(self) -> CuratorStatus:
+        """Operators only (an analyst's certificate gets ``PermissionDenied``): stored batches and
+        reports (exact), releases, quarantined reports, rejects by reason, reports per window."""
+        s = self._call("GetStatus", curator_pb2.CuratorStatusRequest())
+        return CuratorStatus(batches=s.batches, reports=s.reports, releases=s.releases, quarantined=s.quarantined,
+                             rejects=dict(sorted(s.rejects.items())),
+                             reports_by_window=dict(sorted(s.reports_by_window.items())),
+                             budget_epsilon=s.budget_epsilon, budget_delta=s.budget_delta,
+                             replay_window_days=s.replay_window_days)
+
+    # -- exports
+
+    def _write(self, path: str | os.PathLike, write: Callable) -> Path:
+        from lac.common.files import atomic_file
+
+        path = Path(path)
+        with atomic_file(path) as f:
+            write(f)
+        return path
+
+    def arpa(self, release_id: str | ReleaseInfo, path: str | os.PathLike) -> Path:
+        """Write the release as an ARPA back-off language model (for KenLM, SRILM) to ``path``
+        (atomically: a reader sees the old file or the complete new one); returns the path."""
+        chunks = self._stub.ExportArpa(curator_pb2.ExportArpaRequest(release_id=self._id(release_id)),
+                                       timeout=self.release_timeout)
+
+        def write(f):
+            try:
+                for c in chunks:
+                    f.write(c.text.encode("utf-8"))
+            except grpc.RpcError as exc:
+                raise _error(exc) from None
+
+        return self._write(path, write)
+
+    def export_parquet(self, release_id: str | ReleaseInfo, path: str | os.PathLike) -> Path:
+        """Write the released distribution to a Parquet file (atomically) readable by pyarrow, pandas,
+        DuckDB or Spark: columns ngram (string), order (int8), log_prob (float64), one row per n-gram
+        of the release vocabulary. The key-value metadata holds the release record as JSON under
+        ``"lac.release"`` (pandas ``read_parquet`` also restores it as ``df.attrs["lac.release"]``).
+        Returns the path."""
+        pq = _pyarrow().parquet
+        table, record = self._release_table(release_id, False, True)
+        meta = dict(table.schema.metadata or {})
+        meta[b"PANDAS_ATTRS"] = json.dumps({PARQUET_RECORD_KEY: record.to_dict()}, allow_nan=False).encode()
+        table = table.replace_schema_metadata(meta)
+        return self._write(path, lambda f: pq.write_table(table, f))

@@ -1,0 +1,342 @@
+"""The analyst API (``lac.curator.CuratorClient``) against a real curator over mutual TLS on loopback:
+DataFrame columns and dtypes, values equal to the raw RPCs', the Parquet export, the exception tree,
+no exact report count anywhere, and the notebook-style quickstart (every python block executed)."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from pathlib import Path
+
+import grpc
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from lac.common import envelope, tls
+from lac.common.v1 import curator_pb2, curator_pb2_grpc, reports_pb2
+from lac.suite.procs import LocalDeployment
+from lac_testkit import batch_privacy, content
+
+ROOT = Path(__file__).resolve().parents[2]
+QUICKSTART = ROOT / "docs" / "analyst" / "quickstart.md"
+TEXTS = [["the", "dog", "sleeps", "in", "the", "sun"], ["the", "fox", "is", "a", "small", "animal"],
+         ["we", "walk", "the", "dog"], ["the", "sun", "is", "a", "star"]]
+N_REPORTS = 23  # an exact count no analyst reply may carry
+
+
+@pytest.fixture
+def pki(tmp_path):
+    return LocalDeployment.create(tmp_path / "keys")
+
+
+@pytest.fixture
+def serve(start_curator, pki, curator_public_key):
+    """Factory: a curator with mutual TLS on 127.0.0.1:0 holding N_REPORTS sealed reports (ingested as
+    the shuffler identity); returns the ServerThread."""
+
+    def start(**overrides):
+        cert, key = pki._pem("curator")
+        cur = start_curator(insecure=False, tls_cert=cert, tls_key=key, tls_client_ca=pki.ca, **overrides)
+        with tls.channel(cur.address, pki.client_tls("shuffler")) as ch:
+            reply = curator_pb2_grpc.CuratorIngestStub(ch).IngestBatch(curator_pb2.IngestBatchRequest(
+                batch_id="b1", reports=[envelope.seal(content(TEXTS[i % 4]), curator_public_key)
+                                        for i in range(N_REPORTS)], privacy=batch_privacy(N_REPORTS)), timeout=30)
+        assert reply.accepted == N_REPORTS
+        return cur
+
+    return start
+
+
+def _client(cur, pki, who="analyst"):
+    from lac.curator import CuratorClient
+
+    cert, key = pki._pem(who)
+    return CuratorClient(cur.address, ca=pki.ca, cert=cert, key=key)
+
+
+@pytest.fixture
+def raw(serve, pki):
+    """(server, raw gRPC stub with the analyst certificate) for comparing with the client's values."""
+    cur = serve(budget_epsilon=100.0)
+    with tls.channel(cur.address, pki.client_tls("analyst")) as ch:
+        yield cur, curator_pb2_grpc.CuratorStub(ch)
+
+
+def _numbers(frame: pd.DataFrame) -> set[float]:
+    out = set()
+    for name in frame.columns:
+        if pd.api.types.is_numeric_dtype(frame[name]) and not pd.api.types.is_bool_dtype(frame[name]):
+            out |= {float(v) for v in frame[name]}
+        elif frame[name].dtype == object:  # the params maps
+            out |= {float(v) for m in frame[name] if isinstance(m, dict) for v in m.values()}
+    return out
+
+
+def test_three_lines_give_a_dataframe_of_the_top_ngrams(serve, pki):
+    cur = serve()
+    ca, (cert, key) = pki.ca, pki._pem("analyst")
+    # The README's three lines, with this deployment's address and files.
+    from lac.curator import CuratorClient
+    with CuratorClient(cur.address, ca=ca, cert=cert, key=key) as c:
+        top = c.top(c.release(epsilon=1.0).release_id, k=20)
+    assert isinstance(top, pd.DataFrame)
+    assert list(top.columns) == ["ngram", "order", "probability"]
+    assert pd.api.types.is_string_dtype(top["ngram"])
+    assert top["order"].dtype == np.int8 and top["probability"].dtype == np.float64
+    assert len(top) == 20
+    assert (np.diff(top["probability"]) <= 0).all()
+    assert (top["order"] == top["ngram"].str.split().str.len()).all()
+
+
+def test_import_is_cheap_and_works_without_pandas(serve, pki):
+    """``import lac.curator`` loads neither the client nor gRPC, pandas or pyarrow; without pandas the
+    client imports, Arrow tables work and a DataFrame call names the extra to install."""
+    cur = serve()
+    cert, key = pki._pem("analyst")
+    with _client(cur, pki) as c:
+        rid = c.release(epsilon=1.0).release_id
+    script = textwrap.dedent(f"""
+        import sys
+
+        class NoPandas:  # as if pandas were not installed
+            def find_spec(self, name, path=None, target=None):
+                if name.split(".")[0] == "pandas":
+                    raise ModuleNotFoundError(f"No module named {{name!r}}", name=name)
+
+        sys.meta_path.insert(0, NoPandas())
+        import lac.curator
+        heavy = {{"lac.curator.analyst", "grpc", "pandas", "pyarrow"}} & set(sys.modules)
+        assert not heavy, heavy
+        from lac.curator import CuratorClient, AnalystError
+        with CuratorClient({cur.address!r}, ca={pki.ca!r}, cert={cert!r}, key={key!r}) as c:
+            table = c.top({rid!r}, k=5, as_arrow=True)
+            assert table.num_rows == 5 and table.column_names == ["ngram", "order", "probability"], table
+            try:
+                c.top({rid!r}, k=5)
+            except ImportError as exc:
+                assert "lac-curator[analyst]" in str(exc), exc
+            else:
+                raise AssertionError("no ImportError without pandas")
+        print("ok")
+    """)
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "ok"
+
+
+def test_releases_frame_equals_the_rpc_and_holds_no_report_count(raw, pki):
+    cur, stub = raw
+    from lac.curator import ReleaseInfo
+
+    with _client(cur, pki) as c:
+        first = c.release(epsilon=1.0)
+        second = c.release(epsilon=0.5, delta=1e-7, mechanism="laplace")
+        df = c.releases()
+        table = c.releases(as_arrow=True)
+        info = c.release_info(second.release_id)
+        budget = c.budget()
+    assert isinstance(first, ReleaseInfo) and first.differentially_private and "differential privacy" in first.statement
+    assert second.mechanism == "laplace" and info == second
+    want = stub.ListReleases(curator_pb2.ListReleasesRequest(), timeout=10).releases
+    assert list(df["release_id"]) == [r.release_id for r in want] and len(df) == 2
+    expected_columns = ["release_id", "created_at", "mechanism", "epsilon", "delta", "differentially_private",
+                        "data_dependent", "first_window", "last_window", "privacy_unit", "reports_per_user",
+                        "sensitivity_method", "calibration", "gamma", "sigma", "laplace_scale", "ledger_epsilon",
+                        "ledger_delta", "vocab_size", "max_n", "params", "statement"]
+    assert list(df.columns) == expected_columns == table.column_names
+    assert str(df["created_at"].dtype) == "datetime64[us, UTC]"
+    for name in ("epsilon", "delta", "gamma", "sigma", "laplace_scale", "ledger_epsilon", "ledger_delta"):
+        assert df[name].dtype == np.float64, name
+    for name in ("first_window", "last_window", "reports_per_user", "vocab_size", "max_n"):
+        assert df[name].dtype == np.int64, name
+    assert df["differentially_private"].dtype == bool and df["data_dependent"].dtype == bool
+    assert table.schema.field("params").type == pa.map_(pa.string(), pa.float64())
+    for row, r in zip(df.itertuples(index=False), want):
+        for name in expected_columns:
+            got = getattr(row, name)
+            if name == "created_at":
+                assert got == pd.Timestamp(r.created_at)
+            elif name == "params":
+                assert got == dict(r.params)
+            else:
+                assert got == getattr(r, name), name
+    # No exact count: no such column, no such number, and the record type has no such field.
+    assert not [c for c in df.columns if "n_reports" in c or c == "reports"]
+    assert "n_reports" not in ReleaseInfo.__dataclass_fields__
+    assert float(N_REPORTS) not in _numbers(df) | _numbers(budget)
+    assert all(r.n_reports == 0 for r in want)  # the curator shows analysts none either
+
+
+def test_distribution_queries_equal_the_rpcs(raw, pki, tmp_path):
+    cur, stub = raw
+    with _client(cur, pki) as c:
+        rid = c.release(epsilon=1.0).release_id
+        ngrams = c.ngrams(rid)
+        ngrams_arrow = c.ngrams(rid, as_arrow=True)
+        top = c.top(rid, k=7, order=2)
+        prob = c.probability(rid, ["the dog", "the  sun", "zebra"])
+        one = c.probability(rid, "the dog")
+        nxt = c.next_word(rid, "the", k=5)
+        ppl = c.perplexity(rid, "The dog sleeps in the sun. A fox is small.")
+        budget = c.budget()
+        dep = c.deployment()
+        arpa = c.arpa(rid, tmp_path / "release.arpa")
+
+    got = stub.GetRelease(curator_pb2.GetReleaseRequest(release_id=rid), timeout=10)
+    assert list(ngrams.columns) == ["ngram", "order", "log_prob", "probability"]
+    assert list(ngrams["ngram"]) == list(got.items)
+    assert ngrams["log_prob"].to_numpy().tolist() == list(got.log_probs)
+    assert np.array_equal(ngrams["probability"].to_numpy(), np.exp(np.array(got.log_probs)))
+    assert ngrams["order"].dtype == np.int8 and set(ngrams["order"]) == {1, 2, 3}
+    assert (ngrams["order"] == ngrams["ngram"].str.split().str.len()).all()
+    assert ngrams.attrs["lac.release"]["release_id"] == rid
+    assert ngrams_arrow.schema.types == [pa.string(), pa.int8(), pa.float64(), pa.float64()]
+    assert json.loads(ngrams_arrow.schema.metadata[b"lac.release"])["release_id"] == rid
+
+    want = stub.TopNgrams(curator_pb2.TopNgramsRequest(release_id=rid, k=7, order=2), timeout=10).ngrams
+    assert list(zip(top["ngram"], top["probability"])) == [(g.ngram, g.probability) for g in want]
+    assert (top["order"] == 2).all() and len(top) == 7
+
+    want = stub.NgramProbabilities(curator_pb2.NgramProbabilitiesRequest(
+        release_id=rid, ngrams=["the dog", "the  sun", "zebra"]), timeout=10).ngrams
+    assert list(zip(prob["ngram"], prob["probability"])) == [(g.ngram, g.probability) for g in want]
+    assert list(prob["ngram"]) == ["the dog", "the sun", "zebra"] and list(prob["order"]) == [2, 2, 1]
+    assert prob["probability"].iloc[2] == 0.0  # outside the release vocabulary
+    assert one["probability"].iloc[0] == prob["probability"].iloc[0]
+
+    want = stub.NextWord(curator_pb2.NextWordRequest(release_id=rid, context="the", k=5), timeout=10)
+    assert list(nxt.columns) == ["context_used", "word", "probability"]
+    assert (nxt["context_used"] == want.context_used).all() and len(nxt) == 5
+    assert list(zip(nxt["word"], nxt["probability"])) == [(w.ngram, w.probability) for w in want.words]
+
+    want = stub.Perplexity(curator_pb2.PerplexityRequest(release_id=rid, text="The dog sleeps in the sun. A fox is "
+                                                         "small."), timeout=10)
+    assert (ppl.perplexity, ppl.n_sentences, ppl.n_tokens, ppl.n_out_of_vocabulary) == (
+        want.perplexity, want.n_sentences, want.n_tokens, want.n_out_of_vocabulary)
+
+    want = stub.GetBudget(curator_pb2.BudgetRequest(), timeout=10)
+    assert list(budget.columns) == ["window", "window_start", "window_end", "spent_epsilon", "spent_delta",
+                                    "remaining_epsilon", "remaining_delta", "budget_epsilon", "budget_delta"]
+    assert budget["window"].dtype == np.int64 and str(budget["window_start"].dtype) == "datetime64[us, UTC]"
+    assert [tuple(r) for r in budget[["window", "spent_epsilon", "spent_delta", "remaining_epsilon",
+                                      "remaining_delta"]].itertuples(index=False)] == [
+        (w.window, w.spent_epsilon, w.spent_delta, w.remaining_epsilon, w.remaining_delta) for w in want.windows]
+    assert (budget["budget_epsilon"] == want.budget_epsilon).all() and budget["spent_epsilon"].iloc[0] == 1.0
+    start = budget["window_start"].iloc[0]
+    assert start.timestamp() == budget["window"].iloc[0] * want.window_seconds
+    assert start <= pd.Timestamp.now(tz="UTC") < budget["window_end"].iloc[0]
+
+    from lac.common.serde import deployment_from_proto
+    assert dep == deployment_from_proto(stub.GetDeployment(reports_pb2.DeploymentRequest(), timeout=10))
+    chunks = stub.ExportArpa(curator_pb2.ExportArpaRequest(release_id=rid), timeout=30)
+    assert arpa.read_text(encoding="utf-8") == "".join(ch.text for ch in chunks)
+    assert "\\data\\" in arpa.read_text() and arpa.read_text().rstrip().endswith("\\end\\")
+
+
+def test_parquet_round_trip(raw, pki, tmp_path):
+    cur, stub = raw
+    with _client(cur, pki) as c:
+        release = c.release(epsilon=2.0, S=0.02, rho=0.4)
+        path = c.export_parquet(release, tmp_path / "release.parquet")
+        frame = c.ngrams(release.release_id)
+        info = c.release_info(release.release_id)
+    assert release.params["S"] == 0.02 and release.params["rho"] == 0.4
+    table = pq.read_table(path)
+    assert table.schema.names == ["ngram", "order", "log_prob"]
+    assert table.schema.types == [pa.string(), pa.int8(), pa.float64()]
+    record = json.loads(table.schema.metadata[b"lac.release"])
+    assert record == info.to_dict() and record["release_id"] == release.release_id
+    assert "n_reports" not in record and record["statement"] == release.statement
+    got = stub.GetRelease(curator_pb2.GetReleaseRequest(release_id=release.release_id), timeout=10)
+    assert table.column("ngram").to_pylist() == list(got.items)
+    assert table.column("log_prob").to_pylist() == list(got.log_probs)
+
+    df = pd.read_parquet(path)
+    pd.testing.assert_frame_equal(df, frame[["ngram", "order", "log_prob"]], check_like=False)
+    assert df.attrs["lac.release"] == record
+    assert oct(path.stat().st_mode & 0o777) == oct(0o600)
+
+
+def test_errors_map_to_the_exception_tree(serve, pki, tmp_path):
+    from lac.curator import AnalystError, BudgetExhausted, InvalidArgument, NotFound, PermissionDenied, Unavailable
+
+    cur = serve(budget_epsilon=1.5)
+    with _client(cur, pki) as c:
+        empty = c.releases()
+        assert empty.empty and "release_id" in empty.columns and str(empty["created_at"].dtype) == "datetime64[us, UTC]"
+        c.release(epsilon=1.0)
+        with pytest.raises(BudgetExhausted) as exc:
+            c.release(epsilon=1.0)
+        assert exc.value.code == "FAILED_PRECONDITION" and "budget" in exc.value.details
+        assert not isinstance(exc.value, grpc.RpcError) and isinstance(exc.value, AnalystError)
+        assert str(N_REPORTS) not in exc.value.details.split()
+        assert c.budget()["remaining_epsilon"].iloc[0] == pytest.approx(0.5)  # the refused release spent nothing
+        for call in (lambda: c.top("no-such-release"), lambda: c.ngrams("no-such-release"),
+                     lambda: c.next_word("no-such-release", "the"), lambda: c.release_info("no-such-release"),
+                     lambda: c.arpa("no-such-release", tmp_path / "x.arpa"),
+                     lambda: c.export_parquet("no-such-release", tmp_path / "x.parquet")):
+            with pytest.raises(NotFound) as nf:
+                call()
+            assert nf.value.code == "NOT_FOUND" and "no-such-release" in nf.value.details
+        assert not (tmp_path / "x.arpa").exists() and not (tmp_path / "x.parquet").exists()
+        with pytest.raises(PermissionDenied) as denied:
+            c.status()  # operator only
+        assert denied.value.code == "PERMISSION_DENIED"
+        rid = c.releases()["release_id"].iloc[0]
+        with pytest.raises(InvalidArgument):
+            c.top(rid, order=9)
+        with pytest.raises(InvalidArgument):
+            c.release(epsilon=-1.0)
+        with pytest.raises(InvalidArgument):
+            c.release(epsilon=0.1, first_window=3)  # both windows or neither
+        with pytest.raises(TypeError, match="unknown knob"):
+            c.release(epsilon=0.1, k=3)
+    with _client(cur, pki, "operator") as ops:
+        status = ops.status()  # the operator sees exact counts
+        assert status.reports == N_REPORTS and status.releases == 1
+    from lac.curator import CuratorClient
+    with CuratorClient(cur.address, ca=pki.ca) as anonymous:  # TLS without a client certificate
+        with pytest.raises(Unavailable) as refused:
+            anonymous.budget()
+        assert refused.value.code == "UNAVAILABLE"
+    with pytest.raises(ValueError):
+        CuratorClient(cur.address)  # neither a CA nor insecure=True
+
+
+def _python_blocks(markdown: str) -> list[str]:
+    return re.findall(r"^```python\n(.*?)^```", markdown, flags=re.S | re.M)
+
+
+def test_quickstart_runs(tmp_path, monkeypatch):
+    """Every python block of docs/analyst/quickstart.md, in order, in one namespace."""
+    blocks = _python_blocks(QUICKSTART.read_text(encoding="utf-8"))
+    assert len(blocks) >= 5
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # the walkthrough's work directory
+    namespace: dict = {"__name__": "__quickstart__"}
+    t0 = time.perf_counter()
+    try:
+        for i, block in enumerate(blocks):
+            exec(compile(block, f"{QUICKSTART}:block{i + 1}", "exec"), namespace)
+    finally:
+        for name in ("client", "c"):
+            if hasattr(namespace.get(name), "close"):
+                namespace[name].close()
+        curator = namespace.get("curator")
+        if curator is not None and hasattr(curator, "stop"):
+            curator.stop()
+    elapsed = time.perf_counter() - t0
+    top = namespace["top"]
+    assert isinstance(top, pd.DataFrame) and list(top.columns) == ["ngram", "order", "probability"]
+    assert len(top) == 10 and (top["order"] == 1).all()
+    assert namespace["ack"].accepted == 2_000 and namespace["release"].differentially_private
+    assert not namespace["work"].exists()  # the last block cleans up
+    assert elapsed < 60, f"the quickstart took {elapsed:.1f}s"  # about 10 s; generous for shared CI cores
