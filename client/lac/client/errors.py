@@ -1,0 +1,103 @@
+"""The SDK's exceptions: one tree, so an app catches ``LacClientError`` (or a branch of it) and
+never a raw ``grpc.RpcError``.
+
+::
+
+    LacClientError
+    ├── RetryableError          UNAVAILABLE, DEADLINE_EXCEEDED (after the client's own retries)
+    │   └── QuotaExceeded       RESOURCE_EXHAUSTED: this client's reports per window are used up
+    └── NotRetryableError       any other status (FAILED_PRECONDITION, INTERNAL, ...)
+        ├── AuthenticationError UNAUTHENTICATED, PERMISSION_DENIED
+        ├── InvalidReportError  INVALID_ARGUMENT
+        ├── DeploymentMismatch  a Localizer the curator's deployment would not accept (also a ValueError)
+        └── EmbeddingUnavailable the embedding's wheel or reader is not installed (also a RuntimeError)
+
+Errors from a server carry ``status_code`` (a ``grpc.StatusCode``), ``status_details`` (the
+server's message) and ``trailing`` (its trailing metadata); ``RetryableError.retry_after`` is
+the server's ``retry-after-seconds`` hint, if any. ``ShufflerClient`` raises them as
+subclasses of ``grpc.RpcError`` too (with ``code()``, ``details()``, ``trailing_metadata()``),
+so code written against raw gRPC keeps working.
+
+This module imports neither grpc nor numpy.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["LacClientError", "RetryableError", "QuotaExceeded", "NotRetryableError", "AuthenticationError",
+           "InvalidReportError", "DeploymentMismatch", "EmbeddingUnavailable", "error_class_for_status"]
+
+
+class LacClientError(Exception):
+    """Base of every error the client SDK raises on purpose."""
+
+    def __init__(self, message: str, *, status_code: Any = None, status_details: str = "",
+                 trailing: tuple = ()):
+        super().__init__(message)
+        self.status_code = status_code          # grpc.StatusCode, or None for a local error
+        self.status_details = status_details    # the server's message
+        self.trailing = tuple(trailing)         # the server's trailing metadata: (key, value) pairs
+
+    # grpc.Call-style accessors, so ``except grpc.RpcError as e: e.code()`` code keeps working.
+    def code(self):
+        """The gRPC status code (None for an error raised on the device)."""
+        return self.status_code
+
+    def details(self) -> str:
+        """The server's status message."""
+        return self.status_details
+
+    def trailing_metadata(self) -> tuple:
+        """The server's trailing metadata."""
+        return self.trailing
+
+
+class RetryableError(LacClientError):
+    """A transient failure: trying again later may succeed (after ``retry_after`` seconds if set)."""
+
+    def __init__(self, message: str, *, retry_after: float | None = None, **kwargs: Any):
+        super().__init__(message, **kwargs)
+        self.retry_after = retry_after
+
+
+class QuotaExceeded(RetryableError):
+    """RESOURCE_EXHAUSTED: this client's reports for the accounting window are used up; the request
+    stored nothing. Retry after ``retry_after`` seconds (the next window)."""
+
+
+class NotRetryableError(LacClientError):
+    """Retrying the same request will fail the same way."""
+
+
+class AuthenticationError(NotRetryableError):
+    """UNAUTHENTICATED (no, unknown or malformed token) or PERMISSION_DENIED (a known caller
+    without the client role)."""
+
+
+class InvalidReportError(NotRetryableError):
+    """INVALID_ARGUMENT: the shuffler refused the request (malformed, oversized or plaintext reports)."""
+
+
+class DeploymentMismatch(NotRetryableError, ValueError):
+    """This Localizer's mechanism, ε or embedding is not what the curator's deployment accepts,
+    or the deployment names an embedding the SDK cannot load."""
+
+
+class EmbeddingUnavailable(NotRetryableError, RuntimeError):
+    """The requested embedding's source (wheel or reader library) is not installed."""
+
+
+_BY_STATUS: dict[str, type[LacClientError]] = {
+    "UNAVAILABLE": RetryableError,
+    "DEADLINE_EXCEEDED": RetryableError,
+    "RESOURCE_EXHAUSTED": QuotaExceeded,
+    "UNAUTHENTICATED": AuthenticationError,
+    "PERMISSION_DENIED": AuthenticationError,
+    "INVALID_ARGUMENT": InvalidReportError,
+}
+
+
+def error_class_for_status(name: str) -> type[LacClientError]:
+    """The SDK class for a gRPC status ``name`` (e.g. "UNAVAILABLE"); ``NotRetryableError`` if unmapped."""
+    return _BY_STATUS.get(name, NotRetryableError)
