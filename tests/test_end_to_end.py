@@ -75,7 +75,9 @@ def test_pipeline_release_matches_library(tmp_path, data):
                     time.sleep(0.1)
             with tls.channel(curator.address, analyst) as ch:
                 stub = curator_pb2_grpc.CuratorStub(ch)
-                record = stub.Release(curator_pb2.ReleaseRequest(epsilon=0.5, delta=1e-6), timeout=300)
+                default = stub.Release(curator_pb2.ReleaseRequest(epsilon=0.5, delta=1e-6), timeout=300)
+                record = stub.Release(curator_pb2.ReleaseRequest(mechanism="bayesian", epsilon=0.5, delta=1e-6),
+                                      timeout=300)
                 full = stub.GetRelease(curator_pb2.GetReleaseRequest(release_id=record.release_id), timeout=30)
             _check_who_holds_the_curator_key(pki, shuffler.process.pid, curator.process.pid)
         finally:
@@ -102,7 +104,11 @@ def test_pipeline_release_matches_library(tmp_path, data):
     expected = bayesian_dp(U, vocab.alpha, BayesianParams(epsilon=0.5, delta=1e-6, S=0.01, rho=0.5, C=cc.item_clamp,
                                                           W=cc.max_items_per_report, count_clip=cc.item_count_clip),
                            rng=np.random.default_rng(0))
-    assert record.n_reports == 0  # an analyst never sees the exact count
+    from lac.curator.posterior import PosteriorParams
+
+    assert default.mechanism == "posterior" and default.n_reports == 0  # an analyst never sees the exact count
+    assert default.sigma == PosteriorParams(0.5, 1e-6, W=cc.max_items_per_report, C=cc.item_clamp).sigma
+    assert record.n_reports == 0
     assert record.sensitivity_method == "sound" and record.differentially_private
     assert record.vocab_size == expected.vocab_size
     assert record.gamma == pytest.approx(expected.gamma, rel=1e-12)

@@ -150,7 +150,7 @@ def test_release_and_queries(start_curator):
             batch_id="b1", reports=[seal(content(t)) for t in texts]), timeout=10)
         stub = curator_pb2_grpc.CuratorStub(ch)
         record = stub.Release(curator_pb2.ReleaseRequest(epsilon=0.5, delta=1e-6), timeout=60)
-        assert record.n_reports == 20 and record.sigma > 0 and record.gamma > 0
+        assert record.n_reports == 20 and record.sigma > 0 and record.mechanism == "posterior"
         assert not record.data_dependent and record.statement.startswith("(0.5, 1e-06)-differential privacy")
         assert [r.release_id for r in stub.ListReleases(curator_pb2.ListReleasesRequest(), timeout=5).releases] \
             == [record.release_id]

@@ -203,7 +203,7 @@ def test_uncalibrated_epsilon_warns_once(glove50k, glove200, fresh_warnings, cap
 def test_for_deployment_takes_the_smaller_epsilon_and_the_embedding(glove50k, glove_cache_dir, fresh_warnings,
                                                                    caplog):
     Localizer = lac.client.Localizer
-    published = Deployment()  # the curator's default: ε = 15 over GloVe 50k, L = 40
+    published = Deployment(epsilon_per_word=15.0)  # a curator publishing ε = 15 over GloVe 50k, L = 40
     loc = Localizer.for_deployment(published, cache_dir=glove_cache_dir)
     assert loc.mechanism.epsilon == 8.0 and loc.embedding.name == published.embedding
     assert loc.deployment is published and loc.max_words == 40
@@ -235,7 +235,7 @@ def test_for_deployment_refuses_what_it_cannot_honour(glove50k, glove200):
     with pytest.raises(Mismatch) as err:
         Localizer(glove50k, lac.client.MultivariateLaplace(20.0), deployment=Deployment(), calibrated=True)
     assert isinstance(err.value, ValueError) and isinstance(err.value, errors.NotRetryableError)
-    assert "ε = 20 per word (the deployment accepts at most 15)" in str(err.value)
+    assert "ε = 20 per word (the deployment accepts at most 8)" in str(err.value)
 
 
 # ---------------------------------------------------------------------------------------- packaging errors

@@ -244,7 +244,7 @@ def test_distribution_queries_equal_the_rpcs(raw, pki, tmp_path):
 def test_parquet_round_trip(raw, pki, tmp_path):
     cur, stub = raw
     with _client(cur, pki) as c:
-        release = c.release(epsilon=2.0, S=0.02, rho=0.4)
+        release = c.release(epsilon=2.0, mechanism="bayesian", S=0.02, rho=0.4)
         path = c.export_parquet(release, tmp_path / "release.parquet")
         frame = c.ngrams(release.release_id)
         info = c.release_info(release.release_id)

@@ -58,8 +58,8 @@ def test_release_offline_library(files, tmp_path):
     counts, public, _ = files
     rec = release_offline(counts, public, ReleaseSpec(epsilon=1.0), PublicCaps(W=3, count_clip=100),
                           rng=np.random.default_rng(1))
-    assert rec["data_dependent"] is False and "sound: data-independent worst case" in rec["statement"]
-    assert rec["out"] == str(default_out_path(counts, "bayesian"))
+    assert rec["data_dependent"] is False and "Gaussian posterior" in rec["statement"]
+    assert rec["out"] == str(default_out_path(counts, "posterior"))
     with np.load(rec["out"]) as z:
         lp = z["log_probs"]
         assert json.loads(z["record"].tobytes().decode()) == rec
@@ -105,8 +105,8 @@ def test_cli_json(files, tmp_path, mechanism, extra):
 def test_cli_default_out_and_text(files):
     counts, public, _ = files
     text = _cli("--counts", str(counts), "--public", str(public), "--epsilon", "1", "--delta", "1e-6")
-    assert str(default_out_path(counts, "bayesian")) in text
-    assert default_out_path(counts, "bayesian").exists()
+    assert str(default_out_path(counts, "posterior")) in text
+    assert default_out_path(counts, "posterior").exists()
 
 
 def test_cli_without_counts_still_uses_server():

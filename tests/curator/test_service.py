@@ -11,9 +11,10 @@ import pytest
 
 from lac.common import envelope
 from lac.common.v1 import curator_pb2, curator_pb2_grpc, reports_pb2
-from lac.curator.ngrams import NgramVocabulary, user_counts
-from lac.curator.service import make_segment, segment_counts
-from lac.curator.store import CuratorStore, Quarantined, Segment
+from lac.curator import segments as seg
+from lac.curator.ngrams import NgramVocabulary, ReportItems, report_items, user_counts
+from lac.curator.release import StoredReports, vocab_counts
+from lac.curator.store import CuratorStore, Quarantined
 
 TEXTS = [["the", "dog", "sleeps", "in", "the", "sun"], ["the", "fox", "is", "a", "small", "animal"],
          ["we", "walk", "the", "dog"], ["the", "sun", "is", "a", "star"], ["the", "dog", "the", "dog", "the"]]
@@ -28,21 +29,48 @@ def random_reports(rng, words, n):
 
 @pytest.mark.parametrize("C,W", [(1, None), (2, 3), (3, 7), (1, 1)])
 def test_segments_reproduce_user_counts(C, W, tmp_path):
+    """Parquet segments hold every n-gram; read back against a vocabulary they give exactly the
+    counts the text path gives (first W vocabulary items per report, clamped at C)."""
     rng = np.random.default_rng(5)
     words = np.array("the a dog fox sun is in walk we small zebra star park".split())
     vocab = NgramVocabulary.from_sentences([list(rng.choice(words, 8)) for _ in range(40)], max_n=3)
     reports = random_reports(rng, words, 300)
-    segs = []
+    paths = []
     for i, chunk in enumerate((reports[:120], reports[120:121], reports[121:])):
-        make_segment(chunk, vocab).save(tmp_path / f"{i}.npz")
-        segs.append(Segment.load(tmp_path / f"{i}.npz"))
-    got = segment_counts(segs, vocab, C, W)
+        seg.write(tmp_path / f"window=0/{i}.parquet", report_items(chunk, 3), {"batch_id": str(i)})
+        paths.append(tmp_path / f"window=0/{i}.parquet")
+    got = StoredReports(paths, vocab).vocab_counts(C, W or 10**6)
     want = user_counts(reports, vocab, C, W)
     assert got.shape == want.shape and (got != want).nnz == 0
     assert got.dtype == want.dtype and got.has_canonical_format
     # A smaller vocabulary later: items it lacks are dropped before the W cap, as re-counting would.
     small = NgramVocabulary(vocab.items[::2], vocab.alpha[::2], vocab.max_n)
-    assert (segment_counts(segs, small, C, W) != user_counts(reports, small, C, W)).nnz == 0
+    assert (StoredReports(paths, small).vocab_counts(C, W or 10**6) != user_counts(reports, small, C, W)).nnz == 0
+    # every n-gram is stored, in first-occurrence order, with raw counts
+    back = seg.read(paths[0])
+    direct = report_items(reports[:120], 3)
+    assert back.items == direct.items and (back.item_ids == direct.item_ids).all()
+    assert (back.counts == direct.counts).all() and (back.indptr == direct.indptr).all()
+    assert seg.metadata(paths[0])["batch_id"] == "0"
+
+
+def test_segments_read_words_against_the_vocabulary(tmp_path):
+    """Words outside the vocabulary's word list are read as <unk> when a release reads a segment;
+    n-grams that become equal merge within the report."""
+    vocab = NgramVocabulary.from_sentences([["the", "cat"], ["the", "cat"], ["a", "dog"]], max_n=2, min_count=2,
+                                           unknown_words=True)
+    assert vocab.words == {"the", "cat"} and vocab.has_unk
+    reports = [[["the", "zebra", "the", "yak"]], [["the", "cat"]]]
+    path = tmp_path / "s.parquet"
+    seg.write(path, report_items(reports, 2))
+    (first, second), = [(b.item_ids[b.indptr[0]:b.indptr[1]], b) for b in seg.read_blocks([path], vocab)]
+    b = second
+    row0 = {b.items[i]: int(c) for i, c in zip(first, b.counts[b.indptr[0]:b.indptr[1]])}
+    assert row0 == {"the": 2, "<s> the": 1, "<unk>": 2, "the <unk>": 2, "<unk> the": 1, "</s>": 1, "<unk> </s>": 1}
+    assert [b.items[i] for i in first][:4] == ["the", "<s> the", "<unk>", "the <unk>"]  # first occurrences
+    direct = report_items(reports, 2, vocab.words)
+    assert {direct.items[i]: int(c) for i, c in zip(direct.item_ids[:direct.indptr[1]],
+                                                    direct.counts[:direct.indptr[1]])} == row0
 
 
 def test_quarantine_keeps_only_the_newest_rows(tmp_path):
@@ -64,17 +92,17 @@ def test_replay_window_prunes_old_ids(tmp_path):
     store = CuratorStore(tmp_path)
     rid = os.urandom(16)
 
-    def seg(keep):
-        return Segment(("a",), np.arange(len(keep) + 1, dtype=np.int64), np.zeros(len(keep), np.int32),
-                       np.ones(len(keep), np.int32))
+    def items(keep):
+        return ReportItems(np.arange(len(keep) + 1, dtype=np.int64), np.zeros(len(keep), np.int32),
+                           np.ones(len(keep), np.int32), ("a",))
 
     day = 86400.0
-    assert store.add_batch("b1", [rid, rid], seg, [], 30 * day, now=0.0).rejects == {"replayed_report_id": 1}
-    assert store.add_batch("b2", [rid], seg, [], 30 * day, now=29 * day).rejects == {"replayed_report_id": 1}
-    assert store.add_batch("b2", [rid], seg, [], 30 * day, now=29 * day).duplicate
-    r = store.add_batch("b3", [rid], seg, [], 30 * day, now=31 * day)  # forgotten after the window
+    assert store.add_batch("b1", [rid, rid], items, [], 30 * day, now=0.0).rejects == {"replayed_report_id": 1}
+    assert store.add_batch("b2", [rid], items, [], 30 * day, now=29 * day).rejects == {"replayed_report_id": 1}
+    assert store.add_batch("b2", [rid], items, [], 30 * day, now=29 * day).duplicate
+    r = store.add_batch("b3", [rid], items, [], 30 * day, now=31 * day)  # forgotten after the window
     assert (r.accepted, r.rejected) == (1, 0)
-    assert store.counts()["reports"] == 2 and sum(s.n_reports for s in store.segments()) == 2
+    assert store.counts()["reports"] == 2 and sum(seg.read(p).n_reports for p in store.segment_paths()) == 2
     store.close()
 
 
@@ -143,13 +171,13 @@ def test_quarantine_keeps_the_rest_and_survives_restart(start_curator, seal, cur
         rec = stub.Release(curator_pb2.ReleaseRequest(epsilon=1, delta=1e-6), timeout=60)
         assert rec.n_reports == 6
     cur2.stop()
-    seg = next((tmp_path / "c" / "segments").iterdir())
-    seg.write_bytes(b"garbage")
+    stored = next((tmp_path / "c" / "segments").rglob("*.parquet"))
+    stored.write_bytes(b"garbage")
     cur3 = start_curator(state_dir=tmp_path / "c")
     with grpc.insecure_channel(cur3.address) as ch:
         code, details = code_of(lambda: curator_pb2_grpc.CuratorStub(ch).Release(
             curator_pb2.ReleaseRequest(epsilon=1, delta=1e-6), timeout=60))
-        assert code == grpc.StatusCode.DATA_LOSS and seg.name in details
+        assert code == grpc.StatusCode.DATA_LOSS and stored.name in details
 
 
 def test_release_counts_match_the_text_path(start_curator, seal, public_corpus):
@@ -167,7 +195,7 @@ def test_release_counts_match_the_text_path(start_curator, seal, public_corpus):
         ingest(ch, "b1", [seal(content(t)) for t in TEXTS[:3]])
         ingest(ch, "b2", [seal(content(t, ["the", "sun"])) for t in TEXTS[2:]])
         stub = curator_pb2_grpc.CuratorStub(ch)
-        rec = stub.Release(curator_pb2.ReleaseRequest(epsilon=1, delta=1e-6), timeout=60)
+        rec = stub.Release(curator_pb2.ReleaseRequest(mechanism="bayesian", epsilon=1, delta=1e-6), timeout=60)
         got = stub.GetRelease(curator_pb2.GetReleaseRequest(release_id=rec.release_id), timeout=10)
     cfg = CuratorConfig(public_corpus=public_corpus, vocab_min_count=1)
     vocab = public_vocabulary(public_corpus, 3, 1, cfg.vocab_max_items, public_corpus.parent / "prior-check")
@@ -240,7 +268,7 @@ def test_windows_budget_per_window(start_curator, seal):
         assert one.n_reports == len(TEXTS) and one.reports_per_user == 2
         all3 = stub.Release(curator_pb2.ReleaseRequest(epsilon=0.2, delta=1e-6), timeout=60)
         assert (all3.first_window, all3.last_window, all3.n_reports, all3.reports_per_user) == (100, 102, 15, 6)
-        assert all3.gamma > one.gamma  # the sound sensitivity covers 6 reports of one client, not 2
+        assert all3.sigma > 2.5 * one.sigma  # the sensitivity covers 6 reports of one client, not 2
         assert "over 3 accounting windows" in all3.statement and "at most 6 in all" in all3.statement
         spent = _window_spent(stub)
         assert {w: spent[w].spent_epsilon for w in (100, 101, 102)} == {100: 0.2, 101: pytest.approx(0.9), 102: 0.2}
@@ -261,31 +289,40 @@ def test_mechanisms_over_rpc(start_curator, seal):
             return stub.Release(curator_pb2.ReleaseRequest(**kw), timeout=120)
 
         r = release(epsilon=1, delta=1e-6)
-        assert r.sensitivity_method == "sound" and not r.data_dependent and r.sigma > 0 and r.differentially_private
-        assert r.params["W"] == 100 and r.params["count_clip"] == 1_000_000
+        assert r.mechanism == "posterior" and r.sensitivity_method == "sound" and r.differentially_private
+        assert not r.data_dependent and r.sigma > 0 and r.discovery_threshold > r.sigma
+        assert r.params["W"] == 100 and r.params["C"] == 3
+        got = stub.GetRelease(curator_pb2.GetReleaseRequest(release_id=r.release_id), timeout=10)
+        assert len(got.pseudo_counts) == len(got.items) == r.vocab_size and min(got.pseudo_counts) >= 0
+        b = release(mechanism="bayesian", epsilon=1, delta=1e-6)
+        assert b.sensitivity_method == "sound" and b.gamma > 0 and b.params["count_clip"] == 1_000_000
+        assert not stub.GetRelease(curator_pb2.GetReleaseRequest(release_id=b.release_id), timeout=10).pseudo_counts
         for sens in ("bruteforce", "claim1"):  # data-dependent: refused unless the operator enables them
-            code, details = code_of(lambda: release(epsilon=1, delta=1e-6, sensitivity=sens))
+            code, details = code_of(lambda: release(mechanism="bayesian", epsilon=1, delta=1e-6, sensitivity=sens))
             assert code == grpc.StatusCode.FAILED_PRECONDITION and "NOT differentially private" in details
+        code, details = code_of(lambda: release(epsilon=1, delta=1e-6, sensitivity="bruteforce"))
+        assert code == grpc.StatusCode.INVALID_ARGUMENT and "bayesian and endtoend only" in details
         code, _ = code_of(lambda: release(mechanism="laplace-public", epsilon=1, public_sensitivity="observed"))
         assert code == grpc.StatusCode.FAILED_PRECONDITION
         e = release(mechanism="endtoend", epsilon=1, delta=1e-6)
         assert e.mechanism == "endtoend" and e.laplace_scale > 0 and "epsilon_select" in e.params
         assert "n_validation" not in e.params and e.differentially_private
         lap = release(mechanism="laplace", epsilon=1)
-        assert lap.delta == 0 and lap.laplace_scale == pytest.approx(100.0) and lap.ledger_delta == 0
+        assert lap.delta == 0 and lap.laplace_scale == pytest.approx(300.0) and lap.ledger_delta == 0  # W·C/ε
         code, details = code_of(lambda: release(mechanism="kanon", epsilon=1))
         assert code == grpc.StatusCode.INVALID_ARGUMENT and "not available over RPC" in details
         full = stub.GetRelease(curator_pb2.GetReleaseRequest(release_id=lap.release_id), timeout=10)
         finite = np.isfinite(full.log_probs)
         np.testing.assert_array_equal(np.mod(np.array(full.log_probs)[finite], 2.0**-40), 0.0)
-        assert _window_spent(stub, r.first_window).spent_epsilon == pytest.approx(3.0)
+        assert _window_spent(stub, r.first_window).spent_epsilon == pytest.approx(4.0)
 
     cur2 = start_curator(allow_data_dependent_releases=True)
     with grpc.insecure_channel(cur2.address) as ch:
         ingest(ch, "b1", [seal(content(t)) for t in TEXTS * 4])
         stub = curator_pb2_grpc.CuratorStub(ch)
         for sens in ("bruteforce", "claim1"):
-            r = stub.Release(curator_pb2.ReleaseRequest(epsilon=1, delta=1e-6, sensitivity=sens), timeout=60)
+            r = stub.Release(curator_pb2.ReleaseRequest(mechanism="bayesian", epsilon=1, delta=1e-6, sensitivity=sens),
+                             timeout=60)
             assert r.sensitivity_method == sens and r.data_dependent and not r.differentially_private
             assert r.statement.startswith("NOT differentially private: data-dependent sensitivity, as in Ramadan")
             assert (r.ledger_epsilon, r.ledger_delta) == (0, 0)
@@ -305,7 +342,7 @@ def test_queries(start_curator, seal):
         stub = curator_pb2_grpc.CuratorStub(ch)
         rid = stub.Release(curator_pb2.ReleaseRequest(epsilon=5, delta=1e-6), timeout=60).release_id
         full = stub.GetRelease(curator_pb2.GetReleaseRequest(release_id=rid), timeout=10)
-        model = NgramModel(list(full.items), np.array(full.log_probs), 3)
+        model = NgramModel.from_counts(list(full.items), np.array(full.pseudo_counts), 3, partial=True)
         probs = stub.NgramProbabilities(curator_pb2.NgramProbabilitiesRequest(
             release_id=rid, ngrams=["the dog", "the  dog", "no such"]), timeout=10).ngrams
         assert [g.ngram for g in probs] == ["the dog", "the dog", "no such"]
@@ -349,14 +386,13 @@ def test_cli_release_status_and_queries(start_curator, seal, tmp_path, capsys):
     srv = ("--server", cur.address, "--insecure")
     with grpc.insecure_channel(cur.address) as ch:
         ingest(ch, "b1", [seal(content(t)) for t in TEXTS * 4])
-    rec = json.loads(run("curator", "release", *srv, "--json", "--mechanism", "bayesian", "--epsilon", "2",
-                         "--delta", "1e-6"))
+    rec = json.loads(run("curator", "release", *srv, "--json", "--epsilon", "2", "--delta", "1e-6"))
     rid = rec["release_id"]
-    assert rec["sensitivity_method"] == "sound" and rec["params"]["count_clip"] == 1_000_000
+    assert rec["mechanism"] == "posterior" and rec["sensitivity_method"] == "sound" and rec["params"]["W"] == 100
     status = run("curator", "status", *srv)
     assert "spent (2, 1e-06), remaining (1, 9e-06)" in status
     assert "spent (2, 1e-06), remaining (1, 9e-06)" in run("curator", "budget", *srv)
-    assert "ε0 = L·ε·bound = 40·15·18.9162" in run("curator", "deployment", *srv)
+    assert "ε0 = L·ε·bound = 40·8·18.9162" in run("curator", "deployment", *srv)
     assert rid in run("curator", "query", "releases", *srv)
     assert len(run("curator", "query", "top", *srv, rid, "-k", "3").strip().split("\n")) == 3
     out = json.loads(run("curator", "query", "prob", *srv, "--json", rid, "the dog", "zebra"))
@@ -369,4 +405,30 @@ def test_cli_release_status_and_queries(start_curator, seal, tmp_path, capsys):
     assert arpa.startswith("\n\\data\\\nngram 1=") and arpa.endswith("\\end\\\n")
     with grpc.insecure_channel(cur.address) as ch:
         full = curator_pb2_grpc.CuratorStub(ch).GetRelease(curator_pb2.GetReleaseRequest(release_id=rid), timeout=10)
-    assert arpa == NgramModel(list(full.items), np.array(full.log_probs), 3).arpa()
+    assert arpa == NgramModel.from_counts(list(full.items), np.array(full.pseudo_counts), 3, partial=True).arpa()
+
+
+def test_npz_segments_migrate_to_parquet(tmp_path, capsys):
+    """State written by earlier versions (.npz segments) converts with one command and releases the same."""
+    from lac.common.cli import main
+
+    store = CuratorStore(tmp_path)
+    store.add_batch("b1", [os.urandom(16) for _ in range(3)],
+                    lambda keep: report_items([[t] for t in TEXTS[:3]], 3), [], 86400.0)
+    new = store.segment_paths()[0]
+    items = seg.read(new)
+    old = tmp_path / "segments" / "old.npz"
+    np.savez(old, format=np.int64(1), items=np.frombuffer("\n".join(items.items).encode(), np.uint8),
+             n_items=np.int64(len(items.items)), indptr=items.indptr, indices=items.item_ids, data=items.counts)
+    store._db.execute("UPDATE batches SET segment = 'old.npz'")
+    new.unlink()
+    store.close()
+    with pytest.raises(SystemExit) as e:
+        main(["curator", "migrate-segments", "--state-dir", str(tmp_path)])
+    assert e.value.code == 0 and "migrated 1 segment" in capsys.readouterr().out
+    store = CuratorStore(tmp_path)
+    (path,) = store.segment_paths()
+    back = seg.read(path)
+    assert path.suffix == ".parquet" and not old.exists()
+    assert back.items == items.items and (back.counts == items.counts).all() and (back.indptr == items.indptr).all()
+    assert seg.metadata(path)["migrated_from"] == "old.npz"

@@ -41,7 +41,7 @@ class Deployment:
     """
 
     mechanism: str = "multivariate-laplace"
-    epsilon_per_word: float = 15.0
+    epsilon_per_word: float = 8.0
     embedding: str = DEFAULT_EMBEDDING
     word_distance_bound: float = DEFAULT_EMBEDDING_DIAMETER
     max_report_words: int = 40

@@ -14,6 +14,7 @@ _WORD = re.compile(r"[a-z0-9]+(?=n't\b)|n't\b|'(?:s|re|ve|ll|d|m)\b|[a-z0-9]+")
 
 BOS = "<s>"
 EOS = "</s>"
+UNK = "<unk>"  # a word outside a vocabulary (never produced by ``words``)
 
 
 def words(text: str) -> list[str]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from pathlib import Path
 
 from google.protobuf.json_format import MessageToDict
 
@@ -20,6 +21,12 @@ def register(subparsers) -> None:
     serve = sub.add_parser("serve", help="run the curator gRPC server")
     cfg.add_flags(serve, CuratorConfig, ENV_PREFIX)
     serve.set_defaults(func=_serve)
+
+    mig = sub.add_parser("migrate-segments", help="convert the .npz segments of earlier versions to Parquet "
+                                                  "(run with the curator stopped)")
+    mig.add_argument("--state-dir", type=Path, default=CuratorConfig.state_dir,
+                     help=f"the curator's state directory [default: {CuratorConfig.state_dir}]")
+    mig.set_defaults(func=_migrate_segments)
 
     def client_parser(name, helptext, func):
         q = sub.add_parser(name, help=helptext)
@@ -118,6 +125,18 @@ def _serve(args) -> int:
         await run_until_signalled(server, port, config.port_file, "curator", on_stop=curator.stop)
 
     asyncio.run(main())
+    return 0
+
+
+def _migrate_segments(args) -> int:
+    from lac.curator.store import CuratorStore
+
+    store = CuratorStore(args.state_dir)
+    try:
+        n = store.migrate_npz()
+    finally:
+        store.close()
+    print(f"migrated {n} segment(s) in {args.state_dir} to Parquet")
     return 0
 
 

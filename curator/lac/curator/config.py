@@ -31,7 +31,7 @@ class CuratorConfig:
     vocab_max_items: int = setting(50_000, "most n-grams in the release vocabulary (most frequent public ones)")
     # -- public caps of every release (sensitivities are computed from these, never from the data)
     max_items_per_report: int = setting(100, "W: most distinct n-grams counted per report (a report's first W)")
-    item_clamp: int = setting(1, "C: a report contributes at most C to any one n-gram")
+    item_clamp: int = setting(3, "C: a report contributes at most C to any one n-gram")
     item_count_clip: int = setting(1_000_000, "M: n-gram totals are clipped at M before BayesianDP's log (so its "
                                               "sound sensitivity needs no cap on the number of reports)")
     max_sentences_per_report: int = setting(1_000, "reports with more sentences are quarantined")
@@ -41,8 +41,8 @@ class CuratorConfig:
     # -- the deployment published to clients: each accepted report satisfies it
     local_mechanism: str = setting("multivariate-laplace", "the clients' word-level mechanism (reports declaring "
                                                            "another are quarantined)")
-    epsilon_per_word: float = setting(15.0, "largest accepted metric-DP ε per word (reports declaring more are "
-                                            "quarantined)")
+    epsilon_per_word: float = setting(8.0, "largest accepted metric-DP ε per word (reports declaring more are "
+                                           "quarantined); 8 is the SDK's 'balanced' preset")
     embedding: str = setting(DEFAULT_EMBEDDING, "the clients' embedding id (reports naming another are quarantined)")
     word_distance_bound: float = setting(DEFAULT_EMBEDDING_DIAMETER, "largest per-word distance term: the "
                                                                      "embedding's diameter for multivariate-laplace "

@@ -95,12 +95,11 @@ from pathlib import Path
 import numpy as np
 
 from lac.common.files import atomic_file
-from lac.common.text import BOS, EOS
+from lac.common.text import BOS, EOS, UNK
 
 __all__ = ["NgramModel", "UNK", "FALLBACK_DISCOUNTS", "TOTAL_QUANTILE", "count_of_counts", "estimate_discounts",
            "default_total"]
 
-UNK = "<unk>"
 FALLBACK_DISCOUNTS = (0.5, 1.0, 1.5)  # KenLM's --discount_fallback
 TOTAL_QUANTILE = 0.1  # default_total: this quantile of the positive probabilities is read as one occurrence
 
@@ -216,7 +215,7 @@ class NgramModel:
 
     @classmethod
     def from_counts(cls, items: Sequence[str], counts: np.ndarray, max_n: int = 3, *, modified: bool = True,
-                    discount=None, unk_mass: float | None = None) -> "NgramModel":
+                    discount=None, unk_mass: float | None = None, partial: bool = False) -> "NgramModel":
         """Interpolated Kneser–Ney over real-valued non-negative pseudo-counts, one per item
         (duplicated items add up; items longer than ``max_n`` are ignored).
 
@@ -228,13 +227,14 @@ class NgramModel:
         when the items have no ``<unk>`` unigram (see the module docstring).
         """
         self = cls.__new__(cls)
-        self._build(list(items), counts, max_n, modified=modified, discount=discount, unk_mass=unk_mass)
+        self._build(list(items), counts, max_n, modified=modified, discount=discount, unk_mass=unk_mass,
+                    partial=partial)
         return self
 
     # -- construction ------------------------------------------------------------------------
 
     def _build(self, items: list, counts, max_n: int, *, modified: bool = True, discount=None,
-               unk_mass: float | None = None) -> None:
+               unk_mass: float | None = None, partial: bool = False) -> None:
         _check_max_n(max_n)
         c = np.asarray(counts, dtype=np.float64).reshape(-1)
         if c.size != len(items):
@@ -298,6 +298,9 @@ class NgramModel:
         # Adjusted counts: raw at the top order and for <s>-initial n-grams, continuation below.
         adj = {N: raw[N]}
         for n in range(N - 1, 0, -1):
+            if partial:
+                adj[n] = raw[n]
+                continue
             idx = np.searchsorted(keys[n], keys[n + 1] % B**n)
             a = np.bincount(idx, weights=np.minimum(raw[n + 1], 1.0), minlength=keys[n].size)
             if n >= 2:
@@ -339,10 +342,13 @@ class NgramModel:
             d = _discount(a, disc[n - 1])
             ctx, inv = np.unique(keys[n] // B, return_inverse=True)
             inv = inv.reshape(-1)
-            tot = np.bincount(inv, weights=a, minlength=ctx.size)
+            listed = np.bincount(inv, weights=a, minlength=ctx.size)
+            tot = listed
+            if partial:  # a context seen more often than its listed continuations: the rest backs off
+                tot = np.maximum(listed, self._context_counts(keys, raw, n, ctx, eos))
             dsum = np.bincount(inv, weights=d, minlength=ctx.size)
             safe = np.where(tot > 0, tot, 1.0)
-            gamma = np.where(tot > 0, dsum / safe, 1.0)
+            gamma = np.where(tot > 0, (tot - listed + dsum) / safe, 1.0)
             alpha = np.where(tot[inv] > 0, (a - d) / safe[inv], 0.0)
             lower = probs[n - 1][np.searchsorted(keys[n - 1], keys[n] % B ** (n - 1))]
             probs[n] = alpha + gamma[inv] * lower
@@ -368,6 +374,19 @@ class NgramModel:
         self._keys, self._probs, self._bows, self._is_ctx = keys, probs, bows, is_ctx
         self._index = {n: dict(zip(keys[n].tolist(), range(keys[n].size))) for n in range(1, N + 1)}
         self._vocabulary = frozenset(words[1:])
+
+    @staticmethod
+    def _context_counts(keys, raw, n: int, ctx: np.ndarray, eos: int) -> np.ndarray:
+        """The count of each context (an (n−1)-gram item) of order n: its own item's count, and for
+        the bare ``<s>`` (not an item) the number of sentences, c(</s>)."""
+        if n == 2:  # unigram ids 1..B−1 sit at position id − 1; id 0 is <s>
+            ids = np.asarray(ctx, dtype=np.int64)
+            return np.where(ids == 0, raw[1][eos - 1], raw[1][np.maximum(ids, 1) - 1])
+        out = np.zeros(ctx.size)
+        pos = np.minimum(np.searchsorted(keys[n - 1], ctx), keys[n - 1].size - 1)
+        found = keys[n - 1][pos] == ctx
+        out[found] = raw[n - 1][pos[found]]
+        return out
 
     # -- joint and conditional views (unsmoothed) --------------------------------------------
 

@@ -7,6 +7,13 @@ So ``</s>``, ``<s> w1``, ``wk </s>``, ``<s> w1 w2``, ``<s> w1 </s>`` (k = 1) are
 Empty sentences produce no items. Items are enumerated in reading order of their last token,
 shorter first; the per-report cap W keeps the first W distinct in-vocabulary items in this
 order (see ``count_reports``).
+
+Words and ``<unk>``: a vocabulary built with ``from_sentences`` has a closed word list (its
+unigram items); every other word is read as ``<unk>``, in the public corpus as in reports, so
+an n-gram with a rare word is counted as the same n-gram with ``<unk>`` ("the <unk> of") and the
+``<unk>`` unigram carries the mass of all words outside the list. ``report_items`` extracts
+every item of each report under that reading (what the curator stores and what DP n-gram
+discovery looks at); ``count_reports`` counts only the vocabulary's items.
 """
 
 from __future__ import annotations
@@ -22,9 +29,10 @@ import numpy as np
 import scipy.sparse as sp
 
 from lac.common.files import atomic_file
-from lac.common.text import BOS, EOS
+from lac.common.text import BOS, EOS, UNK
 
-__all__ = ["ngrams", "NgramVocabulary", "ReportCounts", "count_reports", "user_counts", "cap_and_clamp"]
+__all__ = ["ngrams", "NgramVocabulary", "ReportCounts", "ReportItems", "count_reports", "user_counts", "cap_and_clamp",
+           "report_items"]
 
 _FORMAT_VERSION = 1
 
@@ -64,6 +72,7 @@ class _Lookup:
     wid: dict[str, int]  # in-sentence tokens -> word id (BOS/EOS deliberately absent)
     bos: int  # word id of <s>, -1 if no item uses it
     eos: int
+    unk: int  # word id of <unk> (what words outside the vocabulary read as), -1 if it has none
     base: int  # number of word ids
     dense1: np.ndarray  # word id -> id of that 1-prefix (-1 if no item starts with the word)
     prefixes: tuple[_KeyTable | None, ...]  # [k-1] for k >= 2: the k-prefixes of items, keyed by
@@ -108,6 +117,16 @@ class NgramVocabulary:
     def __len__(self) -> int:
         return len(self.items)
 
+    @cached_property
+    def words(self) -> frozenset[str]:
+        """The vocabulary's word list: its unigram items other than ``</s>`` and ``<unk>``."""
+        return frozenset(it for it, o in zip(self.items, self._orders.tolist()) if o == 1) - {EOS, UNK}
+
+    @property
+    def has_unk(self) -> bool:
+        """True if words outside ``words`` are read as ``<unk>`` (the vocabulary has a ``<unk>`` unigram)."""
+        return UNK in self.index
+
     @property
     def orders(self) -> np.ndarray:
         """int8 array: n of each item."""
@@ -128,19 +147,36 @@ class NgramVocabulary:
         max_n: int = 3,
         min_count: int = 1,
         max_items: int | None = None,
+        unknown_words: bool = False,
     ) -> "NgramVocabulary":
         """Public counts from a *public* corpus: items with count >= min_count, most frequent
-        first (ties by item text), at most ``max_items``."""
+        first (ties by item text), at most ``max_items``.
+
+        With ``unknown_words`` the word list is closed first: words seen fewer than ``min_count``
+        times are read as ``<unk>``; then every unigram (the whole word list, ``</s>`` and
+        ``<unk>``) is kept and ``max_items`` caps the total with the most frequent longer items.
+        """
         _check_max_n(max_n)
         if min_count < 1:
             raise ValueError(f"min_count must be >= 1, got {min_count!r}")
         if max_items is not None and max_items < 0:
             raise ValueError(f"max_items must be >= 0 or None, got {max_items!r}")
+        sentences = [list(s) for s in sentences] if unknown_words else sentences
+        if unknown_words:
+            words = Counter(w for s in sentences for w in s)
+            rare = {w for w, c in words.items() if c < min_count}
+            sentences = [[UNK if w in rare else w for w in s] for s in sentences]
         counts: Counter[str] = Counter()
         for s in sentences:
-            counts.update(ngrams(s, max_n))
-        kept = sorted(((c, it) for it, c in counts.items() if c >= min_count), key=lambda p: (-p[0], p[1]))
-        if max_items is not None:
+            counts.update(_ngrams(list(s), max_n) if unknown_words else ngrams(s, max_n))
+        kept = sorted(((c, it) for it, c in counts.items() if c >= min_count or (unknown_words and " " not in it)),
+                      key=lambda p: (-p[0], p[1]))
+        if unknown_words:
+            uni = [p for p in kept if " " not in p[1]]
+            longer = [p for p in kept if " " in p[1]]
+            room = None if max_items is None else max(max_items - len(uni), 0)
+            kept = uni + (longer if room is None else longer[:room])
+        elif max_items is not None:
             kept = kept[:max_items]
         return cls(tuple(it for _, it in kept), np.array([c for c, _ in kept], dtype=np.float64), max_n)
 
@@ -199,7 +235,7 @@ class NgramVocabulary:
         wid = dict(all_ids)
         bos, eos = wid.pop(BOS, -1), wid.pop(EOS, -1)
         tables = (None,) + tuple(_KeyTable(t) for t in prefixes[1:])
-        return _Lookup(wid, bos, eos, base, dense1, tables, tuple(columns))
+        return _Lookup(wid, bos, eos, wid.get(UNK, -1), base, dense1, tables, tuple(columns))
 
 
 @dataclass(frozen=True)
@@ -268,7 +304,7 @@ def _count_chunk(reports: list, vocab: NgramVocabulary, lk: _Lookup, C: int, W: 
     flat = [t for s in sents for t in s]
     if not flat:
         return np.zeros(n_rep, np.int64), np.empty(0, np.int32), np.empty(0, np.int32), 0, 0, 0, 0
-    tok = np.fromiter(map(lk.wid.get, flat, repeat(-1)), dtype=np.int64, count=len(flat))
+    tok = np.fromiter(map(lk.wid.get, flat, repeat(lk.unk)), dtype=np.int64, count=len(flat))
     # Padded layout: <s> w1 .. wk </s> per sentence, sentences of a report consecutive.
     lens = slen + 2
     starts = np.cumsum(lens) - lens
@@ -435,3 +471,100 @@ def cap_and_clamp(indptr: np.ndarray, indices: np.ndarray, data: np.ndarray, n_c
     m.sort_indices()
     m.has_canonical_format = True
     return m
+
+
+@dataclass(frozen=True, eq=False)
+class ReportItems:
+    """Every distinct item of each report, in first-occurrence order, with raw counts.
+
+    ``item_ids`` index ``items`` (a dictionary local to these reports); row r is
+    ``item_ids[indptr[r]:indptr[r+1]]``. Words outside ``words`` were read as ``<unk>``.
+    """
+
+    indptr: np.ndarray  # int64, n_reports + 1
+    item_ids: np.ndarray  # int32
+    counts: np.ndarray  # int32, raw (no cap, no clamp)
+    items: tuple[str, ...]
+
+    @property
+    def n_reports(self) -> int:
+        return self.indptr.size - 1
+
+
+def report_items(reports: Sequence[Sequence[Sequence[str]]], max_n: int = 3,
+                 words: frozenset[str] | None = None) -> ReportItems:
+    """All items (as ``ngrams`` enumerates them) of each report, distinct per report in order of
+    first occurrence, with their counts. With ``words``, any other token is read as ``<unk>``.
+
+    Vectorised: tokens get integer ids (1..B−1; ``<s>`` = 1), an n-gram of ids (i₁..iₙ) gets the
+    key Σ i_k·B^(n−k), distinct across orders because ids are never 0; only the distinct keys of
+    the batch are turned back into strings.
+    """
+    _check_max_n(max_n)
+    n_rep = len(reports)
+    sents = [s for rep in reports for s in rep]
+    slen = np.fromiter(map(len, sents), dtype=np.int64, count=len(sents))
+    rep_of_sent = np.repeat(np.arange(n_rep, dtype=np.int64), [len(rep) for rep in reports])
+    keep = slen > 0
+    slen, rep_of_sent = slen[keep], rep_of_sent[keep]
+    flat = [t for s in sents for t in s]
+    if not flat:
+        return ReportItems(np.zeros(n_rep + 1, np.int64), np.empty(0, np.int32), np.empty(0, np.int32), ())
+    vocab_words: dict[str, int] = {BOS: 1, EOS: 2}
+    if words is not None:
+        vocab_words[UNK] = 3
+        mapped = [t if t in words else UNK for t in flat]
+    else:
+        mapped = flat
+    for t in mapped:
+        if t not in vocab_words:
+            vocab_words[t] = len(vocab_words) + 1
+    B = len(vocab_words) + 1
+    if B ** max_n >= 1 << 62:
+        raise ValueError(f"{B - 1} distinct words are too many for 64-bit {max_n}-gram keys")
+    tok = np.fromiter(map(vocab_words.__getitem__, mapped), dtype=np.int64, count=len(mapped))
+    lens = slen + 2
+    starts = np.cumsum(lens) - lens
+    wid = np.empty(int(lens.sum()), dtype=np.int64)
+    wid[starts] = 1
+    wid[starts + lens - 1] = 2
+    wid[np.arange(tok.size) + np.repeat(starts + 1 - (np.cumsum(slen) - slen), slen)] = tok
+    pos_in_sent = np.arange(wid.size, dtype=np.int64) - np.repeat(starts, lens)
+    rep_of_pos = np.repeat(rep_of_sent, lens)
+    keys, ords, reps = [], [], []
+    key = np.zeros(wid.size, dtype=np.int64)
+    for k in range(1, max_n + 1):
+        if k == 1:
+            key = wid.copy()
+            valid = pos_in_sent > 0  # the bare <s> unigram is never an item
+        else:
+            prev = np.zeros(wid.size, dtype=np.int64)
+            prev[1:] = key[:-1]
+            key = prev * B + wid
+            valid = pos_in_sent >= k - 1
+        at = np.flatnonzero(valid)
+        keys.append(key[at])
+        ords.append(at * max_n + (k - 1))  # the enumeration order of ``ngrams``
+        reps.append(rep_of_pos[at])
+    key, ordinal, rep = np.concatenate(keys), np.concatenate(ords), np.concatenate(reps)
+    order = np.lexsort((ordinal, key, rep))  # by report, then item, then first occurrence
+    key, ordinal, rep = key[order], ordinal[order], rep[order]
+    first = np.ones(key.size, dtype=bool)
+    first[1:] = (key[1:] != key[:-1]) | (rep[1:] != rep[:-1])
+    gstart = np.flatnonzero(first)
+    gcount = np.diff(np.append(gstart, key.size))
+    gkey, gord, grep = key[gstart], ordinal[gstart], rep[gstart]
+    by_occurrence = np.lexsort((gord, grep))
+    gkey, gcount, grep = gkey[by_occurrence], gcount[by_occurrence], grep[by_occurrence]
+    uniq, item_ids = np.unique(gkey, return_inverse=True)
+    names = ["", *vocab_words]  # id -> word (ids start at 1)
+    items = []
+    for k in uniq.tolist():
+        parts = []
+        while k:
+            k, i = divmod(k, B)
+            parts.append(names[i])
+        items.append(" ".join(reversed(parts)))
+    indptr = np.zeros(n_rep + 1, dtype=np.int64)
+    np.cumsum(np.bincount(grep, minlength=n_rep), out=indptr[1:])
+    return ReportItems(indptr, item_ids.astype(np.int32).reshape(-1), gcount.astype(np.int32), tuple(items))

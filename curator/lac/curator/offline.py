@@ -111,7 +111,8 @@ def release_offline(
     if len(items) != U.shape[1]:
         raise ValueError(f"the vocabulary has {len(items)} items but the counts have {U.shape[1]} columns")
     alpha = load_public(public, items)
-    r = run(U, alpha, spec, caps, unit=PrivacyUnit.user(reports_per_user), rng=rng)
+    vocab = NgramVocabulary(items, alpha, max(it.count(" ") + 1 for it in items) if items else 1)
+    r = run(U, vocab, spec, caps, unit=PrivacyUnit.user(reports_per_user), rng=rng)
     rec = {"mechanism": r.mechanism, "spec": asdict(spec), "caps": asdict(caps), "reports_per_user": reports_per_user,
            "epsilon": r.guarantee.epsilon if r.guarantee else None, "delta": r.guarantee.delta if r.guarantee else 0.0,
            "differentially_private": r.differentially_private, "data_dependent": r.guarantee is None or

@@ -1,7 +1,9 @@
 """The public prior: n-gram counts α from a public corpus, which also fix the release vocabulary.
 
-Private n-grams outside the public set are not released (the paper's choice): they are
-dropped when reports are counted, so a release never reveals an n-gram only users wrote.
+The word list is closed on the public corpus: words seen fewer than ``min_count`` times there
+are read as ``<unk>`` (in the corpus and in reports alike), so the ``<unk>`` unigram and the
+n-grams with ``<unk>`` carry the mass of rare words. Private n-grams outside the public set are
+released only through DP discovery (``lac.curator.posterior``), never by construction.
 """
 
 from __future__ import annotations
@@ -29,12 +31,12 @@ def public_vocabulary(corpus: Path | None, max_n: int, min_count: int, max_items
     if not corpus.exists():
         raise FileNotFoundError(f"public corpus {corpus} not found: run `lac data` or pass --public-corpus FILE")
     digest = hashlib.sha256(corpus.read_bytes()).hexdigest()[:16]
-    cache = cache_dir / f"vocab-{digest}-n{max_n}-m{min_count}-k{max_items}.npz"
+    cache = cache_dir / f"vocab-{digest}-n{max_n}-m{min_count}-k{max_items}-unk.npz"
     if cache.exists():
         return NgramVocabulary.load(cache)
     log.info("building the public n-gram prior from %s", corpus)
     vocab = NgramVocabulary.from_sentences(sentences(corpus.read_text(encoding="utf-8")), max_n=max_n,
-                                           min_count=min_count, max_items=max_items)
+                                           min_count=min_count, max_items=max_items, unknown_words=True)
     private_dir(cache_dir)
     tmp = cache.with_suffix(".tmp.npz")
     vocab.save(tmp)

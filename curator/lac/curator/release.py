@@ -4,8 +4,13 @@
   are the release defaults of the gRPC service, the CLI and the offline path.
 * ``PublicCaps``: what the curator's configuration fixes (W, C, the clip M, the EndToEndDP
   validation cap); never part of a request, so an analyst cannot tune a sensitivity to the data.
-* ``run``: per-report counts + public prior + spec + caps + privacy unit -> ``Release`` (the
-  released log-probabilities and the typed ``Guarantee`` its statement is rendered from).
+* ``Reports``: where the reports come from: ``StoredReports`` (the curator's segments, read one at a
+  time), ``ItemReports`` (in memory) or ``MatrixReports`` (an offline counts matrix over the
+  vocabulary). Mechanisms over the public vocabulary read its per-report counts; the default
+  mechanism (``lac.curator.posterior``) reads every n-gram of every report.
+* ``run``: reports + public vocabulary + spec + caps + privacy unit -> ``Release`` (the released
+  items, log-probabilities and pseudo-counts, and the typed ``Guarantee`` its statement is
+  rendered from).
 
 Data-dependent sensitivities (the papers' "bruteforce", "claim1", laplace-public "observed")
 and k-anonymity are never differentially private: their releases carry that label and callers
@@ -15,22 +20,29 @@ must not charge them to a privacy budget (``Release.charge`` is None).
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Protocol
 
 import numpy as np
 import scipy.sparse as sp
 
 from lac.common.privacy import Budget, Guarantee, PrivacyUnit, check_delta, check_epsilon
+from lac.curator import segments
 from lac.curator.baselines import k_anonymity, laplace_dp, laplace_public_dp
 from lac.curator.bayesian import LOG_THETA_GRID, SENSITIVITY_METHODS, BayesianParams, bayesian_dp
 from lac.curator.endtoend import EndToEndParams, end_to_end_dp
 from lac.curator.gaussian import METHODS as CALIBRATIONS
+from lac.curator.ngrams import NgramVocabulary, ReportItems, cap_and_clamp
+from lac.curator.posterior import PosteriorParams, posterior_release, weighted_totals
 
-__all__ = ["MECHANISMS", "OFFLINE_ONLY", "ReleaseSpec", "PublicCaps", "Release", "ReleaseRecord", "run"]
+__all__ = ["MECHANISMS", "OFFLINE_ONLY", "ReleaseSpec", "PublicCaps", "Release", "ReleaseRecord", "run", "Reports",
+           "StoredReports", "ItemReports", "MatrixReports", "vocab_counts"]
 
-MECHANISMS = ("bayesian", "endtoend", "laplace", "laplace-public")
+MECHANISMS = ("posterior", "bayesian", "endtoend", "laplace", "laplace-public")
 OFFLINE_ONLY = ("kanon",)  # NOT differentially private: never over RPC
-_WITH_DELTA = ("bayesian", "endtoend")
+_WITH_DELTA = ("posterior", "bayesian", "endtoend")
 
 
 @dataclass(frozen=True)
@@ -38,7 +50,7 @@ class PublicCaps:
     """The public caps every sensitivity is computed from (curator configuration)."""
 
     W: int = 100  # items per report
-    C: int = 1  # per-report, per-item clamp
+    C: int = 3  # per-report, per-item clamp
     count_clip: int = 1_000_000  # item totals clipped here before BayesianDP's log
     validation_cap: int = 100_000  # EndToEndDP validation split (sound)
 
@@ -55,7 +67,7 @@ class ReleaseSpec:
 
     epsilon: float
     delta: float = 1e-6
-    mechanism: str = "bayesian"
+    mechanism: str = "posterior"
     sensitivity: str = "sound"
     S: float = 0.01
     rho: float = 0.5
@@ -64,6 +76,7 @@ class ReleaseSpec:
     first_window: int | None = None
     last_window: int | None = None
     K: int = 50  # k-anonymity threshold (offline only)
+    discovery: bool = True  # posterior: DP discovery of n-grams outside the public vocabulary
 
     def __post_init__(self) -> None:
         if self.mechanism not in MECHANISMS + OFFLINE_ONLY:
@@ -76,6 +89,10 @@ class ReleaseSpec:
             raise ValueError(f"unknown sensitivity {self.sensitivity!r}; available: {', '.join(SENSITIVITY_METHODS)}")
         if self.public_sensitivity not in ("sound", "observed"):
             raise ValueError(f"unknown public_sensitivity {self.public_sensitivity!r}; available: sound, observed")
+        if self.sensitivity != "sound" and self.mechanism not in ("bayesian", "endtoend"):
+            raise ValueError(f"sensitivity {self.sensitivity!r} applies to bayesian and endtoend only")
+        if self.public_sensitivity != "sound" and self.mechanism != "laplace-public":
+            raise ValueError(f"public_sensitivity {self.public_sensitivity!r} applies to laplace-public only")
         if self.calibration not in CALIBRATIONS:
             raise ValueError(f"unknown calibration {self.calibration!r}; available: {', '.join(CALIBRATIONS)}")
         if (self.first_window is None) != (self.last_window is None):
@@ -98,12 +115,82 @@ class ReleaseSpec:
         return Budget(self.epsilon, self.delta if self.mechanism in _WITH_DELTA else 0.0)
 
 
+class Reports(Protocol):
+    """Where a release reads its reports from (one row per report)."""
+
+    def blocks(self) -> Iterator[ReportItems]:
+        """Every n-gram of every report, words read against the vocabulary's word list, block by block."""
+
+    def vocab_counts(self, C: int, W: int) -> sp.csr_matrix:
+        """Per-report counts over the vocabulary: each report's first W vocabulary items, clamped at C."""
+
+
+def vocab_counts(blocks: Iterator[ReportItems], vocab: NgramVocabulary, C: int, W: int) -> sp.csr_matrix:
+    """Stack the blocks' counts over the vocabulary's columns (items outside it are dropped before W)."""
+    index, parts = vocab.index, []
+    for b in blocks:
+        to_col = np.fromiter((index.get(it, -1) for it in b.items), dtype=np.int64, count=len(b.items))
+        cols = to_col[b.item_ids] if b.item_ids.size else np.empty(0, np.int64)
+        parts.append(cap_and_clamp(b.indptr, cols, b.counts, len(vocab), C, W))
+    if not parts:
+        return sp.csr_matrix((0, len(vocab)), dtype=np.int32)
+    out = sp.vstack(parts, format="csr")
+    out.indices = out.indices.astype(np.int32, copy=False)
+    return out
+
+
+@dataclass(frozen=True)
+class StoredReports:
+    """The curator's segments (``lac.curator.segments``), read one file at a time."""
+
+    paths: Sequence[Path]
+    vocab: NgramVocabulary
+
+    def blocks(self) -> Iterator[ReportItems]:
+        return segments.read_blocks(list(self.paths), self.vocab)
+
+    def vocab_counts(self, C: int, W: int) -> sp.csr_matrix:
+        return vocab_counts(self.blocks(), self.vocab, C, W)
+
+
+@dataclass(frozen=True)
+class ItemReports:
+    """Reports already extracted in memory (``lac.curator.ngrams.report_items`` with the vocabulary's words)."""
+
+    items: Sequence[ReportItems]
+    vocab: NgramVocabulary
+
+    def blocks(self) -> Iterator[ReportItems]:
+        return iter(self.items)
+
+    def vocab_counts(self, C: int, W: int) -> sp.csr_matrix:
+        return vocab_counts(self.blocks(), self.vocab, C, W)
+
+
+@dataclass(frozen=True)
+class MatrixReports:
+    """An offline per-report counts matrix over the vocabulary's columns (no n-gram outside it)."""
+
+    U: sp.csr_matrix
+    vocab: NgramVocabulary
+
+    def blocks(self) -> Iterator[ReportItems]:
+        U = sp.csr_matrix(self.U)
+        yield ReportItems(U.indptr.astype(np.int64), U.indices.astype(np.int32), U.data.astype(np.int32),
+                          tuple(self.vocab.items))
+
+    def vocab_counts(self, C: int, W: int) -> sp.csr_matrix:
+        return self.U
+
+
 @dataclass(frozen=True, eq=False)
 class Release:
-    """A computed release: what is published (``log_probs``) and what it guarantees."""
+    """A computed release: what is published (items, log-probabilities, pseudo-counts) and what it guarantees."""
 
     mechanism: str
+    items: tuple[str, ...]
     log_probs: np.ndarray
+    pseudo_counts: np.ndarray | None  # the posterior mechanism's counts (None: a distribution only)
     guarantee: Guarantee | None  # None: k-anonymity (no guarantee at all)
     note: str
     sensitivity_method: str
@@ -114,6 +201,8 @@ class Release:
     n_reports: int  # exact: library/operator only
     vocab_size: int
     params: dict[str, float] = field(default_factory=dict)  # public knobs and caps
+    threshold: float = 0.0  # the discovery threshold (posterior)
+    discovered: int = 0  # n-grams released by discovery (a DP output)
 
     @property
     def differentially_private(self) -> bool:
@@ -136,18 +225,31 @@ def _rounded(log_probs: np.ndarray) -> np.ndarray:
     return np.where(finite, np.rint(np.where(finite, lp, 0.0) / LOG_THETA_GRID) * LOG_THETA_GRID, lp)
 
 
-def run(U: sp.csr_matrix, alpha: np.ndarray, spec: ReleaseSpec, caps: PublicCaps,
+def run(reports: Reports | sp.csr_matrix, vocab: NgramVocabulary, spec: ReleaseSpec, caps: PublicCaps,
         unit: PrivacyUnit = PrivacyUnit.report(), rng: np.random.Generator | None = None) -> Release:
-    """Run ``spec`` on per-report counts ``U`` (rows = reports, columns = the public vocabulary)."""
+    """Run ``spec`` on ``reports`` (a ``Reports`` source, or a per-report counts matrix over ``vocab``)."""
+    if sp.issparse(reports):
+        reports = MatrixReports(sp.csr_matrix(reports), vocab)
     W, C = caps.W, caps.C
-    common = dict(vocab_size=int(alpha.size), n_reports=int(U.shape[0]))
+    items = tuple(vocab.items)
+    if spec.mechanism == "posterior":
+        p = PosteriorParams(epsilon=spec.epsilon, delta=spec.delta, W=W, C=C, discovery=spec.discovery, unit=unit)
+        totals = weighted_totals(reports.blocks(), vocab, W, C, p.tau, candidates=spec.discovery)
+        r = posterior_release(totals, vocab, p, rng=rng)
+        return Release("posterior", r.items, _rounded(r.log_probs), r.pseudo_counts, r.guarantee, "", "sound", 0.0,
+                       r.sigma, "analytic", 0.0, r.n_reports, len(r.items),
+                       params=dict(C=C, W=W, tau=p.tau, discovery=float(p.discovery)), threshold=r.threshold,
+                       discovered=r.discovered)
+    U = reports.vocab_counts(C, W)
+    common = dict(vocab_size=len(items), n_reports=int(U.shape[0]))
+    alpha = vocab.alpha
     if spec.mechanism == "bayesian":
         p = BayesianParams(epsilon=spec.epsilon, delta=spec.delta, S=spec.S, C=C, rho=spec.rho,
                            sensitivity=spec.sensitivity, calibration=spec.calibration, W=W,
                            count_clip=caps.count_clip, unit=unit)
         r = bayesian_dp(U, alpha, p, rng=rng)
-        return Release("bayesian", _rounded(r.log_theta), r.guarantee, "", r.sensitivity_method, r.gamma, r.sigma,
-                       r.calibration, 0.0, params=dict(S=p.S, C=C, rho=p.rho, W=W, count_clip=caps.count_clip),
+        return Release("bayesian", items, _rounded(r.log_theta), None, r.guarantee, "", r.sensitivity_method, r.gamma,
+                       r.sigma, r.calibration, 0.0, params=dict(S=p.S, C=C, rho=p.rho, W=W, count_clip=caps.count_clip),
                        **common)
     if spec.mechanism == "endtoend":
         p = EndToEndParams(epsilon=spec.epsilon, delta=spec.delta, C=C, sensitivity=spec.sensitivity,
@@ -155,8 +257,8 @@ def run(U: sp.csr_matrix, alpha: np.ndarray, spec: ReleaseSpec, caps: PublicCaps
                            validation_cap=caps.validation_cap, unit=unit)
         e = end_to_end_dp(U, alpha, p, rng=rng)
         r = e.release
-        return Release("endtoend", _rounded(r.log_theta), e.guarantee, "", r.sensitivity_method, r.gamma, r.sigma,
-                       r.calibration, e.laplace_scale,
+        return Release("endtoend", items, _rounded(r.log_theta), None, e.guarantee, "", r.sensitivity_method, r.gamma,
+                       r.sigma, r.calibration, e.laplace_scale,
                        params=dict(S=e.S, C=C, rho=e.rho, W=W, count_clip=caps.count_clip,
                                    epsilon_select=e.epsilon_select, epsilon_release=e.epsilon_release),
                        **common)
@@ -169,9 +271,9 @@ def run(U: sp.csr_matrix, alpha: np.ndarray, spec: ReleaseSpec, caps: PublicCaps
         b = k_anonymity(U, K=spec.K, C=C)
     with np.errstate(divide="ignore"):
         log_probs = np.log(b.probs)
-    return Release(spec.mechanism, _rounded(log_probs), b.guarantee, b.note, b.sensitivity_method, 0.0, 0.0, "",
-                   b.scale, params={k: float(v) for k, v in b.params.items() if isinstance(v, (int, float))
-                                    and not isinstance(v, bool)}, **common)
+    return Release(spec.mechanism, items, _rounded(log_probs), None, b.guarantee, b.note, b.sensitivity_method, 0.0,
+                   0.0, "", b.scale, params={k: float(v) for k, v in b.params.items() if isinstance(v, (int, float))
+                                             and not isinstance(v, bool)}, **common)
 
 
 @dataclass(frozen=True)
@@ -203,6 +305,8 @@ class ReleaseRecord:
     reports_per_user: int
     statement: str  # the full statement (operator)
     public_statement: str  # the statement without data-derived numbers (analyst)
+    threshold: float = 0.0  # the discovery threshold ρ (posterior)
+    discovered: int = 0  # n-grams released by DP discovery
 
     @classmethod
     def of(cls, release: Release, release_id: str, created_at: str, max_n: int, windows: tuple[int, int],
@@ -219,7 +323,9 @@ class ReleaseRecord:
                    n_reports=release.n_reports, vocab_size=release.vocab_size, max_n=max_n,
                    first_window=windows[0], last_window=windows[1], privacy_unit=unit.describe(),
                    reports_per_user=unit.max_reports, statement=release.statement,
-                   public_statement=g.public_statement() if g else release.note)
+                   public_statement=g.public_statement() if g else release.note,
+                   threshold=release.threshold if np.isfinite(release.threshold) else 0.0,
+                   discovered=release.discovered)
 
     def to_json(self) -> bytes:
         return json.dumps(asdict(self)).encode("utf-8")

@@ -34,13 +34,18 @@ def release_spec(r: curator_pb2.ReleaseRequest) -> ReleaseSpec:
     for name in ("sensitivity", "calibration", "public_sensitivity"):
         if getattr(r, name):
             given[name] = getattr(r, name)
+    if r.HasField("discovery"):
+        given["discovery"] = r.discovery
     if r.HasField("first_window") or r.HasField("last_window"):
         given["first_window"] = r.first_window if r.HasField("first_window") else None
         given["last_window"] = r.last_window if r.HasField("last_window") else None
     try:
-        return ReleaseSpec(epsilon=r.epsilon, **given)
+        spec = ReleaseSpec(epsilon=r.epsilon, **given)
     except ValueError as exc:
         raise InvalidArgument(str(exc)) from None
+    if (r.s or r.rho) and spec.mechanism not in ("bayesian", "endtoend"):
+        raise InvalidArgument("S and rho apply to bayesian and endtoend only")
+    return spec
 
 
 def record_message(rec: ReleaseRecord, caller: Caller) -> curator_pb2.ReleaseRecord:
@@ -57,7 +62,8 @@ def record_message(rec: ReleaseRecord, caller: Caller) -> curator_pb2.ReleaseRec
         differentially_private=rec.differentially_private,
         laplace_scale=rec.laplace_scale if show_noise else 0.0, ledger_epsilon=rec.charged_epsilon,
         ledger_delta=rec.charged_delta, first_window=rec.first_window, last_window=rec.last_window,
-        privacy_unit=rec.privacy_unit, reports_per_user=rec.reports_per_user)
+        privacy_unit=rec.privacy_unit, reports_per_user=rec.reports_per_user,
+        discovery_threshold=rec.threshold, discovered=rec.discovered)
 
 
 def window_budgets(spent: dict[int, Budget], limit: Budget) -> list[curator_pb2.WindowBudget]:

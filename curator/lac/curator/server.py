@@ -57,9 +57,10 @@ class QueryServicer:
             releases=[serde.record_message(r, caller) for r in await self.curator.list_releases()])
 
     async def GetRelease(self, request, context, caller: Caller):
-        record, items, log_probs = await self.curator.get_release(request.release_id)
+        record, items, log_probs, pseudo = await self.curator.get_release(request.release_id)
         return curator_pb2.GetReleaseResponse(record=serde.record_message(record, caller), items=items,
-                                              log_probs=log_probs.tolist())
+                                              log_probs=log_probs.tolist(),
+                                              pseudo_counts=[] if pseudo is None else pseudo.tolist())
 
     async def TopNgrams(self, request, context, caller: Caller):
         top = await self.curator.top_ngrams(request.release_id, request.k, request.order)

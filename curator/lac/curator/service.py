@@ -34,44 +34,22 @@ from lac.common import envelope
 from lac.common.errors import FailedPrecondition, InvalidArgument, LacError, NotFound
 from lac.common.privacy import Budget, PrivacyUnit
 from lac.common.serde import mechanism_id
+from lac.common.text import BOS, EOS, UNK
 from lac.common.text import sentences as split_sentences
 from lac.common.v1 import curator_pb2, reports_pb2
 from lac.curator import release as releases
 from lac.curator.config import CuratorConfig
 from lac.curator.lm import NgramModel
-from lac.curator.ngrams import NgramVocabulary, cap_and_clamp, count_reports
-from lac.curator.release import PublicCaps, ReleaseRecord, ReleaseSpec
-from lac.curator.store import CuratorStore, Quarantined, Segment
+from lac.curator.ngrams import NgramVocabulary, report_items
+from lac.curator.release import PublicCaps, ReleaseRecord, ReleaseSpec, StoredReports
+from lac.curator.store import CuratorStore, Quarantined
 
 log = logging.getLogger(__name__)
 
 _MAX_REASON = 64
 _MAX_DETAIL = 500
 ARPA_CHUNK_CHARS = 1 << 20
-
-
-def make_segment(reports: list[list[list[str]]], vocab: NgramVocabulary) -> Segment:
-    """Raw per-report counts of ``reports`` over ``vocab`` as a segment with local item strings."""
-    raw = count_reports(reports, vocab, C=None, W=None).matrix
-    cols, local = np.unique(raw.indices, return_inverse=True)
-    return Segment(tuple(vocab.items[c] for c in cols.tolist()), raw.indptr.astype(np.int64),
-                   local.astype(np.int32).reshape(-1), raw.data.astype(np.int32))
-
-
-def segment_counts(segments, vocab: NgramVocabulary, C: int, W: int | None) -> sp.csr_matrix:
-    """Per-report counts over ``vocab`` (W cap, C clamp) from stored segments; equals
-    ``user_counts`` of the original reports. Items no longer in ``vocab`` are dropped first."""
-    index = vocab.index
-    parts = []
-    for seg in segments:
-        to_col = np.fromiter((index.get(it, -1) for it in seg.items), dtype=np.int64, count=len(seg.items))
-        cols = to_col[seg.indices] if seg.indices.size else np.empty(0, np.int64)
-        parts.append(cap_and_clamp(seg.indptr, cols, seg.data, len(vocab), C, W))
-    if not parts:
-        return sp.csr_matrix((0, len(vocab)), dtype=np.int32)
-    out = sp.vstack(parts, format="csr")
-    out.indices = out.indices.astype(np.int32, copy=False)
-    return out
+_RESERVED_TOKENS = frozenset({BOS, EOS, UNK})
 
 
 class Curator:
@@ -136,9 +114,10 @@ class Curator:
         for s in content.sentences:
             n_words += len(s.tokens)
             for t in s.tokens:
-                if not t or len(t) > cfg.max_token_chars or len(t.split()) != 1 or t.strip() != t:
+                if not t or len(t) > cfg.max_token_chars or len(t.split()) != 1 or t.strip() != t \
+                        or t in _RESERVED_TOKENS:
                     raise _Reject("invalid", f"token {t[:80]!r}: must be 1..{cfg.max_token_chars} characters, "
-                                             "no whitespace")
+                                             "no whitespace, not <s>, </s> or <unk>")
         if n_words > d.max_report_words:
             raise _Reject("too_many_words", f"{n_words} words; this deployment's reports have at most "
                                             f"{d.max_report_words}")
@@ -197,7 +176,8 @@ class Curator:
         window = self.config.replay_window_days * 86400.0
         privacy = request.privacy.SerializeToString() if request.HasField("privacy") else None
         result = await self._run(partial(
-            self.store.add_batch, request.batch_id, ids, lambda keep: make_segment([texts[i] for i in keep], self.vocab),
+            self.store.add_batch, request.batch_id, ids,
+            lambda keep: report_items([texts[i] for i in keep], self.vocab.max_n),
             quarantined, window, privacy=privacy, windows=windows))
         if result.duplicate:
             return curator_pb2.IngestBatchResponse(batch_id=request.batch_id, duplicate=True)
@@ -207,9 +187,9 @@ class Curator:
         return curator_pb2.IngestBatchResponse(batch_id=request.batch_id, accepted=result.accepted,
                                                rejected=result.rejected)
 
-    def counts(self, first_window: int, last_window: int) -> sp.csr_matrix:
-        """Per-report counts of the stored reports of those windows (W cap, C clamp from the config)."""
-        return segment_counts(self.store.segments(first_window, last_window), self.vocab, self.caps.C, self.caps.W)
+    def reports(self, first_window: int, last_window: int) -> StoredReports:
+        """The stored reports of those windows, read segment by segment."""
+        return StoredReports(self.store.segment_paths(first_window, last_window), self.vocab)
 
     # -- releases -----------------------------------------------------------------------------
 
@@ -235,12 +215,12 @@ class Curator:
         windows = list(range(span[0], span[1] + 1))
         if not spec.data_dependent:
             await self._run(self.store.check_budget, windows, spec.budget, self.budget)  # fail fast; re-checked
-        U = await self._run(self.counts, *span)
-        r = await asyncio.to_thread(releases.run, U, self.vocab.alpha, spec, self.caps, unit, self._rng)
+        reports = await self._run(self.reports, *span)
+        r = await asyncio.to_thread(releases.run, reports, self.vocab, spec, self.caps, unit, self._rng)
         record = ReleaseRecord.of(r, uuid.uuid4().hex, dt.datetime.now(dt.timezone.utc).isoformat(),
                                   self.vocab.max_n, span, unit)
-        await self._run(self.store.add_release, record.release_id, record.to_json(), self.vocab.items, r.log_probs,
-                        windows, r.charge, self.budget)
+        await self._run(self.store.add_release, record.release_id, record.to_json(), r.items, r.log_probs,
+                        r.pseudo_counts, windows, r.charge, self.budget)
         log.info("release %s (%s) over windows %d..%d: %s", record.release_id, spec.mechanism, *span,
                  record.statement if r.differentially_private else "NOT differentially private (not charged)")
         return record
@@ -248,28 +228,33 @@ class Curator:
     async def list_releases(self) -> list[ReleaseRecord]:
         return [ReleaseRecord.from_json(r) for r in await self._run(self.store.releases)]
 
-    async def get_release(self, release_id: str) -> tuple[ReleaseRecord, tuple[str, ...], np.ndarray]:
-        """(record, items, released log-probabilities) or NotFound."""
+    async def get_release(self, release_id: str) -> tuple[ReleaseRecord, tuple[str, ...], np.ndarray,
+                                                          np.ndarray | None]:
+        """(record, items, released log-probabilities, pseudo-counts or None) or NotFound."""
         found = await self._run(self.store.release, release_id) if release_id else None
         if found is None:
             raise NotFound(f"no release {release_id!r}")
-        record, items, log_probs = found
-        return ReleaseRecord.from_json(record), items, log_probs
+        record, items, log_probs, pseudo = found
+        return ReleaseRecord.from_json(record), items, log_probs, pseudo
 
     async def model(self, release_id: str) -> NgramModel:
         async with self._model_lock:
             if release_id in self._models:
                 self._models.move_to_end(release_id)
                 return self._models[release_id]
-            record, items, log_probs = await self.get_release(release_id)
-            m = await asyncio.to_thread(NgramModel, items, log_probs, record.max_n or self.vocab.max_n)
+            record, items, log_probs, pseudo = await self.get_release(release_id)
+            max_n = record.max_n or self.vocab.max_n
+            if pseudo is not None:  # a release of counts over part of the n-grams (see NgramModel.from_counts)
+                m = await asyncio.to_thread(partial(NgramModel.from_counts, items, pseudo, max_n, partial=True))
+            else:
+                m = await asyncio.to_thread(NgramModel, items, log_probs, max_n)
             self._models[release_id] = m
             while len(self._models) > 4:
                 self._models.popitem(last=False)
             return m
 
     async def top_ngrams(self, release_id: str, k: int, order: int) -> list[tuple[str, float]]:
-        record, items, log_probs = await self.get_release(release_id)
+        record, items, log_probs, _ = await self.get_release(release_id)
         if order and not 1 <= order <= record.max_n:
             raise InvalidArgument(f"order must be 0 (any) or 1..{record.max_n}, got {order}")
         probs = np.exp(log_probs)

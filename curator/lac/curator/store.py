@@ -6,19 +6,19 @@ Layout under ``state_dir``:
   range of accounting windows their reports were accepted in), the report ids of the replay
   window, quarantined reports, releases, the privacy ledger (one row per release and window it
   covers), counters. Small rows only.
-* ``segments/<batch>.npz``: one immutable segment per ingested batch (``Segment``): the
-  segment's own n-gram strings and a CSR matrix reports × items of raw counts, each row in the
-  report's first-occurrence order, so W and C are applied at release time exactly as
-  ``lac.curator.ngrams.user_counts`` does. Written with ``atomic_file`` (fsync) and the directory
-  fsync'd before the batch's transaction commits; a batch is acknowledged only after that commit.
-  Segments are plain ``numpy`` arrays, readable by Dask/Spark workers without the database.
+* ``segments/window=<w>/<batch>.parquet``: one immutable Parquet segment per ingested batch
+  (``lac.curator.segments``): every distinct n-gram of every report with its raw count, in the
+  report's first-occurrence order, so W, C and the vocabulary are applied at release time.
+  Written with ``atomic_file`` (fsync) and the directory fsync'd before the batch's transaction
+  commits; a batch is acknowledged only after that commit. Spark, DuckDB or pandas read the
+  same files. ``migrate_npz`` converts the ``.npz`` segments of earlier versions.
 * ``releases/<id>.npz``: the released log-probabilities and items (nothing un-noised), written
   before the release row and its ledger entries commit; at start a file without a release row
   (a crash between the two) is removed.
 
-Privacy: the report content (text, report ids, local-privacy metadata) is not stored. A segment
-keeps only a report's n-grams that are in the public release vocabulary, with counts; report
-ids live in SQLite only for the replay window and are then deleted. Quarantined reports keep
+Privacy: the report content (report ids, local-privacy parameters) is not stored, only each
+report's n-grams with counts (of the perturbed words, as the report had them); report ids live
+in SQLite only for the replay window and are then deleted. Quarantined reports keep
 their sealed bytes (for diagnosis; still sealed to the curator), the newest ``quarantine_max_rows``
 of them only, so a stream of bad reports cannot fill the disk; reject counters keep the totals.
 """
@@ -39,9 +39,11 @@ import numpy as np
 from lac.common.errors import DataLoss, FailedPrecondition
 from lac.common.files import atomic_file, private_dir, private_sqlite
 from lac.common.privacy import Budget
+from lac.curator import segments as seg
 from lac.curator.ledger import refuse_overspending
+from lac.curator.ngrams import ReportItems
 
-_SEGMENT_FORMAT = 1
+_NPZ_SEGMENT_FORMAT = 1
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS batches (batch_id TEXT PRIMARY KEY, accepted INTEGER NOT NULL, rejected INTEGER NOT NULL,
@@ -59,35 +61,17 @@ CREATE TABLE IF NOT EXISTS counters (name TEXT PRIMARY KEY, value INTEGER NOT NU
 """
 
 
-@dataclass(frozen=True)
-class Segment:
-    """Raw per-report counts of one batch: row r's entries are its items in first-occurrence order."""
-
-    items: tuple[str, ...]  # the segment's local n-gram strings
-    indptr: np.ndarray  # int64, n_reports + 1
-    indices: np.ndarray  # int32 local item ids
-    data: np.ndarray  # int32 raw counts (no W cap, no C clamp)
-
-    @property
-    def n_reports(self) -> int:
-        return self.indptr.size - 1
-
-    def save(self, path: Path) -> None:
-        blob = np.frombuffer("\n".join(self.items).encode("utf-8"), dtype=np.uint8)
-        with atomic_file(path) as f:
-            np.savez(f, format=np.int64(_SEGMENT_FORMAT), items=blob, n_items=np.int64(len(self.items)),
-                     indptr=self.indptr, indices=self.indices, data=self.data)
-
-    @classmethod
-    def load(cls, path: Path) -> "Segment":
-        with np.load(path, allow_pickle=False) as z:
-            if int(z["format"]) != _SEGMENT_FORMAT:
-                raise ValueError(f"{path}: unsupported segment format {int(z['format'])}")
-            n = int(z["n_items"])
-            items = tuple(z["items"].tobytes().decode("utf-8").split("\n")) if n else ()
-            if len(items) != n:
-                raise ValueError(f"{path}: corrupt segment")
-            return cls(items, z["indptr"], z["indices"], z["data"])
+def _load_npz_segment(path: Path) -> ReportItems:
+    """A segment in the ``.npz`` format of earlier versions (vocabulary n-grams only)."""
+    with np.load(path, allow_pickle=False) as z:
+        if int(z["format"]) != _NPZ_SEGMENT_FORMAT:
+            raise ValueError(f"{path}: unsupported segment format {int(z['format'])}")
+        n = int(z["n_items"])
+        items = tuple(z["items"].tobytes().decode("utf-8").split("\n")) if n else ()
+        if len(items) != n:
+            raise ValueError(f"{path}: corrupt segment")
+        return ReportItems(z["indptr"].astype(np.int64), z["indices"].astype(np.int32), z["data"].astype(np.int32),
+                           items)
 
 
 @dataclass(frozen=True)
@@ -136,8 +120,8 @@ class CuratorStore:
     def _remove_orphans(self) -> None:
         """Files written for a batch or release whose commit never happened (crash): never acknowledged."""
         known = {r[0] for r in self._db.execute("SELECT segment FROM batches WHERE segment IS NOT NULL")}
-        for p in self.segments_dir.iterdir():
-            if p.name not in known:
+        for p in self.segments_dir.rglob("*"):
+            if p.is_file() and str(p.relative_to(self.segments_dir)) not in known:
                 p.unlink()
         releases = {r[0] + ".npz" for r in self._db.execute("SELECT release_id FROM releases")}
         for p in self.releases_dir.iterdir():
@@ -157,7 +141,7 @@ class CuratorStore:
                   window_seconds: float, now: float | None = None, privacy: bytes | None = None,
                   windows: tuple[int, int] = (0, 0)) -> BatchResult:
         """Store one batch atomically. ``count(indexes)`` turns the reports kept (positions in
-        ``report_ids``) into a ``Segment``. Report ids seen within the window (or twice in the
+        ``report_ids``) into ``ReportItems``. Report ids seen within the window (or twice in the
         batch) are counted as ``replayed_report_id`` and dropped. Returns the outcome."""
         now = time.time() if now is None else now
         segment_name = None
@@ -180,9 +164,11 @@ class CuratorStore:
             if len(keep) < len(report_ids):
                 rejects["replayed_report_id"] = len(report_ids) - len(keep)
             if keep:
-                segment = count(keep)
-                segment_name = f"{uuid.uuid4().hex}.npz"
-                segment.save(self.segments_dir / segment_name)
+                segment_name = seg.segment_name(batch_id, windows[1])
+                path = self.segments_dir / segment_name
+                seg.write(path, count(keep), {"batch_id": batch_id, "first_window": windows[0],
+                                              "last_window": windows[1]})
+                _fsync_dir(path.parent)
                 _fsync_dir(self.segments_dir)
             self._db.executemany("INSERT INTO report_ids VALUES (?, ?)", ((report_ids[i], now) for i in keep))
             self._db.executemany("INSERT INTO quarantine (batch_id, reason, detail, sealed, at) VALUES (?, ?, ?, ?, ?)",
@@ -215,17 +201,37 @@ class CuratorStore:
         """Exact report counts per batch's last window (operator view)."""
         return dict(self._db.execute("SELECT last_window, SUM(accepted) FROM batches GROUP BY last_window"))
 
-    def segments(self, first_window: int | None = None, last_window: int | None = None) -> Iterator[Segment]:
-        """The stored segments of batches whose windows lie in [first_window, last_window], in ingest order."""
+    def segment_paths(self, first_window: int | None = None, last_window: int | None = None) -> list[Path]:
+        """The segment files of batches whose windows lie in [first_window, last_window], in ingest
+        order; DataLoss if one of them is missing."""
         lo = -(1 << 62) if first_window is None else first_window
         hi = (1 << 62) if last_window is None else last_window
         rows = self._db.execute("SELECT segment FROM batches WHERE segment IS NOT NULL AND first_window >= ? "
                                 "AND last_window <= ? ORDER BY rowid", (lo, hi)).fetchall()
-        for (name,) in rows:
-            try:
-                yield Segment.load(self.segments_dir / name)
-            except (OSError, ValueError, KeyError, zipfile.BadZipFile) as exc:
-                raise DataLoss(f"segment {name} of an acknowledged batch is missing or corrupt: {exc}") from exc
+        paths = [self.segments_dir / name for (name,) in rows]
+        missing = [p.name for p in paths if not p.is_file()]
+        if missing:
+            raise DataLoss(f"segment {missing[0]} of an acknowledged batch is missing"
+                           + (f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""))
+        return paths
+
+    def migrate_npz(self) -> int:
+        """Convert the ``.npz`` segments of earlier versions to Parquet; returns how many. Each is
+        written and fsync'd, then the manifest switches to it in a transaction, then the old file goes."""
+        done = 0
+        for batch_id, name, first, last in self._db.execute(
+                "SELECT batch_id, segment, first_window, last_window FROM batches WHERE segment LIKE '%.npz'").fetchall():
+            old = self.segments_dir / name
+            new = seg.segment_name(batch_id, last)
+            seg.write(self.segments_dir / new, _load_npz_segment(old), {"batch_id": batch_id, "first_window": first,
+                                                                       "last_window": last, "migrated_from": name})
+            _fsync_dir((self.segments_dir / new).parent)
+            self._begin()
+            self._db.execute("UPDATE batches SET segment = ? WHERE batch_id = ?", (new, batch_id))
+            self._db.execute("COMMIT")
+            old.unlink()
+            done += 1
+        return done
 
     def _migrate(self) -> None:
         have = {r[1] for r in self._db.execute("PRAGMA table_info(batches)")}
@@ -265,7 +271,8 @@ class CuratorStore:
         refuse_overspending(self.spent(windows), charge, limit)
 
     def add_release(self, release_id: str, record: bytes, items: tuple[str, ...], log_probs: np.ndarray,
-                    windows: list[int], charge: Budget | None, limit: Budget) -> None:
+                    pseudo_counts: np.ndarray | None, windows: list[int], charge: Budget | None,
+                    limit: Budget) -> None:
         """Store a release (``record``: its serialized operator record) and, if ``charge`` is given,
         charge it to every window in ``windows``, in one transaction that first re-checks the
         budget (nothing is stored or spent when it refuses)."""
@@ -274,8 +281,10 @@ class CuratorStore:
         try:
             if charge is not None:
                 self.check_budget(windows, charge, limit)
+            extra = {} if pseudo_counts is None else {"pseudo_counts": np.asarray(pseudo_counts, dtype=np.float64)}
             with atomic_file(path) as fh:
-                np.savez(fh, log_probs=log_probs, items=np.frombuffer("\n".join(items).encode("utf-8"), dtype=np.uint8))
+                np.savez(fh, log_probs=log_probs, items=np.frombuffer("\n".join(items).encode("utf-8"), dtype=np.uint8),
+                         **extra)
             _fsync_dir(self.releases_dir)
             self._db.execute("INSERT INTO releases VALUES (?, ?)", (release_id, record))
             if charge is not None:
@@ -294,15 +303,15 @@ class CuratorStore:
         """Every release's serialized record, in creation order."""
         return [r[0] for r in self._db.execute("SELECT record FROM releases ORDER BY rowid")]
 
-    def release(self, release_id: str) -> tuple[bytes, tuple[str, ...], np.ndarray] | None:
-        """(serialized record, items, released log-probabilities), None if unknown."""
+    def release(self, release_id: str) -> tuple[bytes, tuple[str, ...], np.ndarray, np.ndarray | None] | None:
+        """(serialized record, items, released log-probabilities, pseudo-counts or None), None if unknown."""
         row = self._db.execute("SELECT record FROM releases WHERE release_id = ?", (release_id,)).fetchone()
         if row is None:
             return None
         try:
             with np.load(self.releases_dir / f"{release_id}.npz") as z:
                 items = tuple(z["items"].tobytes().decode("utf-8").split("\n"))
-                return row[0], items, z["log_probs"]
+                return row[0], items, z["log_probs"], (z["pseudo_counts"] if "pseudo_counts" in z.files else None)
         except (OSError, ValueError, KeyError, zipfile.BadZipFile) as exc:
             raise DataLoss(f"the file of release {release_id} is missing or corrupt: {exc}") from exc
 

@@ -30,7 +30,8 @@ def register(subparsers) -> None:
     p = subparsers.add_parser("demo", help="run curator + shuffler + simulated users end to end",
                               formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--users", type=int, default=12_327, help="simulated users, one report each (at most 12,327)")
-    p.add_argument("--local-epsilon", type=float, default=15.0, help="client metric-DP ε per word")
+    p.add_argument("--local-epsilon", type=float, default=8.0,
+                   help="client metric-DP ε per word (8: the SDK's 'balanced' preset)")
     p.add_argument("--vocab-size", type=int, default=20_000, help="embedding vocabulary (most frequent words)")
     p.add_argument("--epsilon", type=float, default=1.0, help="curator release ε")
     p.add_argument("--delta", type=float, default=1e-6, help="curator release δ")
@@ -39,12 +40,6 @@ def register(subparsers) -> None:
     p.add_argument("--top", type=int, default=10, help="n-grams to show per order")
     p.add_argument("--workdir", type=Path, default=None, help="keep state and logs here (default: a temp dir)")
     p.set_defaults(func=run)
-
-
-def kl(p: np.ndarray, log_q: np.ndarray) -> float:
-    """KL(p ‖ q) in nats for a probability vector p and log-probabilities log q."""
-    nz = p > 0
-    return float(np.sum(p[nz] * (np.log(p[nz]) - log_q[nz])))
 
 
 def run(args) -> int:
@@ -61,8 +56,7 @@ def _run(args, workdir: Path) -> int:
     from lac.client.localizer import Localizer
     from lac.client.mechanisms import MultivariateLaplace
     from lac.client.submit import ShufflerClient
-    from lac.curator.bayesian import prior_mean
-    from lac.curator.ngrams import user_counts
+    from lac.curator.lm import NgramModel
     from lac.shuffler.auth import add_clients
     from lac.suite.data import load_users, prepare_corpora
 
@@ -148,24 +142,20 @@ def _run(args, workdir: Path) -> int:
     vocab = public_vocabulary(corpora.public_corpus, cc.max_n, cc.vocab_min_count, cc.vocab_max_items,
                               workdir / "curator" / "prior")
     assert list(vocab.items) == list(release.items), "demo and curator disagree on the release vocabulary"
-    log_theta = np.asarray(release.log_probs)
 
-    def dist(rows):
-        c = np.asarray(user_counts(rows, vocab, C=cc.item_clamp, W=cc.max_items_per_report).sum(axis=0)).ravel()
-        c = c.astype(float)
-        return c / c.sum()
-
-    p_clean = dist([sentences(t) for t in texts])
-    p_seen = dist([[list(s) for s in r.sentences] for r in reports])
-    mu_p = prior_mean(vocab.alpha)
-    log_prior = mu_p - np.logaddexp.reduce(mu_p)
+    release_lm = (NgramModel.from_counts(list(release.items), np.asarray(release.pseudo_counts), record.max_n,
+                                         partial=True) if release.pseudo_counts else
+                  NgramModel(list(release.items), np.asarray(release.log_probs), record.max_n))
+    prior_lm = NgramModel.from_counts(vocab.items, vocab.alpha, cc.max_n, partial=True)
+    clean = [s for t in texts for s in sentences(t)]
+    seen = [list(s) for r in reports for s in r.sentences]
     batch = sstatus.recent_batches[0].privacy if sstatus.recent_batches else None
 
     n_words = np.array([r.n_words for r in reports])
     clean_tokens = [w for r in texts for s in sentences(r) for w in s]
     private_tokens = [w for r in reports for s in r.sentences for w in s]
     changed = np.mean([a != b for a, b in zip(clean_tokens, private_tokens)])
-    kl_release, kl_prior = kl(p_clean, log_theta), kl(p_clean, log_prior)
+    ppl_release, ppl_prior = release_lm.perplexity(clean), prior_lm.perplexity(clean)
     print()
     print("=" * 72)
     print("LAC demo summary")
@@ -182,17 +172,21 @@ def _run(args, workdir: Path) -> int:
     print(f"  3. the shuffled batch (shuffler): {batch.statement if batch else 'no batch statement'}")
     print(f"  4. the release (curator, what the analyst holds): {record.statement}")
     print()
-    print(f"release: {record.mechanism}, sensitivity {record.sensitivity_method}, γ = {record.gamma:.4g}, "
-          f"noise σ = {record.sigma:.4g} ({record.calibration}); {record.vocab_size} public n-grams "
-          f"(n ≤ {record.max_n}); params {', '.join(f'{k}={v:g}' for k, v in sorted(record.params.items()))}")
-    print("utility (KL in nats, lower is better):")
-    print(f"  KL(clean text ‖ release)        = {kl_release:.4f}")
-    print(f"  KL(perturbed text ‖ release)    = {kl(p_seen, log_theta):.4f}   (the curator's own input)")
-    print(f"  KL(clean text ‖ public prior)   = {kl_prior:.4f}   (public data alone)")
-    if kl_release >= kl_prior:
-        print(f"  At this size ({len(texts)} users) the sound release is dominated by its noise (σ = {record.sigma:.3g} "
-              f"on log-counts): the public prior alone is closer to the users' text. More users, a larger ε or "
-              f"fewer released n-grams would help.")
+    print(f"release: {record.mechanism}, noise σ = {record.sigma:.4g} ({record.calibration} calibration), "
+          f"{record.vocab_size} n-grams (n ≤ {record.max_n}) of which {record.discovered} discovered above "
+          f"ρ = {record.discovery_threshold:.4g}; params "
+          f"{', '.join(f'{k}={v:g}' for k, v in sorted(record.params.items()))}")
+    print("utility: perplexity of a trigram language model (lower is better), the same estimator for both:")
+    print(f"  from the release, on the users' clean text      = {ppl_release:.1f}")
+    print(f"  from the release, on the perturbed text it saw  = {release_lm.perplexity(seen):.1f}")
+    print(f"  from the public prior alone, on the clean text  = {ppl_prior:.1f}")
+    if ppl_release >= ppl_prior:
+        print(f"  At this size ({len(texts)} users) the release adds nothing over the public prior: its noise "
+              f"(σ = {record.sigma:.3g}) and the local perturbation hide the users' own statistics. More users or a "
+              f"larger ε would help.")
+    else:
+        print(f"  The release models the users' text {ppl_prior / ppl_release:.2f}x better than the public prior alone "
+              f"(perplexity ratio), after local perturbation, shuffling and curator noise.")
     for n, grams in tops.items():
         print(f"top {n}-grams: " + ", ".join(f"{g.ngram!r} {g.probability:.4f}" for g in grams))
     print(f"finished in {time.perf_counter() - t0:.1f}s")

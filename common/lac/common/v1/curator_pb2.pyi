@@ -30,7 +30,7 @@ class IngestBatchResponse(_message.Message):
     def __init__(self, batch_id: _Optional[str] = ..., duplicate: _Optional[bool] = ..., accepted: _Optional[int] = ..., rejected: _Optional[int] = ...) -> None: ...
 
 class ReleaseRequest(_message.Message):
-    __slots__ = ("mechanism", "epsilon", "delta", "s", "rho", "sensitivity", "calibration", "public_sensitivity", "first_window", "last_window")
+    __slots__ = ("mechanism", "epsilon", "delta", "s", "rho", "sensitivity", "calibration", "public_sensitivity", "first_window", "last_window", "discovery")
     MECHANISM_FIELD_NUMBER: _ClassVar[int]
     EPSILON_FIELD_NUMBER: _ClassVar[int]
     DELTA_FIELD_NUMBER: _ClassVar[int]
@@ -41,6 +41,7 @@ class ReleaseRequest(_message.Message):
     PUBLIC_SENSITIVITY_FIELD_NUMBER: _ClassVar[int]
     FIRST_WINDOW_FIELD_NUMBER: _ClassVar[int]
     LAST_WINDOW_FIELD_NUMBER: _ClassVar[int]
+    DISCOVERY_FIELD_NUMBER: _ClassVar[int]
     mechanism: str
     epsilon: float
     delta: float
@@ -51,10 +52,11 @@ class ReleaseRequest(_message.Message):
     public_sensitivity: str
     first_window: int
     last_window: int
-    def __init__(self, mechanism: _Optional[str] = ..., epsilon: _Optional[float] = ..., delta: _Optional[float] = ..., s: _Optional[float] = ..., rho: _Optional[float] = ..., sensitivity: _Optional[str] = ..., calibration: _Optional[str] = ..., public_sensitivity: _Optional[str] = ..., first_window: _Optional[int] = ..., last_window: _Optional[int] = ...) -> None: ...
+    discovery: bool
+    def __init__(self, mechanism: _Optional[str] = ..., epsilon: _Optional[float] = ..., delta: _Optional[float] = ..., s: _Optional[float] = ..., rho: _Optional[float] = ..., sensitivity: _Optional[str] = ..., calibration: _Optional[str] = ..., public_sensitivity: _Optional[str] = ..., first_window: _Optional[int] = ..., last_window: _Optional[int] = ..., discovery: _Optional[bool] = ...) -> None: ...
 
 class ReleaseRecord(_message.Message):
-    __slots__ = ("release_id", "created_at", "mechanism", "params", "sensitivity_method", "data_dependent", "gamma", "sigma", "calibration", "epsilon", "delta", "n_reports", "vocab_size", "max_n", "statement", "differentially_private", "laplace_scale", "ledger_epsilon", "ledger_delta", "first_window", "last_window", "privacy_unit", "reports_per_user")
+    __slots__ = ("release_id", "created_at", "mechanism", "params", "sensitivity_method", "data_dependent", "gamma", "sigma", "calibration", "epsilon", "delta", "n_reports", "vocab_size", "max_n", "statement", "differentially_private", "laplace_scale", "ledger_epsilon", "ledger_delta", "first_window", "last_window", "privacy_unit", "reports_per_user", "discovery_threshold", "discovered")
     class ParamsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -85,6 +87,8 @@ class ReleaseRecord(_message.Message):
     LAST_WINDOW_FIELD_NUMBER: _ClassVar[int]
     PRIVACY_UNIT_FIELD_NUMBER: _ClassVar[int]
     REPORTS_PER_USER_FIELD_NUMBER: _ClassVar[int]
+    DISCOVERY_THRESHOLD_FIELD_NUMBER: _ClassVar[int]
+    DISCOVERED_FIELD_NUMBER: _ClassVar[int]
     release_id: str
     created_at: str
     mechanism: str
@@ -108,7 +112,9 @@ class ReleaseRecord(_message.Message):
     last_window: int
     privacy_unit: str
     reports_per_user: int
-    def __init__(self, release_id: _Optional[str] = ..., created_at: _Optional[str] = ..., mechanism: _Optional[str] = ..., params: _Optional[_Mapping[str, float]] = ..., sensitivity_method: _Optional[str] = ..., data_dependent: _Optional[bool] = ..., gamma: _Optional[float] = ..., sigma: _Optional[float] = ..., calibration: _Optional[str] = ..., epsilon: _Optional[float] = ..., delta: _Optional[float] = ..., n_reports: _Optional[int] = ..., vocab_size: _Optional[int] = ..., max_n: _Optional[int] = ..., statement: _Optional[str] = ..., differentially_private: _Optional[bool] = ..., laplace_scale: _Optional[float] = ..., ledger_epsilon: _Optional[float] = ..., ledger_delta: _Optional[float] = ..., first_window: _Optional[int] = ..., last_window: _Optional[int] = ..., privacy_unit: _Optional[str] = ..., reports_per_user: _Optional[int] = ...) -> None: ...
+    discovery_threshold: float
+    discovered: int
+    def __init__(self, release_id: _Optional[str] = ..., created_at: _Optional[str] = ..., mechanism: _Optional[str] = ..., params: _Optional[_Mapping[str, float]] = ..., sensitivity_method: _Optional[str] = ..., data_dependent: _Optional[bool] = ..., gamma: _Optional[float] = ..., sigma: _Optional[float] = ..., calibration: _Optional[str] = ..., epsilon: _Optional[float] = ..., delta: _Optional[float] = ..., n_reports: _Optional[int] = ..., vocab_size: _Optional[int] = ..., max_n: _Optional[int] = ..., statement: _Optional[str] = ..., differentially_private: _Optional[bool] = ..., laplace_scale: _Optional[float] = ..., ledger_epsilon: _Optional[float] = ..., ledger_delta: _Optional[float] = ..., first_window: _Optional[int] = ..., last_window: _Optional[int] = ..., privacy_unit: _Optional[str] = ..., reports_per_user: _Optional[int] = ..., discovery_threshold: _Optional[float] = ..., discovered: _Optional[int] = ...) -> None: ...
 
 class ListReleasesRequest(_message.Message):
     __slots__ = ()
@@ -127,14 +133,16 @@ class GetReleaseRequest(_message.Message):
     def __init__(self, release_id: _Optional[str] = ...) -> None: ...
 
 class GetReleaseResponse(_message.Message):
-    __slots__ = ("record", "items", "log_probs")
+    __slots__ = ("record", "items", "log_probs", "pseudo_counts")
     RECORD_FIELD_NUMBER: _ClassVar[int]
     ITEMS_FIELD_NUMBER: _ClassVar[int]
     LOG_PROBS_FIELD_NUMBER: _ClassVar[int]
+    PSEUDO_COUNTS_FIELD_NUMBER: _ClassVar[int]
     record: ReleaseRecord
     items: _containers.RepeatedScalarFieldContainer[str]
     log_probs: _containers.RepeatedScalarFieldContainer[float]
-    def __init__(self, record: _Optional[_Union[ReleaseRecord, _Mapping]] = ..., items: _Optional[_Iterable[str]] = ..., log_probs: _Optional[_Iterable[float]] = ...) -> None: ...
+    pseudo_counts: _containers.RepeatedScalarFieldContainer[float]
+    def __init__(self, record: _Optional[_Union[ReleaseRecord, _Mapping]] = ..., items: _Optional[_Iterable[str]] = ..., log_probs: _Optional[_Iterable[float]] = ..., pseudo_counts: _Optional[_Iterable[float]] = ...) -> None: ...
 
 class TopNgramsRequest(_message.Message):
     __slots__ = ("release_id", "k", "order")

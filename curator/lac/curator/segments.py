@@ -1,0 +1,132 @@
+"""Segments: the curator's per-batch record of what each report said, as Parquet files.
+
+One immutable file per ingested batch, ``segments/window=<last window>/<name>.parquet`` (zstd),
+one row per (report, distinct n-gram) with columns
+
+    report int32   the report's index within the batch (reports never span files)
+    pos    int16   the n-gram's rank within the report, in order of first occurrence
+    ngram  string  dictionary-encoded: tokens joined by spaces, as ``lac.curator.ngrams.ngrams``
+    count  int32   raw occurrences in the report (no cap, no clamp)
+
+and the batch id, its windows, n (orders) and the format version in the file's key-value
+metadata. Every n-gram of a report is kept, also those outside the public vocabulary (DP
+discovery needs them); words are stored as the report had them, and read as ``<unk>`` against a
+vocabulary's word list only when a release reads them (``read_blocks``). The same table is
+what a DP library with per-record ids takes as input (Tumult's ``AddRowsWithID``, PipelineDP's
+privacy id): ``report`` plus the file is the record id.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from lac.common.errors import DataLoss
+from lac.common.files import atomic_file
+from lac.common.text import BOS, EOS, UNK
+from lac.curator.ngrams import NgramVocabulary, ReportItems
+
+__all__ = ["FORMAT", "SCHEMA", "write", "read", "read_blocks", "map_words", "metadata", "table"]
+
+FORMAT = "lac-segment/2"
+MAX_POS = np.iinfo(np.int16).max
+SCHEMA = pa.schema([
+    pa.field("report", pa.int32(), nullable=False),
+    pa.field("pos", pa.int16(), nullable=False),
+    pa.field("ngram", pa.dictionary(pa.int32(), pa.string()), nullable=False),
+    pa.field("count", pa.int32(), nullable=False),
+])
+
+
+def table(items: ReportItems, meta: dict | None = None) -> pa.Table:
+    """The segment table of ``items`` (with ``meta`` in its schema metadata)."""
+    lens = np.diff(items.indptr)
+    if lens.size and lens.max() > MAX_POS + 1:
+        raise ValueError(f"a report has {int(lens.max())} distinct n-grams, more than a segment holds ({MAX_POS + 1})")
+    report = np.repeat(np.arange(items.n_reports, dtype=np.int32), lens)
+    pos = (np.arange(items.item_ids.size) - np.repeat(items.indptr[:-1], lens)).astype(np.int16)
+    ngram = pa.DictionaryArray.from_arrays(pa.array(items.item_ids, pa.int32()), pa.array(items.items, pa.string()))
+    schema = SCHEMA.with_metadata({"lac": json.dumps({"format": FORMAT, "n_reports": items.n_reports,
+                                                      **(meta or {})})})
+    return pa.Table.from_arrays([pa.array(report), pa.array(pos), ngram, pa.array(items.counts, pa.int32())],
+                                schema=schema)
+
+
+def write(path: Path, items: ReportItems, meta: dict | None = None) -> None:
+    """Write a segment durably (fsync'd, then renamed into place): a reader sees all of it or none."""
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    with atomic_file(path) as f:
+        pq.write_table(table(items, meta), f, compression="zstd")
+
+
+def metadata(path: Path) -> dict:
+    """The ``lac`` key-value metadata of a segment file."""
+    md = pq.read_schema(path).metadata or {}
+    return json.loads(md[b"lac"])
+
+
+def read(path: Path) -> ReportItems:
+    """A segment back as ``ReportItems`` (rows in report, then first-occurrence order)."""
+    t = pq.read_table(path, read_dictionary=["ngram"])
+    info = json.loads((t.schema.metadata or {})[b"lac"])
+    if info.get("format") != FORMAT:
+        raise ValueError(f"{path}: unsupported segment format {info.get('format')!r}")
+    n = int(info["n_reports"])
+    report = t.column("report").to_numpy()
+    ngram = t.column("ngram").combine_chunks()
+    if report.size and (np.any(np.diff(report) < 0) or report[-1] >= n):
+        raise ValueError(f"{path}: rows are not in report order")
+    indptr = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(np.bincount(report, minlength=n), out=indptr[1:])
+    return ReportItems(indptr, ngram.indices.to_numpy().astype(np.int32, copy=False),
+                       t.column("count").to_numpy().astype(np.int32, copy=False),
+                       tuple(ngram.dictionary.to_pylist()))
+
+
+def map_words(items: ReportItems, words: frozenset[str]) -> ReportItems:
+    """Read every word outside ``words`` as ``<unk>``: n-grams that become equal are merged within
+    each report (counts added, kept at the first occurrence of either)."""
+    specials = {BOS, EOS, UNK}
+    mapped = [" ".join(w if w in words or w in specials else UNK for w in it.split(" ")) for it in items.items]
+    if mapped == list(items.items):
+        return items
+    names, local = np.unique(np.array(mapped, dtype=object), return_inverse=True)
+    ids = local.reshape(-1)[items.item_ids]
+    n = items.n_reports
+    lens = np.diff(items.indptr)
+    row = np.repeat(np.arange(n), lens)
+    pos = np.arange(ids.size)
+    order = np.lexsort((pos, ids, row))
+    row, ids, pos, counts = row[order], ids[order], pos[order], items.counts[order]
+    first = np.ones(ids.size, dtype=bool)
+    first[1:] = (ids[1:] != ids[:-1]) | (row[1:] != row[:-1])
+    start = np.flatnonzero(first)
+    summed = np.add.reduceat(counts, start) if start.size else counts[:0]
+    g_row, g_id, g_pos = row[start], ids[start], pos[start]
+    by_pos = np.argsort(g_pos, kind="stable")  # positions grow with the row: this is (row, first occurrence)
+    indptr = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(np.bincount(g_row, minlength=n), out=indptr[1:])
+    return ReportItems(indptr, g_id[by_pos].astype(np.int32), summed[by_pos].astype(np.int32), tuple(names.tolist()))
+
+
+def read_blocks(paths: list[Path], vocab: NgramVocabulary | None = None) -> Iterator[ReportItems]:
+    """The segments at ``paths`` one at a time (bounded memory), words read against ``vocab``'s list
+    when it has ``<unk>``."""
+    for p in paths:
+        try:
+            block = read(p)
+        except (OSError, ValueError, KeyError, pa.ArrowException) as exc:
+            raise DataLoss(f"segment {p.name} of an acknowledged batch is missing or corrupt: {exc}") from exc
+        yield map_words(block, vocab.words) if vocab is not None and vocab.has_unk else block
+
+
+def segment_name(batch_id: str, last_window: int) -> str:
+    """The relative path of a batch's segment: partitioned by the window of its newest report."""
+    safe = "".join(c if c.isalnum() or c in "-_" else "_" for c in batch_id)[:96]
+    return os.path.join(f"window={int(last_window)}", f"{safe}-{os.urandom(4).hex()}.parquet")

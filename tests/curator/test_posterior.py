@@ -1,0 +1,154 @@
+"""The default release mechanism (lac.curator.posterior): its sensitivity, noise, discovery
+threshold and privacy map, each checked against an independent computation.
+
+Statistical checks use fixed seeds; each KS / binomial check has false-alarm rate 1e-4 under a
+fresh seed, and the checks meant to fail on a broken mechanism are shown failing."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from scipy import stats
+from scipy.special import log_ndtr
+
+from lac.common.privacy import PrivacyUnit
+from lac.curator.gaussian import analytic_sigma
+from lac.curator.ngrams import NgramVocabulary, report_items
+from lac.curator.posterior import (PosteriorParams, WeightedTotals, discovery_threshold, empirical_bayes,
+                                   posterior_release, weighted_totals)
+
+ALPHA = 1e-4
+WORDS = np.array("the a dog fox sun is in walk we small zebra star park cat ran".split())
+
+
+def _reports(rng, n, max_sents=3, max_words=9):
+    return [[list(rng.choice(WORDS, size=rng.integers(1, max_words))) for _ in range(rng.integers(1, max_sents))]
+            for _ in range(n)]
+
+
+def _vocab(rng):
+    return NgramVocabulary.from_sentences([list(rng.choice(WORDS, 8)) for _ in range(30)], max_n=3)
+
+
+def _dense_totals(reports, W, C, tau, keys):
+    """y per item string from first principles: each report's first W items, clamped, normalised."""
+    from collections import Counter
+
+    from lac.curator.ngrams import ngrams
+
+    out = Counter()
+    for rep in reports:
+        counts, order = Counter(), []
+        for s in rep:
+            for g in ngrams(s, 3):
+                if g not in counts:
+                    order.append(g)
+                counts[g] += 1
+        kept = {g: min(counts[g], C) for g in order[:W]}
+        norm = max(math.sqrt(sum(v * v for v in kept.values())), tau)
+        for g, v in kept.items():
+            out[g] += v / norm
+    return out
+
+
+@pytest.mark.parametrize("W,C,tau", [(100, 3, 1.0), (4, 1, 1.0), (7, 2, 5.0)])
+def test_weighted_totals_match_a_direct_computation(W, C, tau):
+    rng = np.random.default_rng(1)
+    vocab = _vocab(rng)
+    reports = _reports(rng, 200)
+    blocks = [report_items(reports[:50], 3), report_items(reports[50:], 3)]
+    got = weighted_totals(blocks, vocab, W, C, tau)
+    want = _dense_totals(reports, W, C, tau, None)
+    assert got.n_reports == 200
+    np.testing.assert_allclose(got.public, [want.get(it, 0.0) for it in vocab.items], atol=1e-12)
+    assert set(got.candidates) == {g for g in want if g not in vocab.index}
+    for g, v in got.candidates.items():
+        assert v == pytest.approx(want[g], abs=1e-12)
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_one_users_reports_move_the_totals_by_at_most_m(seed):
+    """The sensitivity the noise is calibrated to: adding a user's m reports changes the totals by at
+    most m in ℓ2, by at most m per item, on at most m·W items (public and candidate alike)."""
+    rng = np.random.default_rng(100 + seed)
+    vocab = _vocab(rng)
+    W, C, m = int(rng.integers(1, 30)), int(rng.integers(1, 4)), int(rng.integers(1, 4))
+    base = _reports(rng, int(rng.integers(0, 40)))
+    user = _reports(rng, m, max_sents=4, max_words=12)
+    a = weighted_totals([report_items(base, 3)], vocab, W, C, 1.0)
+    b = weighted_totals([report_items(base + user, 3)], vocab, W, C, 1.0)
+    keys = sorted(set(a.candidates) | set(b.candidates))
+    diff = np.concatenate([b.public - a.public, [b.candidates.get(k, 0) - a.candidates.get(k, 0) for k in keys]])
+    assert np.linalg.norm(diff) <= m * (1 + 1e-12)
+    assert diff.max() <= m + 1e-12 and np.count_nonzero(np.abs(diff) > 1e-15) <= m * W
+
+
+def test_privacy_map_is_exact():
+    p = PosteriorParams(epsilon=1.0, delta=1e-6, W=50, unit=PrivacyUnit.client(2, 3, 86400))
+    assert p.m == 6 and p.delta_select == 5e-7 and p.delta_gauss == pytest.approx(5e-7)
+    # the Gaussian part plus the discovery event compose to exactly the requested (ε, δ)
+    assert p.epsilon_gauss + math.log(1 / (1 - p.delta_select)) == pytest.approx(1.0, abs=1e-15)
+    assert p.sigma == analytic_sigma(6.0, p.epsilon_gauss, p.delta_gauss)
+    rho = discovery_threshold(p.sigma, p.m, p.m * p.W, p.delta_select)
+    # K items at the largest value m pass ρ with probability at most δ_s (union bound), not much less
+    union = p.m * p.W * math.exp(log_ndtr(-(rho - p.m) / p.sigma))
+    assert 0.999 * p.delta_select <= union <= p.delta_select
+    no_discovery = PosteriorParams(epsilon=1.0, delta=1e-6, discovery=False)
+    assert no_discovery.epsilon_gauss == 1.0 and no_discovery.delta_gauss == 1e-6
+    with pytest.raises(ValueError):
+        PosteriorParams(epsilon=1e-8, delta=0.5)  # nothing left for the Gaussian part
+
+
+def test_noise_is_gaussian_with_the_stated_sigma():
+    rng = np.random.default_rng(2)
+    vocab = NgramVocabulary(tuple(f"w{i}" for i in range(20_000)), np.ones(20_000), 1)
+    totals = WeightedTotals(np.linspace(0, 50, 20_000))
+    r = posterior_release(totals, vocab, PosteriorParams(1.0, 1e-6, discovery=False), np.random.default_rng(3))
+    z = (r.noisy_public - totals.public) / r.sigma
+    assert stats.kstest(z, "norm").pvalue > ALPHA
+    assert stats.kstest(z, "norm", args=(0, 1.1)).pvalue < ALPHA  # power: σ 10% too large is rejected
+    assert r.guarantee.differentially_private and f"σ = {r.sigma:.6g}" in r.statement
+    assert rng is not None
+
+
+def test_discovery_keeps_a_users_unique_items_below_delta():
+    """Monte Carlo of the bad event with a large δ_s (so it is measurable): a user whose K unique
+    n-grams all sit at the maximum m passes the threshold with probability ≤ δ_s. The same check on a
+    threshold without the union bound's K fails: the audit can fail."""
+    sigma, m, K, delta_s, trials = 3.0, 2, 40, 0.05, 20_000
+    rng = np.random.default_rng(4)
+
+    def rate(rho):
+        return np.mean((m + sigma * rng.standard_normal((trials, K)) > rho).any(axis=1))
+
+    good = rate(discovery_threshold(sigma, m, K, delta_s))
+    assert stats.binomtest(round(good * trials), trials, delta_s, alternative="greater").pvalue > ALPHA
+    broken = rate(m + sigma * -stats.norm.ppf(delta_s))  # forgets the K items
+    assert stats.binomtest(round(broken * trials), trials, delta_s, alternative="greater").pvalue < ALPHA
+
+
+def test_discovery_releases_frequent_private_ngrams_only():
+    rng = np.random.default_rng(5)
+    vocab = NgramVocabulary(("the", "cat", "</s>"), np.array([10.0, 5.0, 8.0]), 3)
+    totals = WeightedTotals(np.array([400.0, 200.0, 300.0]), {"cat sat": 300.0, "cat": 0.0, "rare thing": 0.5})
+    totals.candidates.pop("cat")
+    r = posterior_release(totals, vocab, PosteriorParams(1.0, 1e-6), rng)
+    assert r.items[:3] == vocab.items and "cat sat" in r.items and "rare thing" not in r.items
+    assert r.discovered == 1 and math.isfinite(r.threshold) and r.threshold > 26
+    assert r.pseudo_counts.min() >= 0 and np.exp(r.log_probs).sum() == pytest.approx(1.0)
+
+
+def test_empirical_bayes_moves_between_the_data_and_the_prior():
+    rng = np.random.default_rng(6)
+    prior = rng.gamma(0.5, 40.0, 5000) + 1e-3
+    truth = prior * rng.lognormal(0, 0.8, 5000)
+    # little noise: the posterior follows the data
+    noisy = truth + rng.standard_normal(5000) * 0.01
+    assert np.abs(empirical_bayes(noisy, prior, 0.01, 30) - truth).mean() < 0.05
+    # overwhelming noise: the posterior falls back to the prior (better than the noisy values)
+    noisy = truth + rng.standard_normal(5000) * 1e4
+    post = empirical_bayes(noisy, prior, 1e4, 30)
+    assert np.abs(post - truth).mean() < 0.1 * np.abs(np.maximum(noisy, 0) - truth).mean()
+    assert (post >= 0).all()
