@@ -530,3 +530,9 @@ def test_heldout_perplexity_within_10_percent_of_nltk(lee, lee_model):
     theirs = math.exp(-total / n)
     ours = lee_model.perplexity(test)
     assert ours <= 1.1 * theirs, (ours, theirs)
+
+
+def test_default_total_ignores_tails_below_resolution():
+    p = np.full(1000, 1e-300)
+    p[:3] = 1.0
+    assert default_total(p / p.sum()) == pytest.approx(3.0)  # not 1e300: the tails are numerically zero

@@ -43,6 +43,8 @@ def _dense_totals(reports, W, C, tau, keys):
         counts, order = Counter(), []
         for s in rep:
             for g in ngrams(s, 3):
+                if keys is not None and g not in keys:
+                    continue
                 if g not in counts:
                     order.append(g)
                 counts[g] += 1
@@ -66,10 +68,16 @@ def test_weighted_totals_match_a_direct_computation(W, C, tau):
     assert set(got.candidates) == {g for g in want if g not in vocab.index}
     for g, v in got.candidates.items():
         assert v == pytest.approx(want[g], abs=1e-12)
+    # without discovery only the vocabulary's items are released, so only they share the weight and W
+    only = weighted_totals(blocks, vocab, W, C, tau, candidates=False)
+    want = _dense_totals(reports, W, C, tau, vocab.index)
+    np.testing.assert_allclose(only.public, [want.get(it, 0.0) for it in vocab.items], atol=1e-12)
+    assert not only.candidates and only.n_reports == 200
 
 
+@pytest.mark.parametrize("candidates", [True, False])
 @pytest.mark.parametrize("seed", range(20))
-def test_one_users_reports_move_the_totals_by_at_most_m(seed):
+def test_one_users_reports_move_the_totals_by_at_most_m(seed, candidates):
     """The sensitivity the noise is calibrated to: adding a user's m reports changes the totals by at
     most m in ℓ2, by at most m per item, on at most m·W items (public and candidate alike)."""
     rng = np.random.default_rng(100 + seed)
@@ -77,8 +85,8 @@ def test_one_users_reports_move_the_totals_by_at_most_m(seed):
     W, C, m = int(rng.integers(1, 30)), int(rng.integers(1, 4)), int(rng.integers(1, 4))
     base = _reports(rng, int(rng.integers(0, 40)))
     user = _reports(rng, m, max_sents=4, max_words=12)
-    a = weighted_totals([report_items(base, 3)], vocab, W, C, 1.0)
-    b = weighted_totals([report_items(base + user, 3)], vocab, W, C, 1.0)
+    a = weighted_totals([report_items(base, 3)], vocab, W, C, 1.0, candidates=candidates)
+    b = weighted_totals([report_items(base + user, 3)], vocab, W, C, 1.0, candidates=candidates)
     keys = sorted(set(a.candidates) | set(b.candidates))
     diff = np.concatenate([b.public - a.public, [b.candidates.get(k, 0) - a.candidates.get(k, 0) for k in keys]])
     assert np.linalg.norm(diff) <= m * (1 + 1e-12)

@@ -12,12 +12,13 @@ import pytest
 
 from lac.common.cli import main
 from lac.suite.eval.metrics import clopper_pearson, epsilon_lower_bound, kl, smooth
+from lac.suite.eval.report import summary as main_summary
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 FIGURES = ("fig1_kl_vs_epsilon.png", "fig2_kl_vs_users.png", "fig3_kl_vs_vocab.png", "fig4_kl_vs_public_noise.png",
            "fig5_kanon.png", "fig6_membership.png", "localizer_tradeoff.png", "pipeline_end_to_end.png")
-SECTIONS = ("## Data", "## 1. BayesianDP vs baselines", "## 2. Language modelling", "## 3. Membership inference",
-            "## 4. Localizer trade-off", "## 5. End to end", "## Reproducibility")
+SECTIONS = ("## Data", "## 1. The LAC default, BayesianDP and baselines", "## 2. Language modelling", "## 3. Membership inference",
+            "## 4. Localizer trade-off", "## 5. End to end", "## 6. Targets", "## Reproducibility")
 
 
 def _png_size(blob: bytes) -> tuple[int, int]:
@@ -67,12 +68,20 @@ def test_tiny_run_writes_plots_report_and_results(tiny_run):
         assert math.isfinite(rows[name]["perplexity"]["median"]) and rows[name]["perplexity"]["median"] > 1
     # The membership check ran for every (mechanism, ε) and the sound modes hold.
     mi = res["membership"]
-    assert len(mi["rows"]) == 3 * len(res["config"]["mi_epsilons"])
+    assert len(mi["rows"]) == 4 * len(res["config"]["mi_epsilons"])
     assert mi["sound_never_exceeded"] is True
     # The audit can fail and says where it cannot decide: with the tiny preset's 40 pairs per ε it
     # certifies ε = 1 (38 pairs needed) and is inconclusive at ε = 20 (finding 8: it used to say PASS).
     assert mi["check"] == "PASS" and mi["inconclusive_from"] == 20.0
     assert "INCONCLUSIVE for ε ≥ 20" in report
+    # The sound default is in every KL figure, Table 1 and the audit; the targets section states each target.
+    assert rows["posterior"]["privacy"].startswith("sound") and math.isfinite(rows["posterior"]["perplexity"]["median"])
+    assert "posterior" in {r["mechanism"] for r in mi["rows"]}
+    assert all("posterior" in res["figures"][f]["rows"][0] for f in ("fig1", "fig2", "fig3", "fig4"))
+    tg = res["targets"]
+    assert [c["target"] for c in tg["checks"]] == ["beats-public", "near-private", "kl-cut"]
+    assert tg["checks"][0]["met"] is None and "not measured" in report  # the tiny preset has no 50k point
+    assert "Target: " in main_summary(res)
     for fig in ("fig1", "fig2", "fig3", "fig4"):
         for row in res["figures"][fig]["rows"]:
             for k, v in row.items():

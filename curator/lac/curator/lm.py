@@ -102,6 +102,7 @@ __all__ = ["NgramModel", "UNK", "FALLBACK_DISCOUNTS", "TOTAL_QUANTILE", "count_o
 
 FALLBACK_DISCOUNTS = (0.5, 1.0, 1.5)  # KenLM's --discount_fallback
 TOTAL_QUANTILE = 0.1  # default_total: this quantile of the positive probabilities is read as one occurrence
+MAX_COUNT_RATIO = 1e9  # default_total: probabilities this many times below the largest are read as 0
 
 Discounts = tuple[float, float, float]
 
@@ -161,8 +162,12 @@ def default_total(probs: np.ndarray) -> float:
     """The total count a release is scaled to when none is given: 1 / (the ``TOTAL_QUANTILE``
     quantile of the positive probabilities), i.e. that item is read as occurring once. Exact for
     a release of exact counts in which at least that share of the items occur once (natural text:
-    about half of all n-gram types are singletons); 1.0 if nothing is positive."""
+    about half of all n-gram types are singletons); 1.0 if nothing is positive. Probabilities below
+    ``MAX_COUNT_RATIO``⁻¹ times the largest are read as 0: no real item occurs more than 10⁹ times
+    as often as another that occurs at all, and such tails (e.g. exp(−700) in a sampled release
+    whose noise swamped the signal) would otherwise set an absurd total."""
     p = np.asarray(probs, dtype=np.float64)
+    p = p[p >= p.max(initial=0.0) / MAX_COUNT_RATIO]
     p = p[p > 0]
     if p.size == 0:
         return 1.0

@@ -148,7 +148,11 @@ class WeightedTotals:
 def weighted_totals(blocks: Iterable[ReportItems], vocab: NgramVocabulary, W: int, C: int, tau: float,
                     candidates: bool = True) -> WeightedTotals:
     """Step 1–2 over blocks of reports: y_j = Σ_r c_rj / max(‖c_r‖₂, τ), first W items per report,
-    counts clamped at C. Sums over blocks add up, so an engine may compute them per partition."""
+    counts clamped at C. Sums over blocks add up, so an engine may compute them per partition.
+
+    ``candidates=False`` (a release without discovery): c_r holds only the vocabulary's items, the
+    only coordinates released, so items that will not be released take no share of a report's
+    weight or of its W."""
     out = WeightedTotals(np.zeros(len(vocab)))
     index = vocab.index
     for b in blocks:
@@ -156,17 +160,20 @@ def weighted_totals(blocks: Iterable[ReportItems], vocab: NgramVocabulary, W: in
         out.n_reports += n
         if b.item_ids.size == 0:
             continue
-        lens = np.diff(b.indptr)
-        rank = np.arange(b.item_ids.size) - np.repeat(b.indptr[:-1], lens)
-        keep = rank < W
-        row = np.repeat(np.arange(n), lens)[keep]
-        ids = b.item_ids[keep]
-        c = np.minimum(b.counts[keep], C).astype(np.float64)
+        cols = np.fromiter((index.get(it, -1) for it in b.items), dtype=np.int64, count=len(b.items))
+        pub = cols >= 0
+        row = np.repeat(np.arange(n), np.diff(b.indptr))
+        ids, c = b.item_ids, b.counts
+        if not candidates:
+            inside = pub[ids]
+            row, ids, c = row[inside], ids[inside], c[inside]
+        starts = np.searchsorted(row, np.arange(n))  # rows are sorted: each report's first entry
+        keep = np.arange(row.size) - starts[row] < W
+        row, ids = row[keep], ids[keep]
+        c = np.minimum(c[keep], C).astype(np.float64)
         norm = np.sqrt(np.bincount(row, weights=c * c, minlength=n))
         v = c / np.maximum(norm, tau)[row]
         local = np.bincount(ids, weights=v, minlength=len(b.items))
-        cols = np.fromiter((index.get(it, -1) for it in b.items), dtype=np.int64, count=len(b.items))
-        pub = cols >= 0
         np.add.at(out.public, cols[pub], local[pub])
         if candidates:
             cand = out.candidates

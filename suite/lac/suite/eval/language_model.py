@@ -1,8 +1,11 @@
 """Table 1 of Ramadan et al.: perplexity of trigram language models built from each release.
 
 The release vocabulary here is the curator's (public n-grams of orders 1–3), since the model
-(``lac.curator.lm.NgramModel``) conditions trigrams on their bigram prefixes and backs off
-through them; the language model is post-processing of the release and costs no privacy.
+(``lac.curator.lm.NgramModel``, interpolated Kneser–Ney) conditions trigrams on their bigram
+prefixes and backs off through them; the language model is post-processing of the release and
+costs no privacy. Models are built as the curator builds them for analysts: from pseudo-counts
+where the release has them (exact counts, the posterior; ``from_counts(partial=True)``), else
+from the released distribution scaled by ``lac.curator.lm.default_total``.
 """
 
 from __future__ import annotations
@@ -13,13 +16,13 @@ from lac.common.progress import Progress
 from lac.curator.lm import NgramModel
 
 from .data import EvalData
-from .mechanisms import LABELS, release
+from .mechanisms import LABELS, posterior, release
 from .metrics import summarize
 
 PAPER = {  # Reddit, 60K n-grams (Table 1)
     "private": 29.48, "kanon": 35.51, "bayes": 35.55, "laplace-public": 580.46, "laplace": 894.32, "public": 43.00,
 }
-ROWS = ("private", "kanon", "bayes", "bayes-sound", "endtoend", "laplace-public", "laplace-public-obs", "laplace",
+ROWS = ("private", "kanon", "posterior", "bayes", "bayes-sound", "endtoend", "laplace-public", "laplace-public-obs", "laplace",
         "public")
 
 
@@ -58,13 +61,14 @@ def run(data: EvalData) -> dict:
         runs = 1 if name in ("private", "public", "kanon") else cfg.table_runs
         ppl = []
         for _ in range(runs):
-            if name == "private":
-                c = np.asarray(counts.raw.sum(axis=0)).ravel().astype(float)
-                probs = c / c.sum()
+            if name in ("private", "posterior"):
+                c = (np.asarray(counts.raw.sum(axis=0)).ravel().astype(float) if name == "private"
+                     else posterior(counts.U, vocab, eps, cfg, rng).pseudo_counts)
+                model = NgramModel.from_counts(vocab.items, c, 3, partial=True)
             else:
-                probs = release(name, counts.U, counts.alpha, eps, cfg, rng, K=K)
-            with np.errstate(divide="ignore"):
-                ppl.append(NgramModel(vocab.items, np.log(probs), 3).perplexity(test))
+                with np.errstate(divide="ignore"):
+                    model = NgramModel(vocab.items, np.log(release(name, counts.U, counts.alpha, eps, cfg, rng, K=K)), 3)
+            ppl.append(model.perplexity(test))
         bar.update()
         label = LABELS[name][0] + (f", ε = {eps:g}" if name not in ("private", "public", "kanon") else "")
         if name == "kanon":

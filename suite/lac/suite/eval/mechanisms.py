@@ -10,11 +10,15 @@ import numpy as np
 from lac.curator.baselines import k_anonymity, laplace_dp, laplace_public_dp
 from lac.curator.bayesian import BayesianParams, bayesian_dp
 from lac.curator.endtoend import EndToEndParams, end_to_end_dp
+from lac.curator.ngrams import NgramVocabulary
+from lac.curator.posterior import PosteriorParams, PosteriorRelease, posterior_release, weighted_totals
+from lac.curator.release import MatrixReports
 
 from .config import EvalConfig
 
 # name -> (label, privacy note)
 LABELS = {
+    "posterior": ("Gaussian posterior (LAC default)", "sound: data-independent worst case"),
     "bayes": ("BayesianDP (brute-force γ, paper)", "DP claim uses data-dependent sensitivity"),
     "bayes-sound": ("BayesianDP (sound γ)", "sound: data-independent worst case"),
     "endtoend": ("EndToEndDP (private S,ρ tuning, brute-force)", "data-dependent, as the paper"),
@@ -34,9 +38,21 @@ def bayes_params(cfg: EvalConfig, eps: float, sound: bool) -> BayesianParams:
     return BayesianParams(epsilon=eps, delta=cfg.delta, S=cfg.S, C=cfg.C, rho=cfg.rho, sensitivity="bruteforce")
 
 
+def posterior(U, vocab: NgramVocabulary, eps: float, cfg: EvalConfig, rng: np.random.Generator) -> PosteriorRelease:
+    """The LAC default over the vocabulary's columns of U (no discovery: U holds no other n-gram)."""
+    p = PosteriorParams(epsilon=eps, delta=cfg.delta, W=cfg.W, C=cfg.C, discovery=False)
+    totals = weighted_totals(MatrixReports(U, vocab).blocks(), vocab, p.W, p.C, p.tau, candidates=False)
+    return posterior_release(totals, vocab, p, rng)
+
+
 def release(name: str, U, alpha: np.ndarray, eps: float, cfg: EvalConfig, rng: np.random.Generator,
-            K: int | None = None) -> np.ndarray:
-    """Probability vector released by mechanism ``name`` (see ``LABELS``)."""
+            K: int | None = None, vocab: NgramVocabulary | None = None) -> np.ndarray:
+    """Probability vector released by mechanism ``name`` (see ``LABELS``; "posterior" needs ``vocab``)."""
+    if name == "posterior":
+        if alpha is not vocab.alpha:  # e.g. a noisy public prior (figure 4)
+            vocab = NgramVocabulary(vocab.items, np.asarray(alpha, dtype=np.float64), vocab.max_n)
+        c = posterior(U, vocab, eps, cfg, rng).pseudo_counts
+        return c / c.sum() if c.sum() > 0 else np.full(c.size, 1.0 / c.size)
     if name in ("bayes", "bayes-sound"):
         r = bayesian_dp(U, alpha, bayes_params(cfg, eps, name == "bayes-sound"), rng=rng)
         return np.exp(r.log_theta)

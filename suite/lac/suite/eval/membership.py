@@ -1,7 +1,8 @@
 """Membership inference (Ramadan et al. §5, Fig. 6), the empirical ε lower bound it implies, and an audit verdict.
 
 Adjacent data sets: D (all training users) and D₋ᵤ (the user with the largest total count in
-the release vocabulary removed). The library releases once on each (``bayesian_dp`` / ``laplace_dp``) to obtain the
+the release vocabulary removed). The library releases once on each (``bayesian_dp`` / ``laplace_dp``; for
+the LAC posterior, its weighted totals and σ: the Gaussian mechanism before the free posterior step) to obtain the
 mechanism's parameters for that data set — the pre-noise vector and the noise scale, exactly
 what the library then samples from; the N repeated releases are redrawn from those parameters
 in vectorised batches (same distribution; BayesianDP's Λ-grid snapping, a floating-point
@@ -27,6 +28,8 @@ import numpy as np
 from lac.common.progress import Progress
 from lac.curator.baselines import laplace_dp
 from lac.curator.bayesian import bayesian_dp
+from lac.curator.posterior import PosteriorParams, weighted_totals
+from lac.curator.release import MatrixReports
 
 from . import plots
 from .data import EvalData
@@ -34,11 +37,12 @@ from .mechanisms import bayes_params
 from .metrics import audit_verdict, clopper_pearson
 
 MECHS = {
+    "posterior": "Gaussian posterior (LAC default)",
     "laplace": "Laplace (sound)",
     "bayes": "BayesianDP (brute-force γ, data-dependent)",
     "bayes-sound": "BayesianDP (sound γ)",
 }
-SOUND = ("laplace", "bayes-sound")  # modes whose claimed ε is a real guarantee; only these decide the check
+SOUND = ("posterior", "laplace", "bayes-sound")  # modes whose claimed ε is a real guarantee; only these decide the check
 _BATCH = 64
 
 
@@ -124,6 +128,11 @@ def overall_check(rows: list[dict], sound=SOUND) -> dict:
 
 
 def _params(kind: str, counts, eps: float, cfg) -> tuple[str, np.ndarray, float]:
+    if kind == "posterior":  # audited on the Gaussian mechanism's output, before the (free) posterior step
+        p = PosteriorParams(epsilon=eps, delta=cfg.delta, W=cfg.W, C=cfg.C, discovery=False)
+        totals = weighted_totals(MatrixReports(counts.U, counts.vocab).blocks(), counts.vocab, p.W, p.C, p.tau,
+                                 candidates=False)
+        return "counts-gauss", totals.public, p.sigma
     if kind == "laplace":
         r = laplace_dp(counts.U, W=cfg.W, C=cfg.C, epsilon=eps, rng=np.random.default_rng(0))
         return "laplace", np.asarray(r.mean), r.scale

@@ -14,13 +14,14 @@ from .data import EvalData, trigram_vocabulary
 from .mechanisms import LABELS, release
 from .metrics import kl, summarize
 
-FIG1_MECHS = ("bayes", "bayes-sound", "endtoend", "laplace", "laplace-public", "laplace-public-obs")
+FIG1_MECHS = ("posterior", "bayes", "bayes-sound", "endtoend", "laplace", "laplace-public", "laplace-public-obs")
 
 
 def _kl_runs(name, counts, eps, cfg, rng, runs, alpha=None, K=None) -> list[float]:
     p = counts.private_distribution
     a = counts.alpha if alpha is None else alpha
-    return [kl(p, release(name, counts.U, a, eps, cfg, rng, K=K), cfg.kl_smoothing) for _ in range(runs)]
+    return [kl(p, release(name, counts.U, a, eps, cfg, rng, K=K, vocab=counts.vocab), cfg.kl_smoothing)
+            for _ in range(runs)]
 
 
 def _table(x_name, xs, series: dict[str, list[list[float]]]) -> list[dict]:
@@ -68,7 +69,7 @@ def figure2(data: EvalData, out: Path, rng) -> dict:
     cfg, eps = data.config, data.config.fig_epsilon
     n_all = data.counts.U.shape[0]
     xs = sorted({min(n, n_all) for n in cfg.user_counts})
-    left = {"bayes": [], "bayes-sound": []}
+    left = {"posterior": [], "bayes": [], "bayes-sound": []}
     right = {"laplace": [], "laplace-public": []}
     publics = []
     bar = Progress("fig2 KL vs users", len(xs) * cfg.runs)
@@ -92,7 +93,7 @@ def figure3(data: EvalData, out: Path, rng) -> dict:
     cfg, eps = data.config, data.config.fig_epsilon
     n_tri = int((data.full_vocab.orders == 3).sum())
     xs = sorted({min(k, n_tri) for k in cfg.vocab_sizes})
-    left = {"bayes": [], "bayes-sound": []}
+    left = {"posterior": [], "bayes": [], "bayes-sound": []}
     right = {"laplace": [], "laplace-public": []}
     publics = []
     bar = Progress("fig3 KL vs vocabulary", len(xs))
@@ -111,7 +112,7 @@ def figure3(data: EvalData, out: Path, rng) -> dict:
 def figure4(data: EvalData, out: Path, rng) -> dict:
     cfg, eps = data.config, data.config.fig_epsilon
     xs = list(cfg.public_noise)
-    series = {"bayes": [], "bayes-sound": [], "public": []}
+    series = {"posterior": [], "bayes": [], "bayes-sound": [], "public": []}
     bar = Progress("fig4 KL vs public noise", len(xs) * cfg.runs)
     p = data.counts.private_distribution
     for b in xs:
@@ -121,7 +122,7 @@ def figure4(data: EvalData, out: Path, rng) -> dict:
             alpha = data.counts.alpha
             if b > 0:
                 alpha = np.maximum(alpha + rng.laplace(0.0, b, size=alpha.size), 0.0)
-            for m in ("bayes", "bayes-sound"):
+            for m in ("posterior", "bayes", "bayes-sound"):
                 series[m][-1].append(_kl_runs(m, data.counts, eps, cfg, rng, 1, alpha=alpha)[0])
             series["public"][-1].append(kl(p, release("public", None, alpha, 1, cfg, rng), cfg.kl_smoothing))
             bar.update()

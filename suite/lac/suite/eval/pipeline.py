@@ -1,9 +1,9 @@
 """Item 5: the whole pipeline for a target central guarantee (ε*, δ).
 
-(a) curator-only DP: BayesianDP(ε*) on clean text (trusted curator);
+(a) curator-only DP: the LAC default release (``posterior``, sound) at ε* on clean text (trusted curator);
 (b) local noise only: per-report ε0 = ε* (ε0-LDP implies central ε*), no curator noise;
 (c) local noise sized so that shuffling n reports gives (ε*, δ) on the shuffled batch
-    (``lac.shuffler.amplification.shuffle_epsilon``), then BayesianDP(ε*) at the curator;
+    (``lac.shuffler.amplification.shuffle_epsilon``), then the default release at ε* at the curator;
 (c0) as (c) without curator noise (the shuffled batch alone is (ε*, δ)-DP).
 A report of ℓ words under per-word metric DP ε_w is ε0 = ℓ·ε_w·diam-LDP in the worst case
 (``local_epsilon_metric``); reports are truncated to ℓ = ``report_words`` words so that one ε0
@@ -53,7 +53,7 @@ def max_local_epsilon(target: float, n: int, delta: float, points: int) -> tuple
 
 
 def _shuffled(eps0: float, n: int, delta: float) -> dict:
-    """Central ε of a shuffled batch of n ε0-LDP reports (FMT'21 Theorem 3.2 reduction)."""
+    """Central ε of a shuffled batch of n ε0-LDP reports (``shuffle_epsilon``'s numerical bound)."""
     r = shuffle_epsilon(eps0, n, delta)
     return {"central": r.epsilon, "amplified": r.amplified, "statement": r.statement}
 
@@ -78,14 +78,14 @@ def run(data: EvalData, out: Path, rng: np.random.Generator) -> dict:
         row = {"target": target, "eps0_local_only": target, "eps0_shuffle": eps0_shuffle,
                "eps_w_local_only": target / (ell * diam), "eps_w_shuffle": eps0_shuffle / (ell * diam),
                "curve": curve}
-        row["a_curator_only"] = kl(p, release("bayes", clean.U, clean.alpha, target, lcfg, rng), lam)
+        row["a_curator_only"] = kl(p, release("posterior", clean.U, clean.alpha, target, lcfg, rng, vocab=vocab), lam)
         for key, e0 in (("b_local_only", target), ("c0_shuffle_only", eps0_shuffle)):
             loc = Localizer(emb, MultivariateLaplace(e0 / (ell * diam)), rng)
             assert abs(local_epsilon_metric(e0 / (ell * diam), ell, diam) - e0) < 1e-9 * max(1.0, e0)
             pc = data.counts_for_config(vocab, lcfg, privatize_reports(loc, reports))
             row[key] = kl(p, pc.private_distribution, lam)
             if key == "c0_shuffle_only":
-                row["c_shuffle_curator"] = kl(p, release("bayes", pc.U, pc.alpha, target, lcfg, rng), lam)
+                row["c_shuffle_curator"] = kl(p, release("posterior", pc.U, pc.alpha, target, lcfg, rng, vocab=vocab), lam)
         rows.append(row)
         bar.update()
     bar.close()
@@ -96,15 +96,15 @@ def run(data: EvalData, out: Path, rng: np.random.Generator) -> dict:
         practical.append({"eps_w": eps_w, "eps0": e0, **_shuffled(e0, n, cfg.delta)})
     xs = list(cfg.central_epsilons)
     fig, (a1, a2) = plots.new(2, f"End to end: n = {n} reports of ≤ {ell} words, δ = {cfg.delta:g}, {emb.name}")
-    a1.plot(xs, [r["a_curator_only"] for r in rows], marker="o", label="(a) curator-only BayesianDP, clean text")
+    a1.plot(xs, [r["a_curator_only"] for r in rows], marker="o", label="(a) curator-only DP release, clean text")
     a1.plot(xs, [r["b_local_only"] for r in rows], marker="s", label="(b) local noise only (ε0 = ε*)")
-    a1.plot(xs, [r["c_shuffle_curator"] for r in rows], marker="^", label="(c) local + shuffle + BayesianDP")
+    a1.plot(xs, [r["c_shuffle_curator"] for r in rows], marker="^", label="(c) local + shuffle + DP release")
     a1.plot(xs, [r["c0_shuffle_only"] for r in rows], marker="v", ls=":", label="(c0) local + shuffle, no curator noise")
     a1.axhline(public_kl, color="k", ls="--", lw=1, label="public baseline")
     a1.set_ylabel("KL(clean n-grams ‖ release), nats")
     a1.set_yscale("log")
     a2.plot(xs, [r["eps0_local_only"] for r in rows], marker="s", label="local ε0 allowed without shuffling")
-    a2.plot(xs, [r["eps0_shuffle"] for r in rows], marker="^", label="local ε0 allowed with shuffling (FMT'21)")
+    a2.plot(xs, [r["eps0_shuffle"] for r in rows], marker="^", label="local ε0 allowed with shuffling")
     a2.set_ylabel("report-level local ε0")
     a2.set_yscale("log")
     path = plots.finish(fig, [a1, a2], out / "pipeline_end_to_end.png", xlabel="target central ε*", logx=True)

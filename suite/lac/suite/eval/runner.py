@@ -10,10 +10,10 @@ from pathlib import Path
 import numpy as np
 
 from . import data as eval_data
-from . import language_model, localizer, membership, paper_figures, pipeline, report
+from . import language_model, localizer, membership, paper_figures, pipeline, report, targets
 from .config import EvalConfig
 
-SECTIONS = ("figures", "table1", "membership", "localizer", "pipeline")
+SECTIONS = ("figures", "table1", "membership", "localizer", "pipeline", "targets")
 
 
 def _say(msg: str) -> None:
@@ -68,6 +68,8 @@ def run(cfg: EvalConfig, out: Path, preset: str = "custom", sections=SECTIONS) -
         res["localizer"] = step("localizer", lambda: localizer.run(data, out, rngs["localizer"]))
     if "pipeline" in sections:
         res["pipeline"] = step("pipeline", lambda: pipeline.run(data, out, rngs["pipeline"]))
+    if "targets" in sections:
+        res["targets"] = step("targets", lambda: targets.run(cfg, out, rngs["targets"]))
     res["wall_time_s"] = time.perf_counter() - t0
     (out / "results.json").write_text(json.dumps(res, indent=1, default=_json_default), encoding="utf-8")
     report.write(out / "report.md", res)
