@@ -117,7 +117,7 @@ def _release_and_forward(tmp: Path, n: int, size: int) -> tuple[float, float, fl
     t_release = time.perf_counter() - t0
     sink = Sink()
     try:
-        _, body, _ = log.batch(released.batch_id)
+        body = log.batch(released.batch_id).body
         with grpc.insecure_channel(sink.address, options=[("grpc.max_send_message_length", 1 << 30)]) as ch:
             ingest = ch.unary_unary("/lac.v1.CuratorIngest/IngestBatch", request_serializer=None,
                                     response_deserializer=curator_pb2.IngestBatchResponse.FromString)

@@ -409,6 +409,10 @@ def test_subsampling_formula():
     assert subsampling_epsilon(1e-8, 0.5) == pytest.approx(0.5e-8, rel=1e-6)  # ~ q*eps0 for small eps0
     assert subsampling_epsilon(2.0, 0.01) < subsampling_epsilon(2.0, 0.1) < 2.0
     assert "q*delta0" in subsampling_statement(2.0, 0.1, 1e-6)
+    # a report-level eps0 of thousands (L words x eps x diameter) does not overflow
+    assert subsampling_epsilon(5000.0, 0.5) == pytest.approx(5000.0 + math.log(0.5), rel=1e-15)
+    assert subsampling_epsilon(700.5, 0.25) == pytest.approx(700.5 + math.log(0.25), rel=1e-12)
+    assert "5000" in subsampling_statement(5000.0, 0.5)
     with pytest.raises(ValueError):
         subsampling_epsilon(1.0, 1.5)
 
@@ -507,7 +511,8 @@ def test_each_batch_carries_its_amplification_statement(tmp_path):
 
     g, method = guarantee(100_000, 4.0)
     r = shuffle_epsilon(4.0, 100_000, 1e-6)
-    assert method == "numerical" and g.epsilon == r.epsilon and g.delta == 1e-6 and r.statement in g.details
+    assert method == "numerical" and g.epsilon == r.epsilon and g.delta == 1e-6
+    assert "method numerical" in g.statement() and "ε0 = 4" in g.statement()
     g, method = guarantee(50, 30.0)
     assert method == "none" and g.epsilon == 30.0 and g.delta == 0.0
     assert any("No amplification" in d for d in g.details)

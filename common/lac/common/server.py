@@ -1,7 +1,12 @@
-"""What every LAC gRPC server shares: health checking, reflection, binding, shutdown.
+"""What every LAC gRPC server shares: health checking, reflection, binding, limits, shutdown.
 
 Imported only by the services (grpcio-health-checking and grpcio-reflection are their
 dependencies, not the client's).
+
+Limits enforced by gRPC itself (before a request is parsed): ``max_message_bytes`` (a larger
+request is refused with RESOURCE_EXHAUSTED, without ``retry-after-seconds``) and
+``max_concurrent_streams`` per HTTP/2 connection (calls beyond it wait in the client until a
+stream of that connection ends, or are refused with UNAVAILABLE: HTTP/2 REFUSED_STREAM).
 """
 
 from __future__ import annotations
@@ -23,24 +28,47 @@ log = logging.getLogger(__name__)
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 
 
-def new_server(max_message_bytes: int = MAX_MESSAGE_BYTES) -> grpc.aio.Server:
-    return grpc.aio.server(options=[
-        ("grpc.max_receive_message_length", max_message_bytes),
-        ("grpc.max_send_message_length", max_message_bytes),
-    ])
+def new_server(max_message_bytes: int = MAX_MESSAGE_BYTES,
+               max_concurrent_streams: int | None = None) -> grpc.aio.Server:
+    """An asyncio gRPC server refusing messages over ``max_message_bytes`` (RESOURCE_EXHAUSTED) and,
+    if set, serving at most ``max_concurrent_streams`` calls at once per client connection."""
+    options = [("grpc.max_receive_message_length", max_message_bytes),
+               ("grpc.max_send_message_length", max_message_bytes)]
+    if max_concurrent_streams is not None:
+        options.append(("grpc.max_concurrent_streams", max_concurrent_streams))
+    return grpc.aio.server(options=options)
+
+
+class Health:
+    """The gRPC health-checking state of one server: its services and the server as a whole ("").
+
+    ``set_serving(False)`` makes ``Check`` answer NOT_SERVING for all of them (load balancers and
+    ``lac health`` then stop sending traffic); ``set_serving(True)`` restores SERVING.
+    """
+
+    def __init__(self, service_names: Iterable[str]):
+        self.servicer = health.HealthServicer()
+        self.names = [*service_names, ""]
+        self.serving = True
+        self.set_serving(True)
+
+    def set_serving(self, serving: bool) -> None:
+        status = health_pb2.HealthCheckResponse.SERVING if serving else health_pb2.HealthCheckResponse.NOT_SERVING
+        self.serving = serving
+        for name in self.names:
+            self.servicer.set(name, status)
 
 
 def finish_server(server: grpc.aio.Server, service_names: Iterable[str], host: str, port: int,
-                  tls: ServerTls | None = None) -> tuple[grpc.aio.Server, int]:
+                  tls: ServerTls | None = None, health_state: Health | None = None) -> tuple[grpc.aio.Server, int]:
     """Add health + reflection for ``service_names`` and bind ``host:port`` (0 = ephemeral).
 
     With ``tls`` the port speaks TLS (mTLS if it names a client CA); without, plaintext.
+    ``health_state`` lets the service change its health later (default: always SERVING).
     """
     names = list(service_names)
-    health_servicer = health.HealthServicer()
-    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
-    for name in names + [""]:
-        health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
+    health_state = health_state if health_state is not None else Health(names)
+    health_pb2_grpc.add_HealthServicer_to_server(health_state.servicer, server)
     reflection.enable_server_reflection(names + [reflection.SERVICE_NAME, health.SERVICE_NAME], server)
     address = f"{host}:{port}"
     bound = server.add_secure_port(address, tls.credentials()) if tls else server.add_insecure_port(address)

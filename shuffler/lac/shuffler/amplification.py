@@ -464,6 +464,10 @@ def subsampling_epsilon(eps0: float, q: float) -> float:
         raise ValueError(f"eps0 must be finite and >= 0, got {eps0!r}")
     if not (0 <= q <= 1):
         raise ValueError(f"q must be in [0, 1], got {q!r}")
+    if q == 0:
+        return 0.0
+    if eps0 > 700:  # e^eps0 overflows: log(1 + q(e^eps0 - 1)) = eps0 + log(q + (1 - q) e^-eps0)
+        return eps0 + math.log(q + (1.0 - q) * math.exp(-eps0))
     return math.log1p(q * math.expm1(eps0))
 
 

@@ -1,4 +1,4 @@
-"""``lac shuffler serve|status|flush|amplification``."""
+"""``lac shuffler serve|status|flush|add-client|backup|restore|amplification``."""
 
 from __future__ import annotations
 
@@ -41,13 +41,34 @@ def register(subparsers) -> None:
     add.add_argument("--state-dir", type=Path, default=ShufflerConfig.state_dir,
                      help=f"shuffler state directory [default: {ShufflerConfig.state_dir}]")
     add.set_defaults(func=_add_client)
+    bak = sub.add_parser("backup", help="copy the report log (online, consistent) and tokens file into DIR",
+                         description="Copy the report log with SQLite's online backup API (one consistent "
+                                     "snapshot, while the shuffler keeps serving) and the tokens file into DIR, "
+                                     "with a manifest naming their SHA-256. DIR is created private (0700).")
+    bak.add_argument("dir", type=Path, help="new directory for the backup")
+    res = sub.add_parser("restore", help="install a backup made with `backup` as a state directory",
+                         description="Verify a backup (manifest, SHA-256, quick_check) and install it into "
+                                     "--state-dir, whose shuffler must be stopped. The restored log does not "
+                                     "know what happened after the backup: reports acknowledged since then are "
+                                     "missing, and idempotency ids and quota use recorded since are forgotten.")
+    res.add_argument("dir", type=Path, help="directory written by `lac shuffler backup`")
+    res.add_argument("--force", action="store_true", help="replace an existing report log / tokens file")
+    for q in (bak, res):
+        q.add_argument("--state-dir", type=Path, default=ShufflerConfig.state_dir,
+                       help=f"shuffler state directory [default: {ShufflerConfig.state_dir}]")
+        q.add_argument("--tokens-file", type=Path, default=None,
+                       help="tokens file (default: STATE_DIR/clients.tokens)")
+    bak.set_defaults(func=_backup)
+    res.set_defaults(func=_restore)
     amp = sub.add_parser(
         "amplification",
         help="privacy accountant: central (eps, delta) of a shuffled batch of eps0-LDP reports",
         description="Central (epsilon, delta)-DP of one uniformly shuffled batch of n reports, each from a "
-                    "distinct user and eps0-LDP (Feldman-McMillan-Talwar 2021): numerical bound (Thm 3.2) "
-                    "and closed form (Thm 3.1) side by side, reporting 'no amplification' where nothing "
-                    "is gained. Offline: needs no running shuffler.")
+                    "distinct user and eps0-LDP: the numerical bound used everywhere in LAC (the stronger-clone "
+                    "pair of Feldman-McMillan-Talwar 2023 / Wang et al. 2024 with its mixing step, proved for "
+                    "every eps0-LDP randomizer in lac.shuffler.amplification) beside the closed form of "
+                    "Feldman-McMillan-Talwar 2021 (Thm 3.1), reporting 'no amplification' where nothing is "
+                    "gained. Offline: needs no running shuffler.")
     amp.add_argument("--eps0", type=float, required=True,
                      help="local pure DP level of one report (> 0); for LAC's metric-DP reports this is the "
                           "deployment's report_epsilon0 = max_report_words * epsilon_per_word * diameter")
@@ -85,6 +106,37 @@ def _add_client(args) -> int:
     token = add_client(path, args.client_id, args.role)
     print(f"# {args.role} {args.client_id} added to {path}; its token (not stored anywhere, shown once):")
     print(token)
+    return 0
+
+
+def _backup(args) -> int:
+    import sys
+
+    from lac.shuffler.backup import backup
+
+    try:
+        m = backup(args.state_dir, args.dir, args.tokens_file)
+    except (OSError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    print(f"backed up {m['source']} to {args.dir}: {m['buffered_reports']} buffered reports, "
+          f"{m['batches_pending']} undelivered batches, {m['database_bytes']} bytes"
+          f"{', tokens file' if m['tokens'] else ', no tokens file'}")
+    return 0
+
+
+def _restore(args) -> int:
+    import sys
+
+    from lac.shuffler.backup import restore
+
+    try:
+        m = restore(args.dir, args.state_dir, args.tokens_file, force=args.force)
+    except (OSError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    print(f"restored the backup of {m['source']} into {args.state_dir}: {m['buffered_reports']} buffered reports, "
+          f"{m['batches_pending']} undelivered batches. Reports acknowledged after the backup are not in it.")
     return 0
 
 

@@ -23,7 +23,29 @@ class ShufflerConfig:
                                                       "threshold is reached (it is also checked after every commit)")
     max_report_bytes: int = setting(66_000, "largest accepted sealed payload in bytes (HPKE payloads are at "
                                             "most 65,584)")
-    max_reports_per_request: int = setting(10_000, "most reports accepted in one Submit call")
+    max_reports_per_request: int = setting(10_000, "most reports accepted in one Submit call, and in all "
+                                                   "messages of one SubmitStream call together; more: "
+                                                   "INVALID_ARGUMENT (from the shuffler)")
+    max_message_bytes: int = setting(64 * 1024 ** 2, "largest gRPC message received or sent; a larger request is "
+                                                     "refused by gRPC itself with RESOURCE_EXHAUSTED (no "
+                                                     "retry-after-seconds) before it is parsed")
+    max_concurrent_streams: int = setting(1000, "most calls served at once on one client connection (HTTP/2 "
+                                                "streams); further calls on that connection wait in the client "
+                                                "or are refused with UNAVAILABLE (HTTP/2 REFUSED_STREAM; retry)")
+    max_pending_bytes: int = setting(256 * 1024 ** 2, "most payload bytes received but not yet durably "
+                                                      "committed (the group-commit queue); a Submit that would "
+                                                      "exceed it: UNAVAILABLE with retry-after-seconds")
+    commit_timeout_seconds: float = setting(10.0, "a Submit whose durable commit has not finished after this "
+                                                  "long answers UNAVAILABLE (retry with the same idempotency "
+                                                  "ids: a stored report is then acknowledged as a duplicate) and "
+                                                  "the storage counts as stalled (health NOT_SERVING) until a "
+                                                  "write succeeds")
+    min_free_disk_bytes: int = setting(128 * 1024 ** 2, "free space the state directory's filesystem must keep: "
+                                                        "below it (or after any write error) Submit answers "
+                                                        "UNAVAILABLE with retry-after-seconds and health is "
+                                                        "NOT_SERVING until a test write succeeds again with enough "
+                                                        "space (a release writes the batch before it frees the "
+                                                        "buffered reports, so keep this above max_batch_bytes)")
     forward_retry_max_seconds: float = setting(30.0, "longest back-off between delivery attempts to the curator")
     max_batch_bytes: int = setting(60 * 1024 ** 2, "largest forwarded batch message; a larger release is cut "
                                                    "into several batches (keep below the curator's gRPC "
@@ -97,6 +119,11 @@ class ShufflerConfig:
             raise ValueError("target_delta must be in (0, 1)")
         if self.max_log_bytes < 1 or self.max_batch_bytes < 1024:
             raise ValueError("max_log_bytes must be positive and max_batch_bytes at least 1024")
+        if self.max_message_bytes < 1024 or self.max_concurrent_streams < 1 or self.max_pending_bytes < 1:
+            raise ValueError("max_message_bytes must be at least 1024, max_concurrent_streams and "
+                             "max_pending_bytes positive")
+        if not self.commit_timeout_seconds > 0 or self.min_free_disk_bytes < 0:
+            raise ValueError("commit_timeout_seconds must be positive and min_free_disk_bytes >= 0")
 
     @property
     def tokens_path(self) -> Path:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from lac.shuffler.service import LATENCY_BUCKETS
+from lac.shuffler.service import LATENCY_BUCKETS, StorageFailed
 
 
 def _line(name: str, value, labels: str = "") -> str:
@@ -13,7 +13,10 @@ def _line(name: str, value, labels: str = "") -> str:
 
 async def render(shuffler) -> str:
     """The shuffler's metrics in Prometheus text exposition format 0.0.4."""
-    c = await shuffler.counters()
+    try:
+        c = await shuffler.counters()
+    except StorageFailed:  # the storage metrics below say why
+        c = {}
     out = []
 
     def metric(name, kind, help_, samples):
@@ -41,6 +44,16 @@ async def render(shuffler) -> str:
            [("", c.get("reports_forwarded", 0))])
     metric("lac_shuffler_forward_failures_total", "counter", "Failed delivery attempts to the curator.",
            [("", shuffler.forward_failures)])
+    metric("lac_shuffler_storage_ok", "gauge", "1 while the report log is writable (health SERVING), 0 after a "
+           "storage failure until a test write succeeds.", [("", 0 if shuffler.storage_error else 1)])
+    metric("lac_shuffler_storage_failures_total", "counter", "Failed storage operations (writes, reads, test writes) "
+           "by reason: SQLITE_FULL, SQLITE_IOERR_*, LOW_DISK_SPACE, STALLED, ...",
+           [(f'reason="{k}"', v) for k, v in sorted(shuffler.storage_failures.items())])
+    if shuffler.disk_free_bytes is not None:
+        metric("lac_shuffler_disk_free_bytes", "gauge", "Space the report log can still grow into.",
+               [("", shuffler.disk_free_bytes)])
+    metric("lac_shuffler_pending_bytes", "gauge", "Payload bytes received and waiting for their durable commit.",
+           [("", shuffler.pending_bytes)])
     out.append("# HELP lac_shuffler_ingest_seconds Submit latency from arrival to durable commit.")
     out.append("# TYPE lac_shuffler_ingest_seconds histogram")
     cum = 0

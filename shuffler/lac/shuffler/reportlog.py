@@ -29,6 +29,7 @@ import hmac
 import logging
 import os
 import sqlite3
+import threading
 import time
 import uuid
 from collections import Counter
@@ -65,6 +66,7 @@ _ADDED_COLUMNS = {"buffer": ("client BLOB", "win INTEGER NOT NULL DEFAULT 0"),
 OVER_QUOTA = "over_quota"
 LOG_FULL = "log_full"
 KEEP_DELIVERED = 50  # metadata rows of delivered batches kept for `status`
+PROBE_BYTES = 64 * 1024  # size of the write that tests whether the log is writable again
 
 _REPORTS_FIELD = curator_pb2.IngestBatchRequest.DESCRIPTOR.fields_by_name["reports"].number
 _REPORTS_TAG = bytes([(_REPORTS_FIELD << 3) | 2])  # length-delimited
@@ -102,9 +104,20 @@ class StoredBatch:
 
 
 class ReportLog:
-    """Durable buffer + released batches. Not thread-safe: use from one thread."""
+    """Durable buffer + released batches. Not thread-safe: use from one thread (except
+    ``count_reject``, which only counts in memory and may be called from any thread).
+
+    A failed write (full disk, I/O error) raises ``sqlite3.Error`` or ``OSError`` and leaves the
+    log as it was before the transaction; the in-memory counts change only after a commit.
+    """
 
     def __init__(self, state_dir: Path):
+        # Reject counters are kept in memory and saved with the next write transaction, so a flood of
+        # bad requests costs no fsync each (and counting never fails when the disk does).
+        self._unsaved: Counter[str] = Counter()
+        self._unsaved_lock = threading.Lock()
+        self._taken: Counter[str] = Counter()
+        self.state_dir = state_dir
         private_dir(state_dir)
         if (state_dir / "reports.sqlite").exists():
             log.warning("%s is the pre-0.2 report log format and is not read; deliver or migrate its "
@@ -171,7 +184,7 @@ class ReportLog:
         stored) or ``LOG_FULL``.
         """
         if self.used_bytes >= max_bytes:
-            self._count({"reject:" + LOG_FULL: sum(len(g[0]) for g in groups)})
+            self.count_reject(LOG_FULL, sum(len(g[0]) for g in groups))
             return [LOG_FULL] * len(groups)
         results, bumps = [], Counter()
         added: list[tuple[bytes | None, int]] = []
@@ -214,6 +227,7 @@ class ReportLog:
                     added.append((client, n_new))
                 results.append(stored)
             self._bump_all(bumps)
+            self._save_unsaved()
         self.commits += 1
         for client, n in added:
             self._count_buffered(client, n)
@@ -339,29 +353,87 @@ class ReportLog:
             self._db.execute("DELETE FROM window_quota WHERE win < ?", (window,))
 
     def count_reject(self, reason: str, n: int = 1) -> None:
-        self._count({"reject:" + reason: n})
+        """Count ``n`` rejected reports (in memory; saved by the next write). Any thread."""
+        with self._unsaved_lock:
+            self._unsaved["reject:" + reason] += n
 
     def counters(self) -> dict[str, int]:
-        return dict(self._db.execute("SELECT name, value FROM counters"))
+        """Every counter, saved or not yet saved."""
+        out = Counter(dict(self._db.execute("SELECT name, value FROM counters")))
+        with self._unsaved_lock:
+            out.update(self._unsaved)
+        return dict(out)
 
-    def _count(self, bumps) -> None:
+    def probe(self, nbytes: int = PROBE_BYTES) -> None:
+        """A real durable write of ``nbytes`` (replacing the previous probe's): raises if the log cannot
+        be written. Also saves the counters kept in memory."""
         with self._tx():
-            self._bump_all(bumps)
+            self._db.execute("INSERT INTO meta VALUES ('write_probe', randomblob(?)) ON CONFLICT(name) "
+                             "DO UPDATE SET value = excluded.value", (nbytes,))
+            self._save_unsaved()
+        self.used_bytes = self._measure()
+
+    def save_counters(self) -> None:
+        """Save the counters kept in memory (one transaction, only if there are any)."""
+        with self._unsaved_lock:
+            if not self._unsaved:
+                return
+        with self._tx():
+            self._save_unsaved()
+
+    def free_bytes(self) -> int:
+        """Space the log can still grow into: free space of the state directory's filesystem (for an
+        unprivileged writer) plus the free pages inside the database, which new writes reuse."""
+        st = os.statvfs(self.state_dir)
+        free_pages = self._db.execute("PRAGMA freelist_count").fetchone()[0]
+        return st.f_bavail * st.f_frsize + free_pages * self._page_size
+
+    def _save_unsaved(self) -> None:
+        """Within a transaction: add the in-memory counters (given back if the transaction fails)."""
+        with self._unsaved_lock:
+            taken, self._unsaved = self._unsaved, Counter()
+        self._taken.update(taken)
+        self._bump_all(taken)
 
     def _bump_all(self, bumps) -> None:
         self._db.executemany("INSERT INTO counters VALUES (?, ?) ON CONFLICT(name) DO UPDATE SET value = value + ?",
                              ((k, v, v) for k, v in bumps.items() if v))
 
     def _tx(self):
-        return _Transaction(self._db)
+        return _Transaction(self)
 
 
 class _Transaction:
-    def __init__(self, db: sqlite3.Connection):
-        self.db = db
+    """BEGIN IMMEDIATE ... COMMIT; on any failure (including a failed COMMIT) the transaction is
+    rolled back, if SQLite has not already done so, and the original error is raised."""
+
+    def __init__(self, log: ReportLog):
+        self.log = log
+        self.db = log._db
 
     def __enter__(self):
+        if self.db.in_transaction:  # left open by an earlier failure SQLite did not roll back itself
+            self.db.execute("ROLLBACK")
+        self.log._taken = Counter()
         self.db.execute("BEGIN IMMEDIATE")
 
     def __exit__(self, exc_type, exc, tb):
-        self.db.execute("ROLLBACK" if exc_type else "COMMIT")
+        try:
+            if exc_type is None:
+                self.db.execute("COMMIT")
+                return False
+        except BaseException:
+            self._undo()
+            raise
+        self._undo()
+        return False
+
+    def _undo(self) -> None:
+        if self.log._taken:
+            with self.log._unsaved_lock:
+                self.log._unsaved.update(self.log._taken)
+        if self.db.in_transaction:
+            try:
+                self.db.execute("ROLLBACK")
+            except sqlite3.Error:
+                pass  # the original error is the one to report; the next BEGIN retries the rollback

@@ -7,16 +7,21 @@ the request before a method runs.
 
 from __future__ import annotations
 
+import logging
+
 import grpc
 
 from lac.common import server as common_server
 from lac.common import tls
+from lac.common.errors import InvalidArgument, LacError
 from lac.common.rpc import Caller, Role, service_handler
 from lac.common.v1 import shuffler_pb2
-from lac.shuffler.service import Shuffler
+from lac.shuffler.service import SERVICE_NAME, Shuffler
+
+log = logging.getLogger(__name__)
 
 SERVICE = shuffler_pb2.DESCRIPTOR.services_by_name["Shuffler"]
-SERVICE_NAME = SERVICE.full_name
+SCAN_ABOVE_BYTES = 64 * 1024  # Submit messages larger than this have their reports counted before parsing
 
 ROLES = {
     "Submit": {Role.CLIENT},
@@ -41,6 +46,102 @@ def _acks(reports, stored) -> bytes:
     return b"".join(out)
 
 
+def count_reports(raw: bytes, stop_after: int) -> int:
+    """Entries of ``reports`` (field 1) at the top level of a serialized SubmitRequest, counted without
+    parsing and at most ``stop_after + 1``. Malformed bytes end the count early (the parser rejects them)."""
+    i, n, count = 0, len(raw), 0
+
+    def varint(i: int) -> tuple[int, int]:
+        value = shift = 0
+        while i < n and shift < 70:
+            b = raw[i]
+            i += 1
+            value |= (b & 0x7F) << shift
+            if not b & 0x80:
+                return value, i
+            shift += 7
+        return -1, n
+
+    while i < n:
+        tag, i = varint(i)
+        wire = tag & 7
+        if tag < 0:
+            break
+        if wire == 0:
+            _, i = varint(i)
+        elif wire == 1:
+            i += 8
+        elif wire == 5:
+            i += 4
+        elif wire == 2:
+            length, i = varint(i)
+            if length < 0:
+                break
+            i += length
+            if tag >> 3 == 1:
+                count += 1
+                if count > stop_after:
+                    break
+        else:
+            break
+    return count
+
+
+class _BoundedReports(grpc.GenericRpcHandler):
+    """Refuses, before it is parsed, a Submit (or SubmitStream) message of a client holding more reports
+    than ``max_reports_per_request``: parsed, an empty report costs ~70 bytes of memory for its 2 bytes on
+    the wire, so a 64 MiB message of them would take gigabytes. Callers without the client role pass
+    through unscanned and are refused before parsing by ``lac.common.rpc``."""
+
+    def __init__(self, inner: grpc.GenericRpcHandler, shuffler: Shuffler):
+        self.inner, self.shuffler = inner, shuffler
+        self.limit = shuffler.config.max_reports_per_request
+
+    def _too_many(self, raw: bytes) -> str | None:
+        if len(raw) <= SCAN_ABOVE_BYTES or count_reports(raw, self.limit) <= self.limit:
+            return None
+        self.shuffler._log.count_reject("invalid_argument")
+        return f"more than {self.limit} reports in one request (max_reports_per_request)"
+
+    def _is_client(self, context) -> bool:
+        try:
+            return Role.CLIENT in self.shuffler.auth.identify(context).roles
+        except LacError:
+            return False
+
+    def service(self, details):
+        handler = self.inner.service(details)
+        if handler is None or details.method not in (f"/{SERVICE_NAME}/Submit", f"/{SERVICE_NAME}/SubmitStream"):
+            return handler
+        if handler.unary_unary is not None:
+            inner = handler.unary_unary
+
+            async def unary(raw: bytes, context):
+                if len(raw) > SCAN_ABOVE_BYTES and self._is_client(context):
+                    problem = self._too_many(raw)
+                    if problem:
+                        log.info("%s: INVALID_ARGUMENT: %s", details.method, problem)
+                        await context.abort(grpc.StatusCode.INVALID_ARGUMENT, problem)
+                return await inner(raw, context)
+
+            return grpc.unary_unary_rpc_method_handler(unary, request_deserializer=None,
+                                                       response_serializer=handler.response_serializer)
+        inner_stream = handler.stream_unary
+
+        async def stream(request_iterator, context):
+            async def bounded():  # iterated only once lac.common.rpc has admitted the caller
+                async for raw in request_iterator:
+                    problem = self._too_many(raw)
+                    if problem:
+                        raise InvalidArgument(problem)  # answered by lac.common.rpc like any domain error
+                    yield raw
+
+            return await inner_stream(bounded(), context)
+
+        return grpc.stream_unary_rpc_method_handler(stream, request_deserializer=None,
+                                                    response_serializer=handler.response_serializer)
+
+
 class ShufflerServicer:
     def __init__(self, shuffler: Shuffler):
         self.shuffler = shuffler
@@ -49,8 +150,14 @@ class ShufflerServicer:
         return _acks(request.reports, await self.shuffler.submit(request.reports, caller.identity))
 
     async def SubmitStream(self, requests, context, caller: Caller):
-        acks = []
+        acks, total, limit = [], 0, self.shuffler.config.max_reports_per_request
         async for request in requests:
+            total += len(request.reports)
+            if total > limit:  # the one response carries an ack per report: bound the whole call
+                await self.shuffler.count_reject("invalid_argument", len(request.reports))
+                raise InvalidArgument(f"more than {limit} reports in one SubmitStream call (max_reports_per_request); "
+                                      f"the earlier messages' reports may be stored: resend them in a new call "
+                                      f"with the same idempotency ids")
             acks.append(_acks(request.reports, await self.shuffler.submit(request.reports, caller.identity)))
         return b"".join(acks)
 
@@ -70,14 +177,15 @@ class ShufflerServicer:
 
 def create_server(shuffler: Shuffler) -> tuple[grpc.aio.Server, int]:
     """Build (not start) the gRPC server for ``shuffler``, bound as its config says."""
-    server = common_server.new_server()
+    cfg = shuffler.config
+    server = common_server.new_server(cfg.max_message_bytes, cfg.max_concurrent_streams)
     async def count_malformed(method: str) -> None:
         await shuffler.count_reject("malformed")
 
-    server.add_generic_rpc_handlers((service_handler(SERVICE, ShufflerServicer(shuffler), ROLES, shuffler.auth,
-                                                     on_malformed=count_malformed),))
-    cfg = shuffler.config
+    handler = service_handler(SERVICE, ShufflerServicer(shuffler), ROLES, shuffler.auth, on_malformed=count_malformed)
+    server.add_generic_rpc_handlers((_BoundedReports(handler, shuffler),))
     # With a client CA every caller must present a certificate (gRPC cannot ask for an optional one);
     # without, callers are identified by bearer tokens only.
     server_tls = tls.server_tls(cfg.tls_cert, cfg.tls_key, cfg.tls_client_ca, insecure=cfg.insecure, name="shuffler")
-    return common_server.finish_server(server, [SERVICE_NAME], cfg.host, cfg.port, server_tls)
+    return common_server.finish_server(server, [SERVICE_NAME], cfg.host, cfg.port, server_tls,
+                                       health_state=shuffler.health)

@@ -5,6 +5,13 @@ All SQLite work runs on one dedicated thread; the asyncio loop only awaits it. C
 Submit calls queue their reports; one commit task drains the whole queue into a single
 fsync'd transaction and then acknowledges every call in it (group commit).
 
+Storage failures (full disk, I/O errors, a commit that stalls, free space below
+``min_free_disk_bytes``) never end a background task and never leave a call waiting: the first
+one is logged once, counted (``lac_shuffler_storage_failures_total``), turns gRPC health to
+NOT_SERVING, and from then on Submit answers UNAVAILABLE with ``retry-after-seconds`` at once.
+A storage task test-writes the log with a growing back-off; the first success restores
+SERVING. A report is acknowledged only after its commit, so no acknowledged report is lost.
+
 The privacy unit is one client over an accounting window: a client may store at most
 ``reports_per_window`` reports per window, and a batch takes at most one report per client
 (``lac.shuffler.policy``). Each batch's amplification statement uses the report-level ε0 of the
@@ -15,8 +22,12 @@ from __future__ import annotations
 
 import asyncio
 import bisect
+import errno
 import logging
+import sqlite3
 import time
+from collections import Counter
+from contextlib import suppress
 from concurrent.futures import ThreadPoolExecutor
 
 import grpc
@@ -28,6 +39,7 @@ from lac.common.errors import InvalidArgument, ResourceExhausted, Unavailable
 from lac.common.privacy import Adjacency, Guarantee, Model, PrivacyUnit
 from lac.common.rpc import parse_names
 from lac.common.serde import deployment_from_proto, deployment_to_proto
+from lac.common.server import Health
 from lac.common.v1 import curator_pb2, curator_pb2_grpc, reports_pb2, shuffler_pb2
 from lac.shuffler import amplification
 from lac.shuffler.auth import ShufflerAuth
@@ -43,15 +55,48 @@ MAX_KEY_ID_CHARS = 256
 MAX_CROWD_ID_CHARS = 256
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 DEPLOYMENT_REFRESH_SECONDS = 300.0
+DISK_CHECK_SECONDS = 1.0  # how often free space is checked while healthy
+PROBE_MIN_SECONDS, PROBE_MAX_SECONDS = 0.5, 10.0  # back-off of the test writes while the storage fails
+STABLE_SECONDS = 60.0  # healthy this long after a recovery: the next failure starts the back-off anew
+SERVICE_NAME = shuffler_pb2.DESCRIPTOR.services_by_name["Shuffler"].full_name
+# SQLite primary result codes that mean the storage (not the code) failed.
+_STORAGE_CODES = {sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED, sqlite3.SQLITE_NOMEM, sqlite3.SQLITE_READONLY,
+                  sqlite3.SQLITE_IOERR, sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_FULL, sqlite3.SQLITE_CANTOPEN,
+                  sqlite3.SQLITE_PROTOCOL, sqlite3.SQLITE_NOTADB}
 _INGEST_METHOD = "/lac.v1.CuratorIngest/IngestBatch"
 _PRIVACY_FIELD = curator_pb2.IngestBatchRequest.DESCRIPTOR.fields_by_name["privacy"]
 
 
+class StorageFailed(Unavailable):
+    """The report log could not be written or read (full disk, I/O error, stalled commit): retry later."""
+
+
+class LowDiskSpace(Exception):
+    """Free space on the state directory's filesystem is below ``min_free_disk_bytes``."""
+
+
+def storage_failure_reason(exc: BaseException) -> str | None:
+    """A short label (``SQLITE_FULL``, ``SQLITE_IOERR_WRITE``, ``ENOSPC``, ``LOW_DISK_SPACE``) if ``exc``
+    is a failure of the storage, None if it is anything else (a bug)."""
+    if isinstance(exc, LowDiskSpace):
+        return "LOW_DISK_SPACE"
+    if isinstance(exc, OSError):
+        return errno.errorcode.get(exc.errno or 0, type(exc).__name__)
+    if isinstance(exc, sqlite3.Error):
+        code = getattr(exc, "sqlite_errorcode", None)
+        if code is not None and code & 0xFF in _STORAGE_CODES:
+            return getattr(exc, "sqlite_errorname", None) or f"SQLITE_{code}"
+    return None
+
+
 def batch_guarantee(batch: StoredBatch, deployment: Deployment, config: ShufflerConfig) -> tuple[Guarantee, str]:
-    """The central guarantee of one shuffled batch and the accounting method's name."""
+    """The central guarantee of one shuffled batch and the accounting method's name ("none": no amplification).
+
+    Shuffling bounds hold for neighbouring batches that differ in one user's input (replace-one)."""
     eps0, delta = deployment.report_epsilon0, config.target_delta
     unit = PrivacyUnit.report(deployment.max_report_words)
-    local = deployment.report_guarantee().statement()
+    where = (f"each report is ε0-LDP with ε0 = {eps0:.6g} (L·ε·bound from the curator's deployment: "
+             f"{deployment.max_report_words}·{deployment.epsilon_per_word:g}·{deployment.word_distance_bound:.6g})")
     extra = []
     if config.crowd_threshold:
         extra.append(f"Crowd threshold k={config.crowd_threshold} applied (Prochlo-style; a data-dependent filter "
@@ -64,16 +109,20 @@ def batch_guarantee(batch: StoredBatch, deployment: Deployment, config: Shuffler
         return Guarantee(
             Model.SHUFFLED, eps0, 0.0, unit, Adjacency.REPLACE, "shuffling without client authentication",
             details=("No amplification: client authentication is off (auth none), so the reports are not known "
-                     "to come from distinct clients; each report keeps only its local guarantee.", local, *extra)), "none"
+                     f"to come from distinct clients; only the local guarantee holds: {where}.", *extra)), "none"
     r = amplification.shuffle_epsilon(eps0, batch.n, delta)
-    eps = r.epsilon if r.amplified else eps0
-    return Guarantee(
-        Model.SHUFFLED, eps, delta if r.amplified else 0.0, unit, Adjacency.ADD_REMOVE,
-        f"uniform shuffle of {batch.n} reports of distinct clients",
-        details=(r.statement, f"Each report: {local}", *extra),
-        assumptions=(f"at most one report per client in the batch (enforced: quota {config.reports_per_window} "
-                     f"per {config.window_seconds:g} s window, one report per client per batch)",)), (
-        r.method if r.amplified else "none")
+    assumptions = (f"at most one report per client in the batch (enforced: quota {config.reports_per_window} per "
+                   f"{config.window_seconds:g} s window, one report per client per batch)",)
+    if not r.amplified:
+        return Guarantee(Model.SHUFFLED, eps0, 0.0, unit, Adjacency.REPLACE, f"uniform shuffle of {batch.n} reports",
+                         details=(f"No amplification: {where}, and at n = {batch.n}, δ = {delta:.3g} the shuffle "
+                                  f"accountant (lac.shuffler.amplification, method {r.method}) gives nothing below "
+                                  f"it.", *extra), assumptions=assumptions), "none"
+    return Guarantee(Model.SHUFFLED, r.epsilon, delta, unit, Adjacency.REPLACE,
+                     f"uniform shuffle of {batch.n} reports of distinct clients",
+                     details=(f"{where}; the shuffle accountant (lac.shuffler.amplification, method {r.method}) "
+                              f"bounds the batch's central ε, rounded up.", *extra),
+                     assumptions=assumptions), r.method
 
 
 class Shuffler:
@@ -94,8 +143,18 @@ class Shuffler:
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="reportlog")
         self._log = ReportLog(config.state_dir)
         self._wake_forwarder = asyncio.Event()
-        self._pending: list = []
+        self._pending: list = []  # (items, client key, future, arrival time, payload bytes) per Submit
+        self._pending_bytes = 0
         self._wake_committer = asyncio.Event()
+        self.health = Health([SERVICE_NAME])
+        self.storage_error: str | None = None  # why the log is unusable, None while it works
+        self.storage_failures: Counter[str] = Counter()  # failed storage operations by reason
+        self.disk_free_bytes: int | None = None
+        self._storage_ok = asyncio.Event()
+        self._storage_ok.set()
+        self._wake_storage = asyncio.Event()
+        self._failed_at = self._recovered_at = float("-inf")
+        self._probe_delay = PROBE_MIN_SECONDS
         self._tasks: list[asyncio.Task] = []
         self._threshold = self._draw_threshold()
         self._window = self.window()
@@ -113,7 +172,90 @@ class Shuffler:
     # ------------------------------------------------------------------ plumbing
 
     async def _run(self, fn, *args):
-        return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
+        """``fn(*args)`` on the report log's thread; a storage failure is noted and raised as StorageFailed."""
+        try:
+            return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
+        except Exception as exc:
+            reason = storage_failure_reason(exc)
+            if reason is None:
+                raise
+            raise self._storage_failed(getattr(fn, "__name__", "storage"), reason, exc) from None
+
+    async def _durably(self, fn, *args):
+        """``_run`` retried after each storage recovery until it succeeds (for background work)."""
+        while True:
+            try:
+                return await self._run(fn, *args)
+            except StorageFailed:
+                await self._storage_ok.wait()
+
+    def _storage_failed(self, op: str, reason: str, exc: BaseException | str) -> StorageFailed:
+        """Note a storage failure: the first one of an episode is logged (one line), turns health to
+        NOT_SERVING and starts the test writes. Returns the error to give callers."""
+        self.storage_failures[reason] += 1
+        if self.storage_error is None:
+            now = time.monotonic()
+            # Failing again soon after a recovery: test less often, so a flapping disk cannot flood the log.
+            self._probe_delay = (PROBE_MIN_SECONDS if now - self._recovered_at > STABLE_SECONDS else
+                                 min(self._probe_delay * 2, PROBE_MAX_SECONDS))
+            self.storage_error = f"{reason} in {op}: {exc}"
+            self._failed_at = now
+            self._storage_ok.clear()
+            self.health.set_serving(False)
+            self._wake_storage.set()
+            log.error("report log unusable (%s in %s: %s): Submit answers UNAVAILABLE and health is NOT_SERVING "
+                      "until a test write succeeds; acknowledged reports are kept", reason, op, exc)
+        return self._unavailable()
+
+    def _unavailable(self) -> StorageFailed:
+        return StorageFailed(f"the report log cannot be written ({self.storage_error}); the reports may or may "
+                             f"not be stored: retry later with the same idempotency ids",
+                             retry_after=self._probe_delay)
+
+    def _check_space(self) -> None:
+        """On the log thread: LowDiskSpace if free space (filesystem plus free pages inside the log) is
+        below ``min_free_disk_bytes``."""
+        free = self._log.free_bytes()
+        self.disk_free_bytes = free
+        if free < self.config.min_free_disk_bytes:
+            raise LowDiskSpace(f"{free} bytes free for the report log, fewer than min_free_disk_bytes="
+                               f"{self.config.min_free_disk_bytes}")
+
+    def _probe(self) -> None:
+        self._check_space()
+        self._log.probe()
+
+    def _commit_groups(self, groups, window: int) -> list:
+        self._check_space()
+        return self._log.append_groups(groups, window, self.config.reports_per_window, self.config.max_log_bytes)
+
+    async def _storage_loop(self) -> None:
+        """While healthy, check free space every DISK_CHECK_SECONDS; after a failure, test-write with a
+        growing back-off until a write (and the release then due, if any) succeeds, then serve again."""
+        while True:
+            if self.storage_error is None:
+                with suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(self._wake_storage.wait(), DISK_CHECK_SECONDS)
+                self._wake_storage.clear()
+                if self.storage_error is None:
+                    with suppress(StorageFailed):
+                        await self._run(self._check_space)
+                    continue
+            await asyncio.sleep(self._probe_delay)
+            try:
+                await self._run(self._probe)
+                if self._log.takeable() >= self._threshold:
+                    await self.flush("threshold")  # a failed release must work too before ingest resumes
+            except StorageFailed:
+                self._probe_delay = min(self._probe_delay * 2, PROBE_MAX_SECONDS)
+                continue
+            now = time.monotonic()
+            log.warning("report log writable again after %.1f s (was: %s); serving", now - self._failed_at,
+                        self.storage_error)
+            self.storage_error, self._recovered_at = None, now
+            self.health.set_serving(True)
+            self._storage_ok.set()
+            self._wake_forwarder.set()
 
     def window(self, now: float | None = None) -> int:
         """The current accounting window (unix time // window_seconds)."""
@@ -128,21 +270,28 @@ class Shuffler:
 
     def start(self) -> None:
         self._tasks = [asyncio.create_task(self._supervised(loop)) for loop in
-                       (self._commit_loop, self._forward_loop, self._interval_loop)]
+                       (self._commit_loop, self._forward_loop, self._interval_loop, self._storage_loop)]
         self._wake_forwarder.set()  # deliver batches left over from before a restart
         if self.config.metrics_port is not None:
             self.metrics_ready = asyncio.create_task(self._start_metrics())
 
     async def _supervised(self, loop) -> None:
         """Run a background loop forever: an unexpected error is logged and the loop restarted,
-        never silently lost."""
+        never silently lost; after a storage failure (already logged) it restarts once the log
+        is writable again."""
         delay = 0.5
         while True:
+            started = time.monotonic()
             try:
                 await loop()
             except asyncio.CancelledError:
                 raise
+            except StorageFailed:
+                await self._storage_ok.wait()
+                continue
             except Exception:  # noqa: BLE001 - logged; the loop restarts after a back-off
+                if time.monotonic() - started > STABLE_SECONDS:
+                    delay = 0.5
                 log.exception("background task %s failed; restarting in %.1fs", loop.__name__, delay)
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 30.0)
@@ -159,10 +308,14 @@ class Shuffler:
         for t in self._tasks:
             t.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
-        for _, _, fut, _ in self._pending:
+        for _, _, fut, _, _ in self._pending:
             if not fut.done():
-                fut.set_exception(Unavailable("shuffler is shutting down; retry"))
-        await self._run(self._log.close)
+                fut.set_result(Unavailable("shuffler is shutting down; retry"))
+        self._pending, self._pending_bytes = [], 0
+        with suppress(StorageFailed):
+            await self._run(self._log.save_counters)
+        with suppress(StorageFailed):
+            await self._run(self._log.close)
         self._executor.shutdown()
 
     # ------------------------------------------------------------------ ingest
@@ -199,16 +352,34 @@ class Shuffler:
         The caller must have stripped unknown fields so that only known payload fields are stored.
         """
         t0 = time.perf_counter()
+        cfg = self.config
         try:
             items = self.validate(reports)
         except InvalidArgument as exc:
-            await self._run(self._log.count_reject, getattr(exc, "reason", "invalid_argument"))
+            self._log.count_reject(getattr(exc, "reason", "invalid_argument"))
             raise
+        if self.storage_error is not None:
+            self._log.count_reject("storage_unavailable", len(items))
+            raise self._unavailable()
+        size = sum(len(it[2]) for it in items)
+        if self._pending_bytes and self._pending_bytes + size > cfg.max_pending_bytes:
+            self._log.count_reject("overloaded", len(items))
+            raise Unavailable(f"ingest queue full ({self._pending_bytes} bytes wait for a durable commit; "
+                              f"max_pending_bytes={cfg.max_pending_bytes}); retry", retry_after=1)
         key = self._log.client_key(client_id) if client_id is not None else None
         fut = asyncio.get_running_loop().create_future()
-        self._pending.append((items, key, fut, t0))
+        self._pending.append((items, key, fut, t0, size))
+        self._pending_bytes += size
         self._wake_committer.set()
-        result = await fut
+        try:
+            # shield: a call that gives up leaves its reports in the commit (a retry is then a duplicate)
+            result = await asyncio.wait_for(asyncio.shield(fut), cfg.commit_timeout_seconds)
+        except asyncio.TimeoutError:
+            raise Unavailable(f"the durable commit did not finish within commit_timeout_seconds="
+                              f"{cfg.commit_timeout_seconds:g}; the reports may or may not be stored: retry with "
+                              f"the same idempotency ids", retry_after=self._probe_delay) from None
+        if isinstance(result, Exception):
+            raise result
         if result == OVER_QUOTA:
             wait = self.seconds_to_next_window()
             raise ResourceExhausted(f"quota of {self.config.reports_per_window} report(s) per client per accounting "
@@ -226,23 +397,34 @@ class Shuffler:
             if not batch:
                 continue
             try:
-                results = await self._run(self._log.append_groups, [(b[0], b[1]) for b in batch], self.window(),
-                                          self.config.reports_per_window, self.config.max_log_bytes)
-            except Exception as exc:  # noqa: BLE001 - every waiting call learns of the failure
-                log.exception("group commit failed")
-                results = [Unavailable(f"report log write failed: {exc}")] * len(batch)
+                results = await self._commit(batch)
+            finally:
+                self._pending_bytes -= sum(b[4] for b in batch)
             now = time.perf_counter()
-            for (_, _, fut, t0), r in zip(batch, results):
+            for (_, _, fut, t0, _), r in zip(batch, results):
                 self.latency_counts[bisect.bisect_left(LATENCY_BUCKETS, now - t0)] += 1
                 self.latency_sum += now - t0
-                if fut.done():
-                    continue
-                if isinstance(r, Exception):
-                    fut.set_exception(r)
-                else:
-                    fut.set_result(r)
+                if not fut.done():
+                    fut.set_result(r)  # an exception is passed as a value: a caller gone since leaves no warning
             if self._log.takeable() >= self._threshold:
-                await self.flush("threshold")
+                with suppress(StorageFailed):  # already logged; released after the recovery
+                    await self.flush("threshold")
+
+    async def _commit(self, batch: list) -> list:
+        """One group commit of ``batch``: a result or an exception per call. A commit that takes longer
+        than commit_timeout_seconds marks the storage as stalled (its callers have given up by then)."""
+        task = asyncio.ensure_future(self._run(self._commit_groups, [(b[0], b[1]) for b in batch], self.window()))
+        done, _ = await asyncio.wait({task}, timeout=self.config.commit_timeout_seconds)
+        if not done:
+            self._storage_failed("group commit", "STALLED",
+                                 f"no answer from the disk after {self.config.commit_timeout_seconds:g} s")
+        try:
+            return await task
+        except StorageFailed:
+            return [self._unavailable() for _ in batch]
+        except Exception:  # noqa: BLE001 - a bug: logged once, every waiting call learns of it
+            log.exception("group commit failed")
+            return [Unavailable("report log write failed; retry later", retry_after=1) for _ in batch]
 
     # ------------------------------------------------------------------ release
 
@@ -315,7 +497,8 @@ class Shuffler:
                       d.window_seconds)
         if d != self._deployment:
             log.info("curator deployment: %s", d.report_guarantee().statement())
-            await self._run(self._log.set_meta, "deployment", reply.SerializeToString())
+            with suppress(StorageFailed):  # only the cache for the next start; logged once as a storage failure
+                await self._run(self._log.set_meta, "deployment", reply.SerializeToString())
         self._deployment, self._deployment_at = d, time.monotonic()
         return d
 
@@ -331,6 +514,7 @@ class Shuffler:
             await self.flush("end of release interval")
             await self._run(self._log.prune_quota, self.window())
             await self._run(self._log.rotate_seen, self.config.idempotency_window_days * 86400.0)
+            await self._run(self._log.save_counters)
 
     async def _forward_loop(self) -> None:
         delay = 0.5
@@ -353,7 +537,7 @@ class Shuffler:
                         deployment = await self._refresh_deployment(channel)
                         stmt = await asyncio.get_running_loop().run_in_executor(None, self.privacy, batch, deployment)
                         privacy = stmt.SerializeToString()
-                        await self._run(self._log.set_privacy, batch_id, privacy)
+                        await self._durably(self._log.set_privacy, batch_id, privacy)
                     body = batch.body + bytes([(_PRIVACY_FIELD.number << 3) | 2]) + _varint(len(privacy)) + privacy
                     while True:
                         try:
@@ -366,7 +550,7 @@ class Shuffler:
                             delay = min(delay * 2, self.config.forward_retry_max_seconds)
                             continue
                         delay = 0.5
-                        await self._run(self._log.delivered, batch_id)
+                        await self._durably(self._log.delivered, batch_id)
                         log.info("curator acknowledged batch %s (%d accepted, %d rejected%s)", batch_id,
                                  reply.accepted, reply.rejected, ", already stored" if reply.duplicate else "")
                         break
@@ -383,7 +567,8 @@ class Shuffler:
             batches_forwarded=counters.get("batches_forwarded", 0),
             reports_forwarded=counters.get("reports_forwarded", 0), batches_pending=len(pending),
             rejects={k.split(":", 1)[1]: v for k, v in counters.items() if k.startswith("reject:")},
-            note=self.note, window=self.window(), seconds_to_next_window=self.seconds_to_next_window(),
+            note=(f"STORAGE FAILING: {self.storage_error}; " if self.storage_error else "") + self.note,
+            window=self.window(), seconds_to_next_window=self.seconds_to_next_window(),
             log_bytes=self._log.used_bytes, max_log_bytes=cfg.max_log_bytes,
             counters={k: v for k, v in counters.items() if not k.startswith("reject:")},
             recent_batches=[shuffler_pb2.BatchInfo(batch_id=b, size=n, delivered=bool(d),
@@ -392,7 +577,12 @@ class Shuffler:
             auth="token" if self.auth.enabled else "none (INSECURE)")
 
     async def count_reject(self, reason: str, n: int = 1) -> None:
-        await self._run(self._log.count_reject, reason, n)
+        self._log.count_reject(reason, n)
+
+    @property
+    def pending_bytes(self) -> int:
+        """Payload bytes received and waiting for their durable commit."""
+        return self._pending_bytes
 
     async def counters(self) -> dict[str, int]:
         return await self._run(self._log.counters)

@@ -1,0 +1,223 @@
+"""Stated limits, each enforced with the status it documents, and storage failures injected into
+the release and commit paths of an in-process shuffler.
+
+| limit | setting | status |
+| --- | --- | --- |
+| message size | ``max_message_bytes`` | RESOURCE_EXHAUSTED from gRPC (before parsing; no retry-after) |
+| reports per call | ``max_reports_per_request`` (Submit; a SubmitStream call in total) | INVALID_ARGUMENT from us |
+| calls per connection | ``max_concurrent_streams`` | the call waits (DEADLINE_EXCEEDED) or UNAVAILABLE |
+| commit queue | ``max_pending_bytes`` | UNAVAILABLE with retry-after-seconds |
+| commit time | ``commit_timeout_seconds`` | UNAVAILABLE with retry-after-seconds; health NOT_SERVING |
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import os
+import sqlite3
+import threading
+import time
+
+import grpc
+import pytest
+
+from lac.common.v1 import shuffler_pb2, shuffler_pb2_grpc
+
+from conftest import payload, report, tag_of, wait_for  # tests/shuffler/conftest.py
+
+
+def _shuffler(shf):
+    return shf._on_stop.__self__  # the Shuffler whose stop() the fixture registered
+
+
+def _submit(address, reports, timeout=10):
+    with grpc.insecure_channel(address) as ch:
+        return shuffler_pb2_grpc.ShufflerStub(ch).Submit(shuffler_pb2.SubmitRequest(reports=reports),
+                                                         timeout=timeout).acks
+
+
+def _error(fn) -> grpc.RpcError:
+    with pytest.raises(grpc.RpcError) as err:
+        fn()
+    return err.value
+
+
+def _retry_after(err: grpc.RpcError) -> int | None:
+    value = dict(err.trailing_metadata() or ()).get("retry-after-seconds")
+    return None if value is None else int(value)
+
+
+def _health(address, service=""):
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    with grpc.insecure_channel(address) as ch:
+        reply = health_pb2_grpc.HealthStub(ch).Check(health_pb2.HealthCheckRequest(service=service), timeout=5)
+    return health_pb2.HealthCheckResponse.ServingStatus.Name(reply.status)
+
+
+def _big(size: int) -> shuffler_pb2.ClientReport:
+    return shuffler_pb2.ClientReport(idempotency_id=os.urandom(16), payload=payload(os.urandom(16), size))
+
+
+def test_oversized_message_is_resource_exhausted_from_grpc(start_shuffler, sink):
+    shf = start_shuffler(sink.address, min_batch=1000, max_message_bytes=64 * 1024)
+    err = _error(lambda: _submit(shf.address, [_big(40_000), _big(40_000)]))
+    assert err.code() == grpc.StatusCode.RESOURCE_EXHAUSTED and _retry_after(err) is None
+    assert len(_submit(shf.address, [_big(40_000)])) == 1  # under the limit: served
+
+
+def test_reports_per_call_is_invalid_argument_for_submit_and_for_a_whole_stream(start_shuffler, sink):
+    shf = start_shuffler(sink.address, min_batch=1000, max_reports_per_request=4)
+    err = _error(lambda: _submit(shf.address, [report() for _ in range(5)]))
+    assert err.code() == grpc.StatusCode.INVALID_ARGUMENT and "at most 4" in err.details()
+    with grpc.insecure_channel(shf.address) as ch:
+        stub = shuffler_pb2_grpc.ShufflerStub(ch)
+        two = [shuffler_pb2.SubmitRequest(reports=[report(), report()]) for _ in range(2)]
+        assert len(stub.SubmitStream(iter(two), timeout=10).acks) == 4
+        three = [shuffler_pb2.SubmitRequest(reports=[report(), report()]) for _ in range(3)]
+        err = _error(lambda: stub.SubmitStream(iter(three), timeout=10))
+    assert err.code() == grpc.StatusCode.INVALID_ARGUMENT and "SubmitStream" in err.details()
+
+
+def test_a_message_of_many_tiny_reports_is_refused_before_it_is_parsed(start_shuffler, sink, tmp_path):
+    """2 bytes on the wire per empty report, ~70 bytes once parsed: counted on the raw bytes first."""
+    from lac.shuffler.auth import add_client
+
+    state = tmp_path / "tiny"
+    token = add_client(state / "clients.tokens", "alice")
+    shf = start_shuffler(sink.address, min_batch=1000, auth="token", state_dir=state)
+    raw = b"\x0a\x00" * 5_000_000  # 10 MB: 5 million empty reports
+    md = (("authorization", f"Bearer {token}"),)
+    with grpc.insecure_channel(shf.address) as ch:
+        submit = ch.unary_unary("/lac.v1.Shuffler/Submit", request_serializer=None, response_deserializer=None)
+        stream = ch.stream_unary("/lac.v1.Shuffler/SubmitStream", request_serializer=None,
+                                 response_deserializer=None)
+        for call in (lambda: submit(raw, metadata=md, timeout=10),
+                     lambda: stream(iter([raw]), metadata=md, timeout=10)):
+            t0 = time.monotonic()
+            err = _error(call)
+            assert err.code() == grpc.StatusCode.INVALID_ARGUMENT and "more than 10000 reports" in err.details()
+            assert time.monotonic() - t0 < 2
+        assert _error(lambda: submit(raw, timeout=10)).code() == grpc.StatusCode.UNAUTHENTICATED  # no token
+
+
+def test_concurrent_calls_per_connection_are_limited(start_shuffler, sink):
+    shf = start_shuffler(sink.address, min_batch=1000, max_concurrent_streams=2)
+
+    async def main():
+        own = [("grpc.use_local_subchannel_pool", 1)]  # two channels, two connections (no shared subchannel)
+        async with grpc.aio.insecure_channel(shf.address, options=own) as busy, \
+                grpc.aio.insecure_channel(shf.address, options=own) as other:
+            stub = shuffler_pb2_grpc.ShufflerStub(busy)
+            await stub.GetStatus(shuffler_pb2.ShufflerStatusRequest(), timeout=10)  # connected, limit known
+            streams = [stub.SubmitStream(timeout=30) for _ in range(2)]
+            for s in streams:  # two calls open on this connection, neither finished
+                await s.write(shuffler_pb2.SubmitRequest(reports=[report()]))
+            await asyncio.sleep(0.3)
+            try:
+                await stub.GetStatus(shuffler_pb2.ShufflerStatusRequest(), timeout=1.5)
+                third = grpc.StatusCode.OK
+            except grpc.aio.AioRpcError as exc:
+                third = exc.code()
+            # another connection is served meanwhile
+            await shuffler_pb2_grpc.ShufflerStub(other).GetStatus(shuffler_pb2.ShufflerStatusRequest(), timeout=5)
+            for s in streams:
+                await s.done_writing()
+                assert len((await s).acks) == 1
+            await stub.GetStatus(shuffler_pb2.ShufflerStatusRequest(), timeout=5)  # a stream is free again
+            return third
+
+    third = asyncio.run(main())
+    assert third in (grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.UNAVAILABLE), third
+
+
+def test_full_commit_queue_is_unavailable_with_retry_after(start_shuffler, sink):
+    shf = start_shuffler(sink.address, min_batch=1000, max_pending_bytes=3000)
+    log = _shuffler(shf)._log
+    gate, entered = threading.Event(), threading.Event()
+    original = log.append_groups
+
+    def slow_append(*args):
+        entered.set()
+        gate.wait(20)
+        return original(*args)
+
+    log.append_groups = slow_append
+    first: dict = {}
+    t = threading.Thread(target=lambda: first.update(acks=_submit(shf.address, [_big(2000)])))
+    t.start()
+    assert entered.wait(10)  # the first call's commit is in progress: its 2 KB count as pending
+    t0 = time.monotonic()
+    err = _error(lambda: _submit(shf.address, [_big(2000)]))
+    assert time.monotonic() - t0 < 2
+    assert err.code() == grpc.StatusCode.UNAVAILABLE and "ingest queue full" in err.details()
+    assert _retry_after(err) == 1
+    gate.set()
+    t.join(10)
+    assert len(first["acks"]) == 1
+    log.append_groups = original
+    assert len(_submit(shf.address, [_big(2000)])) == 1  # the queue drained: accepted again
+
+
+def _storage_error(kind: str) -> Exception:
+    if kind == "oserror":
+        return OSError(errno.EIO, "Input/output error")
+    exc = sqlite3.OperationalError("disk I/O error")
+    exc.sqlite_errorcode, exc.sqlite_errorname = sqlite3.SQLITE_IOERR_WRITE, "SQLITE_IOERR_WRITE"
+    return exc
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "oserror"])
+def test_write_error_in_the_release_path_is_reported_and_recovers(start_shuffler, sink, kind, caplog):
+    shf = start_shuffler(sink.address, min_batch=3)
+    shuffler = _shuffler(shf)
+    log = shuffler._log
+    original, failing = log.release, threading.Event()
+    failing.set()
+
+    def release(*args):
+        if failing.is_set():
+            raise _storage_error(kind)
+        return original(*args)
+
+    log.release = release
+    first = [report() for _ in range(3)]
+    assert len(_submit(shf.address, first)) == 3  # stored and acknowledged; the release after it fails
+    wait_for(lambda: _health(shf.address) == _health(shf.address, "lac.v1.Shuffler") == "NOT_SERVING")
+    t0 = time.monotonic()
+    err = _error(lambda: _submit(shf.address, [report()]))
+    assert time.monotonic() - t0 < 2 and err.code() == grpc.StatusCode.UNAVAILABLE and _retry_after(err) >= 1
+    assert shuffler.storage_failures and shuffler.storage_error
+    time.sleep(2)  # test writes succeed meanwhile, but the release still fails: no flapping back to SERVING
+    assert _health(shf.address) == "NOT_SERVING"
+    failing.clear()  # the disk works again: a test write succeeds, the release happens, ingest resumes
+    wait_for(lambda: _health(shf.address) == "SERVING")
+    wait_for(lambda: set(sink.tags()) == {tag_of(r.payload) for r in first})
+    assert len(_submit(shf.address, [report() for _ in range(3)])) == 3
+    wait_for(lambda: len(sink.tags()) == 6)
+    unusable = [r for r in caplog.records if "report log unusable" in r.getMessage()]
+    assert len(unusable) == 1 and not any(r.exc_info for r in caplog.records)
+    assert all(t.done() is False for t in shuffler._tasks)  # no background task ended
+
+
+def test_stalled_commit_answers_unavailable_then_the_retry_is_a_duplicate(start_shuffler, sink):
+    shf = start_shuffler(sink.address, min_batch=1000, commit_timeout_seconds=0.5)
+    log = _shuffler(shf)._log
+    original = log.append_groups
+
+    def stalled(*args):
+        time.sleep(2.0)
+        return original(*args)
+
+    log.append_groups = stalled
+    r = report()
+    t0 = time.monotonic()
+    err = _error(lambda: _submit(shf.address, [r]))
+    assert time.monotonic() - t0 < 1.5
+    assert err.code() == grpc.StatusCode.UNAVAILABLE and "commit_timeout_seconds" in err.details()
+    assert _health(shf.address) == "NOT_SERVING"
+    log.append_groups = original
+    wait_for(lambda: _health(shf.address) == "SERVING")  # the slow commit finished; a test write worked
+    acks = _submit(shf.address, [r])  # the client retries with the same idempotency id
+    assert acks[0].status == shuffler_pb2.ACK_STATUS_DUPLICATE
