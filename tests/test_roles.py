@@ -45,6 +45,7 @@ def _curator_calls(stub, ingest, release_id):
         "IngestBatch": lambda: ingest.IngestBatch(curator_pb2.IngestBatchRequest(batch_id="x-" + os.urandom(4).hex()),
                                                   timeout=10),
         "Release": lambda: stub.Release(curator_pb2.ReleaseRequest(epsilon=0.01, delta=1e-9), timeout=60),
+        "PreviewRelease": lambda: stub.PreviewRelease(curator_pb2.ReleaseRequest(epsilon=1.0), timeout=10),
         "ListReleases": lambda: stub.ListReleases(curator_pb2.ListReleasesRequest(), timeout=10),
         "GetRelease": lambda: stub.GetRelease(curator_pb2.GetReleaseRequest(release_id=release_id), timeout=10),
         "TopNgrams": lambda: stub.TopNgrams(curator_pb2.TopNgramsRequest(release_id=release_id, k=3), timeout=10),
@@ -63,9 +64,9 @@ def _curator_calls(stub, ingest, release_id):
 
 CURATOR_ALLOWED = {
     "shuffler": {"IngestBatch", "GetDeployment"},
-    "analyst": {"Release", "ListReleases", "GetRelease", "TopNgrams", "GetBudget", "GetDeployment",
+    "analyst": {"Release", "PreviewRelease", "ListReleases", "GetRelease", "TopNgrams", "GetBudget", "GetDeployment",
                 "NgramProbabilities", "NextWord", "Perplexity", "ExportArpa"},
-    "operator": {"Release", "ListReleases", "GetRelease", "TopNgrams", "GetBudget", "GetDeployment", "GetStatus",
+    "operator": {"Release", "PreviewRelease", "ListReleases", "GetRelease", "TopNgrams", "GetBudget", "GetDeployment", "GetStatus",
                  "NgramProbabilities", "NextWord", "Perplexity", "ExportArpa"},
     "intruder": set(),
     "curator": set(),

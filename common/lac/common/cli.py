@@ -47,5 +47,38 @@ def main(argv: list[str] | None = None) -> None:
     if not getattr(args, "func", None):
         parser.print_help()
         sys.exit(2)
-    code = args.func(args)
-    sys.exit(code or 0)
+    sys.exit(run_command(args))
+
+
+def _one_line(text: str) -> str:
+    return " ".join(str(text).split())
+
+
+def run_command(args: argparse.Namespace) -> int:
+    """Run the parsed command; every failure ends in one line on stderr and exit code 2 (a
+    traceback only with -v): a refused or failed RPC as ``CODE: details``, a bad input as the
+    command's own message."""
+    name = f"lac {args.command}"
+    try:
+        return int(args.func(args) or 0)
+    except KeyboardInterrupt:
+        print(f"{name}: interrupted", file=sys.stderr)
+        return 130
+    except SystemExit as exc:
+        if exc.code is None or isinstance(exc.code, int):
+            return exc.code or 0
+        message = _one_line(exc.code)
+        print(message if message.startswith("lac ") or message.startswith("error") else f"{name}: {message}",
+              file=sys.stderr)
+        return 2
+    except Exception as exc:
+        code = getattr(exc, "code", None)
+        if callable(code) and hasattr(exc, "details"):  # a gRPC error (or the SDK's, which subclass it)
+            status = getattr(code(), "name", str(code()))
+            print(f"{name}: {status}: {_one_line(exc.details() or '')}", file=sys.stderr)
+        else:
+            if args.verbose:
+                logging.getLogger("lac").exception("%s failed", name)
+            print(f"{name}: {type(exc).__name__}: {_one_line(exc)}"
+                  + ("" if args.verbose else " (run with -v for details)"), file=sys.stderr)
+        return 2

@@ -54,6 +54,15 @@ def register(subparsers) -> None:
                    help="ℓ1 sensitivity of laplace-public: sound (2) or observed (data-dependent, NOT DP)")
     r.add_argument("--first-window", type=int, default=None, help="first accounting window covered (with --last-window)")
     r.add_argument("--last-window", type=int, default=None, help="last accounting window covered (default: all)")
+    r.add_argument("--no-discovery", action="store_true",
+                   help="posterior: release the public vocabulary only (no DP discovery of other n-grams)")
+    r.add_argument("--dry-run", action="store_true",
+                   help="predict the release's noise and utility from public information and spend nothing")
+    r.add_argument("--force", action="store_true",
+                   help="release even if the accuracy check predicts that the noise would swamp the signal")
+    r.add_argument("--expected-reports", type=int, default=None, metavar="N",
+                   help="number of reports the preview and the accuracy check assume (default: the curator's DP "
+                        "count for an analyst, charged once; the exact count for an operator)")
     off = r.add_argument_group("offline mode (only with --counts; no server is contacted)")
     off.add_argument("--counts", default=None,
                      help="per-report counts: scipy.sparse.save_npz .npz, rows = reports, columns = vocabulary")
@@ -181,6 +190,17 @@ def _release(args) -> int:
                                      calibration=args.calibration or "", public_sensitivity=args.public_sensitivity or "")
     if args.first_window is not None:
         req.first_window, req.last_window = args.first_window, args.last_window
+    if args.no_discovery:
+        req.discovery = False
+    if args.expected_reports is not None:
+        if args.expected_reports < 1:
+            raise SystemExit("lac curator release: --expected-reports must be >= 1")
+        req.expected_reports = args.expected_reports
+    req.force = args.force
+    if args.dry_run:
+        preview = _stub(args).PreviewRelease(req, timeout=60)
+        _print(args, preview, f"dry run (nothing spent): {preview.statement}")
+        return 0
     record = _stub(args).Release(req, timeout=600)
     _print(args, record, describe(record))
     return 0

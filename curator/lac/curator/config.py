@@ -8,6 +8,7 @@ whether data-dependent (NOT differentially private) releases may run at all.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -78,6 +79,12 @@ class CuratorConfig:
                                                          "(bruteforce, claim1, laplace-public observed): such "
                                                          "releases are NOT differentially private, labelled so, "
                                                          "never charged as DP, and their γ and σ are operator-only")
+    min_signal_share: float = setting(0.25, "a release whose predicted signal share (the share of the text's words "
+                                            "expected to stand out of its noise; see lac.curator.preview) is below "
+                                            "this is refused unless forced; 0 disables the check")
+    count_epsilon: float = setting(0.01, "ε of the DP report count an analyst's release uses for that check when "
+                                         "the request gives no expected_reports (Laplace, charged to the windows "
+                                         "covered; kept and reused while those windows are closed)")
     replay_window_days: float = setting(30.0, "a report id seen within this many days is rejected as a replay; "
                                               "older ids are forgotten")
     quarantine_max_rows: int = setting(10_000, "quarantined reports kept for diagnosis (the newest; 0 = none); "
@@ -92,6 +99,10 @@ class CuratorConfig:
                 raise ValueError(f"{name} must be at least 1")
         if not (self.budget_epsilon >= 0 and 0 <= self.budget_delta < 1):
             raise ValueError("budget_epsilon must be >= 0 and budget_delta in [0, 1)")
+        if not 0 <= self.min_signal_share < 1:
+            raise ValueError("min_signal_share must be in [0, 1)")
+        if not (math.isfinite(self.count_epsilon) and self.count_epsilon > 0):
+            raise ValueError("count_epsilon must be finite and > 0")
         if not self.replay_window_days > 0:
             raise ValueError("replay_window_days must be positive")
         if self.quarantine_max_rows < 0:

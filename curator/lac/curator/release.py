@@ -77,8 +77,13 @@ class ReleaseSpec:
     last_window: int | None = None
     K: int = 50  # k-anonymity threshold (offline only)
     discovery: bool = True  # posterior: DP discovery of n-grams outside the public vocabulary
+    force: bool = False  # release even if the accuracy check predicts the noise would swamp the signal
+    expected_reports: int | None = None  # the number of reports the accuracy check assumes (lac.curator.preview)
 
     def __post_init__(self) -> None:
+        if self.expected_reports is not None and (isinstance(self.expected_reports, bool) or not isinstance(
+                self.expected_reports, int) or self.expected_reports < 1):
+            raise ValueError(f"expected_reports must be an integer >= 1, got {self.expected_reports!r}")
         if self.mechanism not in MECHANISMS + OFFLINE_ONLY:
             raise ValueError(f"unknown mechanism {self.mechanism!r}; available: {', '.join(MECHANISMS)}")
         if self.mechanism != "kanon":

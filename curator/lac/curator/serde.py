@@ -11,9 +11,10 @@ from lac.common.errors import InvalidArgument
 from lac.common.privacy import Budget
 from lac.common.rpc import Caller, Role
 from lac.common.v1 import curator_pb2
+from lac.curator.preview import Preview
 from lac.curator.release import ReleaseRecord, ReleaseSpec
 
-__all__ = ["release_spec", "record_message", "window_budgets", "is_operator"]
+__all__ = ["release_spec", "record_message", "preview_message", "window_budgets", "is_operator"]
 
 
 def is_operator(caller: Caller) -> bool:
@@ -36,6 +37,10 @@ def release_spec(r: curator_pb2.ReleaseRequest) -> ReleaseSpec:
             given[name] = getattr(r, name)
     if r.HasField("discovery"):
         given["discovery"] = r.discovery
+    if r.force:
+        given["force"] = True
+    if r.expected_reports:
+        given["expected_reports"] = r.expected_reports
     if r.HasField("first_window") or r.HasField("last_window"):
         given["first_window"] = r.first_window if r.HasField("first_window") else None
         given["last_window"] = r.last_window if r.HasField("last_window") else None
@@ -64,6 +69,17 @@ def record_message(rec: ReleaseRecord, caller: Caller) -> curator_pb2.ReleaseRec
         ledger_delta=rec.charged_delta, first_window=rec.first_window, last_window=rec.last_window,
         privacy_unit=rec.privacy_unit, reports_per_user=rec.reports_per_user,
         discovery_threshold=rec.threshold, discovered=rec.discovered)
+
+
+def preview_message(p: Preview) -> curator_pb2.ReleasePreview:
+    """A preview holds public information and what the caller may know: the same for every role."""
+    optional = {k: v for k, v in (("reports", p.reports), ("signal_share", p.signal_share), ("swamped", p.swamped),
+                                  ("reports_needed", p.reports_needed), ("epsilon_needed", p.epsilon_needed))
+                if v is not None}
+    return curator_pb2.ReleasePreview(
+        mechanism=p.mechanism, epsilon=p.epsilon, delta=p.delta, noise=p.noise, noise_unit=p.noise_unit,
+        reports_source=p.reports_source, resolvable=list(p.resolvable), target_share=p.target_share,
+        advice=p.advice, statement=p.statement(), **optional)
 
 
 def window_budgets(spent: dict[int, Budget], limit: Budget) -> list[curator_pb2.WindowBudget]:

@@ -25,7 +25,7 @@ SERVICE_NAMES = [INGEST.full_name, QUERY.full_name]
 _READERS = {Role.ANALYST, Role.OPERATOR}
 INGEST_ROLES = {"IngestBatch": {Role.INGEST}}
 QUERY_ROLES = {
-    "Release": _READERS, "ListReleases": _READERS, "GetRelease": _READERS, "TopNgrams": _READERS,
+    "Release": _READERS, "PreviewRelease": _READERS, "ListReleases": _READERS, "GetRelease": _READERS, "TopNgrams": _READERS,
     "GetBudget": _READERS, "NgramProbabilities": _READERS, "NextWord": _READERS, "Perplexity": _READERS,
     "ExportArpa": _READERS,
     "GetDeployment": {Role.INGEST, Role.ANALYST, Role.OPERATOR},
@@ -50,7 +50,12 @@ class QueryServicer:
         self.curator = curator
 
     async def Release(self, request, context, caller: Caller):
-        return serde.record_message(await self.curator.release(serde.release_spec(request)), caller)
+        spec = serde.release_spec(request)
+        return serde.record_message(await self.curator.release(spec, operator=serde.is_operator(caller)), caller)
+
+    async def PreviewRelease(self, request, context, caller: Caller):
+        spec = serde.release_spec(request)
+        return serde.preview_message(await self.curator.preview(spec, operator=serde.is_operator(caller)))
 
     async def ListReleases(self, request, context, caller: Caller):
         return curator_pb2.ListReleasesResponse(

@@ -33,6 +33,7 @@ import scipy.sparse as sp
 from lac.common import envelope
 from lac.common.errors import FailedPrecondition, InvalidArgument, LacError, NotFound
 from lac.common.privacy import Budget, PrivacyUnit
+from lac.common.rng import secure_generator
 from lac.common.serde import mechanism_id
 from lac.common.text import BOS, EOS, UNK
 from lac.common.text import sentences as split_sentences
@@ -41,6 +42,7 @@ from lac.curator import release as releases
 from lac.curator.config import CuratorConfig
 from lac.curator.lm import NgramModel
 from lac.curator.ngrams import NgramVocabulary, report_items
+from lac.curator.preview import Preview, predict
 from lac.curator.release import PublicCaps, ReleaseRecord, ReleaseSpec, StoredReports
 from lac.curator.store import CuratorStore, Quarantined
 
@@ -50,6 +52,12 @@ _MAX_REASON = 64
 _MAX_DETAIL = 500
 ARPA_CHUNK_CHARS = 1 << 20
 _RESERVED_TOKENS = frozenset({BOS, EOS, UNK})
+
+
+def _check_mechanism(spec: ReleaseSpec) -> None:
+    if spec.mechanism not in releases.MECHANISMS:
+        raise InvalidArgument(f"mechanism {spec.mechanism!r} is not available over RPC; available: "
+                              f"{', '.join(releases.MECHANISMS)}")
 
 
 class Curator:
@@ -193,14 +201,9 @@ class Curator:
 
     # -- releases -----------------------------------------------------------------------------
 
-    async def release(self, spec: ReleaseSpec) -> ReleaseRecord:
-        """Run ``spec`` over the windows it covers and charge every one of them (if it is DP)."""
-        if spec.mechanism not in releases.MECHANISMS:
-            raise InvalidArgument(f"mechanism {spec.mechanism!r} is not available over RPC; available: "
-                                  f"{', '.join(releases.MECHANISMS)}")
-        if spec.data_dependent and not self.config.allow_data_dependent_releases:
-            raise FailedPrecondition("data-dependent sensitivities are NOT differentially private and are disabled; "
-                                     "the operator can enable them with allow_data_dependent_releases")
+    async def _span(self, spec: ReleaseSpec) -> tuple[tuple[int, int], PrivacyUnit]:
+        """The windows ``spec`` covers and the privacy unit over them (one client's reports there)."""
+        _check_mechanism(spec)
         if spec.first_window is not None:
             span = (spec.first_window, spec.last_window)
         else:
@@ -211,10 +214,73 @@ class Curator:
         if n_windows > 100_000:
             raise InvalidArgument(f"a release covers at most 100,000 windows, not {n_windows}")
         d = self.deployment
-        unit = PrivacyUnit.client(d.reports_per_window, n_windows, d.window_seconds)
+        return span, PrivacyUnit.client(d.reports_per_window, n_windows, d.window_seconds)
+
+    def _predict(self, spec: ReleaseSpec, unit: PrivacyUnit, reports: int | None, source: str) -> Preview:
+        return predict(spec.mechanism, spec.epsilon, spec.delta, self.vocab, W=self.caps.W, C=self.caps.C, unit=unit,
+                       reports=reports, reports_source=source, target_share=self.config.min_signal_share,
+                       discovery=spec.discovery, S=spec.S, rho=spec.rho, count_clip=self.caps.count_clip,
+                       calibration=spec.calibration, data_dependent=spec.data_dependent)
+
+    async def _known_reports(self, spec: ReleaseSpec, span: tuple[int, int], operator: bool) -> tuple[int | None, str]:
+        """The number of reports the caller may know, and where it comes from: the request's
+        assumption, the exact count (operators see it anyway) or a DP count released earlier for
+        exactly these windows, reused only if they had all closed before it was taken."""
+        if spec.expected_reports is not None:
+            return spec.expected_reports, "assumed by the request"
+        if operator:
+            return await self._run(self.store.report_count, *span), "stored, exact (operator view)"
+        kept = await self._run(self.store.noisy_count, *span)
+        if kept is not None:
+            value, scale, eps, at = kept
+            if (span[1] + 1) * self.deployment.window_seconds <= at:
+                when = dt.datetime.fromtimestamp(at, dt.timezone.utc).isoformat(timespec="seconds")
+                return max(0, round(value)), (f"a DP count of {when} (ε = {eps:g}, Laplace scale {scale:.3g}: about "
+                                              f"±{3 * scale:.3g})")
+        return None, ""
+
+    async def _dp_count(self, span: tuple[int, int], unit: PrivacyUnit) -> tuple[int, str]:
+        """A fresh DP count of the reports in ``span`` (Laplace, sensitivity: one client's reports
+        there), kept and charged ``count_epsilon`` to every window it covers."""
+        eps = self.config.count_epsilon
+        scale = unit.max_reports / eps
+        exact = await self._run(self.store.report_count, *span)
+        rng = self._rng if self._rng is not None else secure_generator()
+        value = float(np.rint((exact + rng.laplace(0.0, scale)) * 1024) / 1024)
+        await self._run(self.store.add_noisy_count, *span, value, scale, Budget(eps, 0.0), self.budget)
+        return max(0, round(value)), f"a DP count taken now (ε = {eps:g} charged, Laplace scale {scale:.3g})"
+
+    async def preview(self, spec: ReleaseSpec, operator: bool = False) -> Preview:
+        """The release's predicted accuracy (``lac.curator.preview``): spends nothing."""
+        span, unit = await self._span(spec)
+        return self._predict(spec, unit, *await self._known_reports(spec, span, operator))
+
+    async def _check_accuracy(self, spec: ReleaseSpec, span: tuple[int, int], unit: PrivacyUnit,
+                              operator: bool) -> None:
+        """Refuse a release whose noise would swamp the signal (see ``preview``), unless forced."""
+        if spec.force or spec.data_dependent or self.config.min_signal_share <= 0:
+            return
+        reports, source = await self._known_reports(spec, span, operator)
+        spent = "nothing was spent"
+        if reports is None and self._predict(spec, unit, None, "").reports_needed is not None:
+            reports, source = await self._dp_count(span, unit)
+            spent = f"only the DP count was charged (ε = {self.config.count_epsilon:g})"
+        p = self._predict(spec, unit, reports, source)
+        if p.swamped:
+            raise FailedPrecondition(f"release refused: {p.statement()} ({spent}; set force to release anyway: "
+                                     f"`lac curator release --force`)")
+
+    async def release(self, spec: ReleaseSpec, operator: bool = False) -> ReleaseRecord:
+        """Run ``spec`` over the windows it covers and charge every one of them (if it is DP)."""
+        _check_mechanism(spec)
+        if spec.data_dependent and not self.config.allow_data_dependent_releases:
+            raise FailedPrecondition("data-dependent sensitivities are NOT differentially private and are disabled; "
+                                     "the operator can enable them with allow_data_dependent_releases")
+        span, unit = await self._span(spec)
         windows = list(range(span[0], span[1] + 1))
         if not spec.data_dependent:
             await self._run(self.store.check_budget, windows, spec.budget, self.budget)  # fail fast; re-checked
+        await self._check_accuracy(spec, span, unit, operator)
         reports = await self._run(self.reports, *span)
         r = await asyncio.to_thread(releases.run, reports, self.vocab, spec, self.caps, unit, self._rng)
         record = ReleaseRecord.of(r, uuid.uuid4().hex, dt.datetime.now(dt.timezone.utc).isoformat(),

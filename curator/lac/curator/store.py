@@ -58,6 +58,9 @@ CREATE TABLE IF NOT EXISTS window_ledger (id INTEGER PRIMARY KEY, release_id TEX
                                           epsilon REAL NOT NULL, delta REAL NOT NULL, at REAL NOT NULL);
 CREATE INDEX IF NOT EXISTS window_ledger_win ON window_ledger (win);
 CREATE TABLE IF NOT EXISTS counters (name TEXT PRIMARY KEY, value INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS noisy_counts (first_window INTEGER NOT NULL, last_window INTEGER NOT NULL,
+                                         value REAL NOT NULL, scale REAL NOT NULL, epsilon REAL NOT NULL,
+                                         at REAL NOT NULL, PRIMARY KEY (first_window, last_window));
 """
 
 
@@ -200,6 +203,38 @@ class CuratorStore:
     def reports_by_window(self) -> dict[int, int]:
         """Exact report counts per batch's last window (operator view)."""
         return dict(self._db.execute("SELECT last_window, SUM(accepted) FROM batches GROUP BY last_window"))
+
+    def report_count(self, first_window: int, last_window: int) -> int:
+        """Exact number of stored reports in the batches a release over those windows reads (operator view)."""
+        (n,) = self._db.execute("SELECT COALESCE(SUM(accepted), 0) FROM batches WHERE segment IS NOT NULL AND "
+                                "first_window >= ? AND last_window <= ?", (first_window, last_window)).fetchone()
+        return int(n)
+
+    def noisy_count(self, first_window: int, last_window: int) -> tuple[float, float, float, float] | None:
+        """The DP report count last released for exactly these windows: (value, Laplace scale, ε, unix time)."""
+        row = self._db.execute("SELECT value, scale, epsilon, at FROM noisy_counts WHERE first_window = ? AND "
+                               "last_window = ?", (first_window, last_window)).fetchone()
+        return None if row is None else tuple(float(x) for x in row)
+
+    def add_noisy_count(self, first_window: int, last_window: int, value: float, scale: float, charge: Budget,
+                        limit: Budget) -> None:
+        """Keep a DP report count and charge it to every window it covers, in one transaction that
+        first re-checks the budget (nothing is kept or spent when it refuses)."""
+        windows = list(range(first_window, last_window + 1))
+        self._begin()
+        try:
+            self.check_budget(windows, charge, limit)
+            now = time.time()
+            self._db.execute("INSERT OR REPLACE INTO noisy_counts VALUES (?, ?, ?, ?, ?, ?)",
+                             (first_window, last_window, value, scale, charge.epsilon, now))
+            self._db.executemany("INSERT INTO window_ledger (release_id, win, epsilon, delta, at) VALUES (?, ?, ?, ?, ?)",
+                                 ((f"count:{first_window}-{last_window}", w, charge.epsilon, charge.delta, now)
+                                  for w in windows))
+            self._db.execute("COMMIT")
+        except BaseException:
+            if self._db.in_transaction:
+                self._db.execute("ROLLBACK")
+            raise
 
     def segment_paths(self, first_window: int | None = None, last_window: int | None = None) -> list[Path]:
         """The segment files of batches whose windows lie in [first_window, last_window], in ingest

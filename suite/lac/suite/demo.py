@@ -124,7 +124,11 @@ def _run(args, workdir: Path) -> int:
               f"δ = {args.delta:g})", flush=True)
         with tls.channel(curator.address, analyst) as ch:
             cstub = curator_pb2_grpc.CuratorStub(ch)
-            record = cstub.Release(curator_pb2.ReleaseRequest(epsilon=args.epsilon, delta=args.delta), timeout=600)
+            request = curator_pb2.ReleaseRequest(epsilon=args.epsilon, delta=args.delta)
+            preview = cstub.PreviewRelease(request, timeout=60)  # free: no report is read, nothing is spent
+            print(f"      accuracy preview: {preview.statement}", flush=True)
+            request.force = True  # the demo shows its release whatever the preview says (and says so below)
+            record = cstub.Release(request, timeout=600)
             release = cstub.GetRelease(curator_pb2.GetReleaseRequest(release_id=record.release_id), timeout=60)
             tops = {n: cstub.TopNgrams(curator_pb2.TopNgramsRequest(release_id=record.release_id, k=args.top,
                                                                     order=n), timeout=30).ngrams
@@ -180,6 +184,9 @@ def _run(args, workdir: Path) -> int:
     print(f"  from the release, on the users' clean text      = {ppl_release:.1f}")
     print(f"  from the release, on the perturbed text it saw  = {release_lm.perplexity(seen):.1f}")
     print(f"  from the public prior alone, on the clean text  = {ppl_prior:.1f}")
+    if preview.HasField("swamped") and preview.swamped:
+        print("  The accuracy preview predicted that noise would swamp the signal at this size (the demo forced the "
+              "release).")
     if ppl_release >= ppl_prior:
         print(f"  At this size ({len(texts)} users) the release adds nothing over the public prior: its noise "
               f"(σ = {record.sigma:.3g}) and the local perturbation hide the users' own statistics. More users or a "

@@ -30,7 +30,7 @@ class IngestBatchResponse(_message.Message):
     def __init__(self, batch_id: _Optional[str] = ..., duplicate: _Optional[bool] = ..., accepted: _Optional[int] = ..., rejected: _Optional[int] = ...) -> None: ...
 
 class ReleaseRequest(_message.Message):
-    __slots__ = ("mechanism", "epsilon", "delta", "s", "rho", "sensitivity", "calibration", "public_sensitivity", "first_window", "last_window", "discovery")
+    __slots__ = ("mechanism", "epsilon", "delta", "s", "rho", "sensitivity", "calibration", "public_sensitivity", "first_window", "last_window", "discovery", "force", "expected_reports")
     MECHANISM_FIELD_NUMBER: _ClassVar[int]
     EPSILON_FIELD_NUMBER: _ClassVar[int]
     DELTA_FIELD_NUMBER: _ClassVar[int]
@@ -42,6 +42,8 @@ class ReleaseRequest(_message.Message):
     FIRST_WINDOW_FIELD_NUMBER: _ClassVar[int]
     LAST_WINDOW_FIELD_NUMBER: _ClassVar[int]
     DISCOVERY_FIELD_NUMBER: _ClassVar[int]
+    FORCE_FIELD_NUMBER: _ClassVar[int]
+    EXPECTED_REPORTS_FIELD_NUMBER: _ClassVar[int]
     mechanism: str
     epsilon: float
     delta: float
@@ -53,7 +55,9 @@ class ReleaseRequest(_message.Message):
     first_window: int
     last_window: int
     discovery: bool
-    def __init__(self, mechanism: _Optional[str] = ..., epsilon: _Optional[float] = ..., delta: _Optional[float] = ..., s: _Optional[float] = ..., rho: _Optional[float] = ..., sensitivity: _Optional[str] = ..., calibration: _Optional[str] = ..., public_sensitivity: _Optional[str] = ..., first_window: _Optional[int] = ..., last_window: _Optional[int] = ..., discovery: _Optional[bool] = ...) -> None: ...
+    force: bool
+    expected_reports: int
+    def __init__(self, mechanism: _Optional[str] = ..., epsilon: _Optional[float] = ..., delta: _Optional[float] = ..., s: _Optional[float] = ..., rho: _Optional[float] = ..., sensitivity: _Optional[str] = ..., calibration: _Optional[str] = ..., public_sensitivity: _Optional[str] = ..., first_window: _Optional[int] = ..., last_window: _Optional[int] = ..., discovery: _Optional[bool] = ..., force: _Optional[bool] = ..., expected_reports: _Optional[int] = ...) -> None: ...
 
 class ReleaseRecord(_message.Message):
     __slots__ = ("release_id", "created_at", "mechanism", "params", "sensitivity_method", "data_dependent", "gamma", "sigma", "calibration", "epsilon", "delta", "n_reports", "vocab_size", "max_n", "statement", "differentially_private", "laplace_scale", "ledger_epsilon", "ledger_delta", "first_window", "last_window", "privacy_unit", "reports_per_user", "discovery_threshold", "discovered")
@@ -115,6 +119,40 @@ class ReleaseRecord(_message.Message):
     discovery_threshold: float
     discovered: int
     def __init__(self, release_id: _Optional[str] = ..., created_at: _Optional[str] = ..., mechanism: _Optional[str] = ..., params: _Optional[_Mapping[str, float]] = ..., sensitivity_method: _Optional[str] = ..., data_dependent: _Optional[bool] = ..., gamma: _Optional[float] = ..., sigma: _Optional[float] = ..., calibration: _Optional[str] = ..., epsilon: _Optional[float] = ..., delta: _Optional[float] = ..., n_reports: _Optional[int] = ..., vocab_size: _Optional[int] = ..., max_n: _Optional[int] = ..., statement: _Optional[str] = ..., differentially_private: _Optional[bool] = ..., laplace_scale: _Optional[float] = ..., ledger_epsilon: _Optional[float] = ..., ledger_delta: _Optional[float] = ..., first_window: _Optional[int] = ..., last_window: _Optional[int] = ..., privacy_unit: _Optional[str] = ..., reports_per_user: _Optional[int] = ..., discovery_threshold: _Optional[float] = ..., discovered: _Optional[int] = ...) -> None: ...
+
+class ReleasePreview(_message.Message):
+    __slots__ = ("mechanism", "epsilon", "delta", "noise", "noise_unit", "reports", "reports_source", "resolvable", "signal_share", "swamped", "target_share", "reports_needed", "epsilon_needed", "advice", "statement")
+    MECHANISM_FIELD_NUMBER: _ClassVar[int]
+    EPSILON_FIELD_NUMBER: _ClassVar[int]
+    DELTA_FIELD_NUMBER: _ClassVar[int]
+    NOISE_FIELD_NUMBER: _ClassVar[int]
+    NOISE_UNIT_FIELD_NUMBER: _ClassVar[int]
+    REPORTS_FIELD_NUMBER: _ClassVar[int]
+    REPORTS_SOURCE_FIELD_NUMBER: _ClassVar[int]
+    RESOLVABLE_FIELD_NUMBER: _ClassVar[int]
+    SIGNAL_SHARE_FIELD_NUMBER: _ClassVar[int]
+    SWAMPED_FIELD_NUMBER: _ClassVar[int]
+    TARGET_SHARE_FIELD_NUMBER: _ClassVar[int]
+    REPORTS_NEEDED_FIELD_NUMBER: _ClassVar[int]
+    EPSILON_NEEDED_FIELD_NUMBER: _ClassVar[int]
+    ADVICE_FIELD_NUMBER: _ClassVar[int]
+    STATEMENT_FIELD_NUMBER: _ClassVar[int]
+    mechanism: str
+    epsilon: float
+    delta: float
+    noise: float
+    noise_unit: str
+    reports: int
+    reports_source: str
+    resolvable: _containers.RepeatedScalarFieldContainer[int]
+    signal_share: float
+    swamped: bool
+    target_share: float
+    reports_needed: int
+    epsilon_needed: float
+    advice: str
+    statement: str
+    def __init__(self, mechanism: _Optional[str] = ..., epsilon: _Optional[float] = ..., delta: _Optional[float] = ..., noise: _Optional[float] = ..., noise_unit: _Optional[str] = ..., reports: _Optional[int] = ..., reports_source: _Optional[str] = ..., resolvable: _Optional[_Iterable[int]] = ..., signal_share: _Optional[float] = ..., swamped: _Optional[bool] = ..., target_share: _Optional[float] = ..., reports_needed: _Optional[int] = ..., epsilon_needed: _Optional[float] = ..., advice: _Optional[str] = ..., statement: _Optional[str] = ...) -> None: ...
 
 class ListReleasesRequest(_message.Message):
     __slots__ = ()

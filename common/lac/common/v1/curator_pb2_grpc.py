@@ -118,6 +118,11 @@ class CuratorStub:
                 request_serializer=lac_dot_v1_dot_curator__pb2.ReleaseRequest.SerializeToString,
                 response_deserializer=lac_dot_v1_dot_curator__pb2.ReleaseRecord.FromString,
                 _registered_method=True)
+        self.PreviewRelease = channel.unary_unary(
+                '/lac.v1.Curator/PreviewRelease',
+                request_serializer=lac_dot_v1_dot_curator__pb2.ReleaseRequest.SerializeToString,
+                response_deserializer=lac_dot_v1_dot_curator__pb2.ReleasePreview.FromString,
+                _registered_method=True)
         self.ListReleases = channel.unary_unary(
                 '/lac.v1.Curator/ListReleases',
                 request_serializer=lac_dot_v1_dot_curator__pb2.ListReleasesRequest.SerializeToString,
@@ -180,7 +185,16 @@ class CuratorServicer:
 
     def Release(self, request, context):
         """Analyst, operator: one release over the stored reports of some accounting windows; spends
-        the privacy budget of every window it covers.
+        the budget of every window it covers. Refused (FAILED_PRECONDITION) when its noise would swamp
+        the signal (see PreviewRelease), unless force is set.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def PreviewRelease(self, request, context):
+        """Analyst, operator: the release's predicted noise and utility from public information and a
+        number of reports the caller may know; spends nothing, reads no report.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -259,6 +273,11 @@ def add_CuratorServicer_to_server(servicer, server):
                     servicer.Release,
                     request_deserializer=lac_dot_v1_dot_curator__pb2.ReleaseRequest.FromString,
                     response_serializer=lac_dot_v1_dot_curator__pb2.ReleaseRecord.SerializeToString,
+            ),
+            'PreviewRelease': grpc.unary_unary_rpc_method_handler(
+                    servicer.PreviewRelease,
+                    request_deserializer=lac_dot_v1_dot_curator__pb2.ReleaseRequest.FromString,
+                    response_serializer=lac_dot_v1_dot_curator__pb2.ReleasePreview.SerializeToString,
             ),
             'ListReleases': grpc.unary_unary_rpc_method_handler(
                     servicer.ListReleases,
@@ -343,6 +362,33 @@ class Curator:
             '/lac.v1.Curator/Release',
             lac_dot_v1_dot_curator__pb2.ReleaseRequest.SerializeToString,
             lac_dot_v1_dot_curator__pb2.ReleaseRecord.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PreviewRelease(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/lac.v1.Curator/PreviewRelease',
+            lac_dot_v1_dot_curator__pb2.ReleaseRequest.SerializeToString,
+            lac_dot_v1_dot_curator__pb2.ReleasePreview.FromString,
             options,
             channel_credentials,
             insecure,
