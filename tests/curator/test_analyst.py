@@ -311,6 +311,24 @@ def test_errors_map_to_the_exception_tree(serve, pki, tmp_path):
         CuratorClient(cur.address)  # neither a CA nor insecure=True
 
 
+def test_preview_and_refusal(serve, pki):
+    from lac.curator import ReleasePreview, ReleaseRefused
+
+    cur = serve(budget_epsilon=10.0, min_signal_share=0.25, count_epsilon=0.05)
+    with _client(cur, pki) as c:
+        p = c.preview(epsilon=1.0)
+        assert isinstance(p, ReleasePreview) and p.reports is None and p.swamped is None and p.reports_needed > 0
+        assert str(p) == p.statement and "needs at least" in p.statement
+        big = c.preview(epsilon=1.0, expected_reports=10**7)
+        assert big.reports == 10**7 and big.swamped is False and big.signal_share > 0.25
+        assert c.budget()["spent_epsilon"].sum() == 0.0  # previews are free
+        with pytest.raises(ReleaseRefused) as refused:
+            c.release(epsilon=1.0)
+        assert refused.value.code == "FAILED_PRECONDITION" and "force" in refused.value.details
+        assert c.budget()["spent_epsilon"].iloc[0] == pytest.approx(0.05)  # the DP count, charged once
+        assert c.release(epsilon=1.0, force=True).differentially_private
+
+
 def _python_blocks(markdown: str) -> list[str]:
     return re.findall(r"^```python\n(.*?)^```", markdown, flags=re.S | re.M)
 

@@ -10,14 +10,15 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 _LAZY = {name: "lac.curator.analyst" for name in (
-    "CuratorClient", "ReleaseInfo", "PerplexityResult", "CuratorStatus", "AnalystError", "BudgetExhausted",
-    "NotFound", "PermissionDenied", "InvalidArgument", "Unavailable")}
+    "CuratorClient", "ReleaseInfo", "ReleasePreview", "PerplexityResult", "CuratorStatus", "AnalystError",
+    "BudgetExhausted", "ReleaseRefused", "NotFound", "PermissionDenied", "InvalidArgument", "Unavailable")}
 
 __all__ = sorted(_LAZY)
 
 if TYPE_CHECKING:  # pragma: no cover
     from lac.curator.analyst import (AnalystError, BudgetExhausted, CuratorClient, CuratorStatus, InvalidArgument,
-                                     NotFound, PermissionDenied, PerplexityResult, ReleaseInfo, Unavailable)
+                                     NotFound, PermissionDenied, PerplexityResult, ReleaseInfo, ReleasePreview,
+                                     ReleaseRefused, Unavailable)
 
 
 def __getattr__(name: str) -> Any:

@@ -44,15 +44,16 @@ if TYPE_CHECKING:  # pragma: no cover
 
     from lac.common.deployment import Deployment
 
-__all__ = ["CuratorClient", "ReleaseInfo", "PerplexityResult", "CuratorStatus", "AnalystError", "BudgetExhausted",
-           "NotFound", "PermissionDenied", "InvalidArgument", "Unavailable", "PARQUET_RECORD_KEY"]
+__all__ = ["CuratorClient", "ReleaseInfo", "ReleasePreview", "PerplexityResult", "CuratorStatus", "AnalystError",
+           "BudgetExhausted", "ReleaseRefused", "NotFound", "PermissionDenied", "InvalidArgument", "Unavailable", "PARQUET_RECORD_KEY"]
 
 EXTRA = "lac-curator[analyst]"
 PARQUET_RECORD_KEY = "lac.release"  # Parquet key-value metadata: the release record as JSON
 PARQUET_FORMAT_KEY = "lac.format"
 PARQUET_FORMAT = "lac-release/1"
 _KNOBS = {"S": "s", "s": "s", "rho": "rho", "sensitivity": "sensitivity", "calibration": "calibration",
-          "public_sensitivity": "public_sensitivity"}
+          "public_sensitivity": "public_sensitivity", "discovery": "discovery", "force": "force",
+          "expected_reports": "expected_reports"}
 
 
 # -- errors ---------------------------------------------------------------------------------------
@@ -73,6 +74,11 @@ class AnalystError(Exception):
 class BudgetExhausted(AnalystError):
     """The release would overspend the privacy budget of an accounting window it covers (nothing was
     spent); ``details`` names the windows, what they spent and what remains."""
+
+
+class ReleaseRefused(AnalystError):
+    """The accuracy check predicted that the release's noise would swamp the signal; ``details`` says
+    what would help. Retry with ``force=True`` to release anyway (see ``CuratorClient.preview``)."""
 
 
 class NotFound(AnalystError):
@@ -107,8 +113,10 @@ def _error(exc: grpc.RpcError) -> AnalystError:
     details = details or str(exc)
     if not isinstance(code, grpc.StatusCode):
         return AnalystError("UNKNOWN", details)
-    if code == grpc.StatusCode.FAILED_PRECONDITION and "budget" in details.lower():
-        cls: type[AnalystError] = BudgetExhausted
+    if code == grpc.StatusCode.FAILED_PRECONDITION and details.startswith("release refused"):
+        cls: type[AnalystError] = ReleaseRefused
+    elif code == grpc.StatusCode.FAILED_PRECONDITION and "budget" in details.lower():
+        cls = BudgetExhausted
     else:
         cls = _BY_CODE.get(code, AnalystError)
     return cls(code.name, details)
@@ -193,6 +201,41 @@ class ReleaseInfo:
                 f"{self.ledger_delta:g}) from each of windows {self.first_window}..{self.last_window}\n"
                 f"  {self.vocab_size} n-grams (n ≤ {self.max_n}); privacy unit: {self.privacy_unit}\n"
                 f"  {self.statement}")
+
+
+@dataclass(frozen=True)
+class ReleasePreview:
+    """A release's predicted accuracy (``CuratorClient.preview``); None where it is not known."""
+
+    mechanism: str
+    epsilon: float
+    delta: float
+    noise: float
+    noise_unit: str
+    reports: int | None
+    reports_source: str
+    resolvable: tuple[int, ...]
+    signal_share: float | None
+    swamped: bool | None
+    target_share: float
+    reports_needed: int | None
+    epsilon_needed: float | None
+    advice: str
+    statement: str
+
+    @classmethod
+    def from_proto(cls, p: curator_pb2.ReleasePreview) -> ReleasePreview:
+        def opt(name):
+            return getattr(p, name) if p.HasField(name) else None
+
+        return cls(mechanism=p.mechanism, epsilon=p.epsilon, delta=p.delta, noise=p.noise, noise_unit=p.noise_unit,
+                   reports=opt("reports"), reports_source=p.reports_source, resolvable=tuple(p.resolvable),
+                   signal_share=opt("signal_share"), swamped=opt("swamped"), target_share=p.target_share,
+                   reports_needed=opt("reports_needed"), epsilon_needed=opt("epsilon_needed"), advice=p.advice,
+                   statement=p.statement)
+
+    def __str__(self) -> str:
+        return self.statement
 
 
 @dataclass(frozen=True)
@@ -324,17 +367,34 @@ class CuratorClient:
         """Release the n-gram distribution of the stored reports: spends (ε, δ) from the privacy budget
         of every accounting window the release covers, and returns its record.
 
-        ``mechanism``: ``"bayesian"`` (default), ``"endtoend"``, ``"laplace"`` or ``"laplace-public"``;
-        ``delta`` defaults to the curator's release default (1e-6). ``first_window``/``last_window``
-        (both or neither; inclusive) select accounting windows; by default every window with stored
-        reports. ``knobs``: ``S`` (BayesianDP decay slope), ``rho``, ``sensitivity`` (``"sound"``; the
-        data-dependent ones are NOT differentially private and only run if the operator enabled
-        them), ``calibration``, ``public_sensitivity``. Raises ``BudgetExhausted`` when a window's
-        budget would be overspent (nothing is spent then), ``InvalidArgument`` for a bad request.
+        ``mechanism``: ``"posterior"`` (default), ``"bayesian"``, ``"endtoend"``, ``"laplace"`` or
+        ``"laplace-public"``; ``delta`` defaults to the curator's release default (1e-6).
+        ``first_window``/``last_window`` (both or neither; inclusive) select accounting windows; by
+        default every window with stored reports. ``knobs``: ``discovery`` (posterior), ``S``
+        (BayesianDP decay slope), ``rho``, ``sensitivity`` (``"sound"``; the data-dependent ones are
+        NOT differentially private and only run if the operator enabled them), ``calibration``,
+        ``public_sensitivity``, ``force`` and ``expected_reports`` (see ``preview``). Raises
+        ``BudgetExhausted`` when a window's budget would be overspent (nothing is spent then),
+        ``FailedPrecondition`` when the accuracy check predicts the noise would swamp the signal
+        (unless ``force=True``), ``InvalidArgument`` for a bad request.
         """
+        req = self._release_request(epsilon, delta, mechanism, first_window, last_window, knobs, "release")
+        return ReleaseInfo.from_proto(self._call("Release", req, self.release_timeout))
+
+    def preview(self, epsilon: float, delta: float | None = None, mechanism: str | None = None,
+                first_window: int | None = None, last_window: int | None = None, **knobs: Any) -> ReleasePreview:
+        """What ``release`` with the same arguments would give: its noise and the predicted share of
+        the text's words that stand out of it (``lac.curator.preview``). Reads no report, spends
+        nothing. ``expected_reports=N`` assumes N reports; without it the prediction uses a DP count
+        the curator already holds, if any, and otherwise says how many reports the release needs."""
+        req = self._release_request(epsilon, delta, mechanism, first_window, last_window, knobs, "preview")
+        return ReleasePreview.from_proto(self._call("PreviewRelease", req))
+
+    @staticmethod
+    def _release_request(epsilon, delta, mechanism, first_window, last_window, knobs, what: str):
         unknown = set(knobs) - set(_KNOBS)
         if unknown:
-            raise TypeError(f"release() got unknown knob(s) {', '.join(sorted(unknown))}; "
+            raise TypeError(f"{what}() got unknown knob(s) {', '.join(sorted(unknown))}; "
                             f"known: {', '.join(sorted(_KNOBS))}")
         req = curator_pb2.ReleaseRequest(epsilon=float(epsilon), delta=float(delta or 0.0), mechanism=mechanism or "")
         for name, value in knobs.items():
@@ -344,7 +404,7 @@ class CuratorClient:
             req.first_window = int(first_window)
         if last_window is not None:
             req.last_window = int(last_window)
-        return ReleaseInfo.from_proto(self._call("Release", req, self.release_timeout))
+        return req
 
     def release_info(self, release_id: str | ReleaseInfo) -> ReleaseInfo:
         """The record of one release (``NotFound`` for an unknown id)."""
