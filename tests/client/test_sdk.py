@@ -43,6 +43,12 @@ with ShufflerClient.connect(ADDRESS, curator_key="curator.pub", ca="ca.pem", tok
 """
 
 
+def test_readme_shows_these_lines_literally():
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    for snippet in (INSTALL, QUICKSTART, SUBMIT):
+        assert snippet in readme, snippet
+
+
 def _code_lines(snippet: str) -> int:
     return sum(1 for line in snippet.splitlines() if line.strip() and not line.lstrip().startswith("#"))
 

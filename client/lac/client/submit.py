@@ -28,13 +28,14 @@ from lac.common.deployment import Deployment
 from lac.common.envelope import CuratorPublicKey
 from lac.common.serde import deployment_from_proto, mechanism_id
 from lac.common.v1 import reports_pb2, shuffler_pb2, shuffler_pb2_grpc
-from lac.client._grpc_errors import wrap
+from lac.client._grpc_errors import retry_after, wrap
 from lac.client.presets import DEFAULT_PRESET, Preset
 
 if TYPE_CHECKING:
     from lac.client.localizer import Localizer, PrivatizedReport
 
 RETRYABLE = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED}
+MAX_RETRY_WAIT = 30.0  # seconds: the longest the SDK sleeps between two attempts
 TOKEN_ENV = "LAC_CLIENT_TOKEN"
 
 
@@ -106,8 +107,9 @@ class ShufflerClient:
         self.close()
 
     def _call(self, name: str, request, metadata=None):
-        """``method(request)`` with retries of transient failures (exponential back-off); a final
-        failure is raised as a ``lac.client.errors.LacClientError``."""
+        """``method(request)`` with retries of transient failures (exponential back-off, or the
+        server's ``retry-after-seconds`` when it is longer, up to ``MAX_RETRY_WAIT``); a final failure
+        is raised as a ``lac.client.errors.LacClientError``."""
         method = getattr(self.stub, name)
         delay = 0.2
         for attempt in range(1, self.attempts + 1):
@@ -117,7 +119,9 @@ class ShufflerClient:
             except grpc.RpcError as exc:
                 if exc.code() not in RETRYABLE or attempt == self.attempts:
                     raise wrap(exc, f"Shuffler.{name}") from None
-                time.sleep(delay)
+                asked = retry_after(exc.trailing_metadata() if callable(getattr(exc, "trailing_metadata", None))
+                                    else ())
+                time.sleep(min(max(delay, asked or 0.0), MAX_RETRY_WAIT))
                 delay *= 2
         raise AssertionError("unreachable")
 
