@@ -134,7 +134,7 @@ def test_analyst_check_uses_a_charged_dp_count_reused_for_closed_windows(tmp_pat
     pki = LocalDeployment.create(tmp_path / "keys")
     cert, key = pki._pem("curator")
     cur = start_curator(insecure=False, tls_cert=cert, tls_key=key, tls_client_ca=pki.ca, min_signal_share=0.25,
-                        count_epsilon=0.05)
+                        count_epsilon=2.0)  # Laplace scale 0.5: a stable verdict
     _ingest(cur.address, lambda c: envelope.seal(c, curator_public_key), 30, OLD_WINDOW, pki.client_tls("shuffler"))
     with tls.channel(cur.address, pki.client_tls("analyst")) as ch:
         stub = curator_pb2_grpc.CuratorStub(ch)
@@ -146,13 +146,13 @@ def test_analyst_check_uses_a_charged_dp_count_reused_for_closed_windows(tmp_pat
         with pytest.raises(grpc.RpcError) as err:
             stub.Release(req, timeout=60)
         assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION
-        assert "DP count" in err.value.details() and "only the DP count was charged (ε = 0.05)" in err.value.details()
-        assert _spent(stub, OLD_WINDOW) == pytest.approx(0.05)
+        assert "DP count" in err.value.details() and "only the DP count was charged (ε = 2)" in err.value.details()
+        assert _spent(stub, OLD_WINDOW) == pytest.approx(2.0)
         again = stub.PreviewRelease(req, timeout=30)  # the kept DP count: free, and the verdict is back
         assert again.HasField("reports") and "DP count" in again.reports_source and again.swamped
         with pytest.raises(grpc.RpcError):
             stub.Release(req, timeout=60)
-        assert _spent(stub, OLD_WINDOW) == pytest.approx(0.05)  # reused: the window had closed before the count
+        assert _spent(stub, OLD_WINDOW) == pytest.approx(2.0)  # reused: the window had closed before the count
         req.expected_reports = 10**7  # the analyst's own assumption: no count needed, and the check passes
         assert stub.Release(req, timeout=60).differentially_private
-        assert _spent(stub, OLD_WINDOW) == pytest.approx(1.05)
+        assert _spent(stub, OLD_WINDOW) == pytest.approx(3.0)

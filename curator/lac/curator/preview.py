@@ -63,14 +63,15 @@ class Preview:
         """The preview in words, for the CLI and the refusal message."""
         head = (f"{self.mechanism} at (ε, δ) = ({self.epsilon:g}, {self.delta:g}): noise σ = {self.noise:.4g} "
                 f"per item ({self.noise_unit})")
-        if self.reports is None:
-            body = "; number of reports unknown here (give expected_reports for a utility prediction)"
-        else:
+        body = ""
+        if self.reports is not None:
             body = f"; with {self.reports:,} reports ({self.reports_source})"
             if self.signal_share is not None:
                 body += (f": {100 * self.signal_share:.0f}% of the text's words stand out of the noise "
                          f"(resolvable n-grams by order: {', '.join(f'{r:,}' for r in self.resolvable)})")
-        verdict = ("" if self.swamped is None else
+        elif self.reports_needed is not None:
+            body = "; number of reports unknown here (give expected_reports for a utility prediction)"
+        verdict = ("." if self.swamped is None else
                    " — the noise would swamp the signal." if self.swamped else " — useful.")
         return head + body + verdict + (f" {self.advice}" if self.advice else "")
 

@@ -124,7 +124,8 @@ def _run(args, workdir: Path) -> int:
               f"δ = {args.delta:g})", flush=True)
         with tls.channel(curator.address, analyst) as ch:
             cstub = curator_pb2_grpc.CuratorStub(ch)
-            request = curator_pb2.ReleaseRequest(epsilon=args.epsilon, delta=args.delta)
+            # the demo knows how many reports it sent: it may assume that number (an analyst's own knowledge)
+            request = curator_pb2.ReleaseRequest(epsilon=args.epsilon, delta=args.delta, expected_reports=len(reports))
             preview = cstub.PreviewRelease(request, timeout=60)  # free: no report is read, nothing is spent
             print(f"      accuracy preview: {preview.statement}", flush=True)
             request.force = True  # the demo shows its release whatever the preview says (and says so below)
@@ -145,7 +146,7 @@ def _run(args, workdir: Path) -> int:
     cc = CuratorConfig()  # the curator above ran with these release defaults
     vocab = public_vocabulary(corpora.public_corpus, cc.max_n, cc.vocab_min_count, cc.vocab_max_items,
                               workdir / "curator" / "prior")
-    assert list(vocab.items) == list(release.items), "demo and curator disagree on the release vocabulary"
+    assert list(release.items[:len(vocab)]) == list(vocab.items), "demo and curator disagree on the release vocabulary"
 
     release_lm = (NgramModel.from_counts(list(release.items), np.asarray(release.pseudo_counts), record.max_n,
                                          partial=True) if release.pseudo_counts else
@@ -156,9 +157,10 @@ def _run(args, workdir: Path) -> int:
     batch = sstatus.recent_batches[0].privacy if sstatus.recent_batches else None
 
     n_words = np.array([r.n_words for r in reports])
-    clean_tokens = [w for r in texts for s in sentences(r) for w in s]
-    private_tokens = [w for r in reports for s in r.sentences for w in s]
-    changed = np.mean([a != b for a, b in zip(clean_tokens, private_tokens)])
+    # word by word within each report (a truncated report keeps its first L words)
+    pairs = [(a, b) for t, r in zip(texts, reports)
+             for a, b in zip([w for s in sentences(t) for w in s], [w for s in r.sentences for w in s])]
+    changed = np.mean([a != b for a, b in pairs])
     ppl_release, ppl_prior = release_lm.perplexity(clean), prior_lm.perplexity(clean)
     print()
     print("=" * 72)
@@ -184,13 +186,17 @@ def _run(args, workdir: Path) -> int:
     print(f"  from the release, on the users' clean text      = {ppl_release:.1f}")
     print(f"  from the release, on the perturbed text it saw  = {release_lm.perplexity(seen):.1f}")
     print(f"  from the public prior alone, on the clean text  = {ppl_prior:.1f}")
-    if preview.HasField("swamped") and preview.swamped:
-        print("  The accuracy preview predicted that noise would swamp the signal at this size (the demo forced the "
-              "release).")
+    swamped = preview.HasField("swamped") and preview.swamped
+    if swamped:
+        print("  The accuracy preview predicted that the curator's noise would swamp the signal at this size (the "
+              "demo forced the release).")
     if ppl_release >= ppl_prior:
-        print(f"  At this size ({len(texts)} users) the release adds nothing over the public prior: its noise "
-              f"(σ = {record.sigma:.3g}) and the local perturbation hide the users' own statistics. More users or a "
-              f"larger ε would help.")
+        why = (f"the curator's noise (σ = {record.sigma:.3g}) hides the users' own statistics" if swamped else
+               f"the curator's noise is small (the preview: {100 * preview.signal_share:.0f}% of the words stand out "
+               f"of it), but the devices replaced {100 * changed:.0f}% of the words before anything left them, so "
+               f"the release describes the perturbed text")
+        print(f"  At this size ({len(texts)} users) the release adds nothing over the public prior on the users' clean "
+              f"text: {why}. More users or a larger ε per word (the 'utility' preset) would help.")
     else:
         print(f"  The release models the users' text {ppl_prior / ppl_release:.2f}x better than the public prior alone "
               f"(perplexity ratio), after local perturbation, shuffling and curator noise.")
