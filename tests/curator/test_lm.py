@@ -536,3 +536,32 @@ def test_default_total_ignores_tails_below_resolution():
     p = np.full(1000, 1e-300)
     p[:3] = 1.0
     assert default_total(p / p.sum()) == pytest.approx(3.0)  # not 1e300: the tails are numerically zero
+
+
+def test_partial_release_sums_to_one_and_backs_off_unlisted_mass(lee):
+    """``partial=True``: the items are part of the n-grams (a release over a vocabulary). Every context's
+    distribution still sums to 1, a context seen more often than its listed continuations gives the
+    rest to the lower order, and on held-out text this beats reading the listed n-grams as all there is."""
+    train, test, items, counts = lee
+    orders = np.array([it.count(" ") + 1 for it in items])
+    # a release over a vocabulary: every unigram, and the bigrams and trigrams seen at least twice
+    keep = (orders == 1) | (counts >= 2)
+    sub_items = [it for it, k in zip(items, keep) if k]
+    sub = counts[keep]
+    partial = NgramModel.from_counts(sub_items, sub, 3, partial=True)
+    closed = NgramModel.from_counts(sub_items, sub, 3)
+    vocab = sorted(partial.vocabulary)
+    for ctx in [(), ("<s>",), ("the",), ("<s>", "the"), ("of", "the"), ("in", "the"), ("said", "the")]:
+        assert sum(partial.conditional(w, ctx) for w in vocab) == pytest.approx(1.0, abs=1e-9), ctx
+    # "the" occurs far more often than its released continuations add up to: the rest backs off
+    listed = sum(c for it, c in zip(sub_items, sub) if it.startswith("the ") and it.count(" ") == 1)
+    the = float(counts[items.index("the")])
+    assert listed < 0.9 * the
+    unlisted = next(w for w in vocab if f"the {w}" not in set(sub_items) and f"the {w}" in set(items))
+    gamma = partial.conditional(unlisted, ("the",)) / partial.conditional(unlisted, ())
+    assert gamma >= (the - listed) / the  # an unlisted word after "the" gets γ(the)·P(w), γ ≥ the unlisted share
+    assert partial.perplexity(test) < closed.perplexity(test)
+    # with every n-gram listed the lower orders are raw counts instead of continuation counts: close to KN
+    full = NgramModel.from_counts(items, counts, 3)
+    assert NgramModel.from_counts(items, counts, 3, partial=True).perplexity(test) == pytest.approx(
+        full.perplexity(test), rel=0.25)
