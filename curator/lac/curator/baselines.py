@@ -29,10 +29,11 @@ import numpy as np
 
 from lac.common.privacy import Adjacency, Guarantee, Model, PrivacyUnit, check_epsilon
 from lac.common.rng import secure_generator
-from lac.curator.bayesian import count_stats
+from lac.curator.bayesian import CountStats, count_stats
 from lac.curator.sound import cap_rows
 
-__all__ = ["BaselineRelease", "laplace_dp", "laplace_public_dp", "k_anonymity"]
+__all__ = ["BaselineRelease", "laplace_dp", "laplace_from_stats", "laplace_public_dp", "laplace_public_from_stats",
+           "k_anonymity"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -80,8 +81,14 @@ def _normalise(v: np.ndarray) -> np.ndarray:
 def laplace_dp(U, W: int, C: int = 1, epsilon: float = 1.0, rng: np.random.Generator | None = None,
                unit: PrivacyUnit = PrivacyUnit.report()) -> BaselineRelease:
     """Standard Laplace baseline (§4.2 item 1): ε-DP with b = m·W·C/ε (see module docstring)."""
+    return laplace_from_stats(count_stats(cap_rows(U, W), C), W, C, epsilon, rng, unit)
+
+
+def laplace_from_stats(stats: CountStats, W: int, C: int = 1, epsilon: float = 1.0,
+                       rng: np.random.Generator | None = None,
+                       unit: PrivacyUnit = PrivacyUnit.report()) -> BaselineRelease:
+    """``laplace_dp`` on the column totals of the W-capped rows (what a streaming engine computes)."""
     eps = _check_eps(epsilon)
-    stats = count_stats(cap_rows(U, W), C)
     V = stats.c.size
     if V == 0:
         raise ValueError("the vocabulary is empty")
@@ -110,15 +117,24 @@ def laplace_public_dp(
     rng: np.random.Generator | None = None, unit: PrivacyUnit = PrivacyUnit.report(),
 ) -> BaselineRelease:
     """Laplace with public data (§4.2 item 2); ``sensitivity`` "sound" (Δ₁ = 2) or "observed"."""
+    if U.shape[1] != np.asarray(alpha).size:
+        raise ValueError(f"U has {U.shape[1]} columns but alpha has {np.asarray(alpha).size} entries")
+    return laplace_public_from_stats(count_stats(cap_rows(U, W), C), alpha, W, C, epsilon, sensitivity, rng, unit)
+
+
+def laplace_public_from_stats(
+    stats: CountStats, alpha: np.ndarray, W: int, C: int = 1, epsilon: float = 1.0, sensitivity: str = "sound",
+    rng: np.random.Generator | None = None, unit: PrivacyUnit = PrivacyUnit.report(),
+) -> BaselineRelease:
+    """``laplace_public_dp`` on the column totals of the W-capped rows."""
     eps = _check_eps(epsilon)
     if sensitivity not in ("sound", "observed"):
         raise ValueError(f"sensitivity must be 'sound' or 'observed', got {sensitivity!r}")
     alpha = np.asarray(alpha, dtype=np.float64).reshape(-1)
-    if U.shape[1] != alpha.size or alpha.size == 0:
-        raise ValueError(f"U has {U.shape[1]} columns but alpha has {alpha.size} entries")
+    if stats.c.size != alpha.size or alpha.size == 0:
+        raise ValueError(f"the counts cover {stats.c.size} items but alpha has {alpha.size} entries")
     if not np.all(np.isfinite(alpha)) or np.any(alpha < 0) or alpha.sum() <= 0:
         raise ValueError("alpha must be finite, >= 0 and not all zero")
-    stats = count_stats(cap_rows(U, W), C)
     m = unit.max_reports
     T = float(stats.c.sum())
     a = alpha / alpha.sum()

@@ -41,6 +41,7 @@ __all__ = [
     "claim1_gamma",
     "snap_grid",
     "bayesian_dp",
+    "bayesian_from_stats",
 ]
 
 SENSITIVITY_METHODS = ("bruteforce", "claim1", "sound")
@@ -347,21 +348,41 @@ def bayesian_dp(
         raise TypeError(f"expected a scipy.sparse matrix, got {type(U).__name__}")
     if U.shape[1] != alpha.size:
         raise ValueError(f"U has {U.shape[1]} columns but alpha has {alpha.size} entries")
+    if params.sensitivity == "sound":
+        U = cap_rows(U, params.W)
+    stats = count_stats(U, int(params.C))
+    max_sq = None
+    if params.sensitivity == "bruteforce":
+        sq = bruteforce_sq_dists(U, stats, float(params.S), int(params.C))
+        max_sq = float(sq.max()) if sq.size else 0.0
+    return bayesian_from_stats(stats, alpha, params, rng, max_sq_dist=max_sq)
+
+
+def bayesian_from_stats(stats: CountStats, alpha: np.ndarray, params: BayesianParams,
+                        rng: np.random.Generator | None = None, max_sq_dist: float | None = None) -> BayesianRelease:
+    """``bayesian_dp`` from the column totals of the (for "sound": W-capped) rows, as a streaming
+    engine computes them; ``max_sq_dist`` is the largest ``bruteforce_sq_dists`` over all rows,
+    needed (only) for the brute-force sensitivity."""
+    if not isinstance(params, BayesianParams):
+        raise TypeError("params must be a BayesianParams")
+    alpha = np.asarray(alpha, dtype=np.float64).reshape(-1)
+    if stats.c.size != alpha.size:
+        raise ValueError(f"the counts cover {stats.c.size} items but alpha has {alpha.size} entries")
     if alpha.size == 0:
         raise ValueError("the vocabulary is empty")
     S, C, rho = float(params.S), int(params.C), float(params.rho)
+    if stats.C != C:
+        raise ValueError(f"stats were computed with C={stats.C}, not {C}")
     sound = params.sensitivity == "sound"
-    if sound:
-        U = cap_rows(U, params.W)
-    stats = count_stats(U, C)
     mu_p = prior_mean(alpha)
     xhat = log_mean_center(np.minimum(stats.c, params.count_clip) if sound else stats.c)
     w = decay_weights(stats.N, S, C)
     if sound:
         gamma = sound_gamma(S, C, params.W, alpha.size, params.count_clip, params.unit.max_reports)
     elif params.sensitivity == "bruteforce":
-        sq = bruteforce_sq_dists(U, stats, S, C)
-        gamma = float(math.sqrt(sq.max())) if sq.size else 0.0
+        if max_sq_dist is None:
+            raise ValueError("the brute-force sensitivity needs max_sq_dist")
+        gamma = float(math.sqrt(max_sq_dist))
     else:
         gamma = _claim1_from_stats(stats, S, C)
     mean = rho * (w * xhat) + (1.0 - rho) * mu_p

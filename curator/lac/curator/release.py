@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Protocol
 
@@ -30,12 +31,15 @@ import scipy.sparse as sp
 
 from lac.common.privacy import Budget, Guarantee, PrivacyUnit, check_delta, check_epsilon
 from lac.curator import segments
-from lac.curator.baselines import k_anonymity, laplace_dp, laplace_public_dp
-from lac.curator.bayesian import LOG_THETA_GRID, SENSITIVITY_METHODS, BayesianParams, bayesian_dp
+from lac.curator.baselines import (BaselineRelease, k_anonymity, laplace_dp, laplace_from_stats, laplace_public_dp,
+                                   laplace_public_from_stats)
+from lac.curator.bayesian import (LOG_THETA_GRID, SENSITIVITY_METHODS, BayesianParams, CountStats, bayesian_dp,
+                                  bayesian_from_stats, bruteforce_sq_dists, count_stats)
+from lac.curator.engine import LOCAL, Engine
 from lac.curator.endtoend import EndToEndParams, end_to_end_dp
 from lac.curator.gaussian import METHODS as CALIBRATIONS
 from lac.curator.ngrams import NgramVocabulary, ReportItems, cap_and_clamp
-from lac.curator.posterior import PosteriorParams, posterior_release, weighted_totals
+from lac.curator.posterior import PosteriorParams, WeightedTotals, posterior_release, weighted_totals
 
 __all__ = ["MECHANISMS", "OFFLINE_ONLY", "ReleaseSpec", "PublicCaps", "Release", "ReleaseRecord", "run", "Reports",
            "StoredReports", "ItemReports", "MatrixReports", "vocab_counts"]
@@ -126,6 +130,12 @@ class Reports(Protocol):
     def blocks(self) -> Iterator[ReportItems]:
         """Every n-gram of every report, words read against the vocabulary's word list, block by block."""
 
+    def parts(self) -> Sequence:
+        """Picklable handles of the blocks, in order (``load`` turns one into its block)."""
+
+    def load(self, part) -> ReportItems:
+        """The block of one part."""
+
     def vocab_counts(self, C: int, W: int) -> sp.csr_matrix:
         """Per-report counts over the vocabulary: each report's first W vocabulary items, clamped at C."""
 
@@ -154,6 +164,13 @@ class StoredReports:
     def blocks(self) -> Iterator[ReportItems]:
         return segments.read_blocks(list(self.paths), self.vocab)
 
+    def parts(self) -> list[Path]:
+        """One part per segment file (what an engine distributes)."""
+        return list(self.paths)
+
+    def load(self, part: Path) -> ReportItems:
+        return next(segments.read_blocks([part], self.vocab))
+
     def vocab_counts(self, C: int, W: int) -> sp.csr_matrix:
         return vocab_counts(self.blocks(), self.vocab, C, W)
 
@@ -168,6 +185,12 @@ class ItemReports:
     def blocks(self) -> Iterator[ReportItems]:
         return iter(self.items)
 
+    def parts(self) -> list[int]:
+        return list(range(len(self.items)))
+
+    def load(self, part: int) -> ReportItems:
+        return self.items[part]
+
     def vocab_counts(self, C: int, W: int) -> sp.csr_matrix:
         return vocab_counts(self.blocks(), self.vocab, C, W)
 
@@ -180,9 +203,15 @@ class MatrixReports:
     vocab: NgramVocabulary
 
     def blocks(self) -> Iterator[ReportItems]:
+        yield self.load(0)
+
+    def parts(self) -> list[int]:
+        return [0]
+
+    def load(self, part: int) -> ReportItems:
         U = sp.csr_matrix(self.U)
-        yield ReportItems(U.indptr.astype(np.int64), U.indices.astype(np.int32), U.data.astype(np.int32),
-                          tuple(self.vocab.items))
+        return ReportItems(U.indptr.astype(np.int64), U.indices.astype(np.int32), U.data.astype(np.int32),
+                           tuple(self.vocab.items))
 
     def vocab_counts(self, C: int, W: int) -> sp.csr_matrix:
         return self.U
@@ -230,24 +259,90 @@ def _rounded(log_probs: np.ndarray) -> np.ndarray:
     return np.where(finite, np.rint(np.where(finite, lp, 0.0) / LOG_THETA_GRID) * LOG_THETA_GRID, lp)
 
 
+def block_totals(block: ReportItems, vocab: NgramVocabulary, W: int, C: int, tau: float,
+                 candidates: bool) -> WeightedTotals:
+    """The posterior's weighted totals of one block (an engine's map step)."""
+    return weighted_totals([block], vocab, W, C, tau, candidates=candidates)
+
+
+def block_stats(block: ReportItems, vocab: NgramVocabulary, C: int, W: int) -> CountStats:
+    """Column totals of one block's counts over the vocabulary (first W items, clamped at C)."""
+    return count_stats(vocab_counts(iter([block]), vocab, C, W), C)
+
+
+def block_max_sq_dist(block: ReportItems, vocab: NgramVocabulary, C: int, W: int, stats: CountStats,
+                      S: float) -> float:
+    """The largest brute-force squared distance of one block's reports, given the global totals."""
+    sq = bruteforce_sq_dists(vocab_counts(iter([block]), vocab, C, W), stats, S, C)
+    return float(sq.max()) if sq.size else 0.0
+
+
+def _add_totals(acc: WeightedTotals, part: WeightedTotals) -> WeightedTotals:
+    acc += part
+    return acc
+
+
+def _max(acc: float, part: float) -> float:
+    return max(acc, part)
+
+
+def _add_stats(acc: CountStats | None, part: CountStats) -> CountStats:
+    return part if acc is None else acc + part
+
+
+def _stream_stats(reports: Reports, vocab: NgramVocabulary, C: int, W: int, engine: Engine) -> CountStats:
+    stats = engine.fold(reports, partial(block_stats, vocab=vocab, C=C, W=W), _add_stats, None)
+    if stats is None:  # no block at all
+        stats = CountStats(np.zeros(len(vocab)), np.zeros(len(vocab), dtype=np.int64), 0, C)
+    return stats
+
+
 def run(reports: Reports | sp.csr_matrix, vocab: NgramVocabulary, spec: ReleaseSpec, caps: PublicCaps,
-        unit: PrivacyUnit = PrivacyUnit.report(), rng: np.random.Generator | None = None) -> Release:
-    """Run ``spec`` on ``reports`` (a ``Reports`` source, or a per-report counts matrix over ``vocab``)."""
+        unit: PrivacyUnit = PrivacyUnit.report(), rng: np.random.Generator | None = None,
+        engine: Engine = LOCAL) -> Release:
+    """Run ``spec`` on ``reports`` (a ``Reports`` source, or a per-report counts matrix over ``vocab``).
+
+    Stored and in-memory reports are streamed through ``engine`` (``lac.curator.engine``): every
+    mechanism but EndToEndDP reads them block by block; an offline matrix is used as given."""
     if sp.issparse(reports):
         reports = MatrixReports(sp.csr_matrix(reports), vocab)
     W, C = caps.W, caps.C
     items = tuple(vocab.items)
     if spec.mechanism == "posterior":
         p = PosteriorParams(epsilon=spec.epsilon, delta=spec.delta, W=W, C=C, discovery=spec.discovery, unit=unit)
-        totals = weighted_totals(reports.blocks(), vocab, W, C, p.tau, candidates=spec.discovery)
+        totals = engine.fold(reports, partial(block_totals, vocab=vocab, W=W, C=C, tau=p.tau,
+                                              candidates=spec.discovery),
+                             _add_totals, WeightedTotals(np.zeros(len(vocab))))
         r = posterior_release(totals, vocab, p, rng=rng)
         return Release("posterior", r.items, _rounded(r.log_probs), r.pseudo_counts, r.guarantee, "", "sound", 0.0,
                        r.sigma, "analytic", 0.0, r.n_reports, len(r.items),
                        params=dict(C=C, W=W, tau=p.tau, discovery=float(p.discovery)), threshold=r.threshold,
                        discovered=r.discovered)
+    alpha = vocab.alpha
+    streamed = not isinstance(reports, MatrixReports) and spec.mechanism in ("bayesian", "laplace", "laplace-public")
+    if streamed:
+        stats = _stream_stats(reports, vocab, C, W, engine)
+        common = dict(vocab_size=len(items), n_reports=stats.n_users)
+        if spec.mechanism == "bayesian":
+            p = BayesianParams(epsilon=spec.epsilon, delta=spec.delta, S=spec.S, C=C, rho=spec.rho,
+                               sensitivity=spec.sensitivity, calibration=spec.calibration, W=W,
+                               count_clip=caps.count_clip, unit=unit)
+            max_sq = None
+            if spec.sensitivity == "bruteforce":
+                max_sq = engine.fold(reports, partial(block_max_sq_dist, vocab=vocab, C=C, W=W, stats=stats, S=p.S),
+                                     _max, 0.0)
+            r = bayesian_from_stats(stats, alpha, p, rng=rng, max_sq_dist=max_sq)
+            return Release("bayesian", items, _rounded(r.log_theta), None, r.guarantee, "", r.sensitivity_method,
+                           r.gamma, r.sigma, r.calibration, 0.0,
+                           params=dict(S=p.S, C=C, rho=p.rho, W=W, count_clip=caps.count_clip), **common)
+        if spec.mechanism == "laplace":
+            b = laplace_from_stats(stats, W=W, C=C, epsilon=spec.epsilon, rng=rng, unit=unit)
+        else:
+            b = laplace_public_from_stats(stats, alpha, W=W, C=C, epsilon=spec.epsilon,
+                                          sensitivity=spec.public_sensitivity, rng=rng, unit=unit)
+        return _baseline_release(spec, items, b, common)
     U = reports.vocab_counts(C, W)
     common = dict(vocab_size=len(items), n_reports=int(U.shape[0]))
-    alpha = vocab.alpha
     if spec.mechanism == "bayesian":
         p = BayesianParams(epsilon=spec.epsilon, delta=spec.delta, S=spec.S, C=C, rho=spec.rho,
                            sensitivity=spec.sensitivity, calibration=spec.calibration, W=W,
@@ -274,6 +369,10 @@ def run(reports: Reports | sp.csr_matrix, vocab: NgramVocabulary, spec: ReleaseS
                               rng=rng, unit=unit)
     else:
         b = k_anonymity(U, K=spec.K, C=C)
+    return _baseline_release(spec, items, b, common)
+
+
+def _baseline_release(spec: ReleaseSpec, items: tuple[str, ...], b: BaselineRelease, common: dict) -> Release:
     with np.errstate(divide="ignore"):
         log_probs = np.log(b.probs)
     return Release(spec.mechanism, items, _rounded(log_probs), None, b.guarantee, b.note, b.sensitivity_method, 0.0,

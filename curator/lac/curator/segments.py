@@ -93,9 +93,9 @@ def map_words(items: ReportItems, words: frozenset[str]) -> ReportItems:
     """Read every word outside ``words`` as ``<unk>``: n-grams that become equal are merged within
     each report (counts added, kept at the first occurrence of either)."""
     specials = {BOS, EOS, UNK}
-    mapped = [" ".join(w if w in words or w in specials else UNK for w in it.split(" ")) for it in items.items]
-    if mapped == list(items.items):
+    if not set(" ".join(items.items).split(" ")) - words - specials:  # every word known: nothing to map
         return items
+    mapped = [" ".join(w if w in words or w in specials else UNK for w in it.split(" ")) for it in items.items]
     names, local = np.unique(np.array(mapped, dtype=object), return_inverse=True)
     ids = local.reshape(-1)[items.item_ids]
     n = items.n_reports
