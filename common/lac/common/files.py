@@ -27,6 +27,15 @@ def atomic_file(path: str | os.PathLike, mode: int = 0o600) -> Iterator:
         raise
 
 
+def fsync_dir(path: str | os.PathLike) -> None:
+    """Make a directory's entries (a rename, a new file) durable."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def private_dir(path: str | os.PathLike) -> Path:
     """Create ``path`` (and parents) if needed and make it accessible to its owner only (0700)."""
     path = Path(path)

@@ -37,7 +37,7 @@ from pathlib import Path
 import numpy as np
 
 from lac.common.errors import DataLoss, FailedPrecondition
-from lac.common.files import atomic_file, private_dir, private_sqlite
+from lac.common.files import atomic_file, fsync_dir, private_dir, private_sqlite
 from lac.common.privacy import Budget
 from lac.curator import segments as seg
 from lac.curator.ledger import refuse_overspending
@@ -90,14 +90,6 @@ class BatchResult:
     accepted: int
     rejected: int
     rejects: dict[str, int]
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 class CuratorStore:
@@ -171,8 +163,8 @@ class CuratorStore:
                 path = self.segments_dir / segment_name
                 seg.write(path, count(keep), {"batch_id": batch_id, "first_window": windows[0],
                                               "last_window": windows[1]})
-                _fsync_dir(path.parent)
-                _fsync_dir(self.segments_dir)
+                fsync_dir(path.parent)
+                fsync_dir(self.segments_dir)
             self._db.executemany("INSERT INTO report_ids VALUES (?, ?)", ((report_ids[i], now) for i in keep))
             self._db.executemany("INSERT INTO quarantine (batch_id, reason, detail, sealed, at) VALUES (?, ?, ?, ?, ?)",
                                  ((batch_id, q.reason, q.detail, q.sealed, now) for q in quarantined))
@@ -260,7 +252,7 @@ class CuratorStore:
             new = seg.segment_name(batch_id, last)
             seg.write(self.segments_dir / new, _load_npz_segment(old), {"batch_id": batch_id, "first_window": first,
                                                                        "last_window": last, "migrated_from": name})
-            _fsync_dir((self.segments_dir / new).parent)
+            fsync_dir((self.segments_dir / new).parent)
             self._begin()
             self._db.execute("UPDATE batches SET segment = ? WHERE batch_id = ?", (new, batch_id))
             self._db.execute("COMMIT")
@@ -320,7 +312,7 @@ class CuratorStore:
             with atomic_file(path) as fh:
                 np.savez(fh, log_probs=log_probs, items=np.frombuffer("\n".join(items).encode("utf-8"), dtype=np.uint8),
                          **extra)
-            _fsync_dir(self.releases_dir)
+            fsync_dir(self.releases_dir)
             self._db.execute("INSERT INTO releases VALUES (?, ?)", (release_id, record))
             if charge is not None:
                 now = time.time()

@@ -25,7 +25,7 @@ import sqlite3
 import time
 from pathlib import Path
 
-from lac.common.files import atomic_file, private_dir
+from lac.common.files import atomic_file, fsync_dir, private_dir
 
 DB_NAME = "shuffler.sqlite"
 TOKENS_NAME = "clients.tokens"
@@ -39,14 +39,6 @@ def _sha256(path: Path) -> str:
         for block in iter(lambda: f.read(1 << 20), b""):
             h.update(block)
     return h.hexdigest()
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def describe(db_path: Path) -> dict:
@@ -98,7 +90,7 @@ def backup(state_dir: Path, dest: Path, tokens_file: Path | None = None) -> dict
         manifest["tokens"] = {"file": TOKENS_NAME, "sha256": _sha256(dest / TOKENS_NAME)}
     with atomic_file(dest / MANIFEST) as out:
         out.write(json.dumps(manifest, indent=2, sort_keys=True).encode() + b"\n")
-    _fsync_dir(dest)
+    fsync_dir(dest)
     return manifest
 
 
@@ -135,5 +127,5 @@ def restore(source: Path, state_dir: Path, tokens_file: Path | None = None, forc
         private_dir(tokens_target.parent)
         with atomic_file(tokens_target) as out, open(source / tokens_copy["file"], "rb") as src:
             shutil.copyfileobj(src, out)
-    _fsync_dir(state_dir)
+    fsync_dir(state_dir)
     return manifest
