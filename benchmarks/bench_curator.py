@@ -3,28 +3,22 @@
 this is a speed benchmark only, not language). Prints time, peak memory, and the ratio
 against a straightforward per-user loop measured on a subsample in the same run.
 
-    python benchmarks/bench_curator.py [--users 1000000] [--items 50000] [--per-user 25] [--segments 10]
+    python benchmarks/bench_curator.py [--users 1000000] [--items 50000] [--per-user 25]
 
-With --segments K > 0 it also writes the data as K stored segments (lac.curator.store.Segment,
-the curator's on-disk format) and times reading them back into the release matrix
-(``segment_counts``: W cap and C clamp at release time), as a release over RPC does.
+Releases over stored Parquet segments, streamed or in memory, are measured by
+``benchmarks/bench_release_scale.py``.
 """
 
 from __future__ import annotations
 
 import argparse
 import resource
-import tempfile
 import time
-from pathlib import Path
 
 import numpy as np
 import scipy.sparse as sp
 
 from lac.curator.bayesian import BayesianParams, bayesian_dp, decay_weights, log_mean_center
-from lac.curator.ngrams import NgramVocabulary
-from lac.curator.service import segment_counts
-from lac.curator.store import Segment
 
 
 def zipf_users(n_users: int, n_items: int, per_user: int, rng: np.random.Generator) -> sp.csr_matrix:
@@ -60,7 +54,6 @@ def main() -> None:
     ap.add_argument("--items", type=int, default=50_000)
     ap.add_argument("--per-user", type=float, default=25.0)
     ap.add_argument("--naive-sample", type=int, default=300)
-    ap.add_argument("--segments", type=int, default=10, help="0 = skip the stored-segment read-back")
     a = ap.parse_args()
     rng = np.random.default_rng(1)
     t = time.perf_counter()
@@ -68,7 +61,7 @@ def main() -> None:
     print(f"synthetic Zipf data: {a.users:,} users x {a.items:,} items, {U.nnz:,} non-zeros "
           f"(built in {time.perf_counter() - t:.1f}s)")
     alpha = rng.poisson(5.0, a.items).astype(float)
-    params = BayesianParams(epsilon=1.0, delta=1e-6, S=0.01, C=1, rho=0.5)
+    params = BayesianParams(epsilon=1.0, delta=1e-6, S=0.01, C=1, rho=0.5, sensitivity="bruteforce")
     rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
     times = []
     for _ in range(3):
@@ -85,29 +78,6 @@ def main() -> None:
     per_user = (time.perf_counter() - t) / a.naive_sample
     print(f"per-user loop: {per_user * 1e3:.2f} ms/user on {a.naive_sample} users -> "
           f"{per_user * a.users:.0f}s extrapolated; ratio {per_user * a.users / fast:.0f}x")
-    if a.segments > 0:
-        bench_segments(U, alpha, a.segments)
-
-
-def bench_segments(U: sp.csr_matrix, alpha: np.ndarray, k: int) -> None:
-    """Store U as k segments and time reading them back into the release matrix."""
-    items = tuple(f"w{j}" for j in range(U.shape[1]))
-    vocab = NgramVocabulary(items, alpha + 1.0, 1)
-    with tempfile.TemporaryDirectory() as d:
-        cuts = np.linspace(0, U.shape[0], k + 1).astype(np.int64)
-        t = time.perf_counter()
-        for i, (a, b) in enumerate(zip(cuts[:-1], cuts[1:])):
-            part = U[a:b]
-            Segment(items, part.indptr.astype(np.int64), part.indices, part.data).save(Path(d) / f"{i}.npz")
-        t_write = time.perf_counter() - t
-        size = sum(p.stat().st_size for p in Path(d).iterdir())
-        t = time.perf_counter()
-        V = segment_counts((Segment.load(Path(d) / f"{i}.npz") for i in range(k)), vocab, C=1, W=100)
-        t_read = time.perf_counter() - t
-    assert V.shape == U.shape and (V != U).nnz == 0
-    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
-    print(f"stored segments: {k} files, {size / 2**20:.0f} MiB, written (fsync'd) in {t_write:.2f}s; read back "
-          f"with W cap + C clamp in {t_read:.2f}s (identical matrix); peak RSS now {rss:.2f} GiB")
 
 
 if __name__ == "__main__":
