@@ -109,7 +109,8 @@ def start_curator(tmp_path, public_corpus, curator_key_dir):
 
 @pytest.fixture
 def start_shuffler(tmp_path):
-    """Factory: start an in-process shuffler on 127.0.0.1:0 forwarding to ``curator`` (host:port)."""
+    """Factory: start an in-process shuffler on 127.0.0.1 (port 0 unless ``port=`` is given) forwarding
+    to ``curator`` (host:port)."""
     from lac.shuffler.config import ShufflerConfig
     from lac.shuffler.server import create_server
     from lac.shuffler.service import Shuffler
@@ -121,7 +122,8 @@ def start_shuffler(tmp_path):
         overrides.setdefault("auth", "none")  # tests of authentication pass auth="token"
         overrides.setdefault("insecure", True)  # plaintext transport; tests of TLS pass their own material
         overrides.setdefault("allow_plaintext_payloads", True)
-        config = ShufflerConfig(port=0, curator=curator, **overrides)
+        overrides.setdefault("port", 0)
+        config = ShufflerConfig(curator=curator, **overrides)
 
         async def build():
             shuffler = Shuffler(config)

@@ -1,10 +1,13 @@
 """docker-compose.yml without a Docker engine: the key-generation script, every service command
-and every health check are run locally with the volumes mapped to directories, and each image
-installs only its own component."""
+and every health check are run locally with the volumes mapped to directories (and compose's
+variable substitution applied), each image installs only its own component, and the `sharded`
+profile runs two shuffler replicas sharded over the addresses clients use."""
 
 from __future__ import annotations
 
+import argparse
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -16,8 +19,25 @@ from lac.common import tls
 from lac.suite import procs
 
 ROOT = Path(__file__).resolve().parent.parent
-COMPOSE = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+COMPOSE_TEXT = (ROOT / "docker-compose.yml").read_text()
+COMPOSE = yaml.safe_load(COMPOSE_TEXT)
 SERVERS = ["curator", "shuffler"]
+SHARDS = "localhost:50051,localhost:50053"  # what the file's comments tell operators to set
+_VARIABLE = re.compile(r"\$\{(\w+)(?::([-+])([^}]*))?\}")
+
+
+def _interpolate(text: str, environ: dict[str, str]) -> str:
+    """Compose's variable substitution in the forms this file uses: ``${VAR}``, ``${VAR:-default}``
+    (default when VAR is unset or empty) and ``${VAR:+replacement}`` (replacement when VAR is set and
+    not empty, else nothing)."""
+    def value(m: re.Match) -> str:
+        found = environ.get(m.group(1), "")
+        if m.group(2) == "-":
+            return found or m.group(3)
+        if m.group(2) == "+":
+            return m.group(3) if found else ""
+        return found
+    return _VARIABLE.sub(value, text)
 
 
 def _mounts(service: str, tmp: Path, public_corpus: Path) -> list[tuple[str, str]]:
@@ -62,20 +82,19 @@ def test_keys_go_only_where_they_belong(deployed):
     assert (vol / "curator-keys" / "keyring.json").exists() and (vol / "curator-keys" / "curator.pub").exists()
     assert sorted(p.name for p in (vol / "shuffler-tls").iterdir()) == ["ca.pem", "shuffler.key", "shuffler.pem"]
     assert sorted(p.name for p in (vol / "curator-tls").iterdir()) == ["ca.pem", "curator.key", "curator.pem"]
-    shuffler_volumes = {v.split(":")[0] for v in COMPOSE["services"]["shuffler"]["volumes"]}
-    assert "curator-keys" not in shuffler_volumes and "ca" not in shuffler_volumes
+    for shuffler in ("shuffler", "shuffler-b"):
+        shuffler_volumes = {v.split(":")[0] for v in COMPOSE["services"][shuffler]["volumes"]}
+        assert "curator-keys" not in shuffler_volumes and "ca" not in shuffler_volumes
     assert "ca" not in {v.split(":")[0] for v in COMPOSE["services"]["curator"]["volumes"]}
 
 
-@pytest.mark.parametrize("service", SERVERS)
-def test_compose_service_starts_and_is_healthy(service, deployed):
-    tmp, public = deployed
+def _serve_args(service: str, tmp: Path, public: Path, environ: dict[str, str]) -> tuple[str, list[str]]:
+    """The component and the ``serve`` flags of ``service``'s command, run locally: volumes mapped, variables
+    substituted from ``environ``, bound to 127.0.0.1:0 by procs.start."""
     spec = COMPOSE["services"][service]
-    assert spec["build"]["args"]["COMPONENT"] == service
-    assert spec["depends_on"]["keys"]["condition"] == "service_completed_successfully"
     mounts = _mounts(service, tmp, public)
-    name, action, *rest = [_map(a, mounts) for a in spec["command"]]
-    assert (name, action) == (service, "serve")
+    name, action, *rest = [_map(_interpolate(a, environ), mounts) for a in spec["command"]]
+    assert action == "serve"
     args, it = [], iter(rest)
     for flag in it:
         value = next(it)
@@ -84,9 +103,15 @@ def test_compose_service_starts_and_is_healthy(service, deployed):
         if flag == "--curator":
             value = "127.0.0.1:1"  # nothing listening: the shuffler must still start and keep its batches
         args += [flag, value]
-    check = spec["healthcheck"]["test"]
+    return name, args
+
+
+def _start_healthy(service: str, tmp: Path, public: Path, environ: dict[str, str]) -> procs.Service:
+    """Start ``service`` locally and run its compose health check against it."""
+    name, args = _serve_args(service, tmp, public, environ)
+    check = COMPOSE["services"][service]["healthcheck"]["test"]
     assert check[0] == "CMD"
-    cmd = [_map(a, mounts) for a in check[1:]]
+    cmd = [_map(a, _mounts(service, tmp, public)) for a in check[1:]]
     flags = dict(zip(cmd[3::2], cmd[4::2]))  # lac health ADDRESS --ca .. [--cert .. --key ..]
     probe_tls = tls.client_tls(flags["--ca"], flags.get("--cert", ""), flags.get("--key", ""))
     running = procs.start(name, args, tmp / service, timeout=60, env=_env(), tls=probe_tls)
@@ -95,8 +120,77 @@ def test_compose_service_starts_and_is_healthy(service, deployed):
         probe = subprocess.run(cmd, env=_env(), capture_output=True, text=True, timeout=60)
         assert probe.returncode == 0, probe.stderr
         assert "SERVING" in probe.stdout
+    except BaseException:
+        running.stop()
+        raise
+    return running
+
+
+def test_every_variable_is_one_the_test_substitutes():
+    assert "$" not in _VARIABLE.sub("", COMPOSE_TEXT)
+
+
+@pytest.mark.parametrize("service", SERVERS)
+def test_compose_service_starts_and_is_healthy(service, deployed):
+    tmp, public = deployed
+    spec = COMPOSE["services"][service]
+    assert spec["build"]["args"]["COMPONENT"] == service
+    assert spec["depends_on"]["keys"]["condition"] == "service_completed_successfully"
+    assert "profiles" not in spec  # part of the default `docker compose up`
+    assert _serve_args(service, tmp, public, {})[0] == service
+    running = _start_healthy(service, tmp, public, {})  # no variables set: the default deployment
+    assert running.stop() == 0
+
+
+def test_sharded_profile_runs_two_replicas_that_agree(deployed):
+    """``LAC_SHARDS=... docker compose --profile sharded up``: shuffler and shuffler-b serve as the two entries
+    of one shard list, each with its own state volume, shuffler-b reading the shuffler's tokens file (so a
+    client registered once is known to both, and both send it to the same replica)."""
+    from lac.common.config import add_flags, load
+    from lac.common.v1 import shuffler_pb2, shuffler_pb2_grpc
+    from lac.shuffler.auth import add_client
+    from lac.shuffler.config import ENV_PREFIX, ShufflerConfig
+    from lac.shuffler.shards import assign_shard
+
+    tmp, public = deployed
+    spec = COMPOSE["services"]["shuffler-b"]
+    assert spec["profiles"] == ["sharded"] and spec["build"]["args"]["COMPONENT"] == "shuffler"
+    assert spec["depends_on"] == COMPOSE["services"]["shuffler"]["depends_on"]
+    volumes = dict(v.split(":")[:2] for v in spec["volumes"])
+    assert volumes["shuffler-b-state"] == "/var/lib/lac/shuffler"  # its own report log
+    assert "shuffler-b-state" in COMPOSE["volumes"] and "shuffler-b-state" not in {
+        v.split(":")[0] for v in COMPOSE["services"]["shuffler"]["volumes"]}
+    assert "shuffler-state:/etc/lac/shard-a:ro" in spec["volumes"]
+    # The default deployment stays one unsharded shuffler; shuffler-b alone refuses to start unsharded.
+    assert _serve_args("shuffler", tmp, public, {})[1][-4:] == ["--shards", "", "--shard-name", ""]
+    parser = argparse.ArgumentParser()
+    add_flags(parser, ShufflerConfig, ENV_PREFIX)
+    b_unsharded = parser.parse_args(_serve_args("shuffler-b", tmp, public, {})[1])
+    with pytest.raises(ValueError, match="but shards is empty"):
+        load(ShufflerConfig, ENV_PREFIX, flags=vars(b_unsharded), environ={})
+    environ = {"LAC_SHARDS": SHARDS}
+    token = add_client(tmp / "volumes" / "shuffler-state" / "clients.tokens", "compose-client")
+    ca = tls.client_tls(str(tmp / "volumes" / "shuffler-tls" / "ca.pem"))
+    assert spec["healthcheck"] == COMPOSE["services"]["shuffler"]["healthcheck"]  # run once, for the shuffler
+    replicas = {}
+    try:
+        replicas["shuffler"] = _start_healthy("shuffler", tmp, public, environ)
+        name, args = _serve_args("shuffler-b", tmp, public, environ)
+        replicas["shuffler-b"] = procs.start(name, args, tmp / "shuffler-b", timeout=60, env=_env(), tls=ca)
+        names = {}
+        for service, running in replicas.items():
+            with tls.channel(running.address, ca) as ch:
+                reply = shuffler_pb2_grpc.ShufflerStub(ch).GetShards(
+                    shuffler_pb2.GetShardsRequest(), metadata=(("authorization", f"Bearer {token}"),), timeout=10)
+            assert list(reply.shards) == SHARDS.split(",")
+            assert reply.assigned_shard == assign_shard("token:compose-client", SHARDS.split(","))
+            names[service] = reply.shard_name
+        assert names == {"shuffler": "localhost:50051", "shuffler-b": "localhost:50053"}
+        published = {s: COMPOSE["services"][s]["ports"][0].split(":")[0] for s in names}
+        assert {s: n.split(":")[1] for s, n in names.items()} == published  # each name is its published port
     finally:
-        assert running.stop() == 0
+        for running in replicas.values():
+            assert running.stop() == 0
 
 
 def test_dockerfile_installs_one_component():

@@ -180,6 +180,7 @@ def _shuffler_calls(stub, md):
         "GetDeployment": lambda: stub.GetDeployment(reports_pb2.DeploymentRequest(), metadata=md, timeout=10),
         "GetStatus": lambda: stub.GetStatus(shuffler_pb2.ShufflerStatusRequest(), metadata=md, timeout=10),
         "Flush": lambda: stub.Flush(shuffler_pb2.FlushRequest(), metadata=md, timeout=10),
+        "GetShards": lambda: stub.GetShards(shuffler_pb2.GetShardsRequest(), metadata=md, timeout=10),
     }
 
 
@@ -194,8 +195,8 @@ def test_every_shuffler_rpc_serves_only_its_roles(start_shuffler, pki, tmp_path)
     shf = start_shuffler("127.0.0.1:1", insecure=False, auth="token", state_dir=state, tls_cert=cert, tls_key=key,
                          curator_ca=pki.ca, allow_plaintext_payloads=True, min_batch=5, reports_per_window=100)
     names = set(shuffler_pb2.DESCRIPTOR.services_by_name["Shuffler"].methods_by_name)
-    allowed = {"client": {"Submit", "SubmitStream", "GetDeployment"},
-               "operator": {"GetDeployment", "GetStatus", "Flush"}}
+    allowed = {"client": {"Submit", "SubmitStream", "GetDeployment", "GetShards"},
+               "operator": {"GetDeployment", "GetStatus", "Flush", "GetShards"}}
     identities = {
         "client": (("authorization", f"Bearer {client}"),),
         "operator": (("authorization", f"Bearer {operator}"),),

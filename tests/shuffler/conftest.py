@@ -125,3 +125,29 @@ class ServeProc:
                 self.process.wait()
         self._reader.join(5)
         return self.process.returncode
+
+
+def free_port() -> int:
+    """A loopback port that was free a moment ago: for shard lists, which name the replicas' addresses
+    before the replicas start."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def start_replica(start_shuffler, tmp_path):
+    """Factory: ``start_replica(port, curator, **overrides)`` runs an in-process shuffler on
+    127.0.0.1:``port`` (a port chosen first, so that shard lists can name it) with token
+    authentication and the tokens file ``tmp_path / "replicas.tokens"`` shared by all replicas.
+    Stopped at teardown; ``.stop()`` earlier frees the port for a restart."""
+
+    def start(port: int, curator: str, **overrides):
+        overrides.setdefault("state_dir", tmp_path / f"replica-{port}")
+        overrides.setdefault("tokens_file", tmp_path / "replicas.tokens")
+        overrides.setdefault("auth", "token")
+        return start_shuffler(curator, port=port, **overrides)
+
+    return start

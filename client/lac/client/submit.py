@@ -7,16 +7,26 @@ idempotency ids, so a retry is stored once. Content is HPKE-sealed to the curato
 public key; the channel is TLS and the client authenticates with a bearer token (or
 an mTLS certificate). Plaintext payloads and channels need ``insecure=True``.
 
+Sharded shufflers: when the operator runs several replicas, each client belongs to one of them
+(``Shuffler.GetShards`` says which). The address given to ``ShufflerClient`` is then only the
+bootstrap: before a token's first submission the client asks it for that token's replica and
+submits there (same TLS settings and token); a replica that refuses a client it does not serve
+names the right one (FAILED_PRECONDITION with trailing metadata ``lac-shard``), and the client
+asks that replica and retries there once. Against an unsharded shuffler every call goes to the
+address given, as before.
+
 Failures surface as ``lac.client.errors`` (never a raw ``grpc.RpcError``): transient ones
 (UNAVAILABLE, DEADLINE_EXCEEDED) after this client's own retries as ``RetryableError``, a used-up
 quota as ``QuotaExceeded``, credentials as ``AuthenticationError``, refused input as
-``InvalidReportError``.
+``InvalidReportError``; replicas that keep sending a client elsewhere as ``NotRetryableError``.
 """
 
 from __future__ import annotations
 
 import os
+import threading
 import time
+from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -28,7 +38,9 @@ from lac.common.deployment import Deployment
 from lac.common.envelope import CuratorPublicKey
 from lac.common.serde import deployment_from_proto, mechanism_id
 from lac.common.v1 import reports_pb2, shuffler_pb2, shuffler_pb2_grpc
+from lac.client import _grpc_errors
 from lac.client._grpc_errors import retry_after, wrap
+from lac.client.errors import LacClientError
 from lac.client.presets import DEFAULT_PRESET, Preset
 
 if TYPE_CHECKING:
@@ -37,6 +49,28 @@ if TYPE_CHECKING:
 RETRYABLE = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED}
 MAX_RETRY_WAIT = 30.0  # seconds: the longest the SDK sleeps between two attempts
 TOKEN_ENV = "LAC_CLIENT_TOKEN"
+SHARD_KEY = "lac-shard"  # trailing metadata of a sharded replica's refusal: the replica to submit to
+MAX_ROUTES = 4096  # tokens whose replica is remembered (a simulation may play many clients)
+MAX_REPLICA_CHANNELS = 64  # open channels to replicas other than the bootstrap
+
+
+def _bearer(token: str | None) -> tuple:
+    return (("authorization", f"Bearer {token}"),) if token else ()
+
+
+def _named_shard(error: LacClientError) -> str | None:
+    """The replica a wrong-shard refusal (FAILED_PRECONDITION with ``lac-shard``) sends the client to."""
+    if error.status_code != grpc.StatusCode.FAILED_PRECONDITION:
+        return None
+    return next((value for key, value in error.trailing if key == SHARD_KEY and value), None)
+
+
+def _replicas_disagree(why: str, refusal: LacClientError) -> LacClientError:
+    """The error for a wrong-shard refusal that following it did not resolve (inconsistent shard lists)."""
+    return _grpc_errors.NotRetryableError(
+        f"Shuffler.Submit failed: FAILED_PRECONDITION: the shuffler replicas disagree about this client's replica "
+        f"({why}): their shard lists differ, tell the shuffler's operator. Last refusal: {refusal.status_details}",
+        status_code=refusal.status_code, status_details=refusal.status_details, trailing=refusal.trailing)
 
 
 def report_content(report: PrivatizedReport) -> reports_pb2.ReportContent:
@@ -63,7 +97,8 @@ class ShufflerClient:
     that signed the shuffler's certificate, optionally a client certificate), plus a
     ``token`` unless the client certificate identifies the client. ``insecure=True``
     allows plaintext payloads and channels for local demos only. ``ShufflerClient.connect``
-    builds the same from file paths.
+    builds the same from file paths. ``target`` may be any replica of a sharded shuffler: each
+    token's reports go to its own replica (``replica``), found and followed as the module says.
     """
 
     def __init__(self, target: str, curator_key: CuratorPublicKey | None = None, tls_config: tls.ClientTls | None = None,
@@ -73,12 +108,19 @@ class ShufflerClient:
             raise ValueError("ShufflerClient needs the curator's public key and TLS settings "
                              "(or insecure=True for a local demo)")
         self.curator_key = curator_key
-        self.metadata = (("authorization", f"Bearer {token}"),) if token else ()
-        self.channel = tls.channel(target, tls_config)
+        self.target = target
+        self.tls_config = tls_config
+        self.token = token
+        self.metadata = _bearer(token)
+        self.channel = tls.channel(target, tls_config)  # the bootstrap: the address given
         self.stub = shuffler_pb2_grpc.ShufflerStub(self.channel)
         self.batch_size = batch_size
         self.attempts = attempts
         self.timeout = timeout
+        self._unsharded = False  # the bootstrap said it is not sharded: submit there without asking
+        self._replica_of: OrderedDict[str | None, str] = OrderedDict()  # token -> its replica's address
+        self._replicas: OrderedDict[str, tuple[grpc.Channel, shuffler_pb2_grpc.ShufflerStub]] = OrderedDict()
+        self._lock = threading.Lock()
 
     @classmethod
     def connect(cls, address: str, *, curator_key: str | os.PathLike | CuratorPublicKey | None = None,
@@ -98,6 +140,11 @@ class ShufflerClient:
         return cls(address, curator_key, channel_tls, token=token, insecure=insecure, **options)
 
     def close(self) -> None:
+        """Close the channels to the bootstrap address and to every replica."""
+        with self._lock:
+            replicas, self._replicas = list(self._replicas.values()), OrderedDict()
+        for channel, _ in replicas:
+            channel.close()
         self.channel.close()
 
     def __enter__(self):
@@ -106,11 +153,11 @@ class ShufflerClient:
     def __exit__(self, *exc):
         self.close()
 
-    def _call(self, name: str, request, metadata=None):
-        """``method(request)`` with retries of transient failures (exponential back-off, or the
-        server's ``retry-after-seconds`` when it is longer, up to ``MAX_RETRY_WAIT``); a final failure
-        is raised as a ``lac.client.errors.LacClientError``."""
-        method = getattr(self.stub, name)
+    def _call(self, name: str, request, metadata=None, stub=None):
+        """``method(request)`` on ``stub`` (default: the bootstrap address) with retries of transient
+        failures (exponential back-off, or the server's ``retry-after-seconds`` when it is longer, up to
+        ``MAX_RETRY_WAIT``); a final failure is raised as a ``lac.client.errors.LacClientError``."""
+        method = getattr(stub or self.stub, name)
         delay = 0.2
         for attempt in range(1, self.attempts + 1):
             try:
@@ -158,5 +205,98 @@ class ShufflerClient:
     def submit_prepared(self, chunk: Sequence[shuffler_pb2.ClientReport],
                         token: str | None = None) -> list[shuffler_pb2.ReportAck]:
         """Submit already sealed reports (a retry reuses their idempotency ids, so it stores nothing twice)."""
-        metadata = (("authorization", f"Bearer {token}"),) if token else None
-        return list(self._call("Submit", shuffler_pb2.SubmitRequest(reports=list(chunk)), metadata).acks)
+        metadata = _bearer(token) if token else self.metadata
+        token = token or self.token
+        request = shuffler_pb2.SubmitRequest(reports=list(chunk))
+        try:
+            return list(self._call("Submit", request, metadata, self._stub_for(token, metadata)).acks)
+        except LacClientError as exc:
+            shard, refusal = _named_shard(exc), exc
+            if shard is None:
+                raise
+        # A replica that does not serve this client named the one that does (nothing was stored): ask that
+        # replica for the assignment and retry there once, with the same idempotency ids.
+        stub = self._follow(token, metadata, shard, refusal)
+        try:
+            return list(self._call("Submit", request, metadata, stub).acks)
+        except LacClientError as exc:
+            again = _named_shard(exc)
+            if again is None:
+                raise
+            raise _replicas_disagree(f"{shard} said it serves this client, then sent it to {again}", exc) from None
+
+    # ------------------------------------------------------------------ sharded replicas
+
+    def replica(self, token: str | None = None) -> str:
+        """The address this client (or ``token``'s client) submits to: its replica when the shuffler is
+        sharded (asked of the bootstrap address once, then remembered), else the address given."""
+        metadata = _bearer(token) if token else self.metadata
+        self._stub_for(token or self.token, metadata)
+        with self._lock:
+            return self._replica_of.get(token or self.token, self.target)
+
+    def _stub_for(self, token: str | None, metadata) -> shuffler_pb2_grpc.ShufflerStub:
+        """The stub of ``token``'s replica, asking the bootstrap with ``GetShards`` the first time."""
+        with self._lock:
+            address = self._replica_of.get(token)
+            if address is not None:
+                self._replica_of.move_to_end(token)
+            elif self._unsharded:
+                return self.stub
+        if address is None:
+            address = self._assignment(self.target, metadata, bootstrap=True)
+            self._remember(token, address)
+        return self._stub_at(address)
+
+    def _assignment(self, address: str, metadata, bootstrap: bool = False) -> str:
+        """Where the replica at ``address`` says the caller of ``metadata`` submits: its assigned replica,
+        or ``address`` itself when it serves the caller or is not sharded."""
+        try:
+            reply = self._call("GetShards", shuffler_pb2.GetShardsRequest(), metadata, self._stub_at(address))
+        except LacClientError as exc:
+            if exc.status_code != grpc.StatusCode.UNIMPLEMENTED:
+                raise
+            reply = shuffler_pb2.ShardAssignment()  # a shuffler from before sharding: not sharded
+        if not reply.shards and bootstrap:
+            with self._lock:
+                self._unsharded = True
+        if not reply.assigned_shard or reply.assigned_shard == reply.shard_name:
+            return address
+        return reply.assigned_shard
+
+    def _follow(self, token: str | None, metadata, shard: str,
+                refusal: LacClientError) -> shuffler_pb2_grpc.ShufflerStub:
+        """After ``refusal`` naming ``shard``: re-fetch the assignment from that replica and route there."""
+        with self._lock:
+            self._unsharded = False  # the bootstrap may have been sharded since it said otherwise
+            self._replica_of.pop(token, None)
+        address = self._assignment(shard, metadata)
+        if address != shard:
+            raise _replicas_disagree(f"a replica sent this client to {shard}, which sends it to {address}", refusal)
+        self._remember(token, shard)
+        return self._stub_at(shard)
+
+    def _remember(self, token: str | None, address: str) -> None:
+        with self._lock:
+            self._replica_of[token] = address
+            self._replica_of.move_to_end(token)
+            while len(self._replica_of) > MAX_ROUTES:
+                self._replica_of.popitem(last=False)
+
+    def _stub_at(self, address: str) -> shuffler_pb2_grpc.ShufflerStub:
+        """A stub on a channel to ``address`` (the bootstrap's own for the address given)."""
+        if address == self.target:
+            return self.stub
+        evicted = None
+        with self._lock:
+            if address in self._replicas:
+                self._replicas.move_to_end(address)
+                return self._replicas[address][1]
+            channel = tls.channel(address, self.tls_config)
+            self._replicas[address] = (channel, shuffler_pb2_grpc.ShufflerStub(channel))
+            if len(self._replicas) > MAX_REPLICA_CHANNELS:
+                evicted = self._replicas.popitem(last=False)[1][0]
+            stub = self._replicas[address][1]
+        if evicted is not None:
+            evicted.close()
+        return stub

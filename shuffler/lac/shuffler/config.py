@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from lac.common.config import setting
+from lac.shuffler.shards import parse_shards
 
 ENV_PREFIX = "LAC_SHUFFLER_"
 
@@ -93,6 +94,18 @@ class ShufflerConfig:
     crowd_threshold: int = setting(0, "drop, at release, every crowd id with fewer than this many reports "
                                       "(0 = off; reports without a crowd id form one crowd)")
     target_delta: float = setting(1e-6, "central delta of each batch's amplification statement")
+    shards: str = setting("", "comma-separated public addresses host:port of all shuffler replicas, the same list "
+                              "on every replica (empty = one unsharded shuffler). Each client belongs to one "
+                              "replica (rendezvous hashing of its identity); the others refuse its reports with "
+                              "FAILED_PRECONDITION naming the right address, so its quota holds across replicas. "
+                              "Change the list only at a window boundary (see shards_effective_window): a client "
+                              "that moves to another replica mid-window gets a fresh quota there")
+    shard_name: str = setting("", "this replica's own entry in shards (required when shards is set)")
+    shards_effective_window: int = setting(0, "the accounting window (unix time // window_seconds) from which "
+                                              "this shard list applies; before it this replica refuses Submit "
+                                              "with UNAVAILABLE and retry-after-seconds. To change the list, give "
+                                              "every replica the new list with the next window here, so all of "
+                                              "them switch at the same boundary (0 = applies at once)")
     metrics_port: int | None = setting(None, "serve Prometheus text metrics at http://METRICS_HOST:PORT/metrics "
                                              "(0 = any free port; unset = off)")
     metrics_host: str = setting("127.0.0.1", "address of the metrics endpoint (plaintext, unauthenticated: keep it "
@@ -124,7 +137,26 @@ class ShufflerConfig:
                              "max_pending_bytes positive")
         if not self.commit_timeout_seconds > 0 or self.min_free_disk_bytes < 0:
             raise ValueError("commit_timeout_seconds must be positive and min_free_disk_bytes >= 0")
+        shards = parse_shards(self.shards)
+        if shards and self.shard_name not in shards:
+            raise ValueError(f"shard_name must be this replica's entry in shards ({', '.join(shards)}); got "
+                             f"{self.shard_name!r}" if self.shard_name else
+                             f"shard_name is required with shards: this replica's entry among {', '.join(shards)}")
+        if self.shard_name and not shards:
+            raise ValueError(f"shard_name is {self.shard_name!r} but shards is empty: set shards to the addresses "
+                             f"of all replicas (or unset shard_name for one unsharded shuffler)")
+        if shards and self.auth != "token":
+            raise ValueError("shards need client authentication (auth=token): an anonymous client cannot be "
+                             "assigned to a shard")
+        if self.shards_effective_window < 0:
+            raise ValueError("shards_effective_window must be >= 0")
 
     @property
     def tokens_path(self) -> Path:
+        """The tokens file in use (tokens_file, or STATE_DIR/clients.tokens)."""
         return self.tokens_file if self.tokens_file is not None else self.state_dir / "clients.tokens"
+
+    @property
+    def shard_list(self) -> tuple[str, ...]:
+        """The replicas' addresses from ``shards`` (empty: not sharded)."""
+        return parse_shards(self.shards)

@@ -16,7 +16,8 @@ from lac.common import tls
 from lac.common.errors import InvalidArgument, LacError
 from lac.common.rpc import Caller, Role, service_handler
 from lac.common.v1 import shuffler_pb2
-from lac.shuffler.service import SERVICE_NAME, Shuffler
+from lac.shuffler.service import SERVICE_NAME, Shuffler, WrongShard
+from lac.shuffler.shards import SHARD_METADATA_KEY
 
 log = logging.getLogger(__name__)
 
@@ -29,6 +30,7 @@ ROLES = {
     "GetDeployment": {Role.CLIENT, Role.OPERATOR},
     "GetStatus": {Role.OPERATOR},
     "Flush": {Role.OPERATOR},
+    "GetShards": {Role.CLIENT, Role.OPERATOR},
 }
 
 _ACK_STATUS = {True: bytes((0x10, shuffler_pb2.ACK_STATUS_STORED)),  # ReportAck.status = 2 (varint)
@@ -142,12 +144,24 @@ class _BoundedReports(grpc.GenericRpcHandler):
                                                     response_serializer=handler.response_serializer)
 
 
+def _name_the_right_shard(context, refusal: WrongShard) -> None:
+    """Put the right replica's address in the trailing metadata of a wrong-shard refusal (``lac-shard``), so
+    the SDK can follow it without parsing the message; ``lac.common.rpc`` then answers FAILED_PRECONDITION."""
+    context.set_trailing_metadata(((SHARD_METADATA_KEY, refusal.shard),))
+
+
 class ShufflerServicer:
+    """The ``lac.v1.Shuffler`` methods (roles in ``ROLES``); the work is in ``Shuffler``."""
+
     def __init__(self, shuffler: Shuffler):
         self.shuffler = shuffler
 
     async def Submit(self, request, context, caller: Caller):
-        return _acks(request.reports, await self.shuffler.submit(request.reports, caller.identity))
+        try:
+            return _acks(request.reports, await self.shuffler.submit(request.reports, caller.identity))
+        except WrongShard as exc:
+            _name_the_right_shard(context, exc)
+            raise
 
     async def SubmitStream(self, requests, context, caller: Caller):
         acks, total, limit = [], 0, self.shuffler.config.max_reports_per_request
@@ -158,7 +172,12 @@ class ShufflerServicer:
                 raise InvalidArgument(f"more than {limit} reports in one SubmitStream call (max_reports_per_request); "
                                       f"the earlier messages' reports may be stored: resend them in a new call "
                                       f"with the same idempotency ids")
-            acks.append(_acks(request.reports, await self.shuffler.submit(request.reports, caller.identity)))
+            try:
+                stored = await self.shuffler.submit(request.reports, caller.identity)
+            except WrongShard as exc:  # raised by the first message, before anything is stored
+                _name_the_right_shard(context, exc)
+                raise
+            acks.append(_acks(request.reports, stored))
         return b"".join(acks)
 
     async def GetDeployment(self, request, context, caller: Caller):
@@ -173,6 +192,9 @@ class ShufflerServicer:
             return shuffler_pb2.FlushResponse(released=False, note=self.shuffler.note)
         return shuffler_pb2.FlushResponse(released=True, batch_id=released[0], batch_size=released[1],
                                           note=self.shuffler.note)
+
+    async def GetShards(self, request, context, caller: Caller):
+        return self.shuffler.shard_assignment(caller.identity)
 
 
 def create_server(shuffler: Shuffler) -> tuple[grpc.aio.Server, int]:

@@ -16,13 +16,20 @@ The privacy unit is one client over an accounting window: a client may store at 
 ``reports_per_window`` reports per window, and a batch takes at most one report per client
 (``lac.shuffler.policy``). Each batch's amplification statement uses the report-level ε0 of the
 curator's published deployment (``GetDeployment``), never an operator-typed number.
+
+Sharded replicas (``shards``): each client belongs to one replica (``lac.shuffler.shards``); the
+others refuse its reports before looking at them (``WrongShard``: FAILED_PRECONDITION naming the
+right replica; counted as reject ``wrong_shard``), so a client's quota holds across replicas even
+when it ignores its assignment. Batch ids are 128-bit values from the OS CSPRNG drawn per batch
+(``ReportLog.release``), so two batches, of one replica or of two, share an id at the curator (which
+de-duplicates by batch id) only with probability below n²/2^129 for n batches in all.
 """
 
 from __future__ import annotations
 
 import asyncio
-import bisect
 import errno
+import json
 import logging
 import sqlite3
 import time
@@ -35,7 +42,7 @@ import grpc
 from lac.common import envelope, tls
 from lac.common.deployment import Deployment
 from lac.common.envelope import PayloadRejected
-from lac.common.errors import InvalidArgument, ResourceExhausted, Unavailable
+from lac.common.errors import FailedPrecondition, InvalidArgument, ResourceExhausted, Unavailable
 from lac.common.privacy import Adjacency, Guarantee, Model, PrivacyUnit
 from lac.common.rpc import parse_names
 from lac.common.serde import deployment_from_proto, deployment_to_proto
@@ -44,7 +51,9 @@ from lac.common.v1 import curator_pb2, curator_pb2_grpc, reports_pb2, shuffler_p
 from lac.shuffler import amplification
 from lac.shuffler.auth import ShufflerAuth
 from lac.shuffler.config import ShufflerConfig
+from lac.shuffler.metrics import ShufflerMetrics
 from lac.shuffler.reportlog import LOG_FULL, OVER_QUOTA, ReportLog, StoredBatch, _varint
+from lac.shuffler.shards import assign_shard
 from lac.shuffler.shuffle import geometric
 
 log = logging.getLogger(__name__)
@@ -53,7 +62,6 @@ MIN_IDEMPOTENCY_BYTES = 8
 MAX_IDEMPOTENCY_BYTES = 64
 MAX_KEY_ID_CHARS = 256
 MAX_CROWD_ID_CHARS = 256
-LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 DEPLOYMENT_REFRESH_SECONDS = 300.0
 DISK_CHECK_SECONDS = 1.0  # how often free space is checked while healthy
 PROBE_MIN_SECONDS, PROBE_MAX_SECONDS = 0.5, 10.0  # back-off of the test writes while the storage fails
@@ -69,6 +77,15 @@ _PRIVACY_FIELD = curator_pb2.IngestBatchRequest.DESCRIPTOR.fields_by_name["priva
 
 class StorageFailed(Unavailable):
     """The report log could not be written or read (full disk, I/O error, stalled commit): retry later."""
+
+
+class WrongShard(FailedPrecondition):
+    """A sharded replica's refusal: the calling client belongs to the replica at ``shard``."""
+
+    def __init__(self, shard: str, this_replica: str):
+        super().__init__(f"this client belongs to the shuffler replica at {shard}, not to {this_replica}: send the "
+                         f"same reports there (trailing metadata lac-shard); nothing was stored here")
+        self.shard = shard
 
 
 class LowDiskSpace(Exception):
@@ -162,12 +179,68 @@ class Shuffler:
         self._deployment: Deployment | None = (
             deployment_from_proto(reports_pb2.Deployment.FromString(cached)) if cached else None)
         self._deployment_at = 0.0
-        self.latency_counts = [0] * (len(LATENCY_BUCKETS) + 1)
-        self.latency_sum = 0.0
         self.forward_failures = 0
+        self.metrics = ShufflerMetrics(self)  # served at metrics_host:metrics_port once started (operator only)
         self.metrics_port: int | None = None
-        self._metrics_server = None
         self.note = ""
+        self.shards = config.shard_list
+        self._note_shard_change()
+
+    # ------------------------------------------------------------------ shards
+
+    def _note_shard_change(self) -> None:
+        """Log the shard topology; warn when it differs from the one this state directory last served
+        with and applies at once (a client that moves mid-window gets a fresh quota on its new replica)."""
+        cfg = self.config
+        current = {"shards": sorted(self.shards), "shard_name": cfg.shard_name,
+                   "effective_window": cfg.shards_effective_window}
+        stored = self._log.get_meta("shards")
+        previous = json.loads(stored) if stored else None
+        if self.shards:
+            log.info("shard %s of %d replicas (%s), applying from window %d (now %d)", cfg.shard_name,
+                     len(self.shards), ", ".join(self.shards), cfg.shards_effective_window, self._window)
+        if previous is not None and previous["shards"] != current["shards"] and \
+                cfg.shards_effective_window <= self._window:
+            log.warning("SHARD LIST CHANGED (was %s) and applies at once, in window %d: unless every replica "
+                        "switched at this window's start, a client that moved replica gets a fresh quota on its new "
+                        "one for the rest of this window. Change the list at a window boundary: give every replica "
+                        "the new list with shards_effective_window set to the next window",
+                        ", ".join(previous["shards"]) or "not sharded", self._window)
+        if previous != current:
+            try:
+                self._log.set_meta("shards", json.dumps(current).encode())
+            except Exception as exc:  # noqa: BLE001 - only the comparison at the next start is lost
+                if storage_failure_reason(exc) is None:
+                    raise
+                log.warning("could not record the shard list in the report log (%s)", exc)
+
+    def assigned_shard(self, client_id: str | None) -> str | None:
+        """The address of the replica that serves ``client_id`` (None: not sharded, or an anonymous caller)."""
+        if not self.shards or client_id is None:
+            return None
+        return assign_shard(client_id, self.shards)
+
+    def check_shard(self, client_id: str | None, n_reports: int) -> None:
+        """Refuse (and count as rejects) ``n_reports`` reports of a client this replica does not serve:
+        ``WrongShard`` for another replica's client, ``Unavailable`` before the shard list applies."""
+        home = self.assigned_shard(client_id)
+        if home is None:
+            return
+        start = self.config.shards_effective_window
+        if self.window() < start:
+            self._log.count_reject("shards_not_effective", n_reports)
+            wait = start * self.config.window_seconds - time.time()
+            raise Unavailable(f"this replica's shard list applies from accounting window {start} (in {wait:.0f} s); "
+                              f"retry then", retry_after=wait)
+        if home != self.config.shard_name:
+            self._log.count_reject("wrong_shard", n_reports)
+            raise WrongShard(home, self.config.shard_name)
+
+    def shard_assignment(self, client_id: str | None) -> shuffler_pb2.ShardAssignment:
+        """What ``GetShards`` answers ``client_id``: the shard list, this replica's entry and the client's shard."""
+        return shuffler_pb2.ShardAssignment(shards=self.shards, shard_name=self.config.shard_name,
+                                            assigned_shard=self.assigned_shard(client_id) or "",
+                                            effective_window=self.config.shards_effective_window)
 
     # ------------------------------------------------------------------ plumbing
 
@@ -273,7 +346,7 @@ class Shuffler:
                        (self._commit_loop, self._forward_loop, self._interval_loop, self._storage_loop)]
         self._wake_forwarder.set()  # deliver batches left over from before a restart
         if self.config.metrics_port is not None:
-            self.metrics_ready = asyncio.create_task(self._start_metrics())
+            self.metrics_ready = self.metrics.endpoint.start_soon(self.config.metrics_host, self.config.metrics_port)
 
     async def _supervised(self, loop) -> None:
         """Run a background loop forever: an unexpected error is logged and the loop restarted,
@@ -348,11 +421,13 @@ class Shuffler:
     async def submit(self, reports, client_id: str | None = None) -> list[bool]:
         """Validate, store durably (group commit), return stored/duplicate per report.
 
-        ``client_id`` is the authenticated client (None: anonymous, authentication disabled).
+        ``client_id`` is the authenticated client (None: anonymous, authentication disabled); a
+        sharded replica refuses a client it does not serve (``check_shard``) before anything else.
         The caller must have stripped unknown fields so that only known payload fields are stored.
         """
         t0 = time.perf_counter()
         cfg = self.config
+        self.check_shard(client_id, len(reports))
         try:
             items = self.validate(reports)
         except InvalidArgument as exc:
@@ -402,8 +477,7 @@ class Shuffler:
                 self._pending_bytes -= sum(b[4] for b in batch)
             now = time.perf_counter()
             for (_, _, fut, t0, _), r in zip(batch, results):
-                self.latency_counts[bisect.bisect_left(LATENCY_BUCKETS, now - t0)] += 1
-                self.latency_sum += now - t0
+                self.metrics.ingest_seconds.observe(now - t0)
                 if not fut.done():
                     fut.set_result(r)  # an exception is passed as a value: a caller gone since leaves no warning
             if self._log.takeable() >= self._threshold:

@@ -126,3 +126,19 @@ class FlushResponse(_message.Message):
     batch_size: int
     note: str
     def __init__(self, released: _Optional[bool] = ..., batch_id: _Optional[str] = ..., batch_size: _Optional[int] = ..., note: _Optional[str] = ...) -> None: ...
+
+class GetShardsRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ShardAssignment(_message.Message):
+    __slots__ = ("shards", "shard_name", "assigned_shard", "effective_window")
+    SHARDS_FIELD_NUMBER: _ClassVar[int]
+    SHARD_NAME_FIELD_NUMBER: _ClassVar[int]
+    ASSIGNED_SHARD_FIELD_NUMBER: _ClassVar[int]
+    EFFECTIVE_WINDOW_FIELD_NUMBER: _ClassVar[int]
+    shards: _containers.RepeatedScalarFieldContainer[str]
+    shard_name: str
+    assigned_shard: str
+    effective_window: int
+    def __init__(self, shards: _Optional[_Iterable[str]] = ..., shard_name: _Optional[str] = ..., assigned_shard: _Optional[str] = ..., effective_window: _Optional[int] = ...) -> None: ...

@@ -60,6 +60,11 @@ class ShufflerStub:
                 request_serializer=lac_dot_v1_dot_shuffler__pb2.FlushRequest.SerializeToString,
                 response_deserializer=lac_dot_v1_dot_shuffler__pb2.FlushResponse.FromString,
                 _registered_method=True)
+        self.GetShards = channel.unary_unary(
+                '/lac.v1.Shuffler/GetShards',
+                request_serializer=lac_dot_v1_dot_shuffler__pb2.GetShardsRequest.SerializeToString,
+                response_deserializer=lac_dot_v1_dot_shuffler__pb2.ShardAssignment.FromString,
+                _registered_method=True)
 
 
 class ShufflerServicer:
@@ -100,6 +105,13 @@ class ShufflerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetShards(self, request, context):
+        """Client, operator: the replicas' shard list, this replica's entry and the caller's shard.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ShufflerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -127,6 +139,11 @@ def add_ShufflerServicer_to_server(servicer, server):
                     servicer.Flush,
                     request_deserializer=lac_dot_v1_dot_shuffler__pb2.FlushRequest.FromString,
                     response_serializer=lac_dot_v1_dot_shuffler__pb2.FlushResponse.SerializeToString,
+            ),
+            'GetShards': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetShards,
+                    request_deserializer=lac_dot_v1_dot_shuffler__pb2.GetShardsRequest.FromString,
+                    response_serializer=lac_dot_v1_dot_shuffler__pb2.ShardAssignment.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -264,6 +281,33 @@ class Shuffler:
             '/lac.v1.Shuffler/Flush',
             lac_dot_v1_dot_shuffler__pb2.FlushRequest.SerializeToString,
             lac_dot_v1_dot_shuffler__pb2.FlushResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetShards(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/lac.v1.Shuffler/GetShards',
+            lac_dot_v1_dot_shuffler__pb2.GetShardsRequest.SerializeToString,
+            lac_dot_v1_dot_shuffler__pb2.ShardAssignment.FromString,
             options,
             channel_credentials,
             insecure,
