@@ -1,0 +1,113 @@
+"""The package graph has no import cycles: a module imported at load time by another never imports
+it back (directly or through others). Imports inside functions (deliberately lazy) and under
+``TYPE_CHECKING`` are not load-time imports and are not counted."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = ("common", "client", "shuffler", "curator", "suite")
+
+
+def _modules() -> dict[str, Path]:
+    out = {}
+    for pkg in PACKAGES:
+        for path in (ROOT / pkg / "lac").rglob("*.py"):
+            rel = path.relative_to(ROOT / pkg).with_suffix("")
+            if "v1" in rel.parts:  # generated protobuf code
+                continue
+            name = ".".join(rel.parts)
+            out[name.removesuffix(".__init__")] = path
+    return out
+
+
+def _load_time_imports(path: Path, name: str, known: set[str]) -> set[str]:
+    """Modules of ``known`` that ``name`` imports at load time (module level, not under TYPE_CHECKING)."""
+    tree = ast.parse(path.read_text(), str(path))
+    is_pkg = path.name == "__init__.py"
+    found: set[str] = set()
+
+    def resolve(module: str | None, level: int) -> str:
+        if not level:
+            return module or ""
+        base = name.split(".") if is_pkg else name.split(".")[:-1]
+        base = base[:len(base) - (level - 1)]
+        return ".".join(base + ([module] if module else []))
+
+    def visit(stmts):
+        for node in stmts:
+            if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+                visit(node.orelse)
+                continue
+            if isinstance(node, (ast.If, ast.Try, ast.With)):
+                for field in ("body", "orelse", "finalbody", "handlers"):
+                    for child in getattr(node, field, []) or []:
+                        visit(child.body if isinstance(child, ast.ExceptHandler) else [child])
+                continue
+            if isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                mod = resolve(node.module, node.level)
+                targets = [mod] + [f"{mod}.{a.name}" for a in node.names]
+            else:
+                continue
+            for t in targets:
+                while t and t not in known:  # `import lac.x.y` loads lac.x.y; a name inside a module is that module
+                    t = t.rpartition(".")[0]
+                if t and t != name:
+                    found.add(t)
+
+    visit(tree.body)
+    return found
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    out: list[list[str]] = []
+
+    def strongconnect(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                strongconnect(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            strongconnect(v)
+    return out
+
+
+def test_no_import_cycles():
+    modules = _modules()
+    known = set(modules)
+    graph = {}
+    for name, path in modules.items():
+        # a package's own __init__ being imported by its submodules is not a cycle worth flagging
+        graph[name] = {m for m in _load_time_imports(path, name, known) if not name.startswith(m + ".")}
+    assert _cycles(graph) == []
+
+
+def test_the_checker_finds_a_cycle():
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert _cycles({"a": {"b"}, "b": set()}) == []
