@@ -36,7 +36,7 @@ import grpc
 from lac.common import envelope
 from lac.common.v1 import reports_pb2
 from lac.shuffler.auth import add_clients
-from lac.shuffler.reportlog import _varint
+from lac.shuffler.wire import varint as _varint
 from lac.suite import procs
 
 SUBMIT = "/lac.v1.Shuffler/Submit"

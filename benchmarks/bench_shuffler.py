@@ -27,7 +27,8 @@ import grpc
 
 from lac.common import envelope
 from lac.common.v1 import curator_pb2, reports_pb2, shuffler_pb2
-from lac.shuffler.reportlog import ReportLog, _varint
+from lac.shuffler.reportlog import ReportLog
+from lac.shuffler.wire import varint as _varint
 from lac.suite import procs
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "shuffler"))

@@ -98,7 +98,7 @@ def test_online_backup_restores_the_same_state_and_delivers_the_same_reports(sta
     fresh = tmp_path / "fresh"
     r = _lac("restore", str(tmp_path / "backup"), "--state-dir", str(fresh))
     assert r.returncode == 0, r.stderr
-    assert _lac("restore", str(tmp_path / "backup"), "--state-dir", str(fresh)).returncode == 1  # no overwrite
+    assert _lac("restore", str(tmp_path / "backup"), "--state-dir", str(fresh)).returncode == 2  # no overwrite
     b = start_shuffler(sink.address, auth="token", state_dir=fresh, min_batch=10, forward_retry_max_seconds=0.2)
     _same(before, _status(b.address))
 

@@ -22,12 +22,12 @@ import pytest
 
 from lac.common.v1 import shuffler_pb2
 from lac.shuffler.auth import add_clients
-from lac.shuffler.reportlog import _varint
+from lac.shuffler.wire import varint as _varint
 
 from conftest import ServeProc, payload, tag_of, wait_for  # tests/shuffler/conftest.py
 
 SERVICE = "/lac.v1.Shuffler/"
-UNARY = ("Submit", "GetDeployment", "GetStatus", "Flush")
+UNARY = ("Submit", "GetDeployment", "GetStatus", "Flush", "GetShards")
 FUZZ_CALLS = int(os.environ.get("LAC_FUZZ_CALLS", 1600))
 HONEST_THREADS, FUZZ_THREADS = 2, 2
 MAX_RSS_GROWTH = 100 * 1024 ** 2
@@ -160,7 +160,7 @@ def _fuzz(address: str, token: str, operator: str, fuzzer: Fuzzer, calls: int, c
         stream = ch.stream_unary(SERVICE + "SubmitStream", request_serializer=None, response_deserializer=None)
         for i in range(calls):
             method = fuzzer.rng.choice(["Submit", "Submit", "SubmitStream", "SubmitStream", "GetDeployment",
-                                        "GetStatus", "Flush"])
+                                        "GetStatus", "Flush", "GetShards"])
             md = md_operator if method in ("GetStatus", "Flush") else md_client
             try:
                 if method == "SubmitStream":
@@ -247,7 +247,8 @@ def test_malformed_input_to_every_rpc_never_unknown_never_crashes(tmp_path, sink
         context = f"seed {seed}; codes {dict(codes)}"
         assert sum(codes.values()) >= 1000, context
         assert not errors, f"{context}; UNKNOWN/INTERNAL: {errors[:5]}"
-        assert {m for m, _ in codes} == set(UNARY) | {"SubmitStream"}, context
+        every_rpc = set(shuffler_pb2.DESCRIPTOR.services_by_name["Shuffler"].methods_by_name)
+        assert {m for m, _ in codes} == set(UNARY) | {"SubmitStream"} == every_rpc, context
         assert not honest_failures, f"{context}; honest calls failed: {honest_failures[:5]}"
         assert proc.process.poll() is None, "the shuffler died"
         assert proc.health("") == "SERVING" and proc.health("lac.v1.Shuffler") == "SERVING"

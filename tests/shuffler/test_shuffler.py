@@ -222,18 +222,6 @@ async def _metrics_port(shf):
     return await shf_shuffler(shf).metrics_ready
 
 
-def test_hand_built_acks_equal_protobuf_serialization():
-    from lac.shuffler.server import _acks
-
-    reports = [shuffler_pb2.ClientReport(idempotency_id=os.urandom(n)) for n in (8, 16, 64)]
-    stored = [True, False, True]
-    expected = shuffler_pb2.SubmitResponse(acks=[
-        shuffler_pb2.ReportAck(idempotency_id=r.idempotency_id,
-                               status=shuffler_pb2.ACK_STATUS_STORED if s else shuffler_pb2.ACK_STATUS_DUPLICATE)
-        for r, s in zip(reports, stored)])
-    assert _acks(reports, stored) == expected.SerializeToString()
-
-
 def test_large_release_is_cut_into_batches_that_fit_a_message(start_shuffler, sink):
     shf = start_shuffler(sink.address, min_batch=50, max_batch_bytes=20_000)
     reports = [shuffler_pb2.ClientReport(idempotency_id=os.urandom(16), payload=payload(os.urandom(16), 1000))

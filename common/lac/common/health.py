@@ -1,8 +1,11 @@
-"""``lac health ADDRESS``: is a LAC service serving? (exit 0 if so; for probes and scripts)."""
+"""``lac health --server HOST:PORT``: is a LAC service serving? Exit 0 if so, 1 if it answers that it is
+not, 2 if it cannot be asked (unreachable, refused, bad flags); for probes and scripts."""
 
 from __future__ import annotations
 
+import argparse
 import sys
+from typing import Any
 
 import grpc
 
@@ -16,25 +19,29 @@ def check(address: str, channel_tls: tls.ClientTls | None, timeout: float, wait:
     with tls.channel(address, channel_tls) as channel:
         reply = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(service=""),
                                                           timeout=timeout, wait_for_ready=wait)
-    return reply.status == health_pb2.HealthCheckResponse.SERVING
+    return bool(reply.status == health_pb2.HealthCheckResponse.SERVING)
 
 
-def register(sub) -> None:
-    p = sub.add_parser("health", help="check that a LAC service is serving (exit 0 if so)")
-    p.add_argument("address", help="host:port")
-    p.add_argument("--timeout", type=float, default=3.0)
+def register(sub: argparse._SubParsersAction[Any]) -> None:
+    p = sub.add_parser("health", help="check that a LAC service is serving (exit 0 if so, 1 if not, 2 if it "
+                                      "cannot be asked)")
+    p.add_argument("--server", default=None, help="the service's address host:port")
+    p.add_argument("address", nargs="?", default=None, help=argparse.SUPPRESS)  # the older spelling
+    p.add_argument("--timeout", type=float, default=3.0, help="seconds to wait for the answer")
     tls.add_client_flags(p)
     p.set_defaults(func=_main)
 
 
-def _main(args) -> int:
+def _main(args: argparse.Namespace) -> int:
+    if (args.server is None) == (args.address is None):
+        raise SystemExit("error: give the service's address once, as --server HOST:PORT")
+    address = args.server or args.address
     try:
-        ok = check(args.address, tls.client_tls_from_args(args, "lac health"), args.timeout)
+        ok = check(address, tls.client_tls_from_args(args, "lac health"), args.timeout)
     except ValueError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+        raise SystemExit(f"error: {e}") from None
     except grpc.RpcError as e:
-        print(f"{args.address}: {e.code().name}: {e.details()}", file=sys.stderr)
-        return 1
-    print(f"{args.address}: {'SERVING' if ok else 'NOT SERVING'}")
+        print(f"lac health: {address}: {e.code().name}: {' '.join((e.details() or '').split())}", file=sys.stderr)
+        return 2
+    print(f"{address}: {'SERVING' if ok else 'NOT SERVING'}")
     return 0 if ok else 1

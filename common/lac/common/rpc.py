@@ -5,25 +5,30 @@
 * ``service_handler`` registers every method of a generated service descriptor, with the roles
   each one serves (a method without a declared role is an error at start-up, so a new RPC in a
   .proto is never served by accident). Per call, in this order: identify the caller
-  (UNAUTHENTICATED), check the role (PERMISSION_DENIED), parse the request (INVALID_ARGUMENT on
-  malformed bytes: gRPC's own deserializer would answer UNKNOWN), run the method.
+  (UNAUTHENTICATED), check the role (PERMISSION_DENIED), run the method's ``before_parse`` check
+  on the raw bytes if it has one (e.g. ``limit_repeated``: a message whose parsed form would be
+  far larger than its bytes), parse the request (INVALID_ARGUMENT on malformed bytes: gRPC's own
+  deserializer would answer UNKNOWN), run the method.
 * The one table mapping domain errors (``lac.common.errors``) to status codes; anything else is
   a bug: INTERNAL, logged once with the RPC name.
+* Optionally (``observe``), each call's duration and final status code, for the service's metrics.
 """
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import logging
 import math
 import re
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeAlias
 
 import grpc
-from google.protobuf.descriptor import ServiceDescriptor
+from google.protobuf.descriptor import MethodDescriptor, ServiceDescriptor
 from google.protobuf.message import DecodeError, Message
 from google.protobuf.message_factory import GetMessageClass
 
@@ -31,8 +36,11 @@ from lac.common import errors
 
 log = logging.getLogger(__name__)
 
+# A server-side call's context (grpc.aio.ServicerContext is generic in the stubs only, hence the string).
+Context: TypeAlias = "grpc.aio.ServicerContext[Any, Any]"
+
 __all__ = ["Role", "Caller", "Authenticator", "CertificateRoles", "bearer_token", "parse_names", "service_handler",
-           "STATUS", "ALL_ROLES"]
+           "STATUS", "ALL_ROLES", "count_field", "limit_repeated"]
 
 
 class Role(StrEnum):
@@ -75,7 +83,7 @@ class Caller:
 class Authenticator(Protocol):
     hint: str  # how to present credentials, for the UNAUTHENTICATED message
 
-    def identify(self, context: grpc.aio.ServicerContext) -> Caller:
+    def identify(self, context: Context) -> Caller:
         """The caller of this call (anonymous callers have identity None); ``errors.Unauthenticated``
         for credentials that are present but invalid."""
 
@@ -85,10 +93,10 @@ def parse_names(text: str) -> frozenset[str]:
     return frozenset(n.strip() for n in text.split(",") if n.strip())
 
 
-def peer_common_name(context: grpc.aio.ServicerContext) -> str | None:
+def peer_common_name(context: Context) -> str | None:
     """The common name of a verified mTLS client certificate, or None."""
     auth = context.auth_context() or {}
-    names = auth.get("x509_common_name") or []
+    names = list(auth.get("x509_common_name") or [])
     return names[0].decode() if names else None
 
 
@@ -105,7 +113,7 @@ class CertificateRoles:
     def roles_of(self, common_name: str) -> frozenset[Role]:
         return frozenset(r for r, names in self.table.items() if common_name in names)
 
-    def identify(self, context: grpc.aio.ServicerContext) -> Caller:
+    def identify(self, context: Context) -> Caller:
         if self.insecure:
             return Caller(None, ALL_ROLES)
         name = peer_common_name(context)
@@ -117,7 +125,7 @@ class CertificateRoles:
 _BEARER = re.compile(r"Bearer ([A-Za-z0-9._~+/-]+=*)")
 
 
-def bearer_token(context: grpc.aio.ServicerContext) -> str | None:
+def bearer_token(context: Context) -> str | None:
     """The token of exactly one well-formed ``authorization: Bearer <token>`` header.
 
     None when there is no such header; several headers or any other shape is Unauthenticated
@@ -134,15 +142,21 @@ def bearer_token(context: grpc.aio.ServicerContext) -> str | None:
     return m.group(1)
 
 
-async def _abort(context: grpc.aio.ServicerContext, method: str, exc: errors.LacError) -> None:
+MAX_DETAILS_CHARS = 2000  # of a status message (sent as metadata: at most 16 KiB by default)
+
+
+async def _abort(context: Context, method: str, exc: errors.LacError) -> None:
     code = status_of(exc)
     if exc.retry_after is not None:
         context.set_trailing_metadata((("retry-after-seconds", str(max(1, math.ceil(exc.retry_after)))),))
-    log.info("%s: %s: %s", method, code.name, exc)
-    await context.abort(code, str(exc))
+    message = str(exc)
+    if len(message) > MAX_DETAILS_CHARS:  # a message quoting a huge input: gRPC refuses over-long metadata
+        message = message[:MAX_DETAILS_CHARS] + f"... ({len(message) - MAX_DETAILS_CHARS} more characters)"
+    log.info("%s: %s: %s", method, code.name, message)
+    await context.abort(code, message)
 
 
-async def _internal(context: grpc.aio.ServicerContext, method: str) -> None:
+async def _internal(context: Context, method: str) -> None:
     log.exception("internal error in %s", method)
     await context.abort(grpc.StatusCode.INTERNAL, f"internal error in {method}; the service log has the details")
 
@@ -156,19 +170,77 @@ def _parse(cls: type[Message], raw: bytes) -> Message:
     return msg
 
 
+def count_field(raw: bytes, number: int, stop_after: int) -> int:
+    """Entries of field ``number`` at the top level of the serialized message ``raw``, counted without
+    parsing and at most ``stop_after + 1``. Malformed bytes end the count early (the parser rejects them)."""
+    i, n, count = 0, len(raw), 0
+
+    def varint(i: int) -> tuple[int, int]:
+        value = shift = 0
+        while i < n and shift < 70:
+            b = raw[i]
+            i += 1
+            value |= (b & 0x7F) << shift
+            if not b & 0x80:
+                return value, i
+            shift += 7
+        return -1, n
+
+    while i < n:
+        tag, i = varint(i)
+        if tag < 0:
+            break
+        wire = tag & 7
+        if wire == 0:
+            _, i = varint(i)
+        elif wire == 1:
+            i += 8
+        elif wire == 5:
+            i += 4
+        elif wire == 2:
+            length, i = varint(i)
+            if length < 0:
+                break
+            i += length
+            if tag >> 3 == number:
+                count += 1
+                if count > stop_after:
+                    break
+        else:
+            break
+    return count
+
+
+SCAN_ABOVE_BYTES = 64 * 1024  # smaller messages cannot hold enough entries to matter
+
+
+def limit_repeated(number: int, limit: int, what: str) -> Callable[[bytes], None]:
+    """A ``before_parse`` check: InvalidArgument if the message holds more than ``limit`` entries of
+    the repeated message field ``number`` (``what`` names them and the setting in the error)."""
+    def check(raw: bytes) -> None:
+        if len(raw) > SCAN_ABOVE_BYTES and count_field(raw, number, limit) > limit:
+            raise errors.InvalidArgument(f"more than {limit} {what} in one request")
+    return check
+
+
 def _serialize(response: Message | bytes) -> bytes:
     return response if isinstance(response, bytes) else response.SerializeToString()
 
 
 def service_handler(service: ServiceDescriptor, impl: Any, roles: Mapping[str, Iterable[Role]],
                     auth: Authenticator,
-                    on_malformed: Callable[[str], Awaitable[None]] | None = None) -> grpc.GenericRpcHandler:
+                    on_malformed: Callable[[str], Awaitable[None]] | None = None,
+                    observe: Callable[[str, str, float], None] | None = None,
+                    before_parse: Mapping[str, Callable[[bytes], None]] | None = None) -> grpc.GenericRpcHandler:
     """A generic handler serving every method of ``service`` with ``impl.<Method>(request, context, caller)``.
 
     ``roles[method]`` are the roles allowed to call it. Unary methods return a message (or its
     serialized bytes); client-streaming methods receive an async iterator of parsed requests;
     server-streaming methods are async generators. ``on_malformed(method)`` is awaited when a
-    request's bytes are not a valid message (e.g. to count it).
+    request's bytes are not a valid message (e.g. to count it). ``observe(method, code, seconds)``
+    is called when a call ends, with its gRPC status code name ("OK", "INVALID_ARGUMENT", ...).
+    ``before_parse[method](raw)`` runs on each request's bytes of an admitted caller before they are
+    parsed (it raises a ``LacError`` to refuse them).
     """
     names = [m.name for m in service.methods]
     missing = [n for n in names if n not in roles or not hasattr(impl, n)]
@@ -178,15 +250,21 @@ def service_handler(service: ServiceDescriptor, impl: Any, roles: Mapping[str, I
     handlers = {}
     for m in service.methods:
         handlers[m.name] = _method_handler(f"/{service.full_name}/{m.name}", m, getattr(impl, m.name),
-                                           frozenset(roles[m.name]), auth, on_malformed)
+                                           frozenset(roles[m.name]), auth, on_malformed,
+                                           (before_parse or {}).get(m.name))
+        if observe is not None:
+            handlers[m.name] = _observed(m.name, handlers[m.name], observe)
     return grpc.method_handlers_generic_handler(service.full_name, handlers)
 
 
-def _method_handler(path: str, m, fn: Callable, allowed: frozenset[Role], auth: Authenticator,
-                    on_malformed: Callable[[str], Awaitable[None]] | None):
+def _method_handler(path: str, m: MethodDescriptor, fn: Callable[..., Any], allowed: frozenset[Role],
+                    auth: Authenticator, on_malformed: Callable[[str], Awaitable[None]] | None,
+                    before_parse: Callable[[bytes], None] | None = None) -> grpc.RpcMethodHandler[Any, Any]:
     request_cls = GetMessageClass(m.input_type)
 
     async def parse(raw: bytes) -> Message:
+        if before_parse is not None:
+            before_parse(raw)
         try:
             return _parse(request_cls, raw)
         except errors.InvalidArgument:
@@ -194,7 +272,7 @@ def _method_handler(path: str, m, fn: Callable, allowed: frozenset[Role], auth: 
                 await on_malformed(m.name)
             raise
 
-    def admit(context) -> Caller:
+    def admit(context: Context) -> Caller:
         caller = auth.identify(context)
         if not caller.roles & allowed:
             if caller.identity is None:
@@ -204,11 +282,11 @@ def _method_handler(path: str, m, fn: Callable, allowed: frozenset[Role], auth: 
         return caller
 
     if m.client_streaming and not m.server_streaming:
-        async def stream_unary(request_iterator: AsyncIterator[bytes], context):
+        async def stream_unary(request_iterator: AsyncIterator[bytes], context: Context) -> Any:
             try:
                 caller = admit(context)
 
-                async def parsed():
+                async def parsed() -> AsyncIterator[Message]:
                     async for raw in request_iterator:
                         yield await parse(raw)
 
@@ -223,7 +301,7 @@ def _method_handler(path: str, m, fn: Callable, allowed: frozenset[Role], auth: 
         return grpc.stream_unary_rpc_method_handler(stream_unary, request_deserializer=None,
                                                     response_serializer=_serialize)
     if m.server_streaming and not m.client_streaming:
-        async def unary_stream(raw: bytes, context):
+        async def unary_stream(raw: bytes, context: Context) -> AsyncIterator[Any]:
             try:
                 caller = admit(context)
                 request = await parse(raw)
@@ -244,7 +322,7 @@ def _method_handler(path: str, m, fn: Callable, allowed: frozenset[Role], auth: 
     if m.client_streaming:
         raise ValueError(f"{path}: bidirectional streaming is not used by LAC")
 
-    async def unary_unary(raw: bytes, context):
+    async def unary_unary(raw: bytes, context: Context) -> Any:
         try:
             caller = admit(context)
             return await fn(await parse(raw), context, caller)
@@ -257,3 +335,47 @@ def _method_handler(path: str, m, fn: Callable, allowed: frozenset[Role], auth: 
 
     return grpc.unary_unary_rpc_method_handler(unary_unary, request_deserializer=None,
                                                response_serializer=_serialize)
+
+
+def _status_name(context: Context, failed: BaseException | None) -> str:
+    code = context.code()  # set by abort(); None when the method returned normally
+    if code is not None:
+        return code.name if isinstance(code, grpc.StatusCode) else str(code)
+    if failed is None:
+        return "OK"
+    return "CANCELLED" if isinstance(failed, asyncio.CancelledError) else "UNKNOWN"
+
+
+def _observed(method: str, handler: grpc.RpcMethodHandler[Any, Any],
+              observe: Callable[[str, str, float], None]) -> grpc.RpcMethodHandler[Any, Any]:
+    """``handler`` reporting each call's duration and status code to ``observe``."""
+    if handler.unary_stream is not None:
+        inner_stream: Any = handler.unary_stream  # async here; grpc's stubs only know sync handlers
+
+        async def unary_stream(raw: bytes, context: Context) -> AsyncIterator[Any]:
+            start, failed = time.perf_counter(), None
+            try:
+                async for item in inner_stream(raw, context):
+                    yield item
+            except BaseException as exc:
+                failed = exc
+                raise
+            finally:
+                observe(method, _status_name(context, failed), time.perf_counter() - start)
+
+        return grpc.unary_stream_rpc_method_handler(unary_stream, request_deserializer=None,
+                                                    response_serializer=handler.response_serializer)
+    inner: Any = handler.unary_unary or handler.stream_unary  # async, as above
+
+    async def timed(request: Any, context: Context) -> Any:
+        start, failed = time.perf_counter(), None
+        try:
+            return await inner(request, context)
+        except BaseException as exc:
+            failed = exc
+            raise
+        finally:
+            observe(method, _status_name(context, failed), time.perf_counter() - start)
+
+    make = grpc.unary_unary_rpc_method_handler if handler.unary_unary else grpc.stream_unary_rpc_method_handler
+    return make(timed, request_deserializer=None, response_serializer=handler.response_serializer)

@@ -155,6 +155,7 @@ class AmplificationResult:
     statement: str
 
     def to_dict(self) -> dict:
+        """The result as a plain dict (JSON-able)."""
         return asdict(self)
 
 
@@ -472,6 +473,7 @@ def subsampling_epsilon(eps0: float, q: float) -> float:
 
 
 def subsampling_statement(eps0: float, q: float, delta0: float = 0.0) -> str:
+    """The guarantee Poisson sub-sampling at rate ``q`` gives an (ε0, δ0)-DP mechanism, in words."""
     eps = subsampling_epsilon(eps0, q)
     return (f"Poisson sub-sampling at rate q={q:.6g} turns an ({eps0:.6g}, {delta0:.3g})-DP mechanism into an "
             f"({eps:.6g}, {q * delta0:.3g})-DP one [amplification by sub-sampling, eps = log(1 + q(e^eps0 - 1)), "

@@ -31,6 +31,7 @@ TOKEN_ROLES = {"client": Role.CLIENT, "operator": Role.OPERATOR}
 
 
 def token_hash(token: str) -> str:
+    """SHA-256 hex digest of a bearer token: the tokens file stores this, never the token."""
     return hashlib.sha256(token.encode()).hexdigest()
 
 
@@ -97,7 +98,7 @@ class ShufflerAuth:
         self.operators, self.clients = operators, clients
         self.client_auth, self.insecure = client_auth, insecure
         self._tokens: dict[str, tuple[str, Role]] = {}
-        self._stamp = None
+        self._stamp: tuple[int, int, int] | None = None
         self._reload()
         if client_auth and not any(role is Role.CLIENT for _, role in self._tokens.values()) and not clients:
             log.warning("no client registered in %s: every Submit is UNAUTHENTICATED until clients are "
@@ -105,19 +106,23 @@ class ShufflerAuth:
 
     @property
     def enabled(self) -> bool:
+        """Whether clients must authenticate (False with ``auth none``: every caller is an anonymous client)."""
         return self.client_auth
 
     def _reload(self) -> None:
-        try:
-            st = os.stat(self.tokens_file)
-            stamp = (st.st_mtime_ns, st.st_size, st.st_ino)
-        except (FileNotFoundError, TypeError):
-            stamp = None
+        stamp = None
+        if self.tokens_file is not None:
+            try:
+                st = os.stat(self.tokens_file)
+                stamp = (st.st_mtime_ns, st.st_size, st.st_ino)
+            except FileNotFoundError:
+                pass
         if stamp != self._stamp:
-            self._tokens = read_tokens(self.tokens_file) if stamp else {}
+            self._tokens = read_tokens(self.tokens_file) if stamp and self.tokens_file is not None else {}
             self._stamp = stamp
 
     def identify(self, context) -> Caller:
+        """The caller of an RPC from its mTLS certificate and bearer token (Unauthenticated for an unknown token)."""
         roles: set[Role] = set()
         identity = None
         if self.insecure:

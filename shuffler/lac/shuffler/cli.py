@@ -83,11 +83,13 @@ def register(subparsers) -> None:
 
 
 def _serve(args) -> int:
+    from lac.common.logs import configure as configure_logging
     from lac.common.server import run_until_signalled
     from lac.shuffler.server import create_server
     from lac.shuffler.service import Shuffler
 
     config = cfg.from_args(ShufflerConfig, ENV_PREFIX, args)
+    configure_logging(config.log_format, getattr(args, "verbose", False))
 
     async def main():
         shuffler = Shuffler(config)
@@ -110,15 +112,12 @@ def _add_client(args) -> int:
 
 
 def _backup(args) -> int:
-    import sys
-
     from lac.shuffler.backup import backup
 
     try:
         m = backup(args.state_dir, args.dir, args.tokens_file)
     except (OSError, ValueError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
+        raise SystemExit(f"error: {exc}") from None
     print(f"backed up {m['source']} to {args.dir}: {m['buffered_reports']} buffered reports, "
           f"{m['batches_pending']} undelivered batches, {m['database_bytes']} bytes"
           f"{', tokens file' if m['tokens'] else ', no tokens file'}")
@@ -126,15 +125,12 @@ def _backup(args) -> int:
 
 
 def _restore(args) -> int:
-    import sys
-
     from lac.shuffler.backup import restore
 
     try:
         m = restore(args.dir, args.state_dir, args.tokens_file, force=args.force)
     except (OSError, ValueError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
+        raise SystemExit(f"error: {exc}") from None
     print(f"restored the backup of {m['source']} into {args.state_dir}: {m['buffered_reports']} buffered reports, "
           f"{m['batches_pending']} undelivered batches. Reports acknowledged after the backup are not in it.")
     return 0
@@ -180,7 +176,6 @@ def _flush(args) -> int:
 
 def _amplification(args) -> int:
     import json
-    import sys
 
     from lac.shuffler.amplification import shuffle_epsilon, subsampling_epsilon, subsampling_statement
 
@@ -192,8 +187,7 @@ def _amplification(args) -> int:
                    "delta_scale": args.subsample_q,
                    "statement": subsampling_statement(args.eps0, args.subsample_q)}
     except ValueError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+        raise SystemExit(f"error: {exc}") from None
     if args.json:
         out = {"eps0": args.eps0, "n": args.n, "delta": args.delta,
                "numerical": results[0].to_dict(), "closed_form": results[1].to_dict()}

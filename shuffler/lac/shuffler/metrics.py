@@ -1,91 +1,88 @@
-"""Prometheus text-format metrics over a tiny asyncio HTTP server (no extra dependency)."""
+"""The shuffler's Prometheus metrics (``lac.common.metrics``; operator-only: they include exact counts).
+
+Counters kept in the report log (accepted, duplicates, rejects by reason, batches and reports
+released and forwarded) are read from it at scrape time, so they survive restarts and agree with
+``GetStatus``. Latencies are histograms observed as they happen. Nothing here imports the service:
+``ShufflerMetrics`` reads the ``Shuffler`` it is given.
+"""
 
 from __future__ import annotations
 
-import asyncio
+from prometheus_client import Histogram
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
-from lac.shuffler.service import LATENCY_BUCKETS, StorageFailed
+from lac.common.errors import Unavailable
+from lac.common.metrics import MetricsEndpoint, RpcLatency, ScrapeTime, new_registry
 
-
-def _line(name: str, value, labels: str = "") -> str:
-    return f"{name}{{{labels}}} {value}" if labels else f"{name} {value}"
-
-
-async def render(shuffler) -> str:
-    """The shuffler's metrics in Prometheus text exposition format 0.0.4."""
-    try:
-        c = await shuffler.counters()
-    except StorageFailed:  # the storage metrics below say why
-        c = {}
-    out = []
-
-    def metric(name, kind, help_, samples):
-        out.append(f"# HELP {name} {help_}")
-        out.append(f"# TYPE {name} {kind}")
-        out.extend(_line(name, v, lab) for lab, v in samples)
-
-    metric("lac_shuffler_buffered_reports", "gauge", "Reports waiting for a batch.", [("", shuffler.buffered())])
-    metric("lac_shuffler_log_bytes", "gauge", "Bytes used by the report log.", [("", shuffler.used_bytes())])
-    metric("lac_shuffler_max_log_bytes", "gauge", "Disk quota of the report log.",
-           [("", shuffler.config.max_log_bytes)])
-    metric("lac_shuffler_window", "gauge", "Current accounting window.", [("", shuffler.window())])
-    metric("lac_shuffler_reports_accepted_total", "counter", "Reports stored.", [("", c.get("accepted", 0))])
-    metric("lac_shuffler_reports_duplicate_total", "counter", "Reports already stored under their idempotency id.",
-           [("", c.get("duplicates", 0))])
-    metric("lac_shuffler_rejects_total", "counter", "Rejected reports by reason.",
-           [(f'reason="{k.split(":", 1)[1]}"', v) for k, v in sorted(c.items()) if k.startswith("reject:")])
-    metric("lac_shuffler_dropped_total", "counter", "Reports dropped at release by reason.",
-           [('reason="subsampled"', c.get("dropped_subsampled", 0)),
-            ('reason="crowd_threshold"', c.get("dropped_crowd_threshold", 0))])
-    metric("lac_shuffler_batches_released_total", "counter", "Batches released.", [("", c.get("batches_released", 0))])
-    metric("lac_shuffler_batches_forwarded_total", "counter", "Batches acknowledged by the curator.",
-           [("", c.get("batches_forwarded", 0))])
-    metric("lac_shuffler_reports_forwarded_total", "counter", "Reports acknowledged by the curator.",
-           [("", c.get("reports_forwarded", 0))])
-    metric("lac_shuffler_forward_failures_total", "counter", "Failed delivery attempts to the curator.",
-           [("", shuffler.forward_failures)])
-    metric("lac_shuffler_storage_ok", "gauge", "1 while the report log is writable (health SERVING), 0 after a "
-           "storage failure until a test write succeeds.", [("", 0 if shuffler.storage_error else 1)])
-    metric("lac_shuffler_storage_failures_total", "counter", "Failed storage operations (writes, reads, test writes) "
-           "by reason: SQLITE_FULL, SQLITE_IOERR_*, LOW_DISK_SPACE, STALLED, ...",
-           [(f'reason="{k}"', v) for k, v in sorted(shuffler.storage_failures.items())])
-    if shuffler.disk_free_bytes is not None:
-        metric("lac_shuffler_disk_free_bytes", "gauge", "Space the report log can still grow into.",
-               [("", shuffler.disk_free_bytes)])
-    metric("lac_shuffler_pending_bytes", "gauge", "Payload bytes received and waiting for their durable commit.",
-           [("", shuffler.pending_bytes)])
-    out.append("# HELP lac_shuffler_ingest_seconds Submit latency from arrival to durable commit.")
-    out.append("# TYPE lac_shuffler_ingest_seconds histogram")
-    cum = 0
-    for le, n in zip(LATENCY_BUCKETS, shuffler.latency_counts):
-        cum += n
-        out.append(_line("lac_shuffler_ingest_seconds_bucket", cum, f'le="{le}"'))
-    cum += shuffler.latency_counts[-1]
-    out.append(_line("lac_shuffler_ingest_seconds_bucket", cum, 'le="+Inf"'))
-    out.append(_line("lac_shuffler_ingest_seconds_sum", f"{shuffler.latency_sum:.6f}"))
-    out.append(_line("lac_shuffler_ingest_seconds_count", cum))
-    return "\n".join(out) + "\n"
+LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
+FORWARD_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 120.0)
 
 
-async def serve_metrics(shuffler, host: str, port: int):
-    """Serve GET /metrics on ``host:port``; returns (asyncio server, bound port)."""
+class ShufflerMetrics:
+    """The registry of one ``Shuffler``: latency histograms it observes, the rest read per scrape."""
 
-    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    def __init__(self, shuffler):
+        self.shuffler = shuffler
+        self.registry = new_registry()
+        self.ingest_seconds = Histogram("lac_shuffler_ingest_seconds", "Submit latency from arrival to durable "
+                                        "commit.", buckets=LATENCY_BUCKETS, registry=self.registry)
+        self.forward_seconds = Histogram("lac_shuffler_forward_seconds", "Delivery attempts of a batch to the "
+                                         "curator (IngestBatch), by gRPC status code.", ("code",),
+                                         buckets=FORWARD_BUCKETS, registry=self.registry)
+        self.rpc = RpcLatency("lac_shuffler", self.registry)
+        self._scraped = ScrapeTime(self._collect)
+        self.registry.register(self._scraped)
+        self.endpoint = MetricsEndpoint(self.registry, [self._scraped])
+
+    async def _collect(self):
+        s = self.shuffler
         try:
-            request = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5)
-            path = request.split(b" ", 2)[1] if request.count(b" ") >= 2 else b""
-            if request.startswith(b"GET ") and path.split(b"?")[0] == b"/metrics":
-                body, status = (await render(shuffler)).encode(), b"200 OK"
-                ctype = b"text/plain; version=0.0.4; charset=utf-8"
-            else:
-                body, status, ctype = b"not found; try /metrics\n", b"404 Not Found", b"text/plain"
-            writer.write(b"HTTP/1.1 " + status + b"\r\nContent-Type: " + ctype + b"\r\nContent-Length: "
-                         + str(len(body)).encode() + b"\r\nConnection: close\r\n\r\n" + body)
-            await writer.drain()
-        except (asyncio.TimeoutError, asyncio.IncompleteReadError, ConnectionError, asyncio.LimitOverrunError):
-            pass
-        finally:
-            writer.close()
+            c = await s.counters()
+            pending = await s.batches_pending()
+        except Unavailable:  # a storage failure: the storage metrics below say why
+            c, pending = {}, None
 
-    server = await asyncio.start_server(handle, host, port)
-    return server, server.sockets[0].getsockname()[1]
+        def gauge(name, help_, value):
+            return GaugeMetricFamily(name, help_, value=value)
+
+        def counter(name, help_, value=None, labels=(), samples=()):
+            family = CounterMetricFamily(name, help_, value=value, labels=labels or None)
+            for label_values, v in samples:
+                family.add_metric(label_values, v)
+            return family
+
+        out = [
+            gauge("lac_shuffler_buffered_reports", "Reports waiting for a batch.", s.buffered()),
+            gauge("lac_shuffler_log_bytes", "Bytes used by the report log.", s.used_bytes()),
+            gauge("lac_shuffler_max_log_bytes", "Disk quota of the report log.", s.config.max_log_bytes),
+            gauge("lac_shuffler_window", "Current accounting window.", s.window()),
+            counter("lac_shuffler_reports_accepted_total", "Reports stored.", c.get("accepted", 0)),
+            counter("lac_shuffler_reports_duplicate_total", "Reports already stored under their idempotency id.",
+                    c.get("duplicates", 0)),
+            counter("lac_shuffler_rejects_total", "Rejected reports by reason.", labels=("reason",),
+                    samples=[((k.split(":", 1)[1],), v) for k, v in sorted(c.items()) if k.startswith("reject:")]),
+            counter("lac_shuffler_dropped_total", "Reports dropped at release by reason.", labels=("reason",),
+                    samples=[(("subsampled",), c.get("dropped_subsampled", 0)),
+                             (("crowd_threshold",), c.get("dropped_crowd_threshold", 0))]),
+            counter("lac_shuffler_batches_released_total", "Batches released.", c.get("batches_released", 0)),
+            counter("lac_shuffler_batches_forwarded_total", "Batches acknowledged by the curator.",
+                    c.get("batches_forwarded", 0)),
+            counter("lac_shuffler_reports_forwarded_total", "Reports acknowledged by the curator.",
+                    c.get("reports_forwarded", 0)),
+            counter("lac_shuffler_forward_failures_total", "Failed delivery attempts to the curator.",
+                    s.forward_failures),
+            gauge("lac_shuffler_storage_ok", "1 while the report log is writable (health SERVING), 0 after a "
+                  "storage failure until a test write succeeds.", 0 if s.storage_error else 1),
+            counter("lac_shuffler_storage_failures_total", "Failed storage operations (writes, reads, test writes) "
+                    "by reason: SQLITE_FULL, SQLITE_IOERR_*, LOW_DISK_SPACE, STALLED, ...", labels=("reason",),
+                    samples=[((k,), v) for k, v in sorted(s.storage_failures.items())]),
+            gauge("lac_shuffler_pending_bytes", "Payload bytes received and waiting for their durable commit.",
+                  s.pending_bytes),
+        ]
+        if pending is not None:
+            out.append(gauge("lac_shuffler_batches_pending", "Released batches not yet acknowledged by the curator "
+                             "(the delivery backlog).", pending))
+        if s.disk_free_bytes is not None:
+            out.append(gauge("lac_shuffler_disk_free_bytes", "Space the report log can still grow into.",
+                             s.disk_free_bytes))
+        return out

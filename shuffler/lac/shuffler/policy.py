@@ -54,6 +54,7 @@ class Selection:
 
     @property
     def size(self) -> int:
+        """Reports released (over all batches)."""
         return sum(len(p) for p in self.parts)
 
 

@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from lac.common.files import private_dir, private_sqlite
-from lac.common.v1 import curator_pb2
+from lac.shuffler import wire
 from lac.shuffler.policy import Row, Selection, select_batch
 
 log = logging.getLogger(__name__)
@@ -67,19 +67,6 @@ OVER_QUOTA = "over_quota"
 LOG_FULL = "log_full"
 KEEP_DELIVERED = 50  # metadata rows of delivered batches kept for `status`
 PROBE_BYTES = 64 * 1024  # size of the write that tests whether the log is writable again
-
-_REPORTS_FIELD = curator_pb2.IngestBatchRequest.DESCRIPTOR.fields_by_name["reports"].number
-_REPORTS_TAG = bytes([(_REPORTS_FIELD << 3) | 2])  # length-delimited
-
-
-def _varint(n: int) -> bytes:
-    out = bytearray()
-    while n > 0x7F:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
-
 
 @dataclass(frozen=True)
 class Released:
@@ -205,7 +192,7 @@ class ReportLog:
                 db.executemany("INSERT INTO seen VALUES (?)", ((f[0],) for f in fresh))
                 # Stored framed as a repeated `reports` field entry, ready to be concatenated at release.
                 db.executemany("INSERT INTO buffer (crowd, payload, client, win) VALUES (?, ?, ?, ?)",
-                               ((c, _REPORTS_TAG + _varint(len(p)) + p, client, window) for _, c, p in fresh))
+                               ((c, wire.batch_entry(p), client, window) for _, c, p in fresh))
                 n_new = len(fresh)
                 if metered:
                     row = db.execute("SELECT n FROM window_quota WHERE win = ? AND client = ?",
@@ -288,7 +275,7 @@ class ReportLog:
             batch_ids = []
             for part in sel.parts:
                 batch_id = uuid.UUID(bytes=os.urandom(16)).hex
-                header = curator_pb2.IngestBatchRequest(batch_id=batch_id).SerializeToString()
+                header = wire.batch_header(batch_id)
                 self._db.execute("INSERT INTO batches (batch_id, n, body, first_window, last_window, distinct_clients) "
                                  "VALUES (?, ?, ?, ?, ?, ?)",
                                  (batch_id, len(part), header + b"".join(part), sel.first_window, sel.last_window,

@@ -16,6 +16,7 @@ from lac.common import tls
 from lac.common.errors import InvalidArgument, LacError
 from lac.common.rpc import Caller, Role, service_handler
 from lac.common.v1 import shuffler_pb2
+from lac.shuffler import wire
 from lac.shuffler.service import SERVICE_NAME, Shuffler, WrongShard
 from lac.shuffler.shards import SHARD_METADATA_KEY
 
@@ -33,62 +34,6 @@ ROLES = {
     "GetShards": {Role.CLIENT, Role.OPERATOR},
 }
 
-_ACK_STATUS = {True: bytes((0x10, shuffler_pb2.ACK_STATUS_STORED)),  # ReportAck.status = 2 (varint)
-               False: bytes((0x10, shuffler_pb2.ACK_STATUS_DUPLICATE))}
-
-
-def _acks(reports, stored) -> bytes:
-    """The serialized SubmitResponse, built directly: building one ReportAck object per report
-    cost more than the report's share of the durable commit. Same bytes as
-    ``SubmitResponse(acks=[ReportAck(idempotency_id=..., status=...)]).SerializeToString()``."""
-    out = []
-    for r, s in zip(reports, stored):
-        idem = r.idempotency_id  # 8..64 bytes (validated), so both lengths fit one varint byte
-        out.append(b"\x0a" + bytes((len(idem) + 4, 0x0a, len(idem))) + idem + _ACK_STATUS[s])
-    return b"".join(out)
-
-
-def count_reports(raw: bytes, stop_after: int) -> int:
-    """Entries of ``reports`` (field 1) at the top level of a serialized SubmitRequest, counted without
-    parsing and at most ``stop_after + 1``. Malformed bytes end the count early (the parser rejects them)."""
-    i, n, count = 0, len(raw), 0
-
-    def varint(i: int) -> tuple[int, int]:
-        value = shift = 0
-        while i < n and shift < 70:
-            b = raw[i]
-            i += 1
-            value |= (b & 0x7F) << shift
-            if not b & 0x80:
-                return value, i
-            shift += 7
-        return -1, n
-
-    while i < n:
-        tag, i = varint(i)
-        wire = tag & 7
-        if tag < 0:
-            break
-        if wire == 0:
-            _, i = varint(i)
-        elif wire == 1:
-            i += 8
-        elif wire == 5:
-            i += 4
-        elif wire == 2:
-            length, i = varint(i)
-            if length < 0:
-                break
-            i += length
-            if tag >> 3 == 1:
-                count += 1
-                if count > stop_after:
-                    break
-        else:
-            break
-    return count
-
-
 class _BoundedReports(grpc.GenericRpcHandler):
     """Refuses, before it is parsed, a Submit (or SubmitStream) message of a client holding more reports
     than ``max_reports_per_request``: parsed, an empty report costs ~70 bytes of memory for its 2 bytes on
@@ -100,7 +45,7 @@ class _BoundedReports(grpc.GenericRpcHandler):
         self.limit = shuffler.config.max_reports_per_request
 
     def _too_many(self, raw: bytes) -> str | None:
-        if len(raw) <= SCAN_ABOVE_BYTES or count_reports(raw, self.limit) <= self.limit:
+        if len(raw) <= SCAN_ABOVE_BYTES or wire.count_reports(raw, self.limit) <= self.limit:
             return None
         self.shuffler._log.count_reject("invalid_argument")
         return f"more than {self.limit} reports in one request (max_reports_per_request)"
@@ -158,7 +103,8 @@ class ShufflerServicer:
 
     async def Submit(self, request, context, caller: Caller):
         try:
-            return _acks(request.reports, await self.shuffler.submit(request.reports, caller.identity))
+            stored = await self.shuffler.submit(request.reports, caller.identity)
+            return wire.submit_response((r.idempotency_id for r in request.reports), stored)
         except WrongShard as exc:
             _name_the_right_shard(context, exc)
             raise
@@ -177,7 +123,7 @@ class ShufflerServicer:
             except WrongShard as exc:  # raised by the first message, before anything is stored
                 _name_the_right_shard(context, exc)
                 raise
-            acks.append(_acks(request.reports, stored))
+            acks.append(wire.submit_response((r.idempotency_id for r in request.reports), stored))
         return b"".join(acks)
 
     async def GetDeployment(self, request, context, caller: Caller):
@@ -204,7 +150,8 @@ def create_server(shuffler: Shuffler) -> tuple[grpc.aio.Server, int]:
     async def count_malformed(method: str) -> None:
         await shuffler.count_reject("malformed")
 
-    handler = service_handler(SERVICE, ShufflerServicer(shuffler), ROLES, shuffler.auth, on_malformed=count_malformed)
+    handler = service_handler(SERVICE, ShufflerServicer(shuffler), ROLES, shuffler.auth, on_malformed=count_malformed,
+                              observe=shuffler.metrics.rpc)
     server.add_generic_rpc_handlers((_BoundedReports(handler, shuffler),))
     # With a client CA every caller must present a certificate (gRPC cannot ask for an optional one);
     # without, callers are identified by bearer tokens only.

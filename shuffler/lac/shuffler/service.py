@@ -28,10 +28,8 @@ de-duplicates by batch id) only with probability below n²/2^129 for n batches i
 from __future__ import annotations
 
 import asyncio
-import errno
 import json
 import logging
-import sqlite3
 import time
 from collections import Counter
 from contextlib import suppress
@@ -47,12 +45,14 @@ from lac.common.privacy import Adjacency, Guarantee, Model, PrivacyUnit
 from lac.common.rpc import parse_names
 from lac.common.serde import deployment_from_proto, deployment_to_proto
 from lac.common.server import Health
+from lac.common.storage import LowDiskSpace, storage_failure_reason
 from lac.common.v1 import curator_pb2, curator_pb2_grpc, reports_pb2, shuffler_pb2
 from lac.shuffler import amplification
 from lac.shuffler.auth import ShufflerAuth
 from lac.shuffler.config import ShufflerConfig
 from lac.shuffler.metrics import ShufflerMetrics
-from lac.shuffler.reportlog import LOG_FULL, OVER_QUOTA, ReportLog, StoredBatch, _varint
+from lac.shuffler import wire
+from lac.shuffler.reportlog import LOG_FULL, OVER_QUOTA, ReportLog, StoredBatch
 from lac.shuffler.shards import assign_shard
 from lac.shuffler.shuffle import geometric
 
@@ -67,12 +67,7 @@ DISK_CHECK_SECONDS = 1.0  # how often free space is checked while healthy
 PROBE_MIN_SECONDS, PROBE_MAX_SECONDS = 0.5, 10.0  # back-off of the test writes while the storage fails
 STABLE_SECONDS = 60.0  # healthy this long after a recovery: the next failure starts the back-off anew
 SERVICE_NAME = shuffler_pb2.DESCRIPTOR.services_by_name["Shuffler"].full_name
-# SQLite primary result codes that mean the storage (not the code) failed.
-_STORAGE_CODES = {sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED, sqlite3.SQLITE_NOMEM, sqlite3.SQLITE_READONLY,
-                  sqlite3.SQLITE_IOERR, sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_FULL, sqlite3.SQLITE_CANTOPEN,
-                  sqlite3.SQLITE_PROTOCOL, sqlite3.SQLITE_NOTADB}
 _INGEST_METHOD = "/lac.v1.CuratorIngest/IngestBatch"
-_PRIVACY_FIELD = curator_pb2.IngestBatchRequest.DESCRIPTOR.fields_by_name["privacy"]
 
 
 class StorageFailed(Unavailable):
@@ -86,24 +81,6 @@ class WrongShard(FailedPrecondition):
         super().__init__(f"this client belongs to the shuffler replica at {shard}, not to {this_replica}: send the "
                          f"same reports there (trailing metadata lac-shard); nothing was stored here")
         self.shard = shard
-
-
-class LowDiskSpace(Exception):
-    """Free space on the state directory's filesystem is below ``min_free_disk_bytes``."""
-
-
-def storage_failure_reason(exc: BaseException) -> str | None:
-    """A short label (``SQLITE_FULL``, ``SQLITE_IOERR_WRITE``, ``ENOSPC``, ``LOW_DISK_SPACE``) if ``exc``
-    is a failure of the storage, None if it is anything else (a bug)."""
-    if isinstance(exc, LowDiskSpace):
-        return "LOW_DISK_SPACE"
-    if isinstance(exc, OSError):
-        return errno.errorcode.get(exc.errno or 0, type(exc).__name__)
-    if isinstance(exc, sqlite3.Error):
-        code = getattr(exc, "sqlite_errorcode", None)
-        if code is not None and code & 0xFF in _STORAGE_CODES:
-            return getattr(exc, "sqlite_errorname", None) or f"SQLITE_{code}"
-    return None
 
 
 def batch_guarantee(batch: StoredBatch, deployment: Deployment, config: ShufflerConfig) -> tuple[Guarantee, str]:
@@ -181,7 +158,6 @@ class Shuffler:
         self._deployment_at = 0.0
         self.forward_failures = 0
         self.metrics = ShufflerMetrics(self)  # served at metrics_host:metrics_port once started (operator only)
-        self.metrics_port: int | None = None
         self.note = ""
         self.shards = config.shard_list
         self._note_shard_change()
@@ -369,15 +345,8 @@ class Shuffler:
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 30.0)
 
-    async def _start_metrics(self) -> int:
-        from lac.shuffler.metrics import serve_metrics
-        self._metrics_server, self.metrics_port = await serve_metrics(self, self.config.metrics_host, self.config.metrics_port)
-        log.info("metrics on http://%s:%d/metrics", self.config.metrics_host, self.metrics_port)
-        return self.metrics_port
-
     async def stop(self) -> None:
-        if self._metrics_server is not None:
-            self._metrics_server.close()
+        self.metrics.endpoint.close()
         for t in self._tasks:
             t.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
@@ -612,17 +581,20 @@ class Shuffler:
                         stmt = await asyncio.get_running_loop().run_in_executor(None, self.privacy, batch, deployment)
                         privacy = stmt.SerializeToString()
                         await self._durably(self._log.set_privacy, batch_id, privacy)
-                    body = batch.body + bytes([(_PRIVACY_FIELD.number << 3) | 2]) + _varint(len(privacy)) + privacy
+                    body = wire.with_privacy(batch.body, privacy)
                     while True:
+                        sent = time.perf_counter()
                         try:
                             reply = await ingest(body, timeout=120)
                         except grpc.aio.AioRpcError as exc:
+                            self.metrics.forward_seconds.labels(exc.code().name).observe(time.perf_counter() - sent)
                             self.forward_failures += 1
                             log.warning("curator did not take batch %s (%s: %s); retrying in %.1fs",
                                         batch_id, exc.code().name, exc.details(), delay)
                             await asyncio.sleep(delay)
                             delay = min(delay * 2, self.config.forward_retry_max_seconds)
                             continue
+                        self.metrics.forward_seconds.labels("OK").observe(time.perf_counter() - sent)
                         delay = 0.5
                         await self._durably(self._log.delivered, batch_id)
                         log.info("curator acknowledged batch %s (%d accepted, %d rejected%s)", batch_id,
@@ -660,6 +632,10 @@ class Shuffler:
 
     async def counters(self) -> dict[str, int]:
         return await self._run(self._log.counters)
+
+    async def batches_pending(self) -> int:
+        """Released batches the curator has not acknowledged yet."""
+        return len(await self._run(self._log.pending_batches))
 
     def buffered(self) -> int:
         return self._log.buffered()

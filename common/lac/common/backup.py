@@ -1,0 +1,96 @@
+"""Building blocks of the services' online backups (``lac shuffler backup``, ``lac curator backup``).
+
+``snapshot_sqlite`` copies a live SQLite database with SQLite's online backup API through a
+read-only connection: one read transaction, so the copy is one consistent snapshot (every commit
+before it, none after) while the server keeps writing (WAL readers do not block the writer), and
+the live database is never written to or checkpointed. The copy is a self-contained database
+(rollback journal, no ``-wal``), checked with ``quick_check`` and fsync'd. ``copy_file`` copies a
+file durably; ``sha256_file`` and ``verify`` are for the manifests, which are written last: a
+backup without its manifest is incomplete.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import sqlite3
+import time
+from pathlib import Path
+from typing import Any
+
+from lac.common.files import atomic_file, fsync_dir
+
+__all__ = ["sha256_file", "snapshot_sqlite", "copy_file", "verify", "write_manifest", "read_manifest"]
+
+MANIFEST = "manifest.json"
+
+
+def sha256_file(path: str | os.PathLike[str]) -> str:
+    """The hex SHA-256 of a file's bytes."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def snapshot_sqlite(source: Path, dest: Path) -> float:
+    """Copy the database ``source`` (live or not) to ``dest`` as one consistent snapshot; returns the
+    unix time the snapshot began."""
+    partial = dest.with_name(dest.name + ".partial")
+    partial.unlink(missing_ok=True)
+    os.close(os.open(partial, os.O_RDWR | os.O_CREAT, 0o600))
+    src = sqlite3.connect(f"file:{source}?mode=ro", uri=True)
+    dst = sqlite3.connect(partial, isolation_level=None)
+    try:
+        started = time.time()
+        src.backup(dst)  # pages=-1: the whole database in one step, i.e. one read transaction
+        dst.execute("PRAGMA journal_mode=DELETE")  # a self-contained file
+        check = dst.execute("PRAGMA quick_check").fetchone()[0]
+        if check != "ok":
+            raise sqlite3.DatabaseError(f"the copy of {source} fails quick_check: {check}")
+    finally:
+        dst.close()
+        src.close()
+    with open(partial, "rb+") as f:
+        os.fsync(f.fileno())
+    os.replace(partial, dest)
+    return started
+
+
+def copy_file(src: str | os.PathLike[str], dest: str | os.PathLike[str]) -> None:
+    """Copy ``src`` to ``dest`` (0600, fsync'd, renamed into place)."""
+    Path(dest).parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    with atomic_file(dest) as out, open(src, "rb") as f:
+        shutil.copyfileobj(f, out)
+
+
+def verify(path: Path, sha256: str) -> None:
+    """ValueError unless the file at ``path`` has this SHA-256."""
+    try:
+        got = sha256_file(path)
+    except FileNotFoundError:
+        raise ValueError(f"{path}: missing from the backup") from None
+    if got != sha256:
+        raise ValueError(f"{path}: SHA-256 differs from the manifest; the backup is damaged")
+
+
+def write_manifest(dest: Path, manifest: dict[str, Any]) -> None:
+    """Write ``dest/manifest.json`` durably (last: it marks the backup complete)."""
+    with atomic_file(dest / MANIFEST) as out:
+        out.write(json.dumps(manifest, indent=2, sort_keys=True).encode() + b"\n")
+    fsync_dir(dest)
+
+
+def read_manifest(source: Path, fmt: str) -> dict[str, Any]:
+    """The manifest of the backup in ``source``; FileNotFoundError if it has none, ValueError if its
+    format is not ``fmt``."""
+    try:
+        manifest: dict[str, Any] = json.loads((source / MANIFEST).read_text())
+    except FileNotFoundError:
+        raise FileNotFoundError(f"{source}: no {MANIFEST}, so not a complete backup") from None
+    if manifest.get("format") != fmt:
+        raise ValueError(f"{source}: unknown backup format {manifest.get('format')!r} (expected {fmt})")
+    return manifest

@@ -1,0 +1,126 @@
+"""Prometheus metrics of the LAC services: one registry per service, RPC latency, the HTTP endpoint.
+
+Imported only by the services (``prometheus_client`` is their dependency, not the client's).
+
+The metrics are for the OPERATOR, like ``GetStatus``: some are exact counts derived from the data
+(reports accepted, quarantined, by reason), never noised, so they must not reach analysts. The
+endpoint is plaintext and unauthenticated and listens on 127.0.0.1 unless told otherwise
+(``metrics_host``); give it only to the operator's monitoring.
+
+Each service has its own ``CollectorRegistry`` (not prometheus_client's global one), so several
+services in one process (tests) do not clash. Numbers the service keeps in its store are read at
+scrape time (``ScrapeTime``), so they survive restarts and agree with ``GetStatus``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Iterable
+
+from prometheus_client import CollectorRegistry, Histogram, PlatformCollector, ProcessCollector
+from prometheus_client.exposition import choose_encoder
+from prometheus_client.metrics_core import Metric
+from prometheus_client.registry import Collector
+
+log = logging.getLogger(__name__)
+
+__all__ = ["RPC_BUCKETS", "new_registry", "RpcLatency", "ScrapeTime", "MetricsEndpoint"]
+
+RPC_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 120.0)
+
+
+def new_registry() -> CollectorRegistry:
+    """A registry of one service, with the process metrics (``process_*``, ``python_info``)."""
+    registry = CollectorRegistry()
+    ProcessCollector(registry=registry)
+    PlatformCollector(registry=registry)
+    return registry
+
+
+class RpcLatency:
+    """``<prefix>_rpc_seconds{method, code}``: the ``observe`` hook of ``lac.common.rpc.service_handler``."""
+
+    def __init__(self, prefix: str, registry: CollectorRegistry):
+        self.histogram = Histogram(f"{prefix}_rpc_seconds", "Time to answer an RPC, by method and gRPC status code.",
+                                   ("method", "code"), buckets=RPC_BUCKETS, registry=registry)
+
+    def __call__(self, method: str, code: str, seconds: float) -> None:
+        self.histogram.labels(method, code).observe(seconds)
+
+
+class ScrapeTime(Collector):
+    """Metric families computed anew before each scrape by ``compute`` (async: it may read the store)."""
+
+    def __init__(self, compute: Callable[[], Awaitable[Iterable[Metric]]]):
+        self.compute = compute
+        self._families: list[Metric] = []
+
+    async def refresh(self) -> None:
+        self._families = list(await self.compute())
+
+    def collect(self) -> Iterable[Metric]:
+        return list(self._families)
+
+
+class MetricsEndpoint:
+    """``GET /metrics`` of ``registry`` over HTTP on the service's event loop (``ScrapeTime`` collectors
+    in ``refresh`` are brought up to date first). Text format 0.0.4, or OpenMetrics if the scraper asks."""
+
+    def __init__(self, registry: CollectorRegistry, refresh: Iterable[ScrapeTime] = ()):
+        self.registry = registry
+        self.refresh = list(refresh)
+        self.port: int | None = None
+        self._server: asyncio.Server | None = None
+
+    async def render(self, accept: str = "") -> tuple[bytes, str]:
+        """(body, content type) of one scrape."""
+        for collector in self.refresh:
+            await collector.refresh()
+        encoder, content_type = choose_encoder(accept)
+        return encoder(self.registry), content_type
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            request = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5)
+            lines = request.decode("latin-1").split("\r\n")
+            parts = lines[0].split(" ")
+            accept = next((line.split(":", 1)[1].strip() for line in lines[1:]
+                           if line.lower().startswith("accept:")), "")
+            if len(parts) == 3 and parts[0] == "GET" and parts[1].split("?")[0] == "/metrics":
+                body, ctype = await self.render(accept)
+                status = "200 OK"
+            else:
+                body, status, ctype = b"not found; try /metrics\n", "404 Not Found", "text/plain"
+            writer.write(f"HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {len(body)}\r\n"
+                         f"Connection: close\r\n\r\n".encode() + body)
+            await writer.drain()
+        except (asyncio.TimeoutError, asyncio.IncompleteReadError, ConnectionError, asyncio.LimitOverrunError):
+            pass
+        except Exception:  # noqa: BLE001 - a failed scrape must not end the server
+            log.exception("metrics scrape failed")
+            writer.write(b"HTTP/1.1 500 Internal Server Error\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+        finally:
+            writer.close()
+
+    async def start(self, host: str, port: int) -> int:
+        """Listen on ``host:port`` (0 = any free port); returns the bound port."""
+        self._server = await asyncio.start_server(self._handle, host, port)
+        self.port = self._server.sockets[0].getsockname()[1]
+        log.info("metrics on http://%s:%d/metrics", host, self.port)
+        return self.port
+
+    def start_soon(self, host: str, port: int) -> asyncio.Task[int]:
+        """``start`` in a task of the running loop (its result: the port). A failure to listen is logged
+        and the service keeps serving without metrics."""
+        def report(task: asyncio.Task[int]) -> None:
+            if not task.cancelled() and task.exception() is not None:
+                log.error("metrics endpoint not started on %s:%d: %s", host, port, task.exception())
+
+        task = asyncio.get_running_loop().create_task(self.start(host, port))
+        task.add_done_callback(report)
+        return task
+
+    def close(self) -> None:
+        if self._server is not None:
+            self._server.close()

@@ -1,0 +1,158 @@
+"""Storage failures a service survives: which errors mean the disk (not the code) failed, free
+space, and ``StorageGuard``, the state machine of a service whose storage fails and comes back.
+
+A failed write (full disk, I/O error, free space below a floor) must never end a task silently
+or leave a caller waiting: the first failure of an episode is logged once, turns gRPC health to
+NOT_SERVING, and callers get UNAVAILABLE with ``retry-after-seconds`` at once; test writes with a
+growing back-off then restore SERVING by themselves when space returns.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import logging
+import os
+import sqlite3
+import time
+from collections import Counter
+from collections.abc import Awaitable, Callable
+from contextlib import suppress
+
+from lac.common.errors import Unavailable
+
+__all__ = ["LowDiskSpace", "StorageFailed", "StorageGuard", "storage_failure_reason", "free_bytes"]
+
+log = logging.getLogger(__name__)
+
+# SQLite primary result codes that mean the storage (not the code) failed.
+STORAGE_CODES = {sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED, sqlite3.SQLITE_NOMEM, sqlite3.SQLITE_READONLY,
+                 sqlite3.SQLITE_IOERR, sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_FULL, sqlite3.SQLITE_CANTOPEN,
+                 sqlite3.SQLITE_PROTOCOL, sqlite3.SQLITE_NOTADB}
+PROBE_MIN_SECONDS, PROBE_MAX_SECONDS = 0.5, 10.0  # back-off of the test writes while the storage fails
+STABLE_SECONDS = 60.0  # healthy this long after a recovery: the next failure starts the back-off anew
+SPACE_CHECK_SECONDS = 1.0  # how often free space is checked while healthy
+
+
+class LowDiskSpace(Exception):
+    """Free space on a state directory's filesystem is below the configured floor."""
+
+
+class StorageFailed(Unavailable):
+    """The service's storage cannot be written (full disk, I/O error, low space): retry later."""
+
+
+def storage_failure_reason(exc: BaseException) -> str | None:
+    """A short label (``SQLITE_FULL``, ``SQLITE_IOERR_WRITE``, ``ENOSPC``, ``LOW_DISK_SPACE``) if ``exc``
+    is a failure of the storage, None if it is anything else (a bug)."""
+    if isinstance(exc, LowDiskSpace):
+        return "LOW_DISK_SPACE"
+    if isinstance(exc, OSError):
+        return errno.errorcode.get(exc.errno or 0, type(exc).__name__)
+    if isinstance(exc, sqlite3.Error):
+        code = getattr(exc, "sqlite_errorcode", None)
+        if code is not None and code & 0xFF in STORAGE_CODES:
+            return getattr(exc, "sqlite_errorname", None) or f"SQLITE_{code}"
+    return None
+
+
+def free_bytes(path: str | os.PathLike[str]) -> int:
+    """Bytes an unprivileged writer may still use on the filesystem holding ``path``."""
+    st = os.statvfs(path)
+    return st.f_bavail * st.f_frsize
+
+
+class StorageGuard:
+    """Whether a service's storage works, and what happens when it stops.
+
+    ``failed(op, reason, exc)`` notes a failure: the first one of an episode logs one line naming
+    ``what`` failed, calls ``on_change(False)`` (e.g. health NOT_SERVING) and starts test writes
+    (``probe``, an awaitable that raises while the storage still fails) with a growing back-off;
+    the first that succeeds logs one line and calls ``on_change(True)``. ``check()`` raises
+    ``StorageFailed`` (with ``retry_after``) while an episode lasts. ``check_space`` (optional,
+    raising ``LowDiskSpace``) is run every ``SPACE_CHECK_SECONDS`` while healthy, so health follows
+    free space without traffic. Use from one event loop.
+    """
+
+    def __init__(self, what: str, consequence: str, probe: Callable[[], Awaitable[None]],
+                 on_change: Callable[[bool], None], check_space: Callable[[], Awaitable[None]] | None = None):
+        self.what, self.consequence = what, consequence
+        self._probe, self._on_change, self._check_space = probe, on_change, check_space
+        self.error: str | None = None  # why the storage is unusable; None while it works
+        self.failures: Counter[str] = Counter()  # failed storage operations by reason
+        self.delay = PROBE_MIN_SECONDS
+        self._failed_at = self._recovered_at = float("-inf")
+        self._task: asyncio.Task[None] | None = None
+        self._stopped = False
+        self._wake = asyncio.Event()
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+    def start(self) -> None:
+        """Start watching (idempotent; needs a running event loop; never again after ``stop``)."""
+        if self._task is None and not self._stopped:
+            self._task = asyncio.get_running_loop().create_task(self._loop())
+
+    async def stop(self) -> None:
+        self._stopped = True
+        if self._task is not None:
+            self._task.cancel()
+            with suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+
+    def unavailable(self) -> StorageFailed:
+        return StorageFailed(f"{self.what} cannot be written ({self.error}); nothing of this call was stored: "
+                             f"retry later", retry_after=self.delay)
+
+    def check(self) -> None:
+        """``StorageFailed`` while the storage fails."""
+        if self.error is not None:
+            raise self.unavailable()
+
+    def failed(self, op: str, reason: str, exc: BaseException | str) -> StorageFailed:
+        """Note a storage failure; returns the error to give the caller."""
+        self.failures[reason] += 1
+        if self.error is None:
+            now = time.monotonic()
+            # Failing again soon after a recovery: test less often, so a flapping disk cannot flood the log.
+            self.delay = (PROBE_MIN_SECONDS if now - self._recovered_at > STABLE_SECONDS else
+                          min(self.delay * 2, PROBE_MAX_SECONDS))
+            self.error = f"{reason} in {op}: {exc}"
+            self._failed_at = now
+            self._on_change(False)
+            log.error("%s unusable (%s in %s: %s): %s until a test write succeeds", self.what, reason, op, exc,
+                      self.consequence)
+            self._wake.set()
+            with suppress(RuntimeError):  # no running loop: started by the next call that has one
+                self.start()
+        return self.unavailable()
+
+    async def _loop(self) -> None:
+        while True:
+            if self.error is None:
+                with suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), SPACE_CHECK_SECONDS)
+                self._wake.clear()
+                if self.error is None and self._check_space is not None:
+                    try:
+                        await self._check_space()
+                    except Exception as exc:  # noqa: BLE001 - a storage failure, or logged once below
+                        self.failed("free space check", storage_failure_reason(exc) or type(exc).__name__, exc)
+                continue
+            await asyncio.sleep(self.delay)
+            try:
+                await self._probe()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - still failing (counted), whatever the error
+                self.failures[storage_failure_reason(exc) or type(exc).__name__] += 1
+                self.delay = min(self.delay * 2, PROBE_MAX_SECONDS)
+                continue
+            now = time.monotonic()
+            log.warning("%s writable again after %.1f s (was: %s); serving", self.what, now - self._failed_at,
+                        self.error)
+            self.error, self._recovered_at = None, now
+            self._on_change(True)
