@@ -15,9 +15,11 @@ default posterior (one pass). γ must be equal across engines (printed and check
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import resource
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -107,26 +109,42 @@ def main() -> None:
     ap.add_argument("--reports-per-segment", type=int, default=100_000)
     ap.add_argument("--engines", default="stream,memory", help=f"comma-separated, of {', '.join(ENGINES)}")
     ap.add_argument("--spark-master", default="local[2]")
-    ap.add_argument("--dir", default=None, help="keep the segments here (default: a temporary directory)")
+    ap.add_argument("--dir", default=None, help="write the segments in a temporary directory under DIR")
+    ap.add_argument("--keep", default=None, metavar="DIR",
+                    help="write the segments into DIR and keep them; reused by a later run with the same data options")
+    ap.add_argument("--memory-limit-gib", type=float, default=16.0,
+                    help="address-space limit of the in-memory engine's process: past it, it fails (reported)")
     ap.add_argument("--run", default=None, help=argparse.SUPPRESS)  # internal: one engine, in a child process
     a = ap.parse_args()
     if a.run:
         print(json.dumps(run_engine(a.run, Path(a.dir), a.items, a.spark_master)))
         return
-    with tempfile.TemporaryDirectory(dir=a.dir) as tmp:
-        root = Path(tmp)
+    with contextlib.ExitStack() as stack:
+        root = Path(a.keep) if a.keep else Path(stack.enter_context(tempfile.TemporaryDirectory(dir=a.dir)))
+        spec = json.dumps({"users": a.users, "items": a.items, "per_user": a.per_user,
+                           "per_segment": a.reports_per_segment})
         t = time.perf_counter()
-        paths = write_segments(root, a.users, a.items, a.per_user, a.reports_per_segment)
+        if a.keep and (root / "data.json").exists() and (root / "data.json").read_text() == spec:
+            paths, how = sorted(root.rglob("*.parquet")), "reused"
+        else:
+            if a.keep:
+                shutil.rmtree(root, ignore_errors=True)
+                root.mkdir(parents=True)
+            paths = write_segments(root, a.users, a.items, a.per_user, a.reports_per_segment)
+            (root / "data.json").write_text(spec)
+            how = f"written in {time.perf_counter() - t:.0f} s"
         size = sum(p.stat().st_size for p in paths)
         print(f"SYNTHETIC Zipf data: {a.users:,} reports x {a.items:,} items, ~{a.per_user:g} items per report, "
-              f"{len(paths)} segments, {size / 2**20:,.0f} MiB on disk (written in {time.perf_counter() - t:.0f} s)",
-              flush=True)
+              f"{len(paths)} segments, {size / 2**20:,.0f} MiB on disk ({how})", flush=True)
         results = []
-        for engine in a.engines.split(","):
+        for engine in filter(None, a.engines.split(",")):
             cmd = [sys.executable, __file__, "--run", engine, "--dir", str(root), "--items", str(a.items),
                    "--spark-master", a.spark_master]
             t = time.perf_counter()
-            p = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "PYTHONHASHSEED": "0"})
+            limit = int(a.memory_limit_gib * 2**30) if engine == "memory" else None
+            p = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "PYTHONHASHSEED": "0"},
+                               preexec_fn=(lambda: resource.setrlimit(resource.RLIMIT_AS, (limit, limit)))
+                               if limit else None)
             if p.returncode != 0:
                 tail = (p.stderr.strip().splitlines() or ["?"])[-1]
                 print(f"{engine:>7}: FAILED after {time.perf_counter() - t:.0f} s (exit {p.returncode}): {tail}",
@@ -136,7 +154,9 @@ def main() -> None:
             results.append(r)
             print(f"{engine:>7}: " + "; ".join(f"{k} {v['seconds']:.1f} s (γ={v['gamma']:.6g})" for k, v in r.items()
                                                if isinstance(v, dict))
-                  + f"; peak RSS {r['peak_rss_gib']:.2f} GiB", flush=True)
+                  + f"; peak RSS {r['peak_rss_gib']:.2f} GiB"
+                  + (" (the driver's Python only: not the JVM nor the executors)" if engine == "spark" else ""),
+                  flush=True)
         for name in ("bayesian-bruteforce", "bayesian-sound", "posterior"):
             values = {(r[name]["gamma"], r[name]["sigma"], r[name]["log_probs_sha"]) for r in results}
             print(f"{name}: {'identical' if len(values) == 1 else 'DIFFERENT'} across {len(results)} engine(s) "

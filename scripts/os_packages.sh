@@ -3,6 +3,7 @@
 #
 #   scripts/os_packages.sh                # the list below
 #   scripts/os_packages.sh ENTRY ...      # the list below plus more entries
+#   scripts/os_packages.sh openjdk-17-jre-headless:java   # plus Java 17 for Spark (lac-curator[spark]; scripts/test.sh)
 #
 # An entry is PACKAGE (needed unless dpkg lists it as installed) or PACKAGE:COMMAND (needed only when
 # COMMAND is not on the PATH, so any provider will do: e.g. `default-jre-headless:java` is skipped when
@@ -16,7 +17,6 @@ LAC_OS_PACKAGES=(
   dict-gcide     # GCIDE dictionary, /usr/share/dictd/gcide.dict.dz (user corpus; GPL); depends on dictd
   fortunes-min   # fortune cookies, /usr/share/games/fortunes (user corpus; BSD)
   fortunes
-  # default-jre-headless:java   # the Java runtime, once Spark is used
 )
 
 say() { echo "os_packages: $*"; }
@@ -48,7 +48,8 @@ if ! command -v dpkg-query >/dev/null 2>&1 || ! command -v apt-get >/dev/null 2>
   done
   [ ${#missing[@]} -eq 0 ] && exit 0
   fail "this is not a Debian/Ubuntu system (no apt-get/dpkg-query). Install the equivalent of: ${missing[*]}
-  (WordNet 3.0 data in /usr/share/wordnet, GCIDE in /usr/share/dictd, fortune cookies in /usr/share/games/fortunes),
+  (WordNet 3.0 data in /usr/share/wordnet, GCIDE in /usr/share/dictd, fortune cookies in /usr/share/games/fortunes,
+  a Java 17+ runtime on the PATH for Spark),
   then rerun with LAC_SKIP_OS_PACKAGES=1."
 fi
 

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Install what the tests need (Debian data packages, all components, data packages, test tools) and run every test.
+# Install what the tests need (Debian data packages and Java, all components with the Spark extra, data packages,
+# test tools) and run every test.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/os_packages.sh
+bash scripts/os_packages.sh openjdk-17-jre-headless:java  # Java for the Spark tests (any `java` 17+ will do)
 python -m pip install --quiet --upgrade pip
-python -m pip install --quiet ./common "./client[glove]" ./shuffler "./curator[analyst]" ".[test]"
+python -m pip install --quiet ./common "./client[glove]" ./shuffler "./curator[analyst,spark]" ".[test,docs]"
 python -m pytest -ra "$@"

@@ -156,6 +156,24 @@ class CuratorKeyRing:
     def public_key(self) -> CuratorPublicKey:
         return CuratorPublicKey(self._keys[self.current].public_key())
 
+    def private_material(self) -> tuple[tuple[str, bytes], ...]:
+        """(key id, raw 32-byte private key) of every key, the current one first: how the curator
+        hands its ring to its own worker processes (``from_private_material``). Secret."""
+        ordered = [self.current] + [k for k in self._keys if k != self.current]
+        return tuple((kid, self._keys[kid].private_bytes(serialization.Encoding.Raw, serialization.PrivateFormat.Raw,
+                                                         serialization.NoEncryption())) for kid in ordered)
+
+    @classmethod
+    def from_private_material(cls, material: tuple[tuple[str, bytes], ...]) -> CuratorKeyRing:
+        """The ring ``private_material`` describes (its first key is the current one)."""
+        keys = {}
+        for kid, raw in material:
+            key = x25519.X25519PrivateKey.from_private_bytes(raw)
+            if key_id(key.public_key()) != kid:
+                raise ValueError(f"private key material does not hold the X25519 key {kid}")
+            keys[kid] = key
+        return cls(keys, material[0][0])
+
     @classmethod
     def load(cls, key_dir: str | Path) -> CuratorKeyRing:
         key_dir = Path(key_dir)

@@ -9,11 +9,9 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-_LAZY = {name: "lac.curator.analyst" for name in (
-    "CuratorClient", "ReleaseInfo", "ReleasePreview", "PerplexityResult", "CuratorStatus", "AnalystError",
-    "BudgetExhausted", "ReleaseRefused", "NotFound", "PermissionDenied", "InvalidArgument", "Unavailable")}
-
-__all__ = sorted(_LAZY)
+__all__ = ["AnalystError", "BudgetExhausted", "CuratorClient", "CuratorStatus", "InvalidArgument", "NotFound",
+           "PermissionDenied", "PerplexityResult", "ReleaseInfo", "ReleasePreview", "ReleaseRefused", "Unavailable"]
+_LAZY = {name: "lac.curator.analyst" for name in __all__}
 
 if TYPE_CHECKING:  # pragma: no cover
     from lac.curator.analyst import (AnalystError, BudgetExhausted, CuratorClient, CuratorStatus, InvalidArgument,

@@ -27,6 +27,8 @@ import datetime as dt
 import json
 import math
 import os
+import time
+import uuid
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -54,6 +56,44 @@ PARQUET_FORMAT = "lac-release/1"
 _KNOBS = {"S": "s", "s": "s", "rho": "rho", "sensitivity": "sensitivity", "calibration": "calibration",
           "public_sensitivity": "public_sensitivity", "discovery": "discovery", "force": "force",
           "expected_reports": "expected_reports"}
+
+
+RELEASE_ATTEMPTS = 4  # a release is sent at most this often (same request id) after UNAVAILABLE or a deadline
+_RETRYABLE = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED})
+
+
+def new_request_id() -> str:
+    """A fresh release request id (random, 32 hex digits)."""
+    return uuid.uuid4().hex
+
+
+def _retry_after(exc: grpc.RpcError) -> float:
+    """The server's ``retry-after-seconds`` trailing metadata, 0 if none."""
+    try:
+        value = dict(exc.trailing_metadata() or ()).get("retry-after-seconds", 0)
+        return max(0.0, min(float(value), 300.0))
+    except (AttributeError, TypeError, ValueError):
+        return 0.0
+
+
+def release_with_retries(call: Callable, request: curator_pb2.ReleaseRequest, timeout: float,
+                         attempts: int = RELEASE_ATTEMPTS, sleep: Callable[[float], None] = time.sleep):
+    """``call(request, timeout=timeout)`` (a ``Release`` stub method), sent again with the same request id
+    after UNAVAILABLE or DEADLINE_EXCEEDED, waiting the server's ``retry-after-seconds`` and at least
+    1, 2, 4... s: the curator returns the release an earlier attempt made (spent once), awaits one still
+    running, or makes it. Other errors, and the last attempt's, are raised (``grpc.RpcError``)."""
+    if not request.request_id:
+        raise ValueError("release_with_retries needs a request with a request_id (new_request_id())")
+    delay = 1.0
+    for attempt in range(1, attempts + 1):
+        try:
+            return call(request, timeout=timeout)
+        except grpc.RpcError as exc:
+            if attempt == attempts or not callable(getattr(exc, "code", None)) or exc.code() not in _RETRYABLE:
+                raise
+            sleep(max(delay, _retry_after(exc)))
+            delay *= 2
+    raise AssertionError("unreachable")
 
 
 # -- errors ---------------------------------------------------------------------------------------
@@ -167,6 +207,7 @@ class ReleaseInfo:
     vocab_size: int
     max_n: int
     params: dict[str, float] = field(default_factory=dict)
+    request_id: str = ""  # the id of the request that made the release (send it again to get this release)
 
     @classmethod
     def from_proto(cls, r: curator_pb2.ReleaseRecord) -> ReleaseInfo:
@@ -178,7 +219,7 @@ class ReleaseInfo:
                    sensitivity_method=r.sensitivity_method, calibration=r.calibration, gamma=r.gamma,
                    sigma=r.sigma, laplace_scale=r.laplace_scale, ledger_epsilon=r.ledger_epsilon,
                    ledger_delta=r.ledger_delta, vocab_size=r.vocab_size, max_n=r.max_n,
-                   params={k: float(v) for k, v in sorted(r.params.items())})
+                   params={k: float(v) for k, v in sorted(r.params.items())}, request_id=r.request_id)
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-able dict (``created_at`` as RFC 3339; a non-finite ε as None)."""
@@ -363,7 +404,8 @@ class CuratorClient:
     # -- releases
 
     def release(self, epsilon: float, delta: float | None = None, mechanism: str | None = None,
-                first_window: int | None = None, last_window: int | None = None, **knobs: Any) -> ReleaseInfo:
+                first_window: int | None = None, last_window: int | None = None, *, request_id: str | None = None,
+                **knobs: Any) -> ReleaseInfo:
         """Release the n-gram distribution of the stored reports: spends (ε, δ) from the privacy budget
         of every accounting window the release covers, and returns its record.
 
@@ -377,9 +419,18 @@ class CuratorClient:
         ``BudgetExhausted`` when a window's budget would be overspent (nothing is spent then),
         ``FailedPrecondition`` when the accuracy check predicts the noise would swamp the signal
         (unless ``force=True``), ``InvalidArgument`` for a bad request.
+
+        The call is idempotent: it carries ``request_id`` (default: a fresh random one) and is sent
+        again with it after UNAVAILABLE or an expired deadline (``RELEASE_ATTEMPTS`` in all), so a
+        release is made and charged once however often it is sent; ``Unavailable`` if every attempt
+        failed. Pass the same ``request_id`` again later to fetch the release a lost call made.
         """
         req = self._release_request(epsilon, delta, mechanism, first_window, last_window, knobs, "release")
-        return ReleaseInfo.from_proto(self._call("Release", req, self.release_timeout))
+        req.request_id = request_id or new_request_id()
+        try:
+            return ReleaseInfo.from_proto(release_with_retries(self._stub.Release, req, self.release_timeout))
+        except grpc.RpcError as exc:
+            raise _error(exc) from None
 
     def preview(self, epsilon: float, delta: float | None = None, mechanism: str | None = None,
                 first_window: int | None = None, last_window: int | None = None, **knobs: Any) -> ReleasePreview:

@@ -28,7 +28,7 @@ from numbers import Integral, Real
 import numpy as np
 
 from lac.common.privacy import Adjacency, Guarantee, Model, PrivacyUnit, check_epsilon
-from lac.common.rng import secure_generator
+from lac.common.rng import RandomSource, secure_generator
 from lac.curator.bayesian import CountStats, count_stats
 from lac.curator.sound import cap_rows
 
@@ -38,6 +38,8 @@ __all__ = ["BaselineRelease", "laplace_dp", "laplace_from_stats", "laplace_publi
 
 @dataclass(frozen=True, eq=False)
 class BaselineRelease:
+    """A baseline release (Laplace, Laplace over public counts, or k-anonymity) with its guarantee, if any."""
+
     probs: np.ndarray  # released probability vector over the vocabulary
     mechanism: str  # "laplace" | "laplace-public" | "kanon"
     params: dict
@@ -55,14 +57,17 @@ class BaselineRelease:
 
     @property
     def data_dependent(self) -> bool:
+        """True for k-anonymity and data-dependent calibrations: no DP guarantee."""
         return self.guarantee is None or self.guarantee.data_dependent
 
     @property
     def differentially_private(self) -> bool:
+        """True when the release carries a (data-independent) DP guarantee."""
         return self.guarantee is not None and self.guarantee.differentially_private
 
     @property
     def statement(self) -> str:
+        """The guarantee in words, or the note of a release without one."""
         return self.guarantee.statement() if self.guarantee is not None else self.note
 
 
@@ -78,14 +83,14 @@ def _normalise(v: np.ndarray) -> np.ndarray:
     return out
 
 
-def laplace_dp(U, W: int, C: int = 1, epsilon: float = 1.0, rng: np.random.Generator | None = None,
+def laplace_dp(U, W: int, C: int = 1, epsilon: float = 1.0, rng: RandomSource | None = None,
                unit: PrivacyUnit = PrivacyUnit.report()) -> BaselineRelease:
     """Standard Laplace baseline (§4.2 item 1): ε-DP with b = m·W·C/ε (see module docstring)."""
     return laplace_from_stats(count_stats(cap_rows(U, W), C), W, C, epsilon, rng, unit)
 
 
 def laplace_from_stats(stats: CountStats, W: int, C: int = 1, epsilon: float = 1.0,
-                       rng: np.random.Generator | None = None,
+                       rng: RandomSource | None = None,
                        unit: PrivacyUnit = PrivacyUnit.report()) -> BaselineRelease:
     """``laplace_dp`` on the column totals of the W-capped rows (what a streaming engine computes)."""
     eps = _check_eps(epsilon)
@@ -114,7 +119,7 @@ def laplace_from_stats(stats: CountStats, W: int, C: int = 1, epsilon: float = 1
 
 def laplace_public_dp(
     U, alpha: np.ndarray, W: int, C: int = 1, epsilon: float = 1.0, sensitivity: str = "sound",
-    rng: np.random.Generator | None = None, unit: PrivacyUnit = PrivacyUnit.report(),
+    rng: RandomSource | None = None, unit: PrivacyUnit = PrivacyUnit.report(),
 ) -> BaselineRelease:
     """Laplace with public data (§4.2 item 2); ``sensitivity`` "sound" (Δ₁ = 2) or "observed"."""
     if U.shape[1] != np.asarray(alpha).size:
@@ -124,7 +129,7 @@ def laplace_public_dp(
 
 def laplace_public_from_stats(
     stats: CountStats, alpha: np.ndarray, W: int, C: int = 1, epsilon: float = 1.0, sensitivity: str = "sound",
-    rng: np.random.Generator | None = None, unit: PrivacyUnit = PrivacyUnit.report(),
+    rng: RandomSource | None = None, unit: PrivacyUnit = PrivacyUnit.report(),
 ) -> BaselineRelease:
     """``laplace_public_dp`` on the column totals of the W-capped rows."""
     eps = _check_eps(epsilon)

@@ -23,7 +23,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from lac.common.privacy import Adjacency, Guarantee, Model, PrivacyUnit, check_delta, check_epsilon
-from lac.common.rng import secure_generator
+from lac.common.rng import RandomSource, secure_generator
 from lac.curator.gaussian import METHODS as _CALIBRATIONS
 from lac.curator.gaussian import calibrate
 from lac.curator.sound import SOUND_STATEMENT, cap_rows, sound_gamma
@@ -101,6 +101,7 @@ class BayesianParams:
 
     @property
     def data_dependent(self) -> bool:
+        """True for the paper's data-dependent sensitivity methods (not DP); False for "sound"."""
         return self.sensitivity != "sound"
 
 
@@ -122,10 +123,12 @@ class BayesianRelease:
 
     @property
     def data_dependent(self) -> bool:
+        """True when the sensitivity was data-dependent: the release is not DP."""
         return self.guarantee.data_dependent
 
     @property
     def statement(self) -> str:
+        """The release's guarantee in words."""
         return self.guarantee.statement()
 
 
@@ -332,7 +335,7 @@ def bayesian_dp(
     U: sp.spmatrix | sp.sparray,
     alpha: np.ndarray,
     params: BayesianParams,
-    rng: np.random.Generator | None = None,
+    rng: RandomSource | None = None,
 ) -> BayesianRelease:
     """Algorithm 1 (BayesianDP) on per-user counts U (rows = users, columns = vocabulary).
 
@@ -359,7 +362,7 @@ def bayesian_dp(
 
 
 def bayesian_from_stats(stats: CountStats, alpha: np.ndarray, params: BayesianParams,
-                        rng: np.random.Generator | None = None, max_sq_dist: float | None = None) -> BayesianRelease:
+                        rng: RandomSource | None = None, max_sq_dist: float | None = None) -> BayesianRelease:
     """``bayesian_dp`` from the column totals of the (for "sound": W-capped) rows, as a streaming
     engine computes them; ``max_sq_dist`` is the largest ``bruteforce_sq_dists`` over all rows,
     needed (only) for the brute-force sensitivity."""

@@ -1,4 +1,4 @@
-"""``lac curator serve|release|releases|top|status|query ...``."""
+"""``lac curator serve|release|status|budget|deployment|query|backup|restore ...``."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from google.protobuf.json_format import MessageToDict
 
 from lac.common import config as cfg
 from lac.common import tls
+from lac.common.cli import hidden_alias
 from lac.common.v1 import curator_pb2, curator_pb2_grpc, reports_pb2
 from lac.curator.config import ENV_PREFIX, CuratorConfig
 from lac.curator.release import MECHANISMS, OFFLINE_ONLY, PublicCaps, ReleaseSpec
@@ -28,6 +29,27 @@ def register(subparsers) -> None:
                      help=f"the curator's state directory [default: {CuratorConfig.state_dir}]")
     mig.set_defaults(func=_migrate_segments)
 
+    bak = sub.add_parser("backup", help="copy the curator's database, segments and release files (online, "
+                                        "consistent) into DIR",
+                         description="Copy the curator's database with SQLite's online backup API (one consistent "
+                                     "snapshot, while the curator keeps serving) and the segment and release files "
+                                     "it names into DIR, with a manifest naming every file's SHA-256. DIR is "
+                                     "created private (0700). The key ring is not copied: back it up separately.")
+    bak.add_argument("dir", type=Path, help="new directory for the backup")
+    res = sub.add_parser("restore", help="install a backup made with `backup` as a state directory",
+                         description="Verify a backup (manifest, SHA-256, quick_check) and install it into "
+                                     "--state-dir, whose curator must be stopped. The restored state does not know "
+                                     "what happened after the backup: batches ingested since are missing (a "
+                                     "shuffler still holding them delivers them again), and so are releases made "
+                                     "since, whose privacy spending the restored ledger forgets.")
+    res.add_argument("dir", type=Path, help="directory written by `lac curator backup`")
+    res.add_argument("--force", action="store_true", help="replace an existing curator database")
+    for q in (bak, res):
+        q.add_argument("--state-dir", type=Path, default=CuratorConfig.state_dir,
+                       help=f"the curator's state directory [default: {CuratorConfig.state_dir}]")
+    bak.set_defaults(func=_backup)
+    res.set_defaults(func=_restore)
+
     def client_parser(name, helptext, func):
         q = sub.add_parser(name, help=helptext)
         q.add_argument("--server", default="127.0.0.1:50052", help="curator address host:port")
@@ -43,7 +65,9 @@ def register(subparsers) -> None:
                    help=f"δ of this release (bayesian, endtoend) [default: {ReleaseSpec.delta:g}]")
     r.add_argument("--mechanism", choices=[*MECHANISMS, *OFFLINE_ONLY], default=ReleaseSpec.mechanism,
                    help="kanon is NOT differentially private and runs offline only (--counts)")
-    r.add_argument("--S", dest="s", type=float, default=None, help=f"decay slope S [default: {ReleaseSpec.S:g}]")
+    r.add_argument("--decay-slope", dest="s", type=float, default=None,
+                   help=f"BayesianDP's decay slope S [default: {ReleaseSpec.S:g}]")
+    hidden_alias(r, "--S", "s", type=float)
     r.add_argument("--rho", type=float, default=None, help=f"private/public weight ρ [default: {ReleaseSpec.rho:g}]")
     r.add_argument("--sensitivity", choices=["sound", "bruteforce", "claim1"], default=None,
                    help="γ method: 'sound' (default; data-independent worst case from the public caps) or the "
@@ -60,6 +84,10 @@ def register(subparsers) -> None:
                    help="predict the release's noise and utility from public information and spend nothing")
     r.add_argument("--force", action="store_true",
                    help="release even if the accuracy check predicts that the noise would swamp the signal")
+    r.add_argument("--request-id", default=None, metavar="ID",
+                   help="id of this release request (1..128 characters; default: a fresh random one). The "
+                        "request is resent with it after UNAVAILABLE or a timeout, and running the command again "
+                        "with the same id returns the release already made instead of spending twice")
     r.add_argument("--expected-reports", type=int, default=None, metavar="N",
                    help="number of reports the preview and the accuracy check assume (default: the curator's DP "
                         "count for an analyst, charged once; the exact count for an operator)")
@@ -71,20 +99,20 @@ def register(subparsers) -> None:
                           "(default: COUNTS with .npz replaced by .vocab.txt)")
     off.add_argument("--public", default=None,
                      help="public counts: 'item<TAB>count' lines, or an NgramVocabulary .npz")
-    off.add_argument("--W", dest="w", type=int, default=PublicCaps.W, help="public cap on items per report")
-    off.add_argument("--C", dest="c", type=int, default=PublicCaps.C, help="per-report, per-item clamp")
+    off.add_argument("--max-items-per-report", dest="w", type=int, default=PublicCaps.W,
+                     help="W: public cap on items per report")
+    hidden_alias(off, "--W", "w", type=int)
+    off.add_argument("--item-clamp", dest="c", type=int, default=PublicCaps.C, help="C: per-report, per-item clamp")
+    hidden_alias(off, "--C", "c", type=int)
     off.add_argument("--count-clip", type=int, default=PublicCaps.count_clip,
                      help="item totals are clipped here before BayesianDP's log")
     off.add_argument("--reports-per-user", type=int, default=1,
                      help="most reports (rows) one user contributes; the sensitivity covers all of them")
-    off.add_argument("--K", dest="k", type=int, default=ReleaseSpec.K, help="k-anonymity threshold (kanon)")
+    off.add_argument("--k-anonymity", dest="k", type=int, default=ReleaseSpec.K,
+                     help="K: k-anonymity threshold (kanon)")
+    hidden_alias(off, "--K", "k", type=int)
     off.add_argument("--out", default=None,
                      help="where to write the released distribution (.npz; default next to COUNTS)")
-    client_parser("releases", "list releases (same as `query releases`)", _releases)
-    t = client_parser("top", "top n-grams of a release (same as `query top`)", _top)
-    t.add_argument("release_id")
-    t.add_argument("-k", type=int, default=20)
-    t.add_argument("--order", type=int, default=0, help="only n-grams of this n (0 = all)")
     client_parser("status", "operator: stored batches, reports per window, quarantine, the ledger", _status)
     client_parser("budget", "the privacy budget per accounting window (spent, remaining)", _budget)
     client_parser("deployment", "the local-privacy configuration published to clients", _deployment)
@@ -119,18 +147,21 @@ def register(subparsers) -> None:
 
 
 def _serve(args) -> int:
+    from lac.common.logs import configure as configure_logging
     from lac.common.server import run_until_signalled
     from lac.curator.prior import public_vocabulary
     from lac.curator.server import create_server
     from lac.curator.service import Curator
 
     config = cfg.from_args(CuratorConfig, ENV_PREFIX, args)
+    configure_logging(config.log_format, getattr(args, "verbose", False))
     vocab = public_vocabulary(config.public_corpus, config.max_n, config.vocab_min_count, config.vocab_max_items,
                               config.state_dir / "prior")
 
     async def main():
         curator = Curator(config, vocab)
         server, port = create_server(curator)
+        curator.start()
         await run_until_signalled(server, port, config.port_file, "curator", on_stop=curator.stop)
 
     asyncio.run(main())
@@ -140,12 +171,38 @@ def _serve(args) -> int:
 def _migrate_segments(args) -> int:
     from lac.curator.store import CuratorStore
 
+    if not (args.state_dir / "curator.sqlite").is_file():
+        raise SystemExit(f"error: {args.state_dir} holds no curator store (curator.sqlite); check --state-dir")
     store = CuratorStore(args.state_dir)
     try:
         n = store.migrate_npz()
     finally:
         store.close()
     print(f"migrated {n} segment(s) in {args.state_dir} to Parquet")
+    return 0
+
+
+def _backup(args) -> int:
+    from lac.curator.backup import backup
+
+    try:
+        m = backup(args.state_dir, args.dir)
+    except (OSError, ValueError) as exc:
+        raise SystemExit(f"error: {exc}") from None
+    print(f"backed up {m['source']} to {args.dir}: {m['batches']} batches ({m['reports']} reports), "
+          f"{m['releases']} releases, {m['ledger_rows']} ledger rows, {len(m['files'])} files")
+    return 0
+
+
+def _restore(args) -> int:
+    from lac.curator.backup import restore
+
+    try:
+        m = restore(args.dir, args.state_dir, force=args.force)
+    except (OSError, ValueError) as exc:
+        raise SystemExit(f"error: {exc}") from None
+    print(f"restored the backup of {m['source']} into {args.state_dir}: {m['batches']} batches, {m['releases']} "
+          f"releases. Batches and releases made after the backup are not in it.")
     return 0
 
 
@@ -201,7 +258,10 @@ def _release(args) -> int:
         preview = _stub(args).PreviewRelease(req, timeout=60)
         _print(args, preview, f"dry run (nothing spent): {preview.statement}")
         return 0
-    record = _stub(args).Release(req, timeout=600)
+    from lac.curator.analyst import new_request_id, release_with_retries
+
+    req.request_id = args.request_id or new_request_id()
+    record = release_with_retries(_stub(args).Release, req, timeout=600)
     _print(args, record, describe(record))
     return 0
 

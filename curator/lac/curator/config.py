@@ -9,14 +9,18 @@ whether data-dependent (NOT differentially private) releases may run at all.
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
 from lac.common.config import setting
+from lac.common.logs import LOG_FORMATS
 from lac.common.deployment import DEFAULT_EMBEDDING, DEFAULT_EMBEDDING_DIAMETER, Deployment
 from lac.common.rpc import Role, parse_names
 
 ENV_PREFIX = "LAC_CURATOR_"
+CORES = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+"""The cores this process may run on."""
 
 
 @dataclass(frozen=True)
@@ -85,12 +89,50 @@ class CuratorConfig:
     count_epsilon: float = setting(0.01, "ε of the DP report count an analyst's release uses for that check when "
                                          "the request gives no expected_reports (Laplace, charged to the windows "
                                          "covered; kept and reused while those windows are closed)")
+    # -- where releases are computed (the noise and the ledger stay in this process either way)
+    engine: str = setting("local", "where a release's aggregations run: 'local' (this machine, release_workers "
+                                   "processes) or 'spark' (a Spark cluster at spark_master; needs "
+                                   "`pip install 'lac-curator[spark]'`, see docs/operator/spark.md)")
+    spark_master: str = setting("", "the Spark master of engine or ingest_engine 'spark': local[N], "
+                                    "spark://host:port, yarn, ... or sc://host:port (Spark Connect); executors "
+                                    "must read the state directory's segments at the same path")
+    release_workers: int = setting(1, "engine 'local': processes that read and map segments in parallel (1 = one "
+                                      "segment at a time in the server process: bounded memory)")
+    ingest_engine: str = setting("local", "where ingested reports are opened, validated and counted: 'local' "
+                                          "(ingest_workers processes) or 'spark' (at spark_master; the executors "
+                                          "then get the curator's PRIVATE keys: see docs/operator/spark.md)")
     replay_window_days: float = setting(30.0, "a report id seen within this many days is rejected as a replay; "
                                               "older ids are forgotten")
     quarantine_max_rows: int = setting(10_000, "quarantined reports kept for diagnosis (the newest; 0 = none); "
                                                "reject counters keep the totals")
+    # -- limits and storage
+    max_message_bytes: int = setting(64 * 1024 ** 2, "largest gRPC message received or sent; a larger request is "
+                                                     "refused by gRPC itself with RESOURCE_EXHAUSTED before it is "
+                                                     "parsed (keep it above the shuffler's max_batch_bytes)")
+    max_concurrent_streams: int = setting(100, "most calls served at once on one client connection (HTTP/2 "
+                                               "streams); further calls on that connection wait in the client or "
+                                               "are refused with UNAVAILABLE (HTTP/2 REFUSED_STREAM; retry)")
+    max_reports_per_batch: int = setting(1_000_000, "most reports in one IngestBatch, counted before the message is "
+                                                    "parsed (INVALID_ARGUMENT beyond it); keep it above the "
+                                                    "shuffler's largest batch")
+    min_free_disk_bytes: int = setting(128 * 1024 ** 2, "free space the state directory's filesystem must keep: "
+                                                        "below it (or after any write error) IngestBatch and Release "
+                                                        "answer UNAVAILABLE with retry-after-seconds and health is "
+                                                        "NOT_SERVING until a test write succeeds with enough space")
+    ingest_workers: int = setting(CORES, "processes that open, validate and count ingested reports (default: "
+                                         "every core this process may use; 1 = in the server process). Batches "
+                                         "under 200 reports are opened in the server process")
+    metrics_port: int | None = setting(None, "serve Prometheus text metrics at http://METRICS_HOST:PORT/metrics "
+                                             "(0 = any free port; unset = off)")
+    metrics_host: str = setting("127.0.0.1", "address of the metrics endpoint (plaintext, unauthenticated, for "
+                                             "the operator only: it has exact counts; keep it on loopback or a "
+                                             "private network)")
+    log_format: str = setting("text", "log lines as 'text' or 'json' (one JSON object per line: time, level, "
+                                      "logger, message and extra fields)")
 
     def __post_init__(self) -> None:
+        if self.log_format not in LOG_FORMATS:
+            raise ValueError(f"log_format must be one of {', '.join(LOG_FORMATS)}")
         if not 1 <= self.max_n <= 5:
             raise ValueError("max_n must be between 1 and 5")
         for name in ("vocab_min_count", "vocab_max_items", "max_items_per_report", "item_clamp", "item_count_clip",
@@ -107,6 +149,21 @@ class CuratorConfig:
             raise ValueError("replay_window_days must be positive")
         if self.quarantine_max_rows < 0:
             raise ValueError("quarantine_max_rows must be >= 0")
+        if self.max_message_bytes < 1024 or self.max_concurrent_streams < 1 or self.max_reports_per_batch < 1:
+            raise ValueError("max_message_bytes must be at least 1024, max_concurrent_streams and "
+                             "max_reports_per_batch positive")
+        if self.min_free_disk_bytes < 0:
+            raise ValueError("min_free_disk_bytes must be >= 0")
+        if self.ingest_workers < 1:
+            raise ValueError("ingest_workers must be at least 1")
+        for name in ("engine", "ingest_engine"):
+            if getattr(self, name) not in ("local", "spark"):
+                raise ValueError(f"{name} must be 'local' or 'spark'")
+            if getattr(self, name) == "spark" and not self.spark_master:
+                raise ValueError(f"{name} 'spark' needs spark_master (local[N], spark://host:port, sc://host:port, "
+                                 "...)")
+        if self.release_workers < 1:
+            raise ValueError("release_workers must be at least 1")
         self.deployment  # validates the published configuration
 
     @property

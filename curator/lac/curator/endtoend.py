@@ -44,7 +44,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from lac.common.privacy import Adjacency, Guarantee, Model, PrivacyUnit, check_delta, check_epsilon
-from lac.common.rng import secure_generator
+from lac.common.rng import RandomSource, secure_generator
 from lac.curator.bayesian import (
     SENSITIVITY_METHODS,
     BayesianParams,
@@ -111,13 +111,16 @@ class EndToEndParams:
 
     @property
     def epsilon_select(self) -> float:
+        """ε₁: the share of ε spent on the private (S, ρ) selection."""
         return self.epsilon * self.selection_share
 
     @property
     def epsilon_release(self) -> float:
+        """ε₂ = ε − ε₁: what the BayesianDP release spends."""
         return self.epsilon - self.epsilon_select
 
     def bayesian(self, S: float, rho: float) -> BayesianParams:
+        """The BayesianDP parameters of the release at grid point (S, ρ), with budget ε₂."""
         return BayesianParams(epsilon=self.epsilon_release, delta=self.delta, S=S, C=self.C, rho=rho,
                               sensitivity=self.sensitivity, calibration=self.calibration, W=self.W,
                               count_clip=self.count_clip, unit=self.unit)
@@ -148,10 +151,12 @@ class EndToEndRelease:
 
     @property
     def data_dependent(self) -> bool:
+        """True when the sensitivity was data-dependent: the release is not DP."""
         return self.guarantee.data_dependent
 
     @property
     def statement(self) -> str:
+        """The release's guarantee in words."""
         return self.guarantee.statement()
 
 
@@ -175,7 +180,7 @@ def end_to_end_dp(
     U: sp.spmatrix | sp.sparray,
     alpha: np.ndarray,
     params: EndToEndParams,
-    rng: np.random.Generator | None = None,
+    rng: RandomSource | None = None,
 ) -> EndToEndRelease:
     """Algorithm 2 on per-user counts U (rows = users). Noise and the split come from ``rng``
     (default: the ``lac.common.rng`` CSPRNG). Guarantee: see the module docstring and ``statement``."""

@@ -26,7 +26,7 @@ from typing import Any, Protocol, TypeVar
 
 from lac.curator.ngrams import ReportItems
 
-__all__ = ["Engine", "LocalEngine", "LOCAL", "Parts"]
+__all__ = ["Engine", "LocalEngine", "LOCAL", "Parts", "ENGINES", "create_engine"]
 
 T = TypeVar("T")
 P = TypeVar("P")
@@ -97,3 +97,21 @@ class LocalEngine:
 
 
 LOCAL = LocalEngine()
+
+
+ENGINES = ("local", "spark")
+
+
+def create_engine(kind: str = "local", spark_master: str = "", workers: int = 1) -> Engine:
+    """The engine an operator selected: ``local`` (``workers`` processes) or ``spark`` on
+    ``spark_master`` (``lac.curator.spark``; needs the ``spark`` extra)."""
+    if kind == "local":
+        return LOCAL if workers == 1 else LocalEngine(workers)
+    if kind == "spark":
+        if not spark_master:
+            raise ValueError("the spark engine needs a master: local[N], spark://host:port, yarn, ... or "
+                             "sc://host:port (Spark Connect)")
+        from lac.curator.spark import SparkEngine
+
+        return SparkEngine.start(spark_master)
+    raise ValueError(f"unknown engine {kind!r}; available: {', '.join(ENGINES)}")

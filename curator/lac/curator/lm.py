@@ -152,10 +152,10 @@ def estimate_discounts(counts: np.ndarray, modified: bool = True) -> Discounts:
         return (float(y),) * 3
     if n[2] <= 0:
         return FALLBACK_DISCOUNTS
-    d = tuple(float(k - (k + 1) * y * n[k] / n[k - 1]) for k in (1, 2, 3))
-    if not (0 < d[0] <= 1 and 0 <= d[1] <= 2 and 0 <= d[2] <= 3):
+    d1, d2, d3 = (float(k - (k + 1) * y * n[k] / n[k - 1]) for k in (1, 2, 3))
+    if not (0 < d1 <= 1 and 0 <= d2 <= 2 and 0 <= d3 <= 3):
         return FALLBACK_DISCOUNTS
-    return d
+    return d1, d2, d3
 
 
 def default_total(probs: np.ndarray) -> float:

@@ -32,7 +32,7 @@ from lac.common.files import atomic_file
 from lac.common.text import BOS, EOS, UNK
 
 __all__ = ["ngrams", "NgramVocabulary", "ReportCounts", "ReportItems", "count_reports", "user_counts", "cap_and_clamp",
-           "report_items"]
+           "report_items", "keyed_report_items"]
 
 _FORMAT_VERSION = 1
 
@@ -496,10 +496,21 @@ def report_items(reports: Sequence[Sequence[Sequence[str]]], max_n: int = 3,
     """All items (as ``ngrams`` enumerates them) of each report, distinct per report in order of
     first occurrence, with their counts. With ``words``, any other token is read as ``<unk>``.
 
-    Vectorised: tokens get integer ids (1..B−1; ``<s>`` = 1), an n-gram of ids (i₁..iₙ) gets the
-    key Σ i_k·B^(n−k), distinct across orders because ids are never 0; only the distinct keys of
-    the batch are turned back into strings.
+    Vectorised: tokens get integer ids (1..B−1; ``<s>`` = 1, ``</s>`` = 2, then the words in order
+    of first occurrence), an n-gram of ids (i₁..iₙ) gets the key Σ i_k·B^(n−k), distinct across
+    orders because ids are never 0; only the distinct keys of the batch are turned back into
+    strings, and ``items`` is in key order.
     """
+    return keyed_report_items(reports, max_n, words)[0]
+
+
+def keyed_report_items(reports: Sequence[Sequence[Sequence[str]]], max_n: int = 3,
+                       words: frozenset[str] | None = None,
+                       spell: bool = True) -> tuple[ReportItems, np.ndarray, int, tuple[str, ...]]:
+    """``report_items`` with the items' keys (int64, increasing, one per item), the base B of the
+    keys and the word of each id (``""`` for 0): what ``lac.curator.ingest`` needs to merge the
+    counts of several chunks of reports into those of all of them. ``spell=False`` leaves
+    ``items`` empty (the caller spells the keys)."""
     _check_max_n(max_n)
     n_rep = len(reports)
     sents = [s for rep in reports for s in rep]
@@ -509,7 +520,8 @@ def report_items(reports: Sequence[Sequence[Sequence[str]]], max_n: int = 3,
     slen, rep_of_sent = slen[keep], rep_of_sent[keep]
     flat = [t for s in sents for t in s]
     if not flat:
-        return ReportItems(np.zeros(n_rep + 1, np.int64), np.empty(0, np.int32), np.empty(0, np.int32), ())
+        return (ReportItems(np.zeros(n_rep + 1, np.int64), np.empty(0, np.int32), np.empty(0, np.int32), ()),
+                np.empty(0, np.int64), 3, ("", BOS, EOS))
     vocab_words: dict[str, int] = {BOS: 1, EOS: 2}
     if words is not None:
         vocab_words[UNK] = 3
@@ -559,7 +571,7 @@ def report_items(reports: Sequence[Sequence[Sequence[str]]], max_n: int = 3,
     uniq, item_ids = np.unique(gkey, return_inverse=True)
     names = ["", *vocab_words]  # id -> word (ids start at 1)
     items = []
-    for k in uniq.tolist():
+    for k in uniq.tolist() if spell else ():
         parts = []
         while k:
             k, i = divmod(k, B)
@@ -567,4 +579,5 @@ def report_items(reports: Sequence[Sequence[Sequence[str]]], max_n: int = 3,
         items.append(" ".join(reversed(parts)))
     indptr = np.zeros(n_rep + 1, dtype=np.int64)
     np.cumsum(np.bincount(grep, minlength=n_rep), out=indptr[1:])
-    return ReportItems(indptr, item_ids.astype(np.int32).reshape(-1), gcount.astype(np.int32), tuple(items))
+    return (ReportItems(indptr, item_ids.astype(np.int32).reshape(-1), gcount.astype(np.int32), tuple(items)),
+            uniq, B, tuple(names))

@@ -33,6 +33,7 @@ import scipy.sparse as sp
 
 from lac.common.files import atomic_file
 from lac.common.privacy import PrivacyUnit
+from lac.common.rng import RandomSource
 from lac.curator.ngrams import NgramVocabulary
 from lac.curator.release import PublicCaps, ReleaseSpec, run
 
@@ -40,17 +41,20 @@ __all__ = ["load_counts", "load_vocab", "load_public", "default_vocab_path", "de
 
 
 def default_vocab_path(counts: str | os.PathLike) -> Path:
+    """The vocabulary file next to ``counts``: its ``.npz`` replaced by ``.vocab.txt``."""
     p = Path(counts)
     return p.with_name((p.name[:-4] if p.name.endswith(".npz") else p.name) + ".vocab.txt")
 
 
 def default_out_path(counts: str | os.PathLike, mechanism: str) -> Path:
+    """The output next to ``counts``: ``<stem>.<mechanism>.release.npz``."""
     p = Path(counts)
     stem = p.name[:-4] if p.name.endswith(".npz") else p.name
     return p.with_name(f"{stem}.{mechanism}.release.npz")
 
 
 def load_counts(path: str | os.PathLike) -> sp.csr_matrix:
+    """Per-user counts (CSR, users × items) from a ``scipy.sparse.save_npz`` file; ValueError unless numeric."""
     U = sp.load_npz(os.fspath(path)).tocsr()
     if U.data.dtype.kind not in "iuf":
         raise ValueError(f"{path}: counts must be numeric")
@@ -58,6 +62,7 @@ def load_counts(path: str | os.PathLike) -> sp.csr_matrix:
 
 
 def load_vocab(path: str | os.PathLike) -> tuple[str, ...]:
+    """The vocabulary items, one per line (ValueError on duplicates)."""
     with open(path, encoding="utf-8") as f:
         items = tuple(line.rstrip("\n").rstrip("\r") for line in f)
     if len(set(items)) != len(items):
@@ -99,7 +104,7 @@ def release_offline(
     reports_per_user: int = 1,
     vocab: str | os.PathLike | None = None,
     out: str | os.PathLike | None = None,
-    rng: np.random.Generator | None = None,
+    rng: RandomSource | None = None,
 ) -> dict:
     """Run ``spec`` on the files and write the release; returns the release record.
 
@@ -111,8 +116,8 @@ def release_offline(
     if len(items) != U.shape[1]:
         raise ValueError(f"the vocabulary has {len(items)} items but the counts have {U.shape[1]} columns")
     alpha = load_public(public, items)
-    vocab = NgramVocabulary(items, alpha, max(it.count(" ") + 1 for it in items) if items else 1)
-    r = run(U, vocab, spec, caps, unit=PrivacyUnit.user(reports_per_user), rng=rng)
+    ngrams = NgramVocabulary(items, alpha, max(it.count(" ") + 1 for it in items) if items else 1)
+    r = run(U, ngrams, spec, caps, unit=PrivacyUnit.user(reports_per_user), rng=rng)
     rec = {"mechanism": r.mechanism, "spec": asdict(spec), "caps": asdict(caps), "reports_per_user": reports_per_user,
            "epsilon": r.guarantee.epsilon if r.guarantee else None, "delta": r.guarantee.delta if r.guarantee else 0.0,
            "differentially_private": r.differentially_private, "data_dependent": r.guarantee is None or

@@ -55,7 +55,7 @@ import numpy as np
 from scipy.special import log_ndtr, ndtri
 
 from lac.common.privacy import Adjacency, Guarantee, Model, PrivacyUnit, check_delta, check_epsilon
-from lac.common.rng import secure_generator
+from lac.common.rng import RandomSource, secure_generator
 from lac.curator.gaussian import analytic_sigma
 from lac.curator.ngrams import NgramVocabulary, ReportItems
 
@@ -101,14 +101,17 @@ class PosteriorParams:
 
     @property
     def delta_select(self) -> float:
+        """δ_s: the share of δ the discovery threshold spends (0 without discovery)."""
         return self.delta * self.discovery_delta_share if self.discovery else 0.0
 
     @property
     def epsilon_gauss(self) -> float:
+        """The ε the Gaussian counts are calibrated to: ε + log(1 − δ_s) with discovery, else ε."""
         return self.epsilon + math.log1p(-self.delta_select) if self.discovery else self.epsilon
 
     @property
     def delta_gauss(self) -> float:
+        """The δ left for the Gaussian counts: δ − δ_s."""
         return self.delta - self.delta_select
 
     @property
@@ -201,6 +204,7 @@ class PosteriorRelease:
 
     @property
     def statement(self) -> str:
+        """The release's guarantee in words."""
         return self.guarantee.statement()
 
 
@@ -233,7 +237,7 @@ def empirical_bayes(noisy: np.ndarray, prior_mean: np.ndarray, sigma: float, bin
 
 
 def posterior_release(totals: WeightedTotals, vocab: NgramVocabulary, params: PosteriorParams,
-                      rng: np.random.Generator | None = None) -> PosteriorRelease:
+                      rng: RandomSource | None = None) -> PosteriorRelease:
     """Steps 3–5 on exact totals (see the module docstring for the guarantee)."""
     if not isinstance(params, PosteriorParams):
         raise TypeError("params must be a PosteriorParams")

@@ -21,6 +21,7 @@ log = logging.getLogger(__name__)
 
 
 def default_public_corpus() -> Path:
+    """Where ``lac data`` puts the public corpus: ``data_dir()/corpora/public.txt``."""
     return data_dir() / "corpora" / "public.txt"
 
 

@@ -20,9 +20,11 @@ must not charge them to a privacy budget (``Release.charge`` is None).
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from functools import partial
+from numbers import Real
 from pathlib import Path
 from typing import Protocol
 
@@ -30,6 +32,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from lac.common.privacy import Budget, Guarantee, PrivacyUnit, check_delta, check_epsilon
+from lac.common.rng import RandomSource
 from lac.curator import segments
 from lac.curator.baselines import (BaselineRelease, k_anonymity, laplace_dp, laplace_from_stats, laplace_public_dp,
                                    laplace_public_from_stats)
@@ -104,6 +107,10 @@ class ReleaseSpec:
             raise ValueError(f"public_sensitivity {self.public_sensitivity!r} applies to laplace-public only")
         if self.calibration not in CALIBRATIONS:
             raise ValueError(f"unknown calibration {self.calibration!r}; available: {', '.join(CALIBRATIONS)}")
+        if isinstance(self.S, bool) or not (isinstance(self.S, Real) and math.isfinite(self.S) and self.S > 0):
+            raise ValueError(f"S must be a finite number > 0, got {self.S!r}")
+        if isinstance(self.rho, bool) or not (isinstance(self.rho, Real) and 0 < self.rho <= 1):
+            raise ValueError(f"rho must be in (0, 1], got {self.rho!r}")
         if (self.first_window is None) != (self.last_window is None):
             raise ValueError("give both first_window and last_window, or neither")
         if self.first_window is not None and self.first_window > self.last_window:
@@ -298,7 +305,7 @@ def _stream_stats(reports: Reports, vocab: NgramVocabulary, C: int, W: int, engi
 
 
 def run(reports: Reports | sp.csr_matrix, vocab: NgramVocabulary, spec: ReleaseSpec, caps: PublicCaps,
-        unit: PrivacyUnit = PrivacyUnit.report(), rng: np.random.Generator | None = None,
+        unit: PrivacyUnit = PrivacyUnit.report(), rng: RandomSource | None = None,
         engine: Engine = LOCAL) -> Release:
     """Run ``spec`` on ``reports`` (a ``Reports`` source, or a per-report counts matrix over ``vocab``).
 
@@ -411,10 +418,11 @@ class ReleaseRecord:
     public_statement: str  # the statement without data-derived numbers (analyst)
     threshold: float = 0.0  # the discovery threshold ρ (posterior)
     discovered: int = 0  # n-grams released by DP discovery
+    request_id: str = ""  # the client's id of the request that made it (idempotent retries)
 
     @classmethod
     def of(cls, release: Release, release_id: str, created_at: str, max_n: int, windows: tuple[int, int],
-           unit: PrivacyUnit) -> ReleaseRecord:
+           unit: PrivacyUnit, request_id: str = "") -> ReleaseRecord:
         g = release.guarantee
         charge = release.charge
         return cls(release_id=release_id, created_at=created_at, mechanism=release.mechanism,
@@ -429,7 +437,7 @@ class ReleaseRecord:
                    reports_per_user=unit.max_reports, statement=release.statement,
                    public_statement=g.public_statement() if g else release.note,
                    threshold=release.threshold if np.isfinite(release.threshold) else 0.0,
-                   discovered=release.discovered)
+                   discovered=release.discovered, request_id=request_id)
 
     def to_json(self) -> bytes:
         return json.dumps(asdict(self)).encode("utf-8")

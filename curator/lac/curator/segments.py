@@ -45,13 +45,15 @@ SCHEMA = pa.schema([
 
 
 def table(items: ReportItems, meta: dict | None = None) -> pa.Table:
-    """The segment table of ``items`` (with ``meta`` in its schema metadata)."""
+    """The segment table of ``items`` (with ``meta`` in its schema metadata); ``items.items`` may
+    also be a pyarrow string array (``lac.curator.ingest.merge_counts`` gives one)."""
     lens = np.diff(items.indptr)
     if lens.size and lens.max() > MAX_POS + 1:
         raise ValueError(f"a report has {int(lens.max())} distinct n-grams, more than a segment holds ({MAX_POS + 1})")
     report = np.repeat(np.arange(items.n_reports, dtype=np.int32), lens)
     pos = (np.arange(items.item_ids.size) - np.repeat(items.indptr[:-1], lens)).astype(np.int16)
-    ngram = pa.DictionaryArray.from_arrays(pa.array(items.item_ids, pa.int32()), pa.array(items.items, pa.string()))
+    names = items.items if isinstance(items.items, pa.Array) else pa.array(items.items, pa.string())  # (ingest: Arrow)
+    ngram = pa.DictionaryArray.from_arrays(pa.array(items.item_ids, pa.int32()), names)
     schema = SCHEMA.with_metadata({"lac": json.dumps({"format": FORMAT, "n_reports": items.n_reports,
                                                       **(meta or {})})})
     return pa.Table.from_arrays([pa.array(report), pa.array(pos), ngram, pa.array(items.counts, pa.int32())],

@@ -12,9 +12,16 @@ from lac.common.privacy import Budget
 from lac.common.rpc import Caller, Role
 from lac.common.v1 import curator_pb2
 from lac.curator.preview import Preview
-from lac.curator.release import ReleaseRecord, ReleaseSpec
+from lac.curator.release import MECHANISMS, ReleaseRecord, ReleaseSpec
 
-__all__ = ["release_spec", "record_message", "preview_message", "window_budgets", "is_operator"]
+__all__ = ["release_spec", "request_id", "record_message", "preview_message", "window_budgets", "is_operator",
+           "EPSILON_RANGE", "MIN_DELTA"]
+
+# What a request over RPC may ask for: beyond these the mechanisms' arithmetic breaks down (a noise
+# scale that overflows, a calibration with no root) long after the result stopped being useful.
+EPSILON_RANGE = (1e-6, 1e6)
+MIN_DELTA = 1e-100
+MAX_REQUEST_ID_CHARS = 128
 
 
 def is_operator(caller: Caller) -> bool:
@@ -48,9 +55,27 @@ def release_spec(r: curator_pb2.ReleaseRequest) -> ReleaseSpec:
         spec = ReleaseSpec(epsilon=r.epsilon, **given)
     except ValueError as exc:
         raise InvalidArgument(str(exc)) from None
+    if spec.mechanism not in MECHANISMS:
+        raise InvalidArgument(f"mechanism {spec.mechanism!r} is not available over RPC; available: "
+                              f"{', '.join(MECHANISMS)}")
+    lo, hi = EPSILON_RANGE
+    if not lo <= spec.epsilon <= hi:
+        raise InvalidArgument(f"epsilon must be in [{lo:g}, {hi:g}] over RPC, got {spec.epsilon!r}")
+    if spec.budget.delta and spec.delta < MIN_DELTA:
+        raise InvalidArgument(f"delta must be in [{MIN_DELTA:g}, 1) over RPC, got {spec.delta!r}")
     if (r.s or r.rho) and spec.mechanism not in ("bayesian", "endtoend"):
         raise InvalidArgument("S and rho apply to bayesian and endtoend only")
     return spec
+
+
+def request_id(r: curator_pb2.ReleaseRequest) -> str | None:
+    """The request's client-chosen id (None: unset); InvalidArgument unless 1..128 printable characters."""
+    rid = r.request_id
+    if not rid:
+        return None
+    if len(rid) > MAX_REQUEST_ID_CHARS or not rid.isprintable():
+        raise InvalidArgument(f"request_id must be 1..{MAX_REQUEST_ID_CHARS} printable characters")
+    return rid
 
 
 def record_message(rec: ReleaseRecord, caller: Caller) -> curator_pb2.ReleaseRecord:
@@ -68,7 +93,7 @@ def record_message(rec: ReleaseRecord, caller: Caller) -> curator_pb2.ReleaseRec
         laplace_scale=rec.laplace_scale if show_noise else 0.0, ledger_epsilon=rec.charged_epsilon,
         ledger_delta=rec.charged_delta, first_window=rec.first_window, last_window=rec.last_window,
         privacy_unit=rec.privacy_unit, reports_per_user=rec.reports_per_user,
-        discovery_threshold=rec.threshold, discovered=rec.discovered)
+        discovery_threshold=rec.threshold, discovered=rec.discovered, request_id=rec.request_id)
 
 
 def preview_message(p: Preview) -> curator_pb2.ReleasePreview:

@@ -12,7 +12,7 @@ import grpc
 
 from lac.common import server as common_server
 from lac.common import tls
-from lac.common.rpc import Caller, CertificateRoles, Role, service_handler
+from lac.common.rpc import Caller, CertificateRoles, Role, limit_repeated, service_handler
 from lac.common.serde import deployment_to_proto
 from lac.common.v1 import curator_pb2
 from lac.curator import serde
@@ -21,6 +21,7 @@ from lac.curator.service import ARPA_CHUNK_CHARS, Curator
 INGEST = curator_pb2.DESCRIPTOR.services_by_name["CuratorIngest"]
 QUERY = curator_pb2.DESCRIPTOR.services_by_name["Curator"]
 SERVICE_NAMES = [INGEST.full_name, QUERY.full_name]
+INGEST_REPORTS_FIELD = curator_pb2.IngestBatchRequest.DESCRIPTOR.fields_by_name["reports"].number
 
 _READERS = {Role.ANALYST, Role.OPERATOR}
 INGEST_ROLES = {"IngestBatch": {Role.INGEST}}
@@ -50,8 +51,9 @@ class QueryServicer:
         self.curator = curator
 
     async def Release(self, request, context, caller: Caller):
-        spec = serde.release_spec(request)
-        return serde.record_message(await self.curator.release(spec, operator=serde.is_operator(caller)), caller)
+        spec, request_id = serde.release_spec(request), serde.request_id(request)
+        return serde.record_message(await self.curator.release(spec, operator=serde.is_operator(caller),
+                                                               request_id=request_id), caller)
 
     async def PreviewRelease(self, request, context, caller: Caller):
         spec = serde.release_spec(request)
@@ -120,10 +122,16 @@ def create_server(curator: Curator) -> tuple[grpc.aio.Server, int]:
         raise ValueError("the curator identifies callers by mutual TLS: set tls_cert, tls_key and "
                          "tls_client_ca (`lac keys tls`), or insecure for a local demo")
     auth = CertificateRoles(cfg.roles, insecure=cfg.insecure)
-    server = common_server.new_server()
-    server.add_generic_rpc_handlers((service_handler(INGEST, IngestServicer(curator), INGEST_ROLES, auth),
-                                     service_handler(QUERY, QueryServicer(curator), QUERY_ROLES, auth)))
+    server = common_server.new_server(cfg.max_message_bytes, cfg.max_concurrent_streams)
+    observe = curator.metrics.rpc  # latency per method and status code
+    # Parsed, an empty report costs ~100 bytes of memory for its 2 bytes on the wire: count them first.
+    bounded = {"IngestBatch": limit_repeated(INGEST_REPORTS_FIELD, cfg.max_reports_per_batch,
+                                             "reports (max_reports_per_batch)")}
+    server.add_generic_rpc_handlers((
+        service_handler(INGEST, IngestServicer(curator), INGEST_ROLES, auth, observe=observe, before_parse=bounded),
+        service_handler(QUERY, QueryServicer(curator), QUERY_ROLES, auth, observe=observe)))
     # Mutual TLS is required: a caller without a certificate signed by the client CA is refused at the
     # handshake, before any RPC (its client sees UNAVAILABLE).
     server_tls = tls.server_tls(cfg.tls_cert, cfg.tls_key, cfg.tls_client_ca, insecure=cfg.insecure, name="curator")
-    return common_server.finish_server(server, SERVICE_NAMES, cfg.host, cfg.port, server_tls)
+    return common_server.finish_server(server, SERVICE_NAMES, cfg.host, cfg.port, server_tls,
+                                       health_state=curator.health)

@@ -5,53 +5,83 @@ Ingest rules
 ------------
 * A batch is identified by its ``batch_id``: a redelivered batch is acknowledged as a duplicate
   and stored once.
-* Every payload is opened in ``Curator._open`` and validated. A report that cannot be opened or
-  is invalid is quarantined (sealed bytes, reason, detail) and counted by reason; it never fails
-  the batch. Reasons come from the envelope's error (``reason`` attribute, default "malformed")
-  or are "invalid" (validation) / "internal" (an unexpected error while opening).
+* Every payload is opened, validated and counted by ``lac.curator.ingest`` on ``ingest_workers``
+  processes. A report that cannot be opened or is invalid is quarantined (sealed bytes, reason,
+  detail) and counted by reason; it never fails the batch. Reasons come from the envelope's error
+  (``reason`` attribute, default "malformed") or are "invalid" (validation) / "internal" (an
+  unexpected error while opening). If a worker process dies, nothing of the batch is stored and
+  the call answers UNAVAILABLE (the shuffler retries it).
 * A report id already seen within ``replay_window_days`` (or twice in one batch) is counted as
   "replayed_report_id" and dropped, not quarantined (its first copy is stored; keeping replays
   would let a replayer fill the disk). Older ids are forgotten: the window bounds the state.
 * The batch (segment file + metadata) is committed durably before the reply is sent.
+
+Failures and retries
+--------------------
+* Storage failures (full disk, I/O errors, free space below ``min_free_disk_bytes``) go through
+  ``lac.common.storage.StorageGuard``: one log line, gRPC health NOT_SERVING, IngestBatch and
+  Release answer UNAVAILABLE with ``retry-after-seconds`` at once, and test writes restore
+  SERVING when space returns. A batch is stored in one transaction or not at all; a release that
+  cannot be stored charges nothing.
+* Releases are idempotent by the request's ``request_id``: a retry returns the release the first
+  call made (or awaits it while it runs) and spends once (``Curator.release``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import json
 import logging
-import math
 import time
 import uuid
 from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict
 from functools import partial
 
 import numpy as np
 import scipy.sparse as sp
 
 from lac.common import envelope
-from lac.common.errors import FailedPrecondition, InvalidArgument, LacError, NotFound
+from lac.common.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound
 from lac.common.privacy import Budget, PrivacyUnit
-from lac.common.rng import secure_generator
-from lac.common.serde import mechanism_id
-from lac.common.text import BOS, EOS, UNK
+from lac.common.rng import RandomSource, secure_generator
+from lac.common.server import Health
+from lac.common.storage import StorageGuard, storage_failure_reason
 from lac.common.text import sentences as split_sentences
-from lac.common.v1 import curator_pb2, reports_pb2
+from lac.common.v1 import curator_pb2
 from lac.curator import release as releases
 from lac.curator.config import CuratorConfig
+from lac.curator.engine import create_engine
+from lac.curator.ingest import IngestContext, IngestPool, merge_counts
 from lac.curator.lm import NgramModel
-from lac.curator.ngrams import NgramVocabulary, report_items
+from lac.curator.metrics import CuratorMetrics
+from lac.curator.ngrams import NgramVocabulary
 from lac.curator.preview import Preview, predict
 from lac.curator.release import PublicCaps, ReleaseRecord, ReleaseSpec, StoredReports
-from lac.curator.store import CuratorStore, Quarantined
+from lac.curator.store import CuratorStore
 
 log = logging.getLogger(__name__)
 
-_MAX_REASON = 64
-_MAX_DETAIL = 500
 ARPA_CHUNK_CHARS = 1 << 20
-_RESERVED_TOKENS = frozenset({BOS, EOS, UNK})
+SERVICE_NAMES = [s.full_name for s in curator_pb2.DESCRIPTOR.services_by_name.values()]
+MAX_CLOCK_SKEW_SECONDS = 300.0  # a batch's newest window may be this far ahead of the curator's clock
+# Per-call limits of the queries (INVALID_ARGUMENT beyond them).
+MAX_QUERY_NGRAMS = 10_000  # n-grams in one NgramProbabilities call
+MAX_QUERY_TEXT_CHARS = 1_000_000  # characters of a Perplexity text
+MAX_CONTEXT_CHARS = 10_000  # characters of a NextWord context
+
+
+def spec_key(spec: ReleaseSpec) -> str:
+    """A canonical text of a release request's parameters: retries with one request id must match it."""
+    return json.dumps(asdict(spec), sort_keys=True)
+
+
+def _out_of_range(spec: ReleaseSpec, exc: ArithmeticError) -> InvalidArgument:
+    """The error for parameters the mechanism's arithmetic cannot handle (e.g. a noise scale that overflows)."""
+    return InvalidArgument(f"the release's parameters are out of the numerically supported range (mechanism "
+                           f"{spec.mechanism}, ε = {spec.epsilon!r}, δ = {spec.delta!r}): {exc}")
 
 
 def _check_mechanism(spec: ReleaseSpec) -> None:
@@ -64,13 +94,19 @@ class Curator:
     """Library object behind the gRPC servicers: ingest, releases charged to a per-window ledger,
     free queries on releases. Replies are built by ``lac.curator.serde`` from what this returns."""
 
-    def __init__(self, config: CuratorConfig, vocab: NgramVocabulary, rng: np.random.Generator | None = None):
+    def __init__(self, config: CuratorConfig, vocab: NgramVocabulary, rng: RandomSource | None = None):
         self.config = config
         self.vocab = vocab
         self.deployment = config.deployment
         self.caps = PublicCaps(W=config.max_items_per_report, C=config.item_clamp, count_clip=config.item_count_clip,
                                validation_cap=config.endtoend_validation_cap)
-        self.store = CuratorStore(config.state_dir, config.quarantine_max_rows)
+        self.store = CuratorStore(config.state_dir, config.quarantine_max_rows, config.min_free_disk_bytes)
+        self.health = Health(SERVICE_NAMES)
+        self.storage = StorageGuard(
+            "curator storage (segments and SQLite)", "IngestBatch and Release answer UNAVAILABLE and health is "
+            "NOT_SERVING; acknowledged batches and releases are kept", probe=lambda: self._run_raw(self.store.probe),
+            on_change=self.health.set_serving, check_space=lambda: self._run_raw(self.store.check_space))
+        self._inflight: dict[str, tuple[str, asyncio.Task]] = {}  # releases running, by request id
         self._rng = rng  # None: a fresh CSPRNG generator per release (production)
         self.keyring = envelope.CuratorKeyRing.load(config.key_dir) if config.key_dir else None
         if config.allow_plaintext_payloads:
@@ -81,15 +117,54 @@ class Curator:
             log.warning("data-dependent releases are enabled: they are NOT differentially private (labelled so, "
                         "never charged to the budget)")
         self._db = ThreadPoolExecutor(max_workers=1, thread_name_prefix="curator-store")
+        # where releases' aggregations run (lac.curator.engine); noise and ledger stay here
+        self.engine = create_engine(config.engine, config.spark_master, config.release_workers)
+        ingest = IngestContext.of(config, self.keyring, vocab.max_n)
+        self._spark = None  # a Spark session started for ingest alone (engine local, ingest_engine spark)
+        if config.ingest_engine == "spark":
+            from lac.curator.spark import SparkEngine, SparkIngest
+
+            if not isinstance(self.engine, SparkEngine):
+                self._spark = SparkEngine.start(config.spark_master)
+            self._ingest = SparkIngest(ingest, (self._spark or self.engine).session)
+        else:
+            self._ingest = IngestPool(ingest, config.ingest_workers)
         self._models: OrderedDict[str, NgramModel] = OrderedDict()
         self._model_lock = asyncio.Lock()
+        self.metrics = CuratorMetrics(self)  # served at metrics_host:metrics_port once started (operator only)
 
-    async def _run(self, fn, *args):
+    async def _run_raw(self, fn, *args):
         return await asyncio.get_running_loop().run_in_executor(self._db, fn, *args)
 
+    async def _run(self, fn, *args):
+        """``fn(*args)`` on the store's thread; a storage failure is noted (``self.storage``: one log line,
+        health NOT_SERVING, test writes until it works again) and raised as UNAVAILABLE with retry-after."""
+        self.storage.start()
+        try:
+            return await self._run_raw(fn, *args)
+        except Exception as exc:
+            reason = storage_failure_reason(exc)
+            if reason is None:
+                raise
+            raise self.storage.failed(getattr(fn, "__name__", None) or getattr(getattr(fn, "func", None), "__name__",
+                                                                               "storage"), reason, exc) from None
+
+    def start(self) -> None:
+        """Start the background parts (on the running event loop): the storage watch (free space, test
+        writes after a failure) and the metrics endpoint, if configured."""
+        self.storage.start()
+        if self.config.metrics_port is not None:
+            self.metrics_ready = self.metrics.endpoint.start_soon(self.config.metrics_host, self.config.metrics_port)
+
     async def stop(self) -> None:
+        await self.storage.stop()
+        self.metrics.endpoint.close()
+        await asyncio.to_thread(self._ingest.close)
         await self._run(self.store.close)
         self._db.shutdown()
+        for engine in (self.engine, self._spark):  # the Spark sessions this curator started
+            if hasattr(engine, "stop"):
+                await asyncio.to_thread(engine.stop)
 
     @property
     def budget(self) -> Budget:
@@ -97,61 +172,6 @@ class Curator:
         return Budget(self.config.budget_epsilon, self.config.budget_delta)
 
     # -- ingest -------------------------------------------------------------------------------
-
-    def _open(self, sealed: reports_pb2.SealedPayload) -> reports_pb2.ReportContent:
-        """The one place payloads are opened."""
-        return envelope.open_payload(sealed, self.keyring, allow_plaintext=self.config.allow_plaintext_payloads)
-
-    def _validate(self, content: reports_pb2.ReportContent) -> None:
-        """A report must satisfy the published deployment and the token rules; else _Reject."""
-        cfg, d = self.config, self.deployment
-        if len(content.report_id) != envelope.REPORT_ID_BYTES:
-            raise _Reject("invalid", f"report_id must be {envelope.REPORT_ID_BYTES} bytes")
-        lp = content.local_privacy
-        if lp.mechanism != mechanism_id(d.mechanism):
-            raise _Reject("mechanism_not_allowed", f"local mechanism id {lp.mechanism}; this deployment accepts "
-                                                   f"{d.mechanism} only")
-        if not (math.isfinite(lp.epsilon_per_word) and 0 < lp.epsilon_per_word <= d.epsilon_per_word * (1 + 1e-12)):
-            raise _Reject("epsilon_too_large", f"ε per word {lp.epsilon_per_word!r}; this deployment accepts "
-                                               f"0 < ε ≤ {d.epsilon_per_word:g}")
-        if lp.embedding != d.embedding:
-            raise _Reject("embedding_mismatch", f"embedding {lp.embedding[:80]!r}; this deployment uses {d.embedding}")
-        if len(content.sentences) > cfg.max_sentences_per_report:
-            raise _Reject("invalid", f"{len(content.sentences)} sentences; at most {cfg.max_sentences_per_report}")
-        n_words = 0
-        for s in content.sentences:
-            n_words += len(s.tokens)
-            for t in s.tokens:
-                if not t or len(t) > cfg.max_token_chars or len(t.split()) != 1 or t.strip() != t \
-                        or t in _RESERVED_TOKENS:
-                    raise _Reject("invalid", f"token {t[:80]!r}: must be 1..{cfg.max_token_chars} characters, "
-                                             "no whitespace, not <s>, </s> or <unk>")
-        if n_words > d.max_report_words:
-            raise _Reject("too_many_words", f"{n_words} words; this deployment's reports have at most "
-                                            f"{d.max_report_words}")
-
-    def open_batch(self, payloads) -> tuple[list[bytes], list[list[list[str]]], list[Quarantined]]:
-        """Open and validate each report: (report ids, sentences) of the good ones, and the
-        quarantined others with their reason. Never raises for a bad report."""
-        ids, texts, quarantined = [], [], []
-        for p in payloads:
-            try:
-                try:
-                    c = self._open(p)
-                except LacError as exc:
-                    raise _Reject(str(getattr(exc, "reason", "malformed")), str(exc)) from None
-                except Exception as exc:  # a bug or library error must not take the batch down
-                    log.exception("unexpected error opening a report")
-                    raise _Reject("internal", str(exc)) from None
-                self._validate(c)
-            except _Reject as r:
-                reason = r.reason[:_MAX_REASON] or "malformed"
-                log.warning("quarantined a report (%s): %s", reason, r.detail)
-                quarantined.append(Quarantined(reason, r.detail[:_MAX_DETAIL], p.SerializeToString()))
-                continue
-            ids.append(bytes(c.report_id))
-            texts.append([list(s.tokens) for s in c.sentences])
-        return ids, texts, quarantined
 
     def _batch_windows(self, request: curator_pb2.IngestBatchRequest) -> tuple[int, int]:
         """The accounting windows of a batch's reports, after checking the shuffler's privacy unit."""
@@ -170,22 +190,34 @@ class Curator:
         if not p.distinct_clients and not self.config.insecure:
             raise FailedPrecondition("the batch's reports are not bound to distinct clients (the shuffler runs without "
                                      "client authentication); this curator's user-level accounting needs them to be")
-        if p.first_window > p.last_window:
-            raise InvalidArgument("batch privacy: first_window after last_window")
+        newest = d.window(time.time() + MAX_CLOCK_SKEW_SECONDS)
+        if not 0 <= p.first_window <= p.last_window <= newest:
+            raise InvalidArgument(f"batch privacy: windows {p.first_window}..{p.last_window} must satisfy 0 <= first "
+                                  f"<= last <= {newest} (the current window; the shuffler's clock may be ahead by "
+                                  f"{MAX_CLOCK_SKEW_SECONDS:g} s)")
         return int(p.first_window), int(p.last_window)
 
     async def ingest(self, request: curator_pb2.IngestBatchRequest) -> curator_pb2.IngestBatchResponse:
         if not request.batch_id or len(request.batch_id) > 128:
             raise InvalidArgument("batch_id must be 1..128 characters")
+        if len(request.reports) > self.config.max_reports_per_batch:
+            raise InvalidArgument(f"{len(request.reports)} reports in one batch; at most "
+                                  f"{self.config.max_reports_per_batch} (max_reports_per_batch)")
+        self.storage.check()  # failing storage: UNAVAILABLE at once, the shuffler keeps the batch and retries
         if await self._run(self.store.has_batch, request.batch_id):
             return curator_pb2.IngestBatchResponse(batch_id=request.batch_id, duplicate=True)
         windows = self._batch_windows(request)
-        ids, texts, quarantined = await asyncio.to_thread(self.open_batch, request.reports)
+        payloads = await asyncio.to_thread(lambda: [p.SerializeToString() for p in request.reports])
+        chunks = await self._ingest.count(payloads)  # on ingest_workers processes; Unavailable if one died
+        ids = [rid for c in chunks for rid in c.ids]
+        quarantined = [q for c in chunks for q in c.quarantined]
+        for q in quarantined:
+            log.warning("quarantined a report (%s): %s", q.reason, q.detail)
         window = self.config.replay_window_days * 86400.0
         privacy = request.privacy.SerializeToString() if request.HasField("privacy") else None
         result = await self._run(partial(
             self.store.add_batch, request.batch_id, ids,
-            lambda keep: report_items([texts[i] for i in keep], self.vocab.max_n),
+            partial(merge_counts, chunks),
             quarantined, window, privacy=privacy, windows=windows))
         if result.duplicate:
             return curator_pb2.IngestBatchResponse(batch_id=request.batch_id, duplicate=True)
@@ -217,10 +249,13 @@ class Curator:
         return span, PrivacyUnit.client(d.reports_per_window, n_windows, d.window_seconds)
 
     def _predict(self, spec: ReleaseSpec, unit: PrivacyUnit, reports: int | None, source: str) -> Preview:
-        return predict(spec.mechanism, spec.epsilon, spec.delta, self.vocab, W=self.caps.W, C=self.caps.C, unit=unit,
-                       reports=reports, reports_source=source, target_share=self.config.min_signal_share,
-                       discovery=spec.discovery, S=spec.S, rho=spec.rho, count_clip=self.caps.count_clip,
-                       calibration=spec.calibration, data_dependent=spec.data_dependent)
+        try:
+            return predict(spec.mechanism, spec.epsilon, spec.delta, self.vocab, W=self.caps.W, C=self.caps.C, unit=unit,
+                           reports=reports, reports_source=source, target_share=self.config.min_signal_share,
+                           discovery=spec.discovery, S=spec.S, rho=spec.rho, count_clip=self.caps.count_clip,
+                           calibration=spec.calibration, data_dependent=spec.data_dependent)
+        except ArithmeticError as exc:
+            raise _out_of_range(spec, exc) from None
 
     async def _known_reports(self, spec: ReleaseSpec, span: tuple[int, int], operator: bool) -> tuple[int | None, str]:
         """The number of reports the caller may know, and where it comes from: the request's
@@ -270,23 +305,55 @@ class Curator:
             raise FailedPrecondition(f"release refused: {p.statement()} ({spent}; set force to release anyway: "
                                      f"`lac curator release --force`)")
 
-    async def release(self, spec: ReleaseSpec, operator: bool = False) -> ReleaseRecord:
-        """Run ``spec`` over the windows it covers and charge every one of them (if it is DP)."""
+    async def release(self, spec: ReleaseSpec, operator: bool = False, request_id: str | None = None) -> ReleaseRecord:
+        """Run ``spec`` over the windows it covers and charge every one of them (if it is DP).
+
+        Idempotent by ``request_id`` (None: a fresh one): a call with the id of a release already made
+        with the same ``spec`` returns that release's record and spends nothing; one still running is
+        awaited, not run twice; another ``spec`` is AlreadyExists. A release runs to its end even if
+        its caller goes away (a deadline), so that a retry finds it."""
+        request_id = request_id or uuid.uuid4().hex
+        key = spec_key(spec)
+        running = self._inflight.get(request_id)
+        if running is not None:
+            if running[0] != key:
+                raise AlreadyExists(f"request id {request_id!r} is in use by a running release with other "
+                                    f"parameters; use a new request id for a new release")
+            return await asyncio.shield(running[1])
+        earlier = await self._run(self.store.release_for_request, request_id, key)
+        if earlier is not None:
+            log.info("release request %s repeated: release %s returned again, nothing spent", request_id, earlier)
+            return (await self.get_release(earlier))[0]
+        task = asyncio.get_running_loop().create_task(self._release(spec, operator, request_id, key))
+        self._inflight[request_id] = (key, task)
+        task.add_done_callback(lambda t: (self._inflight.pop(request_id, None),
+                                          t.cancelled() or t.exception()))  # retrieved: a caller may be gone
+        return await asyncio.shield(task)
+
+    async def _release(self, spec: ReleaseSpec, operator: bool, request_id: str, key: str) -> ReleaseRecord:
         _check_mechanism(spec)
         if spec.data_dependent and not self.config.allow_data_dependent_releases:
             raise FailedPrecondition("data-dependent sensitivities are NOT differentially private and are disabled; "
                                      "the operator can enable them with allow_data_dependent_releases")
+        self.storage.check()  # a release that cannot be stored is refused before it is computed or charged
         span, unit = await self._span(spec)
         windows = list(range(span[0], span[1] + 1))
         if not spec.data_dependent:
             await self._run(self.store.check_budget, windows, spec.budget, self.budget)  # fail fast; re-checked
         await self._check_accuracy(spec, span, unit, operator)
         reports = await self._run(self.reports, *span)
-        r = await asyncio.to_thread(releases.run, reports, self.vocab, spec, self.caps, unit, self._rng)
+        try:
+            r = await asyncio.to_thread(releases.run, reports, self.vocab, spec, self.caps, unit, self._rng,
+                                        self.engine)
+        except ArithmeticError as exc:
+            raise _out_of_range(spec, exc) from None
         record = ReleaseRecord.of(r, uuid.uuid4().hex, dt.datetime.now(dt.timezone.utc).isoformat(),
-                                  self.vocab.max_n, span, unit)
-        await self._run(self.store.add_release, record.release_id, record.to_json(), r.items, r.log_probs,
-                        r.pseudo_counts, windows, r.charge, self.budget)
+                                  self.vocab.max_n, span, unit, request_id=request_id)
+        stored = await self._run(partial(self.store.add_release, record.release_id, record.to_json(), r.items,
+                                         r.log_probs, r.pseudo_counts, windows, r.charge, self.budget,
+                                         request_id=request_id, spec=key))
+        if stored != record.release_id:  # made meanwhile by another curator process on this state directory
+            return (await self.get_release(stored))[0]
         log.info("release %s (%s) over windows %d..%d: %s", record.release_id, spec.mechanism, *span,
                  record.statement if r.differentially_private else "NOT differentially private (not charged)")
         return record
@@ -299,7 +366,7 @@ class Curator:
         """(record, items, released log-probabilities, pseudo-counts or None) or NotFound."""
         found = await self._run(self.store.release, release_id) if release_id else None
         if found is None:
-            raise NotFound(f"no release {release_id!r}")
+            raise NotFound(f"no release {release_id[:200]!r}")
         record, items, log_probs, pseudo = found
         return ReleaseRecord.from_json(record), items, log_probs, pseudo
 
@@ -336,6 +403,8 @@ class Curator:
         return [(items[i], float(probs[i])) for i in top]
 
     async def ngram_probabilities(self, release_id: str, ngrams: list[str]) -> list[tuple[str, float]]:
+        if len(ngrams) > MAX_QUERY_NGRAMS:
+            raise InvalidArgument(f"{len(ngrams)} n-grams in one call; at most {MAX_QUERY_NGRAMS}")
         m = await self.model(release_id)
         if not ngrams:
             raise InvalidArgument("give at least one n-gram")
@@ -348,10 +417,15 @@ class Curator:
         return out
 
     async def next_word(self, release_id: str, context: str, k: int) -> tuple[str, list[tuple[str, float]]]:
+        if len(context) > MAX_CONTEXT_CHARS:
+            raise InvalidArgument(f"a context of {len(context)} characters; at most {MAX_CONTEXT_CHARS}")
         m = await self.model(release_id)
         return " ".join(m.context_used(context)), m.next_word(context, k or 10)
 
     async def perplexity(self, release_id: str, text: str) -> tuple[float, int, int, int]:
+        if len(text) > MAX_QUERY_TEXT_CHARS:
+            raise InvalidArgument(f"a text of {len(text)} characters; at most {MAX_QUERY_TEXT_CHARS} per call "
+                                  f"(split it, and combine the perplexities weighted by their token counts)")
         m = await self.model(release_id)
         sents = split_sentences(text)
         if not sents:
@@ -373,14 +447,13 @@ class Curator:
                 spent.setdefault(w, Budget(0.0))
         return spent
 
+    async def releases_by_mechanism(self) -> dict[tuple[str, bool], int]:
+        """The number of stored releases per (mechanism, differentially private)."""
+        return await self._run(self.store.releases_by_mechanism)
+
     async def status(self) -> dict:
         """The operator's view: exact counts, rejects by reason, reports per window."""
         counts = await self._run(self.store.counts)
         return {**counts, "rejects": await self._run(self.store.rejects),
                 "reports_by_window": await self._run(self.store.reports_by_window)}
 
-
-class _Reject(Exception):
-    def __init__(self, reason: str, detail: str):
-        super().__init__(reason)
-        self.reason, self.detail = reason, detail

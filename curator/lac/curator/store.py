@@ -25,6 +25,7 @@ of them only, so a stream of bad reports cannot fill the disk; reject counters k
 
 from __future__ import annotations
 
+import logging
 import os
 import sqlite3
 import time
@@ -36,12 +37,15 @@ from pathlib import Path
 
 import numpy as np
 
-from lac.common.errors import DataLoss, FailedPrecondition
+from lac.common.errors import AlreadyExists, DataLoss, FailedPrecondition
 from lac.common.files import atomic_file, fsync_dir, private_dir, private_sqlite
 from lac.common.privacy import Budget
+from lac.common.storage import LowDiskSpace, free_bytes
 from lac.curator import segments as seg
 from lac.curator.ledger import refuse_overspending
 from lac.curator.ngrams import ReportItems
+
+log = logging.getLogger(__name__)
 
 _NPZ_SEGMENT_FORMAT = 1
 
@@ -61,7 +65,11 @@ CREATE TABLE IF NOT EXISTS counters (name TEXT PRIMARY KEY, value INTEGER NOT NU
 CREATE TABLE IF NOT EXISTS noisy_counts (first_window INTEGER NOT NULL, last_window INTEGER NOT NULL,
                                          value REAL NOT NULL, scale REAL NOT NULL, epsilon REAL NOT NULL,
                                          at REAL NOT NULL, PRIMARY KEY (first_window, last_window));
+CREATE TABLE IF NOT EXISTS release_requests (request_id TEXT PRIMARY KEY, spec TEXT NOT NULL,
+                                             release_id TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS probe (id INTEGER PRIMARY KEY CHECK (id = 1), at REAL NOT NULL, pad BLOB NOT NULL);
 """
+PROBE_BYTES = 1 << 20  # a test write: this much to a file, and a page-sized row to the database
 
 
 def _load_npz_segment(path: Path) -> ReportItems:
@@ -95,10 +103,12 @@ class BatchResult:
 class CuratorStore:
     """Single-writer store; call from one thread (the service uses a one-thread executor)."""
 
-    def __init__(self, state_dir: Path, quarantine_max_rows: int = 10_000):
-        """``quarantine_max_rows``: quarantined reports kept for diagnosis (the most recent; counters keep totals)."""
+    def __init__(self, state_dir: Path, quarantine_max_rows: int = 10_000, min_free_bytes: int = 0):
+        """``quarantine_max_rows``: quarantined reports kept for diagnosis (the most recent; counters keep totals).
+        ``min_free_bytes``: writes are refused (``LowDiskSpace``) while the filesystem has less free space."""
         self.state_dir = private_dir(state_dir)
         self.quarantine_max_rows = quarantine_max_rows
+        self.min_free_bytes = min_free_bytes
         self.segments_dir = private_dir(state_dir / "segments")
         self.releases_dir = private_dir(state_dir / "releases")
         self._db = private_sqlite(state_dir / "curator.sqlite")
@@ -115,16 +125,56 @@ class CuratorStore:
     def _remove_orphans(self) -> None:
         """Files written for a batch or release whose commit never happened (crash): never acknowledged."""
         known = {r[0] for r in self._db.execute("SELECT segment FROM batches WHERE segment IS NOT NULL")}
-        for p in self.segments_dir.rglob("*"):
-            if p.is_file() and str(p.relative_to(self.segments_dir)) not in known:
-                p.unlink()
+        segments = [p for p in self.segments_dir.rglob("*") if p.is_file()
+                    and str(p.relative_to(self.segments_dir)) not in known]
         releases = {r[0] + ".npz" for r in self._db.execute("SELECT release_id FROM releases")}
-        for p in self.releases_dir.iterdir():
-            if p.name not in releases:
-                p.unlink()
+        files = [p for p in self.releases_dir.iterdir() if p.name not in releases]
+        for p in segments + files:
+            p.unlink()
+        if segments or files:
+            log.warning("removed %d segment file(s) and %d release file(s) that were never committed (the "
+                        "curator stopped while writing them; none was acknowledged or charged)", len(segments),
+                        len(files))
 
     def close(self) -> None:
         self._db.close()
+
+    def check_space(self) -> None:
+        """``LowDiskSpace`` if the state directory's filesystem has less than ``min_free_bytes`` free."""
+        if self.min_free_bytes:
+            free = free_bytes(self.state_dir)
+            if free < self.min_free_bytes:
+                raise LowDiskSpace(f"{free} bytes free for the curator's state, fewer than min_free_disk_bytes="
+                                   f"{self.min_free_bytes}")
+
+    def probe(self) -> None:
+        """A test write of what ingest and releases write: a file (fsync'd, then removed) and a row
+        (committed); raises what the storage raises."""
+        self.check_space()
+        path = self.segments_dir / ".probe"
+        try:
+            with atomic_file(path) as f:
+                f.write(os.urandom(PROBE_BYTES))
+        finally:
+            path.unlink(missing_ok=True)
+        if self._db.in_transaction:  # left open by a failure the connection could not roll back then
+            self._db.execute("ROLLBACK")
+        self._begin()
+        try:
+            self._db.execute("INSERT OR REPLACE INTO probe VALUES (1, ?, randomblob(4096))", (time.time(),))
+            self._db.execute("COMMIT")
+        except BaseException:
+            self._rollback()
+            raise
+
+    def _rollback(self) -> None:
+        """Roll back the open transaction, if any; a failing rollback (the disk again) is left to the
+        next transaction (``probe`` first) rather than hiding the error being handled."""
+        try:
+            if self._db.in_transaction:
+                self._db.execute("ROLLBACK")
+        except sqlite3.Error:
+            pass
 
     def _begin(self) -> None:
         self._db.execute("BEGIN IMMEDIATE")
@@ -140,6 +190,7 @@ class CuratorStore:
         batch) are counted as ``replayed_report_id`` and dropped. Returns the outcome."""
         now = time.time() if now is None else now
         segment_name = None
+        self.check_space()
         self._begin()
         try:
             if self.has_batch(batch_id):
@@ -179,12 +230,19 @@ class CuratorStore:
                 self._bump("reject:" + reason, n)
             self._db.execute("COMMIT")
         except BaseException:
-            if self._db.in_transaction:
-                self._db.execute("ROLLBACK")
-            if segment_name:
+            self._rollback()
+            if segment_name and not self._maybe_committed(batch_id):
                 (self.segments_dir / segment_name).unlink(missing_ok=True)
             raise
         return BatchResult(False, len(keep), rejected, rejects)
+
+    def _maybe_committed(self, batch_id: str) -> bool:
+        """After a failed commit: might the batch be stored after all? (Unknown counts as yes, and its
+        segment is kept; if the batch is not stored the next start removes it as an orphan.)"""
+        try:
+            return self.has_batch(batch_id)
+        except sqlite3.Error:
+            return True
 
     def windows(self) -> tuple[int, int] | None:
         """(first, last) accounting window of the stored reports, None when nothing is stored."""
@@ -213,6 +271,7 @@ class CuratorStore:
         """Keep a DP report count and charge it to every window it covers, in one transaction that
         first re-checks the budget (nothing is kept or spent when it refuses)."""
         windows = list(range(first_window, last_window + 1))
+        self.check_space()
         self._begin()
         try:
             self.check_budget(windows, charge, limit)
@@ -224,8 +283,7 @@ class CuratorStore:
                                   for w in windows))
             self._db.execute("COMMIT")
         except BaseException:
-            if self._db.in_transaction:
-                self._db.execute("ROLLBACK")
+            self._rollback()
             raise
 
     def segment_paths(self, first_window: int | None = None, last_window: int | None = None) -> list[Path]:
@@ -299,13 +357,25 @@ class CuratorStore:
 
     def add_release(self, release_id: str, record: bytes, items: tuple[str, ...], log_probs: np.ndarray,
                     pseudo_counts: np.ndarray | None, windows: list[int], charge: Budget | None,
-                    limit: Budget) -> None:
+                    limit: Budget, request_id: str | None = None, spec: str = "") -> str:
         """Store a release (``record``: its serialized operator record) and, if ``charge`` is given,
         charge it to every window in ``windows``, in one transaction that first re-checks the
-        budget (nothing is stored or spent when it refuses)."""
+        budget (nothing is stored or spent when it refuses). Returns the id of the release stored
+        for ``request_id``: this one, or the one an earlier call with the same request id and
+        ``spec`` stored (then nothing is written or spent; another ``spec``: AlreadyExists).
+
+        The file is written (fsync'd) under its final name before the commit; a crash between the
+        two leaves a file without a release row, which the next start removes, so a release's file
+        and its ledger entries are there together or not at all."""
         path = self.releases_dir / f"{release_id}.npz"
+        self.check_space()
         self._begin()
         try:
+            if request_id is not None:
+                earlier = self._release_for_request(request_id, spec)
+                if earlier is not None:
+                    self._db.execute("ROLLBACK")
+                    return earlier
             if charge is not None:
                 self.check_budget(windows, charge, limit)
             extra = {} if pseudo_counts is None else {"pseudo_counts": np.asarray(pseudo_counts, dtype=np.float64)}
@@ -314,6 +384,8 @@ class CuratorStore:
                          **extra)
             fsync_dir(self.releases_dir)
             self._db.execute("INSERT INTO releases VALUES (?, ?)", (release_id, record))
+            if request_id is not None:
+                self._db.execute("INSERT INTO release_requests VALUES (?, ?, ?)", (request_id, spec, release_id))
             if charge is not None:
                 now = time.time()
                 self._db.executemany("INSERT INTO window_ledger (release_id, win, epsilon, delta, at) "
@@ -321,10 +393,41 @@ class CuratorStore:
                                      ((release_id, w, charge.epsilon, charge.delta, now) for w in windows))
             self._db.execute("COMMIT")
         except BaseException:
-            if self._db.in_transaction:
-                self._db.execute("ROLLBACK")
-            path.unlink(missing_ok=True)
+            self._rollback()
+            if not self._release_maybe_committed(release_id):
+                path.unlink(missing_ok=True)
             raise
+        return release_id
+
+    def _release_for_request(self, request_id: str, spec: str) -> str | None:
+        """The release an earlier call with ``request_id`` made (None: none); AlreadyExists if that call
+        asked for another release."""
+        row = self._db.execute("SELECT spec, release_id FROM release_requests WHERE request_id = ?",
+                               (request_id,)).fetchone()
+        if row is None:
+            return None
+        if row[0] != spec:
+            raise AlreadyExists(f"request id {request_id!r} was used for release {row[1]} with other parameters; "
+                                f"use a new request id for a new release")
+        return row[1]
+
+    def release_for_request(self, request_id: str, spec: str) -> str | None:
+        """The id of the release an earlier call with ``request_id`` and ``spec`` made, None if there was
+        none; AlreadyExists if that call asked for another release."""
+        return self._release_for_request(request_id, spec)
+
+    def _release_maybe_committed(self, release_id: str) -> bool:
+        try:
+            return self._db.execute("SELECT 1 FROM releases WHERE release_id = ?", (release_id,)).fetchone() is not None
+        except sqlite3.Error:
+            return True
+
+    def releases_by_mechanism(self) -> dict[tuple[str, bool], int]:
+        """The number of releases per (mechanism, differentially private), from their records."""
+        rows = self._db.execute("SELECT json_extract(CAST(record AS TEXT), '$.mechanism'), "
+                                "json_extract(CAST(record AS TEXT), '$.differentially_private'), COUNT(*) "
+                                "FROM releases GROUP BY 1, 2")
+        return {(str(m), bool(dp)): n for m, dp, n in rows}
 
     def releases(self) -> list[bytes]:
         """Every release's serialized record, in creation order."""

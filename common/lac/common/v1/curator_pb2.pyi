@@ -30,7 +30,7 @@ class IngestBatchResponse(_message.Message):
     def __init__(self, batch_id: _Optional[str] = ..., duplicate: _Optional[bool] = ..., accepted: _Optional[int] = ..., rejected: _Optional[int] = ...) -> None: ...
 
 class ReleaseRequest(_message.Message):
-    __slots__ = ("mechanism", "epsilon", "delta", "s", "rho", "sensitivity", "calibration", "public_sensitivity", "first_window", "last_window", "discovery", "force", "expected_reports")
+    __slots__ = ("mechanism", "epsilon", "delta", "s", "rho", "sensitivity", "calibration", "public_sensitivity", "first_window", "last_window", "discovery", "force", "expected_reports", "request_id")
     MECHANISM_FIELD_NUMBER: _ClassVar[int]
     EPSILON_FIELD_NUMBER: _ClassVar[int]
     DELTA_FIELD_NUMBER: _ClassVar[int]
@@ -44,6 +44,7 @@ class ReleaseRequest(_message.Message):
     DISCOVERY_FIELD_NUMBER: _ClassVar[int]
     FORCE_FIELD_NUMBER: _ClassVar[int]
     EXPECTED_REPORTS_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     mechanism: str
     epsilon: float
     delta: float
@@ -57,10 +58,11 @@ class ReleaseRequest(_message.Message):
     discovery: bool
     force: bool
     expected_reports: int
-    def __init__(self, mechanism: _Optional[str] = ..., epsilon: _Optional[float] = ..., delta: _Optional[float] = ..., s: _Optional[float] = ..., rho: _Optional[float] = ..., sensitivity: _Optional[str] = ..., calibration: _Optional[str] = ..., public_sensitivity: _Optional[str] = ..., first_window: _Optional[int] = ..., last_window: _Optional[int] = ..., discovery: _Optional[bool] = ..., force: _Optional[bool] = ..., expected_reports: _Optional[int] = ...) -> None: ...
+    request_id: str
+    def __init__(self, mechanism: _Optional[str] = ..., epsilon: _Optional[float] = ..., delta: _Optional[float] = ..., s: _Optional[float] = ..., rho: _Optional[float] = ..., sensitivity: _Optional[str] = ..., calibration: _Optional[str] = ..., public_sensitivity: _Optional[str] = ..., first_window: _Optional[int] = ..., last_window: _Optional[int] = ..., discovery: _Optional[bool] = ..., force: _Optional[bool] = ..., expected_reports: _Optional[int] = ..., request_id: _Optional[str] = ...) -> None: ...
 
 class ReleaseRecord(_message.Message):
-    __slots__ = ("release_id", "created_at", "mechanism", "params", "sensitivity_method", "data_dependent", "gamma", "sigma", "calibration", "epsilon", "delta", "n_reports", "vocab_size", "max_n", "statement", "differentially_private", "laplace_scale", "ledger_epsilon", "ledger_delta", "first_window", "last_window", "privacy_unit", "reports_per_user", "discovery_threshold", "discovered")
+    __slots__ = ("release_id", "created_at", "mechanism", "params", "sensitivity_method", "data_dependent", "gamma", "sigma", "calibration", "epsilon", "delta", "n_reports", "vocab_size", "max_n", "statement", "differentially_private", "laplace_scale", "ledger_epsilon", "ledger_delta", "first_window", "last_window", "privacy_unit", "reports_per_user", "discovery_threshold", "discovered", "request_id")
     class ParamsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -93,6 +95,7 @@ class ReleaseRecord(_message.Message):
     REPORTS_PER_USER_FIELD_NUMBER: _ClassVar[int]
     DISCOVERY_THRESHOLD_FIELD_NUMBER: _ClassVar[int]
     DISCOVERED_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     release_id: str
     created_at: str
     mechanism: str
@@ -118,7 +121,8 @@ class ReleaseRecord(_message.Message):
     reports_per_user: int
     discovery_threshold: float
     discovered: int
-    def __init__(self, release_id: _Optional[str] = ..., created_at: _Optional[str] = ..., mechanism: _Optional[str] = ..., params: _Optional[_Mapping[str, float]] = ..., sensitivity_method: _Optional[str] = ..., data_dependent: _Optional[bool] = ..., gamma: _Optional[float] = ..., sigma: _Optional[float] = ..., calibration: _Optional[str] = ..., epsilon: _Optional[float] = ..., delta: _Optional[float] = ..., n_reports: _Optional[int] = ..., vocab_size: _Optional[int] = ..., max_n: _Optional[int] = ..., statement: _Optional[str] = ..., differentially_private: _Optional[bool] = ..., laplace_scale: _Optional[float] = ..., ledger_epsilon: _Optional[float] = ..., ledger_delta: _Optional[float] = ..., first_window: _Optional[int] = ..., last_window: _Optional[int] = ..., privacy_unit: _Optional[str] = ..., reports_per_user: _Optional[int] = ..., discovery_threshold: _Optional[float] = ..., discovered: _Optional[int] = ...) -> None: ...
+    request_id: str
+    def __init__(self, release_id: _Optional[str] = ..., created_at: _Optional[str] = ..., mechanism: _Optional[str] = ..., params: _Optional[_Mapping[str, float]] = ..., sensitivity_method: _Optional[str] = ..., data_dependent: _Optional[bool] = ..., gamma: _Optional[float] = ..., sigma: _Optional[float] = ..., calibration: _Optional[str] = ..., epsilon: _Optional[float] = ..., delta: _Optional[float] = ..., n_reports: _Optional[int] = ..., vocab_size: _Optional[int] = ..., max_n: _Optional[int] = ..., statement: _Optional[str] = ..., differentially_private: _Optional[bool] = ..., laplace_scale: _Optional[float] = ..., ledger_epsilon: _Optional[float] = ..., ledger_delta: _Optional[float] = ..., first_window: _Optional[int] = ..., last_window: _Optional[int] = ..., privacy_unit: _Optional[str] = ..., reports_per_user: _Optional[int] = ..., discovery_threshold: _Optional[float] = ..., discovered: _Optional[int] = ..., request_id: _Optional[str] = ...) -> None: ...
 
 class ReleasePreview(_message.Message):
     __slots__ = ("mechanism", "epsilon", "delta", "noise", "noise_unit", "reports", "reports_source", "resolvable", "signal_share", "swamped", "target_share", "reports_needed", "epsilon_needed", "advice", "statement")

@@ -1,0 +1,406 @@
+"""Opening, validating and counting sealed reports on every core.
+
+The work of an ingested batch that does not need the curator's database is done here, by plain
+module-level functions of serialized ``SealedPayload`` bytes (picklable, so a worker process or a
+Spark executor can run them):
+
+* ``open_chunk``: open each payload (HPKE) and check it against the published deployment and the
+  token rules; a report that fails is quarantined with a reason, never failing the chunk.
+  Reasons come from the envelope's error (``reason`` attribute, default "malformed") or are
+  "invalid" (validation), "mechanism_not_allowed", "epsilon_too_large", "embedding_mismatch",
+  "too_many_words", or "internal" (an unexpected error while opening).
+* ``count_chunk``: every n-gram of the accepted reports (``lac.curator.ngrams.keyed_report_items``,
+  spelled by Arrow), with what ``merge_counts`` needs to combine chunks.
+* ``merge_counts``: the counts of the reports a batch keeps (the store drops replayed report ids,
+  which needs its database), identical to ``report_items`` over their sentences at once, so the
+  batch's segment is byte-identical however the batch was split.
+
+``IngestPool`` runs them on ``workers`` processes (forkserver, created on first use): a batch is
+split into chunks, the chunks' results come back in batch order. The key ring reaches each
+worker once, through the pool's initializer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import math
+import multiprocessing
+import signal
+import threading
+from collections.abc import Sequence
+from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from google.protobuf.message import DecodeError
+
+from lac.common import envelope
+from lac.common.errors import LacError, Unavailable
+from lac.common.serde import mechanism_id
+from lac.common.text import BOS, EOS, UNK
+from lac.common.v1 import reports_pb2
+from lac.curator.ngrams import ReportItems, keyed_report_items
+from lac.curator.store import Quarantined
+
+if TYPE_CHECKING:
+    from lac.curator.config import CuratorConfig
+
+__all__ = ["IngestContext", "OpenedChunk", "CountedChunk", "open_chunk", "count_chunk", "ingest_chunk",
+           "merge_counts", "IngestPool", "MIN_POOL_BATCH", "CHUNK_REPORTS"]
+
+log = logging.getLogger(__name__)
+
+MAX_REASON = 64
+MAX_DETAIL = 500
+MIN_POOL_BATCH = 200
+"""Smaller batches are opened in the calling process: the pool's round trip would cost more."""
+CHUNK_REPORTS = 2000
+"""A pooled batch is split into chunks of at most about this many reports, a multiple of the workers."""
+_RESERVED_TOKENS = frozenset({BOS, EOS, UNK})
+
+
+@dataclass(frozen=True)
+class IngestContext:
+    """What opening and validating a report needs: the key ring's private material (secret; not in
+    the repr), whether plaintext payloads are accepted, the published deployment's values, the
+    curator's caps on reports, and the longest n-gram counted."""
+
+    keys: tuple[tuple[str, bytes], ...] = field(repr=False)  # CuratorKeyRing.private_material(); () = no ring
+    allow_plaintext: bool
+    mechanism: str
+    epsilon_per_word: float
+    embedding: str
+    max_report_words: int
+    max_sentences_per_report: int
+    max_token_chars: int
+    max_n: int
+
+    @classmethod
+    def of(cls, config: CuratorConfig, keyring: envelope.CuratorKeyRing | None, max_n: int) -> IngestContext:
+        """The context of a curator with ``config`` and ``keyring``, counting n-grams up to ``max_n``."""
+        d = config.deployment
+        return cls(keys=keyring.private_material() if keyring is not None else (),
+                   allow_plaintext=config.allow_plaintext_payloads, mechanism=d.mechanism,
+                   epsilon_per_word=d.epsilon_per_word, embedding=d.embedding, max_report_words=d.max_report_words,
+                   max_sentences_per_report=config.max_sentences_per_report, max_token_chars=config.max_token_chars,
+                   max_n=max_n)
+
+
+@functools.lru_cache(maxsize=4)
+def _keyring(ctx: IngestContext) -> envelope.CuratorKeyRing | None:
+    return envelope.CuratorKeyRing.from_private_material(ctx.keys) if ctx.keys else None
+
+
+@dataclass(frozen=True, eq=False)
+class OpenedChunk:
+    """The accepted reports of a chunk (ids and sentences, in payload order) and the quarantined
+    others (in payload order)."""
+
+    ids: list[bytes]
+    sentences: list[list[list[str]]]
+    quarantined: list[Quarantined]
+
+
+@dataclass(frozen=True, eq=False)
+class CountedChunk:
+    """The accepted reports of a chunk counted: ``items`` has a row per id, with its n-grams as a
+    pyarrow string array; ``digits[i, j]`` is the id in ``words`` (a pyarrow string array) of item
+    i's j-th word from the end (0 past its first word), ids as
+    ``lac.curator.ngrams.keyed_report_items`` gives them: "", <s>, </s>, then the words in order
+    of first occurrence."""
+
+    ids: list[bytes]
+    items: ReportItems
+    digits: np.ndarray  # int32, (n_items, max_n)
+    words: pa.StringArray
+    quarantined: list[Quarantined]
+
+
+class _Reject(Exception):
+    def __init__(self, reason: str, detail: str):
+        super().__init__(reason)
+        self.reason, self.detail = reason, detail
+
+
+def _validate(ctx: IngestContext, content: reports_pb2.ReportContent) -> None:
+    """A report must satisfy the published deployment and the token rules; else _Reject."""
+    if len(content.report_id) != envelope.REPORT_ID_BYTES:
+        raise _Reject("invalid", f"report_id must be {envelope.REPORT_ID_BYTES} bytes")
+    lp = content.local_privacy
+    if lp.mechanism != mechanism_id(ctx.mechanism):
+        raise _Reject("mechanism_not_allowed", f"local mechanism id {lp.mechanism}; this deployment accepts "
+                                               f"{ctx.mechanism} only")
+    if not (math.isfinite(lp.epsilon_per_word) and 0 < lp.epsilon_per_word <= ctx.epsilon_per_word * (1 + 1e-12)):
+        raise _Reject("epsilon_too_large", f"ε per word {lp.epsilon_per_word!r}; this deployment accepts "
+                                           f"0 < ε ≤ {ctx.epsilon_per_word:g}")
+    if lp.embedding != ctx.embedding:
+        raise _Reject("embedding_mismatch", f"embedding {lp.embedding[:80]!r}; this deployment uses {ctx.embedding}")
+    if len(content.sentences) > ctx.max_sentences_per_report:
+        raise _Reject("invalid", f"{len(content.sentences)} sentences; at most {ctx.max_sentences_per_report}")
+    n_words = 0
+    for s in content.sentences:
+        n_words += len(s.tokens)
+        for t in s.tokens:
+            if not t or len(t) > ctx.max_token_chars or len(t.split()) != 1 or t.strip() != t \
+                    or t in _RESERVED_TOKENS:
+                raise _Reject("invalid", f"token {t[:80]!r}: must be 1..{ctx.max_token_chars} characters, "
+                                         "no whitespace, not <s>, </s> or <unk>")
+    if n_words > ctx.max_report_words:
+        raise _Reject("too_many_words", f"{n_words} words; this deployment's reports have at most "
+                                        f"{ctx.max_report_words}")
+
+
+def open_chunk(ctx: IngestContext, payloads: Sequence[bytes]) -> OpenedChunk:
+    """Open and validate each serialized ``SealedPayload``: (report ids, sentences) of the good ones
+    and the quarantined others with their reason and raw bytes. Never raises for a bad report."""
+    keyring = _keyring(ctx)
+    ids, texts, quarantined = [], [], []
+    for raw in payloads:
+        try:
+            try:
+                sealed = reports_pb2.SealedPayload.FromString(raw)
+            except DecodeError as exc:
+                raise _Reject("malformed", f"payload is not a SealedPayload: {exc}") from None
+            try:
+                c = envelope.open_payload(sealed, keyring, allow_plaintext=ctx.allow_plaintext)
+            except LacError as exc:
+                raise _Reject(str(getattr(exc, "reason", "malformed")), str(exc)) from None
+            except Exception as exc:  # a bug or library error must not take the batch down
+                log.exception("unexpected error opening a report")
+                raise _Reject("internal", str(exc)) from None
+            _validate(ctx, c)
+        except _Reject as r:
+            quarantined.append(Quarantined(r.reason[:MAX_REASON] or "malformed", r.detail[:MAX_DETAIL], bytes(raw)))
+            continue
+        ids.append(bytes(c.report_id))
+        texts.append([list(s.tokens) for s in c.sentences])
+    return OpenedChunk(ids, texts, quarantined)
+
+
+def count_chunk(opened: OpenedChunk, max_n: int) -> CountedChunk:
+    """Every n-gram (up to ``max_n`` words) of the opened chunk's accepted reports, spelled by Arrow."""
+    items, keys, base, words = keyed_report_items(opened.sentences, max_n, spell=False)
+    digits = np.empty((keys.size, max_n), dtype=np.int32)
+    for j in range(max_n):
+        keys, digits[:, j] = np.divmod(keys, base)
+    names = pa.array(words, pa.string())
+    columns = [names.take(pa.array(digits[:, j], mask=digits[:, j] == 0)) for j in reversed(range(max_n))]
+    spelled = pc.binary_join_element_wise(*columns, " ", null_handling="skip") if digits.size else names[:0]
+    return CountedChunk(opened.ids, ReportItems(items.indptr, items.item_ids, items.counts, spelled), digits, names,
+                        opened.quarantined)
+
+
+def ingest_chunk(ctx: IngestContext, payloads: Sequence[bytes]) -> CountedChunk:
+    """``open_chunk`` then ``count_chunk`` (sentences are not kept)."""
+    return count_chunk(open_chunk(ctx, payloads), ctx.max_n)
+
+
+def merge_counts(chunks: Sequence[CountedChunk], keep: Sequence[int]) -> ReportItems:
+    """The items of the kept reports (increasing positions in the chunks' ids, concatenated in
+    order): exactly ``report_items`` of their sentences counted at once, but ``items`` a pyarrow
+    string array (the segment's dictionary, in the same order, so the segment is byte-identical).
+
+    ``report_items`` orders ``items`` by key, of word ids in order of the words' first occurrence
+    over all the reports counted: the chunks' words are given those ids (a chunk's words are in
+    their order of first occurrence; where a chunk's reports are not all kept, that order over the
+    kept ones is the order of their one-word items, as a row lists its items in order of first
+    occurrence), then the chunks' items are keyed again and sorted together."""
+    keep = np.asarray(keep, dtype=np.int64)
+    sizes = [c.items.n_reports for c in chunks]
+    if keep.size and (np.any(np.diff(keep) <= 0) or keep[0] < 0 or keep[-1] >= sum(sizes)):
+        raise ValueError("kept positions must increase and lie within the chunks")
+    if len(chunks) == 1 and keep.size == sizes[0]:  # every report kept: nothing to merge
+        return chunks[0].items
+    offsets = np.concatenate([[0], np.cumsum(sizes, dtype=np.int64)])
+    chunk_of = np.searchsorted(offsets, keep, side="right") - 1
+    entries, lens, orders = [], [], []  # per chunk: the kept rows' entries (None: all), row lengths, words in order
+    for ci, c in enumerate(chunks):
+        local = keep[chunk_of == ci] - offsets[ci]
+        if local.size == sizes[ci]:
+            entries.append(None)
+            lens.append(np.diff(c.items.indptr))
+            orders.append(np.arange(3, len(c.words)))  # after "", <s>, </s>: in order of first occurrence
+            continue
+        row_lens = np.diff(c.items.indptr)[local]
+        at = np.repeat(c.items.indptr[local] - (np.cumsum(row_lens) - row_lens), row_lens) + np.arange(row_lens.sum())
+        d = c.digits[c.items.item_ids[at]]
+        u, first = np.unique(d[(d[:, 1:] == 0).all(axis=1), 0], return_index=True)  # one-word items
+        u, first = u[u >= 3], first[u >= 3]  # not </s>
+        entries.append(at)
+        lens.append(row_lens)
+        orders.append(u[np.argsort(first)])
+    indptr = np.zeros(keep.size + 1, dtype=np.int64)
+    np.cumsum(np.concatenate(lens) if lens else np.zeros(0, np.int64), out=indptr[1:])
+    if indptr[-1] == 0:
+        return ReportItems(indptr, np.empty(0, np.int32), np.empty(0, np.int32), pa.array([], pa.string()))
+    # The words of all chunks in order; Arrow numbers distinct values in order of first appearance.
+    encoded = pa.concat_arrays([c.words.take(o) for c, o in zip(chunks, orders)]).dictionary_encode()
+    codes = encoded.indices.to_numpy() + 3
+    B, max_n = len(encoded.dictionary) + 3, chunks[0].digits.shape[1]
+    if B ** max_n >= 1 << 62:
+        raise ValueError(f"{B - 1} distinct words are too many for 64-bit {max_n}-gram keys")
+    used, keys, positions, start, done = [], [], [], 0, 0
+    for c, at, o in zip(chunks, entries, orders):
+        wm = np.zeros(len(c.words), dtype=np.int64)
+        wm[1:3] = 1, 2
+        wm[o] = codes[done:done + o.size]
+        done += o.size
+        if at is None:
+            u, d = None, c.digits
+        else:
+            mask = np.zeros(len(c.digits), dtype=bool)
+            mask[c.items.item_ids[at]] = True
+            u = np.flatnonzero(mask)
+            d = c.digits[u]
+        key, scale = wm[d[:, 0]], B
+        for j in range(1, max_n):
+            key += wm[d[:, j]] * scale
+            scale *= B
+        used.append(u)
+        keys.append(key)
+        positions.append(np.arange(start, start + len(c.digits)) if u is None else u + start)
+        start += len(c.digits)
+    key = np.concatenate(keys)
+    bits = max(int(key.size - 1).bit_length(), 1)
+    if B ** max_n <= 1 << (63 - bits):  # key and position fit in one int64: a plain sort (~3x faster) gives both
+        packed = np.sort((key << bits) | np.arange(key.size))
+        order, sorted_key = packed & ((1 << bits) - 1), packed >> bits
+    else:
+        order = np.argsort(key)
+        sorted_key = key[order]
+    new = np.ones(key.size, dtype=bool)
+    new[1:] = sorted_key[1:] != sorted_key[:-1]
+    inverse = np.empty(key.size, dtype=np.int64)
+    inverse[order] = np.cumsum(new) - 1
+    # Equal keys are the same n-gram: any chunk's copy spells it.
+    items = pa.concat_arrays([c.items.items for c in chunks]).take(np.concatenate(positions)[order[new]])
+    ids, start = [], 0
+    for c, at, u in zip(chunks, entries, used):
+        if u is None:
+            to_global = inverse[start:start + len(c.digits)]
+            ids.append(to_global[c.items.item_ids])
+        else:
+            to_global = np.zeros(len(c.digits), dtype=np.int64)
+            to_global[u] = inverse[start:start + u.size]
+            ids.append(to_global[c.items.item_ids[at]])
+        start += len(c.digits) if u is None else u.size
+    counts = np.concatenate([c.items.counts if at is None else c.items.counts[at] for c, at in zip(chunks, entries)])
+    return ReportItems(indptr, np.concatenate(ids).astype(np.int32), counts.astype(np.int32), items)
+
+
+# -- the worker processes ----------------------------------------------------------------------
+
+_WORKER_CTX: IngestContext | None = None
+
+
+def _install(ctx: IngestContext) -> None:
+    global _WORKER_CTX
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C stops the server, which stops its workers
+    _WORKER_CTX = ctx
+    _keyring(ctx)
+
+
+def _work(payloads: list[bytes]) -> CountedChunk:
+    return ingest_chunk(_WORKER_CTX, payloads)
+
+
+def _split(n: int, parts: int) -> list[tuple[int, int]]:
+    bounds = [n * i // parts for i in range(parts + 1)]
+    return [(bounds[i], bounds[i + 1]) for i in range(parts) if bounds[i] < bounds[i + 1]]
+
+
+class IngestPool:
+    """Runs ``ingest_chunk`` over batches: in the calling process for ``workers`` = 1 or a batch of
+    fewer than ``MIN_POOL_BATCH`` reports, else on a pool of ``workers`` processes (forkserver:
+    safe next to gRPC's threads), created on first use and again after a worker died."""
+
+    def __init__(self, ctx: IngestContext, workers: int):
+        if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+            raise ValueError(f"workers must be an integer >= 1, got {workers!r}")
+        self.ctx, self.workers = ctx, workers
+        self._pool: ProcessPoolExecutor | None = None
+        self._lock = threading.Lock()
+        self._closed = False
+
+    def _chunks(self, n: int) -> list[tuple[int, int]]:
+        return _split(n, self.workers * math.ceil(n / (self.workers * CHUNK_REPORTS)))  # whole rounds
+
+    def pooled(self, n_reports: int) -> bool:
+        """Whether a batch of ``n_reports`` goes to the worker processes."""
+        return self.workers > 1 and n_reports >= MIN_POOL_BATCH
+
+    def _get_pool(self) -> ProcessPoolExecutor:
+        with self._lock:
+            if self._closed:
+                raise Unavailable("the curator is stopping")
+            if self._pool is None:
+                ctx = multiprocessing.get_context("forkserver")
+                ctx.set_forkserver_preload(["lac.curator.ingest"])
+                self._pool = ProcessPoolExecutor(self.workers, mp_context=ctx, initializer=_install,
+                                                 initargs=(self.ctx,))
+            return self._pool
+
+    def _broken(self, pool: ProcessPoolExecutor, exc: BaseException) -> Unavailable:
+        """Drop a pool a worker died in (the next batch gets a new one): the batch is retried later."""
+        with self._lock:
+            if self._pool is pool:
+                self._pool = None
+        pool.shutdown(wait=False, cancel_futures=True)
+        log.error("an ingest worker process died (%s); the batch was not stored and a new pool starts with the "
+                  "next batch", exc)
+        return Unavailable(f"an ingest worker process died ({exc}); nothing of the batch was stored: retry")
+
+    def _submit(self, payloads: Sequence[bytes]) -> tuple[ProcessPoolExecutor | None, list[Future]]:
+        """The chunks submitted to the pool; (None, []) when no worker process can be started here."""
+        pool = None
+        try:
+            pool = self._get_pool()
+            # Starting the workers (on first use) blocks: this runs off the event loop.
+            return pool, [pool.submit(_work, list(payloads[a:b])) for a, b in self._chunks(len(payloads))]
+        except BrokenProcessPool as exc:
+            raise self._broken(pool, exc) from exc
+        except OSError as exc:  # e.g. no /dev/shm for the pool's queues, or no process can be forked
+            log.error("cannot start ingest worker processes (%s): batches are opened in the server process", exc)
+            with self._lock:
+                self.workers, self._pool = 1, None
+            if pool is not None:
+                pool.shutdown(wait=False, cancel_futures=True)
+            return None, []
+
+    def run(self, payloads: Sequence[bytes]) -> list[CountedChunk]:
+        """The batch's chunks counted, in batch order (blocking). ``Unavailable`` if a worker died."""
+        pool, futures = self._submit(payloads) if self.pooled(len(payloads)) else (None, [])
+        if pool is None:
+            return [ingest_chunk(self.ctx, payloads)]
+        try:
+            return [f.result() for f in futures]
+        except BrokenProcessPool as exc:
+            raise self._broken(pool, exc) from exc
+
+    async def count(self, payloads: Sequence[bytes]) -> list[CountedChunk]:
+        """``run`` without blocking the event loop."""
+        pool, futures = await asyncio.to_thread(self._submit, payloads) if self.pooled(len(payloads)) else (None, [])
+        if pool is None:
+            return [await asyncio.to_thread(ingest_chunk, self.ctx, payloads)]
+        try:
+            return list(await asyncio.gather(*map(asyncio.wrap_future, futures)))
+        except BrokenProcessPool as exc:
+            raise self._broken(pool, exc) from exc
+
+    def worker_pids(self) -> list[int]:
+        """The process ids of the running workers (none before the first pooled batch)."""
+        with self._lock:
+            return list(self._pool._processes or {}) if self._pool is not None else []
+
+    def close(self) -> None:
+        """Stop the workers (waits for the chunks they are running); later batches are refused."""
+        with self._lock:
+            pool, self._pool, self._closed = self._pool, None, True
+        if pool is not None:
+            pool.shutdown(wait=True, cancel_futures=True)

@@ -1,0 +1,73 @@
+"""Helpers of the curator's process-level tests: a real ``lac curator serve`` subprocess and batches
+of real (plaintext) reports sent to it with IngestBatch."""
+
+from __future__ import annotations
+
+import os
+import random
+
+import grpc
+
+from lac.common import envelope
+from lac.common.v1 import curator_pb2, curator_pb2_grpc
+from lac_testkit import ServeProc, batch_privacy, content
+
+WORDS = ("the quick brown fox jumps over lazy dog sleeps in sun a is small animal star and are friends people "
+         "like to walk park green spring we every day it good weather nice today i think will be tomorrow").split()
+CURATOR_SERVICES = ("", "lac.v1.CuratorIngest", "lac.v1.Curator")
+
+
+def serve_curator(workdir, state, public_corpus, *extra: str, timeout: float = 90.0) -> ServeProc:
+    """A real ``lac curator serve`` (plaintext gRPC and payloads, every caller every role: tests only)."""
+    return ServeProc(["--state-dir", str(state), "--public-corpus", str(public_corpus), "--vocab-min-count", "1",
+                      "--insecure", "--allow-plaintext-payloads", "--min-signal-share", "0", "--ingest-workers", "1",
+                      *extra], workdir, timeout=timeout, service="curator")
+
+
+def batch(n: int, rng: random.Random | None = None, batch_id: str | None = None) -> curator_pb2.IngestBatchRequest:
+    """A batch of ``n`` plaintext reports of random words from ``WORDS``, as a shuffler sends it."""
+    rng = rng or random.Random()
+    reports = [envelope.seal_insecure(content([rng.choice(WORDS) for _ in range(rng.randint(3, 12))]))
+               for _ in range(n)]
+    return curator_pb2.IngestBatchRequest(batch_id=batch_id or "b-" + os.urandom(8).hex(), reports=reports,
+                                          privacy=batch_privacy(n))
+
+
+class Stubs:
+    """Both curator services over one plaintext channel."""
+
+    def __init__(self, address: str):
+        self.channel = grpc.insecure_channel(address)
+        self.ingest = curator_pb2_grpc.CuratorIngestStub(self.channel)
+        self.query = curator_pb2_grpc.CuratorStub(self.channel)
+
+    def status(self) -> curator_pb2.CuratorStatus:
+        return self.query.GetStatus(curator_pb2.CuratorStatusRequest(), timeout=10)
+
+    def spent(self) -> dict[int, tuple[float, float]]:
+        """(ε, δ) spent per window."""
+        return {w.window: (w.spent_epsilon, w.spent_delta)
+                for w in self.query.GetBudget(curator_pb2.BudgetRequest(), timeout=10).windows}
+
+    def close(self) -> None:
+        self.channel.close()
+
+    def __enter__(self) -> Stubs:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def fill(directory) -> None:
+    """Fill the filesystem holding ``directory`` to the last byte (a file ``filler``)."""
+    fd = os.open(directory / "filler", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    try:
+        for block in (1 << 16, 1 << 12, 1):
+            try:
+                while True:
+                    os.write(fd, b"\0" * block)
+            except OSError as exc:
+                assert exc.errno == 28  # ENOSPC
+    finally:
+        os.close(fd)

@@ -1,0 +1,121 @@
+"""``lac curator backup`` of a live curator and ``lac curator restore`` into a fresh state directory:
+the same status, ledger, releases (records and released values) and stored reports."""
+
+from __future__ import annotations
+
+import json
+import random
+import threading
+
+import pytest
+
+from lac.common import envelope
+from lac.common.v1 import curator_pb2
+from lac.curator import segments as seg
+from lac.curator.store import CuratorStore
+from lac_testkit import batch_privacy, content, wait_until
+
+from curator_testkit import Stubs, batch
+
+
+def _lac(capsys, *argv) -> tuple[int, str]:
+    from lac.common.cli import main
+
+    with pytest.raises(SystemExit) as e:
+        main(["curator", *argv])
+    out = capsys.readouterr()
+    return e.value.code, out.out + out.err
+
+
+def _view(address: str) -> dict:
+    """Everything an operator sees of a curator, releases' values included."""
+    with Stubs(address) as s:
+        status = s.status()
+        releases = s.query.ListReleases(curator_pb2.ListReleasesRequest(), timeout=10).releases
+        values = {r.release_id: s.query.GetRelease(curator_pb2.GetReleaseRequest(release_id=r.release_id),
+                                                   timeout=10) for r in releases}
+        budget = s.query.GetBudget(curator_pb2.BudgetRequest(), timeout=10)
+    return {"status": status, "releases": list(releases), "values": values, "budget": budget}
+
+
+def test_backup_of_a_live_curator_restores_the_same_state(start_curator, tmp_path, capsys):
+    rng = random.Random(7)
+    live = tmp_path / "live"
+    cur = start_curator(state_dir=live, allow_plaintext_payloads=True, budget_epsilon=5.0)
+    with Stubs(cur.address) as s:
+        # 1. A backup taken while batches arrive is one consistent snapshot: every batch it holds has its segment.
+        stop, sent = threading.Event(), []
+
+        def shuffler():
+            with Stubs(cur.address) as mine:
+                while not stop.is_set():
+                    mine.ingest.IngestBatch(batch(30, rng), timeout=30)
+                    sent.append(1)
+
+        t = threading.Thread(target=shuffler)
+        t.start()
+        wait_until(lambda: len(sent) >= 3)
+        code, out = _lac(capsys, "backup", str(tmp_path / "during"), "--state-dir", str(live))
+        stop.set()
+        t.join(30)
+        assert code == 0, out
+        copy = tmp_path / "restored-during"
+        assert _lac(capsys, "restore", str(tmp_path / "during"), "--state-dir", str(copy))[0] == 0
+        store = CuratorStore(copy)
+        counts = store.counts()
+        assert 3 <= counts["batches"] <= len(sent) + 1
+        assert sum(seg.read(p).n_reports for p in store.segment_paths()) == counts["reports"] == 30 * counts["batches"]
+        store.close()
+
+        # 2. Quiet: a quarantined report, releases (one with a request id), a DP count, then the backup.
+        bad = envelope.seal_insecure(content(["x"], epsilon=1e9))
+        s.ingest.IngestBatch(curator_pb2.IngestBatchRequest(batch_id="with-bad", reports=[bad] + list(
+            batch(5, rng).reports), privacy=batch_privacy(6)), timeout=30)
+        s.query.Release(curator_pb2.ReleaseRequest(epsilon=1.0, delta=1e-6, request_id="r-1"), timeout=60)
+        s.query.Release(curator_pb2.ReleaseRequest(epsilon=0.5, mechanism="laplace"), timeout=60)
+        before = _view(cur.address)
+        assert before["status"].quarantined == 1 and len(before["releases"]) == 2
+        code, out = _lac(capsys, "backup", str(tmp_path / "backup"), "--state-dir", str(live))
+        assert code == 0 and "2 releases" in out, out
+    manifest = json.loads((tmp_path / "backup" / "manifest.json").read_text())
+    assert manifest["releases"] == 2 and len(manifest["files"]) == before["status"].batches + 2
+    assert oct((tmp_path / "backup").stat().st_mode & 0o777) == "0o700"
+    assert oct((tmp_path / "backup" / "curator.sqlite").stat().st_mode & 0o777) == "0o600"
+    assert _lac(capsys, "backup", str(tmp_path / "backup"), "--state-dir", str(live))[0] != 0  # no overwrite
+    cur.stop()  # the old machine is gone
+
+    # 3. Restore into a fresh directory: the same status, ledger and releases; retries still idempotent.
+    fresh = tmp_path / "fresh"
+    code, out = _lac(capsys, "restore", str(tmp_path / "backup"), "--state-dir", str(fresh))
+    assert code == 0, out
+    assert _lac(capsys, "restore", str(tmp_path / "backup"), "--state-dir", str(fresh))[0] != 0  # refuses
+    again = start_curator(state_dir=fresh, allow_plaintext_payloads=True, budget_epsilon=5.0)
+    after = _view(again.address)
+    assert after == before
+    with Stubs(again.address) as s:
+        same = s.query.Release(curator_pb2.ReleaseRequest(epsilon=1.0, delta=1e-6, request_id="r-1"), timeout=60)
+        assert same.release_id == before["releases"][0].release_id
+        assert s.ingest.IngestBatch(curator_pb2.IngestBatchRequest(batch_id="with-bad"), timeout=10).duplicate
+    again.stop()
+
+    # 4. A damaged backup is refused before anything is installed.
+    victim = tmp_path / "backup" / next(iter(manifest["files"]))
+    data = bytearray(victim.read_bytes())
+    data[len(data) // 2] ^= 1
+    victim.write_bytes(bytes(data))
+    code, out = _lac(capsys, "restore", str(tmp_path / "backup"), "--state-dir", str(tmp_path / "other"))
+    assert code != 0 and "SHA-256" in out
+    assert not (tmp_path / "other" / "curator.sqlite").exists()
+
+
+def test_restore_refuses_a_manifest_naming_files_outside_the_state_directory(tmp_path):
+    from lac.common.backup import sha256_file, write_manifest
+    from lac.curator.backup import FORMAT, restore
+
+    (tmp_path / "b").mkdir()
+    (tmp_path / "b" / "curator.sqlite").write_bytes(b"")
+    write_manifest(tmp_path / "b", {"format": FORMAT, "database": "curator.sqlite",
+                                    "database_sha256": sha256_file(tmp_path / "b" / "curator.sqlite"),
+                                    "files": {"../escape": "0" * 64}})
+    with pytest.raises(ValueError, match="outside the state directory"):
+        restore(tmp_path / "b", tmp_path / "state")

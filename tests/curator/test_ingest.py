@@ -1,0 +1,174 @@
+"""All-core ingest (lac.curator.ingest): the same accepted reports, quarantine and segment bytes on
+one process or a pool of workers, and a dead worker fails the batch retryably without storing any
+of it."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import signal
+import time
+
+import grpc
+import numpy as np
+import pytest
+from lac_testkit import DEPLOYMENT, batch_privacy, content
+
+from lac.common import envelope
+from lac.common.text import sentences
+from lac.common.v1 import curator_pb2, curator_pb2_grpc, reports_pb2
+from lac.curator import segments as seg
+from lac.curator.config import CuratorConfig
+from lac.curator.ingest import IngestContext, OpenedChunk, count_chunk, merge_counts, open_chunk
+from lac.curator.ngrams import report_items
+from lac.curator.store import CuratorStore
+
+WINDOW = DEPLOYMENT.window(time.time())
+
+
+@pytest.fixture
+def text(public_corpus):
+    """The sentences of the tests' small public text."""
+    return sentences(public_corpus.read_text())
+
+
+@pytest.mark.parametrize("n_words,max_words,trials", [(17, 8, 200), (3000, 30, 4)])
+def test_merge_counts_equals_counting_at_once(n_words, max_words, trials):
+    """Chunks counted apart and merged over any kept subset give exactly ``report_items`` of the
+    kept reports' sentences (same dictionary order, ids, counts). 3000 words: keys too large to
+    pack with their positions, the other sort."""
+    rng = np.random.default_rng(1)
+    words = np.array([f"w{i}" for i in range(n_words)])
+    for trial in range(trials):
+        n = int(rng.integers(0, 40)) if n_words < 100 else 300
+        reps = [[list(rng.choice(words, size=rng.integers(0, max_words))) for _ in range(rng.integers(0, 4))]
+                for _ in range(n)]
+        max_n = int(rng.integers(1, 5)) if n_words < 100 else 5
+        cuts = sorted(rng.choice(np.arange(n + 1), size=int(rng.integers(0, 5))).tolist())
+        chunks = [count_chunk(OpenedChunk([b""] * (b - a), reps[a:b], []), max_n)
+                  for a, b in itertools.pairwise([0, *cuts, n])]
+        keep = np.flatnonzero(rng.random(n) < rng.random()).tolist() if trial % 3 else list(range(n))
+        got, want = merge_counts(chunks, keep), report_items([reps[i] for i in keep], max_n)
+        assert got.items.to_pylist() == list(want.items)
+        for f in ("indptr", "item_ids", "counts"):
+            assert getattr(got, f).dtype == getattr(want, f).dtype and np.array_equal(getattr(got, f), getattr(want, f))
+
+
+def good_reports(text, rng, n):
+    """Real sentences (1-3 per report, at most 40 words), fresh report ids."""
+    return [content(*(text[i] for i in rng.choice(len(text), size=rng.integers(1, 4)))) for _ in range(n)]
+
+
+def mixed_batch(text, seal, other_seal, rng, n_good):
+    """Good sealed reports with every kind of bad one spread through them, and replays: two
+    copies of a report id within the batch (across chunks)."""
+    good = good_reports(text, rng, n_good)
+    sealed = [seal(c) for c in good]
+    tampered = bytearray(sealed[0].data)
+    tampered[100] ^= 1
+    bad = [
+        reports_pb2.SealedPayload(encoding=envelope.HPKE, key_id=sealed[0].key_id, data=bytes(tampered)),
+        other_seal(good[1]),  # sealed to another curator's key
+        envelope.seal_insecure(good[2]),  # plaintext, not allowed
+        seal(content(["bad token"])),
+        seal(content(["<s>", "x"])),
+        seal(content(["the"], epsilon=16.0)),
+        seal(content(["the"] * 41)),
+        reports_pb2.SealedPayload(),
+    ]
+    payloads = list(sealed)
+    for i, b in enumerate(bad):
+        payloads.insert(7 + 29 * i, b)
+    payloads.append(seal(good[3]))  # the same report id again, resealed
+    return payloads, good, bad  # the second copy of good[3] is dropped as a replay
+
+
+@pytest.fixture
+def other_seal(tmp_path):
+    envelope.generate_key(tmp_path / "other-keys")
+    key = envelope.CuratorKeyRing.load(tmp_path / "other-keys").public_key()
+    return lambda c: envelope.seal(c, key)
+
+
+def ingest(ch, batch_id, payloads, timeout=60):
+    return curator_pb2_grpc.CuratorIngestStub(ch).IngestBatch(curator_pb2.IngestBatchRequest(
+        batch_id=batch_id, reports=payloads, privacy=batch_privacy(len(payloads), window=WINDOW)), timeout=timeout)
+
+
+def test_pooled_ingest_stores_what_one_process_stores(start_curator, curator_public_key, other_seal, text, tmp_path):
+    """ingest_workers = 1 and = 2: the same replies, reject counts, quarantine rows and segment
+    bytes, equal to counting the accepted reports' sentences at once; the pool really ran."""
+    seal = lambda c: envelope.seal(c, curator_public_key)  # noqa: E731
+    rng = np.random.default_rng(7)
+    first, kept1, bad = mixed_batch(text, seal, other_seal, rng, 300)
+    second = [seal(c) for c in good_reports(text, rng, 250)] + first[:5]  # ids replayed from the first batch
+    outcome = {}
+    for workers in (1, 2):
+        cur = start_curator(state_dir=tmp_path / f"w{workers}", ingest_workers=workers)
+        with grpc.insecure_channel(cur.address) as ch:
+            replies = [ingest(ch, "b1", first), ingest(ch, "b2", second)]
+            status = curator_pb2_grpc.CuratorStub(ch).GetStatus(curator_pb2.CuratorStatusRequest(), timeout=5)
+        assert bool(cur.curator._ingest.worker_pids()) == (workers > 1)
+        cur.stop()
+        store = CuratorStore(tmp_path / f"w{workers}")
+        outcome[workers] = ([(r.accepted, r.rejected) for r in replies], dict(status.rejects), store.quarantine(),
+                            [p.read_bytes() for p in store.segment_paths()])
+        store.close()
+    assert outcome[1] == outcome[2]
+    replies, rejects, quarantine, segments = outcome[2]
+    assert replies == [(300, 9), (250, 5)]
+    assert rejects == {"decrypt_failed": 1, "unknown_key": 1, "plaintext_refused": 1, "invalid": 2,
+                       "epsilon_too_large": 1, "too_many_words": 1, "unsupported_encoding": 1,
+                       "replayed_report_id": 1 + 5}
+    assert sorted(q[3] for q in quarantine) == sorted(b.SerializeToString() for b in bad)
+    want = tmp_path / "want.parquet"
+    seg.write(want, report_items([[list(s.tokens) for s in c.sentences] for c in kept1], 3),
+              {"batch_id": "b1", "first_window": WINDOW, "last_window": WINDOW})
+    assert segments[0] == want.read_bytes()
+
+
+def test_open_chunk_quarantines_what_is_not_a_sealed_payload(curator_key_dir, curator_public_key):
+    ring = envelope.CuratorKeyRing.load(curator_key_dir)
+    ctx = IngestContext.of(CuratorConfig(), ring, 3)
+    assert "keys" not in repr(ctx) and ring.private_material()[0][1].hex() not in repr(ctx)
+    good = envelope.seal(content(["the", "dog"]), curator_public_key).SerializeToString()
+    opened = open_chunk(ctx, [b"\xff\xff\xff", good])
+    assert opened.sentences == [[["the", "dog"]]]
+    (q,) = opened.quarantined
+    assert (q.reason, q.sealed) == ("malformed", b"\xff\xff\xff") and "not a SealedPayload" in q.detail
+
+
+def _wait_gone(pids, timeout=10.0):
+    deadline = time.monotonic() + timeout
+    for pid in pids:
+        while time.monotonic() < deadline:
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                break
+            time.sleep(0.02)
+
+
+def test_a_dead_worker_fails_the_batch_retryably(start_curator, curator_public_key, text):
+    """A worker killed (as by the OOM killer): the batch answers UNAVAILABLE, none of it is
+    stored, and the shuffler's retry is stored whole by a new pool."""
+    seal = lambda c: envelope.seal(c, curator_public_key)  # noqa: E731
+    rng = np.random.default_rng(3)
+    cur = start_curator(ingest_workers=2)
+    pool = cur.curator._ingest
+    with grpc.insecure_channel(cur.address) as ch:
+        assert ingest(ch, "b1", [seal(c) for c in good_reports(text, rng, 250)]).accepted == 250
+        pids = pool.worker_pids()
+        assert len(pids) == 2
+        for pid in pids:  # the pool's own workers, started by this test's curator
+            os.kill(pid, signal.SIGKILL)
+        _wait_gone(pids)
+        batch = [seal(c) for c in good_reports(text, rng, 300)]
+        with pytest.raises(grpc.RpcError) as err:
+            ingest(ch, "b2", batch)
+        assert err.value.code() == grpc.StatusCode.UNAVAILABLE and "retry" in err.value.details()
+        status = curator_pb2_grpc.CuratorStub(ch).GetStatus(curator_pb2.CuratorStatusRequest(), timeout=5)
+        assert (status.batches, status.reports) == (1, 250)
+        reply = ingest(ch, "b2", batch)
+        assert (reply.accepted, reply.rejected, reply.duplicate) == (300, 0, False)
+        assert set(pool.worker_pids()).isdisjoint(pids)
