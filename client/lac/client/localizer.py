@@ -23,16 +23,19 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from os import PathLike
+from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from lac.common.deployment import Deployment
 from lac.common.privacy import Adjacency, Guarantee, Model, PrivacyUnit
-from lac.common.rng import secure_generator
+from lac.common.rng import RandomSource, secure_generator
 from lac.common.text import sentences as split_sentences
 from lac.client.embedding import Embedding, by_name
 from lac.client.errors import DeploymentMismatch
-from lac.client.mechanisms import MultivariateLaplace
+from lac.client.mechanisms import LocalMechanism, MultivariateLaplace, RowArray
 from lac.client.nearest import NearestIndex
 from lac.client.presets import CALIBRATED_RANGE, DEFAULT_PRESET, PRESETS, Preset, get_preset
 
@@ -62,7 +65,7 @@ class PrivatizedReport:
     epsilon_per_word: float
     embedding: str
     guarantee: Guarantee = field(compare=False)  # per word, with the report's composition in its details
-    metadata: dict = field(default_factory=dict, compare=False)  # JSON-able guarantees and embedding facts
+    metadata: dict[str, Any] = field(default_factory=dict, compare=False)  # JSON-able guarantees and embedding facts
 
     @property
     def statement(self) -> str:
@@ -102,22 +105,21 @@ def fit_words(sentences: list[list[str]], max_words: int | None, long_text: str 
 class Localizer:
     """Word-level metric-DP perturbation of texts over a fixed public ``embedding``.
 
-    ``mechanism`` is either additive noise (``sample_noise``, e.g. ``MultivariateLaplace``;
-    output = nearest word to φ(w) + noise) or a mechanism over the vocabulary offering
-    ``sample_rows(points, rng)`` (``lac.client.truncated``, ``lac.client.modulated``); both
-    provide ``name``, ``epsilon``, ``local_epsilon`` and ``statement``.
+    ``mechanism`` is a ``LocalMechanism``: additive noise (``MultivariateLaplace``; output =
+    nearest word to φ(w) + noise) or a mechanism over the vocabulary (``lac.client.truncated``,
+    ``lac.client.modulated``).
 
     Over the default embedding, an ε outside the presets' range (below "private" the output is
     nearly random words, above "utility" nearly the input) logs one warning per process that
     points to ``lac client calibrate``, unless ``calibrated=True`` says ε was chosen on purpose.
     """
 
-    def __init__(self, embedding: Embedding, mechanism: MultivariateLaplace | object,
-                 rng: np.random.Generator | None = None, deployment: Deployment | None = None,
-                 long_text: str = "truncate", *, calibrated: bool = False):
+    def __init__(self, embedding: Embedding, mechanism: LocalMechanism,
+                 rng: RandomSource | None = None, deployment: Deployment | None = None,
+                 long_text: str = "truncate", *, calibrated: bool = False) -> None:
         self.embedding = embedding
         self.mechanism = mechanism
-        self.rng = rng if rng is not None else secure_generator()
+        self.rng: RandomSource = rng if rng is not None else secure_generator()
         self._index = NearestIndex(embedding.vectors, embedding.norms2)
         self.diameter = embedding.diameter()
         fit_words([], None, long_text)  # validates long_text
@@ -130,8 +132,8 @@ class Localizer:
 
     @classmethod
     def from_preset(cls, preset: str | Preset = DEFAULT_PRESET, *, embedding: Embedding | None = None,
-                    rng: np.random.Generator | None = None, deployment: Deployment | None = None,
-                    long_text: str = "truncate", cache_dir=None) -> Localizer:
+                    rng: RandomSource | None = None, deployment: Deployment | None = None,
+                    long_text: str = "truncate", cache_dir: str | PathLike[str] | None = None) -> Localizer:
         """A multivariate Laplace Localizer with the ε of ``preset`` ("private", "balanced" or
         "utility"; see ``lac.client.presets`` for how they were measured) over the preset's
         embedding (GloVe 6B 50d, 50,000 words; built once into the cache, needs the
@@ -146,8 +148,9 @@ class Localizer:
 
     @classmethod
     def for_deployment(cls, deployment: Deployment, preset: str | Preset | None = DEFAULT_PRESET, *,
-                       embedding: Embedding | None = None, rng: np.random.Generator | None = None,
-                       long_text: str = "truncate", cache_dir=None, calibrated: bool = False) -> Localizer:
+                       embedding: Embedding | None = None, rng: RandomSource | None = None,
+                       long_text: str = "truncate", cache_dir: str | PathLike[str] | None = None,
+                       calibrated: bool = False) -> Localizer:
         """A Localizer the curator's ``deployment`` accepts: its mechanism (multivariate Laplace),
         its embedding (loaded by id unless ``embedding`` is given) and L words per report, with
         ε = the smaller of the deployment's largest ε and the preset's (``preset=None``: the
@@ -174,7 +177,7 @@ class Localizer:
 
     def _warn_if_uncalibrated(self) -> None:
         mech, emb = self.mechanism, self.embedding
-        if getattr(mech, "name", None) != MultivariateLaplace.name or emb.name != PRESETS[DEFAULT_PRESET].embedding:
+        if mech.name != MultivariateLaplace.name or emb.name != PRESETS[DEFAULT_PRESET].embedding:
             return  # the measured numbers are for this mechanism and embedding only
         lo, hi = CALIBRATED_RANGE
         if lo <= mech.epsilon <= hi:
@@ -212,17 +215,17 @@ class Localizer:
         """Which exact nearest-word search runs: "fused" (compiled kernel) or "blas" (numpy fallback)."""
         return self._index.backend
 
-    def ids(self, tokens: Iterable[str]) -> np.ndarray:
+    def ids(self, tokens: Iterable[str]) -> RowArray:
         """Rows of ``tokens`` (``OOV`` for words outside the vocabulary)."""
         index = self.embedding.index
         return np.fromiter((index.get(t, OOV) for t in tokens), dtype=np.int64)
 
-    def perturb_ids(self, ids: np.ndarray) -> np.ndarray:
+    def perturb_ids(self, ids: npt.ArrayLike) -> RowArray:
         """Perturb rows (``OOV`` = centroid) independently; returns output rows (int64)."""
-        ids = np.asarray(ids)
-        if ids.ndim != 1 or not (ids.size == 0 or np.issubdtype(ids.dtype, np.integer)):
+        given = np.asarray(ids)
+        if given.ndim != 1 or not (given.size == 0 or np.issubdtype(given.dtype, np.integer)):
             raise ValueError("ids must be a 1-D integer array")
-        ids = ids.astype(np.int64, copy=False)
+        ids = given.astype(np.int64, copy=False)
         if ids.size and (ids.min() < OOV or ids.max() >= self.embedding.size):
             raise ValueError(f"ids must be in [{OOV}, {self.embedding.size})")
         out = np.empty(ids.size, dtype=np.int64)
@@ -233,11 +236,7 @@ class Localizer:
             points = np.empty((chunk.size, dim), dtype=np.float64)
             points[known] = vectors[chunk[known]]
             points[~known] = self.embedding.centroid
-            if hasattr(self.mechanism, "sample_rows"):  # mechanisms over the vocabulary (truncated, modulated)
-                out[s:s + _CHUNK] = self.mechanism.sample_rows(points, self.rng)
-                continue
-            points += self.mechanism.sample_noise(chunk.size, dim, self.rng)
-            out[s:s + _CHUNK] = self._index.query(points)
+            out[s:s + _CHUNK] = self.mechanism.sample_outputs(points, self._index.query, self.rng)
         return out
 
     def local_epsilon(self, n_words: int) -> float:
@@ -246,7 +245,7 @@ class Localizer:
 
     def metric(self) -> str:
         """The per-word metric d_X under which the mechanism is ε·d_X-private."""
-        return getattr(self.mechanism, "metric", "d(w,w') = ‖φ(w) − φ(w')‖₂")
+        return self.mechanism.metric
 
     def composition(self, n_words: int) -> str:
         """Per-report composition: ℓ words, each ε·d_X-private with independent randomness."""
@@ -276,9 +275,10 @@ class Localizer:
                      self.bag_statement(n_words), OOV_STATEMENT))
 
     def statement(self, n_words: int) -> str:
+        """The guarantee of a report of ``n_words`` words, in words."""
         return self.guarantee(n_words).statement()
 
-    def metadata(self, n_words: int) -> dict:
+    def metadata(self, n_words: int) -> dict[str, Any]:
         """Everything a report states about its privacy, as JSON-able fields."""
         emb = self.embedding
         return {

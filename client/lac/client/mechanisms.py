@@ -1,15 +1,62 @@
-"""Local metric-DP noise mechanisms for word embeddings."""
+"""Local metric-DP mechanisms for word embeddings: the ``LocalMechanism`` protocol the Localizer
+runs, and additive multivariate Laplace noise (the vocabulary mechanisms are in ``truncated`` and
+``modulated``)."""
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any, ClassVar, Protocol, TypeAlias, runtime_checkable
 
 import numpy as np
+import numpy.typing as npt
+
+from lac.common.rng import FloatArray, RandomSource
+
+RowArray: TypeAlias = npt.NDArray[np.int64]
+Nearest: TypeAlias = Callable[[FloatArray], RowArray]
 
 
-def _check_count(name: str, value) -> int:
+@runtime_checkable
+class LocalMechanism(Protocol):
+    """A per-word ε·d metric-DP mechanism as the Localizer uses it.
+
+    ``sample_outputs(points, nearest, rng)`` gives one output vocabulary row per input point (a
+    word's vector, or the centroid for out-of-vocabulary words). ``nearest`` is the Localizer's
+    exact nearest-word search: additive mechanisms apply it to the noisy points, mechanisms over
+    the vocabulary sample rows directly and ignore it.
+    """
+
+    @property
+    def name(self) -> str:
+        """The mechanism's id, as a deployment names it."""
+        ...
+
+    @property
+    def epsilon(self) -> float:
+        """ε per word."""
+        ...
+
+    @property
+    def metric(self) -> str:
+        """The per-word metric d_X of the guarantee, in words."""
+        ...
+
+    def local_epsilon(self, n_words: int, diameter: float) -> float:
+        """Worst-case pure LDP level of an ``n_words`` report over an embedding of this diameter."""
+        ...
+
+    def statement(self, n_words: int, diameter: float | None = None) -> str:
+        """The guarantee, per word and composed over a report of ``n_words`` words."""
+        ...
+
+    def sample_outputs(self, points: FloatArray, nearest: Nearest, rng: RandomSource) -> RowArray:
+        """One output row (int64) per row of ``points``."""
+        ...
+
+
+def _check_count(name: str, value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
         raise ValueError(f"{name} must be a non-negative int, got {value!r}")
     return int(value)
@@ -33,7 +80,7 @@ class MultivariateLaplace:
     name: ClassVar[str] = "multivariate-laplace"
     metric: ClassVar[str] = "‖φ(w) − φ(w')‖₂"
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         eps = self.epsilon
         if isinstance(eps, bool) or not isinstance(eps, (int, float, np.integer, np.floating)):
             raise TypeError(f"epsilon must be a real number, got {eps!r}")
@@ -42,7 +89,7 @@ class MultivariateLaplace:
             raise ValueError(f"epsilon must be finite and > 0, got {eps!r}")
         object.__setattr__(self, "epsilon", eps)
 
-    def sample_noise(self, n: int, dim: int, rng: np.random.Generator) -> np.ndarray:
+    def sample_noise(self, n: int, dim: int, rng: RandomSource) -> FloatArray:
         """``n`` independent noise vectors of dimension ``dim`` (float64, shape (n, dim))."""
         n = _check_count("n", n)
         dim = _check_count("dim", dim)
@@ -58,6 +105,11 @@ class MultivariateLaplace:
             zero = zero[norm[zero] == 0.0]
         z *= (radius / norm)[:, None]
         return z
+
+    def sample_outputs(self, points: FloatArray, nearest: Nearest, rng: RandomSource) -> RowArray:
+        """The words nearest to ``points`` + noise (``points`` is overwritten)."""
+        points += self.sample_noise(points.shape[0], points.shape[1], rng)
+        return nearest(points)
 
     def local_epsilon(self, n_words: int, diameter: float) -> float:
         """Worst-case pure LDP level of an ``n_words`` report: ε0 = n_words·ε·diameter."""

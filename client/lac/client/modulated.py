@@ -41,7 +41,9 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import numpy.typing as npt
 
+from lac.common.rng import FloatArray
 from lac.client.embedding import Embedding
 from lac.client.truncated import VocabularyMechanism, default_tau
 
@@ -90,10 +92,13 @@ class DensityModulated(VocabularyMechanism):
         self.log_prior = lp - lp.max()
         self.log_prior.flags.writeable = False
 
-    def log_weights(self, points):
-        return self.log_prior[None, :] - 0.5 * self.epsilon * self.distances(points)
+    def log_weights(self, points: npt.ArrayLike) -> FloatArray:
+        """Unnormalised log-probabilities log μ(y) - (ε/2)·d(x, y), shape (m, V)."""
+        out: FloatArray = self.log_prior[None, :] - 0.5 * self.epsilon * self.distances(points)
+        return out
 
     def statement(self, n_words: int, diameter: float | None = None) -> str:
+        """The guarantee, per word and composed over a report of ``n_words`` words."""
         n, eps = int(n_words), self.epsilon
         prior = (f"Gaussian KDE over the first {self.centres or self.embedding.size} vocabulary words, "
                  f"σ = {self.sigma:.6g}" if self.sigma is not None else "a given public prior")

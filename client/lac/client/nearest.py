@@ -33,8 +33,12 @@ import importlib.machinery
 import os
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import numpy as np
+import numpy.typing as npt
+
+_Scan = tuple[npt.NDArray[np.int64], npt.NDArray[np.float64], npt.NDArray[np.float64]]
 
 _U32 = 2.0**-24  # unit roundoff, float32
 _U64 = 2.0**-53  # unit roundoff, float64
@@ -50,7 +54,7 @@ BACKENDS = ("auto", "fused", "blas")
 
 
 @functools.lru_cache(maxsize=1)
-def _kernel():
+def _kernel() -> ctypes.CDLL | None:
     """The compiled fused kernel via ctypes, or None (not built, or no AVX2 + FMA on this CPU)."""
     here = Path(__file__).resolve().parent
     for suffix in importlib.machinery.EXTENSION_SUFFIXES:
@@ -100,7 +104,8 @@ def sqdist64(points: np.ndarray, rows: np.ndarray) -> np.ndarray:
     so re-ranking and brute force round identically.
     """
     diff = np.asarray(points, dtype=np.float64) - np.asarray(rows, dtype=np.float64)
-    return np.square(diff).sum(axis=-1)
+    out: np.ndarray = np.square(diff).sum(axis=-1)
+    return out
 
 
 def reference_nearest_rows(points: np.ndarray, vectors: np.ndarray, block: int = 8) -> np.ndarray:
@@ -142,7 +147,7 @@ class NearestIndex:
         self.size, self.dim = size, dim
         self.max_norm = float(np.sqrt(n64.max())) * _SLACK
         self._n32 = np.asarray(n32, dtype=np.float32)
-        self._aug: dict[np.dtype, np.ndarray] = {}
+        self._aug: dict[np.dtype[Any], np.ndarray] = {}
         fused = backend != "blas" and fused_available() and size < 2**31 - _LANES
         if backend == "fused" and not fused:
             raise RuntimeError("the fused nearest-row kernel is not available here "
@@ -169,7 +174,7 @@ class NearestIndex:
         norms[:self.size] = self._n32
         return panels, norms
 
-    def _augmented(self, dtype: np.dtype) -> np.ndarray:
+    def _augmented(self, dtype: np.dtype[Any]) -> np.ndarray:
         """Augmented rows [-2 v, ||v||^2] so one GEMM with [p, 1] yields the score directly."""
         if dtype not in self._aug:
             aug = np.empty((self.size, self.dim + 1), dtype=dtype)
@@ -178,7 +183,7 @@ class NearestIndex:
             self._aug[dtype] = aug
         return self._aug[dtype]
 
-    def _prepare(self, points: np.ndarray):
+    def _prepare(self, points: np.ndarray) -> tuple[npt.NDArray[np.float64], np.dtype[Any], npt.NDArray[np.float64]]:
         """Validated float64 points, GEMM dtype and per-point candidate margin."""
         p = np.asarray(points, dtype=np.float64)
         if p.ndim != 2 or p.shape[1] != self.dim:
@@ -227,7 +232,7 @@ class NearestIndex:
             out[amb] = self._query_exhaustive(p[amb], margin[amb], np.dtype(np.float32), gemm_block)
         return out
 
-    def _scan_fused(self, p: np.ndarray, block: int):
+    def _scan_fused(self, p: np.ndarray, block: int) -> _Scan:
         """Float32 winner, its score and the smallest other score per point, from the fused kernel."""
         m = p.shape[0]
         q32 = p.astype(np.float32)  # the same rounding the BLAS path applies
@@ -249,7 +254,11 @@ class NearestIndex:
                 f.result()
         return out, best, second
 
-    def _scan_block(self, q32: np.ndarray, chunk: int):
+    def _scan_block(self, q32: np.ndarray, chunk: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """One fused-kernel call over a block of float32 points: winner, its score, the runner-up score."""
+        kernel = _kernel()
+        if kernel is None:  # the fused backend is only chosen when the kernel loaded
+            raise RuntimeError("the fused nearest-row kernel is not loaded")
         n = q32.shape[0]
         nmicro = -(-n // _MICRO)
         packed = np.zeros((nmicro * _MICRO, self.dim), dtype=np.float32)
@@ -258,7 +267,7 @@ class NearestIndex:
         lane_best = np.full((nmicro * _MICRO, _LANES), np.inf, dtype=np.float32)
         lane_second = np.full_like(lane_best, np.inf)
         lane_idx = np.zeros(lane_best.shape, dtype=np.int32)
-        rc = _kernel().lac_nearest_scan(
+        rc = kernel.lac_nearest_scan(
             self._panels.ctypes.data, self._panel_norms.ctypes.data, self._panels.shape[0], self.dim,
             packed.ctypes.data, nmicro, lane_best.ctypes.data, lane_second.ctypes.data,
             lane_idx.ctypes.data, chunk)
@@ -275,7 +284,7 @@ class NearestIndex:
         second = np.minimum(lane_second.min(axis=1), lane_best.min(axis=1))
         return winner, top, second
 
-    def _scan_blas(self, p: np.ndarray, margin: np.ndarray, block: int):
+    def _scan_blas(self, p: np.ndarray, margin: np.ndarray, block: int) -> _Scan:
         """Float32 winner, its score and the smallest other score that could matter, from BLAS tiles."""
         m = p.shape[0]
         out = np.empty(m, dtype=np.int64)
@@ -319,7 +328,7 @@ class NearestIndex:
             out[start:stop], best_all[start:stop], second_all[start:stop] = idx, best, second
         return out, best_all, second_all
 
-    def _query_exhaustive(self, p: np.ndarray, margin: np.ndarray, dtype: np.dtype, block: int) -> np.ndarray:
+    def _query_exhaustive(self, p: np.ndarray, margin: np.ndarray, dtype: np.dtype[Any], block: int) -> np.ndarray:
         """Full score rows per block of points, every candidate within the margin re-ranked in float64.
 
         Used for points with near-ties (rare) and when float32 products could overflow.

@@ -47,6 +47,7 @@ class Preset:
     mechanism: str = "multivariate-laplace"
 
     def describe(self) -> str:
+        """The preset in one line: ε, embedding and the measured N_w and S_w."""
         return (f"preset {self.name!r}: ε = {self.epsilon:g} per word over {self.embedding} "
                 f"(measured median N_w {self.median_n_w:.2f} ≤ {self.target_n_w:g}, "
                 f"median S_w {self.median_s_w:g} of 100 draws)")

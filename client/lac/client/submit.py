@@ -29,9 +29,10 @@ import time
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import grpc
+from google.protobuf.message import Message
 
 from lac.common import envelope, tls
 from lac.common.deployment import Deployment
@@ -39,8 +40,8 @@ from lac.common.envelope import CuratorPublicKey
 from lac.common.serde import deployment_from_proto, mechanism_id
 from lac.common.v1 import reports_pb2, shuffler_pb2, shuffler_pb2_grpc
 from lac.client import _grpc_errors
-from lac.client._grpc_errors import retry_after, wrap
-from lac.client.errors import LacClientError
+from lac.client._grpc_errors import retry_after, trailing_of, wrap
+from lac.client.errors import LacClientError, Metadata
 from lac.client.presets import DEFAULT_PRESET, Preset
 
 if TYPE_CHECKING:
@@ -54,7 +55,7 @@ MAX_ROUTES = 4096  # tokens whose replica is remembered (a simulation may play m
 MAX_REPLICA_CHANNELS = 64  # open channels to replicas other than the bootstrap
 
 
-def _bearer(token: str | None) -> tuple:
+def _bearer(token: str | None) -> Metadata:
     return (("authorization", f"Bearer {token}"),) if token else ()
 
 
@@ -62,7 +63,7 @@ def _named_shard(error: LacClientError) -> str | None:
     """The replica a wrong-shard refusal (FAILED_PRECONDITION with ``lac-shard``) sends the client to."""
     if error.status_code != grpc.StatusCode.FAILED_PRECONDITION:
         return None
-    return next((value for key, value in error.trailing if key == SHARD_KEY and value), None)
+    return next((value for key, value in error.trailing if key == SHARD_KEY and isinstance(value, str) and value), None)
 
 
 def _replicas_disagree(why: str, refusal: LacClientError) -> LacClientError:
@@ -79,7 +80,9 @@ def report_content(report: PrivatizedReport) -> reports_pb2.ReportContent:
     return reports_pb2.ReportContent(
         report_id=os.urandom(envelope.REPORT_ID_BYTES),
         sentences=[reports_pb2.Sentence(tokens=list(s)) for s in report.sentences],
-        local_privacy=reports_pb2.LocalPrivacy(mechanism=mechanism_id(report.mechanism),
+        local_privacy=reports_pb2.LocalPrivacy(mechanism=mechanism_id(report.mechanism),  # type: ignore[arg-type]
+                                               # (the generated stub types enum fields as the enum class; the
+                                               # int id is what protobuf takes)
                                                epsilon_per_word=report.epsilon_per_word, embedding=report.embedding))
 
 
@@ -103,7 +106,7 @@ class ShufflerClient:
 
     def __init__(self, target: str, curator_key: CuratorPublicKey | None = None, tls_config: tls.ClientTls | None = None,
                  token: str | None = None, insecure: bool = False, batch_size: int = 100, attempts: int = 5,
-                 timeout: float = 30.0):
+                 timeout: float = 30.0) -> None:
         if not insecure and (curator_key is None or tls_config is None):
             raise ValueError("ShufflerClient needs the curator's public key and TLS settings "
                              "(or insecure=True for a local demo)")
@@ -123,9 +126,10 @@ class ShufflerClient:
         self._lock = threading.Lock()
 
     @classmethod
-    def connect(cls, address: str, *, curator_key: str | os.PathLike | CuratorPublicKey | None = None,
-                ca: str | os.PathLike | None = None, token: str | None = None, cert: str | os.PathLike | None = None,
-                key: str | os.PathLike | None = None, insecure: bool = False, **options) -> ShufflerClient:
+    def connect(cls, address: str, *, curator_key: str | os.PathLike[str] | CuratorPublicKey | None = None,
+                ca: str | os.PathLike[str] | None = None, token: str | None = None,
+                cert: str | os.PathLike[str] | None = None, key: str | os.PathLike[str] | None = None,
+                insecure: bool = False, **options: Any) -> ShufflerClient:
         """A client of the shuffler at ``address`` ("host:port") from files: ``curator_key`` (the
         curator's ``curator.pub``, or a loaded ``CuratorPublicKey``), ``ca`` (the CA that signed
         the shuffler's certificate), optionally ``cert``/``key`` for mutual TLS, and the bearer
@@ -147,13 +151,14 @@ class ShufflerClient:
             channel.close()
         self.channel.close()
 
-    def __enter__(self):
+    def __enter__(self) -> ShufflerClient:
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _call(self, name: str, request, metadata=None, stub=None):
+    def _call(self, name: str, request: Message, metadata: Metadata | None = None,
+              stub: shuffler_pb2_grpc.ShufflerStub | None = None) -> Any:
         """``method(request)`` on ``stub`` (default: the bootstrap address) with retries of transient
         failures (exponential back-off, or the server's ``retry-after-seconds`` when it is longer, up to
         ``MAX_RETRY_WAIT``); a final failure is raised as a ``lac.client.errors.LacClientError``."""
@@ -166,8 +171,7 @@ class ShufflerClient:
             except grpc.RpcError as exc:
                 if exc.code() not in RETRYABLE or attempt == self.attempts:
                     raise wrap(exc, f"Shuffler.{name}") from None
-                asked = retry_after(exc.trailing_metadata() if callable(getattr(exc, "trailing_metadata", None))
-                                    else ())
+                asked = retry_after(trailing_of(exc))
                 time.sleep(min(max(delay, asked or 0.0), MAX_RETRY_WAIT))
                 delay *= 2
         raise AssertionError("unreachable")
@@ -176,7 +180,7 @@ class ShufflerClient:
         """The curator's published local-privacy configuration, relayed by the shuffler."""
         return deployment_from_proto(self._call("GetDeployment", reports_pb2.DeploymentRequest()))
 
-    def localizer(self, preset: str | Preset | None = DEFAULT_PRESET, **options) -> Localizer:
+    def localizer(self, preset: str | Preset | None = DEFAULT_PRESET, **options: Any) -> Localizer:
         """A Localizer for the curator's current deployment: ``Localizer.for_deployment(self.deployment(),
         preset, **options)`` (ε = the smaller of the deployment's and the preset's)."""
         from lac.client.localizer import Localizer
@@ -189,7 +193,7 @@ class ShufflerClient:
 
         ``token`` overrides this client's token for this call (e.g. a simulation playing many clients).
         """
-        if hasattr(reports, "sentences"):  # a single PrivatizedReport
+        if not isinstance(reports, Iterable):  # a single PrivatizedReport
             reports = [reports]
         acks: list[shuffler_pb2.ReportAck] = []
         chunk: list[shuffler_pb2.ClientReport] = []
@@ -235,7 +239,7 @@ class ShufflerClient:
         with self._lock:
             return self._replica_of.get(token or self.token, self.target)
 
-    def _stub_for(self, token: str | None, metadata) -> shuffler_pb2_grpc.ShufflerStub:
+    def _stub_for(self, token: str | None, metadata: Metadata) -> shuffler_pb2_grpc.ShufflerStub:
         """The stub of ``token``'s replica, asking the bootstrap with ``GetShards`` the first time."""
         with self._lock:
             address = self._replica_of.get(token)
@@ -248,9 +252,10 @@ class ShufflerClient:
             self._remember(token, address)
         return self._stub_at(address)
 
-    def _assignment(self, address: str, metadata, bootstrap: bool = False) -> str:
+    def _assignment(self, address: str, metadata: Metadata, bootstrap: bool = False) -> str:
         """Where the replica at ``address`` says the caller of ``metadata`` submits: its assigned replica,
         or ``address`` itself when it serves the caller or is not sharded."""
+        reply: shuffler_pb2.ShardAssignment
         try:
             reply = self._call("GetShards", shuffler_pb2.GetShardsRequest(), metadata, self._stub_at(address))
         except LacClientError as exc:
@@ -264,7 +269,7 @@ class ShufflerClient:
             return address
         return reply.assigned_shard
 
-    def _follow(self, token: str | None, metadata, shard: str,
+    def _follow(self, token: str | None, metadata: Metadata, shard: str,
                 refusal: LacClientError) -> shuffler_pb2_grpc.ShufflerStub:
         """After ``refusal`` naming ``shard``: re-fetch the assignment from that replica and route there."""
         with self._lock:

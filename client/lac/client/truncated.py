@@ -52,33 +52,35 @@ the convex hull of the vocabulary, so its distance to any word is at most the di
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
+from lac.common.rng import FloatArray, RandomSource
 from lac.client.embedding import Embedding
+from lac.client.mechanisms import Nearest, RowArray
 
 _ENTRIES = 1 << 22  # distance-matrix entries per block
 
 
-def _check_eps(eps) -> float:
+def _check_eps(eps: Any) -> float:
     if isinstance(eps, bool) or not isinstance(eps, (int, float, np.integer, np.floating)):
         raise TypeError(f"epsilon must be a real number, got {eps!r}")
-    eps = float(eps)
-    if not (math.isfinite(eps) and eps > 0):
-        raise ValueError(f"epsilon must be finite and > 0, got {eps!r}")
-    return eps
+    value = float(eps)
+    if not (math.isfinite(value) and value > 0):
+        raise ValueError(f"epsilon must be finite and > 0, got {value!r}")
+    return value
 
 
 class VocabularyMechanism:
     """An exponential mechanism over the rows of ``embedding`` with score ``score(points, dist)``.
 
-    Interface shared with the additive mechanisms where the Localizer needs it: ``name``,
-    ``epsilon``, ``local_epsilon(n_words, diameter)``, ``statement(n_words, diameter)``;
-    instead of ``sample_noise`` it offers ``sample_rows(points, rng)``.
+    A ``LocalMechanism`` (its subclasses, which define ``scores`` and ``statement``): instead of
+    ``sample_noise`` it offers ``sample_rows(points, rng)``.
     """
 
     name = "vocabulary-exponential"
-    metric = "‖φ(w) − φ(w')‖₂"  # the per-word metric d_X of the guarantee (a truncated d is still a metric)
 
     def __init__(self, embedding: Embedding, epsilon: float):
         self.embedding = embedding
@@ -86,30 +88,43 @@ class VocabularyMechanism:
         self._v = np.asarray(embedding.vectors, dtype=np.float64)
         self._n2 = np.einsum("ij,ij->i", self._v, self._v)
 
+    @property
+    def metric(self) -> str:
+        """The per-word metric d_X of the guarantee (a truncated d is still a metric)."""
+        return "‖φ(w) − φ(w')‖₂"
+
     # -- exact distances and probabilities --------------------------------------------------
-    def distances(self, points: np.ndarray) -> np.ndarray:
+    def distances(self, points: npt.ArrayLike) -> FloatArray:
         """Euclidean distances (float64) from each point to every vocabulary row, shape (m, V)."""
         p = np.asarray(points, dtype=np.float64)
         if p.ndim != 2 or p.shape[1] != self.embedding.dim:
             raise ValueError(f"points must have shape (m, {self.embedding.dim}), got {p.shape}")
         d2 = np.einsum("ij,ij->i", p, p)[:, None] - 2.0 * (p @ self._v.T) + self._n2[None, :]
         np.maximum(d2, 0.0, out=d2)
-        return np.sqrt(d2, out=d2)
+        out: FloatArray = np.sqrt(d2, out=d2)
+        return out
 
-    def scores(self, dist: np.ndarray) -> np.ndarray:  # pragma: no cover - abstract
+    def scores(self, dist: FloatArray) -> FloatArray:  # pragma: no cover - abstract
+        """The truncated score s(x, y) for a distance matrix (may overwrite ``dist``)."""
         raise NotImplementedError
 
-    def log_weights(self, points: np.ndarray) -> np.ndarray:
+    def statement(self, n_words: int, diameter: float | None = None) -> str:  # pragma: no cover - abstract
+        """The guarantee, per word and composed over a report of ``n_words`` words."""
+        raise NotImplementedError
+
+    def log_weights(self, points: npt.ArrayLike) -> FloatArray:
         """Unnormalised log-probabilities -(ε/2)·s(x, y), shape (m, V)."""
         return -0.5 * self.epsilon * self.scores(self.distances(points))
 
-    def probabilities(self, points: np.ndarray) -> np.ndarray:
+    def probabilities(self, points: npt.ArrayLike) -> FloatArray:
+        """The exact output distribution P(y | x) for each point, shape (m, V)."""
         lw = self.log_weights(points)
         lw -= lw.max(axis=1, keepdims=True)
         w = np.exp(lw)
-        return w / w.sum(axis=1, keepdims=True)
+        out: FloatArray = w / w.sum(axis=1, keepdims=True)
+        return out
 
-    def sample_rows(self, points: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    def sample_rows(self, points: npt.ArrayLike, rng: RandomSource) -> RowArray:
         """One output row per point (int64), by inverse CDF over the enumerated probabilities."""
         p = np.asarray(points, dtype=np.float64)
         out = np.empty(p.shape[0], dtype=np.int64)
@@ -125,7 +140,11 @@ class VocabularyMechanism:
             out[s:s + block] = np.minimum(idx, size - 1)
         return out
 
-    def sample_ids(self, ids: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    def sample_outputs(self, points: FloatArray, nearest: Nearest, rng: RandomSource) -> RowArray:
+        """``sample_rows``: the output is drawn over the vocabulary, so ``nearest`` is not used."""
+        return self.sample_rows(points, rng)
+
+    def sample_ids(self, ids: npt.ArrayLike, rng: RandomSource) -> RowArray:
         """Rows for vocabulary ids (``-1`` = the centroid)."""
         ids = np.asarray(ids, dtype=np.int64)
         pts = np.empty((ids.size, self.embedding.dim))
@@ -140,6 +159,7 @@ class VocabularyMechanism:
         return float(diameter)
 
     def local_epsilon(self, n_words: int, diameter: float) -> float:
+        """Worst-case pure LDP level of an ``n_words`` report: n·ε·min(diameter, truncation)."""
         n = int(n_words)
         if n < 0:
             raise ValueError("n_words must be >= 0")
@@ -158,17 +178,22 @@ class DistanceTruncated(VocabularyMechanism):
             raise ValueError(f"tau must be finite and > 0, got {tau!r}")
         self.tau = tau
 
-    def scores(self, dist):
-        return np.minimum(dist, self.tau, out=dist)
+    def scores(self, dist: FloatArray) -> FloatArray:
+        """min(d, τ), in place."""
+        out: FloatArray = np.minimum(dist, self.tau, out=dist)
+        return out
 
     @property
     def metric(self) -> str:
+        """d truncated at τ."""
         return f"min(‖φ(w) − φ(w')‖₂, τ = {self.tau:g})"
 
     def per_word_bound(self, diameter: float) -> float:
+        """min(diameter, τ)."""
         return min(float(diameter), self.tau)
 
     def statement(self, n_words: int, diameter: float | None = None) -> str:
+        """The guarantee, per word and composed over a report of ``n_words`` words."""
         n, eps, tau = int(n_words), self.epsilon, self.tau
         worst = (f"ε0 = n·ε·min(diam, τ) = {n}·{eps:g}·{self.per_word_bound(diameter):.6g} = "
                  f"{self.local_epsilon(n, diameter):.6g}" if diameter is not None else f"ε0 = {n}·{eps:g}·{tau:g}")
@@ -191,15 +216,18 @@ class KNNTruncated(VocabularyMechanism):
         if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or not 1 <= k <= embedding.size:
             raise ValueError(f"k must be an int in [1, {embedding.size}], got {k!r}")
         self.k = int(k)
-        self._r_max = None
+        self._r_max: float | None = None
 
-    def radius(self, dist: np.ndarray) -> np.ndarray:
+    def radius(self, dist: FloatArray) -> FloatArray:
         """r_k(x) for each row of a distance matrix."""
-        return np.partition(dist, self.k - 1, axis=1)[:, self.k - 1]
+        out: FloatArray = np.partition(dist, self.k - 1, axis=1)[:, self.k - 1]
+        return out
 
-    def scores(self, dist):
+    def scores(self, dist: FloatArray) -> FloatArray:
+        """min(d, r_k(x)), in place."""
         r = self.radius(dist)
-        return np.minimum(dist, r[:, None], out=dist)
+        out: FloatArray = np.minimum(dist, r[:, None], out=dist)
+        return out
 
     def max_radius(self) -> float:
         """R_k = max of r_k over the vocabulary and the centroid (exact, computed once, blocked)."""
@@ -213,13 +241,16 @@ class KNNTruncated(VocabularyMechanism):
         return self._r_max
 
     def per_word_bound(self, diameter: float) -> float:
+        """min(diameter, R_k)."""
         return min(float(diameter), self.max_radius())
 
     @property
     def metric(self) -> str:
+        """d truncated at R_k."""
         return f"min(‖φ(w) − φ(w')‖₂, R_k = {self.max_radius():.6g})"
 
     def statement(self, n_words: int, diameter: float | None = None) -> str:
+        """The guarantee, per word and composed over a report of ``n_words`` words."""
         n, eps, k = int(n_words), self.epsilon, self.k
         r = self.max_radius()
         worst = (f"ε0 = n·ε·min(diam, R_k) = {n}·{eps:g}·{self.per_word_bound(diameter):.6g} = "

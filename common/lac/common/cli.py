@@ -2,35 +2,95 @@
 
 Components register through the ``lac.commands`` entry-point group: a function
 ``register(subparsers)`` that adds one subparser and sets ``func`` on it. A component
-that is not installed is named with the package that provides it.
+that is not installed is named with the package that provides it; one whose import or
+``register`` fails breaks only its own command, which then says why in one line.
+
+One grammar for every command: lower-case kebab-case flags, ``--server HOST:PORT`` for the
+service a command talks to, and every bad input (a usage error, a refused or failed RPC, a
+missing file) ends in one line on stderr and exit code 2, never a traceback (unless ``-v``).
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
+import math
 import sys
-from importlib.metadata import entry_points
+from collections.abc import Callable
+from importlib.metadata import EntryPoint, entry_points
+from typing import Any, NoReturn
 
 PROVIDERS = {
     "client": "lac-client",
     "shuffler": "lac-shuffler",
     "curator": "lac-curator",
-    "data": "lac (the suite: pip install .)",
-    "demo": "lac (the suite: pip install .)",
-    "eval": "lac (the suite: pip install .)",
+    "data": "lac-privacy-suite (the suite: pip install .)",
+    "demo": "lac-privacy-suite (the suite: pip install .)",
+    "eval": "lac-privacy-suite (the suite: pip install .)",
 }
 
 
+class Parser(argparse.ArgumentParser):
+    """An ``ArgumentParser`` whose usage errors are one line on stderr and exit code 2 (subcommand
+    parsers inherit it)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {_one_line(message)}\n")
+
+
+def hidden_alias(parser: argparse.ArgumentParser, flag: str, dest: str, **kwargs: Any) -> None:
+    """Accept an old spelling ``flag`` of the option stored in ``dest`` without listing it in ``--help``."""
+    parser.add_argument(flag, dest=dest, default=argparse.SUPPRESS, help=argparse.SUPPRESS, **kwargs)
+
+
+def positive(kind: type[int] | type[float]) -> Callable[[str], float]:
+    """An argparse ``type``: a finite number of ``kind`` > 0, so a bad value is a usage error before any work."""
+    def convert(text: str) -> float:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {'an integer' if kind is int else 'a number'} > 0, "
+                                             f"got {text!r}") from None
+        if not (math.isfinite(value) and value > 0):
+            raise argparse.ArgumentTypeError(f"must be > 0, got {text!r}")
+        return value
+    convert.__name__ = kind.__name__
+    return convert
+
+
+def _unregister(sub: argparse._SubParsersAction[Any], name: str) -> None:
+    """Remove what a failed ``register`` may have added under ``name``."""
+    sub._name_parser_map.pop(name, None)
+    sub._choices_actions[:] = [a for a in sub._choices_actions if a.dest != name]
+
+
+def _add_broken(sub: argparse._SubParsersAction[Any], ep: EntryPoint, exc: BaseException) -> None:
+    """``lac NAME`` for a plugin that failed to load: whatever follows, one line naming it and the error."""
+    why = f"{type(exc).__name__}: {_one_line(exc)}"
+    p = sub.add_parser(ep.name, help=f"(failed to load: {why})", add_help=False)
+
+    def broken(args: argparse.Namespace) -> NoReturn:
+        if getattr(args, "verbose", False):
+            logging.getLogger("lac").error("plugin %s failed to load", ep.value, exc_info=exc)
+        raise SystemExit(f"lac {ep.name}: the plugin {ep.name!r} ({ep.value}) failed to load: {why}")
+    p.set_defaults(func=broken, _any_arguments=True)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="lac", description="LAC: learn aggregate language statistics without learning about people.")
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     found = set()
     for ep in sorted(entry_points(group="lac.commands"), key=lambda e: e.name):
-        ep.load()(sub)
+        if ep.name in found:  # the same command from two installed distributions: the first one wins
+            continue
         found.add(ep.name)
+        try:
+            ep.load()(sub)
+        except Exception as exc:  # a broken plugin must not take the other commands down
+            _unregister(sub, ep.name)
+            _add_broken(sub, ep, exc)
     for name, package in PROVIDERS.items():
         if name not in found:
             p = sub.add_parser(name, help=f"(not installed: {package})")
@@ -39,9 +99,17 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def command_name(args: argparse.Namespace) -> str:
+    """``lac curator query top`` for a namespace parsed by ``build_parser``."""
+    words = [args.command] + [v for k, v in vars(args).items() if k.endswith("_command") and isinstance(v, str)]
+    return " ".join(["lac", *[w for w in words if w]])
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if extra and not getattr(args, "_any_arguments", False):
+        parser.exit(2, f"{command_name(args)}: error: unrecognized arguments: {_one_line(' '.join(extra))}\n")
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if not getattr(args, "func", None):
@@ -50,7 +118,7 @@ def main(argv: list[str] | None = None) -> None:
     sys.exit(run_command(args))
 
 
-def _one_line(text: str) -> str:
+def _one_line(text: object) -> str:
     return " ".join(str(text).split())
 
 
@@ -58,7 +126,7 @@ def run_command(args: argparse.Namespace) -> int:
     """Run the parsed command; every failure ends in one line on stderr and exit code 2 (a
     traceback only with -v): a refused or failed RPC as ``CODE: details``, a bad input as the
     command's own message."""
-    name = f"lac {args.command}"
+    name = command_name(args)
     try:
         return int(args.func(args) or 0)
     except KeyboardInterrupt:
@@ -68,14 +136,17 @@ def run_command(args: argparse.Namespace) -> int:
         if exc.code is None or isinstance(exc.code, int):
             return exc.code or 0
         message = _one_line(exc.code)
-        print(message if message.startswith("lac ") or message.startswith("error") else f"{name}: {message}",
-              file=sys.stderr)
+        print(message if message.startswith("lac ") else f"{name}: {message}", file=sys.stderr)
         return 2
     except Exception as exc:
         code = getattr(exc, "code", None)
         if callable(code) and hasattr(exc, "details"):  # a gRPC error (or the SDK's, which subclass it)
             status = getattr(code(), "name", str(code()))
             print(f"{name}: {status}: {_one_line(exc.details() or '')}", file=sys.stderr)
+        elif isinstance(exc, OSError) and exc.filename and exc.strerror:  # a missing or unreadable file
+            if getattr(args, "verbose", False):
+                logging.getLogger("lac").exception("%s failed", name)
+            print(f"{name}: {exc.strerror}: {exc.filename}", file=sys.stderr)
         else:
             if args.verbose:
                 logging.getLogger("lac").exception("%s failed", name)

@@ -72,6 +72,7 @@ class Deployment:
         return int(unix_time // self.window_seconds)
 
     def word_guarantee(self) -> Guarantee:
+        """The metric-DP guarantee of one word under this deployment (ε per word, at most ε·bound-LDP)."""
         return Guarantee(Model.METRIC_LOCAL, self.epsilon_per_word, 0.0, PrivacyUnit.word(), Adjacency.REPLACE,
                          f"{self.mechanism} over {self.embedding}",
                          details=(f"Any two words are at most {self.word_distance_bound:.6g} apart, so one word "

@@ -7,10 +7,16 @@ import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING, BinaryIO
+
+if TYPE_CHECKING:
+    import sqlite3
+
+StrPath = str | os.PathLike[str]
 
 
 @contextmanager
-def atomic_file(path: str | os.PathLike, mode: int = 0o600) -> Iterator:
+def atomic_file(path: StrPath, mode: int = 0o600) -> Iterator[BinaryIO]:
     """Yield a binary file; on success it is fsync'd and renamed over ``path``, on error removed."""
     path = Path(path)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
@@ -27,7 +33,7 @@ def atomic_file(path: str | os.PathLike, mode: int = 0o600) -> Iterator:
         raise
 
 
-def fsync_dir(path: str | os.PathLike) -> None:
+def fsync_dir(path: StrPath) -> None:
     """Make a directory's entries (a rename, a new file) durable."""
     fd = os.open(path, os.O_RDONLY)
     try:
@@ -36,7 +42,7 @@ def fsync_dir(path: str | os.PathLike) -> None:
         os.close(fd)
 
 
-def private_dir(path: str | os.PathLike) -> Path:
+def private_dir(path: StrPath) -> Path:
     """Create ``path`` (and parents) if needed and make it accessible to its owner only (0700)."""
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -44,7 +50,7 @@ def private_dir(path: str | os.PathLike) -> Path:
     return path
 
 
-def private_sqlite(path: str | os.PathLike):
+def private_sqlite(path: StrPath) -> sqlite3.Connection:
     """A durable SQLite connection (WAL, ``synchronous=FULL``) on a database readable by its owner only.
 
     The file is created 0600 before SQLite opens it; SQLite gives the ``-wal`` and ``-shm`` files

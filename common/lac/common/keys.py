@@ -9,7 +9,8 @@ from pathlib import Path
 from lac.common import envelope, tls
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add ``lac keys`` (curator, tls, show) to the ``lac`` command."""
     p = sub.add_parser("keys", help="generate curator keys and TLS material")
     ks = p.add_subparsers(dest="keys_command", metavar="KIND", required=True)
 
@@ -37,13 +38,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     s.set_defaults(func=_show)
 
 
-def _curator(args) -> None:
+def _curator(args: argparse.Namespace) -> None:
     kid = envelope.generate_key(args.dir, rotate=args.rotate)
     print(f"curator key {kid} written to {args.dir} ({'rotated' if args.rotate else 'new'}); "
           f"distribute {args.dir / 'curator.pub'} to clients")
 
 
-def _tls(args) -> None:
+def _tls(args: argparse.Namespace) -> None:
     if not (args.dir / "ca.key").exists():
         tls.make_ca(args.dir)
         print(f"CA written to {args.dir}/ca.pem (keep ca.key offline)")
@@ -53,6 +54,6 @@ def _tls(args) -> None:
         print(f"{name}: {cert} and {key} for {', '.join(hosts)}")
 
 
-def _show(args) -> None:
+def _show(args: argparse.Namespace) -> None:
     ring = envelope.CuratorKeyRing.load(args.dir)
     print(json.dumps({"current": ring.current, "accepted": ring.key_ids}))

@@ -27,22 +27,27 @@ DATA_DEPENDENT_PREFIX = "NOT differentially private: data-dependent sensitivity,
 _REL_SLACK = 1e-9  # e.g. ten releases of 0.1 fit a budget of 1.0 despite rounding
 
 
-def check_epsilon(value, name: str = "epsilon", allow_zero: bool = False) -> float:
+def _real(value: object) -> float | None:
+    """``value`` as a float if it is a real number (not a bool), else None."""
+    return None if isinstance(value, bool) or not isinstance(value, Real) else float(value)
+
+
+def check_epsilon(value: object, name: str = "epsilon", allow_zero: bool = False) -> float:
     """``value`` as a float if it is a finite real > 0 (>= 0 with ``allow_zero``), else ValueError."""
-    if isinstance(value, bool) or not isinstance(value, Real) or not math.isfinite(value) \
-            or not (value > 0 or (allow_zero and value == 0)):
+    v = _real(value)
+    if v is None or not math.isfinite(v) or not (v > 0 or (allow_zero and v == 0)):
         bound = ">= 0" if allow_zero else "> 0"
         raise ValueError(f"{name} must be a finite number {bound}, got {value!r}")
-    return float(value)
+    return v
 
 
-def check_delta(value, name: str = "delta", allow_zero: bool = True) -> float:
+def check_delta(value: object, name: str = "delta", allow_zero: bool = True) -> float:
     """``value`` as a float if it is in [0, 1) ((0, 1) without ``allow_zero``), else ValueError."""
-    if isinstance(value, bool) or not isinstance(value, Real) or not (0 <= value < 1) \
-            or (value == 0 and not allow_zero):
+    v = _real(value)
+    if v is None or not (0 <= v < 1) or (v == 0 and not allow_zero):
         bound = "[0, 1)" if allow_zero else "(0, 1)"
         raise ValueError(f"{name} must be in {bound}, got {value!r}")
-    return float(value)
+    return v
 
 
 @dataclass(frozen=True)
@@ -114,29 +119,36 @@ class PrivacyUnit:
 
     @classmethod
     def word(cls) -> PrivacyUnit:
+        """One word."""
         return cls("word")
 
     @classmethod
     def report(cls, max_words: int | None = None) -> PrivacyUnit:
+        """One report (of at most ``max_words`` words, if given)."""
         return cls("report", max_words=max_words)
 
     @classmethod
     def user(cls, reports: int) -> PrivacyUnit:
+        """All of one user's ``reports`` reports (a single report when ``reports`` is 1)."""
         return cls("user", reports=int(reports)) if reports > 1 else cls("report")
 
     @classmethod
     def client(cls, reports_per_window: int, windows: int, window_seconds: float) -> PrivacyUnit:
+        """One client over ``windows`` accounting windows of ``window_seconds``, ``reports_per_window`` reports each."""
         return cls("client", reports_per_window=int(reports_per_window), windows=int(windows),
                    window_seconds=float(window_seconds))
 
     @property
     def max_reports(self) -> int:
         """Most reports one unit can contribute (1 for a word or report)."""
-        if self.kind == "client":
+        if self.kind == "client" and self.reports_per_window is not None and self.windows is not None:
             return self.reports_per_window * self.windows
-        return self.reports if self.kind == "user" else 1
+        if self.kind == "user" and self.reports is not None:
+            return self.reports
+        return 1  # a word or a report (__post_init__ ensures the counts of the other kinds)
 
     def describe(self) -> str:
+        """The unit in words, e.g. "one report (at most 40 words)"."""
         if self.kind == "word":
             return "one word"
         if self.kind == "report":
@@ -145,6 +157,7 @@ class PrivacyUnit:
             return f"one user's reports (at most {self.reports})"
         per = "report" if self.reports_per_window == 1 else "reports"
         span = "window" if self.windows == 1 else "windows"
+        assert self.window_seconds is not None  # __post_init__: a client unit has all three
         return (f"one client's contribution over {self.windows} accounting {span} of {_duration(self.window_seconds)} "
                 f"(at most {self.reports_per_window} {per} per window, so at most {self.max_reports} in all)")
 
@@ -185,10 +198,12 @@ class Guarantee:
 
     @property
     def budget(self) -> Budget:
+        """The (ε, δ) this guarantee spends."""
         return Budget(self.epsilon, self.delta)
 
     @property
     def differentially_private(self) -> bool:
+        """False for a data-dependent statement, which is not a DP guarantee."""
         return not self.data_dependent
 
     def headline(self) -> str:

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import sys
 import time
+from typing import TextIO
 
 
 class Progress:
-    def __init__(self, label: str, total: int, stream=None, min_interval: float = 0.2):
+    """Counts steps of a long task and writes a throttled progress line to ``stream`` (stderr)."""
+
+    def __init__(self, label: str, total: int, stream: TextIO | None = None, min_interval: float = 0.2) -> None:
         self.label, self.total = label, max(total, 1)
         self.stream = stream or sys.stderr
         self.tty = getattr(self.stream, "isatty", lambda: False)()
@@ -17,6 +20,7 @@ class Progress:
         self._last_pct = -10
 
     def update(self, n: int = 1) -> None:
+        """Count ``n`` more steps; redraw the line (terminal, throttled) or log every 25% (otherwise)."""
         self.done += n
         now = time.perf_counter()
         pct = 100 * self.done // self.total
@@ -30,6 +34,7 @@ class Progress:
             self.stream.flush()
 
     def close(self) -> None:
+        """Write the final line: steps done and elapsed time."""
         elapsed = time.perf_counter() - self.start
         end = "\r" if self.tty else ""
         self.stream.write(f"{end}  {self.label}: {self.done}/{self.total} done in {elapsed:.1f}s\n")

@@ -5,7 +5,8 @@ ChaCha20 keystream (the construction behind Linux's ``getrandom`` and OpenBSD's
 ``arc4random``) under a fresh 256-bit key from ``os.urandom``, rekeyed from the OS every
 ``REKEY_BYTES``. ``CsprngGenerator`` turns those bits into the few distributions the
 mechanisms need, vectorised with numpy, with the same call signatures as
-``numpy.random.Generator`` so that tests can inject a seeded numpy generator instead.
+``numpy.random.Generator``: both satisfy ``RandomSource``, the protocol every mechanism takes,
+so that tests can inject a seeded numpy generator instead.
 A numpy PCG64 stream seeded from the OS would not do: its state can be recovered from
 its outputs, so only its seed would be cryptographic.
 
@@ -20,13 +21,51 @@ from __future__ import annotations
 import math
 import os
 import weakref
+from typing import Any, Protocol, TypeAlias, overload, runtime_checkable
 
 import numpy as np
+import numpy.typing as npt
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms
 
 REKEY_BYTES = 1 << 30
 _EPS52 = 2.0 ** -52
-_LIVE: weakref.WeakSet = weakref.WeakSet()  # generators to re-key in a forked child
+
+Size: TypeAlias = int | tuple[int, ...]
+FloatArray: TypeAlias = npt.NDArray[np.float64]
+
+
+@runtime_checkable
+class RandomSource(Protocol):
+    """The draws LAC's mechanisms and releases take: ``CsprngGenerator`` in production, a seeded
+    ``numpy.random.Generator`` in tests and reproducible audits (numpy's signatures; ``size=None``
+    gives a float)."""
+
+    @overload
+    def random(self, size: None = None) -> float: ...
+    @overload
+    def random(self, size: Size) -> FloatArray: ...
+
+    @overload
+    def standard_normal(self, size: None = None) -> float: ...
+    @overload
+    def standard_normal(self, size: Size) -> FloatArray: ...
+
+    @overload
+    def gamma(self, shape: float, scale: float = 1.0, size: None = None) -> float: ...
+    @overload
+    def gamma(self, shape: float, scale: float, size: Size) -> FloatArray: ...
+
+    @overload
+    def laplace(self, loc: float = 0.0, scale: float = 1.0, size: None = None) -> float: ...
+    @overload
+    def laplace(self, loc: float, scale: float, size: Size) -> FloatArray: ...
+
+    def permutation(self, x: int, /) -> npt.NDArray[np.int64]: ...
+
+    def choice(self, a: npt.ArrayLike, size: int, replace: bool = True) -> npt.NDArray[Any]: ...
+
+
+_LIVE: weakref.WeakSet[CsprngGenerator] = weakref.WeakSet()  # generators to re-key in a forked child
 
 
 def _rekey_after_fork() -> None:
@@ -37,11 +76,11 @@ def _rekey_after_fork() -> None:
 os.register_at_fork(after_in_child=_rekey_after_fork)
 
 
-def _count(size) -> int:
+def _count(size: Size | None) -> int:
     return int(np.prod(size)) if size is not None else 1
 
 
-def _shaped(values: np.ndarray, size):
+def _shaped(values: FloatArray, size: Size | None) -> FloatArray | float:
     """numpy's convention: an array of shape ``size``, or a float when ``size`` is None."""
     return values.reshape(size) if size is not None else float(values[0])
 
@@ -64,16 +103,16 @@ class CsprngGenerator:
         self._stream = cipher.encryptor()
         self._left = REKEY_BYTES
 
-    def _fill(self, n: int) -> np.ndarray:
+    def _fill(self, n: int) -> npt.NDArray[np.uint64]:
         """n fresh random uint64 in a new writable array."""
         if 8 * n > self._left:
             self._rekey()
         self._left -= 8 * n
         out = np.empty(8 * n + 64, dtype=np.uint8)  # update_into may want a block of headroom
-        self._stream.update_into(np.zeros(8 * n, dtype=np.uint8), out)
+        self._stream.update_into(np.zeros(8 * n, dtype=np.uint8).data, out.data)
         return out[:8 * n].view(np.uint64)
 
-    def _unit(self, n: int, offset: float) -> np.ndarray:
+    def _unit(self, n: int, offset: float) -> FloatArray:
         """n doubles (k + offset)·2^-52, k uniform on 0..2^52-1, built in place from 52 random bits."""
         x = self._fill(n)
         x >>= np.uint64(12)
@@ -82,17 +121,27 @@ class CsprngGenerator:
         f -= 1.0 - offset * _EPS52
         return f
 
-    def _open_uniform(self, n: int) -> np.ndarray:
+    def _open_uniform(self, n: int) -> FloatArray:
         """Uniform on (0, 1), never 0 or 1: the midpoints (k + 1/2)·2^-52."""
         return self._unit(n, 0.5)
 
-    def random(self, size=None) -> np.ndarray | float:
+    @overload
+    def random(self, size: None = None) -> float: ...
+    @overload
+    def random(self, size: Size) -> FloatArray: ...
+
+    def random(self, size: Size | None = None) -> FloatArray | float:
         """Uniform on [0, 1) (like ``Generator.random``), on the 2^-52 grid."""
         n = _count(size)
         u = self._unit(n, 0.0)
         return _shaped(u, size)
 
-    def standard_normal(self, size=None) -> np.ndarray | float:
+    @overload
+    def standard_normal(self, size: None = None) -> float: ...
+    @overload
+    def standard_normal(self, size: Size) -> FloatArray: ...
+
+    def standard_normal(self, size: Size | None = None) -> FloatArray | float:
         """Marsaglia's polar method: exact, and no trigonometric calls (faster than Box–Muller here)."""
         n = _count(size)
         out = np.empty(n)
@@ -117,12 +166,23 @@ class CsprngGenerator:
             filled += z.size
         return _shaped(out, size)
 
-    def standard_exponential(self, size=None) -> np.ndarray | float:
+    @overload
+    def standard_exponential(self, size: None = None) -> float: ...
+    @overload
+    def standard_exponential(self, size: Size) -> FloatArray: ...
+
+    def standard_exponential(self, size: Size | None = None) -> FloatArray | float:
+        """Exponential(1) by the inverse CDF of an open uniform."""
         n = _count(size)
         e = -np.log(self._open_uniform(n))
         return _shaped(e, size)
 
-    def gamma(self, shape: float, scale: float = 1.0, size=None) -> np.ndarray | float:
+    @overload
+    def gamma(self, shape: float, scale: float = 1.0, size: None = None) -> float: ...
+    @overload
+    def gamma(self, shape: float, scale: float, size: Size) -> FloatArray: ...
+
+    def gamma(self, shape: float, scale: float = 1.0, size: Size | None = None) -> FloatArray | float:
         """Gamma(shape, scale) for shape >= 1 by Marsaglia–Tsang rejection (exact), vectorised."""
         if not shape >= 1:
             raise ValueError(f"CsprngGenerator.gamma supports shape >= 1 (the embedding dimension), got {shape}")
@@ -142,27 +202,35 @@ class CsprngGenerator:
         out *= scale
         return _shaped(out, size)
 
-    def laplace(self, loc: float = 0.0, scale: float = 1.0, size=None) -> np.ndarray | float:
+    @overload
+    def laplace(self, loc: float = 0.0, scale: float = 1.0, size: None = None) -> float: ...
+    @overload
+    def laplace(self, loc: float, scale: float, size: Size) -> FloatArray: ...
+
+    def laplace(self, loc: float = 0.0, scale: float = 1.0, size: Size | None = None) -> FloatArray | float:
+        """Laplace(loc, scale) by the inverse CDF."""
         n = _count(size)
         u = self._open_uniform(n) - 0.5  # (-1/2, 1/2), never 0 exactly
         x = loc - scale * np.sign(u) * np.log1p(-2.0 * np.abs(u))
         return _shaped(x, size)
 
-    def permutation(self, n: int) -> np.ndarray:
+    def permutation(self, n: int, /) -> npt.NDArray[np.int64]:
+        """A uniformly random permutation of ``range(n)``."""
         while True:
             keys = self._fill(n)
             order = np.argsort(keys, kind="stable")
             if n < 2 or np.all(keys[order[1:]] != keys[order[:-1]]):
                 return order
 
-    def choice(self, a, size: int, replace: bool = True) -> np.ndarray:
-        a = np.arange(a) if np.isscalar(a) else np.asarray(a)
+    def choice(self, a: npt.ArrayLike, size: int, replace: bool = True) -> npt.NDArray[Any]:
+        """``size`` items of ``a`` (or of ``range(a)`` for an int), uniformly, with or without replacement."""
+        pool: npt.NDArray[Any] = np.arange(int(a)) if isinstance(a, int | np.integer) else np.asarray(a)
         if replace:
-            idx = np.minimum((self.random(size) * len(a)).astype(np.int64), len(a) - 1)
-            return a[idx]  # 53-bit uniforms: bias below 2^-53 · len(a)
-        if size > len(a):
+            idx = np.minimum((self.random(size) * len(pool)).astype(np.int64), len(pool) - 1)
+            return pool[idx]  # 52-bit uniforms: bias below 2^-52 · len(pool)
+        if size > len(pool):
             raise ValueError("cannot take a larger sample than the population without replacement")
-        return a[self.permutation(len(a))[:size]]
+        return pool[self.permutation(len(pool))[:size]]
 
 
 def secure_generator() -> CsprngGenerator:
@@ -170,6 +238,6 @@ def secure_generator() -> CsprngGenerator:
     return CsprngGenerator()
 
 
-def generator(seed: int | None = None) -> CsprngGenerator | np.random.Generator:
+def generator(seed: int | None = None) -> RandomSource:
     """``secure_generator()`` unless a test or a reproducible audit supplies ``seed``."""
     return secure_generator() if seed is None else np.random.default_rng(seed)

@@ -23,8 +23,11 @@ def mechanism_name(wire_id: int) -> str | None:
 
 
 def deployment_to_proto(d: Deployment) -> reports_pb2.Deployment:
+    """The wire form of a deployment (as the curator publishes it)."""
     return reports_pb2.Deployment(
-        mechanism=mechanism_id(d.mechanism), epsilon_per_word=d.epsilon_per_word, embedding=d.embedding,
+        # the generated stub types enum fields as the enum class only; protobuf takes the plain int id
+        mechanism=mechanism_id(d.mechanism),  # type: ignore[arg-type]
+        epsilon_per_word=d.epsilon_per_word, embedding=d.embedding,
         word_distance_bound=d.word_distance_bound, max_report_words=d.max_report_words,
         reports_per_window=d.reports_per_window, window_seconds=d.window_seconds, report_epsilon0=d.report_epsilon0)
 

@@ -8,12 +8,15 @@ explicit insecure flag; clients verify the server against the CA.
 
 from __future__ import annotations
 
+import argparse
 import datetime as dt
 import ipaddress
 import logging
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Literal, overload
 
 import grpc
 from cryptography import x509
@@ -84,6 +87,8 @@ def issue(out_dir: str | Path, name: str, hosts: list[str], days: int = 397) -> 
     """
     out = Path(out_dir)
     ca_key = serialization.load_pem_private_key((out / "ca.key").read_bytes(), password=None)
+    if not isinstance(ca_key, ec.EllipticCurvePrivateKey):  # make_ca writes a P-256 key
+        raise ValueError(f"{out / 'ca.key'} is not an EC private key (make it with `lac keys tls`)")
     ca_cert = x509.load_pem_x509_certificate((out / "ca.pem").read_bytes())
     key = ec.generate_private_key(ec.SECP256R1())
     now = dt.datetime.now(dt.timezone.utc)
@@ -110,6 +115,7 @@ class ServerTls:
     client_cert_optional: bool = False
 
     def credentials(self) -> grpc.ServerCredentials:
+        """gRPC server credentials; client certificates are required when ``client_ca`` is set, unless optional."""
         ca = self.client_ca.read_bytes() if self.client_ca else None
         return grpc.ssl_server_credentials([(self.key.read_bytes(), self.cert.read_bytes())], root_certificates=ca,
                                            require_client_auth=ca is not None and not self.client_cert_optional)
@@ -123,6 +129,7 @@ class ClientTls:
     key: Path | None = None
 
     def credentials(self) -> grpc.ChannelCredentials:
+        """gRPC channel credentials trusting ``ca``, presenting the client certificate if one is set."""
         own = (self.key.read_bytes(), self.cert.read_bytes()) if self.cert and self.key else (None, None)
         return grpc.ssl_channel_credentials(self.ca.read_bytes(), private_key=own[0], certificate_chain=own[1])
 
@@ -156,15 +163,30 @@ def client_tls(ca: str, cert: str = "", key: str = "", insecure: bool = False,
     return ClientTls(Path(ca), Path(cert) if cert else None, Path(key) if key else None)
 
 
-def channel(target: str, tls: ClientTls | None, options=(), aio: bool = False):
-    """A gRPC channel to ``target``: TLS when ``tls`` is given, plaintext otherwise."""
-    mod = grpc.aio if aio else grpc
+ChannelOptions = Sequence[tuple[str, Any]]
+
+
+@overload
+def channel(target: str, tls: ClientTls | None, options: ChannelOptions = (),
+            aio: Literal[False] = False) -> grpc.Channel: ...
+@overload
+def channel(target: str, tls: ClientTls | None, options: ChannelOptions = (), *,
+            aio: Literal[True]) -> grpc.aio.Channel: ...
+
+
+def channel(target: str, tls: ClientTls | None, options: ChannelOptions = (),
+            aio: bool = False) -> grpc.Channel | grpc.aio.Channel:
+    """A gRPC channel to ``target`` (an asyncio one with ``aio``): TLS when ``tls`` is given, plaintext otherwise."""
+    if aio:
+        if tls is None:
+            return grpc.aio.insecure_channel(target, options=list(options))
+        return grpc.aio.secure_channel(target, tls.credentials(), options=list(options))
     if tls is None:
-        return mod.insecure_channel(target, options=list(options))
-    return mod.secure_channel(target, tls.credentials(), options=list(options))
+        return grpc.insecure_channel(target, options=list(options))
+    return grpc.secure_channel(target, tls.credentials(), options=list(options))
 
 
-def add_client_flags(p) -> None:
+def add_client_flags(p: argparse.ArgumentParser) -> None:
     """--ca/--cert/--key/--insecure on an argparse parser: how a command reaches a LAC server."""
     p.add_argument("--ca", default="", help="CA certificate to trust (ca.pem from `lac keys tls`)")
     p.add_argument("--cert", default="", help="client certificate, for servers that require mTLS")
@@ -172,5 +194,6 @@ def add_client_flags(p) -> None:
     p.add_argument("--insecure", action="store_true", help="plaintext channel without TLS (local demos only)")
 
 
-def client_tls_from_args(args, name: str) -> ClientTls | None:
+def client_tls_from_args(args: argparse.Namespace, name: str) -> ClientTls | None:
+    """The client TLS settings of the flags ``add_client_flags`` defines."""
     return client_tls(args.ca, args.cert, args.key, insecure=args.insecure, name=name)

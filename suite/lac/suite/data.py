@@ -91,11 +91,13 @@ def strip_wiki_markup(markup: str) -> str:
 
 
 def wikipedia_text() -> str:
+    """The Wikipedia excerpt in gensim's test data, as plain prose (markup stripped)."""
     xml = bz2.decompress((_gensim_test_data() / WIKI_FILE).read_bytes()).decode("utf-8")
     return "\n\n".join(strip_wiki_markup(m) for m in _TEXT.findall(xml))
 
 
 def lee_news_text() -> str:
+    """The Lee news corpus in gensim's test data."""
     return (_gensim_test_data() / LEE_FILE).read_text(encoding="utf-8")
 
 
@@ -117,11 +119,14 @@ def fortunes() -> list[str]:
 
 @dataclass(frozen=True)
 class Prepared:
+    """Paths of the prepared corpora: the public text and the users' messages (JSON list)."""
+
     public_corpus: Path
     users: Path
 
 
 def corpora_dir() -> Path:
+    """``data_dir()/corpora``, created if missing."""
     d = data_dir() / "corpora"
     d.mkdir(parents=True, exist_ok=True)
     return d
@@ -596,6 +601,7 @@ def user_texts(min_count: int = 200_000) -> list[str]:
 
 
 def register(subparsers) -> None:
+    """Add ``lac data`` (prepare the embedding and corpora, describe them) to the ``lac`` command."""
     p = subparsers.add_parser("data", help="prepare and describe the offline data (embedding, corpora)")
     p.add_argument("--vocab-size", type=int, default=50_000, help="embedding vocabulary (most frequent words)")
     p.add_argument("--rebuild", action="store_true", help="rebuild the user corpus even if it is cached")

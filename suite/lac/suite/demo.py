@@ -27,6 +27,7 @@ from lac.suite import procs
 
 
 def register(subparsers) -> None:
+    """Add ``lac demo`` (curator, shuffler and simulated users end to end) to the ``lac`` command."""
     p = subparsers.add_parser("demo", help="run curator + shuffler + simulated users end to end",
                               formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--users", type=int, default=12_327, help="simulated users, one report each (at most 12,327)")
@@ -43,6 +44,7 @@ def register(subparsers) -> None:
 
 
 def run(args) -> int:
+    """``lac demo``: run in ``--workdir``, or in a temporary directory removed afterwards; the exit status."""
     if args.workdir is None:
         with tempfile.TemporaryDirectory(prefix="lac-demo-") as tmp:
             return _run(args, Path(tmp))

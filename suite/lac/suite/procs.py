@@ -15,6 +15,8 @@ from lac.common.tls import ClientTls
 
 @dataclass
 class Service:
+    """A LAC service running as a child process on a local port, with its log file."""
+
     name: str
     process: subprocess.Popen
     port: int
@@ -22,6 +24,7 @@ class Service:
 
     @property
     def address(self) -> str:
+        """Where to reach it: ``127.0.0.1:<port>``."""
         return f"127.0.0.1:{self.port}"
 
     def stop(self, timeout: float = 15.0) -> int:
@@ -83,6 +86,8 @@ class LocalDeployment:
 
     @classmethod
     def create(cls, root: Path) -> LocalDeployment:
+        """Make the curator's key ring, a private CA and certificates for curator, shuffler, analyst and operator
+        under ``root``."""
         from lac.common import envelope, tls
 
         root.mkdir(parents=True, exist_ok=True)
@@ -97,9 +102,11 @@ class LocalDeployment:
 
     @property
     def ca(self) -> str:
+        """Path of the CA certificate (``ca.pem``)."""
         return str(self.root / "tls" / "ca.pem")
 
     def curator_args(self) -> list[str]:
+        """The curator's command-line flags for its key ring and TLS (client certificates verified by the CA)."""
         cert, key = self._pem("curator")
         return ["--key-dir", str(self.root / "curator-keys"), "--tls-cert", cert, "--tls-key", key,
                 "--tls-client-ca", self.ca]
@@ -118,6 +125,7 @@ class LocalDeployment:
         return ClientTls(Path(self.ca), Path(cert), Path(key))
 
     def curator_public_key(self):
+        """The curator's public key (``curator.pub``), to seal reports to."""
         from lac.common.envelope import CuratorPublicKey
 
         return CuratorPublicKey.load(self.root / "curator-keys" / "curator.pub")

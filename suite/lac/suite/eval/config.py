@@ -7,6 +7,8 @@ from dataclasses import asdict, dataclass, fields, replace
 
 @dataclass(frozen=True)
 class EvalConfig:
+    """Every setting of one evaluation run (data, mechanisms, figure grids); defaults are the full run."""
+
     seed: int = 20240601  # evaluation randomness only (a simulation, not a release)
     # data
     max_users: int | None = None  # private users (fortunes) used, None = all
@@ -57,9 +59,11 @@ class EvalConfig:
     eps0_grid_points: int = 24
 
     def as_dict(self) -> dict:
+        """The settings as a plain dict (JSON-able)."""
         return asdict(self)
 
     def with_overrides(self, **kw) -> "EvalConfig":
+        """A copy with the given settings replaced; unknown names and None values are ignored."""
         names = {f.name for f in fields(self)}
         return replace(self, **{k: v for k, v in kw.items() if k in names and v is not None})
 

@@ -14,6 +14,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from lac.common.paths import data_dir
+from lac.common.rng import RandomSource
 from lac.common.text import sentences
 from lac.curator.ngrams import NgramVocabulary, count_reports
 from lac.curator.prior import public_vocabulary
@@ -40,19 +41,23 @@ class Counts:
     raw: sp.csr_matrix
 
     def subset(self, rows: np.ndarray) -> "Counts":
+        """The counts of the users (rows) ``rows`` only."""
         return Counts(self.vocab, self.U[rows], self.raw[rows])
 
     def without(self, row: int) -> "Counts":
+        """The counts without user ``row`` (the adjacent data set of membership inference)."""
         keep = np.delete(np.arange(self.U.shape[0]), row)
         return self.subset(keep)
 
     @cached_property
     def private_distribution(self) -> np.ndarray:
+        """The true n-gram distribution of the raw counts (uniform if they are all zero)."""
         c = np.asarray(self.raw.sum(axis=0)).ravel().astype(np.float64)
         return c / c.sum() if c.sum() > 0 else np.full(c.size, 1.0 / c.size)
 
     @property
     def alpha(self) -> np.ndarray:
+        """The vocabulary's public counts (the prior)."""
         return self.vocab.alpha
 
 
@@ -64,6 +69,8 @@ def count(vocab: NgramVocabulary, reports, cfg: EvalConfig) -> Counts:
 
 @dataclass(frozen=True, eq=False)
 class EvalData:
+    """Everything the experiments share: vocabularies, training reports, held-out sentences, counts, config."""
+
     full_vocab: NgramVocabulary  # all public n-grams (orders 1-3, count >= 2), most frequent first
     vocab: NgramVocabulary  # release vocabulary of figures 1-6: public trigrams
     train_reports: list[list[list[str]]]  # one report (list of sentences) per training user
@@ -73,9 +80,11 @@ class EvalData:
     config: EvalConfig
 
     def counts_for(self, vocab: NgramVocabulary, reports=None) -> Counts:
+        """Counts of the training users (or of ``reports``) over ``vocab``, capped as the config says."""
         return count(vocab, self.train_reports if reports is None else reports, self.config)
 
     def counts_for_config(self, vocab: NgramVocabulary, cfg: EvalConfig, reports=None) -> Counts:
+        """Like ``counts_for``, with the caps of ``cfg`` instead of the data's config."""
         return count(vocab, self.train_reports if reports is None else reports, cfg)
 
     @cached_property
@@ -85,7 +94,7 @@ class EvalData:
         return NgramVocabulary(self.full_vocab.items[:k], self.full_vocab.alpha[:k], 3)
 
 
-def load(config: EvalConfig, rng: np.random.Generator) -> EvalData:
+def load(config: EvalConfig, rng: RandomSource) -> EvalData:
     """Corpora (prepared as by ``lac data`` if missing), the user split and the counts."""
     corpora = prepare_corpora()
     full = public_vocabulary(corpora.public_corpus, max_n=3, min_count=2, max_items=10**9,

@@ -46,6 +46,7 @@ def trigram_coverage(items: set[str], sentences: list[list[str]]) -> tuple[int, 
 
 
 def run(data: EvalData) -> dict:
+    """Table 1: perplexity on the held-out sentences of a language model built from each release."""
     cfg = data.config.with_overrides(W=data.config.lm_W)
     vocab = data.lm_vocab
     counts = data.counts_for_config(vocab, cfg)

@@ -11,6 +11,7 @@ from lac.client.embedding import Embedding, glove_default
 from lac.client.localizer import Localizer
 from lac.client.mechanisms import MultivariateLaplace
 from lac.common.progress import Progress
+from lac.common.rng import RandomSource
 
 from . import plots
 from .data import EvalData
@@ -34,10 +35,12 @@ def privatize_reports(loc: Localizer, reports: list[list[list[str]]]) -> list[li
 
 
 def embedding(data: EvalData) -> Embedding:
+    """The GloVe embedding of the evaluation (``embedding_vocab`` most frequent words)."""
     return glove_default(data.config.embedding_vocab)
 
 
-def run(data: EvalData, out: Path, rng: np.random.Generator) -> dict:
+def run(data: EvalData, out: Path, rng: RandomSource) -> dict:
+    """Item 4: per-word plausible deniability (N_w, S_w) and n-gram utility of the Localizer for each local ε."""
     cfg = data.config
     emb = embedding(data)
     bands = default_bands(emb.size)
@@ -69,17 +72,17 @@ def run(data: EvalData, out: Path, rng: np.random.Generator) -> dict:
     bar.close()
     public_kl = kl(p, release("public", None, clean.alpha, 1, cfg, rng), cfg.kl_smoothing)
     clean_bayes = kl(p, release("bayes", clean.U, clean.alpha, 1.0, lcfg, rng), cfg.kl_smoothing)
-    eps = list(cfg.local_epsilons)
+    grid = list(cfg.local_epsilons)
     fig, (a1, a2) = plots.new(2, f"Localizer (multivariate Laplace on {emb.name}): plausible deniability and utility")
-    a1.plot(eps, [r.median_n_w for r in rows], marker="o", ms=4, label="median N_w (all words)")
+    a1.plot(grid, [r.median_n_w for r in rows], marker="o", ms=4, label="median N_w (all words)")
     for b in bands:
         lab = band_label(b)
-        a1.plot(eps, [r.bands[lab]["median_n_w"] for r in rows], ls=":", marker=".", label=f"N_w, ranks {lab}")
-    a1.plot(eps, [r.median_s_w / cfg.calib_draws for r in rows], marker="s", ms=4,
+        a1.plot(grid, [r.bands[lab]["median_n_w"] for r in rows], ls=":", marker=".", label=f"N_w, ranks {lab}")
+    a1.plot(grid, [r.median_s_w / cfg.calib_draws for r in rows], marker="s", ms=4,
             label=f"median S_w / {cfg.calib_draws} draws")
     a1.set_ylabel("fraction")
-    a2.plot(eps, [u["kl_perturbed_counts"] for u in utility], marker="o", ms=4, label="perturbed counts (no curator noise)")
-    a2.plot(eps, [u["kl_after_bayes_eps1"] for u in utility], marker="s", ms=4, label="+ BayesianDP ε=1 (brute-force)")
+    a2.plot(grid, [u["kl_perturbed_counts"] for u in utility], marker="o", ms=4, label="perturbed counts (no curator noise)")
+    a2.plot(grid, [u["kl_after_bayes_eps1"] for u in utility], marker="s", ms=4, label="+ BayesianDP ε=1 (brute-force)")
     a2.axhline(public_kl, color="k", ls="--", lw=1, label="public baseline")
     a2.axhline(clean_bayes, color="g", ls=":", lw=1, label="BayesianDP ε=1 on clean text")
     a2.set_ylabel("KL(clean n-grams ‖ ·), nats")

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from lac.common.rng import RandomSource
 from lac.curator.baselines import k_anonymity, laplace_dp, laplace_public_dp
 from lac.curator.bayesian import BayesianParams, bayesian_dp
 from lac.curator.endtoend import EndToEndParams, end_to_end_dp
@@ -32,23 +33,26 @@ LABELS = {
 
 
 def bayes_params(cfg: EvalConfig, eps: float, sound: bool) -> BayesianParams:
+    """BayesianDP parameters at ε: the sound sensitivity (public caps) or the paper's brute force."""
     if sound:
         return BayesianParams(epsilon=eps, delta=cfg.delta, S=cfg.S, C=cfg.C, rho=cfg.rho, sensitivity="sound",
                               W=cfg.W, count_clip=cfg.count_clip)
     return BayesianParams(epsilon=eps, delta=cfg.delta, S=cfg.S, C=cfg.C, rho=cfg.rho, sensitivity="bruteforce")
 
 
-def posterior(U, vocab: NgramVocabulary, eps: float, cfg: EvalConfig, rng: np.random.Generator) -> PosteriorRelease:
+def posterior(U, vocab: NgramVocabulary, eps: float, cfg: EvalConfig, rng: RandomSource) -> PosteriorRelease:
     """The LAC default over the vocabulary's columns of U (no discovery: U holds no other n-gram)."""
     p = PosteriorParams(epsilon=eps, delta=cfg.delta, W=cfg.W, C=cfg.C, discovery=False)
     totals = weighted_totals(MatrixReports(U, vocab).blocks(), vocab, p.W, p.C, p.tau, candidates=False)
     return posterior_release(totals, vocab, p, rng)
 
 
-def release(name: str, U, alpha: np.ndarray, eps: float, cfg: EvalConfig, rng: np.random.Generator,
+def release(name: str, U, alpha: np.ndarray, eps: float, cfg: EvalConfig, rng: RandomSource,
             K: int | None = None, vocab: NgramVocabulary | None = None) -> np.ndarray:
     """Probability vector released by mechanism ``name`` (see ``LABELS``; "posterior" needs ``vocab``)."""
     if name == "posterior":
+        if vocab is None:
+            raise ValueError("the posterior release needs the vocabulary")
         if alpha is not vocab.alpha:  # e.g. a noisy public prior (figure 4)
             vocab = NgramVocabulary(vocab.items, np.asarray(alpha, dtype=np.float64), vocab.max_n)
         c = posterior(U, vocab, eps, cfg, rng).pseudo_counts

@@ -26,6 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from lac.common.progress import Progress
+from lac.common.rng import RandomSource
 from lac.curator.baselines import laplace_dp
 from lac.curator.bayesian import bayesian_dp
 from lac.curator.posterior import PosteriorParams, weighted_totals
@@ -47,7 +48,7 @@ _BATCH = 64
 
 
 def _cross_entropy_samples(kind: str, mean: np.ndarray, scale: float, pu: np.ndarray, n: int, lam: float,
-                           rng: np.random.Generator) -> np.ndarray:
+                           rng: RandomSource) -> np.ndarray:
     """−Σ p_u log θ for n releases (KL up to the constant entropy of p_u).
 
     ``kind``: "gauss" — logits mean + N(0, scale²), softmax (BayesianDP); "laplace" / "counts-gauss" —
@@ -78,7 +79,7 @@ def _cross_entropy_samples(kind: str, mean: np.ndarray, scale: float, pu: np.nda
 
 
 def attack(kind: str, d_in: tuple[np.ndarray, float], d_out: tuple[np.ndarray, float], pu: np.ndarray, n: int,
-           lam: float, rng: np.random.Generator) -> tuple[int, float]:
+           lam: float, rng: RandomSource) -> tuple[int, float]:
     """n rounds of the paired game: (wins, fraction of ties).
 
     ``d_in`` / ``d_out`` are the (pre-noise vector, noise scale) of the mechanism on D and on D₋ᵤ;
@@ -93,7 +94,7 @@ def attack(kind: str, d_in: tuple[np.ndarray, float], d_out: tuple[np.ndarray, f
 
 
 def audit(kind: str, d_in: tuple[np.ndarray, float], d_out: tuple[np.ndarray, float], pu: np.ndarray, n: int,
-          claimed_epsilon: float, delta: float, confidence: float, lam: float, rng: np.random.Generator) -> dict:
+          claimed_epsilon: float, delta: float, confidence: float, lam: float, rng: RandomSource) -> dict:
     """Run ``attack`` and judge the claimed (ε, δ) at ``confidence`` (``metrics.audit_verdict``): one row."""
     wins, ties = attack(kind, d_in, d_out, pu, n, lam, rng)
     lo_p, hi_p = clopper_pearson(wins, n, confidence)
@@ -136,12 +137,13 @@ def _params(kind: str, counts, eps: float, cfg) -> tuple[str, np.ndarray, float]
     if kind == "laplace":
         r = laplace_dp(counts.U, W=cfg.W, C=cfg.C, epsilon=eps, rng=np.random.default_rng(0))
         return "laplace", np.asarray(r.mean), r.scale
-    r = bayesian_dp(counts.U, counts.alpha, bayes_params(cfg, eps, kind == "bayes-sound"),
+    b = bayesian_dp(counts.U, counts.alpha, bayes_params(cfg, eps, kind == "bayes-sound"),
                     rng=np.random.default_rng(0))
-    return "gauss", np.asarray(r.mean), r.sigma
+    return "gauss", np.asarray(b.mean), b.sigma
 
 
-def run(data: EvalData, out: Path, rng) -> dict:
+def run(data: EvalData, out: Path, rng: RandomSource) -> dict:
+    """Figure 6: membership inference against the user with the most counts, with its empirical ε bound."""
     cfg = data.config
     counts = data.counts
     totals = np.asarray(counts.raw.sum(axis=1)).ravel()  # the attacker knows the user's own text

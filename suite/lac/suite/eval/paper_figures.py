@@ -7,6 +7,7 @@ from pathlib import Path
 import numpy as np
 
 from lac.common.progress import Progress
+from lac.common.rng import RandomSource
 from lac.curator.endtoend import EndToEndParams, end_to_end_dp
 
 from . import plots
@@ -28,10 +29,11 @@ def _table(x_name, xs, series: dict[str, list[list[float]]]) -> list[dict]:
     return [{x_name: x, **{m: summarize(v[i]) for m, v in series.items()}} for i, x in enumerate(xs)]
 
 
-def figure1(data: EvalData, out: Path, rng) -> dict:
+def figure1(data: EvalData, out: Path, rng: RandomSource) -> dict:
+    """Figure 1: KL(private ‖ release) against ε for every mechanism, with the public baseline."""
     cfg = data.config
     bar = Progress("fig1 KL vs ε", len(FIG1_MECHS) * len(cfg.epsilons))
-    series = {}
+    series: dict[str, list[list[float]]] = {}
     for m in FIG1_MECHS:
         series[m] = []
         for eps in cfg.epsilons:
@@ -65,12 +67,13 @@ def _two_panel(x_name, xs, left, right, publics, title, path, xlabel, logx=True)
             "rows": _table(x_name, xs, {**left, **right})}
 
 
-def figure2(data: EvalData, out: Path, rng) -> dict:
+def figure2(data: EvalData, out: Path, rng: RandomSource) -> dict:
+    """Figure 2: KL against the number of users at the figures' ε."""
     cfg, eps = data.config, data.config.fig_epsilon
     n_all = data.counts.U.shape[0]
     xs = sorted({min(n, n_all) for n in cfg.user_counts})
-    left = {"posterior": [], "bayes": [], "bayes-sound": []}
-    right = {"laplace": [], "laplace-public": []}
+    left: dict[str, list[list[float]]] = {"posterior": [], "bayes": [], "bayes-sound": []}
+    right: dict[str, list[list[float]]] = {"laplace": [], "laplace-public": []}
     publics = []
     bar = Progress("fig2 KL vs users", len(xs) * cfg.runs)
     for n in xs:
@@ -89,12 +92,13 @@ def figure2(data: EvalData, out: Path, rng) -> dict:
                       out / "fig2_kl_vs_users.png", "users (random subsets, one per run)")
 
 
-def figure3(data: EvalData, out: Path, rng) -> dict:
+def figure3(data: EvalData, out: Path, rng: RandomSource) -> dict:
+    """Figure 3: KL against the vocabulary size (most frequent public trigrams)."""
     cfg, eps = data.config, data.config.fig_epsilon
     n_tri = int((data.full_vocab.orders == 3).sum())
     xs = sorted({min(k, n_tri) for k in cfg.vocab_sizes})
-    left = {"posterior": [], "bayes": [], "bayes-sound": []}
-    right = {"laplace": [], "laplace-public": []}
+    left: dict[str, list[list[float]]] = {"posterior": [], "bayes": [], "bayes-sound": []}
+    right: dict[str, list[list[float]]] = {"laplace": [], "laplace-public": []}
     publics = []
     bar = Progress("fig3 KL vs vocabulary", len(xs))
     for k in xs:
@@ -109,10 +113,11 @@ def figure3(data: EvalData, out: Path, rng) -> dict:
                       out / "fig3_kl_vs_vocab.png", "|V| (most frequent public trigrams)")
 
 
-def figure4(data: EvalData, out: Path, rng) -> dict:
+def figure4(data: EvalData, out: Path, rng: RandomSource) -> dict:
+    """Figure 4: KL against the Laplace noise added to the public counts."""
     cfg, eps = data.config, data.config.fig_epsilon
     xs = list(cfg.public_noise)
-    series = {"posterior": [], "bayes": [], "bayes-sound": [], "public": []}
+    series: dict[str, list[list[float]]] = {"posterior": [], "bayes": [], "bayes-sound": [], "public": []}
     bar = Progress("fig4 KL vs public noise", len(xs) * cfg.runs)
     p = data.counts.private_distribution
     for b in xs:
@@ -137,7 +142,8 @@ def figure4(data: EvalData, out: Path, rng) -> dict:
     return {"figure": path.name, "rows": _table("public_noise_scale", xs, series)}
 
 
-def figure5(data: EvalData, out: Path, rng, fig1: dict) -> dict:
+def figure5(data: EvalData, out: Path, rng: RandomSource, fig1: dict) -> dict:
+    """Figure 5: k-anonymity (not DP) against BayesianDP, from figure 1's rows."""
     cfg = data.config
     p = data.counts.private_distribution
     kan = [kl(p, release("kanon", data.counts.U, data.counts.alpha, 1, cfg, rng, K=K), cfg.kl_smoothing)

@@ -19,6 +19,7 @@ import numpy as np
 from lac.client.localizer import Localizer
 from lac.client.mechanisms import MultivariateLaplace
 from lac.common.progress import Progress
+from lac.common.rng import RandomSource
 from lac.shuffler.amplification import local_epsilon_metric, shuffle_epsilon
 
 from . import plots
@@ -29,6 +30,7 @@ from .metrics import kl
 
 
 def truncate(report: list[list[str]], n_words: int) -> list[list[str]]:
+    """The first ``n_words`` words of a report, sentence boundaries kept."""
     out, left = [], n_words
     for s in report:
         if left <= 0:
@@ -58,7 +60,8 @@ def _shuffled(eps0: float, n: int, delta: float) -> dict:
     return {"central": r.epsilon, "amplified": r.amplified, "statement": r.statement}
 
 
-def run(data: EvalData, out: Path, rng: np.random.Generator) -> dict:
+def run(data: EvalData, out: Path, rng: RandomSource) -> dict:
+    """Item 5: utility of curator-only, local-only and shuffled local noise for each target central ε."""
     cfg = data.config
     lcfg = cfg.with_overrides(W=cfg.lm_W)
     emb = embedding(data)

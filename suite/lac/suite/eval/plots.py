@@ -20,6 +20,7 @@ def _minor_label(v: float, _pos) -> str:
 
 
 def new(ncols: int = 1, title: str = ""):
+    """A figure with ``ncols`` axes side by side (and a title); returns (figure, axes)."""
     fig, axes = plt.subplots(1, ncols, figsize=(5.2 * ncols, 4.0), squeeze=False)
     if title:
         fig.suptitle(title, fontsize=10)
@@ -35,10 +36,12 @@ def band(ax, x, runs: list[list[float]], label: str, marker: str = "o", **kw) ->
 
 
 def hline(ax, y: float, label: str, **kw) -> None:
+    """A dashed horizontal reference line at ``y``."""
     ax.axhline(y, ls="--", lw=1, label=label, **kw)
 
 
 def finish(fig, axes, path: Path, *, xlabel=None, ylabel=None, logx=False, logy=False) -> Path:
+    """Scales, labels, grid and legend on ``axes``; save the figure to ``path`` and close it."""
     for ax in axes:
         if logx:
             ax.set_xscale("log")

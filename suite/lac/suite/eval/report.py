@@ -71,6 +71,7 @@ def _membership_check(m: dict) -> str:
 
 
 def write(path, res: dict) -> None:
+    """Write ``report.md`` at ``path`` from the results ``res``."""
     cfg = res["config"]
     L: list[str] = []
     add = L.append

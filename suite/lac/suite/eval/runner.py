@@ -33,6 +33,7 @@ def _json_default(o):
 
 
 def run(cfg: EvalConfig, out: Path, preset: str = "custom", sections=SECTIONS) -> dict:
+    """Run the data step and the selected ``sections`` into ``out``; returns the results written to results.json."""
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     timings: dict[str, float] = {}

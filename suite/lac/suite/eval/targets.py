@@ -27,6 +27,7 @@ import numpy as np
 from lac.common.paths import data_dir
 from lac.common.privacy import PrivacyUnit
 from lac.common.progress import Progress
+from lac.common.rng import RandomSource
 from lac.common.text import sentences
 from lac.curator.baselines import k_anonymity, laplace_dp, laplace_public_dp
 from lac.curator.bayesian import BayesianParams, bayesian_dp
@@ -109,7 +110,8 @@ def checks(points: list[dict]) -> list[dict]:
     return out
 
 
-def run(cfg, out, rng: np.random.Generator) -> dict:
+def run(cfg, out, rng: RandomSource) -> dict:
+    """The release targets on real text: perplexity and KL of each release against the private and public baselines."""
     texts = user_texts(min_count=0)
     order = rng.permutation(len(texts))
     held = [s for i in order[:cfg.target_heldout] for s in sentences(texts[i])]
@@ -148,8 +150,8 @@ def run(cfg, out, rng: np.random.Generator) -> dict:
         bar.update()
         rows = []
         for eps in cfg.target_epsilons:
-            ppl = {name: [] for name in ("posterior", "bayes-sound", "laplace-public", "laplace", "bayes", "kanon")}
-            kls = {name: [] for name in ("posterior", "laplace")}
+            ppl: dict[str, list[float]] = {name: [] for name in ("posterior", "bayes-sound", "laplace-public", "laplace", "bayes", "kanon")}
+            kls: dict[str, list[float]] = {name: [] for name in ("posterior", "laplace")}
             for _ in range(cfg.target_runs):
                 p = PosteriorParams(eps, cfg.delta, W=cfg.target_W, C=cfg.target_C, unit=PrivacyUnit.report())
                 r = posterior_release(totals, lm_vocab, p, rng)
