@@ -93,12 +93,17 @@ def start_curator(tmp_path, public_corpus, curator_key_dir):
         vocab = public_vocabulary(config.public_corpus, config.max_n, config.vocab_min_count,
                                   config.vocab_max_items, config.state_dir / "prior")
 
+        made = []
+
         async def build():
             curator = Curator(config, vocab)
+            made.append(curator)
             server, port = create_server(curator)
+            curator.start()
             return server, port, curator.stop
 
         s = ServerThread(build)
+        s.curator = made[0]  # the library object, for tests that look inside
         started.append(s)
         return s
 

@@ -95,3 +95,159 @@ class Sink:
 
     def stop(self) -> None:
         self.server.stop(0)
+
+
+def wait_until(predicate, timeout: float = 20.0) -> None:
+    """Poll ``predicate`` until it is true (AssertionError after ``timeout`` seconds)."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "condition not reached in time"
+        time.sleep(0.05)
+
+
+def run_traffic(shuffler: str, curator: str, curator_key, good: int = 4,
+                release: bool = True) -> curator_pb2.ReleaseRecord | None:
+    """Real traffic through a shuffler (min_batch = ``good`` + 1, insecure) and its curator: one Submit refused
+    (idempotency id too short), one Submit of ``good`` reports plus one the curator quarantines (ε per word
+    above the deployment's), the batch forwarded and ingested, then (``release``) one forced release of
+    ε = 0.5, δ = 1e-6, whose record is returned."""
+    from lac.common import envelope
+    from lac.common.v1 import curator_pb2_grpc, shuffler_pb2, shuffler_pb2_grpc
+
+    contents = [content(["the", "dog", "sleeps"]) for _ in range(good)]
+    contents.append(content(["the", "cat"], epsilon=DEPLOYMENT.epsilon_per_word * 10))
+    reports = [shuffler_pb2.ClientReport(idempotency_id=os.urandom(16), payload=envelope.seal(c, curator_key))
+               for c in contents]
+    with grpc.insecure_channel(shuffler) as sch, grpc.insecure_channel(curator) as cch:
+        stub = shuffler_pb2_grpc.ShufflerStub(sch)
+        try:
+            stub.Submit(shuffler_pb2.SubmitRequest(reports=[shuffler_pb2.ClientReport(
+                idempotency_id=b"1234", payload=reports[0].payload)]), timeout=10)
+            raise AssertionError("a 4-byte idempotency id was accepted")
+        except grpc.RpcError as exc:
+            assert exc.code() == grpc.StatusCode.INVALID_ARGUMENT, exc
+        stub.Submit(shuffler_pb2.SubmitRequest(reports=reports), timeout=10)
+        cur = curator_pb2_grpc.CuratorStub(cch)
+        wait_until(lambda: cur.GetStatus(curator_pb2.CuratorStatusRequest(), timeout=5).batches == 1)
+        wait_until(lambda: stub.GetStatus(shuffler_pb2.ShufflerStatusRequest(), timeout=5).batches_forwarded == 1)
+        if not release:
+            return None
+        return cur.Release(curator_pb2.ReleaseRequest(epsilon=0.5, delta=1e-6, force=True), timeout=60)
+
+
+def metrics_port(server) -> int:
+    """The bound metrics port of a shuffler or curator started by the shared fixtures with ``metrics_port=0``."""
+    service = server._on_stop.__self__  # the Shuffler or Curator whose stop() the fixture registered
+
+    async def port():
+        return await service.metrics_ready
+    return server.call(port())
+
+
+def scrape(port: int, accept: str | None = None) -> tuple[str, str]:
+    """(exposition text, content type) of ``GET http://127.0.0.1:PORT/metrics``."""
+    import urllib.request
+
+    request = urllib.request.Request(f"http://127.0.0.1:{port}/metrics", headers={"Accept": accept} if accept else {})
+    with urllib.request.urlopen(request, timeout=10) as reply:
+        return reply.read().decode(), reply.headers["Content-Type"]
+
+
+def samples(text: str) -> dict[tuple[str, frozenset], float]:
+    """Every sample of a Prometheus text exposition by (name, labels)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    return {(s.name, frozenset(s.labels.items())): s.value
+            for family in text_string_to_metric_families(text) for s in family.samples}
+
+
+class ServeProc:
+    """A real ``lac <service> serve`` process on 127.0.0.1 (port 0) whose output is read through a
+    pipe into ``lines`` and ``log_path``: limits set on the process (RLIMIT_FSIZE) never touch
+    its logging. ``stop()`` sends SIGTERM (graceful) and waits; ``kill()`` sends SIGKILL."""
+
+    def __init__(self, args: list[str], workdir, timeout: float = 60.0, service: str = "shuffler"):
+        import subprocess
+        import sys
+
+        workdir.mkdir(parents=True, exist_ok=True)
+        port_file = workdir / f"{service}.port"
+        port_file.unlink(missing_ok=True)
+        self.log_path = workdir / f"{service}.log"
+        self.lines: list[str] = []
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "lac.common", service, "serve", "--host", "127.0.0.1", "--port", "0",
+             "--port-file", str(port_file), *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            errors="replace")
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+        deadline = time.monotonic() + timeout
+        while not port_file.exists():
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError(f"{service} did not start:\n" + "".join(self.lines[-30:]))
+            time.sleep(0.05)
+        self.port = int(port_file.read_text())
+        wait_until(lambda: self.health() == "SERVING", timeout=timeout)
+
+    def _read(self) -> None:
+        with open(self.log_path, "a") as out:
+            for line in self.process.stdout:
+                self.lines.append(line)
+                out.write(line)
+                out.flush()
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def health(self, service: str = "") -> str:
+        """The gRPC health status name of ``service`` ("" = the server)."""
+        from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+        with grpc.insecure_channel(self.address) as ch:
+            try:
+                reply = health_pb2_grpc.HealthStub(ch).Check(health_pb2.HealthCheckRequest(service=service),
+                                                             timeout=5)
+            except grpc.RpcError as exc:
+                return exc.code().name
+        return health_pb2.HealthCheckResponse.ServingStatus.Name(reply.status)
+
+    def rss_bytes(self) -> int:
+        for line in open(f"/proc/{self.pid}/status"):
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+        raise RuntimeError("no VmRSS")
+
+    def log_text(self) -> str:
+        return "".join(self.lines)
+
+    def metrics(self) -> str:
+        """The Prometheus text of a process started with ``--metrics-port 0``."""
+        import re
+        import urllib.request
+
+        port = next(int(m.group(1)) for line in self.lines
+                    if (m := re.search(r"metrics on http://127\.0\.0\.1:(\d+)/metrics", line)))
+        return urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+
+    def kill(self) -> None:
+        """SIGKILL: no shutdown code runs."""
+        self.process.kill()
+        self.process.wait()
+        self._reader.join(5)
+
+    def stop(self, timeout: float = 15.0) -> int:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout)
+            except Exception:  # noqa: BLE001 - then kill it
+                self.process.kill()
+                self.process.wait()
+        self._reader.join(5)
+        return self.process.returncode

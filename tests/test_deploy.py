@@ -6,6 +6,7 @@ profile runs two shuffler replicas sharded over the addresses clients use."""
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import subprocess
@@ -98,8 +99,8 @@ def _serve_args(service: str, tmp: Path, public: Path, environ: dict[str, str]) 
     args, it = [], iter(rest)
     for flag in it:
         value = next(it)
-        if flag in ("--host", "--port", "--metrics-port"):
-            continue  # procs.start binds 127.0.0.1:0
+        if flag in ("--host", "--port", "--metrics-host", "--metrics-port"):
+            continue  # procs.start binds 127.0.0.1:0; the metrics host is an alias on compose's metrics network
         if flag == "--curator":
             value = "127.0.0.1:1"  # nothing listening: the shuffler must still start and keep its batches
         args += [flag, value]
@@ -112,7 +113,7 @@ def _start_healthy(service: str, tmp: Path, public: Path, environ: dict[str, str
     check = COMPOSE["services"][service]["healthcheck"]["test"]
     assert check[0] == "CMD"
     cmd = [_map(a, _mounts(service, tmp, public)) for a in check[1:]]
-    flags = dict(zip(cmd[3::2], cmd[4::2]))  # lac health ADDRESS --ca .. [--cert .. --key ..]
+    flags = dict(zip(cmd[2::2], cmd[3::2]))  # lac health --server ADDRESS --ca .. [--cert .. --key ..]
     probe_tls = tls.client_tls(flags["--ca"], flags.get("--cert", ""), flags.get("--key", ""))
     running = procs.start(name, args, tmp / service, timeout=60, env=_env(), tls=probe_tls)
     try:
@@ -199,3 +200,127 @@ def test_dockerfile_installs_one_component():
     assert 'ENTRYPOINT ["lac"]' in text
     for mount in ("/etc/lac/keys", "/etc/lac/tls", "/keys/ca", "/keys/curator-tls", "/keys/shuffler-tls"):
         assert mount in text, f"{mount} must exist in the image, owned by the service user"
+
+
+# -- the `monitoring` profile ----------------------------------------------------------------------------------
+
+METRICS_SERVICES = ["curator", "shuffler", "shuffler-b"]
+DASHBOARD = ROOT / "deploy" / "grafana" / "dashboards" / "lac.json"
+PROMQL_FUNCTIONS = {"sum", "max", "min", "rate", "increase", "histogram_quantile", "by"}
+METRIC_PREFIXES = ("lac_", "process_", "python_")
+
+
+def _flag(service: str, flag: str) -> str:
+    command = COMPOSE["services"][service]["command"]
+    return command[command.index(flag) + 1]
+
+
+def _bind_mounts(service: str) -> dict[str, Path]:
+    """container path -> repository path of the service's ./ bind mounts."""
+    out = {}
+    for v in COMPOSE["services"][service].get("volumes", []):
+        source, target = v.split(":")[:2]
+        if source.startswith("./"):
+            out[target] = ROOT / source
+    return out
+
+
+def test_monitoring_profile_scrapes_metrics_on_internal_networks_only():
+    """Prometheus and Grafana run only with ``--profile monitoring``, are published on the host's loopback only,
+    read files that exist in the repository, and reach each service's metrics endpoint on an internal network
+    that no other LAC service joins; no metrics port is published."""
+    services, networks = COMPOSE["services"], COMPOSE["networks"]
+    for name in ("prometheus", "grafana"):
+        assert services[name]["profiles"] == ["monitoring"]
+        assert all(p.startswith("127.0.0.1:") for p in services[name]["ports"]), services[name]["ports"]
+        for target, local in _bind_mounts(name).items():
+            assert local.exists(), f"{name} mounts {local} at {target}, which does not exist"
+    prometheus = yaml.safe_load((ROOT / "deploy" / "prometheus" / "prometheus.yml").read_text())
+    targets = {t for job in prometheus["scrape_configs"] for c in job["static_configs"] for t in c["targets"]}
+    endpoints = set()
+    for name in METRICS_SERVICES:
+        spec = services[name]
+        host, port = _flag(name, "--metrics-host"), _flag(name, "--metrics-port")
+        endpoints.add(f"{host}:{port}")
+        assert all(not p.endswith(f":{port}") for p in spec["ports"]), f"{name} publishes its metrics port"
+        # The metrics host is the service's alias on an internal network; only Prometheus shares it.
+        (network,) = [n for n, cfg in spec["networks"].items() if host in (cfg or {}).get("aliases", [])]
+        assert networks[network]["internal"] is True and network in services["prometheus"]["networks"]
+        members = {s for s, other in services.items() if network in (other.get("networks") or {})}
+        assert members <= set(METRICS_SERVICES) | {"prometheus"}
+        assert "curator" not in members or members == {"curator", "prometheus"}  # shufflers can't scrape it
+    assert targets == endpoints
+    # Grafana: the provisioned data source is this Prometheus, and the dashboard provider reads the mounted folder.
+    mounts = _bind_mounts("grafana")
+    provisioning = mounts["/etc/grafana/provisioning"]
+    (source,) = yaml.safe_load((provisioning / "datasources" / "prometheus.yml").read_text())["datasources"]
+    assert source["url"] == "http://prometheus:9090" and source["type"] == "prometheus"
+    (provider,) = yaml.safe_load((provisioning / "dashboards" / "lac.yml").read_text())["providers"]
+    assert mounts[provider["options"]["path"]] == DASHBOARD.parent
+    dashboard = json.loads(DASHBOARD.read_text())
+    assert {p["datasource"]["uid"] for p in dashboard["panels"]} == {source["uid"]}
+
+
+def _exposed(text: str) -> dict[str, set[str]]:
+    """Metric name -> label names, of every sample and every declared family of a scrape."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    out: dict[str, set[str]] = {}
+    suffixes = {"counter": ("_total",), "histogram": ("_bucket", "_count", "_sum"), "gauge": ("",), "info": ("",)}
+    for family in text_string_to_metric_families(text):
+        for suffix in suffixes.get(family.type, ("",)):
+            out.setdefault(family.name + suffix, set())
+        for s in family.samples:
+            out.setdefault(s.name, set()).update(s.labels)
+    return out
+
+
+def _promql_names(expr: str) -> tuple[set[str], set[str]]:
+    """(metric names, label names) an expression uses; AssertionError for any other identifier."""
+    labels: set[str] = set()
+    text = re.sub(r'"[^"]*"', "", expr)
+    for group in re.findall(r"by \(([^)]*)\)", text):
+        labels.update(x.strip() for x in group.split(","))
+    text = re.sub(r"by \([^)]*\)", "", text)
+    for selector in re.findall(r"\{([^}]*)\}", text):
+        labels.update(re.findall(r"([a-zA-Z_]\w*)\s*!?=~?", selector))
+    text = re.sub(r"\{[^}]*\}|\[[^\]]*\]|\b\d+(\.\d+)?\b", "", text)
+    words = set(re.findall(r"[a-zA-Z_:][\w:]*", text))
+    metrics = {w for w in words if w.startswith(METRIC_PREFIXES)}
+    assert not words - metrics - PROMQL_FUNCTIONS, f"unknown identifiers {words - metrics - PROMQL_FUNCTIONS} in {expr}"
+    return metrics, labels
+
+
+def test_dashboard_queries_only_metrics_the_services_expose(start_curator, start_shuffler, curator_public_key):
+    """Every panel of the Grafana dashboard queries metric names (and labels) that a real shuffler and curator,
+    started in-process and driven through Submit -> batch -> IngestBatch -> Release, expose on /metrics."""
+    from lac_testkit import metrics_port, run_traffic, scrape
+
+    cur = start_curator(metrics_port=0)
+    shf = start_shuffler(cur.address, min_batch=5, metrics_port=0)
+    run_traffic(shf.address, cur.address, curator_public_key, good=4)
+    exposed = _exposed(scrape(metrics_port(shf))[0])
+    for name, labels in _exposed(scrape(metrics_port(cur))[0]).items():
+        exposed.setdefault(name, set()).update(labels)
+    dashboard = json.loads(DASHBOARD.read_text())
+    titles = [p["title"] for p in dashboard["panels"]]
+    assert len(set(titles)) == len(titles) and len({p["id"] for p in dashboard["panels"]}) == len(titles)
+    used = set()
+    for panel in dashboard["panels"]:
+        assert panel["targets"], panel["title"]
+        for target in panel["targets"]:
+            metrics, labels = _promql_names(target["expr"])
+            assert metrics, f"{panel['title']}: {target['expr']} names no metric"
+            missing = metrics - set(exposed)
+            assert not missing, f"{panel['title']}: {sorted(missing)} are not exposed"
+            sampled = [exposed[m] for m in metrics if exposed[m]]  # a family without samples shows no labels
+            have = set().union(*sampled)
+            assert not sampled or labels <= have, f"{panel['title']}: labels {labels - have} not on {sorted(metrics)}"
+            used |= metrics
+    # What the dashboard must show: ingest, rejects, releases, budget, latency, storage health.
+    for name in ("lac_shuffler_reports_accepted_total", "lac_curator_reports_ingested_total",
+                 "lac_shuffler_rejects_total", "lac_curator_reports_rejected_total", "lac_curator_releases_total",
+                 "lac_curator_budget_epsilon_remaining", "lac_shuffler_rpc_seconds_bucket",
+                 "lac_curator_rpc_seconds_bucket", "lac_shuffler_storage_ok", "lac_curator_storage_ok"):
+        assert name in used, f"the dashboard does not show {name}"
+

@@ -5,12 +5,25 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import tomllib
 import venv
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_distribution_names():
+    """No distribution is called `lac`, an unrelated project on PyPI (each name below was absent from PyPI when
+    chosen); the import namespace stays `lac`, and the `lac` command names the suite's distribution."""
+    from lac.common.cli import PROVIDERS
+
+    names = {d: tomllib.loads((ROOT / d / "pyproject.toml").read_text())["project"]["name"]
+             for d in (".", "common", "client", "shuffler", "curator")}
+    assert names == {".": "lac-privacy-suite", "common": "lac-common", "client": "lac-client",
+                     "shuffler": "lac-shuffler", "curator": "lac-curator"}
+    assert PROVIDERS["demo"].startswith("lac-privacy-suite ")
 
 CASES = {
     # component: (import check, packages that must NOT be installed)
