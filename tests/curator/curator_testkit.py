@@ -7,13 +7,14 @@ import os
 import random
 
 import grpc
+from lac_testkit import ServeProc, batch_privacy, content
 
 from lac.common import envelope
 from lac.common.v1 import curator_pb2, curator_pb2_grpc
-from lac_testkit import ServeProc, batch_privacy, content
 
-WORDS = ("the quick brown fox jumps over lazy dog sleeps in sun a is small animal star and are friends people "
-         "like to walk park green spring we every day it good weather nice today i think will be tomorrow").split()
+WORDS = ("the", "quick", "brown", "fox", "jumps", "over", "lazy", "dog", "sleeps", "in", "sun", "a", "is", "small",
+         "animal", "star", "and", "are", "friends", "people", "like", "to", "walk", "park", "green", "spring", "we",
+         "every", "day", "it", "good", "weather", "nice", "today", "i", "think", "will", "be", "tomorrow")
 CURATOR_SERVICES = ("", "lac.v1.CuratorIngest", "lac.v1.Curator")
 
 

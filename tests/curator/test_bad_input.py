@@ -9,12 +9,12 @@ import os
 
 import grpc
 import pytest
+from lac_testkit import batch_privacy, content
 
 from lac.common import envelope, tls
 from lac.common.rpc import count_field
 from lac.common.v1 import curator_pb2, curator_pb2_grpc, reports_pb2
 from lac.suite.procs import LocalDeployment
-from lac_testkit import batch_privacy, content
 
 INVALID = grpc.StatusCode.INVALID_ARGUMENT
 R = curator_pb2.ReleaseRequest
@@ -51,8 +51,13 @@ def curator(start_curator):
 def _bad_calls(ch, rid: str) -> dict[str, tuple]:
     """Name -> (call, expected status, words the details must hold)."""
     q, i = curator_pb2_grpc.CuratorStub(ch), curator_pb2_grpc.CuratorIngestStub(ch)
-    release = lambda **kw: (lambda: q.Release(R(**kw), timeout=60))  # noqa: E731
-    preview = lambda **kw: (lambda: q.PreviewRelease(R(**kw), timeout=60))  # noqa: E731
+
+    def release(**kw):
+        return lambda: q.Release(R(**kw), timeout=60)
+
+    def preview(**kw):
+        return lambda: q.PreviewRelease(R(**kw), timeout=60)
+
     w = batch_privacy(1).last_window
     one = [envelope.seal_insecure(content(["a"]))]
     return {
@@ -151,7 +156,7 @@ def test_malformed_bytes_to_every_rpc_are_invalid_argument(curator, caplog):
     with grpc.insecure_channel(cur.address) as ch, caplog.at_level(logging.INFO):
         for method in methods:
             for raw in garbage:
-                code, details = _code(lambda: _raw(ch, method)(raw, timeout=10))
+                code, details = _code(lambda method=method, raw=raw: _raw(ch, method)(raw, timeout=10))
                 assert code == INVALID, (method, raw, code, details)
                 assert "malformed" in details
     assert not any(r.exc_info for r in caplog.records), caplog.text
@@ -172,7 +177,7 @@ def test_the_certificate_is_checked_before_the_request_is_parsed(start_curator, 
         with tls.channel(cur.address, pki.client_tls(who)) as ch, caplog.at_level(logging.INFO):
             for raw in (b"\xff\xff\xff", b"\x0a\x05ab", bomb, os.urandom(5000)):
                 caplog.clear()
-                code, details = _code(lambda: _raw(ch, "IngestBatch")(raw, timeout=10))
+                code, details = _code(lambda raw=raw: _raw(ch, "IngestBatch")(raw, timeout=10))
                 assert code == want, (who, raw[:10], code, details)
                 assert not any(r.exc_info for r in caplog.records), caplog.text
 

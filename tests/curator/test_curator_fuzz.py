@@ -22,12 +22,11 @@ from collections import Counter
 
 import grpc
 import pytest
+from curator_testkit import CURATOR_SERVICES, WORDS, Stubs, batch, serve_curator
+from lac_testkit import batch_privacy, content, wait_until
 
 from lac.common import envelope
 from lac.common.v1 import curator_pb2, reports_pb2
-from lac_testkit import batch_privacy, content, wait_until
-
-from curator_testkit import CURATOR_SERVICES, WORDS, Stubs, batch, serve_curator
 
 FUZZ_CALLS = int(os.environ.get("LAC_FUZZ_CALLS", 1300))
 FUZZ_THREADS = 2

@@ -20,11 +20,10 @@ import time
 
 import grpc
 import pytest
-
-from lac.common.v1 import curator_pb2
+from curator_testkit import CURATOR_SERVICES, Stubs, batch, fill, serve_curator
 from lac_testkit import wait_until
 
-from curator_testkit import CURATOR_SERVICES, Stubs, batch, fill, serve_curator
+from lac.common.v1 import curator_pb2
 
 PROMPT = 3.0  # seconds: an answer while the storage fails must come at least this fast
 

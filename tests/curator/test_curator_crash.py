@@ -19,10 +19,9 @@ import time
 
 import grpc
 import pytest
+from curator_testkit import Stubs, batch, serve_curator
 
 from lac.common.v1 import curator_pb2
-
-from curator_testkit import Stubs, batch, serve_curator
 
 KILLS = 22
 

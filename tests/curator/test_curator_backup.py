@@ -8,14 +8,13 @@ import random
 import threading
 
 import pytest
+from curator_testkit import Stubs, batch
+from lac_testkit import batch_privacy, content, wait_until
 
 from lac.common import envelope
 from lac.common.v1 import curator_pb2
 from lac.curator import segments as seg
 from lac.curator.store import CuratorStore
-from lac_testkit import batch_privacy, content, wait_until
-
-from curator_testkit import Stubs, batch
 
 
 def _lac(capsys, *argv) -> tuple[int, str]:
