@@ -143,7 +143,7 @@ def main() -> None:
             t = time.perf_counter()
             limit = int(a.memory_limit_gib * 2**30) if engine == "memory" else None
             p = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "PYTHONHASHSEED": "0"},
-                               preexec_fn=(lambda: resource.setrlimit(resource.RLIMIT_AS, (limit, limit)))
+                               preexec_fn=(lambda lim=limit: resource.setrlimit(resource.RLIMIT_AS, (lim, lim)))
                                if limit else None)
             if p.returncode != 0:
                 tail = (p.stderr.strip().splitlines() or ["?"])[-1]
@@ -157,7 +157,7 @@ def main() -> None:
                   + f"; peak RSS {r['peak_rss_gib']:.2f} GiB"
                   + (" (the driver's Python only: not the JVM nor the executors)" if engine == "spark" else ""),
                   flush=True)
-        for name in ("bayesian-bruteforce", "bayesian-sound", "posterior"):
+        for name in ("bayesian-bruteforce", "bayesian-sound", "posterior") if results else ():
             values = {(r[name]["gamma"], r[name]["sigma"], r[name]["log_probs_sha"]) for r in results}
             print(f"{name}: {'identical' if len(values) == 1 else 'DIFFERENT'} across {len(results)} engine(s) "
                   f"(γ, σ, released log-probabilities)")

@@ -94,9 +94,9 @@ def _start(tmp: Path, name: str, args: list[str], naive: bool):
         return procs.start("shuffler", args, tmp / name)
     port_file = tmp / name / "port"
     port_file.parent.mkdir(parents=True, exist_ok=True)
-    log = open(tmp / name / "log", "ab")
-    proc = subprocess.Popen([sys.executable, __file__, "--serve-without-group-commit", "--port", "0",
-                             "--port-file", str(port_file), *args], stdout=log, stderr=subprocess.STDOUT)
+    with open(tmp / name / "log", "ab") as log:  # the child has its own copy of the descriptor
+        proc = subprocess.Popen([sys.executable, __file__, "--serve-without-group-commit", "--port", "0",
+                                 "--port-file", str(port_file), *args], stdout=log, stderr=subprocess.STDOUT)
     while not port_file.exists():
         if proc.poll() is not None:
             raise RuntimeError(f"baseline server exited; see {tmp / name / 'log'}")

@@ -196,10 +196,9 @@ def format_table(rows: Sequence[CalibrationRow], draws: int) -> str:
                  + [f"{r.bands[b]['median_s_w']:g}" for b in band_labels])
         lines.append("  ".join(f"{c:>12}" for c in cells))
     words = rows[0].words if rows else {}
-    for w in words:
-        lines.append(f"  {w}: " + ", ".join(
-            f"ε={r.epsilon:g}: N_w={r.words[w]['n_w']:.3f} S_w={r.words[w]['s_w']} nn10={r.words[w]['nn10']:.3f}"
-            for r in rows))
+    lines.extend(f"  {w}: " + ", ".join(
+        f"ε={r.epsilon:g}: N_w={r.words[w]['n_w']:.3f} S_w={r.words[w]['s_w']} nn10={r.words[w]['nn10']:.3f}"
+        for r in rows) for w in words)
     return "\n".join(lines)
 
 

@@ -182,8 +182,8 @@ class Localizer:
         lo, hi = CALIBRATED_RANGE
         if lo <= mech.epsilon <= hi:
             return
-        effect = ("most words come out unchanged (at ε = 15 the median word is kept in 98% of draws)" if mech.epsilon > hi
-                  else "nearly every word becomes an unrelated word (at ε = 3 no word is kept)")
+        effect = ("most words come out unchanged (at ε = 15 the median word is kept in 98% of draws)"
+                  if mech.epsilon > hi else "nearly every word becomes an unrelated word (at ε = 3 no word is kept)")
         _warn_once("uncalibrated", f"ε = {mech.epsilon:g} per word over {emb.name} is outside the calibrated range "
                                    f"{lo:g}-{hi:g}: {effect}. Choose ε with `lac client calibrate`, or use "
                                    f"Localizer.from_preset('private'|'balanced'|'utility'); pass calibrated=True "

@@ -30,6 +30,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import importlib.machinery
+import itertools
 import os
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -250,7 +251,7 @@ class NearestIndex:
             run(0, m)
         else:
             cuts = np.linspace(0, m, threads + 1).astype(int)
-            for f in [_pool().submit(run, int(lo), int(hi)) for lo, hi in zip(cuts[:-1], cuts[1:])]:
+            for f in [_pool().submit(run, int(lo), int(hi)) for lo, hi in itertools.pairwise(cuts)]:
                 f.result()
         return out, best, second
 

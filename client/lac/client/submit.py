@@ -104,9 +104,9 @@ class ShufflerClient:
     token's reports go to its own replica (``replica``), found and followed as the module says.
     """
 
-    def __init__(self, target: str, curator_key: CuratorPublicKey | None = None, tls_config: tls.ClientTls | None = None,
-                 token: str | None = None, insecure: bool = False, batch_size: int = 100, attempts: int = 5,
-                 timeout: float = 30.0) -> None:
+    def __init__(self, target: str, curator_key: CuratorPublicKey | None = None,
+                 tls_config: tls.ClientTls | None = None, token: str | None = None, insecure: bool = False,
+                 batch_size: int = 100, attempts: int = 5, timeout: float = 30.0) -> None:
         if not insecure and (curator_key is None or tls_config is None):
             raise ValueError("ShufflerClient needs the curator's public key and TLS settings "
                              "(or insecure=True for a local demo)")

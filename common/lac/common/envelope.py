@@ -27,7 +27,7 @@ from cryptography.hazmat.primitives.asymmetric import x25519
 from cryptography.hazmat.primitives.hpke import AEAD, KDF, KEM, Suite
 from google.protobuf.message import DecodeError
 
-from lac.common.errors import InvalidArgument
+from lac.common.errors import InvalidArgument, RejectReason
 from lac.common.files import atomic_file, private_dir
 from lac.common.v1 import reports_pb2
 
@@ -45,9 +45,9 @@ KEY_ID_CHARS = 16
 
 
 class PayloadRejected(InvalidArgument):
-    """A payload that cannot be accepted; ``reason`` is a short counter label."""
+    """A payload that cannot be accepted, and why (the counter label)."""
 
-    def __init__(self, reason: str, message: str):
+    def __init__(self, reason: RejectReason, message: str):
         super().__init__(message)
         self.reason = reason
 
@@ -98,10 +98,10 @@ def pad(content: bytes) -> bytes:
 
 def unpad(padded: bytes) -> bytes:
     if len(padded) not in PAD_BUCKETS:
-        raise PayloadRejected("bad_padding", f"padded plaintext of {len(padded)} bytes is not a bucket size")
+        raise PayloadRejected(RejectReason.BAD_PADDING, f"padded plaintext of {len(padded)} bytes is not a bucket size")
     n = int.from_bytes(padded[:LENGTH_BYTES], "big")
     if n > len(padded) - LENGTH_BYTES or any(padded[LENGTH_BYTES + n:]):
-        raise PayloadRejected("bad_padding", "padding is malformed")
+        raise PayloadRejected(RejectReason.BAD_PADDING, "padding is malformed")
     return padded[LENGTH_BYTES:LENGTH_BYTES + n]
 
 
@@ -121,20 +121,21 @@ def check_shape(sealed: reports_pb2.SealedPayload, allow_plaintext: bool, max_by
     """What the shuffler can check without a key: encoding, key id format, padded size."""
     if sealed.encoding == HPKE:
         if len(sealed.key_id) != KEY_ID_CHARS:
-            raise PayloadRejected("bad_key_id", f"key_id must be {KEY_ID_CHARS} hex characters")
+            raise PayloadRejected(RejectReason.BAD_KEY_ID, f"key_id must be {KEY_ID_CHARS} hex characters")
         if len(sealed.data) not in SEALED_SIZES:
-            raise PayloadRejected("bad_size", f"sealed payload of {len(sealed.data)} bytes is not one of "
-                                              f"the padded sizes {sorted(SEALED_SIZES)}")
+            raise PayloadRejected(RejectReason.BAD_SIZE, f"sealed payload of {len(sealed.data)} bytes is not one of "
+                                                         f"the padded sizes {sorted(SEALED_SIZES)}")
     elif sealed.encoding == PLAINTEXT:
         if not allow_plaintext:
-            raise PayloadRejected("plaintext_refused", "plaintext payloads are refused; seal reports to the "
-                                                       "curator's key (plaintext is for --insecure demos only)")
+            raise PayloadRejected(RejectReason.PLAINTEXT_REFUSED,
+                                  "plaintext payloads are refused; seal reports to the curator's key (plaintext is "
+                                  "for --insecure demos only)")
         if not sealed.data:
-            raise PayloadRejected("empty", "empty payload")
+            raise PayloadRejected(RejectReason.EMPTY, "empty payload")
     else:
-        raise PayloadRejected("unsupported_encoding", f"unsupported payload encoding {sealed.encoding}")
+        raise PayloadRejected(RejectReason.UNSUPPORTED_ENCODING, f"unsupported payload encoding {sealed.encoding}")
     if len(sealed.data) > max_bytes:
-        raise PayloadRejected("oversized", f"payload of {len(sealed.data)} bytes exceeds {max_bytes}")
+        raise PayloadRejected(RejectReason.OVERSIZED, f"payload of {len(sealed.data)} bytes exceeds {max_bytes}")
 
 
 class CuratorKeyRing:
@@ -193,13 +194,13 @@ class CuratorKeyRing:
     def open(self, sealed: reports_pb2.SealedPayload) -> bytes:
         key = self._keys.get(sealed.key_id)
         if key is None:
-            raise PayloadRejected("unknown_key", f"sealed to unknown key id {sealed.key_id!r}; this curator "
-                                                 f"holds {', '.join(self._keys)}")
+            raise PayloadRejected(RejectReason.UNKNOWN_KEY, f"sealed to unknown key id {sealed.key_id!r}; this "
+                                                            f"curator holds {', '.join(self._keys)}")
         try:
             padded = SUITE.decrypt(sealed.data, key, info=_info(sealed.key_id))
         except (InvalidTag, ValueError):
-            raise PayloadRejected("decrypt_failed", "HPKE open failed: tampered, truncated or sealed to "
-                                                    "another key") from None
+            raise PayloadRejected(RejectReason.DECRYPT_FAILED, "HPKE open failed: tampered, truncated or sealed to "
+                                                               "another key") from None
         return unpad(padded)
 
 
@@ -238,20 +239,21 @@ def open_payload(sealed: reports_pb2.SealedPayload, keyring: CuratorKeyRing | No
     """The report content, or ``PayloadRejected`` with a reason label and a message."""
     if sealed.encoding == HPKE:
         if keyring is None:
-            raise PayloadRejected("unknown_key", "this curator has no keys loaded")
+            raise PayloadRejected(RejectReason.UNKNOWN_KEY, "this curator has no keys loaded")
         data = keyring.open(sealed)
     elif sealed.encoding == PLAINTEXT:
         if not allow_plaintext:
-            raise PayloadRejected("plaintext_refused", "plaintext payload refused (curator not in insecure mode)")
+            raise PayloadRejected(RejectReason.PLAINTEXT_REFUSED,
+                                  "plaintext payload refused (curator not in insecure mode)")
         data = sealed.data
     else:
-        raise PayloadRejected("unsupported_encoding", f"unsupported payload encoding {sealed.encoding}")
+        raise PayloadRejected(RejectReason.UNSUPPORTED_ENCODING, f"unsupported payload encoding {sealed.encoding}")
     content = reports_pb2.ReportContent()
     try:
         content.ParseFromString(data)
     except DecodeError as exc:
-        raise PayloadRejected("malformed", f"payload is not a ReportContent: {exc}") from None
+        raise PayloadRejected(RejectReason.MALFORMED, f"payload is not a ReportContent: {exc}") from None
     if len(content.report_id) != REPORT_ID_BYTES:
-        raise PayloadRejected("bad_report_id",
+        raise PayloadRejected(RejectReason.BAD_REPORT_ID,
                               f"report_id must be {REPORT_ID_BYTES} bytes, got {len(content.report_id)}")
     return content

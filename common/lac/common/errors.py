@@ -6,10 +6,47 @@ exception is a bug and becomes INTERNAL there, logged once with the RPC name.
 
 from __future__ import annotations
 
+from enum import StrEnum
 from typing import Any
 
 __all__ = ["LacError", "InvalidArgument", "NotFound", "AlreadyExists", "Unauthenticated", "PermissionDenied",
-           "ResourceExhausted", "FailedPrecondition", "Unavailable", "DataLoss"]
+           "ResourceExhausted", "FailedPrecondition", "Unavailable", "DataLoss", "RejectReason"]
+
+
+class RejectReason(StrEnum):
+    """Why a report was refused (shuffler) or quarantined/dropped (curator): the label of the
+    ``reject:<reason>`` counters, of the ``reason`` metrics label and of the curator's quarantine
+    rows. The values are stored: never change one."""
+
+    # The envelope (lac.common.envelope): its shape (both roles) and opening it (curator).
+    MALFORMED = "malformed"  # bytes that do not parse (a request, a SealedPayload, a ReportContent)
+    EMPTY = "empty"
+    OVERSIZED = "oversized"
+    BAD_SIZE = "bad_size"  # a sealed payload whose length is no padding bucket's
+    BAD_KEY_ID = "bad_key_id"
+    BAD_PADDING = "bad_padding"
+    BAD_REPORT_ID = "bad_report_id"
+    UNSUPPORTED_ENCODING = "unsupported_encoding"
+    PLAINTEXT_REFUSED = "plaintext_refused"
+    UNKNOWN_KEY = "unknown_key"
+    DECRYPT_FAILED = "decrypt_failed"
+    # The shuffler's Submit.
+    INVALID_ARGUMENT = "invalid_argument"  # a request refused whole (no reason more precise)
+    UNSPECIFIED_ENCODING = "unspecified_encoding"
+    QUOTA = "quota"  # the client's reports per accounting window are used up
+    LOG_FULL = "log_full"
+    OVERLOADED = "overloaded"  # too many bytes wait for a durable commit
+    STORAGE_UNAVAILABLE = "storage_unavailable"
+    WRONG_SHARD = "wrong_shard"
+    SHARDS_NOT_EFFECTIVE = "shards_not_effective"  # the shard list applies from a later window
+    # The curator's checks of an opened report against the published deployment.
+    INVALID = "invalid"  # report id length, sentence count or token rules
+    MECHANISM_NOT_ALLOWED = "mechanism_not_allowed"
+    EPSILON_TOO_LARGE = "epsilon_too_large"
+    EMBEDDING_MISMATCH = "embedding_mismatch"
+    TOO_MANY_WORDS = "too_many_words"
+    INTERNAL = "internal"  # an unexpected error while opening (a bug): quarantined, logged
+    REPLAYED_REPORT_ID = "replayed_report_id"  # dropped, not quarantined (its first copy is stored)
 
 
 class LacError(Exception):

@@ -139,7 +139,7 @@ class StorageGuard:
                 if self.error is None and self._check_space is not None:
                     try:
                         await self._check_space()
-                    except Exception as exc:  # noqa: BLE001 - a storage failure, or logged once below
+                    except Exception as exc:
                         self.failed("free space check", storage_failure_reason(exc) or type(exc).__name__, exc)
                 continue
             await asyncio.sleep(self.delay)
@@ -147,7 +147,7 @@ class StorageGuard:
                 await self._probe()
             except asyncio.CancelledError:
                 raise
-            except Exception as exc:  # noqa: BLE001 - still failing (counted), whatever the error
+            except Exception as exc:
                 self.failures[storage_failure_reason(exc) or type(exc).__name__] += 1
                 self.delay = min(self.delay * 2, PROBE_MAX_SECONDS)
                 continue

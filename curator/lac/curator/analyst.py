@@ -47,7 +47,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from lac.common.deployment import Deployment
 
 __all__ = ["CuratorClient", "ReleaseInfo", "ReleasePreview", "PerplexityResult", "CuratorStatus", "AnalystError",
-           "BudgetExhausted", "ReleaseRefused", "NotFound", "PermissionDenied", "InvalidArgument", "Unavailable", "PARQUET_RECORD_KEY"]
+           "BudgetExhausted", "ReleaseRefused", "NotFound", "PermissionDenied", "InvalidArgument", "Unavailable",
+           "PARQUET_RECORD_KEY"]
 
 EXTRA = "lac-curator[analyst]"
 PARQUET_RECORD_KEY = "lac.release"  # Parquet key-value metadata: the release record as JSON
@@ -70,10 +71,13 @@ def new_request_id() -> str:
 def _retry_after(exc: grpc.RpcError) -> float:
     """The server's ``retry-after-seconds`` trailing metadata, 0 if none."""
     try:
-        value = dict(exc.trailing_metadata() or ()).get("retry-after-seconds", 0)
-        return max(0.0, min(float(value), 300.0))
+        metadata: Any = exc.trailing_metadata() or ()  # (key, value) pairs
+        for key, value in metadata:
+            if key == "retry-after-seconds":
+                return max(0.0, min(float(value), 300.0))
     except (AttributeError, TypeError, ValueError):
-        return 0.0
+        pass
+    return 0.0
 
 
 def release_with_retries(call: Callable, request: curator_pb2.ReleaseRequest, timeout: float,
@@ -384,7 +388,7 @@ class CuratorClient:
             _pandas()
         return pa
 
-    def _table(self, columns: Mapping[str, tuple[list, Any]], as_arrow: bool,
+    def _table(self, columns: Mapping[str, tuple[Any, Any]], as_arrow: bool,
                metadata: Mapping[str, str] | None = None, attrs: Mapping[str, Any] | None = None):
         """A typed Arrow table of ``columns`` (name -> (values, arrow type)), or its DataFrame."""
         pa = self._deps(as_arrow)

@@ -37,8 +37,10 @@ FORMAT = "lac-curator-backup/1"
 def describe(db_path: Path) -> dict:
     """What a curator database holds: batches, reports, releases, quarantined reports, ledger rows."""
     db = sqlite3.connect(f"file:{db_path}?mode=ro", uri=True)
+    def one(sql: str) -> int:
+        return int(db.execute(sql).fetchone()[0])
+
     try:
-        one = lambda sql: db.execute(sql).fetchone()[0]  # noqa: E731
         return {"batches": one("SELECT COUNT(*) FROM batches"),
                 "reports": one("SELECT COALESCE(SUM(accepted), 0) FROM batches"),
                 "releases": one("SELECT COUNT(*) FROM releases"),

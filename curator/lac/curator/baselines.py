@@ -109,7 +109,8 @@ def laplace_from_stats(stats: CountStats, W: int, C: int = 1, epsilon: float = 1
         probs=_normalise(noisy), mechanism="laplace", params=dict(W=int(W), C=int(C), epsilon=eps),
         sensitivity=sens, scale=b, sensitivity_method="sound", epsilon=eps, delta=0.0,
         n_users=stats.n_users, vocab_size=V,
-        guarantee=Guarantee(Model.CENTRAL, eps, 0.0, unit, Adjacency.ADD_REMOVE, "Laplace baseline (Ramadan et al. §4.2)",
+        guarantee=Guarantee(Model.CENTRAL, eps, 0.0, unit, Adjacency.ADD_REMOVE,
+                            "Laplace baseline (Ramadan et al. §4.2)",
                             details=(f"ℓ1 sensitivity m·W·C = {sens:g} (≤ W={W} items per report, counts clamped at "
                                      f"C={C}, {m} report(s) per user; data-independent worst case), Laplace scale "
                                      f"b = {b:.6g} per item; thresholded at 0 and normalised (post-processing).",)),

@@ -15,6 +15,7 @@ the reports one user can contribute), and the mechanism enforces those caps itse
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass, field
 from numbers import Integral, Real
@@ -26,7 +27,7 @@ from lac.common.privacy import Adjacency, Guarantee, Model, PrivacyUnit, check_d
 from lac.common.rng import RandomSource, secure_generator
 from lac.curator.gaussian import METHODS as _CALIBRATIONS
 from lac.curator.gaussian import calibrate
-from lac.curator.sound import SOUND_STATEMENT, cap_rows, sound_gamma
+from lac.curator.sound import SOUND_STATEMENT, cap_rows, sound_caps, sound_gamma
 
 __all__ = [
     "BayesianParams",
@@ -89,8 +90,8 @@ class BayesianParams:
             v = getattr(self, name)
             if v is not None and (isinstance(v, bool) or not isinstance(v, Integral) or v < 1):
                 raise ValueError(f"{name} must be an integer >= 1 or None, got {v!r}")
-        if self.sensitivity == "sound" and (self.W is None or self.count_clip is None):
-            raise ValueError("sensitivity='sound' needs the public caps W and count_clip")
+        if self.sensitivity == "sound":
+            self.sound_caps()
         if self.calibration not in _CALIBRATIONS:
             raise ValueError(f"calibration must be one of {_CALIBRATIONS}, got {self.calibration!r}")
         if self.calibration == "classic" and self.epsilon >= 1:
@@ -103,6 +104,10 @@ class BayesianParams:
     def data_dependent(self) -> bool:
         """True for the paper's data-dependent sensitivity methods (not DP); False for "sound"."""
         return self.sensitivity != "sound"
+
+    def sound_caps(self) -> tuple[int, int]:
+        """The public caps (W, count_clip) of the sound sensitivity (always set when it is "sound")."""
+        return sound_caps(self.W, self.count_clip)
 
 
 @dataclass(frozen=True, eq=False)
@@ -196,7 +201,7 @@ def _csr_parts(U: sp.spmatrix | sp.sparray) -> tuple[np.ndarray, np.ndarray, np.
 def count_stats(U: sp.spmatrix | sp.sparray, C: int) -> CountStats:
     """c and N of the rows of U (counts clamped at C as in Algorithm 1)."""
     _check_S_C(1.0, C)
-    indptr, indices, data, (n, V) = _csr_parts(U)
+    _, indices, data, (n, V) = _csr_parts(U)
     c = np.zeros(V, dtype=np.float64)
     for a in range(0, indices.size, _BLOCK_NNZ):
         b = min(a + _BLOCK_NNZ, indices.size)
@@ -234,7 +239,7 @@ def bruteforce_sq_dists(
     # Row blocks with about block_nnz non-zeros each.
     cuts = np.searchsorted(indptr, np.arange(0, indptr[-1], max(int(block_nnz), 1)), side="right") - 1
     cuts = np.unique(np.concatenate([[0], cuts, [n]]))
-    for r0, r1 in zip(cuts[:-1], cuts[1:]):
+    for r0, r1 in itertools.pairwise(cuts):
         a, b = indptr[r0], indptr[r1]
         if a == b:
             continue
@@ -352,7 +357,7 @@ def bayesian_dp(
     if U.shape[1] != alpha.size:
         raise ValueError(f"U has {U.shape[1]} columns but alpha has {alpha.size} entries")
     if params.sensitivity == "sound":
-        U = cap_rows(U, params.W)
+        U = cap_rows(U, params.sound_caps()[0])
     stats = count_stats(U, int(params.C))
     max_sq = None
     if params.sensitivity == "bruteforce":
@@ -376,18 +381,20 @@ def bayesian_from_stats(stats: CountStats, alpha: np.ndarray, params: BayesianPa
     S, C, rho = float(params.S), int(params.C), float(params.rho)
     if stats.C != C:
         raise ValueError(f"stats were computed with C={stats.C}, not {C}")
-    sound = params.sensitivity == "sound"
     mu_p = prior_mean(alpha)
-    xhat = log_mean_center(np.minimum(stats.c, params.count_clip) if sound else stats.c)
     w = decay_weights(stats.N, S, C)
-    if sound:
-        gamma = sound_gamma(S, C, params.W, alpha.size, params.count_clip, params.unit.max_reports)
-    elif params.sensitivity == "bruteforce":
-        if max_sq_dist is None:
-            raise ValueError("the brute-force sensitivity needs max_sq_dist")
-        gamma = float(math.sqrt(max_sq_dist))
+    if params.sensitivity == "sound":
+        W, M = params.sound_caps()
+        xhat = log_mean_center(np.minimum(stats.c, M))
+        gamma = sound_gamma(S, C, W, alpha.size, M, params.unit.max_reports)
     else:
-        gamma = _claim1_from_stats(stats, S, C)
+        xhat = log_mean_center(stats.c)
+        if params.sensitivity == "bruteforce":
+            if max_sq_dist is None:
+                raise ValueError("the brute-force sensitivity needs max_sq_dist")
+            gamma = float(math.sqrt(max_sq_dist))
+        else:
+            gamma = _claim1_from_stats(stats, S, C)
     mean = rho * (w * xhat) + (1.0 - rho) * mu_p
     sigma, used = calibrate(rho * gamma, params.epsilon, params.delta, params.calibration)
     grid = snap_grid(sigma)

@@ -76,7 +76,8 @@ def register(subparsers) -> None:
     r.add_argument("--calibration", choices=["auto", "classic", "analytic"], default=None)
     r.add_argument("--public-sensitivity", choices=["sound", "observed"], default=None,
                    help="ℓ1 sensitivity of laplace-public: sound (2) or observed (data-dependent, NOT DP)")
-    r.add_argument("--first-window", type=int, default=None, help="first accounting window covered (with --last-window)")
+    r.add_argument("--first-window", type=int, default=None,
+                   help="first accounting window covered (with --last-window)")
     r.add_argument("--last-window", type=int, default=None, help="last accounting window covered (default: all)")
     r.add_argument("--no-discovery", action="store_true",
                    help="posterior: release the public vocabulary only (no DP discovery of other n-grams)")
@@ -244,7 +245,8 @@ def _release(args) -> int:
         raise SystemExit("lac curator release: give both --first-window and --last-window, or neither")
     req = curator_pb2.ReleaseRequest(mechanism=args.mechanism, epsilon=args.epsilon, delta=args.delta or 0.0,
                                      s=args.s or 0.0, rho=args.rho or 0.0, sensitivity=args.sensitivity or "",
-                                     calibration=args.calibration or "", public_sensitivity=args.public_sensitivity or "")
+                                     calibration=args.calibration or "",
+                                     public_sensitivity=args.public_sensitivity or "")
     if args.first_window is not None:
         req.first_window, req.last_window = args.first_window, args.last_window
     if args.no_discovery:

@@ -164,7 +164,7 @@ class CuratorConfig:
                                  "...)")
         if self.release_workers < 1:
             raise ValueError("release_workers must be at least 1")
-        self.deployment  # validates the published configuration
+        _ = self.deployment  # validates the published configuration
 
     @property
     def deployment(self) -> Deployment:

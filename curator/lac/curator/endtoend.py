@@ -58,7 +58,7 @@ from lac.curator.bayesian import (
     prior_mean,
 )
 from lac.curator.gaussian import METHODS as _CALIBRATIONS
-from lac.curator.sound import SOUND_STATEMENT, cap_rows, sound_gamma
+from lac.curator.sound import SOUND_STATEMENT, cap_rows, sound_caps, sound_gamma
 
 __all__ = ["EndToEndParams", "EndToEndRelease", "cross_entropy_score", "end_to_end_dp", "DEFAULT_S_GRID",
            "DEFAULT_RHO_GRID"]
@@ -102,7 +102,7 @@ class EndToEndParams:
             raise ValueError(f"calibration must be one of {_CALIBRATIONS}, got {self.calibration!r}")
         for name in ("validation_fraction", "selection_share"):
             v = getattr(self, name)
-            if isinstance(v, bool) or not (isinstance(v, Real) and 0 < v < 1):
+            if isinstance(v, bool) or not (isinstance(v, Real) and 0 < float(v) < 1):
                 raise ValueError(f"{name} must be in (0, 1), got {v!r}")
         # Every grid point must make a valid BayesianParams with the release budget.
         for S in self.S_grid:
@@ -118,6 +118,10 @@ class EndToEndParams:
     def epsilon_release(self) -> float:
         """ε₂ = ε − ε₁: what the BayesianDP release spends."""
         return self.epsilon - self.epsilon_select
+
+    def sound_caps(self) -> tuple[int, int]:
+        """The public caps (W, count_clip) of the sound sensitivity (always set when it is "sound")."""
+        return sound_caps(self.W, self.count_clip)
 
     def bayesian(self, S: float, rho: float) -> BayesianParams:
         """The BayesianDP parameters of the release at grid point (S, ρ), with budget ε₂."""
@@ -194,8 +198,9 @@ def end_to_end_dp(
     rng = secure_generator() if rng is None else rng
     C, V = int(params.C), int(alpha.size)
     sound = params.sensitivity == "sound"
+    W, M = params.sound_caps() if sound else (0, 0)  # the caps are used only when sound
     m = params.unit.max_reports if sound else 1
-    U = cap_rows(U, params.W) if sound else sp.csr_matrix(U)
+    U = cap_rows(U, W) if sound else sp.csr_matrix(U)
 
     n = U.shape[0]
     in_validation = rng.random(n) < params.validation_fraction  # one independent coin per report
@@ -208,13 +213,13 @@ def end_to_end_dp(
     stats1, stats2 = count_stats(U1, C), count_stats(U2, C)
     c1 = stats1.c
     mu_p = prior_mean(alpha)
-    xhat2 = log_mean_center(np.minimum(stats2.c, params.count_clip) if sound else stats2.c)
+    xhat2 = log_mean_center(np.minimum(stats2.c, M) if sound else stats2.c)
     grid = tuple((S, rho) for S in params.S_grid for rho in params.rho_grid)
 
     gamma_of_S: dict[float, float] = {}
     for S in params.S_grid:
         if sound:
-            g = sound_gamma(S, C, params.W, V, params.count_clip, m)
+            g = sound_gamma(S, C, W, V, M, m)
         elif params.sensitivity == "bruteforce":
             sq = bruteforce_sq_dists(U2, stats2, S, C)
             g = float(math.sqrt(sq.max())) if sq.size else 0.0
@@ -235,11 +240,11 @@ def end_to_end_dp(
     rhos = np.array([rho for _, rho in grid])
 
     if sound:
-        L = math.log1p(params.count_clip)
-        G = math.sqrt(2.0) * params.validation_cap * params.W * C
+        L = math.log1p(M)
+        G = math.sqrt(2.0) * params.validation_cap * W * C
         range_p = float(mu_p.max() - mu_p.min())
         term2 = G * float(np.max(rhos * gammas))
-        term1 = 2.0 * m * params.W * C * max(math.log(V) + rho * L + (1.0 - rho) * range_p for rho in params.rho_grid)
+        term1 = 2.0 * m * W * C * max(math.log(V) + rho * L + (1.0 - rho) * range_p for rho in params.rho_grid)
     else:
         term2 = _lipschitz(c1) * float(np.max(rhos * gammas))
         term1 = 0.0

@@ -60,6 +60,8 @@ def _install(payload: bytes) -> None:
 
 
 def _apply(part: Any) -> Any:
+    if _TASK is None:
+        raise RuntimeError("the engine worker was not initialised")
     fn, load = _TASK
     return fn(load(part))
 

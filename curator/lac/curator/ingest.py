@@ -6,9 +6,9 @@ Spark executor can run them):
 
 * ``open_chunk``: open each payload (HPKE) and check it against the published deployment and the
   token rules; a report that fails is quarantined with a reason, never failing the chunk.
-  Reasons come from the envelope's error (``reason`` attribute, default "malformed") or are
-  "invalid" (validation), "mechanism_not_allowed", "epsilon_too_large", "embedding_mismatch",
-  "too_many_words", or "internal" (an unexpected error while opening).
+  Reasons (``lac.common.errors.RejectReason``) come from the envelope's ``PayloadRejected`` (else
+  "malformed") or are "invalid" (validation), "mechanism_not_allowed", "epsilon_too_large",
+  "embedding_mismatch", "too_many_words", or "internal" (an unexpected error while opening).
 * ``count_chunk``: every n-gram of the accepted reports (``lac.curator.ngrams.keyed_report_items``,
   spelled by Arrow), with what ``merge_counts`` needs to combine chunks.
 * ``merge_counts``: the counts of the reports a batch keeps (the store drops replayed report ids,
@@ -41,7 +41,7 @@ import pyarrow.compute as pc
 from google.protobuf.message import DecodeError
 
 from lac.common import envelope
-from lac.common.errors import LacError, Unavailable
+from lac.common.errors import LacError, RejectReason, Unavailable
 from lac.common.serde import mechanism_id
 from lac.common.text import BOS, EOS, UNK
 from lac.common.v1 import reports_pb2
@@ -56,7 +56,6 @@ __all__ = ["IngestContext", "OpenedChunk", "CountedChunk", "open_chunk", "count_
 
 log = logging.getLogger(__name__)
 
-MAX_REASON = 64
 MAX_DETAIL = 500
 MIN_POOL_BATCH = 200
 """Smaller batches are opened in the calling process: the pool's round trip would cost more."""
@@ -123,7 +122,7 @@ class CountedChunk:
 
 
 class _Reject(Exception):
-    def __init__(self, reason: str, detail: str):
+    def __init__(self, reason: RejectReason, detail: str):
         super().__init__(reason)
         self.reason, self.detail = reason, detail
 
@@ -131,29 +130,31 @@ class _Reject(Exception):
 def _validate(ctx: IngestContext, content: reports_pb2.ReportContent) -> None:
     """A report must satisfy the published deployment and the token rules; else _Reject."""
     if len(content.report_id) != envelope.REPORT_ID_BYTES:
-        raise _Reject("invalid", f"report_id must be {envelope.REPORT_ID_BYTES} bytes")
+        raise _Reject(RejectReason.INVALID, f"report_id must be {envelope.REPORT_ID_BYTES} bytes")
     lp = content.local_privacy
     if lp.mechanism != mechanism_id(ctx.mechanism):
-        raise _Reject("mechanism_not_allowed", f"local mechanism id {lp.mechanism}; this deployment accepts "
-                                               f"{ctx.mechanism} only")
+        raise _Reject(RejectReason.MECHANISM_NOT_ALLOWED, f"local mechanism id {lp.mechanism}; this deployment "
+                                                          f"accepts {ctx.mechanism} only")
     if not (math.isfinite(lp.epsilon_per_word) and 0 < lp.epsilon_per_word <= ctx.epsilon_per_word * (1 + 1e-12)):
-        raise _Reject("epsilon_too_large", f"ε per word {lp.epsilon_per_word!r}; this deployment accepts "
-                                           f"0 < ε ≤ {ctx.epsilon_per_word:g}")
+        raise _Reject(RejectReason.EPSILON_TOO_LARGE, f"ε per word {lp.epsilon_per_word!r}; this deployment accepts "
+                                                      f"0 < ε ≤ {ctx.epsilon_per_word:g}")
     if lp.embedding != ctx.embedding:
-        raise _Reject("embedding_mismatch", f"embedding {lp.embedding[:80]!r}; this deployment uses {ctx.embedding}")
+        raise _Reject(RejectReason.EMBEDDING_MISMATCH,
+                      f"embedding {lp.embedding[:80]!r}; this deployment uses {ctx.embedding}")
     if len(content.sentences) > ctx.max_sentences_per_report:
-        raise _Reject("invalid", f"{len(content.sentences)} sentences; at most {ctx.max_sentences_per_report}")
+        raise _Reject(RejectReason.INVALID,
+                      f"{len(content.sentences)} sentences; at most {ctx.max_sentences_per_report}")
     n_words = 0
     for s in content.sentences:
         n_words += len(s.tokens)
         for t in s.tokens:
             if not t or len(t) > ctx.max_token_chars or len(t.split()) != 1 or t.strip() != t \
                     or t in _RESERVED_TOKENS:
-                raise _Reject("invalid", f"token {t[:80]!r}: must be 1..{ctx.max_token_chars} characters, "
-                                         "no whitespace, not <s>, </s> or <unk>")
+                raise _Reject(RejectReason.INVALID, f"token {t[:80]!r}: must be 1..{ctx.max_token_chars} characters, "
+                                                    "no whitespace, not <s>, </s> or <unk>")
     if n_words > ctx.max_report_words:
-        raise _Reject("too_many_words", f"{n_words} words; this deployment's reports have at most "
-                                        f"{ctx.max_report_words}")
+        raise _Reject(RejectReason.TOO_MANY_WORDS, f"{n_words} words; this deployment's reports have at most "
+                                                   f"{ctx.max_report_words}")
 
 
 def open_chunk(ctx: IngestContext, payloads: Sequence[bytes]) -> OpenedChunk:
@@ -166,17 +167,18 @@ def open_chunk(ctx: IngestContext, payloads: Sequence[bytes]) -> OpenedChunk:
             try:
                 sealed = reports_pb2.SealedPayload.FromString(raw)
             except DecodeError as exc:
-                raise _Reject("malformed", f"payload is not a SealedPayload: {exc}") from None
+                raise _Reject(RejectReason.MALFORMED, f"payload is not a SealedPayload: {exc}") from None
             try:
                 c = envelope.open_payload(sealed, keyring, allow_plaintext=ctx.allow_plaintext)
             except LacError as exc:
-                raise _Reject(str(getattr(exc, "reason", "malformed")), str(exc)) from None
+                reason = exc.reason if isinstance(exc, envelope.PayloadRejected) else RejectReason.MALFORMED
+                raise _Reject(reason, str(exc)) from None
             except Exception as exc:  # a bug or library error must not take the batch down
                 log.exception("unexpected error opening a report")
-                raise _Reject("internal", str(exc)) from None
+                raise _Reject(RejectReason.INTERNAL, str(exc)) from None
             _validate(ctx, c)
         except _Reject as r:
-            quarantined.append(Quarantined(r.reason[:MAX_REASON] or "malformed", r.detail[:MAX_DETAIL], bytes(raw)))
+            quarantined.append(Quarantined(r.reason, r.detail[:MAX_DETAIL], bytes(raw)))
             continue
         ids.append(bytes(c.report_id))
         texts.append([list(s.tokens) for s in c.sentences])
@@ -211,31 +213,34 @@ def merge_counts(chunks: Sequence[CountedChunk], keep: Sequence[int]) -> ReportI
     their order of first occurrence; where a chunk's reports are not all kept, that order over the
     kept ones is the order of their one-word items, as a row lists its items in order of first
     occurrence), then the chunks' items are keyed again and sorted together."""
-    keep = np.asarray(keep, dtype=np.int64)
+    kept = np.asarray(keep, dtype=np.int64)
     sizes = [c.items.n_reports for c in chunks]
-    if keep.size and (np.any(np.diff(keep) <= 0) or keep[0] < 0 or keep[-1] >= sum(sizes)):
+    if kept.size and (np.any(np.diff(kept) <= 0) or kept[0] < 0 or kept[-1] >= sum(sizes)):
         raise ValueError("kept positions must increase and lie within the chunks")
-    if len(chunks) == 1 and keep.size == sizes[0]:  # every report kept: nothing to merge
+    if len(chunks) == 1 and kept.size == sizes[0]:  # every report kept: nothing to merge
         return chunks[0].items
     offsets = np.concatenate([[0], np.cumsum(sizes, dtype=np.int64)])
-    chunk_of = np.searchsorted(offsets, keep, side="right") - 1
-    entries, lens, orders = [], [], []  # per chunk: the kept rows' entries (None: all), row lengths, words in order
+    chunk_of = np.searchsorted(offsets, kept, side="right") - 1
+    # Per chunk: the kept rows' entries (None: all), row lengths, words in order.
+    entries: list[np.ndarray | None] = []
+    lens: list[np.ndarray] = []
+    orders: list[np.ndarray] = []
     for ci, c in enumerate(chunks):
-        local = keep[chunk_of == ci] - offsets[ci]
+        local = kept[chunk_of == ci] - offsets[ci]
         if local.size == sizes[ci]:
             entries.append(None)
             lens.append(np.diff(c.items.indptr))
             orders.append(np.arange(3, len(c.words)))  # after "", <s>, </s>: in order of first occurrence
             continue
         row_lens = np.diff(c.items.indptr)[local]
-        at = np.repeat(c.items.indptr[local] - (np.cumsum(row_lens) - row_lens), row_lens) + np.arange(row_lens.sum())
-        d = c.digits[c.items.item_ids[at]]
-        u, first = np.unique(d[(d[:, 1:] == 0).all(axis=1), 0], return_index=True)  # one-word items
-        u, first = u[u >= 3], first[u >= 3]  # not </s>
-        entries.append(at)
+        sel = np.repeat(c.items.indptr[local] - (np.cumsum(row_lens) - row_lens), row_lens) + np.arange(row_lens.sum())
+        d = c.digits[c.items.item_ids[sel]]
+        w1, first = np.unique(d[(d[:, 1:] == 0).all(axis=1), 0], return_index=True)  # one-word items
+        w1, first = w1[w1 >= 3], first[w1 >= 3]  # not </s>
+        entries.append(sel)
         lens.append(row_lens)
-        orders.append(u[np.argsort(first)])
-    indptr = np.zeros(keep.size + 1, dtype=np.int64)
+        orders.append(w1[np.argsort(first)])
+    indptr = np.zeros(kept.size + 1, dtype=np.int64)
     np.cumsum(np.concatenate(lens) if lens else np.zeros(0, np.int64), out=indptr[1:])
     if indptr[-1] == 0:
         return ReportItems(indptr, np.empty(0, np.int32), np.empty(0, np.int32), pa.array([], pa.string()))
@@ -307,6 +312,8 @@ def _install(ctx: IngestContext) -> None:
 
 
 def _work(payloads: list[bytes]) -> CountedChunk:
+    if _WORKER_CTX is None:
+        raise RuntimeError("the ingest worker was not initialised")
     return ingest_chunk(_WORKER_CTX, payloads)
 
 
@@ -346,12 +353,13 @@ class IngestPool:
                                                  initargs=(self.ctx,))
             return self._pool
 
-    def _broken(self, pool: ProcessPoolExecutor, exc: BaseException) -> Unavailable:
+    def _broken(self, pool: ProcessPoolExecutor | None, exc: BaseException) -> Unavailable:
         """Drop a pool a worker died in (the next batch gets a new one): the batch is retried later."""
         with self._lock:
-            if self._pool is pool:
+            if pool is not None and self._pool is pool:
                 self._pool = None
-        pool.shutdown(wait=False, cancel_futures=True)
+        if pool is not None:
+            pool.shutdown(wait=False, cancel_futures=True)
         log.error("an ingest worker process died (%s); the batch was not stored and a new pool starts with the "
                   "next batch", exc)
         return Unavailable(f"an ingest worker process died ({exc}); nothing of the batch was stored: retry")

@@ -55,12 +55,20 @@ class CuratorMetrics:
             if not self._storage_failing:
                 log.error("metrics: the store could not be read (%s: %s)", type(exc).__name__, exc)
             self._storage_failing = True
-            out.append(GaugeMetricFamily("lac_curator_storage_ok", "1 while the store can be read, 0 when "
-                                         "reading it failed at the last scrape.", value=0))
+            out.append(GaugeMetricFamily("lac_curator_storage_ok", "1 while the store can be read and written, 0 "
+                                         "while writes fail (health NOT_SERVING) or reading failed at this "
+                                         "scrape.", value=0))
             return out
         self._storage_failing = False
-        out.append(GaugeMetricFamily("lac_curator_storage_ok", "1 while the store can be read, 0 when reading "
-                                     "it failed at the last scrape.", value=1))
+        guard = c.storage
+        out.append(GaugeMetricFamily("lac_curator_storage_ok", "1 while the store can be read and written, 0 "
+                                     "while writes fail (health NOT_SERVING) or reading failed at this scrape.",
+                                     value=int(guard.ok)))
+        failures = CounterMetricFamily("lac_curator_storage_failures_total", "Failed storage operations by "
+                                       "reason (disk full, I/O error, ...).", labels=["reason"])
+        for reason, n in sorted(guard.failures.items()):
+            failures.add_metric([reason], n)
+        out.append(failures)
         out.append(CounterMetricFamily("lac_curator_batches_ingested_total", "Batches stored (a redelivered "
                                        "batch counts once).", value=status["batches"]))
         out.append(CounterMetricFamily("lac_curator_reports_ingested_total", "Reports stored (exact; "

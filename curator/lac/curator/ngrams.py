@@ -75,7 +75,7 @@ class _Lookup:
     unk: int  # word id of <unk> (what words outside the vocabulary read as), -1 if it has none
     base: int  # number of word ids
     dense1: np.ndarray  # word id -> id of that 1-prefix (-1 if no item starts with the word)
-    prefixes: tuple[_KeyTable | None, ...]  # [k-1] for k >= 2: the k-prefixes of items, keyed by
+    prefixes: tuple[_KeyTable, ...]  # [k-2] for k >= 2: the k-prefixes of items, keyed by
     # (id of the (k-1)-prefix) * base + word id; id = rank of the key among the k-prefixes
     columns: tuple[np.ndarray, ...]  # [k-1]: column of the item equal to that prefix, or -1
 
@@ -234,7 +234,7 @@ class NgramVocabulary:
         dense1[prefixes[0]] = np.arange(prefixes[0].size)
         wid = dict(all_ids)
         bos, eos = wid.pop(BOS, -1), wid.pop(EOS, -1)
-        tables = (None,) + tuple(_KeyTable(t) for t in prefixes[1:])
+        tables = tuple(_KeyTable(t) for t in prefixes[1:])
         return _Lookup(wid, bos, eos, wid.get(UNK, -1), base, dense1, tables, tuple(columns))
 
 
@@ -290,7 +290,7 @@ class _KeyTable:
         return out
 
 
-def _count_chunk(reports: list, vocab: NgramVocabulary, lk: _Lookup, C: int, W: int | None):
+def _count_chunk(reports: list, vocab: NgramVocabulary, lk: _Lookup, C: int | None, W: int | None):
     n_rep = len(reports)
     V = len(vocab)
     max_n = vocab.max_n
@@ -331,7 +331,7 @@ def _count_chunk(reports: list, vocab: NgramVocabulary, lk: _Lookup, C: int, W: 
             cand = np.flatnonzero((prev >= 0) & (wid >= 0) & (pos_in_sent >= k - 1))
             keys = prev[cand] * lk.base + wid[cand]
         pid = np.full(wid.size, -1, dtype=np.int64)
-        pid[cand] = lk.dense1[keys] if k == 1 else lk.prefixes[k - 1].find(keys)
+        pid[cand] = lk.dense1[keys] if k == 1 else lk.prefixes[k - 2].find(keys)
         found = cand[pid[cand] >= 0]
         col = lk.columns[k - 1][pid[found]]
         hit = col >= 0
@@ -372,7 +372,8 @@ def _count_chunk(reports: list, vocab: NgramVocabulary, lk: _Lookup, C: int, W: 
         grow, gcol, gcount = grow[kept], gcol[kept], gcount[kept]
     n_clamped = int(np.maximum(gcount - C, 0).sum())
     row_nnz = np.bincount(grow, minlength=n_rep)
-    return row_nnz, gcol.astype(np.int32), np.minimum(gcount, C).astype(np.int32), n_ngrams, n_oov, n_over_cap, n_clamped
+    clamped = np.minimum(gcount, C).astype(np.int32)
+    return row_nnz, gcol.astype(np.int32), clamped, n_ngrams, n_oov, n_over_cap, n_clamped
 
 
 def count_reports(

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import partial
 
 import numpy as np
 
@@ -132,24 +133,23 @@ def predict(mechanism: str, epsilon: float, delta: float, vocab: NgramVocabulary
     L = mean_sentence_words(vocab)
     shares = _word_shares(vocab)
     pi_star = _pi_needed(shares, target_share)
-    n_known = reports is not None
-    base = dict(mechanism=mechanism, epsilon=epsilon, delta=delta, reports=reports, reports_source=reports_source,
-                target_share=target_share)
+    preview = partial(Preview, mechanism=mechanism, epsilon=epsilon, delta=delta, reports=reports,
+                      reports_source=reports_source, target_share=target_share)
     if mechanism in ("bayesian", "endtoend"):
         if data_dependent:
-            return Preview(noise=float("nan"), noise_unit="logits; data-dependent, known only after the release",
+            return preview(noise=float("nan"), noise_unit="logits; data-dependent, known only after the release",
                            resolvable=(), signal_share=None, swamped=None, reports_needed=None, epsilon_needed=None,
-                           advice="", **base)
+                           advice="")
         gamma = sound_gamma(S, C, W, len(vocab), count_clip, m)
         eps_rel = epsilon * 2 / 3 if mechanism == "endtoend" else epsilon  # EndToEndDP keeps 2/3 for the release
         sigma = calibrate(rho * gamma, eps_rel, delta, calibration)[0]
-        swamped = sigma > _MAX_LOGIT_SIGMA
+        logits_swamped = sigma > _MAX_LOGIT_SIGMA
         need = _epsilon_for(lambda e: calibrate(rho * gamma, e, delta, calibration)[0], _MAX_LOGIT_SIGMA, epsilon)
         advice = ("BayesianDP's sound noise does not shrink with more reports; use the default mechanism "
-                  "(posterior)" + (f" or ε ≥ {need:.3g}" if need else "") + ".") if swamped else ""
-        return Preview(noise=sigma, noise_unit="on the logits, independent of the number of reports",
-                       resolvable=(), signal_share=None, swamped=swamped, reports_needed=None,
-                       epsilon_needed=need, advice=advice, **base)
+                  "(posterior)" + (f" or ε ≥ {need:.3g}" if need else "") + ".") if logits_swamped else ""
+        return preview(noise=sigma, noise_unit="on the logits, independent of the number of reports",
+                       resolvable=(), signal_share=None, swamped=logits_swamped, reports_needed=None,
+                       epsilon_needed=need, advice=advice)
     if mechanism == "posterior":
         def noise_at(e: float) -> float:
             return PosteriorParams(e, delta, W=W, C=C, discovery=discovery and e > 2 * delta, unit=unit).sigma
@@ -172,7 +172,7 @@ def predict(mechanism: str, epsilon: float, delta: float, vocab: NgramVocabulary
         eps_needed = _epsilon_for(noise_at, pi_star * per_report / SNR, epsilon)
     else:
         reports_needed = max(1, math.ceil(SNR * noise / (pi_star * per_report)))
-        if n_known:
+        if reports is not None:
             resolvable, share = _resolvable(vocab, reports * per_report, noise)
             eps_needed = _epsilon_for(noise_at, reports * pi_star * per_report / SNR, epsilon)
         else:
@@ -197,5 +197,5 @@ def predict(mechanism: str, epsilon: float, delta: float, vocab: NgramVocabulary
             helps.append("the default mechanism (posterior)")
         advice = (f"For {100 * target_share:.0f}% of the words to stand out it needs " + " or ".join(helps) + "."
                   if helps else "")
-    return Preview(noise=noise, noise_unit=unit_name, resolvable=resolvable, signal_share=share, swamped=swamped,
-                   reports_needed=reports_needed, epsilon_needed=eps_needed, advice=advice, **base)
+    return preview(noise=noise, noise_unit=unit_name, resolvable=resolvable, signal_share=share, swamped=swamped,
+                   reports_needed=reports_needed, epsilon_needed=eps_needed, advice=advice)

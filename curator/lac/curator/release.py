@@ -256,7 +256,8 @@ class Release:
     @property
     def charge(self) -> Budget | None:
         """What this release spends from each window it covers (None: not DP, never charged)."""
-        return self.guarantee.budget if self.differentially_private else None
+        g = self.guarantee
+        return g.budget if g is not None and g.differentially_private else None
 
 
 def _rounded(log_probs: np.ndarray) -> np.ndarray:
@@ -316,15 +317,15 @@ def run(reports: Reports | sp.csr_matrix, vocab: NgramVocabulary, spec: ReleaseS
     W, C = caps.W, caps.C
     items = tuple(vocab.items)
     if spec.mechanism == "posterior":
-        p = PosteriorParams(epsilon=spec.epsilon, delta=spec.delta, W=W, C=C, discovery=spec.discovery, unit=unit)
-        totals = engine.fold(reports, partial(block_totals, vocab=vocab, W=W, C=C, tau=p.tau,
+        pp = PosteriorParams(epsilon=spec.epsilon, delta=spec.delta, W=W, C=C, discovery=spec.discovery, unit=unit)
+        totals = engine.fold(reports, partial(block_totals, vocab=vocab, W=W, C=C, tau=pp.tau,
                                               candidates=spec.discovery),
                              _add_totals, WeightedTotals(np.zeros(len(vocab))))
-        r = posterior_release(totals, vocab, p, rng=rng)
-        return Release("posterior", r.items, _rounded(r.log_probs), r.pseudo_counts, r.guarantee, "", "sound", 0.0,
-                       r.sigma, "analytic", 0.0, r.n_reports, len(r.items),
-                       params=dict(C=C, W=W, tau=p.tau, discovery=float(p.discovery)), threshold=r.threshold,
-                       discovered=r.discovered)
+        pr = posterior_release(totals, vocab, pp, rng=rng)
+        return Release("posterior", pr.items, _rounded(pr.log_probs), pr.pseudo_counts, pr.guarantee, "", "sound",
+                       0.0, pr.sigma, "analytic", 0.0, pr.n_reports, len(pr.items),
+                       params=dict(C=C, W=W, tau=pp.tau, discovery=float(pp.discovery)), threshold=pr.threshold,
+                       discovered=pr.discovered)
     alpha = vocab.alpha
     streamed = not isinstance(reports, MatrixReports) and spec.mechanism in ("bayesian", "laplace", "laplace-public")
     if streamed:
@@ -359,13 +360,13 @@ def run(reports: Reports | sp.csr_matrix, vocab: NgramVocabulary, spec: ReleaseS
                        r.sigma, r.calibration, 0.0, params=dict(S=p.S, C=C, rho=p.rho, W=W, count_clip=caps.count_clip),
                        **common)
     if spec.mechanism == "endtoend":
-        p = EndToEndParams(epsilon=spec.epsilon, delta=spec.delta, C=C, sensitivity=spec.sensitivity,
-                           calibration=spec.calibration, W=W, count_clip=caps.count_clip,
-                           validation_cap=caps.validation_cap, unit=unit)
-        e = end_to_end_dp(U, alpha, p, rng=rng)
-        r = e.release
-        return Release("endtoend", items, _rounded(r.log_theta), None, e.guarantee, "", r.sensitivity_method, r.gamma,
-                       r.sigma, r.calibration, e.laplace_scale,
+        ep = EndToEndParams(epsilon=spec.epsilon, delta=spec.delta, C=C, sensitivity=spec.sensitivity,
+                            calibration=spec.calibration, W=W, count_clip=caps.count_clip,
+                            validation_cap=caps.validation_cap, unit=unit)
+        e = end_to_end_dp(U, alpha, ep, rng=rng)
+        er = e.release
+        return Release("endtoend", items, _rounded(er.log_theta), None, e.guarantee, "", er.sensitivity_method,
+                       er.gamma, er.sigma, er.calibration, e.laplace_scale,
                        params=dict(S=e.S, C=C, rho=e.rho, W=W, count_clip=caps.count_clip,
                                    epsilon_select=e.epsilon_select, epsilon_release=e.epsilon_release),
                        **common)

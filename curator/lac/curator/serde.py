@@ -7,6 +7,8 @@ pre-noise values, which no reply carries).
 
 from __future__ import annotations
 
+from typing import Any
+
 from lac.common.errors import InvalidArgument
 from lac.common.privacy import Budget
 from lac.common.rpc import Caller, Role
@@ -30,7 +32,7 @@ def is_operator(caller: Caller) -> bool:
 
 def release_spec(r: curator_pb2.ReleaseRequest) -> ReleaseSpec:
     """The request as a ``ReleaseSpec`` (unset fields take the spec's defaults); InvalidArgument if invalid."""
-    given = {}
+    given: dict[str, Any] = {}  # keyword arguments of ReleaseSpec
     if r.mechanism:
         given["mechanism"] = r.mechanism
     if r.delta:
@@ -98,9 +100,10 @@ def record_message(rec: ReleaseRecord, caller: Caller) -> curator_pb2.ReleaseRec
 
 def preview_message(p: Preview) -> curator_pb2.ReleasePreview:
     """A preview holds public information and what the caller may know: the same for every role."""
-    optional = {k: v for k, v in (("reports", p.reports), ("signal_share", p.signal_share), ("swamped", p.swamped),
-                                  ("reports_needed", p.reports_needed), ("epsilon_needed", p.epsilon_needed))
-                if v is not None}
+    optional: dict[str, Any] = {
+        k: v for k, v in (("reports", p.reports), ("signal_share", p.signal_share), ("swamped", p.swamped),
+                          ("reports_needed", p.reports_needed), ("epsilon_needed", p.epsilon_needed))
+        if v is not None}
     return curator_pb2.ReleasePreview(
         mechanism=p.mechanism, epsilon=p.epsilon, delta=p.delta, noise=p.noise, noise_unit=p.noise_unit,
         reports_source=p.reports_source, resolvable=list(p.resolvable), target_share=p.target_share,

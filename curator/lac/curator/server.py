@@ -26,9 +26,9 @@ INGEST_REPORTS_FIELD = curator_pb2.IngestBatchRequest.DESCRIPTOR.fields_by_name[
 _READERS = {Role.ANALYST, Role.OPERATOR}
 INGEST_ROLES = {"IngestBatch": {Role.INGEST}}
 QUERY_ROLES = {
-    "Release": _READERS, "PreviewRelease": _READERS, "ListReleases": _READERS, "GetRelease": _READERS, "TopNgrams": _READERS,
-    "GetBudget": _READERS, "NgramProbabilities": _READERS, "NextWord": _READERS, "Perplexity": _READERS,
-    "ExportArpa": _READERS,
+    "Release": _READERS, "PreviewRelease": _READERS, "ListReleases": _READERS, "GetRelease": _READERS,
+    "TopNgrams": _READERS, "GetBudget": _READERS, "NgramProbabilities": _READERS, "NextWord": _READERS,
+    "Perplexity": _READERS, "ExportArpa": _READERS,
     "GetDeployment": {Role.INGEST, Role.ANALYST, Role.OPERATOR},
     "GetStatus": {Role.OPERATOR},
 }

@@ -7,9 +7,9 @@ Ingest rules
   and stored once.
 * Every payload is opened, validated and counted by ``lac.curator.ingest`` on ``ingest_workers``
   processes. A report that cannot be opened or is invalid is quarantined (sealed bytes, reason,
-  detail) and counted by reason; it never fails the batch. Reasons come from the envelope's error
-  (``reason`` attribute, default "malformed") or are "invalid" (validation) / "internal" (an
-  unexpected error while opening). If a worker process dies, nothing of the batch is stored and
+  detail) and counted by reason (``lac.common.errors.RejectReason``); it never fails the batch.
+  Reasons come from the envelope's error (else "malformed") or are "invalid" (validation) /
+  "internal" (an unexpected error while opening). If a worker process dies, nothing of the batch is stored and
   the call answers UNAVAILABLE (the shuffler retries it).
 * A report id already seen within ``replay_window_days`` (or twice in one batch) is counted as
   "replayed_report_id" and dropped, not quarantined (its first copy is stored; keeping replays
@@ -39,6 +39,7 @@ from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict
 from functools import partial
+from typing import TYPE_CHECKING
 
 import numpy as np
 import scipy.sparse as sp
@@ -53,7 +54,7 @@ from lac.common.text import sentences as split_sentences
 from lac.common.v1 import curator_pb2
 from lac.curator import release as releases
 from lac.curator.config import CuratorConfig
-from lac.curator.engine import create_engine
+from lac.curator.engine import Engine, create_engine
 from lac.curator.ingest import IngestContext, IngestPool, merge_counts
 from lac.curator.lm import NgramModel
 from lac.curator.metrics import CuratorMetrics
@@ -61,6 +62,9 @@ from lac.curator.ngrams import NgramVocabulary
 from lac.curator.preview import Preview, predict
 from lac.curator.release import PublicCaps, ReleaseRecord, ReleaseSpec, StoredReports
 from lac.curator.store import CuratorStore
+
+if TYPE_CHECKING:
+    from lac.curator.spark import SparkIngest
 
 log = logging.getLogger(__name__)
 
@@ -120,13 +124,17 @@ class Curator:
         # where releases' aggregations run (lac.curator.engine); noise and ledger stay here
         self.engine = create_engine(config.engine, config.spark_master, config.release_workers)
         ingest = IngestContext.of(config, self.keyring, vocab.max_n)
-        self._spark = None  # a Spark session started for ingest alone (engine local, ingest_engine spark)
+        self._spark: Engine | None = None  # a Spark session started for ingest alone (engine local, ingest spark)
+        self._ingest: SparkIngest | IngestPool
         if config.ingest_engine == "spark":
             from lac.curator.spark import SparkEngine, SparkIngest
 
-            if not isinstance(self.engine, SparkEngine):
-                self._spark = SparkEngine.start(config.spark_master)
-            self._ingest = SparkIngest(ingest, (self._spark or self.engine).session)
+            if isinstance(self.engine, SparkEngine):
+                session = self.engine.session
+            else:
+                spark = SparkEngine.start(config.spark_master)
+                self._spark, session = spark, spark.session
+            self._ingest = SparkIngest(ingest, session)
         else:
             self._ingest = IngestPool(ingest, config.ingest_workers)
         self._models: OrderedDict[str, NgramModel] = OrderedDict()
@@ -163,8 +171,9 @@ class Curator:
         await self._run(self.store.close)
         self._db.shutdown()
         for engine in (self.engine, self._spark):  # the Spark sessions this curator started
-            if hasattr(engine, "stop"):
-                await asyncio.to_thread(engine.stop)
+            stop = getattr(engine, "stop", None)
+            if stop is not None:
+                await asyncio.to_thread(stop)
 
     @property
     def budget(self) -> Budget:
@@ -184,9 +193,10 @@ class Curator:
             return w, w
         p = request.privacy
         if (p.reports_per_window, p.window_seconds) != (d.reports_per_window, d.window_seconds):
-            raise FailedPrecondition(f"the shuffler's quota is {p.reports_per_window} report(s) per {p.window_seconds:g} s "
-                                     f"window but this curator's privacy unit is {d.reports_per_window} per "
-                                     f"{d.window_seconds:g} s window; make them agree (the batch stays with the shuffler)")
+            raise FailedPrecondition(f"the shuffler's quota is {p.reports_per_window} report(s) per "
+                                     f"{p.window_seconds:g} s window but this curator's privacy unit is "
+                                     f"{d.reports_per_window} per {d.window_seconds:g} s window; make them agree (the "
+                                     f"batch stays with the shuffler)")
         if not p.distinct_clients and not self.config.insecure:
             raise FailedPrecondition("the batch's reports are not bound to distinct clients (the shuffler runs without "
                                      "client authentication); this curator's user-level accounting needs them to be")
@@ -211,8 +221,12 @@ class Curator:
         chunks = await self._ingest.count(payloads)  # on ingest_workers processes; Unavailable if one died
         ids = [rid for c in chunks for rid in c.ids]
         quarantined = [q for c in chunks for q in c.quarantined]
-        for q in quarantined:
-            log.warning("quarantined a report (%s): %s", q.reason, q.detail)
+        first: dict[str, str] = {}
+        for q in quarantined:  # one line per reason and batch, not per report: a flood of bad reports stays quiet
+            first.setdefault(q.reason, q.detail)
+        for reason, detail in first.items():
+            n = sum(q.reason == reason for q in quarantined)
+            log.warning("batch %s: quarantined %d report(s) (%s), the first: %s", request.batch_id, n, reason, detail)
         window = self.config.replay_window_days * 86400.0
         privacy = request.privacy.SerializeToString() if request.HasField("privacy") else None
         result = await self._run(partial(
@@ -236,7 +250,7 @@ class Curator:
     async def _span(self, spec: ReleaseSpec) -> tuple[tuple[int, int], PrivacyUnit]:
         """The windows ``spec`` covers and the privacy unit over them (one client's reports there)."""
         _check_mechanism(spec)
-        if spec.first_window is not None:
+        if spec.first_window is not None and spec.last_window is not None:  # (both or neither: ReleaseSpec)
             span = (spec.first_window, spec.last_window)
         else:
             span = await self._run(self.store.windows)
@@ -250,8 +264,8 @@ class Curator:
 
     def _predict(self, spec: ReleaseSpec, unit: PrivacyUnit, reports: int | None, source: str) -> Preview:
         try:
-            return predict(spec.mechanism, spec.epsilon, spec.delta, self.vocab, W=self.caps.W, C=self.caps.C, unit=unit,
-                           reports=reports, reports_source=source, target_share=self.config.min_signal_share,
+            return predict(spec.mechanism, spec.epsilon, spec.delta, self.vocab, W=self.caps.W, C=self.caps.C,
+                           unit=unit, reports=reports, reports_source=source, target_share=self.config.min_signal_share,
                            discovery=spec.discovery, S=spec.S, rho=spec.rho, count_clip=self.caps.count_clip,
                            calibration=spec.calibration, data_dependent=spec.data_dependent)
         except ArithmeticError as exc:
@@ -314,16 +328,16 @@ class Curator:
         its caller goes away (a deadline), so that a retry finds it."""
         request_id = request_id or uuid.uuid4().hex
         key = spec_key(spec)
-        running = self._inflight.get(request_id)
+        earlier = await self._run(self.store.release_for_request, request_id, key)
+        if earlier is not None:
+            log.info("release request %s repeated: release %s returned again, nothing spent", request_id, earlier)
+            return (await self.get_release(earlier))[0]
+        running = self._inflight.get(request_id)  # checked and registered with no await in between
         if running is not None:
             if running[0] != key:
                 raise AlreadyExists(f"request id {request_id!r} is in use by a running release with other "
                                     f"parameters; use a new request id for a new release")
             return await asyncio.shield(running[1])
-        earlier = await self._run(self.store.release_for_request, request_id, key)
-        if earlier is not None:
-            log.info("release request %s repeated: release %s returned again, nothing spent", request_id, earlier)
-            return (await self.get_release(earlier))[0]
         task = asyncio.get_running_loop().create_task(self._release(spec, operator, request_id, key))
         self._inflight[request_id] = (key, task)
         task.add_done_callback(lambda t: (self._inflight.pop(request_id, None),

@@ -55,6 +55,13 @@ def _pos_int(name: str, v) -> int:
     return int(v)
 
 
+def sound_caps(W: int | None, count_clip: int | None) -> tuple[int, int]:
+    """(W, count_clip), both needed by the sound sensitivity; ValueError if either is unset."""
+    if W is None or count_clip is None:
+        raise ValueError("sensitivity='sound' needs the public caps W and count_clip")
+    return W, count_clip
+
+
 def sound_gamma(S: float, C: int, W: int, V: int, count_clip: int, reports_per_user: int = 1) -> float:
     """γ_sound = β·(1−1/V)·log(1+M)·√K + log(1+m·C)·sqrt(max_{k≤K} k(1−k/V)), β = min(1, m·S/C), K = min(m·W, V).
 

@@ -133,10 +133,10 @@ class SparkEngine:
         if master.startswith("sc://"):
             from pyspark.sql.connect.session import SparkSession as ConnectSession
 
-            builder = ConnectSession.builder.remote(master)
+            remote = ConnectSession.builder.remote(master)
             for k, v in (conf or {}).items():
-                builder = builder.config(k, v)
-            engine = cls(builder.create(), **options)
+                remote = remote.config(k, v)
+            engine = cls(remote.create(), **options)
             engine._owned = True
             return engine
         from pyspark import SparkContext
@@ -209,7 +209,8 @@ def _count_chunks(ctx: bytes, level: int, batches: Iterator[Any]) -> Iterator[An
         return pa.RecordBatch.from_arrays([pa.array([chunk], pa.int32()), pa.array([blob], pa.binary())],
                                           names=["chunk", "counted"])
 
-    current, payloads = None, []
+    current = -1  # the chunk of ``payloads`` (set whenever it is not empty)
+    payloads: list[bytes] = []
     for batch in batches:  # a chunk may span Arrow batches
         for chunk, payload in zip(batch.column(0).to_pylist(), batch.column(2).to_pylist()):
             if chunk != current and payloads:

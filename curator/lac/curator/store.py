@@ -4,8 +4,8 @@ Layout under ``state_dir``:
 
 * ``curator.sqlite`` (WAL, ``synchronous=FULL``, mode 0600 in a 0700 directory): batches (with the
   range of accounting windows their reports were accepted in), the report ids of the replay
-  window, quarantined reports, releases, the privacy ledger (one row per release and window it
-  covers), counters. Small rows only.
+  window, quarantined reports, releases, the request id of each release (idempotent retries), the
+  privacy ledger (one row per release and window it covers), counters. Small rows only.
 * ``segments/window=<w>/<batch>.parquet``: one immutable Parquet segment per ingested batch
   (``lac.curator.segments``): every distinct n-gram of every report with its raw count, in the
   report's first-occurrence order, so W, C and the vocabulary are applied at release time.
@@ -34,10 +34,11 @@ import zipfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
-from lac.common.errors import AlreadyExists, DataLoss, FailedPrecondition
+from lac.common.errors import AlreadyExists, DataLoss, FailedPrecondition, RejectReason
 from lac.common.files import atomic_file, fsync_dir, private_dir, private_sqlite
 from lac.common.privacy import Budget
 from lac.common.storage import LowDiskSpace, free_bytes
@@ -87,7 +88,7 @@ def _load_npz_segment(path: Path) -> ReportItems:
 
 @dataclass(frozen=True)
 class Quarantined:
-    reason: str
+    reason: RejectReason
     detail: str
     sealed: bytes
 
@@ -204,11 +205,11 @@ class CuratorStore:
                     continue
                 seen.add(rid)
                 keep.append(i)
-            rejects: dict[str, int] = {}
+            rejects: dict[str, int] = {}  # by RejectReason's value (as stored and logged)
             for q in quarantined:
-                rejects[q.reason] = rejects.get(q.reason, 0) + 1
+                rejects[str(q.reason)] = rejects.get(str(q.reason), 0) + 1
             if len(keep) < len(report_ids):
-                rejects["replayed_report_id"] = len(report_ids) - len(keep)
+                rejects[str(RejectReason.REPLAYED_REPORT_ID)] = len(report_ids) - len(keep)
             if keep:
                 segment_name = seg.segment_name(batch_id, windows[1])
                 path = self.segments_dir / segment_name
@@ -264,7 +265,10 @@ class CuratorStore:
         """The DP report count last released for exactly these windows: (value, Laplace scale, ε, unix time)."""
         row = self._db.execute("SELECT value, scale, epsilon, at FROM noisy_counts WHERE first_window = ? AND "
                                "last_window = ?", (first_window, last_window)).fetchone()
-        return None if row is None else tuple(float(x) for x in row)
+        if row is None:
+            return None
+        value, scale, epsilon, at = (float(x) for x in row)
+        return value, scale, epsilon, at
 
     def add_noisy_count(self, first_window: int, last_window: int, value: float, scale: float, charge: Budget,
                         limit: Budget) -> None:
@@ -278,7 +282,8 @@ class CuratorStore:
             now = time.time()
             self._db.execute("INSERT OR REPLACE INTO noisy_counts VALUES (?, ?, ?, ?, ?, ?)",
                              (first_window, last_window, value, scale, charge.epsilon, now))
-            self._db.executemany("INSERT INTO window_ledger (release_id, win, epsilon, delta, at) VALUES (?, ?, ?, ?, ?)",
+            self._db.executemany("INSERT INTO window_ledger (release_id, win, epsilon, delta, at) "
+                                 "VALUES (?, ?, ?, ?, ?)",
                                  ((f"count:{first_window}-{last_window}", w, charge.epsilon, charge.delta, now)
                                   for w in windows))
             self._db.execute("COMMIT")
@@ -305,7 +310,8 @@ class CuratorStore:
         written and fsync'd, then the manifest switches to it in a transaction, then the old file goes."""
         done = 0
         for batch_id, name, first, last in self._db.execute(
-                "SELECT batch_id, segment, first_window, last_window FROM batches WHERE segment LIKE '%.npz'").fetchall():
+                "SELECT batch_id, segment, first_window, last_window FROM batches "
+                "WHERE segment LIKE '%.npz'").fetchall():
             old = self.segments_dir / name
             new = seg.segment_name(batch_id, last)
             seg.write(self.segments_dir / new, _load_npz_segment(old), {"batch_id": batch_id, "first_window": first,
@@ -378,7 +384,8 @@ class CuratorStore:
                     return earlier
             if charge is not None:
                 self.check_budget(windows, charge, limit)
-            extra = {} if pseudo_counts is None else {"pseudo_counts": np.asarray(pseudo_counts, dtype=np.float64)}
+            extra: dict[str, Any] = ({} if pseudo_counts is None else
+                                     {"pseudo_counts": np.asarray(pseudo_counts, dtype=np.float64)})
             with atomic_file(path) as fh:
                 np.savez(fh, log_probs=log_probs, items=np.frombuffer("\n".join(items).encode("utf-8"), dtype=np.uint8),
                          **extra)

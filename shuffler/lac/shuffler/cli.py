@@ -29,7 +29,8 @@ def register(subparsers) -> None:
                             "LAC_OPERATOR_TOKEN)")
         tls.add_client_flags(q)
         q.set_defaults(func=func)
-    add = sub.add_parser("add-client", help="register a client (or operator) and print its new bearer token (shown once)",
+    add = sub.add_parser("add-client",
+                         help="register a client (or operator) and print its new bearer token (shown once)",
                          description="Append '<sha256 of token> <id> <role>' to the tokens file (a running "
                                      "shuffler re-reads it) and print the token. Give the token to the client; "
                                      "it sends 'authorization: Bearer <token>'.")
@@ -153,7 +154,8 @@ def _status(args) -> int:
     s = _call(args, "GetStatus", shuffler_pb2.ShufflerStatusRequest())
     print(f"authentication:     {s.auth}")
     print(f"window:             {s.window} (next in {s.seconds_to_next_window:.0f}s)")
-    print(f"buffered reports:   {s.buffered_reports} of {s.buffered_clients} distinct clients (min_batch {s.min_batch})")
+    print(f"buffered reports:   {s.buffered_reports} of {s.buffered_clients} distinct clients "
+          f"(min_batch {s.min_batch})")
     print(f"batches forwarded:  {s.batches_forwarded} ({s.reports_forwarded} reports)")
     print(f"batches pending:    {s.batches_pending}")
     print(f"report log:         {s.log_bytes} of {s.max_log_bytes} bytes")

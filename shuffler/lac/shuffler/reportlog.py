@@ -33,9 +33,11 @@ import threading
 import time
 import uuid
 from collections import Counter
+from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
 
+from lac.common.errors import RejectReason
 from lac.common.files import private_dir, private_sqlite
 from lac.shuffler import wire
 from lac.shuffler.policy import Row, Selection, select_batch
@@ -63,6 +65,7 @@ _ADDED_COLUMNS = {"buffer": ("client BLOB", "win INTEGER NOT NULL DEFAULT 0"),
                   "batches": ("first_window INTEGER NOT NULL DEFAULT 0", "last_window INTEGER NOT NULL DEFAULT 0",
                               "distinct_clients INTEGER NOT NULL DEFAULT 0")}
 
+# Outcomes of a group in ``append_groups`` (not counter labels: those are RejectReason.QUOTA and .LOG_FULL).
 OVER_QUOTA = "over_quota"
 LOG_FULL = "log_full"
 KEEP_DELIVERED = 50  # metadata rows of delivered batches kept for `status`
@@ -162,7 +165,7 @@ class ReportLog:
         free = self._db.execute("PRAGMA freelist_count").fetchone()[0]
         return (pages - free) * self._page_size
 
-    def append_groups(self, groups, window: int, quota: int, max_bytes: int) -> list:
+    def append_groups(self, groups, window: int, quota: int, max_bytes: int) -> list[list[bool] | str]:
         """Store the reports of many Submit calls in one fsync'd transaction.
 
         ``groups``: list of (items, client_key or None), items = [(idempotency_id, crowd, payload)].
@@ -171,9 +174,10 @@ class ReportLog:
         stored) or ``LOG_FULL``.
         """
         if self.used_bytes >= max_bytes:
-            self.count_reject(LOG_FULL, sum(len(g[0]) for g in groups))
+            self.count_reject(RejectReason.LOG_FULL, sum(len(g[0]) for g in groups))
             return [LOG_FULL] * len(groups)
-        results, bumps = [], Counter()
+        results: list[list[bool] | str] = []
+        bumps: Counter[str] = Counter()
         added: list[tuple[bytes | None, int]] = []
         db = self._db
         with self._tx():
@@ -201,7 +205,7 @@ class ReportLog:
                         db.execute("ROLLBACK TO g")
                         db.execute("RELEASE g")
                         known.difference_update(f[0] for f in fresh)
-                        bumps["reject:quota"] += len(items)
+                        bumps["reject:" + RejectReason.QUOTA] += len(items)
                         results.append(OVER_QUOTA)
                         continue
                     if n_new:
@@ -223,7 +227,7 @@ class ReportLog:
 
     def _known(self, ids: list[bytes]) -> set[bytes]:
         """The subset of ``ids`` already stored (in either generation)."""
-        out = set()
+        out: set[bytes] = set()
         for i in range(0, len(ids), 10_000):
             chunk = ids[i:i + 10_000]
             marks = ",".join("?" * len(chunk))
@@ -339,7 +343,7 @@ class ReportLog:
         with self._tx():
             self._db.execute("DELETE FROM window_quota WHERE win < ?", (window,))
 
-    def count_reject(self, reason: str, n: int = 1) -> None:
+    def count_reject(self, reason: RejectReason, n: int = 1) -> None:
         """Count ``n`` rejected reports (in memory; saved by the next write). Any thread."""
         with self._unsaved_lock:
             self._unsaved["reject:" + reason] += n
@@ -420,7 +424,6 @@ class _Transaction:
             with self.log._unsaved_lock:
                 self.log._unsaved.update(self.log._taken)
         if self.db.in_transaction:
-            try:
+            # The original error is the one to report; the next BEGIN retries the rollback.
+            with suppress(sqlite3.Error):
                 self.db.execute("ROLLBACK")
-            except sqlite3.Error:
-                pass  # the original error is the one to report; the next BEGIN retries the rollback

@@ -13,7 +13,7 @@ import grpc
 
 from lac.common import server as common_server
 from lac.common import tls
-from lac.common.errors import InvalidArgument, LacError
+from lac.common.errors import InvalidArgument, LacError, RejectReason
 from lac.common.rpc import Caller, Role, service_handler
 from lac.common.v1 import shuffler_pb2
 from lac.shuffler import wire
@@ -47,7 +47,7 @@ class _BoundedReports(grpc.GenericRpcHandler):
     def _too_many(self, raw: bytes) -> str | None:
         if len(raw) <= SCAN_ABOVE_BYTES or wire.count_reports(raw, self.limit) <= self.limit:
             return None
-        self.shuffler._log.count_reject("invalid_argument")
+        self.shuffler._log.count_reject(RejectReason.INVALID_ARGUMENT)
         return f"more than {self.limit} reports in one request (max_reports_per_request)"
 
     def _is_client(self, context) -> bool:
@@ -114,7 +114,7 @@ class ShufflerServicer:
         async for request in requests:
             total += len(request.reports)
             if total > limit:  # the one response carries an ack per report: bound the whole call
-                await self.shuffler.count_reject("invalid_argument", len(request.reports))
+                await self.shuffler.count_reject(RejectReason.INVALID_ARGUMENT, len(request.reports))
                 raise InvalidArgument(f"more than {limit} reports in one SubmitStream call (max_reports_per_request); "
                                       f"the earlier messages' reports may be stored: resend them in a new call "
                                       f"with the same idempotency ids")
@@ -148,7 +148,7 @@ def create_server(shuffler: Shuffler) -> tuple[grpc.aio.Server, int]:
     cfg = shuffler.config
     server = common_server.new_server(cfg.max_message_bytes, cfg.max_concurrent_streams)
     async def count_malformed(method: str) -> None:
-        await shuffler.count_reject("malformed")
+        await shuffler.count_reject(RejectReason.MALFORMED)
 
     handler = service_handler(SERVICE, ShufflerServicer(shuffler), ROLES, shuffler.auth, on_malformed=count_malformed,
                               observe=shuffler.metrics.rpc)

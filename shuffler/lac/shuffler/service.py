@@ -40,7 +40,7 @@ import grpc
 from lac.common import envelope, tls
 from lac.common.deployment import Deployment
 from lac.common.envelope import PayloadRejected
-from lac.common.errors import FailedPrecondition, InvalidArgument, ResourceExhausted, Unavailable
+from lac.common.errors import FailedPrecondition, InvalidArgument, RejectReason, ResourceExhausted, Unavailable
 from lac.common.privacy import Adjacency, Guarantee, Model, PrivacyUnit
 from lac.common.rpc import parse_names
 from lac.common.serde import deployment_from_proto, deployment_to_proto
@@ -204,12 +204,12 @@ class Shuffler:
             return
         start = self.config.shards_effective_window
         if self.window() < start:
-            self._log.count_reject("shards_not_effective", n_reports)
+            self._log.count_reject(RejectReason.SHARDS_NOT_EFFECTIVE, n_reports)
             wait = start * self.config.window_seconds - time.time()
             raise Unavailable(f"this replica's shard list applies from accounting window {start} (in {wait:.0f} s); "
                               f"retry then", retry_after=wait)
         if home != self.config.shard_name:
-            self._log.count_reject("wrong_shard", n_reports)
+            self._log.count_reject(RejectReason.WRONG_SHARD, n_reports)
             raise WrongShard(home, self.config.shard_name)
 
     def shard_assignment(self, client_id: str | None) -> shuffler_pb2.ShardAssignment:
@@ -377,7 +377,7 @@ class Shuffler:
                                       f"{MAX_IDEMPOTENCY_BYTES} bytes, got {len(r.idempotency_id)}")
             p = r.payload
             if p.encoding == unspecified:
-                raise PayloadRejected("unspecified_encoding", f"report {i}: payload encoding is unspecified")
+                raise PayloadRejected(RejectReason.UNSPECIFIED_ENCODING, f"report {i}: payload encoding is unspecified")
             try:
                 envelope.check_shape(p, cfg.allow_plaintext_payloads, cfg.max_report_bytes)
             except PayloadRejected as exc:
@@ -400,14 +400,14 @@ class Shuffler:
         try:
             items = self.validate(reports)
         except InvalidArgument as exc:
-            self._log.count_reject(getattr(exc, "reason", "invalid_argument"))
+            self._log.count_reject(exc.reason if isinstance(exc, PayloadRejected) else RejectReason.INVALID_ARGUMENT)
             raise
         if self.storage_error is not None:
-            self._log.count_reject("storage_unavailable", len(items))
+            self._log.count_reject(RejectReason.STORAGE_UNAVAILABLE, len(items))
             raise self._unavailable()
         size = sum(len(it[2]) for it in items)
         if self._pending_bytes and self._pending_bytes + size > cfg.max_pending_bytes:
-            self._log.count_reject("overloaded", len(items))
+            self._log.count_reject(RejectReason.OVERLOADED, len(items))
             raise Unavailable(f"ingest queue full ({self._pending_bytes} bytes wait for a durable commit; "
                               f"max_pending_bytes={cfg.max_pending_bytes}); retry", retry_after=1)
         key = self._log.client_key(client_id) if client_id is not None else None
@@ -563,8 +563,9 @@ class Shuffler:
         delay = 0.5
         async with tls.channel(self.config.curator, self._curator_tls, aio=True) as channel:
             # Raw bytes: the batch was serialized once at release and is sent exactly as stored.
-            ingest = channel.unary_unary(_INGEST_METHOD, request_serializer=None,
-                                         response_deserializer=curator_pb2.IngestBatchResponse.FromString)
+            ingest: grpc.aio.UnaryUnaryMultiCallable[bytes, curator_pb2.IngestBatchResponse] = channel.unary_unary(
+                _INGEST_METHOD, request_serializer=None,
+                response_deserializer=curator_pb2.IngestBatchResponse.FromString)
             while True:
                 await self._refresh_deployment(channel)
                 if self._deployment is None:
@@ -577,7 +578,8 @@ class Shuffler:
                     batch = await self._run(self._log.batch, batch_id)
                     privacy = batch.privacy
                     if privacy is None:
-                        deployment = await self._refresh_deployment(channel)
+                        await self._refresh_deployment(channel)
+                        deployment = self.deployment()  # known: set before this loop got here, never unset
                         stmt = await asyncio.get_running_loop().run_in_executor(None, self.privacy, batch, deployment)
                         privacy = stmt.SerializeToString()
                         await self._durably(self._log.set_privacy, batch_id, privacy)
@@ -622,7 +624,7 @@ class Shuffler:
                             for b, n, d, p in recent],
             auth="token" if self.auth.enabled else "none (INSECURE)")
 
-    async def count_reject(self, reason: str, n: int = 1) -> None:
+    async def count_reject(self, reason: RejectReason, n: int = 1) -> None:
         self._log.count_reject(reason, n)
 
     @property

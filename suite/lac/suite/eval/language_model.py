@@ -22,8 +22,8 @@ from .metrics import summarize
 PAPER = {  # Reddit, 60K n-grams (Table 1)
     "private": 29.48, "kanon": 35.51, "bayes": 35.55, "laplace-public": 580.46, "laplace": 894.32, "public": 43.00,
 }
-ROWS = ("private", "kanon", "posterior", "bayes", "bayes-sound", "endtoend", "laplace-public", "laplace-public-obs", "laplace",
-        "public")
+ROWS = ("private", "kanon", "posterior", "bayes", "bayes-sound", "endtoend", "laplace-public", "laplace-public-obs",
+        "laplace", "public")
 
 
 def heldout_in_vocabulary(model_words: frozenset[str], sentences: list[list[str]]) -> list[list[str]]:
@@ -68,7 +68,8 @@ def run(data: EvalData) -> dict:
                 model = NgramModel.from_counts(vocab.items, c, 3, partial=True)
             else:
                 with np.errstate(divide="ignore"):
-                    model = NgramModel(vocab.items, np.log(release(name, counts.U, counts.alpha, eps, cfg, rng, K=K)), 3)
+                    probs = release(name, counts.U, counts.alpha, eps, cfg, rng, K=K)
+                    model = NgramModel(vocab.items, np.log(probs), 3)
             ppl.append(model.perplexity(test))
         bar.update()
         label = LABELS[name][0] + (f", ε = {eps:g}" if name not in ("private", "public", "kanon") else "")

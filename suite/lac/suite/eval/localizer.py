@@ -81,7 +81,8 @@ def run(data: EvalData, out: Path, rng: RandomSource) -> dict:
     a1.plot(grid, [r.median_s_w / cfg.calib_draws for r in rows], marker="s", ms=4,
             label=f"median S_w / {cfg.calib_draws} draws")
     a1.set_ylabel("fraction")
-    a2.plot(grid, [u["kl_perturbed_counts"] for u in utility], marker="o", ms=4, label="perturbed counts (no curator noise)")
+    a2.plot(grid, [u["kl_perturbed_counts"] for u in utility], marker="o", ms=4,
+            label="perturbed counts (no curator noise)")
     a2.plot(grid, [u["kl_after_bayes_eps1"] for u in utility], marker="s", ms=4, label="+ BayesianDP ε=1 (brute-force)")
     a2.axhline(public_kl, color="k", ls="--", lw=1, label="public baseline")
     a2.axhline(clean_bayes, color="g", ls=":", lw=1, label="BayesianDP ε=1 on clean text")

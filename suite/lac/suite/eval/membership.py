@@ -43,7 +43,8 @@ MECHS = {
     "bayes": "BayesianDP (brute-force γ, data-dependent)",
     "bayes-sound": "BayesianDP (sound γ)",
 }
-SOUND = ("posterior", "laplace", "bayes-sound")  # modes whose claimed ε is a real guarantee; only these decide the check
+# Modes whose claimed ε is a real guarantee; only these decide the check.
+SOUND = ("posterior", "laplace", "bayes-sound")
 _BATCH = 64
 
 
@@ -183,7 +184,8 @@ def run(data: EvalData, out: Path, rng: RandomSource) -> dict:
     a2.set_yscale("symlog", linthresh=0.1)
     a2.set_ylabel(f"ε lower bound (C–P, {conf:.1%} per row)")
     path = plots.finish(fig, [a1, a2], out / "fig6_membership.png", xlabel="claimed ε", logx=True)
-    return {"figure": path.name, "rows": rows, "user_items": int(totals[u]), "user_items_capped": int(counts.U[u].sum()),
-            "samples": n, "confidence": cfg.mi_confidence, "row_confidence": conf, "rows_tested": R,
+    return {"figure": path.name, "rows": rows, "user_items": int(totals[u]),
+            "user_items_capped": int(counts.U[u].sum()), "samples": n, "confidence": cfg.mi_confidence,
+            "row_confidence": conf, "rows_tested": R,
             "false_alarm_bound": round(1.0 - cfg.mi_confidence, 12), **check,
             "data_dependent_exceeded": [r["epsilon"] for r in rows if r["mechanism"] == "bayes" and r["exceeds_claim"]]}

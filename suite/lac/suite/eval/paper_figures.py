@@ -48,7 +48,8 @@ def figure1(data: EvalData, out: Path, rng: RandomSource) -> dict:
     plots.hline(ax, public, "public baseline", color="k")
     path = plots.finish(fig, [ax], out / "fig1_kl_vs_epsilon.png", xlabel="ε", ylabel="KL(private ‖ release), nats",
                         logx=True, logy=True)
-    e2e = end_to_end_dp(data.counts.U, data.counts.alpha, EndToEndParams(epsilon=1.0, delta=cfg.delta, C=cfg.C, sensitivity="bruteforce"), rng=rng)
+    e2e = end_to_end_dp(data.counts.U, data.counts.alpha,
+                        EndToEndParams(epsilon=1.0, delta=cfg.delta, C=cfg.C, sensitivity="bruteforce"), rng=rng)
     diag = {"epsilon": 1.0, "laplace_scale": e2e.laplace_scale, "score_range": float(np.ptp(e2e.scores)),
             "S": e2e.S, "rho": e2e.rho}
     return {"figure": path.name, "public_kl": public, "rows": _table("epsilon", cfg.epsilons, series),

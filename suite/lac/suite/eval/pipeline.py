@@ -88,7 +88,8 @@ def run(data: EvalData, out: Path, rng: RandomSource) -> dict:
             pc = data.counts_for_config(vocab, lcfg, privatize_reports(loc, reports))
             row[key] = kl(p, pc.private_distribution, lam)
             if key == "c0_shuffle_only":
-                row["c_shuffle_curator"] = kl(p, release("posterior", pc.U, pc.alpha, target, lcfg, rng, vocab=vocab), lam)
+                released = release("posterior", pc.U, pc.alpha, target, lcfg, rng, vocab=vocab)
+                row["c_shuffle_curator"] = kl(p, released, lam)
         rows.append(row)
         bar.update()
     bar.close()
@@ -102,7 +103,8 @@ def run(data: EvalData, out: Path, rng: RandomSource) -> dict:
     a1.plot(xs, [r["a_curator_only"] for r in rows], marker="o", label="(a) curator-only DP release, clean text")
     a1.plot(xs, [r["b_local_only"] for r in rows], marker="s", label="(b) local noise only (ε0 = ε*)")
     a1.plot(xs, [r["c_shuffle_curator"] for r in rows], marker="^", label="(c) local + shuffle + DP release")
-    a1.plot(xs, [r["c0_shuffle_only"] for r in rows], marker="v", ls=":", label="(c0) local + shuffle, no curator noise")
+    a1.plot(xs, [r["c0_shuffle_only"] for r in rows], marker="v", ls=":",
+            label="(c0) local + shuffle, no curator noise")
     a1.axhline(public_kl, color="k", ls="--", lw=1, label="public baseline")
     a1.set_ylabel("KL(clean n-grams ‖ release), nats")
     a1.set_yscale("log")

@@ -108,7 +108,8 @@ def write(path, res: dict) -> None:
         "method). It is *data-dependent*: it covers removing a present user, not a worst case over all data sets, "
         "and the noise scale itself depends on the data — the claimed ε is not a proven DP guarantee.")
     add(f"- **BayesianDP (sound γ)**: data-independent worst-case sensitivity (`lac.curator.sound`) from public caps "
-        f"W = {cfg['W']}, C = {cfg['C']}, item totals clipped at {cfg['count_clip']:,}; a real (ε, δ = {cfg['delta']:g}) guarantee.")
+        f"W = {cfg['W']}, C = {cfg['C']}, item totals clipped at {cfg['count_clip']:,}; a real "
+        f"(ε, δ = {cfg['delta']:g}) guarantee.")
     add(f"- BayesianDP uses fixed S = {cfg['S']:g}, ρ = {cfg['rho']:g}, chosen once by a non-private look at the KL on "
         f"this data at ε = 1 (that choice is itself not private); the **EndToEndDP** line tunes (S, ρ) privately "
         f"as the paper does (Algorithm 2, ε/3 for selection, brute-force sensitivities: data-dependent).")
@@ -152,9 +153,10 @@ def write(path, res: dict) -> None:
                 f"{_f(sel['laplace_scale'])} to scores that span only {_f(sel['score_range'])} over the (S, ρ) grid "
                 f"(|Δq| is set by the largest γ on the grid), so on a data set this small the selection is close to "
                 f"uniform and often lands on a large S whose sensitivity drowns the release — hence its wide band.\n")
-        for key, title, xname in (("fig2", "Figure 2 — KL vs number of users", "users"),
-                                  ("fig3", "Figure 3 — KL vs vocabulary size", "vocab_size"),
-                                  ("fig4", "Figure 4 — KL vs Laplace noise on the public counts", "public_noise_scale")):
+        for key, title, xname in (
+                ("fig2", "Figure 2 — KL vs number of users", "users"),
+                ("fig3", "Figure 3 — KL vs vocabulary size", "vocab_size"),
+                ("fig4", "Figure 4 — KL vs Laplace noise on the public counts", "public_noise_scale")):
             fx = f[key]
             add(f"![{title}]({fx['figure']})\n")
             mechs = [m for m in fx["rows"][0] if m != xname]
@@ -176,8 +178,8 @@ def write(path, res: dict) -> None:
         match = []
         for r in f5["kanon"]:
             x = _crossing(xs, ys, r["kl"])
-            match.append(f"K = {r['K']}: " + (f"ε ≈ {x:.2g}" if x else
-                                              ("every ε of the grid is better" if r["kl"] > ys[0] else "no ε of the grid")))
+            never = "every ε of the grid is better" if r["kl"] > ys[0] else "no ε of the grid"
+            match.append(f"K = {r['K']}: " + (f"ε ≈ {x:.2g}" if x else never))
         add("BayesianDP (brute-force) reaches the KL of k-anonymity at — " + "; ".join(match)
             + " (paper: K = 50 ≈ ε = 0.2 on 100K users). k-anonymity suppresses every trigram held by fewer than K "
               "users, and on a small data set that is most of the private mass.\n")
@@ -351,16 +353,14 @@ def summary(res: dict) -> str:
             out.append(f"  {r['label'][:58]:<58} {_f(r['perplexity']['median']):>12}  paper {paper}")
     f = res.get("figures")
     if f:
-        for r in f["fig1"]["rows"]:
-            out.append(f"Fig. 1 ε={r['epsilon']:g}: KL LAC default {_f(r['posterior']['median'])}, BayesianDP (paper) "
-                       f"{_f(r['bayes']['median'])}, BayesianDP sound γ "
-                       f"{_f(r['bayes-sound']['median'])}, Laplace {_f(r['laplace']['median'])}, public "
-                       f"{_f(f['fig1']['public_kl'])}")
+        out.extend(f"Fig. 1 ε={r['epsilon']:g}: KL LAC default {_f(r['posterior']['median'])}, BayesianDP (paper) "
+                   f"{_f(r['bayes']['median'])}, BayesianDP sound γ "
+                   f"{_f(r['bayes-sound']['median'])}, Laplace {_f(r['laplace']['median'])}, public "
+                   f"{_f(f['fig1']['public_kl'])}" for r in f["fig1"]["rows"])
     tg = res.get("targets")
     if tg:
-        for c in tg["checks"]:
-            out.append(f"Target: {c['text']}: " + (f"{c['point']}: {c['shown']} — " + ("met" if c["met"] else "NOT met")
-                                                    if c["point"] else c["shown"]))
+        out.extend(f"Target: {c['text']}: " + (f"{c['point']}: {c['shown']} — " + ("met" if c["met"] else "NOT met")
+                                                if c["point"] else c["shown"]) for c in tg["checks"])
     m = res.get("membership")
     if m:
         out.append(f"Membership inference (sound modes; {m['rows_tested']} rows × {m['samples']} pairs, false-alarm "

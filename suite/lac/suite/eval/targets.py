@@ -69,7 +69,8 @@ def _exact(blocks, replicate: int) -> dict[str, float]:
 
 
 def _ppl(items, counts, test, partial=True) -> float:
-    return NgramModel.from_counts(list(items), np.asarray(counts, dtype=np.float64), 3, partial=partial).perplexity(test)
+    model = NgramModel.from_counts(list(items), np.asarray(counts, dtype=np.float64), 3, partial=partial)
+    return model.perplexity(test)
 
 
 def _dist_ppl(items, probs, test) -> float:
@@ -98,7 +99,8 @@ def checks(points: list[dict]) -> list[dict]:
                 elif key == "near-private" and row["epsilon"] == 1.0 and pt["users"] >= 1_000_000:
                     ratio = post / pt["private"]
                     out.append({"target": key, "text": text, "point": pt["label"], "value": ratio,
-                                "shown": f"{post:.1f} vs private {pt['private']:.1f} ({ratio:.2f}×)", "met": ratio <= 1.3})
+                                "shown": f"{post:.1f} vs private {pt['private']:.1f} ({ratio:.2f}×)",
+                                "met": ratio <= 1.3})
                 elif key == "kl-cut" and row["epsilon"] == 0.1:
                     cut = row["kl_cut_vs_laplace"]
                     out.append({"target": key, "text": text, "point": pt["label"], "value": cut,
@@ -150,7 +152,8 @@ def run(cfg, out, rng: RandomSource) -> dict:
         bar.update()
         rows = []
         for eps in cfg.target_epsilons:
-            ppl: dict[str, list[float]] = {name: [] for name in ("posterior", "bayes-sound", "laplace-public", "laplace", "bayes", "kanon")}
+            ppl: dict[str, list[float]] = {
+                name: [] for name in ("posterior", "bayes-sound", "laplace-public", "laplace", "bayes", "kanon")}
             kls: dict[str, list[float]] = {name: [] for name in ("posterior", "laplace")}
             for _ in range(cfg.target_runs):
                 p = PosteriorParams(eps, cfg.delta, W=cfg.target_W, C=cfg.target_C, unit=PrivacyUnit.report())
@@ -172,20 +175,22 @@ def run(cfg, out, rng: RandomSource) -> dict:
                 # KL at the paper's setting: the public trigram vocabulary
                 rt = posterior_release(totals_tri, tri, PosteriorParams(eps, cfg.delta, W=cfg.target_W, C=cfg.target_C,
                                                                         discovery=False), rng)
-                q = rt.pseudo_counts / rt.pseudo_counts.sum() if rt.pseudo_counts.sum() > 0 else np.full(len(tri),
-                                                                                                            1 / len(tri))
+                total = rt.pseudo_counts.sum()
+                q = rt.pseudo_counts / total if total > 0 else np.full(len(tri), 1 / len(tri))
                 kls["posterior"].append(kl(p_tri, q, cfg.kl_smoothing))
                 kls["laplace"].append(kl(p_tri, laplace_dp(U_tri, W=cfg.target_W, C=cfg.target_C, epsilon=eps,
                                                           rng=rng).probs, cfg.kl_smoothing))
                 bar.update(6)
             rows.append({"epsilon": eps, "perplexity": {m: summarize(v) for m, v in ppl.items()},
                          "kl": {m: summarize(v) for m, v in kls.items()},
-                         "kl_cut_vs_laplace": 1.0 - float(np.median(kls["posterior"])) / float(np.median(kls["laplace"])),
+                         "kl_cut_vs_laplace": 1.0 - float(np.median(kls["posterior"]))
+                         / float(np.median(kls["laplace"])),
                          "discovered": int(r.discovered), "sigma": r.sigma, "threshold": r.threshold})
         points.append({"label": label, "real_users": n_real, "replicate": k, "users": n_real * k, **base,
                        "rows": rows})
     bar.close()
-    return {"points": points, "checks": checks(points), "heldout_sentences": len(held), "heldout_texts": cfg.target_heldout,
-            "lm_vocab_size": len(lm_vocab), "words": len(words), "trigram_vocab": len(tri), "delta": cfg.delta,
+    return {"points": points, "checks": checks(points), "heldout_sentences": len(held),
+            "heldout_texts": cfg.target_heldout, "lm_vocab_size": len(lm_vocab), "words": len(words),
+            "trigram_vocab": len(tri), "delta": cfg.delta,
             "W": cfg.target_W, "C": cfg.target_C, "runs": cfg.target_runs}
 
