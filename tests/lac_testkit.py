@@ -105,6 +105,40 @@ def wait_until(predicate, timeout: float = 20.0) -> None:
         time.sleep(0.05)
 
 
+def run_lac(capture, *argv: str) -> tuple[int, str, str]:
+    """``lac ARGV`` in this process (``lac.common.cli.main``, every installed command): (exit code,
+    stdout, stderr) as read by ``capture``, pytest's capsys or capfd fixture."""
+    from lac.common.cli import main
+
+    capture.readouterr()
+    try:
+        main(list(argv))
+        code = 0
+    except SystemExit as exc:
+        code = 0 if exc.code is None else exc.code
+    out, err = capture.readouterr()
+    return code, out, err
+
+
+def draws_across_fork(draw) -> tuple[bytes, bytes]:
+    """(what ``draw()`` returns in a child made by os.fork() now, what it returns in this process after).
+    For generators built before a fork, whose child must not repeat the parent's noise."""
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: one draw, then exit without running the parent's cleanup
+        try:
+            os.write(w, draw())
+        finally:
+            os._exit(0)
+    os.close(w)
+    child = b""
+    while chunk := os.read(r, 1 << 16):
+        child += chunk
+    os.close(r)
+    os.waitpid(pid, 0)
+    return child, draw()
+
+
 def run_traffic(shuffler: str, curator: str, curator_key, good: int = 4,
                 release: bool = True) -> curator_pb2.ReleaseRecord | None:
     """Real traffic through a shuffler (min_batch = ``good`` + 1, insecure) and its curator: one Submit refused
@@ -159,6 +193,39 @@ def samples(text: str) -> dict[tuple[str, frozenset], float]:
 
     return {(s.name, frozenset(s.labels.items())): s.value
             for family in text_string_to_metric_families(text) for s in family.samples}
+
+
+class Pki:
+    """A private CA under ``root`` (``lac.common.tls``, as ``lac keys tls`` makes it) with a certificate
+    for each of ``names``, valid for localhost and 127.0.0.1."""
+
+    def __init__(self, root, names=("curator", "shuffler", "analyst", "operator")):
+        from lac.common import tls
+
+        self.root = root
+        tls.make_ca(root)
+        for name in names:
+            tls.issue(root, name, ["localhost", "127.0.0.1"])
+
+    @property
+    def ca(self) -> str:
+        """Path of the CA certificate."""
+        return str(self.root / "ca.pem")
+
+    def pem(self, name: str) -> tuple[str, str]:
+        """(certificate path, key path) of ``name``."""
+        return str(self.root / f"{name}.pem"), str(self.root / f"{name}.key")
+
+    def client_tls(self, name: str | None = None):
+        """How a caller reaches a TLS service: trust the CA; with ``name``, present that certificate."""
+        from pathlib import Path
+
+        from lac.common.tls import ClientTls
+
+        if name is None:
+            return ClientTls(Path(self.ca))
+        cert, key = self.pem(name)
+        return ClientTls(Path(self.ca), Path(cert), Path(key))
 
 
 class ServeProc:
@@ -218,9 +285,10 @@ class ServeProc:
         return health_pb2.HealthCheckResponse.ServingStatus.Name(reply.status)
 
     def rss_bytes(self) -> int:
-        for line in open(f"/proc/{self.pid}/status"):
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
+        with open(f"/proc/{self.pid}/status") as status:
+            for line in status:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) * 1024
         raise RuntimeError("no VmRSS")
 
     def log_text(self) -> str:
@@ -239,7 +307,7 @@ class ServeProc:
         """SIGKILL: no shutdown code runs."""
         self.process.kill()
         self.process.wait()
-        self._reader.join(5)
+        self._finish()
 
     def stop(self, timeout: float = 15.0) -> int:
         if self.process.poll() is None:
@@ -249,5 +317,11 @@ class ServeProc:
             except Exception:  # noqa: BLE001 - then kill it
                 self.process.kill()
                 self.process.wait()
-        self._reader.join(5)
+        self._finish()
         return self.process.returncode
+
+    def _finish(self) -> None:
+        """After the process ended: the reader drains the pipe to its end, then the pipe is closed."""
+        self._reader.join(5)
+        if not self._reader.is_alive():
+            self.process.stdout.close()

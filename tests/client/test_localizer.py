@@ -279,3 +279,16 @@ def test_deployment_is_enforced_on_the_device(glove50k):
         split.privatize(text)
     assert fit_words([["a"] * 12], 5, "split") == [[["a"] * 5], [["a"] * 5], [["a"] * 2]]
     assert fit_words([["a"] * 3, ["b"] * 3], 5, "truncate") == [[["a"] * 3, ["b"] * 2]]
+
+
+def test_a_localizer_built_before_fork_draws_new_noise_in_the_child():
+    """Finding 7: a Localizer built before os.fork() (gunicorn --preload) perturbed with the same noise in
+    parent and child; its own CSPRNG now re-keys from the OS at the fork (the generator itself:
+    tests/common/test_rng.py)."""
+    from lac_testkit import draws_across_fork
+
+    emb = Embedding("tiny", [f"w{i}" for i in range(50)], np.random.default_rng(0).standard_normal((50, 8)).astype(
+        np.float32))
+    loc = Localizer(emb, MultivariateLaplace(0.5))  # its own CSPRNG, built before the fork
+    child, parent = draws_across_fork(lambda: loc.perturb_ids(np.zeros(64, dtype=np.int64)).tobytes())
+    assert len(child) == len(parent) > 0 and child != parent

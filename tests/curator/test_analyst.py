@@ -22,7 +22,6 @@ import pytest
 
 from lac.common import envelope, tls
 from lac.common.v1 import curator_pb2, curator_pb2_grpc, reports_pb2
-from lac.suite.procs import LocalDeployment
 from lac_testkit import batch_privacy, content
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -33,17 +32,12 @@ N_REPORTS = 23  # an exact count no analyst reply may carry
 
 
 @pytest.fixture
-def pki(tmp_path):
-    return LocalDeployment.create(tmp_path / "keys")
-
-
-@pytest.fixture
 def serve(start_curator, pki, curator_public_key):
     """Factory: a curator with mutual TLS on 127.0.0.1:0 holding N_REPORTS sealed reports (ingested as
     the shuffler identity); returns the ServerThread."""
 
     def start(**overrides):
-        cert, key = pki._pem("curator")
+        cert, key = pki.pem("curator")
         cur = start_curator(insecure=False, tls_cert=cert, tls_key=key, tls_client_ca=pki.ca, **overrides)
         with tls.channel(cur.address, pki.client_tls("shuffler")) as ch:
             reply = curator_pb2_grpc.CuratorIngestStub(ch).IngestBatch(curator_pb2.IngestBatchRequest(
@@ -58,7 +52,7 @@ def serve(start_curator, pki, curator_public_key):
 def _client(cur, pki, who="analyst"):
     from lac.curator import CuratorClient
 
-    cert, key = pki._pem(who)
+    cert, key = pki.pem(who)
     return CuratorClient(cur.address, ca=pki.ca, cert=cert, key=key)
 
 
@@ -82,7 +76,7 @@ def _numbers(frame: pd.DataFrame) -> set[float]:
 
 def test_three_lines_give_a_dataframe_of_the_top_ngrams(serve, pki):
     cur = serve()
-    ca, (cert, key) = pki.ca, pki._pem("analyst")
+    ca, (cert, key) = pki.ca, pki.pem("analyst")
     # The README's three lines, with this deployment's address and files.
     from lac.curator import CuratorClient
     with CuratorClient(cur.address, ca=ca, cert=cert, key=key) as c:
@@ -100,7 +94,7 @@ def test_import_is_cheap_and_works_without_pandas(serve, pki):
     """``import lac.curator`` loads neither the client nor gRPC, pandas or pyarrow; without pandas the
     client imports, Arrow tables work and a DataFrame call names the extra to install."""
     cur = serve()
-    cert, key = pki._pem("analyst")
+    cert, key = pki.pem("analyst")
     with _client(cur, pki) as c:
         rid = c.release(epsilon=1.0).release_id
     script = textwrap.dedent(f"""
@@ -214,7 +208,8 @@ def test_distribution_queries_equal_the_rpcs(raw, pki, tmp_path):
 
     want = stub.NextWord(curator_pb2.NextWordRequest(release_id=rid, context="the", k=5), timeout=10)
     assert list(nxt.columns) == ["context_used", "word", "probability"]
-    assert (nxt["context_used"] == want.context_used).all() and len(nxt) == 5
+    # at most k: a noisy release may keep fewer than 5 continuations of "the" (3 runs in 20 did)
+    assert (nxt["context_used"] == want.context_used).all() and 1 <= len(nxt) <= 5
     assert list(zip(nxt["word"], nxt["probability"])) == [(w.ngram, w.probability) for w in want.words]
 
     want = stub.Perplexity(curator_pb2.PerplexityRequest(release_id=rid, text="The dog sleeps in the sun. A fox is "
@@ -333,6 +328,7 @@ def _python_blocks(markdown: str) -> list[str]:
     return re.findall(r"^```python\n(.*?)^```", markdown, flags=re.S | re.M)
 
 
+@pytest.mark.slow  # about 10 s: the whole walkthrough (a curator, 2,000 reports, releases); the RPCs are tested above
 def test_quickstart_runs(tmp_path, monkeypatch):
     """Every python block of docs/analyst/quickstart.md, in order, in one namespace."""
     blocks = _python_blocks(QUICKSTART.read_text(encoding="utf-8"))

@@ -14,7 +14,6 @@ from lac_testkit import batch_privacy, content
 from lac.common import envelope, tls
 from lac.common.rpc import count_field
 from lac.common.v1 import curator_pb2, curator_pb2_grpc, reports_pb2
-from lac.suite.procs import LocalDeployment
 
 INVALID = grpc.StatusCode.INVALID_ARGUMENT
 R = curator_pb2.ReleaseRequest
@@ -162,13 +161,12 @@ def test_malformed_bytes_to_every_rpc_are_invalid_argument(curator, caplog):
     assert not any(r.exc_info for r in caplog.records), caplog.text
 
 
-def test_the_certificate_is_checked_before_the_request_is_parsed(start_curator, tmp_path, caplog):
+def test_the_certificate_is_checked_before_the_request_is_parsed(start_curator, pki, caplog):
     """An IngestBatch of malformed bytes, or of more reports than the limit, from a certificate without
     the ingest role is PERMISSION_DENIED (the bytes are never parsed or scanned); from the shuffler's
     certificate it is INVALID_ARGUMENT."""
-    pki = LocalDeployment.create(tmp_path / "keys")
-    tls.issue(pki.root / "tls", "intruder", ["localhost", "127.0.0.1"])  # signed by the CA, in no role
-    cert, key = pki._pem("curator")
+    tls.issue(pki.root, "intruder", ["localhost", "127.0.0.1"])  # signed by the CA, in no role
+    cert, key = pki.pem("curator")
     cur = start_curator(insecure=False, tls_cert=cert, tls_key=key, tls_client_ca=pki.ca, max_reports_per_batch=10)
     bomb = b"\x0a\x01b" + b"\x12\x00" * 100_000
     assert count_field(bomb, 2, 10) == 11

@@ -1,11 +1,9 @@
 import json
-import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 import scipy.sparse as sp
+from lac_testkit import run_lac
 
 from lac.curator.ngrams import NgramVocabulary
 from lac.curator.offline import default_out_path, default_vocab_path, load_public, release_offline
@@ -30,12 +28,14 @@ def files(tmp_path):
     return counts, public, dense
 
 
-def _cli(*args):
-    env = dict(os.environ)
-    p = subprocess.run([sys.executable, "-m", "lac.common", "curator", "release", *args],
-                       capture_output=True, text=True, env=env, timeout=120)
-    assert p.returncode == 0, p.stderr
-    return p.stdout
+@pytest.fixture
+def cli(capsys):
+    """``lac curator release ARGS`` in-process: its stdout (the command must succeed)."""
+    def run(*args: str) -> str:
+        code, out, err = run_lac(capsys, "curator", "release", *args)
+        assert code == 0, err
+        return out
+    return run
 
 
 def test_load_public_formats(tmp_path, files):
@@ -78,10 +78,10 @@ def test_release_offline_library(files, tmp_path):
     ("laplace-public", ["--W", "3"]),
     ("kanon", ["--K", "5"]),
 ])
-def test_cli_json(files, tmp_path, mechanism, extra):
+def test_cli_json(files, tmp_path, cli, mechanism, extra):
     counts, public, dense = files
     out = tmp_path / f"{mechanism}.npz"
-    rec = json.loads(_cli("--counts", str(counts), "--public", str(public), "--mechanism", mechanism,
+    rec = json.loads(cli("--counts", str(counts), "--public", str(public), "--mechanism", mechanism,
                           "--epsilon", "1.5", "--delta", "1e-6", "--out", str(out), "--json", *extra))
     for key in ("mechanism", "params", "sensitivity_method", "gamma", "sigma", "epsilon", "delta", "n_users",
                 "vocab_size", "data_dependent", "statement", "out"):
@@ -102,16 +102,23 @@ def test_cli_json(files, tmp_path, mechanism, extra):
         assert rec["params"]["epsilon_select"] + rec["params"]["epsilon_release"] == pytest.approx(1.5)
 
 
-def test_cli_default_out_and_text(files):
+def test_cli_default_out_and_text(files, cli):
     counts, public, _ = files
-    text = _cli("--counts", str(counts), "--public", str(public), "--epsilon", "1", "--delta", "1e-6")
+    text = cli("--counts", str(counts), "--public", str(public), "--epsilon", "1", "--delta", "1e-6")
     assert str(default_out_path(counts, "posterior")) in text
     assert default_out_path(counts, "posterior").exists()
 
 
-def test_cli_without_counts_still_uses_server():
+def test_cli_without_counts_still_uses_server(capsys, monkeypatch):
     """No --counts: the RPC path is taken (fails fast to connect to a closed port)."""
-    p = subprocess.run([sys.executable, "-m", "lac.common", "curator", "release", "--server", "127.0.0.1:1", "--insecure",
-                        "--epsilon", "1", "--delta", "1e-6"], capture_output=True, text=True, timeout=120)
-    assert p.returncode != 0
-    assert "UNAVAILABLE" in p.stderr or "failed to connect" in p.stderr.lower() or "unavailable" in p.stderr.lower()
+    import functools
+
+    from lac.curator import analyst
+
+    waits: list[float] = []  # the retries' back-off, recorded instead of slept
+    monkeypatch.setattr(analyst, "release_with_retries", functools.partial(analyst.release_with_retries,
+                                                                           sleep=waits.append))
+    code, _, err = run_lac(capsys, "curator", "release", "--server", "127.0.0.1:1", "--insecure", "--epsilon", "1",
+                           "--delta", "1e-6")
+    assert code != 0 and waits  # UNAVAILABLE is retried
+    assert "UNAVAILABLE" in err or "failed to connect" in err.lower() or "unavailable" in err.lower()

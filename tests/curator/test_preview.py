@@ -15,7 +15,6 @@ from lac.common.privacy import PrivacyUnit
 from lac.common.v1 import curator_pb2, curator_pb2_grpc
 from lac.curator.ngrams import NgramVocabulary
 from lac.curator.preview import SNR, mean_sentence_words, predict
-from lac.suite.procs import LocalDeployment
 from lac_testkit import batch_privacy, content
 
 WORDS = ("the a of and to in is it that was for on are with as his they be at one have this from or had by "
@@ -130,9 +129,8 @@ def test_operator_dry_run_spends_nothing_and_a_swamped_release_is_refused_unless
         assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
 
 
-def test_analyst_check_uses_a_charged_dp_count_reused_for_closed_windows(tmp_path, start_curator, curator_public_key):
-    pki = LocalDeployment.create(tmp_path / "keys")
-    cert, key = pki._pem("curator")
+def test_analyst_check_uses_a_charged_dp_count_reused_for_closed_windows(pki, start_curator, curator_public_key):
+    cert, key = pki.pem("curator")
     cur = start_curator(insecure=False, tls_cert=cert, tls_key=key, tls_client_ca=pki.ca, min_signal_share=0.25,
                         count_epsilon=2.0)  # Laplace scale 0.5: a stable verdict
     _ingest(cur.address, lambda c: envelope.seal(c, curator_public_key), 30, OLD_WINDOW, pki.client_tls("shuffler"))

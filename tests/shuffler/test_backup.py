@@ -10,14 +10,15 @@ import threading
 
 import grpc
 import pytest
+from lac_testkit import run_lac
+from shuffler_testkit import report, tag_of, wait_for
 
 from lac.common.v1 import shuffler_pb2, shuffler_pb2_grpc
 from lac.shuffler.auth import add_clients
 
-from conftest import report, tag_of, wait_for  # tests/shuffler/conftest.py
 
-
-def _lac(*args: str) -> subprocess.CompletedProcess:
+def _lac_process(*args: str) -> subprocess.CompletedProcess:
+    """``lac shuffler ARGS`` as its own process, as an operator runs it next to the live shuffler."""
     return subprocess.run([sys.executable, "-m", "lac.common", "shuffler", *args], capture_output=True, text=True,
                           timeout=120)
 
@@ -40,7 +41,7 @@ def _same(a: shuffler_pb2.ShufflerStatus, b: shuffler_pb2.ShufflerStatus) -> Non
     assert [x.batch_id for x in a.recent_batches] == [x.batch_id for x in b.recent_batches]
 
 
-def test_online_backup_restores_the_same_state_and_delivers_the_same_reports(start_shuffler, sink, tmp_path):
+def test_online_backup_restores_the_same_state_and_delivers_the_same_reports(start_shuffler, sink, tmp_path, capsys):
     sink.down = True  # released batches stay pending in the log
     state = tmp_path / "live"
     tokens = add_clients(state / "clients.tokens", [f"c{i}" for i in range(300)])  # one report per client
@@ -63,7 +64,7 @@ def test_online_backup_restores_the_same_state_and_delivers_the_same_reports(sta
     for t in threads:
         t.start()
     wait_for(lambda: len(acked) > 40)
-    r = _lac("backup", str(tmp_path / "during"), "--state-dir", str(state))
+    r = _lac_process("backup", str(tmp_path / "during"), "--state-dir", str(state))
     stop.set()
     for t in threads:
         t.join(10)
@@ -87,8 +88,8 @@ def test_online_backup_restores_the_same_state_and_delivers_the_same_reports(sta
         acked.append(chunk[0])
     before = _status(a.address)
     assert before.batches_pending >= 1 and before.buffered_reports >= 1 and before.rejects
-    r = _lac("backup", str(tmp_path / "backup"), "--state-dir", str(state))
-    assert r.returncode == 0, r.stderr
+    code, _, err = run_lac(capsys, "shuffler", "backup", str(tmp_path / "backup"), "--state-dir", str(state))
+    assert code == 0, err
     manifest = json.loads((tmp_path / "backup" / "manifest.json").read_text())
     assert manifest["buffered_reports"] == before.buffered_reports and manifest["tokens"]
     assert oct((tmp_path / "backup").stat().st_mode & 0o777) == "0o700"
@@ -96,9 +97,10 @@ def test_online_backup_restores_the_same_state_and_delivers_the_same_reports(sta
     a.stop()  # the old machine is gone
 
     fresh = tmp_path / "fresh"
-    r = _lac("restore", str(tmp_path / "backup"), "--state-dir", str(fresh))
-    assert r.returncode == 0, r.stderr
-    assert _lac("restore", str(tmp_path / "backup"), "--state-dir", str(fresh)).returncode == 2  # no overwrite
+    code, _, err = run_lac(capsys, "shuffler", "restore", str(tmp_path / "backup"), "--state-dir", str(fresh))
+    assert code == 0, err
+    code, _, err = run_lac(capsys, "shuffler", "restore", str(tmp_path / "backup"), "--state-dir", str(fresh))
+    assert code == 2, err  # no overwrite
     b = start_shuffler(sink.address, auth="token", state_dir=fresh, min_batch=10, forward_retry_max_seconds=0.2)
     _same(before, _status(b.address))
 

@@ -13,11 +13,9 @@ import time
 
 import grpc
 import pytest
+from shuffler_testkit import ServeProc, report, tag_of, wait_for
 
 from lac.common.v1 import shuffler_pb2, shuffler_pb2_grpc
-from lac.suite import procs
-
-from conftest import report, tag_of, wait_for  # tests/shuffler/conftest.py
 
 KILLS = 22
 
@@ -46,7 +44,7 @@ def test_sigkill_loses_no_acknowledged_report(tmp_path, sink):
     todo: list = []
     acked: list = []
     for k in range(KILLS + 1):
-        shuffler = procs.start("shuffler", args, tmp_path)
+        shuffler = ServeProc(args, tmp_path, timeout=120)
         stop = threading.Event()
         todos = [todo, [], []]  # chunks not acknowledged (in flight at a kill) are retried later, same ids
         threads = [threading.Thread(target=_submitter, args=(shuffler.address, t, acked, stop)) for t in todos]
@@ -54,8 +52,7 @@ def test_sigkill_loses_no_acknowledged_report(tmp_path, sink):
             t.start()
         if k < KILLS:
             time.sleep(rng.uniform(0.05, 0.6))
-            shuffler.process.kill()  # SIGKILL: no shutdown code runs
-            shuffler.process.wait()
+            shuffler.kill()  # SIGKILL: no shutdown code runs
         else:
             time.sleep(0.5)
         stop.set()

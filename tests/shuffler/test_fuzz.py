@@ -19,12 +19,11 @@ from collections import Counter
 
 import grpc
 import pytest
+from shuffler_testkit import ServeProc, payload, tag_of, wait_for
 
 from lac.common.v1 import shuffler_pb2
 from lac.shuffler.auth import add_clients
 from lac.shuffler.wire import varint as _varint
-
-from conftest import ServeProc, payload, tag_of, wait_for  # tests/shuffler/conftest.py
 
 SERVICE = "/lac.v1.Shuffler/"
 UNARY = ("Submit", "GetDeployment", "GetStatus", "Flush", "GetShards")

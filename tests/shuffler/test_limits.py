@@ -21,10 +21,9 @@ import time
 
 import grpc
 import pytest
+from shuffler_testkit import payload, report, tag_of, wait_for
 
 from lac.common.v1 import shuffler_pb2, shuffler_pb2_grpc
-
-from conftest import payload, report, tag_of, wait_for  # tests/shuffler/conftest.py
 
 
 def _shuffler(shf):

@@ -15,14 +15,13 @@ from collections import Counter
 
 import grpc
 import pytest
+from shuffler_testkit import ServeProc, free_port, report, wait_for
 
 import lac.client
 from lac.common.v1 import shuffler_pb2, shuffler_pb2_grpc
 from lac.shuffler.auth import add_clients
 from lac.shuffler.config import ShufflerConfig
 from lac.shuffler.shards import SHARD_METADATA_KEY, assign_shard, parse_shards, shard_weight
-
-from conftest import ServeProc, free_port, report, wait_for  # tests/shuffler/conftest.py
 
 EXAMPLE = ("shuffler-a.example:50051", "shuffler-b.example:50051", "shuffler-c.example:50051")
 
@@ -283,9 +282,10 @@ def test_two_replicas_exactly_once_and_quota_across_replicas(start_curator, cura
     (quota) and at the other one with a raw stub (wrong shard). Every acknowledged report reaches the
     curator exactly once, no replica stores a report of another's client, and the quota of one report
     per window holds across replicas."""
+    from lac_testkit import content
+
     from lac.common import envelope
     from lac.common.v1 import curator_pb2, curator_pb2_grpc
-    from lac_testkit import content
 
     t0 = time.monotonic()
     curator = start_curator(window_seconds=WINDOW_SECONDS)

@@ -10,11 +10,10 @@ import urllib.request
 
 import grpc
 import pytest
+from shuffler_testkit import payload, report, tag_of, wait_for
 
 from lac.common.v1 import curator_pb2, reports_pb2, shuffler_pb2, shuffler_pb2_grpc
 from lac.shuffler.auth import add_client
-
-from conftest import payload, report, tag_of, wait_for  # tests/shuffler/conftest.py
 
 
 def _submit(address, reports, token=None, timeout=10):

@@ -19,10 +19,9 @@ import time
 
 import grpc
 import pytest
+from shuffler_testkit import ServeProc, report, tag_of, wait_for
 
 from lac.common.v1 import shuffler_pb2, shuffler_pb2_grpc
-
-from conftest import ServeProc, report, tag_of, wait_for  # tests/shuffler/conftest.py
 
 PROMPT = 3.0  # seconds: an answer while the storage fails must come at least this fast
 

@@ -48,7 +48,7 @@ beta' = TV(R(x0), R(x1)) < (p-1)/(p+1).  This module relies on the following pro
 
 The bound is nearly attained: 3-ary randomized response (others' inputs on the third value)
 is exactly (0.11703, 1e-6)-DP after shuffling at eps0 = 4, n = 1e5, against 0.11815 here
-(tests/test_amplification.py computes such lower bounds independently).
+(tests/shuffler/test_amplification.py computes such lower bounds independently).
 
 **Evaluation (every approximation errs upwards).**  Given C = c the likelihood ratio
 P/Q = (p x + c+1-x)/(x + p(c+1-x)) increases with the first coordinate x, so

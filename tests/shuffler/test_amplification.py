@@ -11,8 +11,6 @@ from __future__ import annotations
 import functools
 import json
 import math
-import subprocess
-import sys
 import time
 
 import numpy as np
@@ -444,11 +442,6 @@ def test_million_reports_is_fast():
 
 # ------------------------------------------------------------------ CLI
 
-def _lac(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "lac.common", "shuffler", "amplification", *args],
-                          capture_output=True, text=True, timeout=60)
-
-
 def _amp(capsys, *args: str) -> tuple[int, str]:
     """``lac shuffler amplification ARGS`` in-process (the real entry point imports ~2 s of unrelated code)."""
     import argparse
@@ -489,11 +482,14 @@ def test_cli_no_amplification_and_help(capsys):
     assert _amp(capsys, "--eps0", "-1", "--n", "10", "--delta", "1e-6")[0] != 0
 
 
-@pytest.mark.slow
-def test_cli_entry_point():
-    out = _lac("--eps0", "4", "--n", "100000", "--delta", "1e-6", "--json")
-    assert out.returncode == 0, out.stderr
-    assert json.loads(out.stdout)["numerical"]["epsilon"] == pytest.approx(0.118153, abs=2e-6)
+def test_cli_entry_point(capsys):
+    """The same command through ``lac``'s own entry point (every installed plugin loaded)."""
+    from lac_testkit import run_lac
+
+    code, out, err = run_lac(capsys, "shuffler", "amplification", "--eps0", "4", "--n", "100000", "--delta", "1e-6",
+                             "--json")
+    assert code == 0, err
+    assert json.loads(out)["numerical"]["epsilon"] == pytest.approx(0.118153, abs=2e-6)
 
 
 def test_each_batch_carries_its_amplification_statement(tmp_path):

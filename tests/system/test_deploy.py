@@ -19,7 +19,7 @@ import yaml
 from lac.common import tls
 from lac.suite import procs
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 COMPOSE_TEXT = (ROOT / "docker-compose.yml").read_text()
 COMPOSE = yaml.safe_load(COMPOSE_TEXT)
 SERVERS = ["curator", "shuffler"]

@@ -75,33 +75,15 @@ def test_rekeys_from_the_os(monkeypatch):
 
 def test_a_generator_built_before_fork_draws_new_noise_in_the_child():
     """Finding 7: a generator built before os.fork() (gunicorn --preload, multiprocessing's fork)
-    produced the same noise in parent and child. The child now re-keys from the OS at the fork."""
+    produced the same noise in parent and child. The child now re-keys from the OS at the fork.
+    (The Localizer's own generator: tests/client/test_localizer.py.)"""
     import multiprocessing
-    import os
 
-    from lac.client.embedding import Embedding
-    from lac.client.localizer import Localizer
-    from lac.client.mechanisms import MultivariateLaplace
+    from lac_testkit import draws_across_fork
 
     g = secure_generator()
-    emb = Embedding("tiny", [f"w{i}" for i in range(50)], np.random.default_rng(0).standard_normal((50, 8)).astype(
-        np.float32))
-    loc = Localizer(emb, MultivariateLaplace(0.5))  # its own CSPRNG, built before the fork
-    r, w = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # the child: one draw from each, then exit without running the parent's cleanup
-        try:
-            os.write(w, g.random(4).tobytes() + loc.perturb_ids(np.zeros(64, dtype=np.int64)).tobytes())
-        finally:
-            os._exit(0)
-    os.close(w)
-    child = b""
-    while chunk := os.read(r, 1 << 16):
-        child += chunk
-    os.close(r)
-    os.waitpid(pid, 0)
-    parent = g.random(4).tobytes() + loc.perturb_ids(np.zeros(64, dtype=np.int64)).tobytes()
-    assert len(child) == len(parent) and child[:32] != parent[:32] and child[32:] != parent[32:]
+    child, parent = draws_across_fork(lambda: g.random(4).tobytes())
+    assert len(child) == len(parent) == 32 and child != parent
 
     # the same through multiprocessing's fork start method
     global _SHARED

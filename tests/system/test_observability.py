@@ -85,6 +85,7 @@ def test_metrics_endpoint_speaks_openmetrics_and_refuses_other_paths(pipeline):
     assert ctype.startswith("application/openmetrics-text") and text.rstrip().endswith("# EOF")
     with pytest.raises(urllib.error.HTTPError) as err:
         urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=10)
+    err.value.close()  # the error holds the response and its socket
     assert err.value.code == 404
 
 

@@ -12,12 +12,12 @@ import stat
 import grpc
 import numpy as np
 import pytest
+from lac_testkit import batch_privacy, content
 
 from lac.common import envelope, tls
 from lac.common.v1 import curator_pb2, curator_pb2_grpc, reports_pb2, shuffler_pb2, shuffler_pb2_grpc
 from lac.shuffler.auth import add_client
 from lac.suite.procs import LocalDeployment
-from lac_testkit import Sink, batch_privacy, content
 
 AUTH_ERRORS = {grpc.StatusCode.PERMISSION_DENIED, grpc.StatusCode.UNAUTHENTICATED}
 TEXTS = [["the", "dog", "sleeps", "in", "the", "sun"], ["the", "fox", "is", "a", "small", "animal"],
@@ -261,10 +261,3 @@ def test_state_and_secrets_are_private(curator, start_shuffler, sink, tmp_path, 
     for f in (pki.root / "tls").glob("*.key"):
         assert stat.S_IMODE(os.stat(f).st_mode) & 0o077 == 0, f
     assert checked >= 8
-
-
-@pytest.fixture
-def sink():
-    s = Sink()
-    yield s
-    s.stop()

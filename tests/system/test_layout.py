@@ -1,0 +1,53 @@
+"""The tests' own layout (tests/README.md): any folder, subset or order of the suite collects, and a
+role's tests do not depend on the umbrella package or on roles they do not talk to."""
+
+from __future__ import annotations
+
+import ast
+from collections import Counter
+from pathlib import Path
+
+TESTS = Path(__file__).resolve().parents[1]
+ROLES = ("common", "client", "shuffler", "curator")
+# The peer a role's tests may import besides lac.common and the role itself: the one they drive as a real
+# counterpart (the client's tests register a token on a real shuffler; the shuffler's use the SDK as caller).
+PEERS = {"common": (), "client": ("shuffler",), "shuffler": ("client",), "curator": ()}
+
+
+def _modules() -> list[Path]:
+    return sorted(p for p in TESTS.rglob("*.py") if p.name != "conftest.py" and "__pycache__" not in p.parts)
+
+
+def _imports(path: Path):
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+        if isinstance(node, ast.Import):
+            yield from ((node.lineno, a.name) for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            yield node.lineno, node.module
+
+
+def test_module_names_are_unique_across_folders():
+    """pytest's default import mode puts each test folder on sys.path and imports modules by their base
+    name: two test_x.py (or two helpers of one name) in different folders clash, depending on order."""
+    clashes = {name: n for name, n in Counter(p.stem for p in _modules()).items() if n > 1}
+    assert not clashes, clashes
+    assert not list(TESTS.rglob("__init__.py"))
+
+
+def test_no_module_imports_a_conftest():
+    """Every conftest.py is a module named ``conftest``: importing one gets whichever loaded first.
+    Helpers go in a uniquely named module (lac_testkit.py, <role>/<role>_testkit.py)."""
+    bad = [f"{p.relative_to(TESTS)}:{line}" for p in _modules() for line, m in _imports(p) if m == "conftest"]
+    assert not bad, bad
+
+
+def test_role_tests_import_only_their_role():
+    bad = []
+    for role in ROLES:
+        allowed = {"common", role, *PEERS[role]}
+        for path in sorted((TESTS / role).rglob("*.py")):
+            for line, module in _imports(path):
+                parts = module.split(".")
+                if parts[0] == "lac" and (len(parts) < 2 or parts[1] not in allowed):
+                    bad.append(f"{path.relative_to(TESTS)}:{line}: {module}")
+    assert not bad, bad
