@@ -24,11 +24,11 @@ import time
 
 import numpy as np
 
+from lac.client import nearest
 from lac.client.embedding import glove_default
 from lac.client.mechanisms import MultivariateLaplace
-from lac.common.rng import secure_generator
-from lac.client import nearest
 from lac.client.nearest import NearestIndex
+from lac.common.rng import secure_generator
 
 GLOVE_SINGLE_TOKEN = 326_793  # GloVe 6B rows that are single tokens of lac.common.text
 
@@ -61,8 +61,10 @@ def bench_noise(rng, quick):
 
     tb = _timeit(baseline, min_time=0.5)
     slow = calls / tb
-    print(f"noise d=50: batched from the CSPRNG {fast:,.0f} vectors/s (numpy PCG64, not a CSPRNG: {pcg:,.0f}/s); "
-          f"per-call multivariate_normal {slow:,.0f} vectors/s (x{fast / slow:,.0f})")
+    print(
+        f"noise d=50: batched from the CSPRNG {fast:,.0f} vectors/s (numpy PCG64, not a CSPRNG: {pcg:,.0f}/s); "
+        f"per-call multivariate_normal {slow:,.0f} vectors/s (x{fast / slow:,.0f})"
+    )
     return fast, slow
 
 
@@ -91,10 +93,11 @@ def _tiled_gemm(index, pts):
     def run():
         for s in range(0, len(pts), block):
             nb = min(block, len(pts) - s)
-            buf[:nb, :index.dim] = pts[s:s + nb]
+            buf[:nb, : index.dim] = pts[s : s + nb]
             for t0 in range(0, index.size, tile):
                 t1 = min(t0 + tile, index.size)
-                np.matmul(buf[:nb], aug[t0:t1].T, out=out[:nb, :t1 - t0])
+                np.matmul(buf[:nb], aug[t0:t1].T, out=out[:nb, : t1 - t0])
+
     return run
 
 
@@ -141,22 +144,25 @@ def bench_projection(label, vectors, norms2, rng, quick, eps=10.0):
     def gemv_loop():  # the fastest simple per-word loop (float32 matvec + norms; not exact)
         return [int(np.argmin(n32 - 2.0 * (v32 @ p))) for p in sub32]
 
-    tq, tb, tg, tl, tv = _interleaved([lambda: index.query(pts), lambda: blas.query(pts), _tiled_gemm(blas, pts),
-                                       loop, gemv_loop], 2 if quick else 3)
+    tq, tb, tg, tl, tv = _interleaved(
+        [lambda: index.query(pts), lambda: blas.query(pts), _tiled_gemm(blas, pts), loop, gemv_loop], 2 if quick else 3
+    )
     assert loop() == list(index.query(sub)) == list(blas.query(sub)), "exact search disagrees with the loop"
     assert np.array_equal(index.query(pts), blas.query(pts)), "backends disagree"
     rate, rate_blas, bound, slow, gemv = m / tq, m / tb, m / tg, len(sub) / tl, len(sub) / tv
     gflops = 2.0 * m * (dim + 1) * size / tg / 1e9
     peak = sgemm_peak()
     peak_rate = peak * 1e9 / (2.0 * dim * size)  # words/s if every flop of the d-long dot products ran at peak
-    print(f"exact projection, {label} {size}x{dim} (eps={eps:g} noise), backend {index.backend}: "
-          f"{rate:,.0f} words/s = {2.0 * dim * size * rate / 1e9:,.1f} GFLOP/s; "
-          f"blas backend {rate_blas:,.0f} words/s (x{rate / rate_blas:,.2f}); "
-          f"per-word numpy loop {slow:,.1f} words/s (x{rate / slow:,.0f}), per-word float32 GEMV loop "
-          f"{gemv:,.0f} words/s (x{rate / gemv:,.1f}); raw BLAS GEMMs of the blas backend's shapes "
-          f"{gflops:,.1f} GFLOP/s = {bound:,.0f} words/s -> {100 * rate / bound:.0f}% of it; "
-          f"machine SGEMM peak (2048^3) {peak:,.1f} GFLOP/s = {peak_rate:,.0f} words/s -> "
-          f"{100 * rate / peak_rate:.0f}% of it; same answers as the loop and across backends")
+    print(
+        f"exact projection, {label} {size}x{dim} (eps={eps:g} noise), backend {index.backend}: "
+        f"{rate:,.0f} words/s = {2.0 * dim * size * rate / 1e9:,.1f} GFLOP/s; "
+        f"blas backend {rate_blas:,.0f} words/s (x{rate / rate_blas:,.2f}); "
+        f"per-word numpy loop {slow:,.1f} words/s (x{rate / slow:,.0f}), per-word float32 GEMV loop "
+        f"{gemv:,.0f} words/s (x{rate / gemv:,.1f}); raw BLAS GEMMs of the blas backend's shapes "
+        f"{gflops:,.1f} GFLOP/s = {bound:,.0f} words/s -> {100 * rate / bound:.0f}% of it; "
+        f"machine SGEMM peak (2048^3) {peak:,.1f} GFLOP/s = {peak_rate:,.0f} words/s -> "
+        f"{100 * rate / peak_rate:.0f}% of it; same answers as the loop and across backends"
+    )
     return rate, slow, bound
 
 
@@ -174,8 +180,10 @@ def bench_glove(rng, quick):
     bench_projection("GloVe 6B 50d, all rows", v, None, rng, quick)
     t0 = time.perf_counter()
     emb = _glove(GLOVE_SINGLE_TOKEN)
-    print(f"GloVe {emb.name}: {emb.size} x {emb.dim} loaded in {time.perf_counter() - t0:.1f}s "
-          f"(first run builds the cache, incl. the exact diameter {emb.diameter():.4f})")
+    print(
+        f"GloVe {emb.name}: {emb.size} x {emb.dim} loaded in {time.perf_counter() - t0:.1f}s "
+        f"(first run builds the cache, incl. the exact diameter {emb.diameter():.4f})"
+    )
     bench_projection(f"GloVe {emb.name}", emb.vectors, emb.norms2, rng, quick)
 
 
@@ -203,9 +211,11 @@ def main():
     ap.add_argument("--only", choices=["noise", "glove", "synthetic"], default=None)
     args = ap.parse_args()
     rng = np.random.default_rng(0)  # benchmark only: no privacy output leaves this script
-    print(f"machine: {platform.machine()}, {os.cpu_count()} cpus, OpenBLAS threads {blas_threads()}, "
-          f"numpy {np.__version__}, python {platform.python_version()}; load average "
-          f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    print(
+        f"machine: {platform.machine()}, {os.cpu_count()} cpus, OpenBLAS threads {blas_threads()}, "
+        f"numpy {np.__version__}, python {platform.python_version()}; load average "
+        f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}"
+    )
     if args.only in (None, "noise"):
         bench_noise(rng, args.quick)
     if args.only in (None, "glove"):

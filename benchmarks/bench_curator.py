@@ -58,8 +58,10 @@ def main() -> None:
     rng = np.random.default_rng(1)
     t = time.perf_counter()
     U = zipf_users(a.users, a.items, a.per_user, rng)
-    print(f"synthetic Zipf data: {a.users:,} users x {a.items:,} items, {U.nnz:,} non-zeros "
-          f"(built in {time.perf_counter() - t:.1f}s)")
+    print(
+        f"synthetic Zipf data: {a.users:,} users x {a.items:,} items, {U.nnz:,} non-zeros "
+        f"(built in {time.perf_counter() - t:.1f}s)"
+    )
     alpha = rng.poisson(5.0, a.items).astype(float)
     params = BayesianParams(epsilon=1.0, delta=1e-6, S=0.01, C=1, rho=0.5, sensitivity="bruteforce")
     rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
@@ -70,14 +72,18 @@ def main() -> None:
         times.append(time.perf_counter() - t)
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
     fast = min(times)
-    print(f"bayesian_dp (brute force): best of 3 {fast:.2f}s, gamma={release.gamma:.6g}, "
-          f"peak RSS {rss:.2f} GiB (before the release: {rss0:.2f} GiB, mostly building the data)")
+    print(
+        f"bayesian_dp (brute force): best of 3 {fast:.2f}s, gamma={release.gamma:.6g}, "
+        f"peak RSS {rss:.2f} GiB (before the release: {rss0:.2f} GiB, mostly building the data)"
+    )
     sample = rng.choice(a.users, size=a.naive_sample, replace=False)
     t = time.perf_counter()
     naive_gamma_on(U, sample, params.S, params.C)
     per_user = (time.perf_counter() - t) / a.naive_sample
-    print(f"per-user loop: {per_user * 1e3:.2f} ms/user on {a.naive_sample} users -> "
-          f"{per_user * a.users:.0f}s extrapolated; ratio {per_user * a.users / fast:.0f}x")
+    print(
+        f"per-user loop: {per_user * 1e3:.2f} ms/user on {a.naive_sample} users -> "
+        f"{per_user * a.users:.0f}s extrapolated; ratio {per_user * a.users / fast:.0f}x"
+    )
 
 
 if __name__ == "__main__":

@@ -22,10 +22,13 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--reports", type=int, default=5000)
     a = ap.parse_args()
-    texts = (load_users() * (a.reports // 12_000 + 1))[:a.reports]
-    contents = [reports_pb2.ReportContent(report_id=os.urandom(16),
-                                          sentences=[reports_pb2.Sentence(tokens=s) for s in sentences(t)])
-                for t in texts]
+    texts = (load_users() * (a.reports // 12_000 + 1))[: a.reports]
+    contents = [
+        reports_pb2.ReportContent(
+            report_id=os.urandom(16), sentences=[reports_pb2.Sentence(tokens=s) for s in sentences(t)]
+        )
+        for t in texts
+    ]
     with tempfile.TemporaryDirectory() as d:
         envelope.generate_key(d)
         ring = envelope.CuratorKeyRing.load(d)
@@ -47,11 +50,15 @@ def main() -> None:
     n = len(contents)
     sizes = sorted(len(s.data) for s in sealed)
     raw = sum(len(p.data) for p in plain) / n
-    print(f"{n} real reports (BSD fortunes), mean plaintext {raw:.0f} B; sealed sizes: median {sizes[n // 2]} B, "
-          f"max {sizes[-1]} B, {len(set(sizes))} distinct (padding buckets)")
+    print(
+        f"{n} real reports (BSD fortunes), mean plaintext {raw:.0f} B; sealed sizes: median {sizes[n // 2]} B, "
+        f"max {sizes[-1]} B, {len(set(sizes))} distinct (padding buckets)"
+    )
     print(f"seal (client):  {n / t_seal:,.0f} reports/s ({1e6 * t_seal / n:.0f} µs each)")
-    print(f"open (curator): {n / t_open:,.0f} reports/s ({1e6 * t_open / n:.0f} µs each); "
-          f"plaintext parse baseline {n / t_plain:,.0f}/s -> HPKE costs {t_open / t_plain:.0f}x the parse")
+    print(
+        f"open (curator): {n / t_open:,.0f} reports/s ({1e6 * t_open / n:.0f} µs each); "
+        f"plaintext parse baseline {n / t_plain:,.0f}/s -> HPKE costs {t_open / t_plain:.0f}x the parse"
+    )
     print(f"=> opening a 1,000,000-report batch takes ~{1e6 * t_open / n:.0f} s on one core")
 
 

@@ -46,10 +46,10 @@ def reports(texts: list[str], n: int, max_words: int) -> list[list[list[str]]]:
             words = 0
             for s in sentences(text):
                 while s:
-                    take = s[:max_words - words]
+                    take = s[: max_words - words]
                     report.append(take)
                     words += len(take)
-                    s = s[len(take):]
+                    s = s[len(take) :]
                     if words == max_words:
                         out.append(report)
                         report, words = [], 0
@@ -80,8 +80,9 @@ def main() -> None:
     a = ap.parse_args()
     counts = sorted({int(w) for w in a.workers.split(",")})
     d = Deployment()
-    lp = reports_pb2.LocalPrivacy(mechanism=mechanism_id(d.mechanism), epsilon_per_word=d.epsilon_per_word,
-                                  embedding=d.embedding)
+    lp = reports_pb2.LocalPrivacy(
+        mechanism=mechanism_id(d.mechanism), epsilon_per_word=d.epsilon_per_word, embedding=d.embedding
+    )
     source = user_texts(0) if a.texts == "users" else load_users()
     source = [source[i] for i in np.random.default_rng(0).permutation(len(source))]  # the sources mixed
     texts = reports(source, a.reports, d.max_report_words)
@@ -90,16 +91,24 @@ def main() -> None:
         ring = envelope.CuratorKeyRing.load(kd)
     key = ring.public_key()
     t0 = time.perf_counter()
-    payloads = [envelope.seal(reports_pb2.ReportContent(report_id=os.urandom(16), local_privacy=lp,
-                                                        sentences=[reports_pb2.Sentence(tokens=s) for s in r]),
-                              key).SerializeToString() for r in texts]
+    payloads = [
+        envelope.seal(
+            reports_pb2.ReportContent(
+                report_id=os.urandom(16), local_privacy=lp, sentences=[reports_pb2.Sentence(tokens=s) for s in r]
+            ),
+            key,
+        ).SerializeToString()
+        for r in texts
+    ]
     t_seal = time.perf_counter() - t0
     n = len(payloads)
     n_words = sum(len(s) for r in texts for s in r)
     label = "simulated users' texts" if a.texts == "users" else "BSD fortunes"
-    print(f"{n:,} real reports ({label}, unperturbed words, {n_words / n:.1f} words per report, "
-          f"{sum(map(len, payloads)) / n:.0f} B sealed on average); sealed in {t_seal:.1f} s; "
-          f"{CORES} core(s) available, load average {os.getloadavg()[0]:.2f}")
+    print(
+        f"{n:,} real reports ({label}, unperturbed words, {n_words / n:.1f} words per report, "
+        f"{sum(map(len, payloads)) / n:.0f} B sealed on average); sealed in {t_seal:.1f} s; "
+        f"{CORES} core(s) available, load average {os.getloadavg()[0]:.2f}"
+    )
     ctx = IngestContext.of(CuratorConfig(), ring, 3)
     base = None
     reference = None
@@ -108,7 +117,7 @@ def main() -> None:
     for workers in counts:
         pool = IngestPool(ctx, workers)
         try:
-            pool.run(payloads[:max(MIN_POOL_BATCH, 2 * workers)])  # start the workers (not timed)
+            pool.run(payloads[: max(MIN_POOL_BATCH, 2 * workers)])  # start the workers (not timed)
             best, cpu = float("inf"), float("inf")
             for _ in range(a.repeat):
                 pids = pool.worker_pids()
@@ -126,15 +135,19 @@ def main() -> None:
             assert (items.counts == reference.counts).all() and (items.indptr == reference.indptr).all()
         rate = n / best
         base = base or rate
-        print(f"| {workers} | {len(chunks)} | {best:.2f} s | {rate:,.0f} | {rate / min(workers, CORES):,.0f} | "
-              f"{rate / base:.2f}x | {1e6 * cpu / n:.0f} µs |")
+        print(
+            f"| {workers} | {len(chunks)} | {best:.2f} s | {rate:,.0f} | {rate / min(workers, CORES):,.0f} | "
+            f"{rate / base:.2f}x | {1e6 * cpu / n:.0f} µs |"
+        )
     with tempfile.TemporaryDirectory() as sd:
         t0 = time.perf_counter()
         segments.write(Path(sd) / "s.parquet", reference, {"batch_id": "bench"})
         t_write = time.perf_counter() - t0
-    print(f"{n - reference.n_reports} report(s) quarantined (e.g. a token over 64 characters); then the store "
-          f"writes the batch's segment (serial, {len(reference.items):,} distinct n-grams): "
-          f"{t_write:.2f} s, {1e6 * t_write / n:.0f} µs per report")
+    print(
+        f"{n - reference.n_reports} report(s) quarantined (e.g. a token over 64 characters); then the store "
+        f"writes the batch's segment (serial, {len(reference.items):,} distinct n-grams): "
+        f"{t_write:.2f} s, {1e6 * t_write / n:.0f} µs per report"
+    )
 
 
 if __name__ == "__main__":

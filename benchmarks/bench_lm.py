@@ -48,8 +48,13 @@ def old_model_class():
     """The constant-λ NgramModel as it was before interpolated KN (None outside a git checkout)."""
     root = Path(__file__).resolve().parent.parent
     try:
-        src = subprocess.run(["git", "show", f"{OLD_COMMIT}:curator/lac/curator/lm.py"], cwd=root, check=True,
-                             capture_output=True, text=True).stdout
+        src = subprocess.run(
+            ["git", "show", f"{OLD_COMMIT}:curator/lac/curator/lm.py"],
+            cwd=root,
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout
     except (OSError, subprocess.CalledProcessError):
         return None
     mod = types.ModuleType("lm_lambda09")
@@ -68,7 +73,7 @@ def nltk_perplexity(train, test, discount: float) -> float:
     for s in test:
         padded = ["<s>", "<s>"] + s + ["</s>"]
         for i in range(2, len(padded)):
-            total += math.log(lm.score(padded[i], padded[i - 2:i]))
+            total += math.log(lm.score(padded[i], padded[i - 2 : i]))
             n += 1
     return math.exp(-total / n)
 
@@ -82,8 +87,12 @@ def timed(f, *a, **kw):
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--nltk-discounts", type=float, nargs="*", default=[0.1, 0.75])
-    ap.add_argument("--nltk-sentences", type=int, default=0, help="score nltk on the first N test sentences "
-                    "only (0: all); our rows are then shown on the same subset too")
+    ap.add_argument(
+        "--nltk-sentences",
+        type=int,
+        default=0,
+        help="score nltk on the first N test sentences only (0: all); our rows are then shown on the same subset too",
+    )
     args = ap.parse_args()
 
     s = lee()
@@ -96,16 +105,20 @@ def main() -> None:
     items, counts = counts_of(train)
     n_tok = sum(len(x) + 1 for x in test)
     oov = sum(w == UNK for x in test for w in x)
-    print(f"Lee corpus: {len(train)} training sentences ({sum(map(len, train))} tokens), {len(test)} test sentences "
-          f"({n_tok} scored tokens incl. </s>, {oov} test words <unk>); |V| = {len(keep) + 2}, {len(items)} items")
+    print(
+        f"Lee corpus: {len(train)} training sentences ({sum(map(len, train))} tokens), {len(test)} test sentences "
+        f"({n_tok} scored tokens incl. </s>, {oov} test words <unk>); |V| = {len(keep) + 2}, {len(items)} items"
+    )
 
     exact, t_build = timed(NgramModel.from_counts, items, counts, 3)
     plain = NgramModel.from_counts(items, counts, 3, modified=False)
     legacy, t_legacy = timed(NgramModel, items, np.log(counts / counts.sum()), 3)
-    sub = test[:args.nltk_sentences] if args.nltk_sentences else test
-    rows = [("(a) ours, modified KN from exact counts (estimated discounts)", exact.perplexity(sub)),
-            ("(a) ours, plain interpolated KN from exact counts", plain.perplexity(sub)),
-            ("(a) ours, NgramModel(items, log p) with the default total", legacy.perplexity(sub))]
+    sub = test[: args.nltk_sentences] if args.nltk_sentences else test
+    rows = [
+        ("(a) ours, modified KN from exact counts (estimated discounts)", exact.perplexity(sub)),
+        ("(a) ours, plain interpolated KN from exact counts", plain.perplexity(sub)),
+        ("(a) ours, NgramModel(items, log p) with the default total", legacy.perplexity(sub)),
+    ]
     try:
         import kenlm
     except ImportError:
@@ -123,23 +136,37 @@ def main() -> None:
     if old is None:
         print("not a git checkout: no constant-lambda row")
     else:
-        rows.append(("(c) former constant-λ = 0.9 model, same counts", old(items, np.log(counts / counts.sum()), 3)
-                     .perplexity(sub)))
+        rows.append(
+            (
+                "(c) former constant-λ = 0.9 model, same counts",
+                old(items, np.log(counts / counts.sum()), 3).perplexity(sub),
+            )
+        )
         # Without <unk> in training (vocabulary = every training word): how OOV words are priced.
         items2, counts2 = counts_of(raw_train)
         lp2 = np.log(counts2 / counts2.sum())
-        raw_sub = raw_test[:len(sub)]
-        rows.append(("    no <unk> in training: ours (OOV gets its uniform share γ₀/|V|)",
-                     NgramModel.from_counts(items2, counts2, 3).perplexity(raw_sub)))
-        rows.append(("    no <unk> in training: ours with unk_mass = 0.02",
-                     NgramModel.from_counts(items2, counts2, 3, unk_mass=0.02).perplexity(raw_sub)))
+        raw_sub = raw_test[: len(sub)]
+        rows.append(
+            (
+                "    no <unk> in training: ours (OOV gets its uniform share γ₀/|V|)",
+                NgramModel.from_counts(items2, counts2, 3).perplexity(raw_sub),
+            )
+        )
+        rows.append(
+            (
+                "    no <unk> in training: ours with unk_mass = 0.02",
+                NgramModel.from_counts(items2, counts2, 3, unk_mass=0.02).perplexity(raw_sub),
+            )
+        )
         rows.append(("    no <unk> in training: former constant-λ model", old(items2, lp2, 3).perplexity(raw_sub)))
 
     print(f"\nheld-out perplexity on {len(sub)} test sentences")
     for name, ppl in rows:
         print(f"  {name:<72} {ppl:10.2f}")
-    print(f"\nbuild: from_counts {t_build:.3f} s, NgramModel(items, log_probs) {t_legacy:.3f} s for {len(items)} "
-          f"items; discounts {[tuple(round(x, 3) for x in d) for d in exact.discounts]}")
+    print(
+        f"\nbuild: from_counts {t_build:.3f} s, NgramModel(items, log_probs) {t_legacy:.3f} s for {len(items)} "
+        f"items; discounts {[tuple(round(x, 3) for x in d) for d in exact.discounts]}"
+    )
     small_items, small_counts = counts_of(train[: len(train) * 5 // 8])
     _, t_small = timed(NgramModel.from_counts, small_items, small_counts, 3)
     _, t_arpa = timed(exact.arpa)

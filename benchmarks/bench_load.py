@@ -127,8 +127,19 @@ def run(name: str, tmp: Path, tokens_file_lines: Path, tokens: list[str], per_ca
     state.mkdir(parents=True)
     (state / "clients.tokens").write_bytes(tokens_file_lines.read_bytes())
     os.chmod(state / "clients.tokens", 0o600)
-    args = ["--state-dir", str(state), "--curator", "127.0.0.1:1", "--insecure", "--auth", "token",
-            "--min-batch", "1000000000", "--reports-per-window", "1000000000"]
+    args = [
+        "--state-dir",
+        str(state),
+        "--curator",
+        "127.0.0.1:1",
+        "--insecure",
+        "--auth",
+        "token",
+        "--min-batch",
+        "1000000000",
+        "--reports-per-window",
+        "1000000000",
+    ]
     service = procs.start("shuffler", args, tmp / name)
     try:
         payload_field = _payload_field()
@@ -139,8 +150,20 @@ def run(name: str, tmp: Path, tokens_file_lines: Path, tokens: list[str], per_ca
         service.stop()
     lat.sort()
     q = statistics.quantiles(lat, n=100, method="inclusive") if len(lat) >= 2 else [lat[0]] * 99
-    return Result(name, len(tokens), per_call, wall, done, len(lat), done / wall, q[49] * 1e3, q[98] * 1e3,
-                  dict(errors), (cpu1 - cpu0) / (t1 - t0), (lcpu1 - lcpu0) / (t1 - t0))
+    return Result(
+        name,
+        len(tokens),
+        per_call,
+        wall,
+        done,
+        len(lat),
+        done / wall,
+        q[49] * 1e3,
+        q[98] * 1e3,
+        dict(errors),
+        (cpu1 - cpu0) / (t1 - t0),
+        (lcpu1 - lcpu0) / (t1 - t0),
+    )
 
 
 def main() -> None:
@@ -153,9 +176,13 @@ def main() -> None:
         tmp = Path(d)
         tokens_file = tmp / "clients.tokens"
         tokens = add_clients(tokens_file, [f"load-{i}" for i in range(200)])
-        plan = [("baseline: 1 client, 1 report/call", 1, 1), ("50 clients, 1 report/call", 50, 1),
-                ("200 clients, 1 report/call", 200, 1), ("50 clients, 100 reports/call", 50, 100),
-                ("200 clients, 100 reports/call", 200, 100)]
+        plan = [
+            ("baseline: 1 client, 1 report/call", 1, 1),
+            ("50 clients, 1 report/call", 50, 1),
+            ("200 clients, 1 report/call", 200, 1),
+            ("50 clients, 100 reports/call", 50, 100),
+            ("200 clients, 100 reports/call", 200, 100),
+        ]
         results = []
         for i, (name, n, per_call) in enumerate(plan):
             r = run(f"run{i}", tmp, tokens_file, tokens[:n], per_call, a.seconds)
@@ -164,22 +191,31 @@ def main() -> None:
             print(f"  {name}: {r.reports_per_s:,.0f} reports/s", file=sys.stderr)
     load_after = os.getloadavg()
     base = results[0]
-    print(f"machine: {os.cpu_count()} CPUs ({platform.processor() or platform.machine()}), Python "
-          f"{platform.python_version()}, grpcio {grpc.__version__}; load average before "
-          f"{load_before[0]:.2f}/{load_before[1]:.2f}/{load_before[2]:.2f}, after "
-          f"{load_after[0]:.2f}/{load_after[1]:.2f}/{load_after[2]:.2f}; TLS off (--insecure), tokens on")
+    print(
+        f"machine: {os.cpu_count()} CPUs ({platform.processor() or platform.machine()}), Python "
+        f"{platform.python_version()}, grpcio {grpc.__version__}; load average before "
+        f"{load_before[0]:.2f}/{load_before[1]:.2f}/{load_before[2]:.2f}, after "
+        f"{load_after[0]:.2f}/{load_after[1]:.2f}/{load_after[2]:.2f}; TLS off (--insecure), tokens on"
+    )
     print()
-    print("| run | reports/s | x baseline | calls/s | p50 ms | p99 ms | p50 x baseline | errors | server CPU | "
-          "load CPU |")
+    print(
+        "| run | reports/s | x baseline | calls/s | p50 ms | p99 ms | p50 x baseline | errors | server CPU | load CPU |"
+    )
     print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: |")
     for r in results:
         errs = ", ".join(f"{k} {v}" for k, v in sorted(r.errors.items())) or "none"
-        print(f"| {r.name} | {r.reports_per_s:,.0f} | {r.reports_per_s / base.reports_per_s:.1f} | "
-              f"{r.calls / r.seconds:,.0f} | {r.p50_ms:.2f} | {r.p99_ms:.2f} | {r.p50_ms / base.p50_ms:.1f} | "
-              f"{errs} | {r.server_cpu:.2f} | {r.load_cpu:.2f} |")
+        print(
+            f"| {r.name} | {r.reports_per_s:,.0f} | {r.reports_per_s / base.reports_per_s:.1f} | "
+            f"{r.calls / r.seconds:,.0f} | {r.p50_ms:.2f} | {r.p99_ms:.2f} | {r.p50_ms / base.p50_ms:.1f} | "
+            f"{errs} | {r.server_cpu:.2f} | {r.load_cpu:.2f} |"
+        )
     if a.json:
-        a.json.write_text(json.dumps({"load_before": load_before, "load_after": load_after,
-                                      "results": [asdict(r) for r in results]}, indent=2))
+        a.json.write_text(
+            json.dumps(
+                {"load_before": load_before, "load_after": load_after, "results": [asdict(r) for r in results]},
+                indent=2,
+            )
+        )
 
 
 if __name__ == "__main__":

@@ -7,8 +7,10 @@ data, a speed and memory benchmark only, not language.
 
 The data: each report holds ~Poisson(per_user) distinct items drawn Zipf(1.1)-like from a vocabulary
 of ``--items`` unigram items, written as segments of ``--reports-per-segment`` reports (the
-curator's format, ``lac.curator.segments``). Each engine runs in its own process, so its peak RSS
-is its own: BayesianDP with the brute-force γ (two passes), BayesianDP sound (one pass) and the
+curator's format, ``lac.curator.segments``). Each engine runs in its own process; its peak memory
+is the largest total RSS of that process and all its descendants (worker processes, Spark's JVM
+and Python workers), sampled every 0.1 s (pages shared between processes count once per process, so
+this is an upper bound): BayesianDP with the brute-force γ (two passes), BayesianDP sound (one pass) and the
 default posterior (one pass). γ must be equal across engines (printed and checked).
 """
 
@@ -23,11 +25,13 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
 import numpy as np
 
+MECHANISMS = "bayesian-bruteforce,bayesian-sound,posterior"
 ENGINES = ("stream", "stream:N (N worker processes)", "memory", "spark")
 
 
@@ -64,7 +68,7 @@ def write_segments(root: Path, users: int, items: int, per_user: float, per_segm
     return paths
 
 
-def run_engine(engine: str, root: Path, items: int, master: str) -> dict:
+def run_engine(engine: str, root: Path, items: int, master: str, mechanisms: str = MECHANISMS) -> dict:
     """One engine's releases over the segments under ``root`` (in this process)."""
     from lac.common.privacy import PrivacyUnit
     from lac.curator.engine import LOCAL
@@ -74,9 +78,12 @@ def run_engine(engine: str, root: Path, items: int, master: str) -> dict:
     paths = sorted(root.rglob("*.parquet"))
     reports = StoredReports(paths, vocab)
     caps = PublicCaps(W=100, C=1, count_clip=10_000_000)
-    specs = {"bayesian-bruteforce": ReleaseSpec(epsilon=1.0, mechanism="bayesian", sensitivity="bruteforce"),
-             "bayesian-sound": ReleaseSpec(epsilon=1.0, mechanism="bayesian"),
-             "posterior": ReleaseSpec(epsilon=1.0, discovery=False)}
+    specs = {
+        "bayesian-bruteforce": ReleaseSpec(epsilon=1.0, mechanism="bayesian", sensitivity="bruteforce"),
+        "bayesian-sound": ReleaseSpec(epsilon=1.0, mechanism="bayesian"),
+        "posterior": ReleaseSpec(epsilon=1.0, discovery=False),
+    }
+    specs = {k: v for k, v in specs.items() if k in mechanisms.split(",")}
     out = {"engine": engine}
     eng = LOCAL
     if engine.startswith("stream:"):  # stream:N = N worker processes
@@ -95,10 +102,55 @@ def run_engine(engine: str, root: Path, items: int, master: str) -> dict:
             del U
         else:
             r = run(reports, vocab, spec, caps, PrivacyUnit.report(), np.random.default_rng(0), engine=eng)
-        out[name] = {"seconds": time.perf_counter() - t, "gamma": r.gamma, "sigma": r.sigma,
-                     "log_probs_sha": __import__("hashlib").sha256(r.log_probs.tobytes()).hexdigest()[:16]}
+        out[name] = {
+            "seconds": time.perf_counter() - t,
+            "gamma": r.gamma,
+            "sigma": r.sigma,
+            "log_probs_sha": __import__("hashlib").sha256(r.log_probs.tobytes()).hexdigest()[:16],
+        }
     out["peak_rss_gib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
     return out
+
+
+class TreeRss:
+    """Samples the total RSS of process ``pid`` and its descendants (from /proc) until ``stop``."""
+
+    def __init__(self, pid: int, every: float = 0.1):
+        self.pid, self.every, self.peak = pid, every, 0
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _sample(self) -> int:
+        parent, rss = {}, {}
+        for d in os.listdir("/proc"):
+            if not d.isdigit():
+                continue
+            try:
+                with open(f"/proc/{d}/status") as f:
+                    for line in f:
+                        if line.startswith("PPid:"):
+                            parent[int(d)] = int(line.split()[1])
+                        elif line.startswith("VmRSS:"):
+                            rss[int(d)] = int(line.split()[1]) * 1024
+            except OSError:
+                continue
+        total = 0
+        for p, r in rss.items():
+            q = p
+            while q and q != self.pid:
+                q = parent.get(q, 0)
+            total += r if q == self.pid else 0
+        return total
+
+    def _run(self) -> None:
+        while not self._done.wait(self.every):
+            self.peak = max(self.peak, self._sample())
+
+    def stop(self) -> int:
+        self._done.set()
+        self._thread.join()
+        return self.peak
 
 
 def main() -> None:
@@ -109,20 +161,30 @@ def main() -> None:
     ap.add_argument("--reports-per-segment", type=int, default=100_000)
     ap.add_argument("--engines", default="stream,memory", help=f"comma-separated, of {', '.join(ENGINES)}")
     ap.add_argument("--spark-master", default="local[2]")
+    ap.add_argument("--mechanisms", default=MECHANISMS, help=f"comma-separated, of {MECHANISMS}")
     ap.add_argument("--dir", default=None, help="write the segments in a temporary directory under DIR")
-    ap.add_argument("--keep", default=None, metavar="DIR",
-                    help="write the segments into DIR and keep them; reused by a later run with the same data options")
-    ap.add_argument("--memory-limit-gib", type=float, default=16.0,
-                    help="address-space limit of the in-memory engine's process: past it, it fails (reported)")
+    ap.add_argument(
+        "--keep",
+        default=None,
+        metavar="DIR",
+        help="write the segments into DIR and keep them; reused by a later run with the same data options",
+    )
+    ap.add_argument(
+        "--memory-limit-gib",
+        type=float,
+        default=16.0,
+        help="address-space limit of the in-memory engine's process: past it, it fails (reported)",
+    )
     ap.add_argument("--run", default=None, help=argparse.SUPPRESS)  # internal: one engine, in a child process
     a = ap.parse_args()
     if a.run:
-        print(json.dumps(run_engine(a.run, Path(a.dir), a.items, a.spark_master)))
+        print(json.dumps(run_engine(a.run, Path(a.dir), a.items, a.spark_master, a.mechanisms)))
         return
     with contextlib.ExitStack() as stack:
         root = Path(a.keep) if a.keep else Path(stack.enter_context(tempfile.TemporaryDirectory(dir=a.dir)))
-        spec = json.dumps({"users": a.users, "items": a.items, "per_user": a.per_user,
-                           "per_segment": a.reports_per_segment})
+        spec = json.dumps(
+            {"users": a.users, "items": a.items, "per_user": a.per_user, "per_segment": a.reports_per_segment}
+        )
         t = time.perf_counter()
         if a.keep and (root / "data.json").exists() and (root / "data.json").read_text() == spec:
             paths, how = sorted(root.rglob("*.parquet")), "reused"
@@ -134,33 +196,65 @@ def main() -> None:
             (root / "data.json").write_text(spec)
             how = f"written in {time.perf_counter() - t:.0f} s"
         size = sum(p.stat().st_size for p in paths)
-        print(f"SYNTHETIC Zipf data: {a.users:,} reports x {a.items:,} items, ~{a.per_user:g} items per report, "
-              f"{len(paths)} segments, {size / 2**20:,.0f} MiB on disk ({how})", flush=True)
+        print(
+            f"SYNTHETIC Zipf data: {a.users:,} reports x {a.items:,} items, ~{a.per_user:g} items per report, "
+            f"{len(paths)} segments, {size / 2**20:,.0f} MiB on disk ({how})",
+            flush=True,
+        )
         results = []
         for engine in filter(None, a.engines.split(",")):
-            cmd = [sys.executable, __file__, "--run", engine, "--dir", str(root), "--items", str(a.items),
-                   "--spark-master", a.spark_master]
+            cmd = [
+                sys.executable,
+                __file__,
+                "--run",
+                engine,
+                "--dir",
+                str(root),
+                "--items",
+                str(a.items),
+                "--spark-master",
+                a.spark_master,
+                "--mechanisms",
+                a.mechanisms,
+            ]
             t = time.perf_counter()
             limit = int(a.memory_limit_gib * 2**30) if engine == "memory" else None
-            p = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "PYTHONHASHSEED": "0"},
-                               preexec_fn=(lambda lim=limit: resource.setrlimit(resource.RLIMIT_AS, (lim, lim)))
-                               if limit else None)
+            proc = subprocess.Popen(
+                cmd,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+                env={**os.environ, "PYTHONHASHSEED": "0"},
+                preexec_fn=(lambda lim=limit: resource.setrlimit(resource.RLIMIT_AS, (lim, lim))) if limit else None,
+            )
+            sampler = TreeRss(proc.pid)
+            stdout, stderr = proc.communicate()
+            tree_peak = sampler.stop()
+            p = subprocess.CompletedProcess(cmd, proc.returncode, stdout, stderr)
             if p.returncode != 0:
                 tail = (p.stderr.strip().splitlines() or ["?"])[-1]
-                print(f"{engine:>7}: FAILED after {time.perf_counter() - t:.0f} s (exit {p.returncode}): {tail}",
-                      flush=True)
+                print(
+                    f"{engine:>7}: FAILED after {time.perf_counter() - t:.0f} s (exit {p.returncode}): {tail}",
+                    flush=True,
+                )
                 continue
             r = json.loads(p.stdout.strip().splitlines()[-1])
+            r["peak_rss_gib"] = max(r["peak_rss_gib"], tree_peak / 2**30)
             results.append(r)
-            print(f"{engine:>7}: " + "; ".join(f"{k} {v['seconds']:.1f} s (γ={v['gamma']:.6g})" for k, v in r.items()
-                                               if isinstance(v, dict))
-                  + f"; peak RSS {r['peak_rss_gib']:.2f} GiB"
-                  + (" (the driver's Python only: not the JVM nor the executors)" if engine == "spark" else ""),
-                  flush=True)
-        for name in ("bayesian-bruteforce", "bayesian-sound", "posterior") if results else ():
+            print(
+                f"{engine:>7}: "
+                + "; ".join(
+                    f"{k} {v['seconds']:.1f} s (γ={v['gamma']:.6g})" for k, v in r.items() if isinstance(v, dict)
+                )
+                + f"; peak RSS {r['peak_rss_gib']:.2f} GiB (process tree)",
+                flush=True,
+            )
+        for name in a.mechanisms.split(",") if results else ():
             values = {(r[name]["gamma"], r[name]["sigma"], r[name]["log_probs_sha"]) for r in results}
-            print(f"{name}: {'identical' if len(values) == 1 else 'DIFFERENT'} across {len(results)} engine(s) "
-                  f"(γ, σ, released log-probabilities)")
+            print(
+                f"{name}: {'identical' if len(values) == 1 else 'DIFFERENT'} across {len(results)} engine(s) "
+                f"(γ, σ, released log-probabilities)"
+            )
 
 
 if __name__ == "__main__":

@@ -55,8 +55,11 @@ async def _load(address: str, per_rpc: int, seconds: float, concurrency: int, pa
     """Reports acknowledged per second over ``seconds`` with ``concurrency`` calls in flight."""
     done = 0
     async with grpc.aio.insecure_channel(address) as ch:
-        submit = ch.unary_unary("/lac.v1.Shuffler/Submit", request_serializer=None,
-                                response_deserializer=shuffler_pb2.SubmitResponse.FromString)
+        submit = ch.unary_unary(
+            "/lac.v1.Shuffler/Submit",
+            request_serializer=None,
+            response_deserializer=shuffler_pb2.SubmitResponse.FromString,
+        )
         await submit(_request(per_rpc, payload_field), timeout=30)  # warm up
         end = time.perf_counter() + seconds
 
@@ -86,6 +89,7 @@ def _serve_without_group_commit(argv: list[str]) -> None:
 
     ReportLog.append_groups = one_transaction_per_call
     from lac.common.cli import main as lac_main
+
     sys.exit(lac_main(["shuffler", "serve", *argv]))
 
 
@@ -95,8 +99,20 @@ def _start(tmp: Path, name: str, args: list[str], naive: bool):
     port_file = tmp / name / "port"
     port_file.parent.mkdir(parents=True, exist_ok=True)
     with open(tmp / name / "log", "ab") as log:  # the child has its own copy of the descriptor
-        proc = subprocess.Popen([sys.executable, __file__, "--serve-without-group-commit", "--port", "0",
-                                 "--port-file", str(port_file), *args], stdout=log, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                __file__,
+                "--serve-without-group-commit",
+                "--port",
+                "0",
+                "--port-file",
+                str(port_file),
+                *args,
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
     while not port_file.exists():
         if proc.poll() is not None:
             raise RuntimeError(f"baseline server exited; see {tmp / name / 'log'}")
@@ -108,11 +124,13 @@ def _release_and_forward(tmp: Path, n: int, size: int) -> tuple[float, float, fl
     from conftest import Sink  # the tests' real gRPC CuratorIngest sink
 
     log = ReportLog(tmp / "big")
-    payload = reports_pb2.SealedPayload(encoding=reports_pb2.PAYLOAD_ENCODING_PLAINTEXT_INSECURE,
-                                        data=os.urandom(size)).SerializeToString()
+    payload = reports_pb2.SealedPayload(
+        encoding=reports_pb2.PAYLOAD_ENCODING_PLAINTEXT_INSECURE, data=os.urandom(size)
+    ).SerializeToString()
     for i in range(0, n, 100_000):
-        log.append_groups([([(os.urandom(16), None, payload) for _ in range(min(100_000, n - i))], None)],
-                          0, 0, 1 << 40)
+        log.append_groups(
+            [([(os.urandom(16), None, payload) for _ in range(min(100_000, n - i))], None)], 0, 0, 1 << 40
+        )
     t0 = time.perf_counter()
     released = log.release(n)
     t_release = time.perf_counter() - t0
@@ -120,8 +138,11 @@ def _release_and_forward(tmp: Path, n: int, size: int) -> tuple[float, float, fl
     try:
         body = log.batch(released.batch_id).body
         with grpc.insecure_channel(sink.address, options=[("grpc.max_send_message_length", 1 << 30)]) as ch:
-            ingest = ch.unary_unary("/lac.v1.CuratorIngest/IngestBatch", request_serializer=None,
-                                    response_deserializer=curator_pb2.IngestBatchResponse.FromString)
+            ingest = ch.unary_unary(
+                "/lac.v1.CuratorIngest/IngestBatch",
+                request_serializer=None,
+                response_deserializer=curator_pb2.IngestBatchResponse.FromString,
+            )
             t1 = time.perf_counter()
             reply = ingest(body, timeout=300)
             log.delivered(released.batch_id)
@@ -146,15 +167,28 @@ def main() -> None:
     ap.add_argument("--concurrency", type=int, default=32, help="RPCs in flight")
     ap.add_argument("--payload-bytes", type=int, default=560, help="sealed payload size (560 = smallest HPKE)")
     ap.add_argument("--batch-reports", type=int, default=1_000_000, help="size of the shuffled batch")
-    ap.add_argument("--batch-payload-bytes", type=int, default=32,
-                    help="payload size in the big batch (1M x 32 B fits one 64 MiB gRPC message)")
+    ap.add_argument(
+        "--batch-payload-bytes",
+        type=int,
+        default=32,
+        help="payload size in the big batch (1M x 32 B fits one 64 MiB gRPC message)",
+    )
     a = ap.parse_args()
     print(f"machine: {os.cpu_count()} cores; python {sys.version.split()[0]}")
     with tempfile.TemporaryDirectory(prefix="lac-bench-shuffler-") as d:
         tmp = Path(d)
         field = _payload_field(a.payload_bytes)
-        args = ["--curator", "127.0.0.1:1", "--auth", "none", "--insecure", "--min-batch", str(10 ** 9),
-                "--max-reports-per-request", str(max(100, a.per_rpc))]
+        args = [
+            "--curator",
+            "127.0.0.1:1",
+            "--auth",
+            "none",
+            "--insecure",
+            "--min-batch",
+            str(10**9),
+            "--max-reports-per-request",
+            str(max(100, a.per_rpc)),
+        ]
         rates = {}
         for name, naive in (("grouped", False), ("naive", True)):
             shuffler = _start(tmp, name, ["--state-dir", str(tmp / name / "state"), *args], naive)
@@ -167,20 +201,28 @@ def main() -> None:
                 shuffler.stop()
             rates[name] = (batched, cpu, unary)
         batched, cpu_batched, unary = rates["grouped"]
-        print(f"ingest, RPCs of {a.per_rpc} x {a.payload_bytes} B, {a.concurrency} in flight: "
-              f"{batched:,.0f} reports/s durable (target >= 20,000); shuffler process CPU "
-              f"{cpu_batched / (batched * a.seconds) * 1e6:.0f} us/report "
-              f"(=> {batched * a.seconds / cpu_batched:,.0f} reports per CPU-second)")
+        print(
+            f"ingest, RPCs of {a.per_rpc} x {a.payload_bytes} B, {a.concurrency} in flight: "
+            f"{batched:,.0f} reports/s durable (target >= 20,000); shuffler process CPU "
+            f"{cpu_batched / (batched * a.seconds) * 1e6:.0f} us/report "
+            f"(=> {batched * a.seconds / cpu_batched:,.0f} reports per CPU-second)"
+        )
         nb, _, nu = rates["naive"]
-        print(f"  baseline, same server with one fsync'd transaction per call (no group commit): "
-              f"{nb:,.0f} reports/s -> x{batched / nb:.1f}")
-        print(f"ingest, unary one-report RPCs, {2 * a.concurrency} in flight: {unary:,.0f} reports/s "
-              f"(x{batched / unary:.1f} slower than batched); without group commit {nu:,.0f} reports/s "
-              f"-> x{unary / nu:.1f}")
+        print(
+            f"  baseline, same server with one fsync'd transaction per call (no group commit): "
+            f"{nb:,.0f} reports/s -> x{batched / nb:.1f}"
+        )
+        print(
+            f"ingest, unary one-report RPCs, {2 * a.concurrency} in flight: {unary:,.0f} reports/s "
+            f"(x{batched / unary:.1f} slower than batched); without group commit {nu:,.0f} reports/s "
+            f"-> x{unary / nu:.1f}"
+        )
         t_rel, t_fwd, t_naive, mb = _release_and_forward(tmp, a.batch_reports, a.batch_payload_bytes)
-        print(f"release of {a.batch_reports:,} reports (read buffer, CSPRNG permutation, serialize, store): "
-              f"{t_rel:.2f}s; forward {mb:.0f} MB to a gRPC sink + delete: {t_fwd:.2f}s; "
-              f"total {t_rel + t_fwd:.2f}s (target <= 5 s)")
+        print(
+            f"release of {a.batch_reports:,} reports (read buffer, CSPRNG permutation, serialize, store): "
+            f"{t_rel:.2f}s; forward {mb:.0f} MB to a gRPC sink + delete: {t_fwd:.2f}s; "
+            f"total {t_rel + t_fwd:.2f}s (target <= 5 s)"
+        )
         print(f"  baseline: random.SystemRandom().shuffle of {a.batch_reports:,} items alone: {t_naive:.2f}s")
 
 

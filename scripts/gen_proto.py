@@ -23,14 +23,21 @@ _IMPORT = re.compile(r"^(from|import) lac\.v1\b", re.MULTILINE)
 
 
 def generate(out: Path) -> list[Path]:
-    from grpc_tools import protoc  # dev dependency (pinned with grpcio)
     import grpc_tools
+    from grpc_tools import protoc  # dev dependency (pinned with grpcio)
 
     protos = sorted(str(p.relative_to(PROTO_ROOT)) for p in (PROTO_ROOT / "lac" / "v1").glob("*.proto"))
     with tempfile.TemporaryDirectory() as tmp:
         wkt = Path(grpc_tools.__file__).parent / "_proto"
-        args = ["protoc", f"-I{PROTO_ROOT}", f"-I{wkt}", f"--python_out={tmp}", f"--pyi_out={tmp}",
-                f"--grpc_python_out={tmp}", *protos]
+        args = [
+            "protoc",
+            f"-I{PROTO_ROOT}",
+            f"-I{wkt}",
+            f"--python_out={tmp}",
+            f"--pyi_out={tmp}",
+            f"--grpc_python_out={tmp}",
+            *protos,
+        ]
         if protoc.main(args) != 0:
             raise SystemExit("protoc failed")
         out.mkdir(parents=True, exist_ok=True)
@@ -58,7 +65,8 @@ def main() -> int:
         fresh = {p.name for p in generate(Path(tmp))}
         have = {p.name for p in DEFAULT_OUT.iterdir() if p.is_file()}
         bad = sorted(fresh ^ have) + sorted(
-            n for n in fresh & have if not filecmp.cmp(Path(tmp) / n, DEFAULT_OUT / n, shallow=False))
+            n for n in fresh & have if not filecmp.cmp(Path(tmp) / n, DEFAULT_OUT / n, shallow=False)
+        )
     if bad:
         print("generated code is stale; run scripts/gen_proto.py:", ", ".join(bad), file=sys.stderr)
         return 1

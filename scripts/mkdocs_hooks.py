@@ -31,8 +31,9 @@ def _relink(body: str, page_uri: str) -> str:
     def fix(m: re.Match[str]) -> str:
         text, target, anchor = m.group(1), m.group(2), m.group(3) or ""
         if target.startswith("docs/"):
-            return f"[{text}]({posixpath.relpath(target[len('docs/'):], posixpath.dirname(page_uri))}{anchor})"
+            return f"[{text}]({posixpath.relpath(target[len('docs/') :], posixpath.dirname(page_uri))}{anchor})"
         return f"`{target}`" if text.strip("`") == target else f"{text} (`{target}`)"
+
     return LINK.sub(fix, body)
 
 

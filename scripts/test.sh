@@ -5,5 +5,6 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/os_packages.sh openjdk-17-jre-headless:java  # Java for the Spark tests (any `java` 17+ will do)
 python -m pip install --quiet --upgrade pip
-python -m pip install --quiet ./common "./client[glove]" ./shuffler "./curator[analyst,spark]" ".[test,docs]"
+python -m pip install --quiet ./common "./client[glove]" ./shuffler "./curator[analyst,spark]" ".[test,docs,lint]"
+bash scripts/lint.sh  # the code-health gate: ruff lint + format, mypy (any finding fails)
 python -m pytest -ra "$@"

@@ -52,6 +52,7 @@ class ServerThread:
             await self.server.stop(1)
             if self._on_stop:
                 await self._on_stop()
+
         self.call(_stop())
         self.loop.call_soon_threadsafe(self.loop.stop)
         self._thread.join(10)
@@ -92,8 +93,13 @@ def start_curator(tmp_path, public_corpus, curator_key_dir):
         overrides.setdefault("insecure", True)  # plaintext transport; tests of TLS pass their own material
         overrides.setdefault("min_signal_share", 0.0)  # tiny data sets; the accuracy check has its own tests
         config = CuratorConfig(port=0, public_corpus=public_corpus, vocab_min_count=1, **overrides)
-        vocab = public_vocabulary(config.public_corpus, config.max_n, config.vocab_min_count,
-                                  config.vocab_max_items, config.state_dir / "prior")
+        vocab = public_vocabulary(
+            config.public_corpus,
+            config.max_n,
+            config.vocab_min_count,
+            config.vocab_max_items,
+            config.state_dir / "prior",
+        )
 
         made = []
 

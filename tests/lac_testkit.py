@@ -15,13 +15,21 @@ from lac.common.v1 import curator_pb2, reports_pb2
 DEPLOYMENT = Deployment()  # what a curator with the default configuration publishes
 
 
-def content(*sentences: list[str], report_id: bytes | None = None, epsilon: float = 1.0,
-            mechanism: str = DEPLOYMENT.mechanism, embedding: str = DEPLOYMENT.embedding) -> reports_pb2.ReportContent:
+def content(
+    *sentences: list[str],
+    report_id: bytes | None = None,
+    epsilon: float = 1.0,
+    mechanism: str = DEPLOYMENT.mechanism,
+    embedding: str = DEPLOYMENT.embedding,
+) -> reports_pb2.ReportContent:
     """A report's sealed content with the given sentences and typed local parameters."""
     return reports_pb2.ReportContent(
-        report_id=report_id or os.urandom(16), sentences=[reports_pb2.Sentence(tokens=s) for s in sentences],
-        local_privacy=reports_pb2.LocalPrivacy(mechanism=mechanism_id(mechanism), epsilon_per_word=epsilon,
-                                               embedding=embedding))
+        report_id=report_id or os.urandom(16),
+        sentences=[reports_pb2.Sentence(tokens=s) for s in sentences],
+        local_privacy=reports_pb2.LocalPrivacy(
+            mechanism=mechanism_id(mechanism), epsilon_per_word=epsilon, embedding=embedding
+        ),
+    )
 
 
 def tag_of(p: reports_pb2.SealedPayload) -> bytes:
@@ -32,8 +40,14 @@ def tag_of(p: reports_pb2.SealedPayload) -> bytes:
 def batch_privacy(n: int, deployment: Deployment = DEPLOYMENT, window: int | None = None) -> reports_pb2.BatchPrivacy:
     """What a shuffler with a matching quota attaches to a batch of ``n`` reports of distinct clients."""
     w = deployment.window(time.time()) if window is None else window
-    return reports_pb2.BatchPrivacy(n_reports=n, distinct_clients=True, reports_per_window=deployment.reports_per_window,
-                                    window_seconds=deployment.window_seconds, first_window=w, last_window=w)
+    return reports_pb2.BatchPrivacy(
+        n_reports=n,
+        distinct_clients=True,
+        reports_per_window=deployment.reports_per_window,
+        window_seconds=deployment.window_seconds,
+        first_window=w,
+        last_window=w,
+    )
 
 
 class Sink:
@@ -48,16 +62,24 @@ class Sink:
         self.deployment = Deployment()
         self._lock = threading.Lock()
         from concurrent import futures
-        self.server = grpc.server(futures.ThreadPoolExecutor(4), options=[
-            ("grpc.max_receive_message_length", 256 * 1024 * 1024)])
+
+        self.server = grpc.server(
+            futures.ThreadPoolExecutor(4), options=[("grpc.max_receive_message_length", 256 * 1024 * 1024)]
+        )
         handler = grpc.unary_unary_rpc_method_handler(
-            self._ingest, request_deserializer=None,
-            response_serializer=curator_pb2.IngestBatchResponse.SerializeToString)
+            self._ingest,
+            request_deserializer=None,
+            response_serializer=curator_pb2.IngestBatchResponse.SerializeToString,
+        )
         deployment = grpc.unary_unary_rpc_method_handler(
-            self._deployment, request_deserializer=None, response_serializer=reports_pb2.Deployment.SerializeToString)
-        self.server.add_generic_rpc_handlers([
-            grpc.method_handlers_generic_handler("lac.v1.CuratorIngest", {"IngestBatch": handler}),
-            grpc.method_handlers_generic_handler("lac.v1.Curator", {"GetDeployment": deployment})])
+            self._deployment, request_deserializer=None, response_serializer=reports_pb2.Deployment.SerializeToString
+        )
+        self.server.add_generic_rpc_handlers(
+            [
+                grpc.method_handlers_generic_handler("lac.v1.CuratorIngest", {"IngestBatch": handler}),
+                grpc.method_handlers_generic_handler("lac.v1.Curator", {"GetDeployment": deployment}),
+            ]
+        )
         self.port = self.server.add_insecure_port(f"127.0.0.1:{port}")
         self.server.start()
 
@@ -139,8 +161,9 @@ def draws_across_fork(draw) -> tuple[bytes, bytes]:
     return child, draw()
 
 
-def run_traffic(shuffler: str, curator: str, curator_key, good: int = 4,
-                release: bool = True) -> curator_pb2.ReleaseRecord | None:
+def run_traffic(
+    shuffler: str, curator: str, curator_key, good: int = 4, release: bool = True
+) -> curator_pb2.ReleaseRecord | None:
     """Real traffic through a shuffler (min_batch = ``good`` + 1, insecure) and its curator: one Submit refused
     (idempotency id too short), one Submit of ``good`` reports plus one the curator quarantines (ε per word
     above the deployment's), the batch forwarded and ingested, then (``release``) one forced release of
@@ -150,13 +173,19 @@ def run_traffic(shuffler: str, curator: str, curator_key, good: int = 4,
 
     contents = [content(["the", "dog", "sleeps"]) for _ in range(good)]
     contents.append(content(["the", "cat"], epsilon=DEPLOYMENT.epsilon_per_word * 10))
-    reports = [shuffler_pb2.ClientReport(idempotency_id=os.urandom(16), payload=envelope.seal(c, curator_key))
-               for c in contents]
+    reports = [
+        shuffler_pb2.ClientReport(idempotency_id=os.urandom(16), payload=envelope.seal(c, curator_key))
+        for c in contents
+    ]
     with grpc.insecure_channel(shuffler) as sch, grpc.insecure_channel(curator) as cch:
         stub = shuffler_pb2_grpc.ShufflerStub(sch)
         try:
-            stub.Submit(shuffler_pb2.SubmitRequest(reports=[shuffler_pb2.ClientReport(
-                idempotency_id=b"1234", payload=reports[0].payload)]), timeout=10)
+            stub.Submit(
+                shuffler_pb2.SubmitRequest(
+                    reports=[shuffler_pb2.ClientReport(idempotency_id=b"1234", payload=reports[0].payload)]
+                ),
+                timeout=10,
+            )
             raise AssertionError("a 4-byte idempotency id was accepted")
         except grpc.RpcError as exc:
             assert exc.code() == grpc.StatusCode.INVALID_ARGUMENT, exc
@@ -175,6 +204,7 @@ def metrics_port(server) -> int:
 
     async def port():
         return await service.metrics_ready
+
     return server.call(port())
 
 
@@ -191,8 +221,11 @@ def samples(text: str) -> dict[tuple[str, frozenset], float]:
     """Every sample of a Prometheus text exposition by (name, labels)."""
     from prometheus_client.parser import text_string_to_metric_families
 
-    return {(s.name, frozenset(s.labels.items())): s.value
-            for family in text_string_to_metric_families(text) for s in family.samples}
+    return {
+        (s.name, frozenset(s.labels.items())): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
 
 
 class Pki:
@@ -243,9 +276,25 @@ class ServeProc:
         self.log_path = workdir / f"{service}.log"
         self.lines: list[str] = []
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "lac.common", service, "serve", "--host", "127.0.0.1", "--port", "0",
-             "--port-file", str(port_file), *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-            errors="replace")
+            [
+                sys.executable,
+                "-m",
+                "lac.common",
+                service,
+                "serve",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                "0",
+                "--port-file",
+                str(port_file),
+                *args,
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            errors="replace",
+        )
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
         deadline = time.monotonic() + timeout
@@ -278,8 +327,7 @@ class ServeProc:
 
         with grpc.insecure_channel(self.address) as ch:
             try:
-                reply = health_pb2_grpc.HealthStub(ch).Check(health_pb2.HealthCheckRequest(service=service),
-                                                             timeout=5)
+                reply = health_pb2_grpc.HealthStub(ch).Check(health_pb2.HealthCheckRequest(service=service), timeout=5)
             except grpc.RpcError as exc:
                 return exc.code().name
         return health_pb2.HealthCheckResponse.ServingStatus.Name(reply.status)
@@ -299,8 +347,11 @@ class ServeProc:
         import re
         import urllib.request
 
-        port = next(int(m.group(1)) for line in self.lines
-                    if (m := re.search(r"metrics on http://127\.0\.0\.1:(\d+)/metrics", line)))
+        port = next(
+            int(m.group(1))
+            for line in self.lines
+            if (m := re.search(r"metrics on http://127\.0\.0\.1:(\d+)/metrics", line))
+        )
         return urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
 
     def kill(self) -> None:
@@ -314,7 +365,7 @@ class ServeProc:
             self.process.terminate()
             try:
                 self.process.wait(timeout)
-            except Exception:  # noqa: BLE001 - then kill it
+            except Exception:
                 self.process.kill()
                 self.process.wait()
         self._finish()

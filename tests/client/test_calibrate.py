@@ -38,7 +38,7 @@ def test_word_stats_exact_on_scripted_outputs(glove200):
 
     def script(ids):
         out = ids.copy().reshape(2, 10)
-        out[0, :4] = nb[0, 0]          # word 3: 6 unchanged, 4 to its nearest neighbour
+        out[0, :4] = nb[0, 0]  # word 3: 6 unchanged, 4 to its nearest neighbour
         out[1, :] = np.arange(100, 110)  # word 4: 10 distinct far words
         return out.ravel()
 
@@ -62,16 +62,28 @@ def test_bands_and_choice(glove10k):
 def test_n_w_monotone_in_epsilon_and_recommend(glove10k):
     ids, which = cal.choose_words(glove10k, 8, np.random.default_rng(1))
     bands = cal.default_bands(glove10k.size)
-    rows = cal.calibrate(glove10k, MultivariateLaplace, [3, 10, 30], ids, 40, np.random.default_rng(2),
-                         bands=bands, band_of=which, progress=False)
+    rows = cal.calibrate(
+        glove10k,
+        MultivariateLaplace,
+        [3, 10, 30],
+        ids,
+        40,
+        np.random.default_rng(2),
+        bands=bands,
+        band_of=which,
+        progress=False,
+    )
     med = [r.median_n_w for r in rows]
     assert med[0] < med[1] < med[2] and med[2] > 0.9
     assert rows[0].median_s_w > rows[2].median_s_w
     assert set(rows[0].bands) == {"0-100", "100-1000", "1000-10000"}
     assert cal.recommend(rows, target=med[1]) == 10
     assert cal.recommend(rows, target=-1) is None
-    doc = json.loads(cal.to_json(rows, embedding=glove10k, mechanism="laplace", draws=40, target=0.5,
-                                 recommended=cal.recommend(rows)))
+    doc = json.loads(
+        cal.to_json(
+            rows, embedding=glove10k, mechanism="laplace", draws=40, target=0.5, recommended=cal.recommend(rows)
+        )
+    )
     assert [r["epsilon"] for r in doc["rows"]] == [3, 10, 30]
     assert "median_n_w" in doc["rows"][0]["bands"]["0-100"]
     assert cal.format_table(rows, 40).count("\n") == 3
@@ -96,8 +108,22 @@ def test_parse_floats():
 
 def test_cli_json(data_dir, capsys):
     # A tiny vocabulary built from the installed wheel into the session's private embedding cache.
-    code, out, err = run_lac(capsys, "client", "calibrate", "--words", "the,king", "--epsilons", "5,30", "--draws",
-                             "20", "--vocab-size", "2000", "--json", "--seed", "1")
+    code, out, err = run_lac(
+        capsys,
+        "client",
+        "calibrate",
+        "--words",
+        "the,king",
+        "--epsilons",
+        "5,30",
+        "--draws",
+        "20",
+        "--vocab-size",
+        "2000",
+        "--json",
+        "--seed",
+        "1",
+    )
     assert code == 0, err
     doc = json.loads(out)
     assert doc["embedding"] == "glove-6b-50d/2000" and set(doc["rows"][0]["words"]) == {"the", "king"}
@@ -111,8 +137,19 @@ def test_cli_json(data_dir, capsys):
 def test_cli_privatize_json_metadata(data_dir, tmp_path, capsys, mechanism):
     src = tmp_path / "in.txt"
     src.write_text("the king spoke to the zqxvort\n\nhello world\n", encoding="utf-8")
-    code, out, err = run_lac(capsys, "client", "privatize", str(src), "--json", "--vocab-size", "2000", "--epsilon",
-                             "10", "--mechanism", mechanism)
+    code, out, err = run_lac(
+        capsys,
+        "client",
+        "privatize",
+        str(src),
+        "--json",
+        "--vocab-size",
+        "2000",
+        "--epsilon",
+        "10",
+        "--mechanism",
+        mechanism,
+    )
     assert code == 0, err
     docs = [json.loads(line) for line in out.splitlines()]
     assert [d["n_words"] for d in docs] == [6, 2]

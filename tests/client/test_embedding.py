@@ -12,8 +12,7 @@ import numpy as np
 import pytest
 
 from lac.client import embedding as emb_mod
-from lac.client.embedding import (Embedding, EmbeddingCacheError, EmbeddingUnavailable, glove_default, load,
-                                  save)
+from lac.client.embedding import Embedding, EmbeddingCacheError, EmbeddingUnavailable, glove_default, load, save
 from lac.client.nearest import farthest_pair, sqdist64
 from lac.common.text import words
 
@@ -50,7 +49,7 @@ def test_glove_rows_are_the_wheels_raw_vectors(glove50k):
     for w in sample:  # same vector, bit for bit: nothing normalised
         np.testing.assert_array_equal(glove50k.vectors[glove50k.index[w]], vectors[row[w]])
     kept = [t for t in tokens[:200] if t is not None and words(t) == [t]]
-    assert list(glove50k.words[:len(kept)]) == kept
+    assert list(glove50k.words[: len(kept)]) == kept
 
 
 def test_cache_load_needs_neither_pyarrow_nor_scipy(glove50k, glove_cache_dir):

@@ -46,7 +46,7 @@ def test_real_files(fname, fmt, size, dim, first):
     emb = formats.read_vectors(path)
     assert isinstance(emb, Embedding)
     assert (emb.size, emb.dim) == (size, dim)
-    assert emb.words[:len(first)] == first
+    assert emb.words[: len(first)] == first
     assert emb.vectors.dtype == np.float32
     assert emb.diameter() > 0
 
@@ -74,7 +74,7 @@ def test_binary_values_exact():
     header_end = raw.index(b"\n") + 1
     size, dim = map(int, raw[:header_end].split())
     word_end = raw.index(b" ", header_end)
-    first = np.array(struct.unpack(f"<{dim}f", raw[word_end + 1:word_end + 1 + 4 * dim]), dtype=np.float32)
+    first = np.array(struct.unpack(f"<{dim}f", raw[word_end + 1 : word_end + 1 + 4 * dim]), dtype=np.float32)
     emb = formats.read_vectors(path)
     assert emb.words[0] == raw[header_end:word_end].decode()
     np.testing.assert_array_equal(emb.vectors[0], first)
@@ -110,7 +110,9 @@ def test_cached_memmap(tmp_path):
     assert "diameter" in emb._memo
     again = formats.load_vectors(DATA / "lee_fasttext.vec", vocab_size=500, cache_dir=tmp_path)
     assert again.words == emb.words
-    np.testing.assert_array_equal(again.vectors, formats.read_vectors(DATA / "lee_fasttext.vec", vocab_size=500).vectors)
+    np.testing.assert_array_equal(
+        again.vectors, formats.read_vectors(DATA / "lee_fasttext.vec", vocab_size=500).vectors
+    )
     assert formats.open_embedding(str(DATA / "lee_fasttext.vec"), 500, cache_dir=tmp_path).words == emb.words
 
 

@@ -187,8 +187,14 @@ def test_metric_dp_ratio_many_pairs(glove200):
 def test_report_metadata_states_every_guarantee(glove50k):
     r = _loc(glove50k, 4.0).privatize(TEXT)
     md = r.metadata
-    assert md["embedding"] == {"name": glove50k.name, "size": 50_000, "dim": 50, "diameter": glove50k.diameter(),
-                               "source": glove50k.source, "license": "PDDL-1.0"}
+    assert md["embedding"] == {
+        "name": glove50k.name,
+        "size": 50_000,
+        "dim": 50,
+        "diameter": glove50k.diameter(),
+        "source": glove50k.source,
+        "license": "PDDL-1.0",
+    }
     assert md["n_words"] == 16 and md["epsilon_per_word"] == 4.0
     assert md["report_epsilon_times_max_distance"] == 64.0
     assert "ℓ·ε = 64" in md["report_composition"] and "ℓ·ε = 64" in r.statement
@@ -197,6 +203,7 @@ def test_report_metadata_states_every_guarantee(glove50k):
     assert "never passed through" in md["out_of_vocabulary"]
     assert md["per_word_guarantee"] in r.statement
     import json
+
     json.dumps(md)  # JSON-able as printed by `lac client privatize --json`
 
 
@@ -250,8 +257,10 @@ def test_a_median_report_seals_to_the_smallest_bucket(glove50k, curator_public_k
     from lac.client.submit import report_content
     from lac.common import envelope
 
-    texts = ["I never said I was perfect, but I am a lot better than the people you usually meet here.",
-             "The quick brown fox jumps over the lazy dog while the farmer watches from the old red barn."]
+    texts = [
+        "I never said I was perfect, but I am a lot better than the people you usually meet here.",
+        "The quick brown fox jumps over the lazy dog while the farmer watches from the old red barn.",
+    ]
     for r in _loc(glove50k, 15.0, seed=4).privatize_many(texts):
         assert 17 <= r.n_words <= 19
         assert len(envelope.seal(report_content(r), curator_public_key).data) <= 600
@@ -263,10 +272,15 @@ def test_deployment_is_enforced_on_the_device(glove50k):
     from lac.client.localizer import fit_words
     from lac.common.deployment import Deployment
 
-    d = Deployment(epsilon_per_word=10.0, embedding=glove50k.name, word_distance_bound=glove50k.diameter(),
-                   max_report_words=5)
-    for bad in (dict(epsilon_per_word=5.0), dict(embedding="glove-6b-50d/20000"),
-                dict(mechanism="knn-truncated"), dict(word_distance_bound=10.0)):
+    d = Deployment(
+        epsilon_per_word=10.0, embedding=glove50k.name, word_distance_bound=glove50k.diameter(), max_report_words=5
+    )
+    for bad in (
+        dict(epsilon_per_word=5.0),
+        dict(embedding="glove-6b-50d/20000"),
+        dict(mechanism="knn-truncated"),
+        dict(word_distance_bound=10.0),
+    ):
         with pytest.raises(ValueError, match="does not match the curator's deployment"):
             Localizer(glove50k, MultivariateLaplace(10.0), deployment=Deployment(**{**d.__dict__, **bad}))
     text = "One two three. Four five six seven. Eight nine ten eleven twelve thirteen fourteen."
@@ -287,8 +301,9 @@ def test_a_localizer_built_before_fork_draws_new_noise_in_the_child():
     tests/common/test_rng.py)."""
     from lac_testkit import draws_across_fork
 
-    emb = Embedding("tiny", [f"w{i}" for i in range(50)], np.random.default_rng(0).standard_normal((50, 8)).astype(
-        np.float32))
+    emb = Embedding(
+        "tiny", [f"w{i}" for i in range(50)], np.random.default_rng(0).standard_normal((50, 8)).astype(np.float32)
+    )
     loc = Localizer(emb, MultivariateLaplace(0.5))  # its own CSPRNG, built before the fork
     child, parent = draws_across_fork(lambda: loc.perturb_ids(np.zeros(64, dtype=np.int64)).tobytes())
     assert len(child) == len(parent) > 0 and child != parent

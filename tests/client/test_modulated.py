@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from chisq import chi2_pvalue
 from scipy.special import logsumexp
 
-from chisq import chi2_pvalue
 from lac.client.localizer import OOV, Localizer
 from lac.client.modulated import DensityModulated, kde_log_prior
 from lac.client.nearest import sqdist64
@@ -69,9 +69,9 @@ def test_guarantee_and_the_factor_two(glove200):
     v = np.asarray(glove200.vectors, np.float64)
     d = np.sqrt(sqdist64(v[:, None, :], v[None, :, :]))
     logp = np.log(mech.probabilities(glove200.vectors))
-    ratio = logp[:, None, :] - logp[None, :, :]           # log P(y|x) - log P(y|x')
+    ratio = logp[:, None, :] - logp[None, :, :]  # log P(y|x) - log P(y|x')
     off = ~np.eye(glove200.size, dtype=bool)
-    assert (ratio - eps * d[:, :, None]).max() <= 1e-6     # stated: ε·d
+    assert (ratio - eps * d[:, :, None]).max() <= 1e-6  # stated: ε·d
     # The seed's form μ·exp(-ε d) (no 1/2) is the same mechanism at 2ε: its privacy loss
     # exceeds ε·d for some pairs, so quoting ε for it would be wrong; 2ε·d always holds.
     naive = DensityModulated(glove200, 2 * eps, log_prior=mech.log_prior)

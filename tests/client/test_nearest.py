@@ -20,8 +20,10 @@ _REFERENCE: dict = {}
 def reference_nearest_rows(points, vectors):
     """``lac.client.nearest.reference_nearest_rows``, computed once per (points, vectors) in this module:
     every test runs once per backend on the same inputs, and the brute force is the slow part."""
-    key = tuple((a.shape, a.dtype.str, hashlib.blake2b(np.ascontiguousarray(a).tobytes(), digest_size=16).digest())
-                for a in (np.asarray(points), np.asarray(vectors)))
+    key = tuple(
+        (a.shape, a.dtype.str, hashlib.blake2b(np.ascontiguousarray(a).tobytes(), digest_size=16).digest())
+        for a in (np.asarray(points), np.asarray(vectors))
+    )
     if key not in _REFERENCE:
         _REFERENCE[key] = nearest.reference_nearest_rows(points, vectors)
     return _REFERENCE[key].copy()
@@ -58,8 +60,9 @@ def test_exact_on_glove_plus_noise(glove10k, eps):
 def test_exact_on_50k_vocabulary(glove50k):
     rng = np.random.default_rng(7)
     points = _noisy_points(glove50k.vectors, 5.0, 40, rng)
-    np.testing.assert_array_equal(nearest_rows(points, glove50k.vectors),
-                                  reference_nearest_rows(points, glove50k.vectors))
+    np.testing.assert_array_equal(
+        nearest_rows(points, glove50k.vectors), reference_nearest_rows(points, glove50k.vectors)
+    )
 
 
 def _near_tie_points(v, rng, n_pairs=80):
@@ -114,8 +117,9 @@ def test_block_size_does_not_change_result(glove10k, block):
 def test_float32_points_are_used_exactly(glove10k):
     rng = np.random.default_rng(4)
     points = _noisy_points(glove10k.vectors, 10.0, 100, rng).astype(np.float32)
-    np.testing.assert_array_equal(nearest_rows(points, glove10k.vectors),
-                                  reference_nearest_rows(points, glove10k.vectors))
+    np.testing.assert_array_equal(
+        nearest_rows(points, glove10k.vectors), reference_nearest_rows(points, glove10k.vectors)
+    )
 
 
 def test_far_points_use_float64_path(glove_prefix):
@@ -157,11 +161,12 @@ def test_exact_across_vocabulary_tiles(glove10k, monkeypatch, tile_entries, bloc
     monkeypatch.setattr(nearest, "_TILE_ENTRIES", tile_entries)
     monkeypatch.setattr(nearest, "_MIN_TILE", 4)
     v = np.array(glove10k.vectors[:3000])
-    v[2999] = v[5]     # duplicates far apart: always in different tiles
+    v[2999] = v[5]  # duplicates far apart: always in different tiles
     v[1500] = v[1499]  # adjacent duplicates: same tile or straddling a boundary
     rng = np.random.default_rng(12)
-    points = np.concatenate([v[[5, 2999, 1499, 1500]].astype(np.float64), _near_tie_points(v, rng, 40),
-                             _noisy_points(v, 10.0, 200, rng)])
+    points = np.concatenate(
+        [v[[5, 2999, 1499, 1500]].astype(np.float64), _near_tie_points(v, rng, 40), _noisy_points(v, 10.0, 200, rng)]
+    )
     got = nearest_rows(points, v, block=block)
     np.testing.assert_array_equal(got, reference_nearest_rows(points, v))
     assert list(got[:4]) == [5, 5, 1499, 1499]
@@ -175,18 +180,18 @@ def test_near_ties_on_50k_vocabulary(glove50k):
     np.testing.assert_array_equal(nearest_rows(points, v, glove50k.norms2), reference_nearest_rows(points, v))
 
 
-
 @pytest.mark.parametrize("size,l2_bytes,block", [(3000, 1, 7), (2999, 3200 * 5, 1000), (2993, 1 << 20, 4096)])
 def test_fused_lanes_panels_and_chunks(glove10k, monkeypatch, size, l2_bytes, block):
     """Duplicates in the same lane and across lanes, a partial last panel, odd point counts, any chunking."""
     monkeypatch.setattr(nearest, "_L2_BYTES", l2_bytes)
     v = np.array(glove10k.vectors[:size])
     v[5 + 16 * 150] = v[5]  # same lane (row mod 16), far apart
-    v[7] = v[6]             # neighbouring lanes of one panel
-    v[size - 1] = v[2]      # in the partial last panel when size % 16 != 0
+    v[7] = v[6]  # neighbouring lanes of one panel
+    v[size - 1] = v[2]  # in the partial last panel when size % 16 != 0
     rng = np.random.default_rng(14)
-    points = np.concatenate([v[[5, 6, 2]].astype(np.float64), _near_tie_points(v, rng, 30),
-                             _noisy_points(v, 10.0, 301, rng)])
+    points = np.concatenate(
+        [v[[5, 6, 2]].astype(np.float64), _near_tie_points(v, rng, 30), _noisy_points(v, 10.0, 301, rng)]
+    )
     got = nearest_rows(points, v, block=block)
     np.testing.assert_array_equal(got, reference_nearest_rows(points, v))
     assert list(got[:3]) == [5, 6, 2]

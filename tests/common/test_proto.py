@@ -8,8 +8,9 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_generated_code_matches_protos():
-    result = subprocess.run([sys.executable, str(ROOT / "scripts" / "gen_proto.py"), "--check"],
-                            capture_output=True, text=True)
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "gen_proto.py"), "--check"], capture_output=True, text=True
+    )
     assert result.returncode == 0, result.stderr + result.stdout
 
 

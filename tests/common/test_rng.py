@@ -26,16 +26,19 @@ def test_default_is_csprng_and_seed_is_for_tests_only():
     assert not np.array_equal(a.random(8), b.random(8)), "fresh OS key per generator"
 
 
-@pytest.mark.parametrize("name, draw, cdf", [
-    ("uniform", lambda g: g.random(N), stats.uniform.cdf),
-    ("normal", lambda g: g.standard_normal(N), stats.norm.cdf),
-    ("exponential", lambda g: g.standard_exponential(N), stats.expon.cdf),
-    ("gamma d=50", lambda g: g.gamma(50, 1 / 7.5, N), stats.gamma(50, scale=1 / 7.5).cdf),
-    ("gamma d=1", lambda g: g.gamma(1, 2.0, N), stats.gamma(1, scale=2.0).cdf),
-    ("gamma d=300", lambda g: g.gamma(300, 0.1, N), stats.gamma(300, scale=0.1).cdf),
-    ("gamma a=2.5", lambda g: g.gamma(2.5, 1.0, N), stats.gamma(2.5).cdf),
-    ("laplace", lambda g: g.laplace(1.5, 0.3, N), stats.laplace(1.5, 0.3).cdf),
-])
+@pytest.mark.parametrize(
+    "name, draw, cdf",
+    [
+        ("uniform", lambda g: g.random(N), stats.uniform.cdf),
+        ("normal", lambda g: g.standard_normal(N), stats.norm.cdf),
+        ("exponential", lambda g: g.standard_exponential(N), stats.expon.cdf),
+        ("gamma d=50", lambda g: g.gamma(50, 1 / 7.5, N), stats.gamma(50, scale=1 / 7.5).cdf),
+        ("gamma d=1", lambda g: g.gamma(1, 2.0, N), stats.gamma(1, scale=2.0).cdf),
+        ("gamma d=300", lambda g: g.gamma(300, 0.1, N), stats.gamma(300, scale=0.1).cdf),
+        ("gamma a=2.5", lambda g: g.gamma(2.5, 1.0, N), stats.gamma(2.5).cdf),
+        ("laplace", lambda g: g.laplace(1.5, 0.3, N), stats.laplace(1.5, 0.3).cdf),
+    ],
+)
 def test_distributions(g, name, draw, cdf):
     x = draw(g)
     assert x.shape == (N,) and np.isfinite(x).all()
@@ -45,7 +48,7 @@ def test_distributions(g, name, draw, cdf):
 def test_shapes_scalars_and_normal_pairs_independent(g):
     assert g.standard_normal((3, 4)).shape == (3, 4) and isinstance(g.random(), float)
     z = g.standard_normal(N)
-    x, y = z[: N // 2], z[N // 2:]  # the polar method's x·f and y·f halves share a radius factor
+    x, y = z[: N // 2], z[N // 2 :]  # the polar method's x·f and y·f halves share a radius factor
     assert abs(np.corrcoef(x, y)[0, 1]) < 5 / np.sqrt(N / 2)
     assert abs(np.corrcoef(x**2, y**2)[0, 1]) < 5 / np.sqrt(N / 2)  # zero for independent normals
     with pytest.raises(ValueError, match="shape >= 1"):

@@ -34,6 +34,7 @@ def serve(server_tls, body):
             return await asyncio.get_running_loop().run_in_executor(None, body, port)
         finally:
             await server.stop(None)
+
     return asyncio.run(run())
 
 
@@ -47,6 +48,7 @@ def test_tls_server_verified_by_ca(material):
             with pytest.raises(grpc.RpcError) as exc:
                 check(port, wrong)
             assert exc.value.code() == grpc.StatusCode.UNAVAILABLE
+
     serve(server_tls, body)
 
 
@@ -61,6 +63,7 @@ def test_mutual_tls_requires_a_client_certificate_from_our_ca(material):
             with pytest.raises(grpc.RpcError) as exc:
                 check(port, client)
             assert exc.value.code() == grpc.StatusCode.UNAVAILABLE
+
     serve(server_tls, body)
 
 

@@ -12,26 +12,83 @@ from lac_testkit import ServeProc, batch_privacy, content
 from lac.common import envelope
 from lac.common.v1 import curator_pb2, curator_pb2_grpc
 
-WORDS = ("the", "quick", "brown", "fox", "jumps", "over", "lazy", "dog", "sleeps", "in", "sun", "a", "is", "small",
-         "animal", "star", "and", "are", "friends", "people", "like", "to", "walk", "park", "green", "spring", "we",
-         "every", "day", "it", "good", "weather", "nice", "today", "i", "think", "will", "be", "tomorrow")
+WORDS = (
+    "the",
+    "quick",
+    "brown",
+    "fox",
+    "jumps",
+    "over",
+    "lazy",
+    "dog",
+    "sleeps",
+    "in",
+    "sun",
+    "a",
+    "is",
+    "small",
+    "animal",
+    "star",
+    "and",
+    "are",
+    "friends",
+    "people",
+    "like",
+    "to",
+    "walk",
+    "park",
+    "green",
+    "spring",
+    "we",
+    "every",
+    "day",
+    "it",
+    "good",
+    "weather",
+    "nice",
+    "today",
+    "i",
+    "think",
+    "will",
+    "be",
+    "tomorrow",
+)
 CURATOR_SERVICES = ("", "lac.v1.CuratorIngest", "lac.v1.Curator")
 
 
 def serve_curator(workdir, state, public_corpus, *extra: str, timeout: float = 90.0) -> ServeProc:
     """A real ``lac curator serve`` (plaintext gRPC and payloads, every caller every role: tests only)."""
-    return ServeProc(["--state-dir", str(state), "--public-corpus", str(public_corpus), "--vocab-min-count", "1",
-                      "--insecure", "--allow-plaintext-payloads", "--min-signal-share", "0", "--ingest-workers", "1",
-                      *extra], workdir, timeout=timeout, service="curator")
+    return ServeProc(
+        [
+            "--state-dir",
+            str(state),
+            "--public-corpus",
+            str(public_corpus),
+            "--vocab-min-count",
+            "1",
+            "--insecure",
+            "--allow-plaintext-payloads",
+            "--min-signal-share",
+            "0",
+            "--ingest-workers",
+            "1",
+            *extra,
+        ],
+        workdir,
+        timeout=timeout,
+        service="curator",
+    )
 
 
 def batch(n: int, rng: random.Random | None = None, batch_id: str | None = None) -> curator_pb2.IngestBatchRequest:
     """A batch of ``n`` plaintext reports of random words from ``WORDS``, as a shuffler sends it."""
     rng = rng or random.Random()
-    reports = [envelope.seal_insecure(content([rng.choice(WORDS) for _ in range(rng.randint(3, 12))]))
-               for _ in range(n)]
-    return curator_pb2.IngestBatchRequest(batch_id=batch_id or "b-" + os.urandom(8).hex(), reports=reports,
-                                          privacy=batch_privacy(n))
+    reports = [
+        envelope.seal_insecure(content([rng.choice(WORDS) for _ in range(rng.randint(3, 12))])) for _ in range(n)
+    ]
+    return curator_pb2.IngestBatchRequest(
+        batch_id=batch_id or "b-" + os.urandom(8).hex(), reports=reports, privacy=batch_privacy(n)
+    )
 
 
 class Stubs:
@@ -47,8 +104,10 @@ class Stubs:
 
     def spent(self) -> dict[int, tuple[float, float]]:
         """(ε, δ) spent per window."""
-        return {w.window: (w.spent_epsilon, w.spent_delta)
-                for w in self.query.GetBudget(curator_pb2.BudgetRequest(), timeout=10).windows}
+        return {
+            w.window: (w.spent_epsilon, w.spent_delta)
+            for w in self.query.GetBudget(curator_pb2.BudgetRequest(), timeout=10).windows
+        }
 
     def close(self) -> None:
         self.channel.close()

@@ -19,15 +19,19 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from lac_testkit import batch_privacy, content
 
 from lac.common import envelope, tls
 from lac.common.v1 import curator_pb2, curator_pb2_grpc, reports_pb2
-from lac_testkit import batch_privacy, content
 
 ROOT = Path(__file__).resolve().parents[2]
 QUICKSTART = ROOT / "docs" / "analyst" / "quickstart.md"
-TEXTS = [["the", "dog", "sleeps", "in", "the", "sun"], ["the", "fox", "is", "a", "small", "animal"],
-         ["we", "walk", "the", "dog"], ["the", "sun", "is", "a", "star"]]
+TEXTS = [
+    ["the", "dog", "sleeps", "in", "the", "sun"],
+    ["the", "fox", "is", "a", "small", "animal"],
+    ["we", "walk", "the", "dog"],
+    ["the", "sun", "is", "a", "star"],
+]
 N_REPORTS = 23  # an exact count no analyst reply may carry
 
 
@@ -40,9 +44,14 @@ def serve(start_curator, pki, curator_public_key):
         cert, key = pki.pem("curator")
         cur = start_curator(insecure=False, tls_cert=cert, tls_key=key, tls_client_ca=pki.ca, **overrides)
         with tls.channel(cur.address, pki.client_tls("shuffler")) as ch:
-            reply = curator_pb2_grpc.CuratorIngestStub(ch).IngestBatch(curator_pb2.IngestBatchRequest(
-                batch_id="b1", reports=[envelope.seal(content(TEXTS[i % 4]), curator_public_key)
-                                        for i in range(N_REPORTS)], privacy=batch_privacy(N_REPORTS)), timeout=30)
+            reply = curator_pb2_grpc.CuratorIngestStub(ch).IngestBatch(
+                curator_pb2.IngestBatchRequest(
+                    batch_id="b1",
+                    reports=[envelope.seal(content(TEXTS[i % 4]), curator_public_key) for i in range(N_REPORTS)],
+                    privacy=batch_privacy(N_REPORTS),
+                ),
+                timeout=30,
+            )
         assert reply.accepted == N_REPORTS
         return cur
 
@@ -79,6 +88,7 @@ def test_three_lines_give_a_dataframe_of_the_top_ngrams(serve, pki):
     ca, (cert, key) = pki.ca, pki.pem("analyst")
     # The README's three lines, with this deployment's address and files.
     from lac.curator import CuratorClient
+
     with CuratorClient(cur.address, ca=ca, cert=cert, key=key) as c:
         top = c.top(c.release(epsilon=1.0).release_id, k=20)
     assert isinstance(top, pd.DataFrame)
@@ -141,10 +151,30 @@ def test_releases_frame_equals_the_rpc_and_holds_no_report_count(raw, pki):
     assert second.mechanism == "laplace" and info == second
     want = stub.ListReleases(curator_pb2.ListReleasesRequest(), timeout=10).releases
     assert list(df["release_id"]) == [r.release_id for r in want] and len(df) == 2
-    expected_columns = ["release_id", "created_at", "mechanism", "epsilon", "delta", "differentially_private",
-                        "data_dependent", "first_window", "last_window", "privacy_unit", "reports_per_user",
-                        "sensitivity_method", "calibration", "gamma", "sigma", "laplace_scale", "ledger_epsilon",
-                        "ledger_delta", "vocab_size", "max_n", "params", "statement"]
+    expected_columns = [
+        "release_id",
+        "created_at",
+        "mechanism",
+        "epsilon",
+        "delta",
+        "differentially_private",
+        "data_dependent",
+        "first_window",
+        "last_window",
+        "privacy_unit",
+        "reports_per_user",
+        "sensitivity_method",
+        "calibration",
+        "gamma",
+        "sigma",
+        "laplace_scale",
+        "ledger_epsilon",
+        "ledger_delta",
+        "vocab_size",
+        "max_n",
+        "params",
+        "statement",
+    ]
     assert list(df.columns) == expected_columns == table.column_names
     assert str(df["created_at"].dtype) == "datetime64[us, UTC]"
     for name in ("epsilon", "delta", "gamma", "sigma", "laplace_scale", "ledger_epsilon", "ledger_delta"):
@@ -199,8 +229,9 @@ def test_distribution_queries_equal_the_rpcs(raw, pki, tmp_path):
     assert list(zip(top["ngram"], top["probability"])) == [(g.ngram, g.probability) for g in want]
     assert (top["order"] == 2).all() and len(top) == 7
 
-    want = stub.NgramProbabilities(curator_pb2.NgramProbabilitiesRequest(
-        release_id=rid, ngrams=["the dog", "the  sun", "zebra"]), timeout=10).ngrams
+    want = stub.NgramProbabilities(
+        curator_pb2.NgramProbabilitiesRequest(release_id=rid, ngrams=["the dog", "the  sun", "zebra"]), timeout=10
+    ).ngrams
     assert list(zip(prob["ngram"], prob["probability"])) == [(g.ngram, g.probability) for g in want]
     assert list(prob["ngram"]) == ["the dog", "the sun", "zebra"] and list(prob["order"]) == [2, 2, 1]
     assert prob["probability"].iloc[2] == 0.0  # outside the release vocabulary
@@ -212,24 +243,42 @@ def test_distribution_queries_equal_the_rpcs(raw, pki, tmp_path):
     assert (nxt["context_used"] == want.context_used).all() and 1 <= len(nxt) <= 5
     assert list(zip(nxt["word"], nxt["probability"])) == [(w.ngram, w.probability) for w in want.words]
 
-    want = stub.Perplexity(curator_pb2.PerplexityRequest(release_id=rid, text="The dog sleeps in the sun. A fox is "
-                                                         "small."), timeout=10)
+    want = stub.Perplexity(
+        curator_pb2.PerplexityRequest(release_id=rid, text="The dog sleeps in the sun. A fox is small."), timeout=10
+    )
     assert (ppl.perplexity, ppl.n_sentences, ppl.n_tokens, ppl.n_out_of_vocabulary) == (
-        want.perplexity, want.n_sentences, want.n_tokens, want.n_out_of_vocabulary)
+        want.perplexity,
+        want.n_sentences,
+        want.n_tokens,
+        want.n_out_of_vocabulary,
+    )
 
     want = stub.GetBudget(curator_pb2.BudgetRequest(), timeout=10)
-    assert list(budget.columns) == ["window", "window_start", "window_end", "spent_epsilon", "spent_delta",
-                                    "remaining_epsilon", "remaining_delta", "budget_epsilon", "budget_delta"]
+    assert list(budget.columns) == [
+        "window",
+        "window_start",
+        "window_end",
+        "spent_epsilon",
+        "spent_delta",
+        "remaining_epsilon",
+        "remaining_delta",
+        "budget_epsilon",
+        "budget_delta",
+    ]
     assert budget["window"].dtype == np.int64 and str(budget["window_start"].dtype) == "datetime64[us, UTC]"
-    assert [tuple(r) for r in budget[["window", "spent_epsilon", "spent_delta", "remaining_epsilon",
-                                      "remaining_delta"]].itertuples(index=False)] == [
-        (w.window, w.spent_epsilon, w.spent_delta, w.remaining_epsilon, w.remaining_delta) for w in want.windows]
+    assert [
+        tuple(r)
+        for r in budget[["window", "spent_epsilon", "spent_delta", "remaining_epsilon", "remaining_delta"]].itertuples(
+            index=False
+        )
+    ] == [(w.window, w.spent_epsilon, w.spent_delta, w.remaining_epsilon, w.remaining_delta) for w in want.windows]
     assert (budget["budget_epsilon"] == want.budget_epsilon).all() and budget["spent_epsilon"].iloc[0] == 1.0
     start = budget["window_start"].iloc[0]
     assert start.timestamp() == budget["window"].iloc[0] * want.window_seconds
     assert start <= pd.Timestamp.now(tz="UTC") < budget["window_end"].iloc[0]
 
     from lac.common.serde import deployment_from_proto
+
     assert dep == deployment_from_proto(stub.GetDeployment(reports_pb2.DeploymentRequest(), timeout=10))
     chunks = stub.ExportArpa(curator_pb2.ExportArpaRequest(release_id=rid), timeout=30)
     assert arpa.read_text(encoding="utf-8") == "".join(ch.text for ch in chunks)
@@ -274,10 +323,14 @@ def test_errors_map_to_the_exception_tree(serve, pki, tmp_path):
         assert not isinstance(exc.value, grpc.RpcError) and isinstance(exc.value, AnalystError)
         assert str(N_REPORTS) not in exc.value.details.split()
         assert c.budget()["remaining_epsilon"].iloc[0] == pytest.approx(0.5)  # the refused release spent nothing
-        for call in (lambda: c.top("no-such-release"), lambda: c.ngrams("no-such-release"),
-                     lambda: c.next_word("no-such-release", "the"), lambda: c.release_info("no-such-release"),
-                     lambda: c.arpa("no-such-release", tmp_path / "x.arpa"),
-                     lambda: c.export_parquet("no-such-release", tmp_path / "x.parquet")):
+        for call in (
+            lambda: c.top("no-such-release"),
+            lambda: c.ngrams("no-such-release"),
+            lambda: c.next_word("no-such-release", "the"),
+            lambda: c.release_info("no-such-release"),
+            lambda: c.arpa("no-such-release", tmp_path / "x.arpa"),
+            lambda: c.export_parquet("no-such-release", tmp_path / "x.parquet"),
+        ):
             with pytest.raises(NotFound) as nf:
                 call()
             assert nf.value.code == "NOT_FOUND" and "no-such-release" in nf.value.details
@@ -298,6 +351,7 @@ def test_errors_map_to_the_exception_tree(serve, pki, tmp_path):
         status = ops.status()  # the operator sees exact counts
         assert status.reports == N_REPORTS and status.releases == 1
     from lac.curator import CuratorClient
+
     with CuratorClient(cur.address, ca=pki.ca) as anonymous:  # TLS without a client certificate
         with pytest.raises(Unavailable) as refused:
             anonymous.budget()

@@ -40,9 +40,14 @@ def curator(start_curator):
     cur = start_curator(allow_plaintext_payloads=True, max_reports_per_batch=100)
     with grpc.insecure_channel(cur.address) as ch:
         n = 30
-        curator_pb2_grpc.CuratorIngestStub(ch).IngestBatch(curator_pb2.IngestBatchRequest(
-            batch_id="good", reports=[envelope.seal_insecure(content(["the", "dog", "sleeps"])) for _ in range(n)],
-            privacy=batch_privacy(n)), timeout=30)
+        curator_pb2_grpc.CuratorIngestStub(ch).IngestBatch(
+            curator_pb2.IngestBatchRequest(
+                batch_id="good",
+                reports=[envelope.seal_insecure(content(["the", "dog", "sleeps"])) for _ in range(n)],
+                privacy=batch_privacy(n),
+            ),
+            timeout=30,
+        )
         rid = curator_pb2_grpc.CuratorStub(ch).Release(R(epsilon=1, delta=1e-6), timeout=60).release_id
     return cur, rid
 
@@ -78,61 +83,156 @@ def _bad_calls(ch, rid: str) -> dict[str, tuple]:
         "kanon over RPC": (release(epsilon=1, mechanism="kanon"), INVALID, "mechanism"),
         "window order": (release(epsilon=1, first_window=5, last_window=4), INVALID, "window"),
         "one window bound": (release(epsilon=1, first_window=5), INVALID, "window"),
-        "2^64 windows": (release(epsilon=1, first_window=-2**63, last_window=2**63 - 1), INVALID, "windows"),
+        "2^64 windows": (release(epsilon=1, first_window=-(2**63), last_window=2**63 - 1), INVALID, "windows"),
         "expected_reports negative": (release(epsilon=1, expected_reports=-5), INVALID, "expected_reports"),
         "request id too long": (release(epsilon=1, request_id="x" * 129), INVALID, "request_id"),
         "request id control": (release(epsilon=1, request_id="a\nb"), INVALID, "request_id"),
         "preview epsilon 5e-324": (preview(epsilon=5e-324), INVALID, "epsilon"),
         "preview delta 5e-324": (preview(epsilon=1, delta=5e-324), INVALID, "delta"),
-        "top order 2^32-1": (lambda: q.TopNgrams(curator_pb2.TopNgramsRequest(release_id=rid, order=2**32 - 1),
-                                                 timeout=10), INVALID, "order"),
-        "top unknown release": (lambda: q.TopNgrams(curator_pb2.TopNgramsRequest(release_id="x" * 10_000),
-                                                    timeout=10), grpc.StatusCode.NOT_FOUND, "no release"),
-        "get empty id": (lambda: q.GetRelease(curator_pb2.GetReleaseRequest(), timeout=10),
-                         grpc.StatusCode.NOT_FOUND, "no release"),
-        "get path": (lambda: q.GetRelease(curator_pb2.GetReleaseRequest(release_id="../curator"), timeout=10),
-                     grpc.StatusCode.NOT_FOUND, "no release"),
-        "prob none": (lambda: q.NgramProbabilities(curator_pb2.NgramProbabilitiesRequest(release_id=rid),
-                                                   timeout=10), INVALID, "n-gram"),
-        "prob empty n-gram": (lambda: q.NgramProbabilities(curator_pb2.NgramProbabilitiesRequest(
-            release_id=rid, ngrams=[""]), timeout=10), INVALID, "n-gram"),
-        "prob too many": (lambda: q.NgramProbabilities(curator_pb2.NgramProbabilitiesRequest(
-            release_id=rid, ngrams=["the"] * 10_001), timeout=10), INVALID, "at most"),
-        "next context huge": (lambda: q.NextWord(curator_pb2.NextWordRequest(release_id=rid, context="a " * 10_000),
-                                                 timeout=10), INVALID, "context"),
-        "perplexity no words": (lambda: q.Perplexity(curator_pb2.PerplexityRequest(release_id=rid, text="..."),
-                                                     timeout=10), INVALID, "no words"),
-        "perplexity huge": (lambda: q.Perplexity(curator_pb2.PerplexityRequest(release_id=rid, text="a" * 1_000_001),
-                                                 timeout=10), INVALID, "at most"),
-        "arpa unknown": (lambda: list(q.ExportArpa(curator_pb2.ExportArpaRequest(release_id="nope"), timeout=10)),
-                         grpc.StatusCode.NOT_FOUND, "no release"),
-        "ingest no id": (lambda: i.IngestBatch(curator_pb2.IngestBatchRequest(reports=one), timeout=10),
-                         INVALID, "batch_id"),
-        "ingest long id": (lambda: i.IngestBatch(curator_pb2.IngestBatchRequest(batch_id="b" * 129, reports=one),
-                                                 timeout=10), INVALID, "batch_id"),
-        "ingest future window": (lambda: i.IngestBatch(curator_pb2.IngestBatchRequest(
-            batch_id="f", reports=one, privacy=batch_privacy(1, window=2**62)), timeout=10), INVALID, "windows"),
-        "ingest negative window": (lambda: i.IngestBatch(curator_pb2.IngestBatchRequest(
-            batch_id="n", reports=one, privacy=batch_privacy(1, window=-1)), timeout=10), INVALID, "windows"),
-        "ingest window order": (lambda: i.IngestBatch(curator_pb2.IngestBatchRequest(
-            batch_id="o", reports=one, privacy=reports_pb2.BatchPrivacy(
-                n_reports=1, distinct_clients=True, reports_per_window=1, window_seconds=86400.0,
-                first_window=w, last_window=w - 1)), timeout=10), INVALID, "windows"),
-        "ingest 101 reports": (lambda: i.IngestBatch(curator_pb2.IngestBatchRequest(
-            batch_id="many", reports=one * 101, privacy=batch_privacy(101)), timeout=10), INVALID, "at most 100"),
-        "ingest 40,000 empty reports": (lambda: _raw(ch, "IngestBatch")(
-            curator_pb2.IngestBatchRequest(batch_id="bomb").SerializeToString() + b"\x12\x00" * 40_000, timeout=10),
-            INVALID, "more than 100 reports"),
-        "ingest quota mismatch": (lambda: i.IngestBatch(curator_pb2.IngestBatchRequest(
-            batch_id="q", reports=one, privacy=reports_pb2.BatchPrivacy(
-                n_reports=1, distinct_clients=True, reports_per_window=7, window_seconds=86400.0,
-                first_window=w, last_window=w)), timeout=10), grpc.StatusCode.FAILED_PRECONDITION, "quota"),
+        "top order 2^32-1": (
+            lambda: q.TopNgrams(curator_pb2.TopNgramsRequest(release_id=rid, order=2**32 - 1), timeout=10),
+            INVALID,
+            "order",
+        ),
+        "top unknown release": (
+            lambda: q.TopNgrams(curator_pb2.TopNgramsRequest(release_id="x" * 10_000), timeout=10),
+            grpc.StatusCode.NOT_FOUND,
+            "no release",
+        ),
+        "get empty id": (
+            lambda: q.GetRelease(curator_pb2.GetReleaseRequest(), timeout=10),
+            grpc.StatusCode.NOT_FOUND,
+            "no release",
+        ),
+        "get path": (
+            lambda: q.GetRelease(curator_pb2.GetReleaseRequest(release_id="../curator"), timeout=10),
+            grpc.StatusCode.NOT_FOUND,
+            "no release",
+        ),
+        "prob none": (
+            lambda: q.NgramProbabilities(curator_pb2.NgramProbabilitiesRequest(release_id=rid), timeout=10),
+            INVALID,
+            "n-gram",
+        ),
+        "prob empty n-gram": (
+            lambda: q.NgramProbabilities(
+                curator_pb2.NgramProbabilitiesRequest(release_id=rid, ngrams=[""]), timeout=10
+            ),
+            INVALID,
+            "n-gram",
+        ),
+        "prob too many": (
+            lambda: q.NgramProbabilities(
+                curator_pb2.NgramProbabilitiesRequest(release_id=rid, ngrams=["the"] * 10_001), timeout=10
+            ),
+            INVALID,
+            "at most",
+        ),
+        "next context huge": (
+            lambda: q.NextWord(curator_pb2.NextWordRequest(release_id=rid, context="a " * 10_000), timeout=10),
+            INVALID,
+            "context",
+        ),
+        "perplexity no words": (
+            lambda: q.Perplexity(curator_pb2.PerplexityRequest(release_id=rid, text="..."), timeout=10),
+            INVALID,
+            "no words",
+        ),
+        "perplexity huge": (
+            lambda: q.Perplexity(curator_pb2.PerplexityRequest(release_id=rid, text="a" * 1_000_001), timeout=10),
+            INVALID,
+            "at most",
+        ),
+        "arpa unknown": (
+            lambda: list(q.ExportArpa(curator_pb2.ExportArpaRequest(release_id="nope"), timeout=10)),
+            grpc.StatusCode.NOT_FOUND,
+            "no release",
+        ),
+        "ingest no id": (
+            lambda: i.IngestBatch(curator_pb2.IngestBatchRequest(reports=one), timeout=10),
+            INVALID,
+            "batch_id",
+        ),
+        "ingest long id": (
+            lambda: i.IngestBatch(curator_pb2.IngestBatchRequest(batch_id="b" * 129, reports=one), timeout=10),
+            INVALID,
+            "batch_id",
+        ),
+        "ingest future window": (
+            lambda: i.IngestBatch(
+                curator_pb2.IngestBatchRequest(batch_id="f", reports=one, privacy=batch_privacy(1, window=2**62)),
+                timeout=10,
+            ),
+            INVALID,
+            "windows",
+        ),
+        "ingest negative window": (
+            lambda: i.IngestBatch(
+                curator_pb2.IngestBatchRequest(batch_id="n", reports=one, privacy=batch_privacy(1, window=-1)),
+                timeout=10,
+            ),
+            INVALID,
+            "windows",
+        ),
+        "ingest window order": (
+            lambda: i.IngestBatch(
+                curator_pb2.IngestBatchRequest(
+                    batch_id="o",
+                    reports=one,
+                    privacy=reports_pb2.BatchPrivacy(
+                        n_reports=1,
+                        distinct_clients=True,
+                        reports_per_window=1,
+                        window_seconds=86400.0,
+                        first_window=w,
+                        last_window=w - 1,
+                    ),
+                ),
+                timeout=10,
+            ),
+            INVALID,
+            "windows",
+        ),
+        "ingest 101 reports": (
+            lambda: i.IngestBatch(
+                curator_pb2.IngestBatchRequest(batch_id="many", reports=one * 101, privacy=batch_privacy(101)),
+                timeout=10,
+            ),
+            INVALID,
+            "at most 100",
+        ),
+        "ingest 40,000 empty reports": (
+            lambda: _raw(ch, "IngestBatch")(
+                curator_pb2.IngestBatchRequest(batch_id="bomb").SerializeToString() + b"\x12\x00" * 40_000, timeout=10
+            ),
+            INVALID,
+            "more than 100 reports",
+        ),
+        "ingest quota mismatch": (
+            lambda: i.IngestBatch(
+                curator_pb2.IngestBatchRequest(
+                    batch_id="q",
+                    reports=one,
+                    privacy=reports_pb2.BatchPrivacy(
+                        n_reports=1,
+                        distinct_clients=True,
+                        reports_per_window=7,
+                        window_seconds=86400.0,
+                        first_window=w,
+                        last_window=w,
+                    ),
+                ),
+                timeout=10,
+            ),
+            grpc.StatusCode.FAILED_PRECONDITION,
+            "quota",
+        ),
     }
 
 
 def test_out_of_range_input_gets_a_precise_status_and_one_log_line(curator, caplog):
     cur, rid = curator
-    with grpc.insecure_channel(cur.address, options=[("grpc.max_send_message_length", 64 * 1024 ** 2)]) as ch:
+    with grpc.insecure_channel(cur.address, options=[("grpc.max_send_message_length", 64 * 1024**2)]) as ch:
         for name, (call, want, words) in _bad_calls(ch, rid).items():
             caplog.clear()
             with caplog.at_level(logging.INFO):
@@ -148,10 +248,15 @@ def test_out_of_range_input_gets_a_precise_status_and_one_log_line(curator, capl
 
 def test_malformed_bytes_to_every_rpc_are_invalid_argument(curator, caplog):
     cur, _ = curator
-    methods = [m.name for s in ("CuratorIngest", "Curator")
-               for m in curator_pb2.DESCRIPTOR.services_by_name[s].methods]
-    garbage = [b"\xff", b"\x0a\xff\xff\xff\xff\x0f", b"\x08" + b"\x80" * 11, b"\x7b\x00" * 3,
-               b"\x0a\x03ab", bytes(range(256))]
+    methods = [m.name for s in ("CuratorIngest", "Curator") for m in curator_pb2.DESCRIPTOR.services_by_name[s].methods]
+    garbage = [
+        b"\xff",
+        b"\x0a\xff\xff\xff\xff\x0f",
+        b"\x08" + b"\x80" * 11,
+        b"\x7b\x00" * 3,
+        b"\x0a\x03ab",
+        bytes(range(256)),
+    ]
     with grpc.insecure_channel(cur.address) as ch, caplog.at_level(logging.INFO):
         for method in methods:
             for raw in garbage:
@@ -170,8 +275,12 @@ def test_the_certificate_is_checked_before_the_request_is_parsed(start_curator, 
     cur = start_curator(insecure=False, tls_cert=cert, tls_key=key, tls_client_ca=pki.ca, max_reports_per_batch=10)
     bomb = b"\x0a\x01b" + b"\x12\x00" * 100_000
     assert count_field(bomb, 2, 10) == 11
-    for who, want in (("intruder", grpc.StatusCode.PERMISSION_DENIED), ("analyst", grpc.StatusCode.PERMISSION_DENIED),
-                      ("operator", grpc.StatusCode.PERMISSION_DENIED), ("shuffler", INVALID)):
+    for who, want in (
+        ("intruder", grpc.StatusCode.PERMISSION_DENIED),
+        ("analyst", grpc.StatusCode.PERMISSION_DENIED),
+        ("operator", grpc.StatusCode.PERMISSION_DENIED),
+        ("shuffler", INVALID),
+    ):
         with tls.channel(cur.address, pki.client_tls(who)) as ch, caplog.at_level(logging.INFO):
             for raw in (b"\xff\xff\xff", b"\x0a\x05ab", bomb, os.urandom(5000)):
                 caplog.clear()
@@ -182,8 +291,11 @@ def test_the_certificate_is_checked_before_the_request_is_parsed(start_curator, 
 
 def test_a_message_over_max_message_bytes_is_refused_by_grpc_before_it_is_read(start_curator):
     cur = start_curator(allow_plaintext_payloads=True, max_message_bytes=256 * 1024)
-    big = curator_pb2.IngestBatchRequest(batch_id="big", privacy=batch_privacy(1), reports=[
-        envelope.seal_insecure(content(["w" * 60] * 40)) for _ in range(150)])
+    big = curator_pb2.IngestBatchRequest(
+        batch_id="big",
+        privacy=batch_privacy(1),
+        reports=[envelope.seal_insecure(content(["w" * 60] * 40)) for _ in range(150)],
+    )
     assert big.ByteSize() > 256 * 1024
     with grpc.insecure_channel(cur.address) as ch:
         ingest = curator_pb2_grpc.CuratorIngestStub(ch)

@@ -77,8 +77,9 @@ def test_laplace_public_sound_and_observed():
         cu = np.minimum(np.delete(dense, u, axis=0), 2).sum(axis=0)
         assert np.abs(cu / cu.sum() - c / c.sum()).sum() <= o.sensitivity + 1e-12
     # KS on the noise
-    big = laplace_public_dp(sp.csr_matrix((1, 20000), dtype=np.int64), np.ones(20000), W=1, C=1, epsilon=2.0,
-                            rng=np.random.default_rng(5))
+    big = laplace_public_dp(
+        sp.csr_matrix((1, 20000), dtype=np.int64), np.ones(20000), W=1, C=1, epsilon=2.0, rng=np.random.default_rng(5)
+    )
     assert stats.kstest(big.noisy - big.mean, "laplace", args=(0, 1.0)).pvalue > FALSE_ALARM
     with pytest.raises(ValueError):
         laplace_public_dp(U, alpha[:5], W=3, C=2, epsilon=1.0)
@@ -91,18 +92,21 @@ def test_paper_weighted_average_form():
     at = alpha / alpha.sum()
     T = dense.sum()
     f = sum((row.sum() / T) * (row / row.sum() - at) for row in dense)
-    out = laplace_public_dp(sp.csr_matrix(dense.astype(np.int64)), alpha, W=3, C=2, epsilon=1.0,
-                            rng=np.random.default_rng(0))
+    out = laplace_public_dp(
+        sp.csr_matrix(dense.astype(np.int64)), alpha, W=3, C=2, epsilon=1.0, rng=np.random.default_rng(0)
+    )
     np.testing.assert_allclose(out.mean, f + at, atol=1e-12)
 
 
 def test_kanon_exact():
-    dense = np.array([
-        [1, 1, 0, 0, 5],
-        [1, 0, 1, 0, 1],
-        [1, 1, 0, 0, 0],
-        [0, 1, 0, 3, 0],
-    ])
+    dense = np.array(
+        [
+            [1, 1, 0, 0, 5],
+            [1, 0, 1, 0, 1],
+            [1, 1, 0, 0, 0],
+            [0, 1, 0, 3, 0],
+        ]
+    )
     out = k_anonymity(sp.csr_matrix(dense), K=2, C=2)
     # N = [3, 3, 1, 1, 2]; clamped totals = [3, 3, 1, 2, 3]; keep N >= 2 -> [3, 3, 0, 0, 3]
     np.testing.assert_allclose(out.probs, np.array([3, 3, 0, 0, 3]) / 9)

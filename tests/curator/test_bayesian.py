@@ -18,8 +18,8 @@ from lac.curator.bayesian import (
 )
 from lac.curator.gaussian import analytic_sigma, classic_sigma
 
-
 # ---------- dense references (literal definitions, O(users x vocabulary)) ----------
+
 
 def _r(D, S, C):
     """w ⊙ x̂ for a dense matrix of clamped counts."""
@@ -60,6 +60,7 @@ def random_counts(seed, max_users=14, max_vocab=16):
 
 # ---------- equations 1, 2, 5 ----------
 
+
 def test_prior_mean_and_centering():
     a = np.array([0.0, 1.0, 9.0, 99.0])
     mu = prior_mean(a)
@@ -73,6 +74,7 @@ def test_prior_mean_and_centering():
 
 
 # ---------- brute force vs the literal definition ----------
+
 
 @pytest.mark.parametrize("seed", range(300))
 def test_bruteforce_matches_dense_reference(seed):
@@ -96,7 +98,9 @@ def test_bruteforce_at_the_clip_point(S, C):
         cols.append(col)
     U = sp.csr_matrix(np.stack(cols, axis=1))
     assert S * k / C == 1.0
-    np.testing.assert_allclose(np.sqrt(bruteforce_sq_dists(U, count_stats(U, C), S, C)), dense_per_user(U, S, C), rtol=1e-9, atol=1e-14)
+    np.testing.assert_allclose(
+        np.sqrt(bruteforce_sq_dists(U, count_stats(U, C), S, C)), dense_per_user(U, S, C), rtol=1e-9, atol=1e-14
+    )
 
 
 def test_bruteforce_blocks_and_noncanonical_input():
@@ -159,6 +163,7 @@ def test_algorithm1_closed_form_underestimates():
 
 # ---------- Claim 1 ----------
 
+
 def test_claim1_formula():
     U = sp.csr_matrix(np.array([[1, 0, 1, 0], [1, 1, 0, 0], [0, 1, 0, 0]]))
     S, C = 1.0, 1
@@ -195,12 +200,27 @@ def test_claim1_can_underestimate_when_C_over_S_is_not_integer():
 
 # ---------- parameters ----------
 
+
 @pytest.mark.parametrize(
     "kw",
     [
-        dict(epsilon=0), dict(epsilon=-1), dict(epsilon=math.inf), dict(epsilon=math.nan), dict(delta=0), dict(delta=1),
-        dict(S=0), dict(S=-1), dict(S=math.inf), dict(C=0), dict(C=1.5), dict(C=True), dict(rho=0), dict(rho=1.1),
-        dict(sensitivity="exact"), dict(calibration="laplace"), dict(epsilon=1.0, calibration="classic"),
+        dict(epsilon=0),
+        dict(epsilon=-1),
+        dict(epsilon=math.inf),
+        dict(epsilon=math.nan),
+        dict(delta=0),
+        dict(delta=1),
+        dict(S=0),
+        dict(S=-1),
+        dict(S=math.inf),
+        dict(C=0),
+        dict(C=1.5),
+        dict(C=True),
+        dict(rho=0),
+        dict(rho=1.1),
+        dict(sensitivity="exact"),
+        dict(calibration="laplace"),
+        dict(epsilon=1.0, calibration="classic"),
     ],
 )
 def test_params_validation(kw):
@@ -218,6 +238,7 @@ def test_params_defaults():
 
 # ---------- the mechanism ----------
 
+
 def _data(seed=0, n=200, V=50):
     rng = np.random.default_rng(seed)
     D = rng.poisson(0.3, (n, V)) * (rng.random((n, V)) < np.linspace(0.9, 0.01, V))
@@ -231,7 +252,9 @@ def test_bayesian_dp_release():
     r = bayesian_dp(U, alpha, p, rng=np.random.default_rng(1))
     Dc = np.minimum(U.toarray(), 2)
     w = np.minimum(1, 0.5 * (Dc > 0).sum(0) / 2)
-    np.testing.assert_allclose(r.mean, 0.8 * w * log_mean_center(Dc.sum(0)) + 0.2 * prior_mean(alpha), rtol=1e-12, atol=1e-15)
+    np.testing.assert_allclose(
+        r.mean, 0.8 * w * log_mean_center(Dc.sum(0)) + 0.2 * prior_mean(alpha), rtol=1e-12, atol=1e-15
+    )
     assert r.gamma == pytest.approx(dense_per_user(U, 0.5, 2).max(), rel=1e-9)
     assert r.sigma == analytic_sigma(0.8 * r.gamma, 0.5, 1e-6)
     assert r.calibration == "analytic" and r.sensitivity_method == "bruteforce"
@@ -307,4 +330,3 @@ def test_snap_grid():
     for s in np.geomspace(1e-6, 1e6, 50):
         g = snap_grid(float(s))
         assert g >= s * 2**-10 > g / 2 and math.frexp(g)[0] == 0.5
-

@@ -31,8 +31,10 @@ def _view(address: str) -> dict:
     with Stubs(address) as s:
         status = s.status()
         releases = s.query.ListReleases(curator_pb2.ListReleasesRequest(), timeout=10).releases
-        values = {r.release_id: s.query.GetRelease(curator_pb2.GetReleaseRequest(release_id=r.release_id),
-                                                   timeout=10) for r in releases}
+        values = {
+            r.release_id: s.query.GetRelease(curator_pb2.GetReleaseRequest(release_id=r.release_id), timeout=10)
+            for r in releases
+        }
         budget = s.query.GetBudget(curator_pb2.BudgetRequest(), timeout=10)
     return {"status": status, "releases": list(releases), "values": values, "budget": budget}
 
@@ -68,8 +70,12 @@ def test_backup_of_a_live_curator_restores_the_same_state(start_curator, tmp_pat
 
         # 2. Quiet: a quarantined report, releases (one with a request id), a DP count, then the backup.
         bad = envelope.seal_insecure(content(["x"], epsilon=1e9))
-        s.ingest.IngestBatch(curator_pb2.IngestBatchRequest(batch_id="with-bad", reports=[bad] + list(
-            batch(5, rng).reports), privacy=batch_privacy(6)), timeout=30)
+        s.ingest.IngestBatch(
+            curator_pb2.IngestBatchRequest(
+                batch_id="with-bad", reports=[bad] + list(batch(5, rng).reports), privacy=batch_privacy(6)
+            ),
+            timeout=30,
+        )
         s.query.Release(curator_pb2.ReleaseRequest(epsilon=1.0, delta=1e-6, request_id="r-1"), timeout=60)
         s.query.Release(curator_pb2.ReleaseRequest(epsilon=0.5, mechanism="laplace"), timeout=60)
         before = _view(cur.address)
@@ -113,8 +119,14 @@ def test_restore_refuses_a_manifest_naming_files_outside_the_state_directory(tmp
 
     (tmp_path / "b").mkdir()
     (tmp_path / "b" / "curator.sqlite").write_bytes(b"")
-    write_manifest(tmp_path / "b", {"format": FORMAT, "database": "curator.sqlite",
-                                    "database_sha256": sha256_file(tmp_path / "b" / "curator.sqlite"),
-                                    "files": {"../escape": "0" * 64}})
+    write_manifest(
+        tmp_path / "b",
+        {
+            "format": FORMAT,
+            "database": "curator.sqlite",
+            "database_sha256": sha256_file(tmp_path / "b" / "curator.sqlite"),
+            "files": {"../escape": "0" * 64},
+        },
+    )
     with pytest.raises(ValueError, match="outside the state directory"):
         restore(tmp_path / "b", tmp_path / "state")

@@ -61,8 +61,9 @@ class Traffic:
                 if started is not None:
                     started.set()
                 try:
-                    s.query.Release(curator_pb2.ReleaseRequest(epsilon=0.01, delta=1e-8, force=True, request_id=rid),
-                                    timeout=30)
+                    s.query.Release(
+                        curator_pb2.ReleaseRequest(epsilon=0.01, delta=1e-8, force=True, request_id=rid), timeout=30
+                    )
                 except grpc.RpcError:
                     self.pending_releases.append(rid)
                     return
@@ -74,8 +75,9 @@ class Traffic:
                 s.ingest.IngestBatch(self.pending_batches.pop(0), timeout=30)
             while self.pending_releases:
                 rid = self.pending_releases.pop(0)
-                s.query.Release(curator_pb2.ReleaseRequest(epsilon=0.01, delta=1e-8, force=True, request_id=rid),
-                                timeout=60)
+                s.query.Release(
+                    curator_pb2.ReleaseRequest(epsilon=0.01, delta=1e-8, force=True, request_id=rid), timeout=60
+                )
 
 
 def _files(directory) -> set[str]:
@@ -149,9 +151,14 @@ def test_sigkill_during_ingest_and_releases_keeps_ledger_releases_and_files_in_a
             else:
                 started.wait(10)
                 final = kind == "release file"
-                killed = _kill_when(proc, state / "releases",
-                                    (lambda n: n.endswith(".npz") and not n.startswith(".")) if final else
-                                    (lambda n: n.startswith(".") and n.endswith(".tmp")), time.monotonic() + 20)
+                killed = _kill_when(
+                    proc,
+                    state / "releases",
+                    (lambda n: n.endswith(".npz") and not n.startswith("."))
+                    if final
+                    else (lambda n: n.startswith(".") and n.endswith(".tmp")),
+                    time.monotonic() + 20,
+                )
                 at_file += killed
                 if not killed:
                     proc.kill()
@@ -163,10 +170,14 @@ def test_sigkill_during_ingest_and_releases_keeps_ledger_releases_and_files_in_a
             proc.stop()
     assert sum(kinds.values()) == KILLS and min(kinds.values()) >= 3, kinds
     assert batches >= 50 and releases >= 10, (batches, releases, seed)
-    removed = [int(m.group(1)) for m in re.finditer(r"and (\d+) release file\(s\) that were never committed",
-                                                   proc.log_path.read_text())]
+    removed = [
+        int(m.group(1))
+        for m in re.finditer(r"and (\d+) release file\(s\) that were never committed", proc.log_path.read_text())
+    ]
     assert at_file >= 4 and sum(removed) >= 1, (at_file, removed, seed)  # the orphans of those kills went
     assert "Traceback" not in proc.log_path.read_text()
-    print(f"crash: {KILLS} kills {kinds}, {at_file} as a release file appeared; {sum(removed)} uncommitted release "
-          f"files removed at restarts; {batches} batches ({sum(traffic.sent.values())} reports), {releases} "
-          f"releases; seed {seed}")
+    print(
+        f"crash: {KILLS} kills {kinds}, {at_file} as a release file appeared; {sum(removed)} uncommitted release "
+        f"files removed at restarts; {batches} batches ({sum(traffic.sent.values())} reports), {releases} "
+        f"releases; seed {seed}"
+    )

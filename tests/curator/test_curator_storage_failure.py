@@ -31,8 +31,11 @@ PROMPT = 3.0  # seconds: an answer while the storage fails must come at least th
 def _mount_tmpfs(path, size: str) -> bool:
     path.mkdir(parents=True, exist_ok=True)
     try:
-        r = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size},mode=0700", "tmpfs", str(path)],
-                           capture_output=True, timeout=30)
+        r = subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", f"size={size},mode=0700", "tmpfs", str(path)],
+            capture_output=True,
+            timeout=30,
+        )
     except (OSError, subprocess.TimeoutExpired):
         return False
     return r.returncode == 0
@@ -81,7 +84,7 @@ def test_storage_failure_is_reported_and_recovers(tmp_path, public_corpus, failu
             (tmp_path / "segments").mkdir()
             (state / "segments").symlink_to(tmp_path / "segments")
         if failure == "low-space":
-            floor = 4 * 1024 ** 2
+            floor = 4 * 1024**2
     proc = None
     try:
         proc = serve_curator(tmp_path / "proc", state, public_corpus, "--min-free-disk-bytes", str(floor))

@@ -67,23 +67,26 @@ def test_selection_prefers_best_grid_point_when_noise_is_tiny():
     assert out.index == int(np.argmin(exact))
     assert len(set(np.round(exact, 6))) > 1  # the grid is not degenerate
     # the release equals BayesianDP run directly on the training part with the chosen (S, ρ)
-    direct = bayesian_dp(U2, alpha, BayesianParams(epsilon=2e12 / 3, delta=1e-6, S=out.S, rho=out.rho,
-                                                          sensitivity="bruteforce"))
+    direct = bayesian_dp(
+        U2, alpha, BayesianParams(epsilon=2e12 / 3, delta=1e-6, S=out.S, rho=out.rho, sensitivity="bruteforce")
+    )
     np.testing.assert_allclose(out.release.mean, direct.mean)
 
 
 def test_selection_is_noisy_at_small_epsilon():
     U, alpha = _data(seed=5, n=100)
-    p = EndToEndParams(epsilon=0.01, delta=1e-6, S_grid=(0.01, 1.0, 100.0), rho_grid=(0.1, 0.9),
-                       sensitivity="bruteforce")
+    p = EndToEndParams(
+        epsilon=0.01, delta=1e-6, S_grid=(0.01, 1.0, 100.0), rho_grid=(0.1, 0.9), sensitivity="bruteforce"
+    )
     picks = {end_to_end_dp(U, alpha, p, rng=np.random.default_rng(s)).index for s in range(30)}
     assert len(picks) > 1
 
 
 def test_sound_mode_is_data_independent():
     U, alpha = _data(seed=2, n=120, W=4)
-    p = EndToEndParams(epsilon=1.0, delta=1e-6, S_grid=(0.5, 1.0), rho_grid=(0.5, 0.9), sensitivity="sound",
-                       W=4, count_clip=1000)
+    p = EndToEndParams(
+        epsilon=1.0, delta=1e-6, S_grid=(0.5, 1.0), rho_grid=(0.5, 0.9), sensitivity="sound", W=4, count_clip=1000
+    )
     a = end_to_end_dp(U, alpha, p, rng=np.random.default_rng(0))
     assert not a.data_dependent and not a.release.data_dependent
     assert SOUND_STATEMENT in a.statement
@@ -111,8 +114,9 @@ def test_delta_q_dominates_removal_of_validation_users():
         c2 = np.asarray(U2.sum(axis=0)).ravel()
         N2 = np.asarray((U2 > 0).sum(axis=0)).ravel()
         xh, mp = log_mean_center(c2), prior_mean(alpha)
-        return np.array([cross_entropy_score(c1, r * decay_weights(N2, S, 1) * xh + (1 - r) * mp)
-                         for S in S_grid for r in rho_grid])
+        return np.array(
+            [cross_entropy_score(c1, r * decay_weights(N2, S, 1) * xh + (1 - r) * mp) for S in S_grid for r in rho_grid]
+        )
 
     base = scores(idx1, idx2)
     np.testing.assert_allclose(base, out.scores, rtol=1e-10)
@@ -142,8 +146,7 @@ def test_split_does_not_depend_on_the_number_of_reports():
 
 def test_sound_mode_caps_the_validation_split():
     U, alpha = _data(seed=2, n=400, W=4)
-    p = EndToEndParams(epsilon=1.0, delta=1e-6, S_grid=(0.5,), rho_grid=(0.5,), W=4, count_clip=1000,
-                       validation_cap=7)
+    p = EndToEndParams(epsilon=1.0, delta=1e-6, S_grid=(0.5,), rho_grid=(0.5,), W=4, count_clip=1000, validation_cap=7)
     out = end_to_end_dp(U, alpha, p, rng=np.random.default_rng(0))
     assert out.n_validation == 7 and out.guarantee.differentially_private
 

@@ -14,7 +14,24 @@ from lac.curator.ngrams import NgramVocabulary, report_items
 from lac.curator.posterior import weighted_totals
 from lac.curator.release import PublicCaps, ReleaseSpec, StoredReports, run, vocab_counts
 
-WORDS = "the a dog cat sun star walks sleeps in on is was big small red old".split()
+WORDS = [
+    "the",
+    "a",
+    "dog",
+    "cat",
+    "sun",
+    "star",
+    "walks",
+    "sleeps",
+    "in",
+    "on",
+    "is",
+    "was",
+    "big",
+    "small",
+    "red",
+    "old",
+]
 
 
 @pytest.fixture(scope="module")
@@ -27,8 +44,10 @@ def stored(tmp_path_factory):
     root = tmp_path_factory.mktemp("segments")
     paths = []
     for k in range(5):
-        reports = [[list(rng.choice(WORDS, size=int(rng.integers(0, 30)))) for _ in range(int(rng.integers(0, 3)))]
-                   for _ in range(int(rng.integers(0, 80)))]
+        reports = [
+            [list(rng.choice(WORDS, size=int(rng.integers(0, 30)))) for _ in range(int(rng.integers(0, 3)))]
+            for _ in range(int(rng.integers(0, 80)))
+        ]
         path = root / f"window={k}" / f"b{k}.parquet"
         segments.write(path, report_items(reports, 3), {"batch_id": f"b{k}"})
         paths.append(path)
@@ -38,13 +57,17 @@ def stored(tmp_path_factory):
 CAPS = PublicCaps(W=7, C=2, count_clip=50)
 
 
-@pytest.mark.parametrize("spec", [
-    ReleaseSpec(epsilon=1.0, mechanism="bayesian"),
-    ReleaseSpec(epsilon=1.0, mechanism="bayesian", sensitivity="bruteforce"),
-    ReleaseSpec(epsilon=1.0, mechanism="bayesian", sensitivity="claim1"),
-    ReleaseSpec(epsilon=1.0, mechanism="laplace"),
-    ReleaseSpec(epsilon=1.0, mechanism="laplace-public"),
-], ids=lambda s: f"{s.mechanism}-{s.sensitivity}")
+@pytest.mark.parametrize(
+    "spec",
+    [
+        ReleaseSpec(epsilon=1.0, mechanism="bayesian"),
+        ReleaseSpec(epsilon=1.0, mechanism="bayesian", sensitivity="bruteforce"),
+        ReleaseSpec(epsilon=1.0, mechanism="bayesian", sensitivity="claim1"),
+        ReleaseSpec(epsilon=1.0, mechanism="laplace"),
+        ReleaseSpec(epsilon=1.0, mechanism="laplace-public"),
+    ],
+    ids=lambda s: f"{s.mechanism}-{s.sensitivity}",
+)
 def test_streamed_release_is_bit_identical_to_the_in_memory_one(stored, spec):
     unit = PrivacyUnit.client(2, 3, 86400)
     U = stored.vocab_counts(CAPS.C, CAPS.W)  # the whole matrix at once (the former path)
@@ -52,8 +75,11 @@ def test_streamed_release_is_bit_identical_to_the_in_memory_one(stored, spec):
     in_memory = run(U, stored.vocab, spec, CAPS, unit, np.random.default_rng(5))
     assert streamed.n_reports == U.shape[0] > 0
     np.testing.assert_array_equal(streamed.log_probs, in_memory.log_probs)
-    assert (streamed.gamma, streamed.sigma, streamed.laplace_scale) == (in_memory.gamma, in_memory.sigma,
-                                                                       in_memory.laplace_scale)
+    assert (streamed.gamma, streamed.sigma, streamed.laplace_scale) == (
+        in_memory.gamma,
+        in_memory.sigma,
+        in_memory.laplace_scale,
+    )
     assert streamed.statement == in_memory.statement
     if spec.sensitivity == "bruteforce":  # and that is the library's own brute force on the same matrix
         p = BayesianParams(epsilon=1.0, delta=spec.delta, S=spec.S, C=CAPS.C, rho=spec.rho, sensitivity="bruteforce")

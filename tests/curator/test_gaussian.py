@@ -12,7 +12,9 @@ DELTAS = [1e-2, 1e-5, 1e-8, 1e-12]
 
 def naive_delta(sigma, eps, sens=1.0):
     """Balle & Wang's condition evaluated directly; accurate where neither term underflows."""
-    return ndtr(sens / (2 * sigma) - eps * sigma / sens) - math.exp(eps) * ndtr(-sens / (2 * sigma) - eps * sigma / sens)
+    return ndtr(sens / (2 * sigma) - eps * sigma / sens) - math.exp(eps) * ndtr(
+        -sens / (2 * sigma) - eps * sigma / sens
+    )
 
 
 def test_classic_formula():
@@ -30,7 +32,16 @@ def test_classic_refuses_eps_at_least_one(eps):
 
 
 @pytest.mark.parametrize(
-    "args", [(-1.0, 0.5, 1e-5), (math.inf, 0.5, 1e-5), (1.0, 0.0, 1e-5), (1.0, -1, 1e-5), (1.0, 0.5, 0.0), (1.0, 0.5, 1.0), (1.0, math.nan, 1e-5)]
+    "args",
+    [
+        (-1.0, 0.5, 1e-5),
+        (math.inf, 0.5, 1e-5),
+        (1.0, 0.0, 1e-5),
+        (1.0, -1, 1e-5),
+        (1.0, 0.5, 0.0),
+        (1.0, 0.5, 1.0),
+        (1.0, math.nan, 1e-5),
+    ],
 )
 def test_invalid_arguments(args):
     with pytest.raises(ValueError):

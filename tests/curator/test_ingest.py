@@ -41,12 +41,16 @@ def test_merge_counts_equals_counting_at_once(n_words, max_words, trials):
     words = np.array([f"w{i}" for i in range(n_words)])
     for trial in range(trials):
         n = int(rng.integers(0, 40)) if n_words < 100 else 300
-        reps = [[list(rng.choice(words, size=rng.integers(0, max_words))) for _ in range(rng.integers(0, 4))]
-                for _ in range(n)]
+        reps = [
+            [list(rng.choice(words, size=rng.integers(0, max_words))) for _ in range(rng.integers(0, 4))]
+            for _ in range(n)
+        ]
         max_n = int(rng.integers(1, 5)) if n_words < 100 else 5
         cuts = sorted(rng.choice(np.arange(n + 1), size=int(rng.integers(0, 5))).tolist())
-        chunks = [count_chunk(OpenedChunk([b""] * (b - a), reps[a:b], []), max_n)
-                  for a, b in itertools.pairwise([0, *cuts, n])]
+        chunks = [
+            count_chunk(OpenedChunk([b""] * (b - a), reps[a:b], []), max_n)
+            for a, b in itertools.pairwise([0, *cuts, n])
+        ]
         keep = np.flatnonzero(rng.random(n) < rng.random()).tolist() if trial % 3 else list(range(n))
         got, want = merge_counts(chunks, keep), report_items([reps[i] for i in keep], max_n)
         assert got.items.to_pylist() == list(want.items)
@@ -91,8 +95,12 @@ def other_seal(tmp_path):
 
 
 def ingest(ch, batch_id, payloads, timeout=60):
-    return curator_pb2_grpc.CuratorIngestStub(ch).IngestBatch(curator_pb2.IngestBatchRequest(
-        batch_id=batch_id, reports=payloads, privacy=batch_privacy(len(payloads), window=WINDOW)), timeout=timeout)
+    return curator_pb2_grpc.CuratorIngestStub(ch).IngestBatch(
+        curator_pb2.IngestBatchRequest(
+            batch_id=batch_id, reports=payloads, privacy=batch_privacy(len(payloads), window=WINDOW)
+        ),
+        timeout=timeout,
+    )
 
 
 def test_pooled_ingest_stores_what_one_process_stores(start_curator, curator_public_key, other_seal, text, tmp_path):
@@ -111,19 +119,33 @@ def test_pooled_ingest_stores_what_one_process_stores(start_curator, curator_pub
         assert bool(cur.curator._ingest.worker_pids()) == (workers > 1)
         cur.stop()
         store = CuratorStore(tmp_path / f"w{workers}")
-        outcome[workers] = ([(r.accepted, r.rejected) for r in replies], dict(status.rejects), store.quarantine(),
-                            [p.read_bytes() for p in store.segment_paths()])
+        outcome[workers] = (
+            [(r.accepted, r.rejected) for r in replies],
+            dict(status.rejects),
+            store.quarantine(),
+            [p.read_bytes() for p in store.segment_paths()],
+        )
         store.close()
     assert outcome[1] == outcome[2]
     replies, rejects, quarantine, segments = outcome[2]
     assert replies == [(300, 9), (250, 5)]
-    assert rejects == {"decrypt_failed": 1, "unknown_key": 1, "plaintext_refused": 1, "invalid": 2,
-                       "epsilon_too_large": 1, "too_many_words": 1, "unsupported_encoding": 1,
-                       "replayed_report_id": 1 + 5}
+    assert rejects == {
+        "decrypt_failed": 1,
+        "unknown_key": 1,
+        "plaintext_refused": 1,
+        "invalid": 2,
+        "epsilon_too_large": 1,
+        "too_many_words": 1,
+        "unsupported_encoding": 1,
+        "replayed_report_id": 1 + 5,
+    }
     assert sorted(q[3] for q in quarantine) == sorted(b.SerializeToString() for b in bad)
     want = tmp_path / "want.parquet"
-    seg.write(want, report_items([[list(s.tokens) for s in c.sentences] for c in kept1], 3),
-              {"batch_id": "b1", "first_window": WINDOW, "last_window": WINDOW})
+    seg.write(
+        want,
+        report_items([[list(s.tokens) for s in c.sentences] for c in kept1], 3),
+        {"batch_id": "b1", "first_window": WINDOW, "last_window": WINDOW},
+    )
     assert segments[0] == want.read_bytes()
 
 

@@ -28,8 +28,11 @@ REPORTS = [
 def _segments_dir(tmp_path):
     root = tmp_path / "segments"
     for k, (first, batch) in enumerate([(0, REPORTS[:3]), (1, REPORTS[3:])]):
-        segments.write(root / segments.segment_name(f"b{k}", 100 + first), report_items(batch, 2),
-                       {"batch_id": f"b{k}", "first_window": 100 + first, "last_window": 100 + first})
+        segments.write(
+            root / segments.segment_name(f"b{k}", 100 + first),
+            report_items(batch, 2),
+            {"batch_id": f"b{k}", "first_window": 100 + first, "last_window": 100 + first},
+        )
     return root
 
 
@@ -41,8 +44,9 @@ def _rows(root):
     for fragment in data.get_fragments():
         t = fragment.to_table()
         window = ds.get_partition_keys(fragment.partition_expression)["window"]
-        for report, ngram, count in zip(t.column("report").to_pylist(), t.column("ngram").to_pylist(),
-                                        t.column("count").to_pylist()):
+        for report, ngram, count in zip(
+            t.column("report").to_pylist(), t.column("ngram").to_pylist(), t.column("count").to_pylist()
+        ):
             out.append({"id": (fragment.path, report), "ngram": ngram, "count": count, "window": window})
     return out
 
@@ -68,12 +72,17 @@ def test_pipelinedp_counts_reports_per_ngram_from_the_segments(tmp_path):
     def run(epsilon):
         accountant = pipeline_dp.NaiveBudgetAccountant(total_epsilon=epsilon, total_delta=0)
         engine = pipeline_dp.DPEngine(accountant, pipeline_dp.LocalBackend())
-        params = pipeline_dp.AggregateParams(noise_kind=pipeline_dp.NoiseKind.LAPLACE,
-                                             metrics=[pipeline_dp.Metrics.PRIVACY_ID_COUNT],
-                                             max_partitions_contributed=8, max_contributions_per_partition=1)
-        extractors = pipeline_dp.DataExtractors(partition_extractor=lambda r: r["ngram"],
-                                                privacy_id_extractor=lambda r: r["id"],
-                                                value_extractor=lambda r: 0)
+        params = pipeline_dp.AggregateParams(
+            noise_kind=pipeline_dp.NoiseKind.LAPLACE,
+            metrics=[pipeline_dp.Metrics.PRIVACY_ID_COUNT],
+            max_partitions_contributed=8,
+            max_contributions_per_partition=1,
+        )
+        extractors = pipeline_dp.DataExtractors(
+            partition_extractor=lambda r: r["ngram"],
+            privacy_id_extractor=lambda r: r["id"],
+            value_extractor=lambda r: 0,
+        )
         result = engine.aggregate(rows, params, extractors, public_partitions=public)
         accountant.compute_budgets()
         return {key: m.privacy_id_count for key, m in result}

@@ -17,9 +17,18 @@ from lac.common.text import sentences
 from lac.curator.lm import UNK, NgramModel, count_of_counts, default_total, estimate_discounts
 from lac.curator.ngrams import NgramVocabulary, ngrams
 
-SENTENCES = [s.split() for s in (
-    "the dog sleeps in the sun", "the fox is a small animal", "we walk the dog", "the sun is a star",
-    "the dog and the fox are friends", "a fox is a small animal", "the park is green")]
+SENTENCES = [
+    s.split()
+    for s in (
+        "the dog sleeps in the sun",
+        "the fox is a small animal",
+        "we walk the dog",
+        "the sun is a star",
+        "the dog and the fox are friends",
+        "a fox is a small animal",
+        "the park is green",
+    )
+]
 
 
 @pytest.fixture
@@ -30,6 +39,7 @@ def model() -> NgramModel:
 
 
 # -- real text: the Lee news corpus shipped with gensim ------------------------------------------
+
 
 @functools.lru_cache(maxsize=1)
 def _lee_text() -> tuple[tuple[str, ...], ...]:
@@ -92,6 +102,7 @@ def log10_total(model: NgramModel, sents) -> tuple[float, int]:
 
 # -- an independent ARPA reader (standard back-off semantics) ------------------------------------
 
+
 def parse_arpa(text: str) -> tuple[dict[int, int], dict[tuple[str, ...], tuple[float, float]]]:
     lines = text.split("\n")
     assert lines[0] == "" and lines[1] == "\\data\\"
@@ -136,6 +147,7 @@ def check_arpa_closed(entries) -> None:
 
 
 # -- an independent reference implementation of the documented estimator -------------------------
+
 
 def reference_kn(items: list[str], counts: np.ndarray, modified: bool = True):
     """Interpolated (modified) KN over fractional counts straight from the formulas in the
@@ -189,7 +201,7 @@ def reference_kn(items: list[str], counts: np.ndarray, modified: bool = True):
 
     def prob(w: str, h: tuple[str, ...]) -> float:
         w = w if w in vocab else UNK
-        h = tuple(t if t in vocab or t == "<s>" else UNK for t in h)[len(h) - (N - 1):] if N > 1 else ()
+        h = tuple(t if t in vocab or t == "<s>" else UNK for t in h)[len(h) - (N - 1) :] if N > 1 else ()
         n = len(h) + 1
         if n == 1:
             t = tot[1][()]
@@ -204,6 +216,7 @@ def reference_kn(items: list[str], counts: np.ndarray, modified: bool = True):
 
 
 # -- the unsmoothed views -----------------------------------------------------------------------
+
 
 def test_joint_is_renormalised_within_each_order(model):
     v = NgramVocabulary.from_sentences(SENTENCES, max_n=3)
@@ -232,6 +245,7 @@ def test_next_word_conditional_and_backoff(model):
 
 
 # -- the estimator --------------------------------------------------------------------------------
+
 
 def test_discounts_from_count_of_counts():
     c = np.array([1] * 50 + [2] * 20 + [3] * 10 + [4] * 6 + [9] * 3, dtype=float)
@@ -296,8 +310,7 @@ def test_reference_implementation_on_fractional_counts(lee_all):
 
 def test_integer_counts_are_plain_kneser_ney():
     """Tiny hand-checked interpolated KN (one discount D = 0.5 everywhere)."""
-    items = ["a", "b", "</s>", "<s> a", "a b", "b </s>", "<s> b", "b b", "<s> a b", "a b </s>", "<s> b b",
-             "b b </s>"]
+    items = ["a", "b", "</s>", "<s> a", "a b", "b </s>", "<s> b", "b b", "<s> a b", "a b </s>", "<s> b b", "b b </s>"]
     counts = [1, 3, 2, 1, 1, 2, 1, 1, 1, 1, 1, 1]
     m = NgramModel.from_counts(items, counts, 3, discount=0.5)
     # Unigram continuation counts: a <- {<s>}: 1, b <- {<s>, a, b}: 3, </s> <- {b}: 1; γ₀ = 0.5·3/5, |V| = 4.
@@ -320,11 +333,26 @@ def test_every_context_sums_to_one(model, lee_all):
     items, counts = item_counts(s)
     rng = np.random.default_rng(3)
     noisy = np.maximum(counts + rng.normal(0, 0.7, counts.size), 0.0)
-    for m in (model, NgramModel.from_counts(items, noisy, 3), NgramModel.from_counts(items, counts, 3),
-              NgramModel.from_counts(items, counts, 2, modified=False), NgramModel.from_counts(items, counts, 1)):
+    for m in (
+        model,
+        NgramModel.from_counts(items, noisy, 3),
+        NgramModel.from_counts(items, counts, 3),
+        NgramModel.from_counts(items, counts, 2, modified=False),
+        NgramModel.from_counts(items, counts, 1),
+    ):
         vocab = sorted(m.vocabulary)
-        contexts = [(), ("<s>",), ("the",), ("<s>", "the"), ("of", "the"), ("zebra",), ("zebra", "the"),
-                    ("the", "zebra"), ("</s>",), ("a", "<s>")]
+        contexts = [
+            (),
+            ("<s>",),
+            ("the",),
+            ("<s>", "the"),
+            ("of", "the"),
+            ("zebra",),
+            ("zebra", "the"),
+            ("the", "zebra"),
+            ("</s>",),
+            ("a", "<s>"),
+        ]
         for ctx in contexts:
             assert sum(m.conditional(w, ctx) for w in vocab) == pytest.approx(1.0, abs=1e-9), ctx
         assert all(m.conditional(w, ctx) > 0 for w in vocab for ctx in contexts[:4])
@@ -342,8 +370,9 @@ def test_fractional_generalisation_is_continuous_and_discounts_small_counts_full
     # A trigram whose pseudo-count is below its discount carries no mass of its own: P(w | h) is
     # the back-off value γ(h) P(w | h⁻), with γ(h) read off a word that never follows h.
     assert "the people" not in items and "people" in items and "of the wind" in items
-    m2 = NgramModel.from_counts(items + ["of the people"], np.append(counts, 0.5 * m.discounts[2][0]), 3,
-                                discount=m.discounts)
+    m2 = NgramModel.from_counts(
+        items + ["of the people"], np.append(counts, 0.5 * m.discounts[2][0]), 3, discount=m.discounts
+    )
     gamma = m2.conditional("</s>", "of the") / m2.conditional("</s>", "the")
     assert m2.conditional("people", "of the") == pytest.approx(gamma * m2.conditional("people", "the"), rel=1e-12)
     assert m2.conditional("wind", "of the") > gamma * m2.conditional("wind", "the")
@@ -393,7 +422,7 @@ def test_perplexity_finite_and_ordered(model, lee_model):
     assert model.perplexity(["the dog", []]) == model.perplexity([["the", "dog"]])
     with pytest.raises(ValueError):
         model.perplexity([[]])
-    odd = [["<s>", "</s>", "<unk>", "the"], ["xyzzy"] * 5, ["<s>"], "the the the the".split()]
+    odd = [["<s>", "</s>", "<unk>", "the"], ["xyzzy"] * 5, ["<s>"], ["the", "the", "the", "the"]]
     for m in (model, lee_model, NgramModel.from_counts(["a"], [0.0], 3), NgramModel.from_counts([], [], 3)):
         assert math.isfinite(m.perplexity(odd))
 
@@ -415,17 +444,22 @@ def test_zero_counts_and_missing_prefixes():
     assert set(header) == {1}
     m2 = NgramModel(["a", "b", "a b", "a b c"], [math.log(0.4), math.log(0.4), math.log(0.2), -math.inf], max_n=3)
     assert m2.order == 2 and set(parse_arpa(m2.arpa())[0]) == {1, 2}
-    for bad in (lambda: NgramModel(items, lp[:-1]), lambda: NgramModel.from_counts(items, -np.ones(9)),
-                lambda: NgramModel.from_counts(items, np.full(9, np.nan)), lambda: NgramModel.from_counts(items, lp),
-                lambda: NgramModel.from_counts(items, np.ones(9), 0),
-                lambda: NgramModel.from_counts(items, np.ones(9), 3, discount=[0.5, 2.5, 0.5]),
-                lambda: NgramModel.from_counts(items, np.ones(9), 3, discount=[0.5, 0.5]),
-                lambda: NgramModel.from_counts(["a", ""], np.ones(2))):
+    for bad in (
+        lambda: NgramModel(items, lp[:-1]),
+        lambda: NgramModel.from_counts(items, -np.ones(9)),
+        lambda: NgramModel.from_counts(items, np.full(9, np.nan)),
+        lambda: NgramModel.from_counts(items, lp),
+        lambda: NgramModel.from_counts(items, np.ones(9), 0),
+        lambda: NgramModel.from_counts(items, np.ones(9), 3, discount=[0.5, 2.5, 0.5]),
+        lambda: NgramModel.from_counts(items, np.ones(9), 3, discount=[0.5, 0.5]),
+        lambda: NgramModel.from_counts(["a", ""], np.ones(2)),
+    ):
         with pytest.raises(ValueError):
             bad()
 
 
 # -- ARPA -------------------------------------------------------------------------------------------
+
 
 def test_arpa_structure_and_normalisation(model, tmp_path):
     path = tmp_path / "lm.arpa"
@@ -499,6 +533,7 @@ def test_kenlm_loads_the_file_and_agrees(model, tmp_path):
 
 # -- held-out perplexity against an established implementation --------------------------------------
 
+
 def test_heldout_perplexity_is_that_of_kneser_ney(lee, lee_model):
     """Exact counts (a non-private baseline): far better than the old constant-λ model's ~2,800, and
     modified KN at least as good as plain KN."""
@@ -525,7 +560,7 @@ def test_heldout_perplexity_within_10_percent_of_nltk(lee, lee_model):
     for x in test:
         padded = ["<s>", "<s>"] + x + ["</s>"]
         for i in range(2, len(padded)):
-            total += math.log(lm.score(padded[i], padded[i - 2:i]))
+            total += math.log(lm.score(padded[i], padded[i - 2 : i]))
             n += 1
     theirs = math.exp(-total / n)
     ours = lee_model.perplexity(test)
@@ -564,4 +599,5 @@ def test_partial_release_sums_to_one_and_backs_off_unlisted_mass(lee):
     # with every n-gram listed the lower orders are raw counts instead of continuation counts: close to KN
     full = NgramModel.from_counts(items, counts, 3)
     assert NgramModel.from_counts(items, counts, 3, partial=True).perplexity(test) == pytest.approx(
-        full.perplexity(test), rel=0.25)
+        full.perplexity(test), rel=0.25
+    )

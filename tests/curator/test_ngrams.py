@@ -15,9 +15,14 @@ PUBLIC = (
 
 def test_ngrams_exact_order_and_boundaries():
     assert list(ngrams(["a", "b"], 3)) == [
-        "a", "<s> a",
-        "b", "a b", "<s> a b",
-        "</s>", "b </s>", "a b </s>",
+        "a",
+        "<s> a",
+        "b",
+        "a b",
+        "<s> a b",
+        "</s>",
+        "b </s>",
+        "a b </s>",
     ]
     assert list(ngrams(["a"], 3)) == ["a", "<s> a", "</s>", "a </s>", "<s> a </s>"]
     assert list(ngrams(["a", "b"], 1)) == ["a", "b", "</s>"]
@@ -122,8 +127,14 @@ def random_reports(rng, n):
     reps = []
     for _ in range(n):
         reps.append(
-            [list(rng.choice(WORDS, size=rng.integers(0, 6), p=[0.2, 0.15, 0.1, 0.1, 0.1, 0.1, 0.09, 0.05, 0.05, 0.03, 0.03]))
-             for _ in range(rng.integers(0, 4))]
+            [
+                list(
+                    rng.choice(
+                        WORDS, size=rng.integers(0, 6), p=[0.2, 0.15, 0.1, 0.1, 0.1, 0.1, 0.09, 0.05, 0.05, 0.03, 0.03]
+                    )
+                )
+                for _ in range(rng.integers(0, 4))
+            ]
         )
     return reps
 
@@ -190,5 +201,7 @@ def test_key_table_matches_binary_search():
         table = _KeyTable(keys)
         q = np.concatenate([keys, rng.integers(0, 10**12, 3000), keys[:5] + 1]) if keys.size else rng.integers(0, 9, 10)
         pos = np.searchsorted(keys, q)
-        want = np.where((pos < keys.size) & (keys[np.minimum(pos, max(keys.size - 1, 0))] == q) if keys.size else False, pos, -1)
+        want = np.where(
+            (pos < keys.size) & (keys[np.minimum(pos, max(keys.size - 1, 0))] == q) if keys.size else False, pos, -1
+        )
         np.testing.assert_array_equal(table.find(q), want)

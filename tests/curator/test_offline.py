@@ -23,18 +23,21 @@ def files(tmp_path):
     sp.save_npz(counts, sp.csr_matrix(dense))
     default_vocab_path(counts).write_text("\n".join(ITEMS) + "\n", encoding="utf-8")
     public = tmp_path / "public.tsv"
-    public.write_text("# public counts\nthe\t100\ncat\t20\nsat\t5\nthe cat\t10\nmat\t7\nnot in vocab\t3\n",
-                      encoding="utf-8")
+    public.write_text(
+        "# public counts\nthe\t100\ncat\t20\nsat\t5\nthe cat\t10\nmat\t7\nnot in vocab\t3\n", encoding="utf-8"
+    )
     return counts, public, dense
 
 
 @pytest.fixture
 def cli(capsys):
     """``lac curator release ARGS`` in-process: its stdout (the command must succeed)."""
+
     def run(*args: str) -> str:
         code, out, err = run_lac(capsys, "curator", "release", *args)
         assert code == 0, err
         return out
+
     return run
 
 
@@ -56,8 +59,9 @@ def test_load_public_formats(tmp_path, files):
 
 def test_release_offline_library(files, tmp_path):
     counts, public, _ = files
-    rec = release_offline(counts, public, ReleaseSpec(epsilon=1.0), PublicCaps(W=3, count_clip=100),
-                          rng=np.random.default_rng(1))
+    rec = release_offline(
+        counts, public, ReleaseSpec(epsilon=1.0), PublicCaps(W=3, count_clip=100), rng=np.random.default_rng(1)
+    )
     assert rec["data_dependent"] is False and "Gaussian posterior" in rec["statement"]
     assert rec["out"] == str(default_out_path(counts, "posterior"))
     with np.load(rec["out"]) as z:
@@ -69,22 +73,53 @@ def test_release_offline_library(files, tmp_path):
         release_offline(counts, public, ReleaseSpec(epsilon=1.0), PublicCaps(), vocab=public)
 
 
-@pytest.mark.parametrize("mechanism,extra", [
-    ("bayesian", []),
-    ("bayesian", ["--sensitivity", "bruteforce"]),
-    ("bayesian", ["--W", "3", "--count-clip", "1000", "--reports-per-user", "2"]),
-    ("endtoend", []),
-    ("laplace", ["--W", "3"]),
-    ("laplace-public", ["--W", "3"]),
-    ("kanon", ["--K", "5"]),
-])
+@pytest.mark.parametrize(
+    "mechanism,extra",
+    [
+        ("bayesian", []),
+        ("bayesian", ["--sensitivity", "bruteforce"]),
+        ("bayesian", ["--W", "3", "--count-clip", "1000", "--reports-per-user", "2"]),
+        ("endtoend", []),
+        ("laplace", ["--W", "3"]),
+        ("laplace-public", ["--W", "3"]),
+        ("kanon", ["--K", "5"]),
+    ],
+)
 def test_cli_json(files, tmp_path, cli, mechanism, extra):
     counts, public, dense = files
     out = tmp_path / f"{mechanism}.npz"
-    rec = json.loads(cli("--counts", str(counts), "--public", str(public), "--mechanism", mechanism,
-                          "--epsilon", "1.5", "--delta", "1e-6", "--out", str(out), "--json", *extra))
-    for key in ("mechanism", "params", "sensitivity_method", "gamma", "sigma", "epsilon", "delta", "n_users",
-                "vocab_size", "data_dependent", "statement", "out"):
+    rec = json.loads(
+        cli(
+            "--counts",
+            str(counts),
+            "--public",
+            str(public),
+            "--mechanism",
+            mechanism,
+            "--epsilon",
+            "1.5",
+            "--delta",
+            "1e-6",
+            "--out",
+            str(out),
+            "--json",
+            *extra,
+        )
+    )
+    for key in (
+        "mechanism",
+        "params",
+        "sensitivity_method",
+        "gamma",
+        "sigma",
+        "epsilon",
+        "delta",
+        "n_users",
+        "vocab_size",
+        "data_dependent",
+        "statement",
+        "out",
+    ):
         assert key in rec
     assert rec["mechanism"] == mechanism
     assert rec["n_users"] == dense.shape[0] and rec["vocab_size"] == len(ITEMS)
@@ -116,9 +151,11 @@ def test_cli_without_counts_still_uses_server(capsys, monkeypatch):
     from lac.curator import analyst
 
     waits: list[float] = []  # the retries' back-off, recorded instead of slept
-    monkeypatch.setattr(analyst, "release_with_retries", functools.partial(analyst.release_with_retries,
-                                                                           sleep=waits.append))
-    code, _, err = run_lac(capsys, "curator", "release", "--server", "127.0.0.1:1", "--insecure", "--epsilon", "1",
-                           "--delta", "1e-6")
+    monkeypatch.setattr(
+        analyst, "release_with_retries", functools.partial(analyst.release_with_retries, sleep=waits.append)
+    )
+    code, _, err = run_lac(
+        capsys, "curator", "release", "--server", "127.0.0.1:1", "--insecure", "--epsilon", "1", "--delta", "1e-6"
+    )
     assert code != 0 and waits  # UNAVAILABLE is retried
     assert "UNAVAILABLE" in err or "failed to connect" in err.lower() or "unavailable" in err.lower()

@@ -16,16 +16,26 @@ from scipy.special import log_ndtr
 from lac.common.privacy import PrivacyUnit
 from lac.curator.gaussian import analytic_sigma
 from lac.curator.ngrams import NgramVocabulary, report_items
-from lac.curator.posterior import (PosteriorParams, WeightedTotals, discovery_threshold, empirical_bayes,
-                                   posterior_release, weighted_totals)
+from lac.curator.posterior import (
+    PosteriorParams,
+    WeightedTotals,
+    discovery_threshold,
+    empirical_bayes,
+    posterior_release,
+    weighted_totals,
+)
 
 ALPHA = 1e-4
-WORDS = np.array("the a dog fox sun is in walk we small zebra star park cat ran".split())
+WORDS = np.array(
+    ["the", "a", "dog", "fox", "sun", "is", "in", "walk", "we", "small", "zebra", "star", "park", "cat", "ran"]
+)
 
 
 def _reports(rng, n, max_sents=3, max_words=9):
-    return [[list(rng.choice(WORDS, size=rng.integers(1, max_words))) for _ in range(rng.integers(1, max_sents))]
-            for _ in range(n)]
+    return [
+        [list(rng.choice(WORDS, size=rng.integers(1, max_words))) for _ in range(rng.integers(1, max_sents))]
+        for _ in range(n)
+    ]
 
 
 def _vocab(rng):

@@ -9,19 +9,112 @@ from __future__ import annotations
 import grpc
 import numpy as np
 import pytest
+from lac_testkit import batch_privacy, content
 
 from lac.common import envelope, tls
 from lac.common.privacy import PrivacyUnit
 from lac.common.v1 import curator_pb2, curator_pb2_grpc
 from lac.curator.ngrams import NgramVocabulary
 from lac.curator.preview import SNR, mean_sentence_words, predict
-from lac_testkit import batch_privacy, content
 
-WORDS = ("the a of and to in is it that was for on are with as his they be at one have this from or had by "
-         "but some what there we can out other were all your when up use word how said an each she which do "
-         "their time if will way about many then them would write like so these her long make thing see him "
-         "two has look more day could go come did my sound no most number who over know water than call "
-         "first people may down side been now find").split()
+WORDS = [
+    "the",
+    "a",
+    "of",
+    "and",
+    "to",
+    "in",
+    "is",
+    "it",
+    "that",
+    "was",
+    "for",
+    "on",
+    "are",
+    "with",
+    "as",
+    "his",
+    "they",
+    "be",
+    "at",
+    "one",
+    "have",
+    "this",
+    "from",
+    "or",
+    "had",
+    "by",
+    "but",
+    "some",
+    "what",
+    "there",
+    "we",
+    "can",
+    "out",
+    "other",
+    "were",
+    "all",
+    "your",
+    "when",
+    "up",
+    "use",
+    "word",
+    "how",
+    "said",
+    "an",
+    "each",
+    "she",
+    "which",
+    "do",
+    "their",
+    "time",
+    "if",
+    "will",
+    "way",
+    "about",
+    "many",
+    "then",
+    "them",
+    "would",
+    "write",
+    "like",
+    "so",
+    "these",
+    "her",
+    "long",
+    "make",
+    "thing",
+    "see",
+    "him",
+    "two",
+    "has",
+    "look",
+    "more",
+    "day",
+    "could",
+    "go",
+    "come",
+    "did",
+    "my",
+    "sound",
+    "no",
+    "most",
+    "number",
+    "who",
+    "over",
+    "know",
+    "water",
+    "than",
+    "call",
+    "first",
+    "people",
+    "may",
+    "down",
+    "side",
+    "been",
+    "now",
+    "find",
+]
 
 
 def _public_vocab(n_sentences: int = 4000, seed: int = 0) -> NgramVocabulary:
@@ -38,8 +131,18 @@ UNIT = PrivacyUnit.report()
 
 
 def _p(mechanism="posterior", eps=1.0, reports=None, **kw):
-    return predict(mechanism, eps, 1e-6, VOCAB, W=100, C=3, unit=kw.pop("unit", UNIT), reports=reports,
-                   target_share=kw.pop("target", 0.5), **kw)
+    return predict(
+        mechanism,
+        eps,
+        1e-6,
+        VOCAB,
+        W=100,
+        C=3,
+        unit=kw.pop("unit", UNIT),
+        reports=reports,
+        target_share=kw.pop("target", 0.5),
+        **kw,
+    )
 
 
 def test_signal_share_grows_with_reports_and_epsilon():
@@ -82,26 +185,37 @@ def test_bayesian_sound_noise_does_not_shrink_with_reports():
 
 # -- over RPC ---------------------------------------------------------------------------------
 
-TEXTS = [["the", "dog", "sleeps", "in", "the", "sun"], ["the", "fox", "is", "a", "small", "animal"],
-         ["we", "walk", "the", "dog"], ["the", "sun", "is", "a", "star"]]
+TEXTS = [
+    ["the", "dog", "sleeps", "in", "the", "sun"],
+    ["the", "fox", "is", "a", "small", "animal"],
+    ["we", "walk", "the", "dog"],
+    ["the", "sun", "is", "a", "star"],
+]
 OLD_WINDOW = 10  # a closed accounting window (1970): a DP count over it can be reused
 
 
 def _ingest(address, seal, n, window, credentials=None):
     ch = tls.channel(address, credentials) if credentials else grpc.insecure_channel(address)
     with ch:
-        curator_pb2_grpc.CuratorIngestStub(ch).IngestBatch(curator_pb2.IngestBatchRequest(
-            batch_id=f"b{window}", reports=[seal(content(TEXTS[i % 4])) for i in range(n)],
-            privacy=batch_privacy(n, window=window)), timeout=30)
+        curator_pb2_grpc.CuratorIngestStub(ch).IngestBatch(
+            curator_pb2.IngestBatchRequest(
+                batch_id=f"b{window}",
+                reports=[seal(content(TEXTS[i % 4])) for i in range(n)],
+                privacy=batch_privacy(n, window=window),
+            ),
+            timeout=30,
+        )
 
 
 def _spent(stub, window):
-    return {w.window: w.spent_epsilon for w in stub.GetBudget(curator_pb2.BudgetRequest(), timeout=5).windows
-            }.get(window, 0.0)
+    return {w.window: w.spent_epsilon for w in stub.GetBudget(curator_pb2.BudgetRequest(), timeout=5).windows}.get(
+        window, 0.0
+    )
 
 
-def test_operator_dry_run_spends_nothing_and_a_swamped_release_is_refused_unless_forced(start_curator,
-                                                                                       curator_public_key):
+def test_operator_dry_run_spends_nothing_and_a_swamped_release_is_refused_unless_forced(
+    start_curator, curator_public_key
+):
     cur = start_curator(min_signal_share=0.25)  # insecure: the caller holds every role, operator included
     _ingest(cur.address, lambda c: envelope.seal(c, curator_public_key), 30, OLD_WINDOW)
     with grpc.insecure_channel(cur.address) as ch:
@@ -131,8 +245,9 @@ def test_operator_dry_run_spends_nothing_and_a_swamped_release_is_refused_unless
 
 def test_analyst_check_uses_a_charged_dp_count_reused_for_closed_windows(pki, start_curator, curator_public_key):
     cert, key = pki.pem("curator")
-    cur = start_curator(insecure=False, tls_cert=cert, tls_key=key, tls_client_ca=pki.ca, min_signal_share=0.25,
-                        count_epsilon=2.0)  # Laplace scale 0.5: a stable verdict
+    cur = start_curator(
+        insecure=False, tls_cert=cert, tls_key=key, tls_client_ca=pki.ca, min_signal_share=0.25, count_epsilon=2.0
+    )  # Laplace scale 0.5: a stable verdict
     _ingest(cur.address, lambda c: envelope.seal(c, curator_public_key), 30, OLD_WINDOW, pki.client_tls("shuffler"))
     with tls.channel(cur.address, pki.client_tls("analyst")) as ch:
         stub = curator_pb2_grpc.CuratorStub(ch)

@@ -25,9 +25,16 @@ def curator(start_curator):
     cur = start_curator(allow_plaintext_payloads=True, budget_epsilon=5.0)
     with grpc.insecure_channel(cur.address) as ch:
         n = 40
-        curator_pb2_grpc.CuratorIngestStub(ch).IngestBatch(curator_pb2.IngestBatchRequest(
-            batch_id="b1", reports=[envelope.seal_insecure(content(["the", "dog", "sleeps", "in", "the", "sun"]))
-                                    for _ in range(n)], privacy=batch_privacy(n)), timeout=30)
+        curator_pb2_grpc.CuratorIngestStub(ch).IngestBatch(
+            curator_pb2.IngestBatchRequest(
+                batch_id="b1",
+                reports=[
+                    envelope.seal_insecure(content(["the", "dog", "sleeps", "in", "the", "sun"])) for _ in range(n)
+                ],
+                privacy=batch_privacy(n),
+            ),
+            timeout=30,
+        )
     return cur
 
 
@@ -59,8 +66,14 @@ def test_concurrent_calls_with_one_request_id_make_one_release(curator):
     with grpc.insecure_channel(curator.address) as ch:
         stub = curator_pb2_grpc.CuratorStub(ch)
         got: list = []
-        threads = [threading.Thread(target=lambda: got.append(stub.Release(
-            R(epsilon=1.0, delta=1e-6, request_id="same"), timeout=60).release_id)) for _ in range(8)]
+        threads = [
+            threading.Thread(
+                target=lambda: got.append(
+                    stub.Release(R(epsilon=1.0, delta=1e-6, request_id="same"), timeout=60).release_id
+                )
+            )
+            for _ in range(8)
+        ]
         for t in threads:
             t.start()
         for t in threads:
@@ -130,8 +143,18 @@ def test_cli_release_is_idempotent_by_request_id(curator, capsys):
 
 
 def _release(store: CuratorStore, rid: str, request_id: str | None, spec: str = "{}") -> str:
-    return store.add_release(rid, json.dumps({"release_id": rid}).encode(), ("a", "b"), np.log([0.5, 0.5]), None,
-                             [3, 4], Budget(1.0, 0.0), Budget(10.0, 0.0), request_id=request_id, spec=spec)
+    return store.add_release(
+        rid,
+        json.dumps({"release_id": rid}).encode(),
+        ("a", "b"),
+        np.log([0.5, 0.5]),
+        None,
+        [3, 4],
+        Budget(1.0, 0.0),
+        Budget(10.0, 0.0),
+        request_id=request_id,
+        spec=spec,
+    )
 
 
 def test_release_files_and_ledger_entries_appear_together(tmp_path):

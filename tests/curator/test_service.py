@@ -13,11 +13,16 @@ from lac.common import envelope
 from lac.common.v1 import curator_pb2, curator_pb2_grpc, reports_pb2
 from lac.curator import segments as seg
 from lac.curator.ngrams import NgramVocabulary, ReportItems, report_items, user_counts
-from lac.curator.release import StoredReports, vocab_counts
+from lac.curator.release import StoredReports
 from lac.curator.store import CuratorStore, Quarantined
 
-TEXTS = [["the", "dog", "sleeps", "in", "the", "sun"], ["the", "fox", "is", "a", "small", "animal"],
-         ["we", "walk", "the", "dog"], ["the", "sun", "is", "a", "star"], ["the", "dog", "the", "dog", "the"]]
+TEXTS = [
+    ["the", "dog", "sleeps", "in", "the", "sun"],
+    ["the", "fox", "is", "a", "small", "animal"],
+    ["we", "walk", "the", "dog"],
+    ["the", "sun", "is", "a", "star"],
+    ["the", "dog", "the", "dog", "the"],
+]
 
 
 from lac_testkit import content
@@ -32,7 +37,7 @@ def test_segments_reproduce_user_counts(C, W, tmp_path):
     """Parquet segments hold every n-gram; read back against a vocabulary they give exactly the
     counts the text path gives (first W vocabulary items per report, clamped at C)."""
     rng = np.random.default_rng(5)
-    words = np.array("the a dog fox sun is in walk we small zebra star park".split())
+    words = np.array(["the", "a", "dog", "fox", "sun", "is", "in", "walk", "we", "small", "zebra", "star", "park"])
     vocab = NgramVocabulary.from_sentences([list(rng.choice(words, 8)) for _ in range(40)], max_n=3)
     reports = random_reports(rng, words, 300)
     paths = []
@@ -57,20 +62,22 @@ def test_segments_reproduce_user_counts(C, W, tmp_path):
 def test_segments_read_words_against_the_vocabulary(tmp_path):
     """Words outside the vocabulary's word list are read as <unk> when a release reads a segment;
     n-grams that become equal merge within the report."""
-    vocab = NgramVocabulary.from_sentences([["the", "cat"], ["the", "cat"], ["a", "dog"]], max_n=2, min_count=2,
-                                           unknown_words=True)
+    vocab = NgramVocabulary.from_sentences(
+        [["the", "cat"], ["the", "cat"], ["a", "dog"]], max_n=2, min_count=2, unknown_words=True
+    )
     assert vocab.words == {"the", "cat"} and vocab.has_unk
     reports = [[["the", "zebra", "the", "yak"]], [["the", "cat"]]]
     path = tmp_path / "s.parquet"
     seg.write(path, report_items(reports, 2))
-    (first, second), = [(b.item_ids[b.indptr[0]:b.indptr[1]], b) for b in seg.read_blocks([path], vocab)]
+    ((first, second),) = [(b.item_ids[b.indptr[0] : b.indptr[1]], b) for b in seg.read_blocks([path], vocab)]
     b = second
-    row0 = {b.items[i]: int(c) for i, c in zip(first, b.counts[b.indptr[0]:b.indptr[1]])}
+    row0 = {b.items[i]: int(c) for i, c in zip(first, b.counts[b.indptr[0] : b.indptr[1]])}
     assert row0 == {"the": 2, "<s> the": 1, "<unk>": 2, "the <unk>": 2, "<unk> the": 1, "</s>": 1, "<unk> </s>": 1}
     assert [b.items[i] for i in first][:4] == ["the", "<s> the", "<unk>", "the <unk>"]  # first occurrences
     direct = report_items(reports, 2, vocab.words)
-    assert {direct.items[i]: int(c) for i, c in zip(direct.item_ids[:direct.indptr[1]],
-                                                    direct.counts[:direct.indptr[1]])} == row0
+    assert {
+        direct.items[i]: int(c) for i, c in zip(direct.item_ids[: direct.indptr[1]], direct.counts[: direct.indptr[1]])
+    } == row0
 
 
 def test_quarantine_keeps_only_the_newest_rows(tmp_path):
@@ -83,8 +90,13 @@ def test_quarantine_keeps_only_the_newest_rows(tmp_path):
         bad = [Quarantined("invalid", f"batch {b} report {i}", bytes([b, i])) for i in range(3)]
         assert store.add_batch(f"b{b}", [], seg, bad, 86400.0).rejects == {"invalid": 3}
     assert store.counts()["quarantined"] == 5
-    assert [r[3] for r in store.quarantine()] == [bytes([3, 2]), bytes([3, 1]), bytes([3, 0]),
-                                                  bytes([2, 2]), bytes([2, 1])]
+    assert [r[3] for r in store.quarantine()] == [
+        bytes([3, 2]),
+        bytes([3, 1]),
+        bytes([3, 0]),
+        bytes([2, 2]),
+        bytes([2, 1]),
+    ]
     assert store.rejects() == {"invalid": 12}  # the totals are kept
 
 
@@ -93,8 +105,12 @@ def test_replay_window_prunes_old_ids(tmp_path):
     rid = os.urandom(16)
 
     def items(keep):
-        return ReportItems(np.arange(len(keep) + 1, dtype=np.int64), np.zeros(len(keep), np.int32),
-                           np.ones(len(keep), np.int32), ("a",))
+        return ReportItems(
+            np.arange(len(keep) + 1, dtype=np.int64),
+            np.zeros(len(keep), np.int32),
+            np.ones(len(keep), np.int32),
+            ("a",),
+        )
 
     day = 86400.0
     assert store.add_batch("b1", [rid, rid], items, [], 30 * day, now=0.0).rejects == {"replayed_report_id": 1}
@@ -113,7 +129,8 @@ def seal(curator_public_key):
 
 def ingest(ch, batch_id, payloads):
     return curator_pb2_grpc.CuratorIngestStub(ch).IngestBatch(
-        curator_pb2.IngestBatchRequest(batch_id=batch_id, reports=payloads), timeout=30)
+        curator_pb2.IngestBatchRequest(batch_id=batch_id, reports=payloads), timeout=30
+    )
 
 
 def code_of(fn):
@@ -122,8 +139,7 @@ def code_of(fn):
     return err.value.code(), err.value.details()
 
 
-def test_quarantine_keeps_the_rest_and_survives_restart(start_curator, seal, curator_public_key, tmp_path,
-                                                       monkeypatch):
+def test_quarantine_keeps_the_rest_and_survives_restart(start_curator, seal, curator_public_key, tmp_path, monkeypatch):
     cur = start_curator(state_dir=tmp_path / "c")
     good = [seal(content(t)) for t in TEXTS]
     kid = curator_public_key.key_id
@@ -154,10 +170,18 @@ def test_quarantine_keeps_the_rest_and_survives_restart(start_curator, seal, cur
         assert ingest(ch, "b1", good).duplicate
         status = curator_pb2_grpc.CuratorStub(ch).GetStatus(curator_pb2.CuratorStatusRequest(), timeout=5)
         assert status.reports == 5 and status.quarantined == 11
-        assert dict(status.rejects) == {"decrypt_failed": 1, "unknown_key": 1, "plaintext_refused": 1,
-                                        "invalid": 2, "unsupported_encoding": 1, "internal": 1,
-                                        "epsilon_too_large": 1, "embedding_mismatch": 1,
-                                        "mechanism_not_allowed": 1, "too_many_words": 1}
+        assert dict(status.rejects) == {
+            "decrypt_failed": 1,
+            "unknown_key": 1,
+            "plaintext_refused": 1,
+            "invalid": 2,
+            "unsupported_encoding": 1,
+            "internal": 1,
+            "epsilon_too_large": 1,
+            "embedding_mismatch": 1,
+            "mechanism_not_allowed": 1,
+            "too_many_words": 1,
+        }
     cur.stop()
     rows = CuratorStore(tmp_path / "c").quarantine()
     assert {r[3] for r in rows} == {b.SerializeToString() for b in bad}
@@ -175,8 +199,11 @@ def test_quarantine_keeps_the_rest_and_survives_restart(start_curator, seal, cur
     stored.write_bytes(b"garbage")
     cur3 = start_curator(state_dir=tmp_path / "c")
     with grpc.insecure_channel(cur3.address) as ch:
-        code, details = code_of(lambda: curator_pb2_grpc.CuratorStub(ch).Release(
-            curator_pb2.ReleaseRequest(epsilon=1, delta=1e-6), timeout=60))
+        code, details = code_of(
+            lambda: curator_pb2_grpc.CuratorStub(ch).Release(
+                curator_pb2.ReleaseRequest(epsilon=1, delta=1e-6), timeout=60
+            )
+        )
         assert code == grpc.StatusCode.DATA_LOSS and stored.name in details
 
 
@@ -187,8 +214,8 @@ def test_release_counts_match_the_text_path(start_curator, seal, public_corpus):
 
     from lac.curator.bayesian import BayesianParams, bayesian_dp
     from lac.curator.config import CuratorConfig
-    from lac.curator.prior import public_vocabulary
     from lac.curator.ngrams import user_counts
+    from lac.curator.prior import public_vocabulary
 
     cur = start_curator(max_items_per_report=4, item_clamp=2)
     with grpc.insecure_channel(cur.address) as ch:
@@ -201,8 +228,12 @@ def test_release_counts_match_the_text_path(start_curator, seal, public_corpus):
     vocab = public_vocabulary(public_corpus, 3, 1, cfg.vocab_max_items, public_corpus.parent / "prior-check")
     reports = [[t] for t in TEXTS[:3]] + [[t, ["the", "sun"]] for t in TEXTS[2:]]
     U = user_counts(reports, vocab, C=2, W=4)
-    want = bayesian_dp(U, vocab.alpha, BayesianParams(epsilon=1, delta=1e-6, S=0.01, rho=0.5, C=2, W=4,
-                                                      count_clip=cfg.item_count_clip), rng=np.random.default_rng(0))
+    want = bayesian_dp(
+        U,
+        vocab.alpha,
+        BayesianParams(epsilon=1, delta=1e-6, S=0.01, rho=0.5, C=2, W=4, count_clip=cfg.item_count_clip),
+        rng=np.random.default_rng(0),
+    )
     assert list(got.items) == list(vocab.items)
     assert rec.sensitivity_method == "sound" and rec.differentially_private and not rec.data_dependent
     assert rec.gamma == pytest.approx(want.gamma, rel=1e-12) and rec.sigma == pytest.approx(want.sigma, rel=1e-12)
@@ -226,8 +257,7 @@ def test_ledger_refuses_overspending_and_persists(start_curator, seal, tmp_path)
         assert (r1.ledger_epsilon, r1.ledger_delta) == (0.6, 4e-6)
         w = r1.first_window
         assert r1.last_window == w and "over 1 accounting window of 1 day" in r1.statement
-        code, details = code_of(lambda: stub.Release(curator_pb2.ReleaseRequest(epsilon=0.5, delta=1e-6),
-                                                     timeout=60))
+        code, details = code_of(lambda: stub.Release(curator_pb2.ReleaseRequest(epsilon=0.5, delta=1e-6), timeout=60))
         assert code == grpc.StatusCode.FAILED_PRECONDITION
         assert re.search(rf"0\.5.*window {w}: spent .*0\.6.*remaining .*0\.4", details), details
         # Queries are free.
@@ -252,19 +282,26 @@ def test_ledger_refuses_overspending_and_persists(start_curator, seal, tmp_path)
 def test_windows_budget_per_window(start_curator, seal):
     """A release spends on every window it covers and is refused if any would overspend; its
     sensitivity covers k reports per window of every covered window."""
-    from lac.common.deployment import Deployment
     from lac_testkit import batch_privacy
+
+    from lac.common.deployment import Deployment
 
     cur = start_curator(budget_epsilon=1.0, reports_per_window=2)
     deployment = Deployment(reports_per_window=2)
     with grpc.insecure_channel(cur.address) as ch:
         for w in (100, 101, 102):
-            curator_pb2_grpc.CuratorIngestStub(ch).IngestBatch(curator_pb2.IngestBatchRequest(
-                batch_id=f"b{w}", reports=[seal(content(t)) for t in TEXTS],
-                privacy=batch_privacy(len(TEXTS), deployment, window=w)), timeout=30)
+            curator_pb2_grpc.CuratorIngestStub(ch).IngestBatch(
+                curator_pb2.IngestBatchRequest(
+                    batch_id=f"b{w}",
+                    reports=[seal(content(t)) for t in TEXTS],
+                    privacy=batch_privacy(len(TEXTS), deployment, window=w),
+                ),
+                timeout=30,
+            )
         stub = curator_pb2_grpc.CuratorStub(ch)
-        one = stub.Release(curator_pb2.ReleaseRequest(epsilon=0.7, delta=1e-6, first_window=101, last_window=101),
-                           timeout=60)
+        one = stub.Release(
+            curator_pb2.ReleaseRequest(epsilon=0.7, delta=1e-6, first_window=101, last_window=101), timeout=60
+        )
         assert one.n_reports == len(TEXTS) and one.reports_per_user == 2
         all3 = stub.Release(curator_pb2.ReleaseRequest(epsilon=0.2, delta=1e-6), timeout=60)
         assert (all3.first_window, all3.last_window, all3.n_reports, all3.reports_per_user) == (100, 102, 15, 6)
@@ -274,8 +311,9 @@ def test_windows_budget_per_window(start_curator, seal):
         assert {w: spent[w].spent_epsilon for w in (100, 101, 102)} == {100: 0.2, 101: pytest.approx(0.9), 102: 0.2}
         code, details = code_of(lambda: stub.Release(curator_pb2.ReleaseRequest(epsilon=0.2, delta=1e-6), timeout=60))
         assert code == grpc.StatusCode.FAILED_PRECONDITION and "window 101" in details and "window 100" not in details
-        ok = stub.Release(curator_pb2.ReleaseRequest(epsilon=0.2, delta=1e-6, first_window=102, last_window=102),
-                          timeout=60)
+        ok = stub.Release(
+            curator_pb2.ReleaseRequest(epsilon=0.2, delta=1e-6, first_window=102, last_window=102), timeout=60
+        )
         assert ok.n_reports == len(TEXTS)
 
 
@@ -321,13 +359,15 @@ def test_mechanisms_over_rpc(start_curator, seal):
         ingest(ch, "b1", [seal(content(t)) for t in TEXTS * 4])
         stub = curator_pb2_grpc.CuratorStub(ch)
         for sens in ("bruteforce", "claim1"):
-            r = stub.Release(curator_pb2.ReleaseRequest(mechanism="bayesian", epsilon=1, delta=1e-6, sensitivity=sens),
-                             timeout=60)
+            r = stub.Release(
+                curator_pb2.ReleaseRequest(mechanism="bayesian", epsilon=1, delta=1e-6, sensitivity=sens), timeout=60
+            )
             assert r.sensitivity_method == sens and r.data_dependent and not r.differentially_private
             assert r.statement.startswith("NOT differentially private: data-dependent sensitivity, as in Ramadan")
             assert (r.ledger_epsilon, r.ledger_delta) == (0, 0)
-        lp = stub.Release(curator_pb2.ReleaseRequest(mechanism="laplace-public", epsilon=1,
-                                                     public_sensitivity="observed"), timeout=60)
+        lp = stub.Release(
+            curator_pb2.ReleaseRequest(mechanism="laplace-public", epsilon=1, public_sensitivity="observed"), timeout=60
+        )
         assert lp.data_dependent and not lp.differentially_private
         assert _window_spent(stub, r.first_window).spent_epsilon == 0  # never charged as DP
         assert stub.GetStatus(curator_pb2.CuratorStatusRequest(), timeout=5).releases == 3
@@ -343,30 +383,36 @@ def test_queries(start_curator, seal):
         rid = stub.Release(curator_pb2.ReleaseRequest(epsilon=5, delta=1e-6), timeout=60).release_id
         full = stub.GetRelease(curator_pb2.GetReleaseRequest(release_id=rid), timeout=10)
         model = NgramModel.from_counts(list(full.items), np.array(full.pseudo_counts), 3, partial=True)
-        probs = stub.NgramProbabilities(curator_pb2.NgramProbabilitiesRequest(
-            release_id=rid, ngrams=["the dog", "the  dog", "no such"]), timeout=10).ngrams
+        probs = stub.NgramProbabilities(
+            curator_pb2.NgramProbabilitiesRequest(release_id=rid, ngrams=["the dog", "the  dog", "no such"]), timeout=10
+        ).ngrams
         assert [g.ngram for g in probs] == ["the dog", "the dog", "no such"]
         assert probs[0].probability == pytest.approx(model.prob("the dog")) and probs[2].probability == 0
         nw = stub.NextWord(curator_pb2.NextWordRequest(release_id=rid, context="zebra the", k=3), timeout=10)
-        assert nw.context_used == "the" and [(w.ngram, w.probability) for w in nw.words] == \
-            [(w, pytest.approx(p)) for w, p in model.next_word("the", 3)]
-        ppl = stub.Perplexity(curator_pb2.PerplexityRequest(release_id=rid, text="The dog sleeps. Zebras!"),
-                              timeout=10)
+        assert nw.context_used == "the" and [(w.ngram, w.probability) for w in nw.words] == [
+            (w, pytest.approx(p)) for w, p in model.next_word("the", 3)
+        ]
+        ppl = stub.Perplexity(curator_pb2.PerplexityRequest(release_id=rid, text="The dog sleeps. Zebras!"), timeout=10)
         assert ppl.perplexity == pytest.approx(model.perplexity([["the", "dog", "sleeps"], ["zebras"]]))
         assert (ppl.n_sentences, ppl.n_tokens, ppl.n_out_of_vocabulary) == (2, 6, 1)
         arpa = "".join(c.text for c in stub.ExportArpa(curator_pb2.ExportArpaRequest(release_id=rid), timeout=30))
         assert arpa == model.arpa() and arpa.startswith("\n\\data\\\n")
 
-        for call in (lambda: stub.NextWord(curator_pb2.NextWordRequest(release_id="nope"), timeout=5),
-                     lambda: stub.Perplexity(curator_pb2.PerplexityRequest(release_id="nope", text="a"), timeout=5),
-                     lambda: list(stub.ExportArpa(curator_pb2.ExportArpaRequest(release_id="nope"), timeout=5)),
-                     lambda: stub.TopNgrams(curator_pb2.TopNgramsRequest(release_id=""), timeout=5)):
+        for call in (
+            lambda: stub.NextWord(curator_pb2.NextWordRequest(release_id="nope"), timeout=5),
+            lambda: stub.Perplexity(curator_pb2.PerplexityRequest(release_id="nope", text="a"), timeout=5),
+            lambda: list(stub.ExportArpa(curator_pb2.ExportArpaRequest(release_id="nope"), timeout=5)),
+            lambda: stub.TopNgrams(curator_pb2.TopNgramsRequest(release_id=""), timeout=5),
+        ):
             assert code_of(call)[0] == grpc.StatusCode.NOT_FOUND
-        for call in (lambda: stub.NgramProbabilities(curator_pb2.NgramProbabilitiesRequest(
-                         release_id=rid, ngrams=["a b c d"]), timeout=5),
-                     lambda: stub.NgramProbabilities(curator_pb2.NgramProbabilitiesRequest(release_id=rid), timeout=5),
-                     lambda: stub.Perplexity(curator_pb2.PerplexityRequest(release_id=rid, text="..."), timeout=5),
-                     lambda: stub.TopNgrams(curator_pb2.TopNgramsRequest(release_id=rid, order=7), timeout=5)):
+        for call in (
+            lambda: stub.NgramProbabilities(
+                curator_pb2.NgramProbabilitiesRequest(release_id=rid, ngrams=["a b c d"]), timeout=5
+            ),
+            lambda: stub.NgramProbabilities(curator_pb2.NgramProbabilitiesRequest(release_id=rid), timeout=5),
+            lambda: stub.Perplexity(curator_pb2.PerplexityRequest(release_id=rid, text="..."), timeout=5),
+            lambda: stub.TopNgrams(curator_pb2.TopNgramsRequest(release_id=rid, order=7), timeout=5),
+        ):
             assert code_of(call)[0] == grpc.StatusCode.INVALID_ARGUMENT
 
 
@@ -413,13 +459,21 @@ def test_npz_segments_migrate_to_parquet(tmp_path, capsys):
     from lac.common.cli import main
 
     store = CuratorStore(tmp_path)
-    store.add_batch("b1", [os.urandom(16) for _ in range(3)],
-                    lambda keep: report_items([[t] for t in TEXTS[:3]], 3), [], 86400.0)
+    store.add_batch(
+        "b1", [os.urandom(16) for _ in range(3)], lambda keep: report_items([[t] for t in TEXTS[:3]], 3), [], 86400.0
+    )
     new = store.segment_paths()[0]
     items = seg.read(new)
     old = tmp_path / "segments" / "old.npz"
-    np.savez(old, format=np.int64(1), items=np.frombuffer("\n".join(items.items).encode(), np.uint8),
-             n_items=np.int64(len(items.items)), indptr=items.indptr, indices=items.item_ids, data=items.counts)
+    np.savez(
+        old,
+        format=np.int64(1),
+        items=np.frombuffer("\n".join(items.items).encode(), np.uint8),
+        n_items=np.int64(len(items.items)),
+        indptr=items.indptr,
+        indices=items.item_ids,
+        data=items.counts,
+    )
     store._db.execute("UPDATE batches SET segment = 'old.npz'")
     new.unlink()
     store.close()

@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
+from lac.common.privacy import PrivacyUnit
 from lac.curator.bayesian import (
     BayesianParams,
     bayesian_dp,
@@ -11,7 +12,6 @@ from lac.curator.bayesian import (
     decay_weights,
     log_mean_center,
 )
-from lac.common.privacy import PrivacyUnit
 from lac.curator.sound import SOUND_STATEMENT, cap_rows, sound_gamma
 
 
@@ -42,14 +42,22 @@ def test_formula_pieces():
     for m in (1, 3):
         K = min(m * W, V)
         expect = min(1, m * S / C) * (1 - 1 / V) * math.log1p(M) * math.sqrt(K) + math.log1p(m * C) * math.sqrt(
-            max(k * (1 - k / V) for k in range(0, K + 1)))
+            max(k * (1 - k / V) for k in range(K + 1))
+        )
         assert sound_gamma(S, C, W, V, M, m) == pytest.approx(expect, rel=1e-10)
         assert sound_gamma(S, C, W, V, M, m) >= expect
     # the centering maximum is taken at k ≈ V/2 when W > V/2
     V2, W2 = 7, 100
     assert sound_gamma(S, C, W2, V2, M) >= math.log1p(C) * math.sqrt(max(k * (1 - k / V2) for k in range(V2 + 1)))
-    for bad in [dict(S=0.0), dict(C=0), dict(W=0), dict(V=0), dict(count_clip=0), dict(C=True),
-                dict(reports_per_user=0)]:
+    for bad in [
+        dict(S=0.0),
+        dict(C=0),
+        dict(W=0),
+        dict(V=0),
+        dict(count_clip=0),
+        dict(C=True),
+        dict(reports_per_user=0),
+    ]:
         kw = dict(S=1.0, C=1, W=1, V=2, count_clip=2, reports_per_user=1) | bad
         with pytest.raises(ValueError):
             sound_gamma(**kw)

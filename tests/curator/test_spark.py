@@ -30,7 +30,24 @@ from lac.curator.release import PublicCaps, ReleaseSpec, StoredReports, block_st
 from lac.curator.spark import SparkEngine, SparkIngest
 from lac.curator.store import CuratorStore
 
-WORDS = "the a dog cat sun star walks sleeps in on is was big small red old".split()
+WORDS = [
+    "the",
+    "a",
+    "dog",
+    "cat",
+    "sun",
+    "star",
+    "walks",
+    "sleeps",
+    "in",
+    "on",
+    "is",
+    "was",
+    "big",
+    "small",
+    "red",
+    "old",
+]
 CAPS = PublicCaps(W=7, C=2, count_clip=50)
 
 
@@ -44,9 +61,14 @@ def _free_port() -> int:
 def spark():
     """A classic local[2] session that also serves Spark Connect on a loopback port."""
     port = _free_port()
-    engine = SparkEngine.start("local[2]", conf={
-        "spark.plugins": "org.apache.spark.sql.connect.SparkConnectPlugin",
-        "spark.connect.grpc.binding.address": "127.0.0.1", "spark.connect.grpc.binding.port": str(port)})
+    engine = SparkEngine.start(
+        "local[2]",
+        conf={
+            "spark.plugins": "org.apache.spark.sql.connect.SparkConnectPlugin",
+            "spark.connect.grpc.binding.address": "127.0.0.1",
+            "spark.connect.grpc.binding.port": str(port),
+        },
+    )
     engine.connect_url = f"sc://127.0.0.1:{port}"
     yield engine
     engine.stop()
@@ -75,19 +97,25 @@ def stored(tmp_path_factory):
     root = tmp_path_factory.mktemp("segments")
     paths = []
     for k in range(6):
-        reports = [[list(rng.choice(WORDS, size=int(rng.integers(0, 30)))) for _ in range(int(rng.integers(0, 3)))]
-                   for _ in range(int(rng.integers(0 if k == 2 else 1, 90)))]
+        reports = [
+            [list(rng.choice(WORDS, size=int(rng.integers(0, 30)))) for _ in range(int(rng.integers(0, 3)))]
+            for _ in range(int(rng.integers(0 if k == 2 else 1, 90)))
+        ]
         path = root / f"window={k}" / f"b{k}.parquet"
         segments.write(path, report_items(reports, 3), {"batch_id": f"b{k}"})
         paths.append(path)
     return StoredReports(paths, vocab)
 
 
-SPECS = [ReleaseSpec(epsilon=1.0), ReleaseSpec(epsilon=1.0, discovery=False),
-         ReleaseSpec(epsilon=1.0, mechanism="bayesian"),
-         ReleaseSpec(epsilon=1.0, mechanism="bayesian", sensitivity="bruteforce"),
-         ReleaseSpec(epsilon=1.0, mechanism="bayesian", sensitivity="claim1"),
-         ReleaseSpec(epsilon=1.0, mechanism="laplace"), ReleaseSpec(epsilon=1.0, mechanism="laplace-public")]
+SPECS = [
+    ReleaseSpec(epsilon=1.0),
+    ReleaseSpec(epsilon=1.0, discovery=False),
+    ReleaseSpec(epsilon=1.0, mechanism="bayesian"),
+    ReleaseSpec(epsilon=1.0, mechanism="bayesian", sensitivity="bruteforce"),
+    ReleaseSpec(epsilon=1.0, mechanism="bayesian", sensitivity="claim1"),
+    ReleaseSpec(epsilon=1.0, mechanism="laplace"),
+    ReleaseSpec(epsilon=1.0, mechanism="laplace-public"),
+]
 
 
 def assert_same_release(a, b) -> None:
@@ -126,8 +154,9 @@ def test_folds_keep_part_order_across_waves(spark, stored):
 
 
 def _vocabulary_sized(n_items: int) -> NgramVocabulary:
-    return NgramVocabulary(tuple(f"w{j}" for j in range(n_items)), np.random.default_rng(7).poisson(5.0, n_items)
-                           + 1.0, 1)
+    return NgramVocabulary(
+        tuple(f"w{j}" for j in range(n_items)), np.random.default_rng(7).poisson(5.0, n_items) + 1.0, 1
+    )
 
 
 @pytest.mark.slow
@@ -151,8 +180,10 @@ def test_vocabulary_sized_partials_of_a_million_items(engine, tmp_path):
     assert big.last_waves == [1, 2]  # a first part alone, then as many 16 MB partials as fit in 40 MB
     spec = ReleaseSpec(epsilon=1.0, mechanism="bayesian")
     caps = PublicCaps(W=50, C=2)
-    assert_same_release(run(reports, vocab, spec, caps, rng=np.random.default_rng(1), engine=engine),
-                        run(reports, vocab, spec, caps, rng=np.random.default_rng(1), engine=LOCAL))
+    assert_same_release(
+        run(reports, vocab, spec, caps, rng=np.random.default_rng(1), engine=engine),
+        run(reports, vocab, spec, caps, rng=np.random.default_rng(1), engine=LOCAL),
+    )
 
 
 def _distinct_block(rng, n: int, n_items: int) -> ReportItems:
@@ -160,8 +191,9 @@ def _distinct_block(rng, n: int, n_items: int) -> ReportItems:
     rows = [np.unique(rng.integers(0, n_items, int(rng.integers(1, 40)))) for _ in range(n)]
     indptr = np.concatenate([[0], np.cumsum([r.size for r in rows])]).astype(np.int64)
     used, local = np.unique(np.concatenate(rows), return_inverse=True)
-    return ReportItems(indptr, local.astype(np.int32), np.ones(local.size, dtype=np.int32),
-                       tuple(f"w{j}" for j in used))
+    return ReportItems(
+        indptr, local.astype(np.int32), np.ones(local.size, dtype=np.int32), tuple(f"w{j}" for j in used)
+    )
 
 
 @pytest.mark.slow
@@ -173,31 +205,75 @@ def test_serve_flags_select_spark(spark, start_curator, tmp_path, public_corpus,
     from lac.curator.config import ENV_PREFIX, CuratorConfig
     from lac.curator.prior import public_vocabulary
 
-    args = build_parser().parse_args(["curator", "serve", "--engine", "spark", "--spark-master", "local[2]",
-                                      "--state-dir", str(tmp_path / "c"), "--insecure"])
+    args = build_parser().parse_args(
+        [
+            "curator",
+            "serve",
+            "--engine",
+            "spark",
+            "--spark-master",
+            "local[2]",
+            "--state-dir",
+            str(tmp_path / "c"),
+            "--insecure",
+        ]
+    )
     config = cfg.from_args(CuratorConfig, ENV_PREFIX, args)
     assert (config.engine, config.spark_master) == ("spark", "local[2]")
-    cur = start_curator(engine=config.engine, spark_master=config.spark_master, state_dir=config.state_dir,
-                        allow_plaintext_payloads=True, allow_data_dependent_releases=True)
+    cur = start_curator(
+        engine=config.engine,
+        spark_master=config.spark_master,
+        state_dir=config.state_dir,
+        allow_plaintext_payloads=True,
+        allow_data_dependent_releases=True,
+    )
     rng = np.random.default_rng(4)
     with grpc.insecure_channel(cur.address) as ch:
         for b in range(3):
-            payloads = [envelope.seal_insecure(content(*[list(rng.choice(WORDS, size=int(rng.integers(1, 12))))
-                                                          for _ in range(int(rng.integers(1, 3)))]))
-                        for _ in range(30)]
+            payloads = [
+                envelope.seal_insecure(
+                    content(
+                        *[
+                            list(rng.choice(WORDS, size=int(rng.integers(1, 12))))
+                            for _ in range(int(rng.integers(1, 3)))
+                        ]
+                    )
+                )
+                for _ in range(30)
+            ]
             curator_pb2_grpc.CuratorIngestStub(ch).IngestBatch(
-                curator_pb2.IngestBatchRequest(batch_id=f"b{b}", reports=payloads), timeout=60)
+                curator_pb2.IngestBatchRequest(batch_id=f"b{b}", reports=payloads), timeout=60
+            )
     jobs = len(spark.session.sparkContext.statusTracker().getJobIdsForGroup())
     with pytest.raises(SystemExit) as e:
-        main(["curator", "release", "--server", cur.address, "--insecure", "--json", "--mechanism", "bayesian",
-              "--sensitivity", "bruteforce", "--epsilon", "1"])
+        main(
+            [
+                "curator",
+                "release",
+                "--server",
+                cur.address,
+                "--insecure",
+                "--json",
+                "--mechanism",
+                "bayesian",
+                "--sensitivity",
+                "bruteforce",
+                "--epsilon",
+                "1",
+            ]
+        )
     assert e.value.code == 0
     record = json.loads(capsys.readouterr().out)
     assert len(spark.session.sparkContext.statusTracker().getJobIdsForGroup()) >= jobs + 2  # both passes
     vocab = public_vocabulary(public_corpus, config.max_n, 1, config.vocab_max_items, tmp_path / "prior")
     stored = StoredReports(sorted((tmp_path / "c").rglob("*.parquet")), vocab)
-    local = run(stored, vocab, ReleaseSpec(epsilon=1.0, mechanism="bayesian", sensitivity="bruteforce"),
-                PublicCaps(W=config.max_items_per_report, C=config.item_clamp), engine=LOCAL)
+    local = run(
+        stored,
+        vocab,
+        ReleaseSpec(epsilon=1.0, mechanism="bayesian", sensitivity="bruteforce"),
+        PublicCaps(W=config.max_items_per_report, C=config.item_clamp),
+        engine=LOCAL,
+    )
     assert record["gamma"] == local.gamma > 0 and int(record["n_reports"]) == local.n_reports == 90
 
 
@@ -214,18 +290,40 @@ def test_engine_settings_are_checked():
 
 def test_without_pyspark_the_error_names_the_extra(tmp_path, public_corpus):
     """One line on stderr naming the install command, exit code 2 (pyspark made unimportable)."""
-    code = ("import sys; sys.modules['pyspark'] = None; from lac.common.cli import main; main(sys.argv[1:])")
-    p = subprocess.run([sys.executable, "-c", code, "curator", "serve", "--engine", "spark", "--spark-master",
-                        "local[1]", "--state-dir", str(tmp_path / "c"), "--public-corpus", str(public_corpus),
-                        "--vocab-min-count", "1", "--insecure", "--port", "0"],
-                       capture_output=True, text=True, timeout=120)
+    code = "import sys; sys.modules['pyspark'] = None; from lac.common.cli import main; main(sys.argv[1:])"
+    p = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            code,
+            "curator",
+            "serve",
+            "--engine",
+            "spark",
+            "--spark-master",
+            "local[1]",
+            "--state-dir",
+            str(tmp_path / "c"),
+            "--public-corpus",
+            str(public_corpus),
+            "--vocab-min-count",
+            "1",
+            "--insecure",
+            "--port",
+            "0",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     lines = [ln for ln in p.stderr.splitlines() if "pip install 'lac-curator[spark]'" in ln]
     assert p.returncode == 2 and len(lines) == 1, p.stderr
 
 
 @pytest.mark.slow
-def test_ingest_on_spark_stores_what_one_process_stores(spark, start_curator, curator_public_key, public_corpus,
-                                                        tmp_path):
+def test_ingest_on_spark_stores_what_one_process_stores(
+    spark, start_curator, curator_public_key, public_corpus, tmp_path
+):
     """ingest_engine = spark (chunks of 64 reports, so several per batch): the same replies, reject
     counts, quarantine rows and segment bytes as single-node ingest, for batches with every kind of
     bad report and replays."""
@@ -244,14 +342,21 @@ def test_ingest_on_spark_stores_what_one_process_stores(spark, start_curator, cu
             cur.curator._ingest.chunk_reports = 64
         with grpc.insecure_channel(cur.address) as ch:
             stub = curator_pb2_grpc.CuratorIngestStub(ch)
-            replies = [stub.IngestBatch(curator_pb2.IngestBatchRequest(
-                batch_id=b, reports=p, privacy=batch_privacy(len(p))), timeout=60) for b, p in (("b1", first),
-                                                                                              ("b2", second))]
+            replies = [
+                stub.IngestBatch(
+                    curator_pb2.IngestBatchRequest(batch_id=b, reports=p, privacy=batch_privacy(len(p))), timeout=60
+                )
+                for b, p in (("b1", first), ("b2", second))
+            ]
             status = curator_pb2_grpc.CuratorStub(ch).GetStatus(curator_pb2.CuratorStatusRequest(), timeout=5)
         cur.stop()
         store = CuratorStore(tmp_path / kind)
-        outcome[kind] = ([(r.accepted, r.rejected) for r in replies], dict(status.rejects), store.quarantine(),
-                         [p.read_bytes() for p in store.segment_paths()])
+        outcome[kind] = (
+            [(r.accepted, r.rejected) for r in replies],
+            dict(status.rejects),
+            store.quarantine(),
+            [p.read_bytes() for p in store.segment_paths()],
+        )
         store.close()
     assert outcome["spark"] == outcome["local"]
     assert outcome["spark"][0] == [(300, 9), (250, 5)] and len(outcome["spark"][3]) == 2

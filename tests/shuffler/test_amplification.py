@@ -35,6 +35,7 @@ gammaln, xlogy = special.gammaln, special.xlogy
 
 # ------------------------------------------------------------------ independent references (scipy)
 
+
 def clone_prob(method: str, eps0: float) -> float:
     return 2 / (math.exp(eps0) + 1) if method == "numerical" else math.exp(-eps0)
 
@@ -73,12 +74,12 @@ def tail_delta(eps: float, eps0: float, n: int, method: str = "numerical") -> fl
 def rr_delta(eps: float, eps0: float, n: int) -> float:
     """Exact privacy curve of binary randomized response after shuffling (others all hold 0): a lower bound."""
     p, e = math.exp(eps0), math.exp(eps)
-    others = binom.pmf(np.arange(n), n - 1, 1 / (p + 1))       # number of 1s among the other n-1
+    others = binom.pmf(np.arange(n), n - 1, 1 / (p + 1))  # number of 1s among the other n-1
     P, Q = np.zeros(n + 1), np.zeros(n + 1)
     P[1:] += others * p / (p + 1)
-    P[:-1] += others / (p + 1)                                   # victim holds 1
+    P[:-1] += others / (p + 1)  # victim holds 1
     Q[1:] += others / (p + 1)
-    Q[:-1] += others * p / (p + 1)                               # victim holds 0
+    Q[:-1] += others * p / (p + 1)  # victim holds 0
     return max(np.maximum(P - e * Q, 0).sum(), np.maximum(Q - e * P, 0).sum())
 
 
@@ -89,13 +90,13 @@ def rr3_delta(eps: float, eps0: float, n: int) -> float:
     delta = E[max(0, (p-e) X0 + (1-pe) X1 + (1-e) X2 / p)] / n  (symmetric in u0 <-> u1).  A lower bound.
     """
     p, e = math.exp(eps0), math.exp(eps)
-    K = np.arange(n + 1)                                         # X0 + X1
+    K = np.arange(n + 1)  # X0 + X1
     pk = binom.pmf(K, n, 2 / (p + 2))
-    K, pk = K[pk > 1e-40], pk[pk > 1e-40]                        # dropping terms keeps it a lower bound
+    K, pk = K[pk > 1e-40], pk[pk > 1e-40]  # dropping terms keeps it a lower bound
     slope, base = (p - 1) * (1 + e), (1 - e * p) * K + (1 - e) * (n - K) / p
     x0 = np.floor(-base / slope) + 1
     best = np.zeros(len(K))
-    for x in (x0 - 1, x0, x0 + 1):                               # E[(slope X0 + base) 1{X0 >= x}]
+    for x in (x0 - 1, x0, x0 + 1):  # E[(slope X0 + base) 1{X0 >= x}]
         val = slope * K / 2 * binom.sf(x - 2, np.maximum(K - 1, 0), 0.5) * (K > 0) + base * binom.sf(x - 1, K, 0.5)
         best = np.maximum(best, val)
     return float(pk @ best) / n
@@ -139,8 +140,14 @@ def test_published_example_numerical():
     assert r.epsilon == pytest.approx(0.118153, abs=2e-6)
     assert shuffle_epsilon(4.0, 10**5, 1e-6, method="fmt21_nomix").epsilon == pytest.approx(0.176588, abs=2e-6)
     assert 0.1675 <= shuffle_epsilon(4.0, 10**5, 1e-6, method="fmt21").epsilon <= 0.1728
-    for text in ("Feldman-McMillan-Talwar 2023", "Wang et al. 2024", "distinct user", "eps0-LDP",
-                 "uniformly permuted", "eps0=4"):
+    for text in (
+        "Feldman-McMillan-Talwar 2023",
+        "Wang et al. 2024",
+        "distinct user",
+        "eps0-LDP",
+        "uniformly permuted",
+        "eps0=4",
+    ):
         assert text in r.statement
 
 
@@ -157,13 +164,14 @@ def test_published_example_closed_form():
 
 # ------------------------------------------------------------------ soundness vs brute force
 
+
 @pytest.mark.parametrize("method", ["numerical", "fmt21", "fmt21_nomix"])
 @pytest.mark.parametrize("eps0,n,delta", [(1.0, 100, 1e-2), (2.0, 200, 1e-3), (3.0, 400, 1e-4), (0.5, 300, 1e-3)])
 def test_numerical_is_conservative_and_tight(method, eps0, n, delta):
     r = shuffle_epsilon(eps0, n, delta, method=method)
     assert r.amplified
-    assert brute_delta(r.epsilon, eps0, n, method) <= delta            # sound: returned eps really meets delta
-    assert brute_delta(r.epsilon - 1e-5, eps0, n, method) > delta      # tight: a hair lower would not
+    assert brute_delta(r.epsilon, eps0, n, method) <= delta  # sound: returned eps really meets delta
+    assert brute_delta(r.epsilon - 1e-5, eps0, n, method) > delta  # tight: a hair lower would not
 
 
 @pytest.mark.parametrize("method", ["numerical", "fmt21_nomix"])
@@ -192,6 +200,7 @@ def test_large_n_matches_scipy_tails():
 
 
 # ------------------------------------------------------------------ the proof, step by step
+
 
 def random_ldp_randomizer(rng, eps0: float, inputs: int, outputs: int) -> np.ndarray:
     """A random eps0-LDP randomizer on `inputs` inputs: column shapes in [1, p]^inputs (often extreme)."""
@@ -249,7 +258,7 @@ def test_monotonicity_lemma(eps0):
         assert curve[-1] == pytest.approx(brute_delta(eps, eps0, n), rel=1e-9, abs=1e-15)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def compositions(n: int, k: int) -> np.ndarray:
     """All histograms of n items in k cells, as a k x N array."""
     if k == 1:
@@ -263,7 +272,7 @@ def shuffled_curve(R: np.ndarray, eps: float, n: int) -> float:
     e, theta = math.exp(eps), R[2]
     h = compositions(n, R.shape[1])
     P, Q = np.zeros(h.shape[1]), np.zeros(h.shape[1])
-    for v in range(R.shape[1]):                  # victim's output v, others' histogram h - e_v
+    for v in range(R.shape[1]):  # victim's output v, others' histogram h - e_v
         g = h.copy()
         g[v] -= 1
         ok = g[v] >= 0
@@ -280,8 +289,8 @@ def test_bound_holds_for_random_randomizers():
     mechanisms = []
     for eps0 in (0.5, 1.0, 3.0):
         p = math.exp(eps0)
-        mechanisms.append((eps0, np.array([[p, 1, 1], [1, p, 1], [1, 1, p]]) / (p + 2)))   # 3-ary RR: near tight
-        mu_c = 0.3 / (p + 1)        # an output both victim inputs favour over the others' (the errata's case)
+        mechanisms.append((eps0, np.array([[p, 1, 1], [1, p, 1], [1, 1, p]]) / (p + 2)))  # 3-ary RR: near tight
+        mu_c = 0.3 / (p + 1)  # an output both victim inputs favour over the others' (the errata's case)
         mu_a, mu_d = (1 - (p + 1) * mu_c) / (p + 2), (1 + mu_c) / (p + 2)
         mechanisms.append((eps0, np.array([[p, 1, p, 1], [1, p, p, 1], [1, 1, 1, p]]) * [mu_a, mu_a, mu_c, mu_d]))
     for _ in range(30):
@@ -305,7 +314,7 @@ def test_never_below_lower_bounds_over_grid():
                 fmt21 = shuffle_epsilon(eps0, n, delta, method="fmt21").epsilon
                 assert r.epsilon <= fmt21 <= old
                 assert rr_delta(r.epsilon, eps0, n) <= delta and rr3_delta(r.epsilon, eps0, n) <= delta
-                if r.amplified:   # sound and tight against scipy's evaluation of the same pair
+                if r.amplified:  # sound and tight against scipy's evaluation of the same pair
                     assert tail_delta(r.epsilon, eps0, n) <= delta < tail_delta(r.epsilon * (1 - 1e-4), eps0, n)
                 else:
                     assert r.epsilon == eps0 and "No amplification" in r.statement
@@ -326,11 +335,14 @@ def test_report_headline_table(capsys):
         lb3 = smallest_eps(lambda e: rr3_delta(e, eps0, n), delta, new, iters=30)
         assert max(lb2, lb3) <= new <= 1.02 * TIGHT[eps0] and new < old
         with capsys.disabled():
-            print(f"\neps0={eps0} n={n} delta={delta}: fmt21_nomix={old:.6f} new={new:.6f} "
-                  f"RR3 lower={lb3:.6f} RR2 lower={lb2:.6f} time/call={dt * 1e3:.1f} ms")
+            print(
+                f"\neps0={eps0} n={n} delta={delta}: fmt21_nomix={old:.6f} new={new:.6f} "
+                f"RR3 lower={lb3:.6f} RR2 lower={lb2:.6f} time/call={dt * 1e3:.1f} ms"
+            )
 
 
 # ------------------------------------------------------------------ monotonicity
+
 
 def test_monotone_in_n():
     eps = [shuffle_epsilon(2.0, n, 1e-6).epsilon for n in (10**3, 10**4, 10**5)]
@@ -353,6 +365,7 @@ def test_numerical_beats_closed_form_where_both_apply():
 
 
 # ------------------------------------------------------------------ no amplification
+
 
 def test_single_report_no_amplification():
     for method in ("numerical", "fmt21", "fmt21_nomix", "closed_form"):
@@ -400,6 +413,7 @@ def test_result_is_frozen_and_validates():
 
 # ------------------------------------------------------------------ sub-sampling, metric DP
 
+
 def test_subsampling_formula():
     assert subsampling_epsilon(1.0, 0.1) == pytest.approx(math.log(1 + 0.1 * (math.e - 1)), rel=1e-12)
     assert subsampling_epsilon(3.0, 1.0) == pytest.approx(3.0)
@@ -424,6 +438,7 @@ def test_local_epsilon_metric():
 
 # ------------------------------------------------------------------ speed
 
+
 def test_one_batch_is_fast():
     shuffle_epsilon(1.0, 1000, 1e-6)  # warm up imports
     t = time.perf_counter()
@@ -441,6 +456,7 @@ def test_million_reports_is_fast():
 
 
 # ------------------------------------------------------------------ CLI
+
 
 def _amp(capsys, *args: str) -> tuple[int, str]:
     """``lac shuffler amplification ARGS`` in-process (the real entry point imports ~2 s of unrelated code)."""
@@ -486,8 +502,9 @@ def test_cli_entry_point(capsys):
     """The same command through ``lac``'s own entry point (every installed plugin loaded)."""
     from lac_testkit import run_lac
 
-    code, out, err = run_lac(capsys, "shuffler", "amplification", "--eps0", "4", "--n", "100000", "--delta", "1e-6",
-                             "--json")
+    code, out, err = run_lac(
+        capsys, "shuffler", "amplification", "--eps0", "4", "--n", "100000", "--delta", "1e-6", "--json"
+    )
     assert code == 0, err
     assert json.loads(out)["numerical"]["epsilon"] == pytest.approx(0.118153, abs=2e-6)
 
@@ -502,8 +519,9 @@ def test_each_batch_carries_its_amplification_statement(tmp_path):
 
     def guarantee(n, eps0):  # a deployment whose reports are eps0-LDP: one word, eps0 per unit distance
         batch = StoredBatch(n=n, body=b"", privacy=None, first_window=0, last_window=0, distinct_clients=True)
-        return batch_guarantee(batch, Deployment(epsilon_per_word=eps0, word_distance_bound=1.0, max_report_words=1),
-                               config)
+        return batch_guarantee(
+            batch, Deployment(epsilon_per_word=eps0, word_distance_bound=1.0, max_report_words=1), config
+        )
 
     g, method = guarantee(100_000, 4.0)
     r = shuffle_epsilon(4.0, 100_000, 1e-6)

@@ -19,8 +19,9 @@ from lac.shuffler.auth import add_clients
 
 def _lac_process(*args: str) -> subprocess.CompletedProcess:
     """``lac shuffler ARGS`` as its own process, as an operator runs it next to the live shuffler."""
-    return subprocess.run([sys.executable, "-m", "lac.common", "shuffler", *args], capture_output=True, text=True,
-                          timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "lac.common", "shuffler", *args], capture_output=True, text=True, timeout=120
+    )
 
 
 def _status(address):
@@ -30,13 +31,25 @@ def _status(address):
 
 def _submit(address, reports, token):
     with grpc.insecure_channel(address) as ch:
-        return shuffler_pb2_grpc.ShufflerStub(ch).Submit(shuffler_pb2.SubmitRequest(reports=reports), timeout=10,
-                                                         metadata=(("authorization", f"Bearer {token}"),)).acks
+        return (
+            shuffler_pb2_grpc.ShufflerStub(ch)
+            .Submit(
+                shuffler_pb2.SubmitRequest(reports=reports),
+                timeout=10,
+                metadata=(("authorization", f"Bearer {token}"),),
+            )
+            .acks
+        )
 
 
 def _same(a: shuffler_pb2.ShufflerStatus, b: shuffler_pb2.ShufflerStatus) -> None:
-    assert (a.buffered_reports, a.buffered_clients, a.batches_pending, a.batches_forwarded, a.reports_forwarded) == \
-        (b.buffered_reports, b.buffered_clients, b.batches_pending, b.batches_forwarded, b.reports_forwarded)
+    assert (a.buffered_reports, a.buffered_clients, a.batches_pending, a.batches_forwarded, a.reports_forwarded) == (
+        b.buffered_reports,
+        b.buffered_clients,
+        b.batches_pending,
+        b.batches_forwarded,
+        b.reports_forwarded,
+    )
     assert dict(a.counters) == dict(b.counters) and dict(a.rejects) == dict(b.rejects)
     assert [x.batch_id for x in a.recent_batches] == [x.batch_id for x in b.recent_batches]
 
@@ -71,8 +84,10 @@ def test_online_backup_restores_the_same_state_and_delivers_the_same_reports(sta
     assert r.returncode == 0, r.stderr
     db = sqlite3.connect(tmp_path / "during" / "shuffler.sqlite")
     accepted = db.execute("SELECT value FROM counters WHERE name = 'accepted'").fetchone()[0]
-    held = db.execute("SELECT COUNT(*) FROM buffer").fetchone()[0] + \
-        db.execute("SELECT COALESCE(SUM(n), 0) FROM batches").fetchone()[0]
+    held = (
+        db.execute("SELECT COUNT(*) FROM buffer").fetchone()[0]
+        + db.execute("SELECT COALESCE(SUM(n), 0) FROM batches").fetchone()[0]
+    )
     db.close()
     assert accepted == held > 0
 

@@ -38,9 +38,22 @@ def _submitter(address: str, todo: list, acked: list, stop: threading.Event) -> 
 @pytest.mark.slow
 def test_sigkill_loses_no_acknowledged_report(tmp_path, sink):
     rng = random.Random(int.from_bytes(os.urandom(8), "big"))
-    args = ["--state-dir", str(tmp_path / "state"), "--curator", sink.address, "--auth", "none", "--insecure",
-            "--allow-plaintext-payloads",
-            "--min-batch", "7", "--release-interval-seconds", "2", "--forward-retry-max-seconds", "0.2"]
+    args = [
+        "--state-dir",
+        str(tmp_path / "state"),
+        "--curator",
+        sink.address,
+        "--auth",
+        "none",
+        "--insecure",
+        "--allow-plaintext-payloads",
+        "--min-batch",
+        "7",
+        "--release-interval-seconds",
+        "2",
+        "--forward-retry-max-seconds",
+        "0.2",
+    ]
     todo: list = []
     acked: list = []
     for k in range(KILLS + 1):

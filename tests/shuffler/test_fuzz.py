@@ -29,7 +29,7 @@ SERVICE = "/lac.v1.Shuffler/"
 UNARY = ("Submit", "GetDeployment", "GetStatus", "Flush", "GetShards")
 FUZZ_CALLS = int(os.environ.get("LAC_FUZZ_CALLS", 1600))
 HONEST_THREADS, FUZZ_THREADS = 2, 2
-MAX_RSS_GROWTH = 100 * 1024 ** 2
+MAX_RSS_GROWTH = 100 * 1024**2
 
 
 def _field(number: int, wire: int, body: bytes) -> bytes:
@@ -39,8 +39,9 @@ def _field(number: int, wire: int, body: bytes) -> bytes:
 
 def _report_bytes(rng: random.Random, tag: bytes | None = None, size: int = 0) -> bytes:
     """A valid ClientReport (plaintext payload whose content's report id is ``tag``)."""
-    return shuffler_pb2.ClientReport(idempotency_id=rng.randbytes(16),
-                                     payload=payload(tag or rng.randbytes(16), size)).SerializeToString()
+    return shuffler_pb2.ClientReport(
+        idempotency_id=rng.randbytes(16), payload=payload(tag or rng.randbytes(16), size)
+    ).SerializeToString()
 
 
 def _submit(reports: list[bytes]) -> bytes:
@@ -52,8 +53,18 @@ class Fuzzer:
 
     def __init__(self, rng: random.Random):
         self.rng = rng
-        self.kinds = [self.random_bytes, self.truncated, self.bit_flipped, self.huge_repeated, self.invalid_utf8,
-                      self.wrong_wire_type, self.bad_length, self.nested_groups, self.bad_values, self.valid]
+        self.kinds = [
+            self.random_bytes,
+            self.truncated,
+            self.bit_flipped,
+            self.huge_repeated,
+            self.invalid_utf8,
+            self.wrong_wire_type,
+            self.bad_length,
+            self.nested_groups,
+            self.bad_values,
+            self.valid,
+        ]
         self.weights = [3, 3, 4, 1, 2, 2, 2, 1, 2, 1]
 
     def valid_request(self) -> bytes:
@@ -64,7 +75,7 @@ class Fuzzer:
 
     def truncated(self) -> bytes:
         v = self.valid_request()
-        return v[:self.rng.randrange(len(v))]
+        return v[: self.rng.randrange(len(v))]
 
     def bit_flipped(self) -> bytes:
         v = bytearray(self.valid_request())
@@ -91,24 +102,30 @@ class Fuzzer:
         return _field(1, 2, report)
 
     def wrong_wire_type(self) -> bytes:
-        return self.rng.choice([
-            _field(1, 0, b"\x01"),                                    # reports as a varint
-            _field(1, 5, b"\x00\x00\x00\x00"),                        # ... as fixed32
-            _field(1, 1, b"\x00" * 8),                                # ... as fixed64
-            _field(1, 2, _field(1, 0, b"\x05")),                      # idempotency_id as a varint
-            _field(1, 2, _field(2, 0, b"\x05")),                      # payload as a varint
-            _field(1, 2, _field(2, 2, _field(1, 2, b"\x01\x02"))),    # encoding (enum) as bytes
-            _field(1, 2, _field(2, 2, _field(1, 0, b"\xff\xff\xff\xff\x0f"))),  # encoding out of range
-            _field(1, 2, _field(3, 5, b"\x00\x00\x00\x00")),          # crowd_id as fixed32
-            _varint((1 << 3) | 6) + b"\x00",                          # wire type 6 does not exist
-            _varint((0 << 3) | 2) + b"\x00",                          # field number 0
-        ])
+        return self.rng.choice(
+            [
+                _field(1, 0, b"\x01"),  # reports as a varint
+                _field(1, 5, b"\x00\x00\x00\x00"),  # ... as fixed32
+                _field(1, 1, b"\x00" * 8),  # ... as fixed64
+                _field(1, 2, _field(1, 0, b"\x05")),  # idempotency_id as a varint
+                _field(1, 2, _field(2, 0, b"\x05")),  # payload as a varint
+                _field(1, 2, _field(2, 2, _field(1, 2, b"\x01\x02"))),  # encoding (enum) as bytes
+                _field(1, 2, _field(2, 2, _field(1, 0, b"\xff\xff\xff\xff\x0f"))),  # encoding out of range
+                _field(1, 2, _field(3, 5, b"\x00\x00\x00\x00")),  # crowd_id as fixed32
+                _varint((1 << 3) | 6) + b"\x00",  # wire type 6 does not exist
+                _varint((0 << 3) | 2) + b"\x00",  # field number 0
+            ]
+        )
 
     def bad_length(self) -> bytes:
-        return self.rng.choice([_varint((1 << 3) | 2) + b"\xff\xff\xff\xff\x0f" + b"x" * 10,
-                                _varint((1 << 3) | 2) + _varint(1 << 40),
-                                _varint((1 << 3) | 2) + b"\x80" * 11,  # a varint that never ends
-                                self.valid_request() + b"\x0a\x10abc"])
+        return self.rng.choice(
+            [
+                _varint((1 << 3) | 2) + b"\xff\xff\xff\xff\x0f" + b"x" * 10,
+                _varint((1 << 3) | 2) + _varint(1 << 40),
+                _varint((1 << 3) | 2) + b"\x80" * 11,  # a varint that never ends
+                self.valid_request() + b"\x0a\x10abc",
+            ]
+        )
 
     def nested_groups(self) -> bytes:
         depth = self.rng.choice([10, 200, 20_000])
@@ -118,16 +135,24 @@ class Fuzzer:
     def bad_values(self) -> bytes:
         rng = self.rng
         sealed = payload(rng.randbytes(16)).SerializeToString()
-        return _field(1, 2, rng.choice([
-            _field(1, 2, b"short") + _field(2, 2, sealed),                                   # id too short
-            _field(1, 2, rng.randbytes(100)) + _field(2, 2, sealed),                         # id too long
-            _field(1, 2, rng.randbytes(16)) + _field(2, 2, _field(3, 2, b"x")),              # no encoding
-            _field(1, 2, rng.randbytes(16)) + _field(2, 2, _field(1, 0, b"\x02")),           # empty payload
-            _field(1, 2, rng.randbytes(16)) + _field(2, 2, _field(1, 0, b"\x02") + _field(3, 2, b"x" * 70_000)),
-            _field(1, 2, rng.randbytes(16)) + _field(2, 2, _field(1, 0, b"\x01") + _field(3, 2, b"x" * 100)),
-            _field(1, 2, rng.randbytes(16)) + _field(2, 2, sealed) + _field(3, 2, b"c" * 300),  # crowd id too long
-            _field(1, 2, rng.randbytes(16)),                                                 # no payload at all
-        ]))
+        return _field(
+            1,
+            2,
+            rng.choice(
+                [
+                    _field(1, 2, b"short") + _field(2, 2, sealed),  # id too short
+                    _field(1, 2, rng.randbytes(100)) + _field(2, 2, sealed),  # id too long
+                    _field(1, 2, rng.randbytes(16)) + _field(2, 2, _field(3, 2, b"x")),  # no encoding
+                    _field(1, 2, rng.randbytes(16)) + _field(2, 2, _field(1, 0, b"\x02")),  # empty payload
+                    _field(1, 2, rng.randbytes(16)) + _field(2, 2, _field(1, 0, b"\x02") + _field(3, 2, b"x" * 70_000)),
+                    _field(1, 2, rng.randbytes(16)) + _field(2, 2, _field(1, 0, b"\x01") + _field(3, 2, b"x" * 100)),
+                    _field(1, 2, rng.randbytes(16))
+                    + _field(2, 2, sealed)
+                    + _field(3, 2, b"c" * 300),  # crowd id too long
+                    _field(1, 2, rng.randbytes(16)),  # no payload at all
+                ]
+            ),
+        )
 
     def valid(self) -> bytes:
         return self.valid_request()
@@ -154,12 +179,13 @@ def _fuzz(address: str, token: str, operator: str, fuzzer: Fuzzer, calls: int, c
     """Send ``calls`` malformed calls, spread over every RPC; count the status codes."""
     md_client = (("authorization", f"Bearer {token}"),)
     md_operator = (("authorization", f"Bearer {operator}"),)
-    with grpc.insecure_channel(address, options=[("grpc.max_send_message_length", 64 * 1024 ** 2)]) as ch:
+    with grpc.insecure_channel(address, options=[("grpc.max_send_message_length", 64 * 1024**2)]) as ch:
         unary = {m: ch.unary_unary(SERVICE + m, request_serializer=None, response_deserializer=None) for m in UNARY}
         stream = ch.stream_unary(SERVICE + "SubmitStream", request_serializer=None, response_deserializer=None)
         for i in range(calls):
-            method = fuzzer.rng.choice(["Submit", "Submit", "SubmitStream", "SubmitStream", "GetDeployment",
-                                        "GetStatus", "Flush", "GetShards"])
+            method = fuzzer.rng.choice(
+                ["Submit", "Submit", "SubmitStream", "SubmitStream", "GetDeployment", "GetStatus", "Flush", "GetShards"]
+            )
             md = md_operator if method in ("GetStatus", "Flush") else md_client
             try:
                 if method == "SubmitStream":
@@ -187,9 +213,16 @@ def _honest(address: str, tokens: list[str], stop: threading.Event, acked: list,
             try:
                 if i % 3 == 2 and len(reports) > 1:
                     half = len(reports) // 2
-                    stub.SubmitStream(iter([shuffler_pb2.SubmitRequest(reports=reports[:half]),
-                                            shuffler_pb2.SubmitRequest(reports=reports[half:])]),
-                                      metadata=md, timeout=30)
+                    stub.SubmitStream(
+                        iter(
+                            [
+                                shuffler_pb2.SubmitRequest(reports=reports[:half]),
+                                shuffler_pb2.SubmitRequest(reports=reports[half:]),
+                            ]
+                        ),
+                        metadata=md,
+                        timeout=30,
+                    )
                 else:
                     stub.Submit(shuffler_pb2.SubmitRequest(reports=reports), metadata=md, timeout=30)
                 acked.extend(tag_of(r.payload) for r in reports)
@@ -208,18 +241,46 @@ def test_malformed_input_to_every_rpc_never_unknown_never_crashes(tmp_path, sink
     operator = add_clients(state / "clients.tokens", ["ops"], role="operator")[0]
     # The fuzzers' own valid reports are stored too: give every client room (and tell the curator so).
     from lac.common.deployment import Deployment
+
     sink.deployment = Deployment(reports_per_window=1_000_000)
-    proc = ServeProc(["--state-dir", str(state), "--curator", sink.address, "--auth", "token", "--insecure",
-                      "--allow-plaintext-payloads", "--min-batch", "1", "--reports-per-window", "1000000",
-                      "--forward-retry-max-seconds", "0.2"], tmp_path / "proc")
+    proc = ServeProc(
+        [
+            "--state-dir",
+            str(state),
+            "--curator",
+            sink.address,
+            "--auth",
+            "token",
+            "--insecure",
+            "--allow-plaintext-payloads",
+            "--min-batch",
+            "1",
+            "--reports-per-window",
+            "1000000",
+            "--forward-retry-max-seconds",
+            "0.2",
+        ],
+        tmp_path / "proc",
+    )
     try:
         stop = threading.Event()
         acked: list = []
         honest_failures: list = []
         honest_tokens = [tokens[n] for n in names if n.startswith("honest")]
-        honest = [threading.Thread(target=_honest, args=(proc.address, honest_tokens[i::HONEST_THREADS], stop, acked,
-                                                         honest_failures, random.Random(master.random())))
-                  for i in range(HONEST_THREADS)]
+        honest = [
+            threading.Thread(
+                target=_honest,
+                args=(
+                    proc.address,
+                    honest_tokens[i::HONEST_THREADS],
+                    stop,
+                    acked,
+                    honest_failures,
+                    random.Random(master.random()),
+                ),
+            )
+            for i in range(HONEST_THREADS)
+        ]
         for t in honest:
             t.start()
         wait_for(lambda: len(acked) > 50)
@@ -227,10 +288,21 @@ def test_malformed_input_to_every_rpc_never_unknown_never_crashes(tmp_path, sink
         lines_before = len(proc.lines)
         codes: Counter = Counter()
         errors: list = []
-        fuzzers = [threading.Thread(target=_fuzz, args=(proc.address, tokens[f"fuzz{i}"], operator,
-                                                        Fuzzer(random.Random(master.random())),
-                                                        FUZZ_CALLS // FUZZ_THREADS, codes, errors))
-                   for i in range(FUZZ_THREADS)]
+        fuzzers = [
+            threading.Thread(
+                target=_fuzz,
+                args=(
+                    proc.address,
+                    tokens[f"fuzz{i}"],
+                    operator,
+                    Fuzzer(random.Random(master.random())),
+                    FUZZ_CALLS // FUZZ_THREADS,
+                    codes,
+                    errors,
+                ),
+            )
+            for i in range(FUZZ_THREADS)
+        ]
         t0 = time.monotonic()
         for t in fuzzers:
             t.start()
@@ -255,6 +327,7 @@ def test_malformed_input_to_every_rpc_never_unknown_never_crashes(tmp_path, sink
 
         # Drain: a batch takes one report per client, so flush until nothing is buffered or pending.
         from lac.common.v1 import shuffler_pb2_grpc
+
         md = (("authorization", f"Bearer {operator}"),)
         with grpc.insecure_channel(proc.address) as ch:
             stub = shuffler_pb2_grpc.ShufflerStub(ch)
@@ -274,11 +347,16 @@ def test_malformed_input_to_every_rpc_never_unknown_never_crashes(tmp_path, sink
         per_call_line = re.compile(r" lac\.(common\.rpc|shuffler\.server): /lac\.v1\.Shuffler/\w+: [A-Z_]+: ")
         per_call = [line for line in fuzz_lines if per_call_line.search(line)]
         assert len(per_call) <= rejected, (len(per_call), rejected)
-        other = [line for line in fuzz_lines if not per_call_line.search(line) and not re.search(
-            r"released batch|curator acknowledged batch", line)]
+        other = [
+            line
+            for line in fuzz_lines
+            if not per_call_line.search(line) and not re.search(r"released batch|curator acknowledged batch", line)
+        ]
         assert len(other) <= 5, other[:20]
         assert "Traceback" not in text and " ERROR " not in text, text[-5000:]
-        print(f"fuzz: {sum(codes.values())} calls in {fuzz_seconds:.1f}s, {dict(codes)}; honest reports "
-              f"{len(acked)}; RSS {rss_before / 2**20:.0f} -> {rss_after / 2**20:.0f} MiB; seed {seed}")
+        print(
+            f"fuzz: {sum(codes.values())} calls in {fuzz_seconds:.1f}s, {dict(codes)}; honest reports "
+            f"{len(acked)}; RSS {rss_before / 2**20:.0f} -> {rss_after / 2**20:.0f} MiB; seed {seed}"
+        )
     finally:
         proc.stop()

@@ -32,8 +32,9 @@ def _shuffler(shf):
 
 def _submit(address, reports, timeout=10):
     with grpc.insecure_channel(address) as ch:
-        return shuffler_pb2_grpc.ShufflerStub(ch).Submit(shuffler_pb2.SubmitRequest(reports=reports),
-                                                         timeout=timeout).acks
+        return (
+            shuffler_pb2_grpc.ShufflerStub(ch).Submit(shuffler_pb2.SubmitRequest(reports=reports), timeout=timeout).acks
+        )
 
 
 def _error(fn) -> grpc.RpcError:
@@ -90,10 +91,11 @@ def test_a_message_of_many_tiny_reports_is_refused_before_it_is_parsed(start_shu
     md = (("authorization", f"Bearer {token}"),)
     with grpc.insecure_channel(shf.address) as ch:
         submit = ch.unary_unary("/lac.v1.Shuffler/Submit", request_serializer=None, response_deserializer=None)
-        stream = ch.stream_unary("/lac.v1.Shuffler/SubmitStream", request_serializer=None,
-                                 response_deserializer=None)
-        for call in (lambda: submit(raw, metadata=md, timeout=10),
-                     lambda: stream(iter([raw]), metadata=md, timeout=10)):
+        stream = ch.stream_unary("/lac.v1.Shuffler/SubmitStream", request_serializer=None, response_deserializer=None)
+        for call in (
+            lambda: submit(raw, metadata=md, timeout=10),
+            lambda: stream(iter([raw]), metadata=md, timeout=10),
+        ):
             t0 = time.monotonic()
             err = _error(call)
             assert err.code() == grpc.StatusCode.INVALID_ARGUMENT and "more than 10000 reports" in err.details()
@@ -106,8 +108,10 @@ def test_concurrent_calls_per_connection_are_limited(start_shuffler, sink):
 
     async def main():
         own = [("grpc.use_local_subchannel_pool", 1)]  # two channels, two connections (no shared subchannel)
-        async with grpc.aio.insecure_channel(shf.address, options=own) as busy, \
-                grpc.aio.insecure_channel(shf.address, options=own) as other:
+        async with (
+            grpc.aio.insecure_channel(shf.address, options=own) as busy,
+            grpc.aio.insecure_channel(shf.address, options=own) as other,
+        ):
             stub = shuffler_pb2_grpc.ShufflerStub(busy)
             await stub.GetStatus(shuffler_pb2.ShufflerStatusRequest(), timeout=10)  # connected, limit known
             streams = [stub.SubmitStream(timeout=30) for _ in range(2)]

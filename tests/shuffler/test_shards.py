@@ -28,6 +28,7 @@ EXAMPLE = ("shuffler-a.example:50051", "shuffler-b.example:50051", "shuffler-c.e
 
 # ---------------------------------------------------------------------------------------- the assignment
 
+
 def test_assignment_is_the_rendezvous_formula_and_ignores_list_order():
     import hashlib
 
@@ -69,22 +70,31 @@ def test_adding_or_removing_a_shard_moves_only_its_clients():
 def test_shard_lists_are_parsed_strictly():
     assert parse_shards("") == () and parse_shards(" , ") == ()
     assert parse_shards(" a:1, shuffler-b.example:50051 ,[::1]:7") == ("a:1", "shuffler-b.example:50051", "[::1]:7")
-    for bad, why in (("a", "not a replica address"), ("a:0", "port 1-65535"), ("a:70000", "port 1-65535"),
-                     ("a b:1", "not a replica address"), ("a:1,a:1", "listed more than once")):
+    for bad, why in (
+        ("a", "not a replica address"),
+        ("a:0", "port 1-65535"),
+        ("a:70000", "port 1-65535"),
+        ("a b:1", "not a replica address"),
+        ("a:1,a:1", "listed more than once"),
+    ):
         with pytest.raises(ValueError, match=why):
             parse_shards(bad)
 
 
 # ---------------------------------------------------------------------------------------- configuration
 
-@pytest.mark.parametrize("settings, message", [
-    (dict(shards="a:1,b:2"), "shard_name is required with shards"),
-    (dict(shards="a:1,b:2", shard_name="c:3"), "shard_name must be this replica's entry in shards"),
-    (dict(shard_name="a:1"), "but shards is empty"),
-    (dict(shards="a:1,b:2", shard_name="a:1", auth="none"), "shards need client authentication"),
-    (dict(shards="a:1,b", shard_name="a:1"), "'b' is not a replica address"),
-    (dict(shards="a:1,b:2", shard_name="a:1", shards_effective_window=-1), "shards_effective_window"),
-])
+
+@pytest.mark.parametrize(
+    "settings, message",
+    [
+        (dict(shards="a:1,b:2"), "shard_name is required with shards"),
+        (dict(shards="a:1,b:2", shard_name="c:3"), "shard_name must be this replica's entry in shards"),
+        (dict(shard_name="a:1"), "but shards is empty"),
+        (dict(shards="a:1,b:2", shard_name="a:1", auth="none"), "shards need client authentication"),
+        (dict(shards="a:1,b", shard_name="a:1"), "'b' is not a replica address"),
+        (dict(shards="a:1,b:2", shard_name="a:1", shards_effective_window=-1), "shards_effective_window"),
+    ],
+)
 def test_config_refuses_a_bad_shard_topology(settings, message):
     with pytest.raises(ValueError, match=message):
         ShufflerConfig(**settings)
@@ -101,8 +111,9 @@ def test_serve_refuses_a_bad_topology_in_one_line(tmp_path, capsys):
     parser = argparse.ArgumentParser(prog="lac")  # `lac` with only its shuffler commands, as they are registered
     parser.add_argument("-v", "--verbose", action="store_true")
     register(parser.add_subparsers(dest="command"))
-    args = parser.parse_args(["shuffler", "serve", "--state-dir", str(tmp_path), "--shards", "a:1,b:2",
-                              "--shard-name", "c:3"])
+    args = parser.parse_args(
+        ["shuffler", "serve", "--state-dir", str(tmp_path), "--shards", "a:1,b:2", "--shard-name", "c:3"]
+    )
     assert run_command(args) == 2
     err = capsys.readouterr().err
     assert "Traceback" not in err and err.strip().splitlines() == [err.strip()]
@@ -115,6 +126,7 @@ def test_serve_refuses_a_bad_topology_in_one_line(tmp_path, capsys):
 
 
 # ---------------------------------------------------------------------------------------- servers
+
 
 @pytest.fixture
 def two_replicas(start_replica, tmp_path):
@@ -168,10 +180,14 @@ def test_another_replicas_client_is_refused_with_its_address_and_nothing_is_stor
     client = next(c for c in tokens if assign_shard(f"token:{c}", shards) == shards[1])
     with grpc.insecure_channel(shards[0]) as ch:
         stub = shuffler_pb2_grpc.ShufflerStub(ch)
-        calls = {"Submit": lambda: stub.Submit(shuffler_pb2.SubmitRequest(reports=[report(), report()]),
-                                               metadata=_bearer(tokens[client]), timeout=10),
-                 "SubmitStream": lambda: stub.SubmitStream(iter([shuffler_pb2.SubmitRequest(reports=[report()])] * 3),
-                                                           metadata=_bearer(tokens[client]), timeout=10)}
+        calls = {
+            "Submit": lambda: stub.Submit(
+                shuffler_pb2.SubmitRequest(reports=[report(), report()]), metadata=_bearer(tokens[client]), timeout=10
+            ),
+            "SubmitStream": lambda: stub.SubmitStream(
+                iter([shuffler_pb2.SubmitRequest(reports=[report()])] * 3), metadata=_bearer(tokens[client]), timeout=10
+            ),
+        }
         for name, call in calls.items():
             with pytest.raises(grpc.RpcError) as err:
                 call()
@@ -185,8 +201,11 @@ def test_another_replicas_client_is_refused_with_its_address_and_nothing_is_stor
     assert status.rejects["wrong_shard"] == 3  # the reports of the Submit (2) and of the stream's first message
     # The same request at the right replica is stored.
     with grpc.insecure_channel(shards[1]) as ch:
-        acks = shuffler_pb2_grpc.ShufflerStub(ch).Submit(shuffler_pb2.SubmitRequest(reports=[report()]),
-                                                         metadata=_bearer(tokens[client]), timeout=10).acks
+        acks = (
+            shuffler_pb2_grpc.ShufflerStub(ch)
+            .Submit(shuffler_pb2.SubmitRequest(reports=[report()]), metadata=_bearer(tokens[client]), timeout=10)
+            .acks
+        )
     assert [a.status for a in acks] == [shuffler_pb2.ACK_STATUS_STORED]
 
 
@@ -198,8 +217,10 @@ def test_a_shard_list_for_a_later_window_is_not_applied_before_it(start_replica,
     start_replica(port, "127.0.0.1:1", shards=f"{name},127.0.0.1:1", shard_name=name, shards_effective_window=later)
     with grpc.insecure_channel(name) as ch:
         stub = shuffler_pb2_grpc.ShufflerStub(ch)
-        assert stub.GetShards(shuffler_pb2.GetShardsRequest(), metadata=_bearer(token),
-                              timeout=10).effective_window == later
+        assert (
+            stub.GetShards(shuffler_pb2.GetShardsRequest(), metadata=_bearer(token), timeout=10).effective_window
+            == later
+        )
         with pytest.raises(grpc.RpcError) as err:
             stub.Submit(shuffler_pb2.SubmitRequest(reports=[report()]), metadata=_bearer(token), timeout=10)
     assert err.value.code() == grpc.StatusCode.UNAVAILABLE
@@ -210,6 +231,7 @@ def test_a_shard_list_for_a_later_window_is_not_applied_before_it(start_replica,
 
 
 # ---------------------------------------------------------------------------------------- the SDK
+
 
 def test_sdk_routes_each_token_to_its_replica(two_replicas):
     shards, tokens = two_replicas
@@ -231,8 +253,11 @@ def test_sdk_follows_a_refusal_to_the_named_replica(start_replica, tmp_path, cap
     pa, pb, pc = free_port(), free_port(), free_port()
     a, b, c = (f"127.0.0.1:{p}" for p in (pa, pb, pc))
     old, new = f"{a},{b}", f"{a},{b},{c}"
-    mover = next(f"m{i}" for i in itertools.count() if assign_shard(f"token:m{i}", (a, b)) == a
-                 and assign_shard(f"token:m{i}", (a, b, c)) == c)
+    mover = next(
+        f"m{i}"
+        for i in itertools.count()
+        if assign_shard(f"token:m{i}", (a, b)) == a and assign_shard(f"token:m{i}", (a, b, c)) == c
+    )
     token = add_clients(tmp_path / "replicas.tokens", [mover])[0]
     replica_a = start_replica(pa, "127.0.0.1:1", shards=old, shard_name=a, min_batch=1000)
     start_replica(pb, "127.0.0.1:1", shards=old, shard_name=b, min_batch=1000)
@@ -256,8 +281,11 @@ def test_sdk_gives_up_when_replicas_disagree(start_replica, tmp_path):
     client back and forth: after one re-fetch the SDK raises NotRetryableError saying so."""
     pa, pb = free_port(), free_port()
     a, b, a_alias = f"127.0.0.1:{pa}", f"127.0.0.1:{pb}", f"localhost:{pa}"
-    client = next(f"x{i}" for i in itertools.count() if assign_shard(f"token:x{i}", (a, b)) == b
-                  and assign_shard(f"token:x{i}", (a_alias, b)) == a_alias)
+    client = next(
+        f"x{i}"
+        for i in itertools.count()
+        if assign_shard(f"token:x{i}", (a, b)) == b and assign_shard(f"token:x{i}", (a_alias, b)) == a_alias
+    )
     token = add_clients(tmp_path / "replicas.tokens", [client])[0]
     start_replica(pa, "127.0.0.1:1", shards=f"{a},{b}", shard_name=a, min_batch=1000)
     start_replica(pb, "127.0.0.1:1", shards=f"{a_alias},{b}", shard_name=b, min_batch=1000)
@@ -304,19 +332,42 @@ def test_two_replicas_exactly_once_and_quota_across_replicas(start_curator, cura
                 state.mkdir(mode=0o700)
                 (state / "clients.tokens").write_text(tokens_text)
                 (state / "clients.tokens").chmod(0o600)
-            replicas.append(ServeProc(["--port", str(port), "--state-dir", str(state), "--curator", curator.address,
-                                       "--insecure", "--min-batch", "1", "--window-seconds", str(WINDOW_SECONDS),
-                                       "--metrics-port", "0", "--shards", ",".join(shards), "--shard-name", name],
-                                      tmp_path / f"proc-{port}"))
+            replicas.append(
+                ServeProc(
+                    [
+                        "--port",
+                        str(port),
+                        "--state-dir",
+                        str(state),
+                        "--curator",
+                        curator.address,
+                        "--insecure",
+                        "--min-batch",
+                        "1",
+                        "--window-seconds",
+                        str(WINDOW_SECONDS),
+                        "--metrics-port",
+                        "0",
+                        "--shards",
+                        ",".join(shards),
+                        "--shard-name",
+                        name,
+                    ],
+                    tmp_path / f"proc-{port}",
+                )
+            )
         home = {c: assign_shard(f"token:{c}", shards) for c in ids}
 
         def sealed(report_id: bytes) -> shuffler_pb2.ClientReport:
-            return shuffler_pb2.ClientReport(idempotency_id=os.urandom(16), payload=envelope.seal(
-                content(["the", "dog", "sleeps"], report_id=report_id), curator_public_key))
+            return shuffler_pb2.ClientReport(
+                idempotency_id=os.urandom(16),
+                payload=envelope.seal(content(["the", "dog", "sleeps"], report_id=report_id), curator_public_key),
+            )
 
         sent: dict[str, bytes] = {}  # client -> report id of its acknowledged report
-        with lac.client.ShufflerClient(shards[0], curator_key=curator_public_key, insecure=True, timeout=20,
-                                       attempts=3) as sdk:
+        with lac.client.ShufflerClient(
+            shards[0], curator_key=curator_public_key, insecure=True, timeout=20, attempts=3
+        ) as sdk:
             for i, c in enumerate(ids):
                 sent[c] = os.urandom(16)
                 first = sealed(sent[c])
@@ -332,8 +383,11 @@ def test_two_replicas_exactly_once_and_quota_across_replicas(start_curator, cura
         for c in ids:  # ... and by the other replica, whatever the client does (wrong shard)
             other = next(s for s in shards if s != home[c])
             with grpc.insecure_channel(other) as ch, pytest.raises(grpc.RpcError) as err:
-                shuffler_pb2_grpc.ShufflerStub(ch).Submit(shuffler_pb2.SubmitRequest(reports=[sealed(os.urandom(16))]),
-                                                          metadata=_bearer(tokens[c]), timeout=10)
+                shuffler_pb2_grpc.ShufflerStub(ch).Submit(
+                    shuffler_pb2.SubmitRequest(reports=[sealed(os.urandom(16))]),
+                    metadata=_bearer(tokens[c]),
+                    timeout=10,
+                )
             assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION
             assert (SHARD_METADATA_KEY, home[c]) in err.value.trailing_metadata()
 
@@ -344,12 +398,14 @@ def test_two_replicas_exactly_once_and_quota_across_replicas(start_curator, cura
             assert status.counters["duplicates"] == sum(1 for i, c in enumerate(ids) if i % 3 == 0 and home[c] == name)
             assert status.rejects["wrong_shard"] == len(ids) - per_replica[name]
             assert status.rejects["quota"] == per_replica[name]
-            assert f'lac_shuffler_rejects_total{{reason="wrong_shard"}} {len(ids) - per_replica[name]}' \
-                in proc.metrics()
+            assert (
+                f'lac_shuffler_rejects_total{{reason="wrong_shard"}} {len(ids) - per_replica[name]}' in proc.metrics()
+            )
 
         def delivered() -> bool:
-            return sum(_status(s).reports_forwarded for s in shards) == len(ids) and \
-                not any(_status(s).batches_pending for s in shards)
+            return sum(_status(s).reports_forwarded for s in shards) == len(ids) and not any(
+                _status(s).batches_pending for s in shards
+            )
 
         wait_for(delivered, timeout=30)
         batch_ids = [b for proc in replicas for b in re.findall(r"curator acknowledged batch (\w+)", proc.log_text())]

@@ -19,8 +19,11 @@ from lac.shuffler.auth import add_client
 def _submit(address, reports, token=None, timeout=10):
     md = (("authorization", f"Bearer {token}"),) if token else None
     with grpc.insecure_channel(address) as ch:
-        return shuffler_pb2_grpc.ShufflerStub(ch).Submit(shuffler_pb2.SubmitRequest(reports=reports),
-                                                         metadata=md, timeout=timeout).acks
+        return (
+            shuffler_pb2_grpc.ShufflerStub(ch)
+            .Submit(shuffler_pb2.SubmitRequest(reports=reports), metadata=md, timeout=timeout)
+            .acks
+        )
 
 
 def _status(address):
@@ -34,8 +37,10 @@ def test_concurrent_submits_share_commits(start_shuffler, sink):
     async def main():
         async with grpc.aio.insecure_channel(shf.address) as ch:
             stub = shuffler_pb2_grpc.ShufflerStub(ch)
-            calls = [stub.Submit(shuffler_pb2.SubmitRequest(reports=[report() for _ in range(10)]), timeout=30)
-                     for _ in range(200)]
+            calls = [
+                stub.Submit(shuffler_pb2.SubmitRequest(reports=[report() for _ in range(10)]), timeout=30)
+                for _ in range(200)
+            ]
             return await asyncio.gather(*calls)
 
     replies = asyncio.run(main())
@@ -59,10 +64,12 @@ def test_client_stream_and_idempotency(start_shuffler, sink):
     first = [report() for _ in range(3)]
     with grpc.insecure_channel(shf.address) as ch:
         stub = shuffler_pb2_grpc.ShufflerStub(ch)
-        acks = stub.SubmitStream(iter([shuffler_pb2.SubmitRequest(reports=first[:2]),
-                                       shuffler_pb2.SubmitRequest(reports=first)]), timeout=10).acks
-    assert [a.status for a in acks] == [shuffler_pb2.ACK_STATUS_STORED] * 2 + \
-        [shuffler_pb2.ACK_STATUS_DUPLICATE] * 2 + [shuffler_pb2.ACK_STATUS_STORED]
+        acks = stub.SubmitStream(
+            iter([shuffler_pb2.SubmitRequest(reports=first[:2]), shuffler_pb2.SubmitRequest(reports=first)]), timeout=10
+        ).acks
+    assert [a.status for a in acks] == [shuffler_pb2.ACK_STATUS_STORED] * 2 + [
+        shuffler_pb2.ACK_STATUS_DUPLICATE
+    ] * 2 + [shuffler_pb2.ACK_STATUS_STORED]
     assert _status(shf.address).counters["duplicates"] == 2
 
 
@@ -105,12 +112,15 @@ def test_invalid_and_oversized_input(start_shuffler, sink):
     plain = reports_pb2.PAYLOAD_ENCODING_PLAINTEXT_INSECURE
     bad = {
         "idempotency_id": shuffler_pb2.ClientReport(idempotency_id=b"x", payload=payload(b"t")),
-        "exceeds 2048": shuffler_pb2.ClientReport(idempotency_id=os.urandom(16), payload=reports_pb2.SealedPayload(
-            encoding=plain, data=b"x" * 4096)),
-        "unspecified": shuffler_pb2.ClientReport(idempotency_id=os.urandom(16),
-                                                 payload=reports_pb2.SealedPayload(data=b"x")),
-        "empty payload": shuffler_pb2.ClientReport(idempotency_id=os.urandom(16),
-                                                   payload=reports_pb2.SealedPayload(encoding=plain)),
+        "exceeds 2048": shuffler_pb2.ClientReport(
+            idempotency_id=os.urandom(16), payload=reports_pb2.SealedPayload(encoding=plain, data=b"x" * 4096)
+        ),
+        "unspecified": shuffler_pb2.ClientReport(
+            idempotency_id=os.urandom(16), payload=reports_pb2.SealedPayload(data=b"x")
+        ),
+        "empty payload": shuffler_pb2.ClientReport(
+            idempotency_id=os.urandom(16), payload=reports_pb2.SealedPayload(encoding=plain)
+        ),
         "longer than": report(crowd="c" * 1000),
     }
     for message, r in bad.items():
@@ -136,7 +146,8 @@ def test_wire_carries_no_identity_time_or_order(start_shuffler, sink, tmp_path):
     shf = start_shuffler(sink.address, auth="token", state_dir=state, min_batch=60)
     # Unknown fields smuggled into the payload must not reach the curator.
     smuggled = reports_pb2.SealedPayload.FromString(
-        payload(b"smuggled-report-1").SerializeToString() + b"\xf8\x07\x2a")  # field 127 = 42
+        payload(b"smuggled-report-1").SerializeToString() + b"\xf8\x07\x2a"
+    )  # field 127 = 42
     sent = [report(tag=i.to_bytes(16, "big"), crowd="crowd-secret") for i in range(59)]
     sent.append(shuffler_pb2.ClientReport(idempotency_id=os.urandom(16), payload=smuggled, crowd_id="crowd-secret"))
     for r, token in zip(sent, tokens):  # 60 clients, one report each
@@ -169,8 +180,9 @@ def test_wire_carries_no_identity_time_or_order(start_shuffler, sink, tmp_path):
 
 def test_crowd_threshold_and_subsampling(start_shuffler, sink):
     shf = start_shuffler(sink.address, min_batch=10, crowd_threshold=3)
-    reports = [report(crowd="a") for _ in range(6)] + [report(crowd="b") for _ in range(2)] + \
-        [report() for _ in range(2)]
+    reports = (
+        [report(crowd="a") for _ in range(6)] + [report(crowd="b") for _ in range(2)] + [report() for _ in range(2)]
+    )
     _submit(shf.address, reports)
     wait_for(lambda: _status(shf.address).batches_forwarded == 1)
     assert sorted(sink.tags()) == sorted(tag_of(r.payload) for r in reports[:6])
@@ -191,9 +203,13 @@ def test_backpressure_when_curator_is_down(start_shuffler, sink):
     accepted = 0
     with pytest.raises(grpc.RpcError) as err:
         for _ in range(200):
-            _submit(shf.address, [shuffler_pb2.ClientReport(idempotency_id=os.urandom(16),
-                                                            payload=payload(os.urandom(16), 4000))
-                                  for _ in range(5)])
+            _submit(
+                shf.address,
+                [
+                    shuffler_pb2.ClientReport(idempotency_id=os.urandom(16), payload=payload(os.urandom(16), 4000))
+                    for _ in range(5)
+                ],
+            )
             accepted += 5
     assert err.value.code() == grpc.StatusCode.UNAVAILABLE and "report log full" in err.value.details()
     assert 20 <= accepted < 1000
@@ -223,8 +239,10 @@ async def _metrics_port(shf):
 
 def test_large_release_is_cut_into_batches_that_fit_a_message(start_shuffler, sink):
     shf = start_shuffler(sink.address, min_batch=50, max_batch_bytes=20_000)
-    reports = [shuffler_pb2.ClientReport(idempotency_id=os.urandom(16), payload=payload(os.urandom(16), 1000))
-               for _ in range(50)]
+    reports = [
+        shuffler_pb2.ClientReport(idempotency_id=os.urandom(16), payload=payload(os.urandom(16), 1000))
+        for _ in range(50)
+    ]
     _submit(shf.address, reports)
     wait_for(lambda: _status(shf.address).reports_forwarded == 50)
     assert max(len(r) for r in sink.raw) <= 20_000 + 100 and len(sink.batches()) >= 3
@@ -235,8 +253,7 @@ def test_idempotency_ids_are_remembered_for_one_to_two_windows(tmp_path):
     from lac.shuffler.reportlog import ReportLog
 
     def put(log, ids):
-        return log.append_groups([([(i, None, b"sealed") for i in ids], None)], window=0, quota=1,
-                                 max_bytes=1 << 30)[0]
+        return log.append_groups([([(i, None, b"sealed") for i in ids], None)], window=0, quota=1, max_bytes=1 << 30)[0]
 
     a, b = b"a" * 8, b"b" * 8
     log = ReportLog(tmp_path)
@@ -244,12 +261,12 @@ def test_idempotency_ids_are_remembered_for_one_to_two_windows(tmp_path):
     assert put(log, [a]) == [True]
     assert not log.rotate_seen(3600, now=t0 + 10)  # the window has not passed
     assert log.rotate_seen(3600, now=t0 + 3601)
-    assert put(log, [a, b]) == [False, True]       # a: still known, from the previous generation
+    assert put(log, [a, b]) == [False, True]  # a: still known, from the previous generation
     log.close()
-    log = ReportLog(tmp_path)                      # the generations and their start survive a restart
+    log = ReportLog(tmp_path)  # the generations and their start survive a restart
     assert not log.rotate_seen(3600, now=t0 + 3700)
     assert log.rotate_seen(3600, now=t0 + 7300)
-    assert put(log, [a, b]) == [True, False]       # a forgotten after two windows; b remembered
+    assert put(log, [a, b]) == [True, False]  # a forgotten after two windows; b remembered
     assert log.buffered() == 3
     log.close()
 
@@ -265,16 +282,18 @@ def test_one_client_never_has_two_reports_in_a_batch_across_windows(tmp_path):
 
     def put(client, window, tag):
         sealed = reports_pb2.SealedPayload(encoding=reports_pb2.PAYLOAD_ENCODING_PLAINTEXT_INSECURE, data=tag)
-        r = log.append_groups([([(os.urandom(16), None, sealed.SerializeToString())], client)], window=window,
-                              quota=1, max_bytes=1 << 30)
+        r = log.append_groups(
+            [([(os.urandom(16), None, sealed.SerializeToString())], client)], window=window, quota=1, max_bytes=1 << 30
+        )
         assert r == [[True]]
 
     put(alice, 100, b"alice-100")
     put(bob, 100, b"bob-100")
     assert log.release(threshold=3) is None  # two distinct clients: below the threshold, carried over
     put(alice, 101, b"alice-101")  # a new window: alice's quota allows one more
-    assert log.append_groups([([(os.urandom(16), None, b"x")], alice)], window=101, quota=1,
-                             max_bytes=1 << 30) == ["over_quota"]
+    assert log.append_groups([([(os.urandom(16), None, b"x")], alice)], window=101, quota=1, max_bytes=1 << 30) == [
+        "over_quota"
+    ]
     assert log.buffered() == 3 and log.takeable() == 2
     assert log.release(threshold=3) is None  # still two distinct clients, although three reports
     put(carol, 101, b"carol-101")

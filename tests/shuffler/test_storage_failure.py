@@ -29,8 +29,11 @@ PROMPT = 3.0  # seconds: an answer while the storage fails must come at least th
 def _mount_tmpfs(path, size: str) -> bool:
     path.mkdir(parents=True, exist_ok=True)
     try:
-        r = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size},mode=0700", "tmpfs", str(path)],
-                           capture_output=True, timeout=30)
+        r = subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", f"size={size},mode=0700", "tmpfs", str(path)],
+            capture_output=True,
+            timeout=30,
+        )
     except (OSError, subprocess.TimeoutExpired):
         return False
     return r.returncode == 0
@@ -50,8 +53,10 @@ def _fill(directory) -> None:
 
 
 def _chunk(n: int = 5):
-    return [shuffler_pb2.ClientReport(idempotency_id=os.urandom(16), payload=report(os.urandom(16)).payload,
-                                      crowd_id="") for _ in range(n)]
+    return [
+        shuffler_pb2.ClientReport(idempotency_id=os.urandom(16), payload=report(os.urandom(16)).payload, crowd_id="")
+        for _ in range(n)
+    ]
 
 
 class Client:
@@ -90,12 +95,30 @@ def test_storage_failure_is_reported_and_recovers(tmp_path, sink, failure):
         state = disk / "state"
     else:
         disk, state = None, tmp_path / "state"
-    floor = 2 * 1024 ** 2 if failure == "tmpfs-low-space" else 0
+    floor = 2 * 1024**2 if failure == "tmpfs-low-space" else 0
     proc = None
     try:
-        proc = ServeProc(["--state-dir", str(state), "--curator", sink.address, "--auth", "none", "--insecure",
-                          "--allow-plaintext-payloads", "--min-batch", "5", "--forward-retry-max-seconds", "0.2",
-                          "--min-free-disk-bytes", str(floor), "--metrics-port", "0"], tmp_path / "proc")
+        proc = ServeProc(
+            [
+                "--state-dir",
+                str(state),
+                "--curator",
+                sink.address,
+                "--auth",
+                "none",
+                "--insecure",
+                "--allow-plaintext-payloads",
+                "--min-batch",
+                "5",
+                "--forward-retry-max-seconds",
+                "0.2",
+                "--min-free-disk-bytes",
+                str(floor),
+                "--metrics-port",
+                "0",
+            ],
+            tmp_path / "proc",
+        )
         client = Client(proc.address)
         for _ in range(10):  # healthy: stored, released, delivered
             assert client.submit(_chunk()) == grpc.StatusCode.OK

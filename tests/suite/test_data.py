@@ -33,14 +33,18 @@ def _check_short_unique(texts: list[str]) -> None:
 
 
 def test_split_gloss_separates_definition_and_examples():
-    gloss = ('a member of the genus Canis; occurs in many breeds; "the dog barked all night"; '
-             '"you can\'t teach an old dog new tricks" - Proverb')
+    gloss = (
+        'a member of the genus Canis; occurs in many breeds; "the dog barked all night"; '
+        '"you can\'t teach an old dog new tricks" - Proverb'
+    )
     definition, examples = data.split_gloss(gloss)
     assert definition == "a member of the genus Canis; occurs in many breeds"
     assert examples == ["the dog barked all night", "you can't teach an old dog new tricks"]
     # A quoted word inside a definition stays in the definition.
     assert data.split_gloss('(usually followed by "to") having the means; "able to swim"') == (
-        '(usually followed by "to") having the means', ["able to swim"])
+        '(usually followed by "to") having the means',
+        ["able to swim"],
+    )
 
 
 def test_short_texts_normalises_filters_and_deduplicates():
@@ -51,7 +55,8 @@ def test_short_texts_normalises_filters_and_deduplicates():
 def test_gcide_markup_is_resolved():
     assert data._accents("caf['e] and d[o^]g, Linn[ae]us, [R.]") == "cafe and dog, Linnaeus, [R.]"
     assert data._gcide_definition("1. (Zool.) A quadruped of the genus {Canis}. [Obs.] --Shak.") == (
-        "A quadruped of the genus Canis.")
+        "A quadruped of the genus Canis."
+    )
 
 
 # --- each loader returns real text (spot checks on known entries)
@@ -61,8 +66,10 @@ def test_wordnet_loaders():
     definitions = data.wordnet_definitions()
     examples = data.wordnet_examples()
     assert len(definitions) > 100_000 and len(examples) > 40_000
-    assert ("a member of the genus Canis (probably descended from the common wolf) that has been domesticated by "
-            "man since prehistoric times; occurs in many breeds") in definitions
+    assert (
+        "a member of the genus Canis (probably descended from the common wolf) that has been domesticated by "
+        "man since prehistoric times; occurs in many breeds"
+    ) in definitions
     assert "the dog barked all night" in examples
     assert not any('"' in t and t.startswith('"') for t in definitions)  # examples are not left in definitions
     _check_short_unique(definitions)
@@ -80,7 +87,7 @@ def test_gcide_entry_dog():
     assert "What is thy servant, which is but a dog, that he should do this great thing?" in quotations
     assert "I have been pursued, dogged, and waylaid." in quotations
     for t in definitions + quotations:  # no pronunciation, markup or source tags left
-        assert not re.search(r'[\\{}\[\]*]|Webster|WordNet|--[A-Z]', t), t
+        assert not re.search(r"[\\{}\[\]*]|Webster|WordNet|--[A-Z]", t), t
 
 
 def test_fortune_loaders():
@@ -123,9 +130,13 @@ def test_cache_roundtrip_and_version(monkeypatch, tmp_path):
         def load():
             calls.append(1)
             return data.short_texts(texts)
+
         return load
-    sources = (data.TextSource("a", "first", "test", "CC0", loader(["The dog sleeps in the sun.", "one two three"])),
-               data.TextSource("b", "second", "test", "MIT", loader(["One, two, three!", "four five six"])))
+
+    sources = (
+        data.TextSource("a", "first", "test", "CC0", loader(["The dog sleeps in the sun.", "one two three"])),
+        data.TextSource("b", "second", "test", "MIT", loader(["One, two, three!", "four five six"])),
+    )
     monkeypatch.setattr(data, "SOURCES", sources)
     built = data.user_corpus()
     assert built.by_source == {"a": ["one two three"], "b": ["four five six"]}  # public and repeated texts dropped
@@ -134,16 +145,19 @@ def test_cache_roundtrip_and_version(monkeypatch, tmp_path):
     assert stats["b"]["license"] == "MIT" and built.stats["texts"] == 2 and built.stats["words"] == 6
     assert len(calls) == 2
     lines = built.path.read_text().splitlines()
-    assert [json.loads(x) for x in lines] == [{"source": "a", "text": "one two three"},
-                                              {"source": "b", "text": "four five six"}]
+    assert [json.loads(x) for x in lines] == [
+        {"source": "a", "text": "one two three"},
+        {"source": "b", "text": "four five six"},
+    ]
     again = data.user_corpus()
     assert len(calls) == 2 and again.by_source == built.by_source  # from the cache
     assert not list(built.path.parent.glob(".*.tmp"))
     monkeypatch.setattr(data, "USER_CORPUS_VERSION", data.USER_CORPUS_VERSION + 1)
     data.user_corpus()
     assert len(calls) == 4  # a new loader version rebuilds
-    monkeypatch.setattr(data, "SOURCES", (sources[0], data.TextSource("b", "second", "test", "Apache-2.0",
-                                                                      sources[1].load)))
+    monkeypatch.setattr(
+        data, "SOURCES", (sources[0], data.TextSource("b", "second", "test", "Apache-2.0", sources[1].load))
+    )
     assert data.user_corpus().stats["sources"]["b"]["license"] == "Apache-2.0"
     assert len(calls) == 6  # so does a changed source description (licence, package)
     with pytest.raises(RuntimeError, match="fewer than 3"):
@@ -194,14 +208,14 @@ def test_corpus_is_distinct_from_public_corpus(corpus):
     # No copied passages: texts sharing any 8-word sequence with the public corpus are names and set phrases
     # (36 of 389,747 when measured: "Church of Jesus Christ of Latter-Day Saints", "all men are created equal").
     pub = words(public_text)
-    grams = {tuple(pub[i:i + 8]) for i in range(len(pub) - 7)}
+    grams = {tuple(pub[i : i + 8]) for i in range(len(pub) - 7)}
     n_sents, shared, overlapping = 0, [], 0
     for t in texts:
         sents = sentences(t)
         n_sents += len(sents)
         shared += [k for s in sents if (k := " ".join(s)) in public]
         w = [x for s in sents for x in s]
-        overlapping += any(tuple(w[i:i + 8]) in grams for i in range(len(w) - 7))
+        overlapping += any(tuple(w[i : i + 8]) in grams for i in range(len(w) - 7))
     assert len(shared) / n_sents < 0.01
     assert not [s for s in shared if len(s.split()) >= 5]
     assert overlapping / len(texts) < 0.001, overlapping
@@ -216,6 +230,9 @@ def test_lac_data_prints_sources_and_licenses(corpus, capsys):
     assert e.value.code == 0
     out = capsys.readouterr().out
     for src in data.SOURCES:
-        assert re.search(rf"{re.escape(src.name)}\s+[\d,]+\s+[\d,]+\s+{re.escape(src.package)}; "
-                         rf"{re.escape(src.license)}", out), src.name
+        assert re.search(
+            rf"{re.escape(src.name)}\s+[\d,]+\s+[\d,]+\s+{re.escape(src.package)}; "
+            rf"{re.escape(src.license)}",
+            out,
+        ), src.name
     assert f"{len(corpus):,} texts" in out

@@ -86,6 +86,7 @@ def test_no_duplicate_subcommands():
 
 # ------------------------------------------------------------------------------------------------ bad input
 
+
 @pytest.fixture(scope="module")
 def material(tmp_path_factory):
     """A real CA and curator key (so a command gets as far as dialling), a text file, and a missing path."""
@@ -96,8 +97,13 @@ def material(tmp_path_factory):
     envelope.generate_key(d / "curator")
     text = d / "messages.txt"
     text.write_text("hello world\n")
-    return {"ca": str(d / "tls" / "ca.pem"), "pub": str(d / "curator" / "curator.pub"), "text": str(text),
-            "missing": str(d / "no-such-file"), "out": str(d / "out")}
+    return {
+        "ca": str(d / "tls" / "ca.pem"),
+        "pub": str(d / "curator" / "curator.pub"),
+        "text": str(text),
+        "missing": str(d / "no-such-file"),
+        "out": str(d / "out"),
+    }
 
 
 def _required(parser, m) -> list[str]:
@@ -140,8 +146,11 @@ def _cases(path, parser, m):
     """(what, argv, a fragment the message must contain) for each bad input this leaf can be given."""
     opts = _options(parser)
     yield "unknown flag", ["--no-such-flag", *_required(parser, m)], "unrecognized arguments: --no-such-flag"
-    typed = [a for a in _visible(parser)
-             if a.option_strings and ((a.type is not None and a.type not in (str, Path)) or a.choices)]
+    typed = [
+        a
+        for a in _visible(parser)
+        if a.option_strings and ((a.type is not None and a.type not in (str, Path)) or a.choices)
+    ]
     if typed:
         flag = typed[0].option_strings[0]
         yield "bad value", [flag, "not-a-valid-value"], f"argument {flag}"
@@ -158,8 +167,11 @@ def _cases(path, parser, m):
         yield "missing file", MISSING_FILE[path](m), missing
     if "--server" in opts:
         extra = TO_THE_SERVICE.get(path, lambda m: [])(m)
-        yield ("unreachable server", ["--server", UNREACHABLE, "--ca", m["ca"], *extra, *_required(parser, m)],
-               "UNAVAILABLE|DEADLINE_EXCEEDED")
+        yield (
+            "unreachable server",
+            ["--server", UNREACHABLE, "--ca", m["ca"], *extra, *_required(parser, m)],
+            "UNAVAILABLE|DEADLINE_EXCEEDED",
+        )
         yield "missing --ca", ["--server", UNREACHABLE, "--ca", m["missing"], *extra, *_required(parser, m)], missing
 
 
@@ -178,8 +190,13 @@ def test_bad_input_is_one_line_and_exit_code_2(path, material, capfd):
     for what, args, expect in cases:
         argv = [*path, *args]
         code, lines, err = _run(argv, capfd)
-        ok = (code == 2 and len(lines) == 1 and "Traceback" not in err and lines[0].startswith("lac")
-              and re.search(expect, lines[0]))
+        ok = (
+            code == 2
+            and len(lines) == 1
+            and "Traceback" not in err
+            and lines[0].startswith("lac")
+            and re.search(expect, lines[0])
+        )
         if not ok:
             failures.append(f"{what}: lac {' '.join(argv)} -> exit {code!r}, stderr {err!r}")
     assert not failures, "\n".join(failures)
@@ -187,8 +204,12 @@ def test_bad_input_is_one_line_and_exit_code_2(path, material, capfd):
 
 
 def test_no_command_and_unknown_command(capfd):
-    for argv, expect in (([], "required"), (["no-such-command"], "invalid choice"),
-                         (["curator"], "required"), (["--no-such-flag", "keys", "show", "--dir", "k"], "unrecognized")):
+    for argv, expect in (
+        ([], "required"),
+        (["no-such-command"], "invalid choice"),
+        (["curator"], "required"),
+        (["--no-such-flag", "keys", "show", "--dir", "k"], "unrecognized"),
+    ):
         code, lines, err = _run(argv, capfd)
         assert code == 2 and len(lines) == 1 and expect in lines[0], (argv, err)
 
@@ -206,6 +227,7 @@ def test_old_spellings_still_parse():
 
 # ------------------------------------------------------------------------------------------- broken plugins
 
+
 def _register_then_fail(subparsers) -> None:
     """A plugin that adds its command and then fails."""
     subparsers.add_parser("halfway", help="never finished")
@@ -214,9 +236,11 @@ def _register_then_fail(subparsers) -> None:
 
 def test_a_broken_plugin_breaks_only_its_own_command(monkeypatch, capfd):
     real = cli.entry_points
-    fakes = [EntryPoint("broken", "lac_no_such_plugin_module:register", "lac.commands"),
-             EntryPoint("halfway", f"{__name__}:_register_then_fail", "lac.commands"),
-             EntryPoint("keys", "lac_no_such_plugin_module:register", "lac.commands")]  # a duplicate name
+    fakes = [
+        EntryPoint("broken", "lac_no_such_plugin_module:register", "lac.commands"),
+        EntryPoint("halfway", f"{__name__}:_register_then_fail", "lac.commands"),
+        EntryPoint("keys", "lac_no_such_plugin_module:register", "lac.commands"),
+    ]  # a duplicate name
     monkeypatch.setattr(cli, "entry_points", lambda group: [*real(group=group), *fakes])
 
     code, lines, err = _run(["broken", "--anything", "x"], capfd)
@@ -230,8 +254,9 @@ def test_a_broken_plugin_breaks_only_its_own_command(monkeypatch, capfd):
     assert exc.value.code == 0
     assert capfd.readouterr().out.count("(failed to load") == 2
     # The other commands work, the first `keys` included.
-    code, lines, err = _run(["shuffler", "amplification", "--eps0", "1", "--n", "1000", "--delta", "1e-6",
-                             "--json"], capfd)
+    code, lines, err = _run(
+        ["shuffler", "amplification", "--eps0", "1", "--n", "1000", "--delta", "1e-6", "--json"], capfd
+    )
     assert code == 0 and not lines, err
     code, lines, err = _run(["keys", "show", "--dir", "/nonexistent-lac-keys"], capfd)
     assert code == 2 and "keyring.json" in lines[0], err

@@ -31,6 +31,7 @@ def _interpolate(text: str, environ: dict[str, str]) -> str:
     """Compose's variable substitution in the forms this file uses: ``${VAR}``, ``${VAR:-default}``
     (default when VAR is unset or empty) and ``${VAR:+replacement}`` (replacement when VAR is set and
     not empty, else nothing)."""
+
     def value(m: re.Match) -> str:
         found = environ.get(m.group(1), "")
         if m.group(2) == "-":
@@ -38,6 +39,7 @@ def _interpolate(text: str, environ: dict[str, str]) -> str:
         if m.group(2) == "+":
             return m.group(3) if found else ""
         return found
+
     return _VARIABLE.sub(value, text)
 
 
@@ -160,7 +162,8 @@ def test_sharded_profile_runs_two_replicas_that_agree(deployed):
     volumes = dict(v.split(":")[:2] for v in spec["volumes"])
     assert volumes["shuffler-b-state"] == "/var/lib/lac/shuffler"  # its own report log
     assert "shuffler-b-state" in COMPOSE["volumes"] and "shuffler-b-state" not in {
-        v.split(":")[0] for v in COMPOSE["services"]["shuffler"]["volumes"]}
+        v.split(":")[0] for v in COMPOSE["services"]["shuffler"]["volumes"]
+    }
     assert "shuffler-state:/etc/lac/shard-a:ro" in spec["volumes"]
     # The default deployment stays one unsharded shuffler; shuffler-b alone refuses to start unsharded.
     assert _serve_args("shuffler", tmp, public, {})[1][-4:] == ["--shards", "", "--shard-name", ""]
@@ -182,7 +185,8 @@ def test_sharded_profile_runs_two_replicas_that_agree(deployed):
         for service, running in replicas.items():
             with tls.channel(running.address, ca) as ch:
                 reply = shuffler_pb2_grpc.ShufflerStub(ch).GetShards(
-                    shuffler_pb2.GetShardsRequest(), metadata=(("authorization", f"Bearer {token}"),), timeout=10)
+                    shuffler_pb2.GetShardsRequest(), metadata=(("authorization", f"Bearer {token}"),), timeout=10
+                )
             assert list(reply.shards) == SHARDS.split(",")
             assert reply.assigned_shard == assign_shard("token:compose-client", SHARDS.split(","))
             names[service] = reply.shard_name
@@ -318,9 +322,16 @@ def test_dashboard_queries_only_metrics_the_services_expose(start_curator, start
             assert not sampled or labels <= have, f"{panel['title']}: labels {labels - have} not on {sorted(metrics)}"
             used |= metrics
     # What the dashboard must show: ingest, rejects, releases, budget, latency, storage health.
-    for name in ("lac_shuffler_reports_accepted_total", "lac_curator_reports_ingested_total",
-                 "lac_shuffler_rejects_total", "lac_curator_reports_rejected_total", "lac_curator_releases_total",
-                 "lac_curator_budget_epsilon_remaining", "lac_shuffler_rpc_seconds_bucket",
-                 "lac_curator_rpc_seconds_bucket", "lac_shuffler_storage_ok", "lac_curator_storage_ok"):
+    for name in (
+        "lac_shuffler_reports_accepted_total",
+        "lac_curator_reports_ingested_total",
+        "lac_shuffler_rejects_total",
+        "lac_curator_reports_rejected_total",
+        "lac_curator_releases_total",
+        "lac_curator_budget_epsilon_remaining",
+        "lac_shuffler_rpc_seconds_bucket",
+        "lac_curator_rpc_seconds_bucket",
+        "lac_shuffler_storage_ok",
+        "lac_curator_storage_ok",
+    ):
         assert name in used, f"the dashboard does not show {name}"
-

@@ -18,16 +18,21 @@ ROOT = Path(__file__).resolve().parents[2]
 def _text(site: Path, page: str) -> str:
     """The visible text of a built page's article."""
     raw = (site / page / "index.html").read_text(encoding="utf-8")
-    article = raw[raw.find("<article"):raw.find("</article>")]
+    article = raw[raw.find("<article") : raw.find("</article>")]
     return " ".join(html.unescape(re.sub(r"<[^>]+>", " ", article)).split())
 
 
 @pytest.mark.slow  # about 3 s of CPU, 4-6 s on a busy machine
 def test_mkdocs_build_strict(tmp_path):
     site = tmp_path / "site"
-    out = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(site)],
-                         cwd=ROOT, capture_output=True, text=True, timeout=300,
-                         env={**os.environ, "NO_MKDOCS_2_WARNING": "1"})
+    out = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(site)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
+    )
     assert out.returncode == 0, out.stderr[-4000:]
     assert "WARNING" not in out.stderr, out.stderr[-4000:]
 

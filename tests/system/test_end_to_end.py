@@ -40,13 +40,34 @@ def test_pipeline_release_matches_library(tmp_path, data):
     analyst = pki.client_tls("analyst")
     tokens = add_clients(tmp_path / "shuffler" / "clients.tokens", [f"user-{i}" for i in range(USERS)])
     published = ["--embedding", emb.name, "--word-distance-bound", repr(emb.diameter()), "--epsilon-per-word", "10"]
-    curator = procs.start("curator", ["--state-dir", str(tmp_path / "curator"),
-                                      "--public-corpus", str(corpora.public_corpus), *published, *pki.curator_args()],
-                          tmp_path, tls=analyst)
+    curator = procs.start(
+        "curator",
+        [
+            "--state-dir",
+            str(tmp_path / "curator"),
+            "--public-corpus",
+            str(corpora.public_corpus),
+            *published,
+            *pki.curator_args(),
+        ],
+        tmp_path,
+        tls=analyst,
+    )
     try:
-        shuffler = procs.start("shuffler", ["--state-dir", str(tmp_path / "shuffler"), "--curator", curator.address,
-                                            "--min-batch", str(USERS), *pki.shuffler_args()],
-                               tmp_path, tls=pki.client_tls())
+        shuffler = procs.start(
+            "shuffler",
+            [
+                "--state-dir",
+                str(tmp_path / "shuffler"),
+                "--curator",
+                curator.address,
+                "--min-batch",
+                str(USERS),
+                *pki.shuffler_args(),
+            ],
+            tmp_path,
+            tls=pki.client_tls(),
+        )
         try:
             with ShufflerClient(shuffler.address, pki.curator_public_key(), pki.client_tls(), token=tokens[0]) as c:
                 deployment = c.deployment()  # the curator's configuration, relayed by the shuffler
@@ -56,14 +77,16 @@ def test_pipeline_release_matches_library(tmp_path, data):
             assert max(r.n_words for r in reports) <= deployment.max_report_words
             acks = []
             for report, token in zip(reports, tokens):  # each user: own token, one sealed report, over TLS
-                with ShufflerClient(shuffler.address, pki.curator_public_key(), pki.client_tls(),
-                                    token=token) as client:
+                with ShufflerClient(
+                    shuffler.address, pki.curator_public_key(), pki.client_tls(), token=token
+                ) as client:
                     acks += client.submit([report])
             assert [a.status for a in acks] == [shuffler_pb2.ACK_STATUS_STORED] * USERS
-            with ShufflerClient(shuffler.address, pki.curator_public_key(), pki.client_tls(),
-                                token=tokens[0]) as client:
-                with pytest.raises(grpc.RpcError) as over:
-                    client.submit(reports[:1])
+            with (
+                ShufflerClient(shuffler.address, pki.curator_public_key(), pki.client_tls(), token=tokens[0]) as client,
+                pytest.raises(grpc.RpcError) as over,
+            ):
+                client.submit(reports[:1])
             assert over.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
             assert any(k == "retry-after-seconds" for k, _ in over.value.trailing_metadata())
             operator = pki.client_tls("operator")
@@ -77,8 +100,9 @@ def test_pipeline_release_matches_library(tmp_path, data):
                 stub = curator_pb2_grpc.CuratorStub(ch)
                 # a few dozen reports: the accuracy check would refuse both releases, so they are forced
                 default = stub.Release(curator_pb2.ReleaseRequest(epsilon=0.5, delta=1e-6, force=True), timeout=300)
-                record = stub.Release(curator_pb2.ReleaseRequest(mechanism="bayesian", epsilon=0.5, delta=1e-6,
-                                                                 force=True), timeout=300)
+                record = stub.Release(
+                    curator_pb2.ReleaseRequest(mechanism="bayesian", epsilon=0.5, delta=1e-6, force=True), timeout=300
+                )
                 full = stub.GetRelease(curator_pb2.GetReleaseRequest(release_id=record.release_id), timeout=30)
             _check_who_holds_the_curator_key(pki, shuffler.process.pid, curator.process.pid)
         finally:
@@ -91,20 +115,33 @@ def test_pipeline_release_matches_library(tmp_path, data):
     from lac.common.v1 import reports_pb2
 
     with sqlite3.connect(tmp_path / "curator" / "curator.sqlite") as db:
-        (blob,), = db.execute("SELECT privacy FROM batches").fetchall()
+        ((blob,),) = db.execute("SELECT privacy FROM batches").fetchall()
     stated = reports_pb2.BatchPrivacy.FromString(blob)  # the shuffler's statement, stored with the batch
     assert stated.n_reports == USERS and stated.distinct_clients and stated.statement
     assert stated.report_epsilon0 == pytest.approx(deployment.report_epsilon0)
 
     cc = CuratorConfig()
-    vocab = public_vocabulary(corpora.public_corpus, cc.max_n, cc.vocab_min_count, cc.vocab_max_items,
-                              tmp_path / "prior")
+    vocab = public_vocabulary(
+        corpora.public_corpus, cc.max_n, cc.vocab_min_count, cc.vocab_max_items, tmp_path / "prior"
+    )
     assert list(full.items) == list(vocab.items)
-    U = user_counts([[list(s) for s in r.sentences] for r in reports], vocab, C=cc.item_clamp,
-                    W=cc.max_items_per_report)
-    expected = bayesian_dp(U, vocab.alpha, BayesianParams(epsilon=0.5, delta=1e-6, S=0.01, rho=0.5, C=cc.item_clamp,
-                                                          W=cc.max_items_per_report, count_clip=cc.item_count_clip),
-                           rng=np.random.default_rng(0))
+    U = user_counts(
+        [[list(s) for s in r.sentences] for r in reports], vocab, C=cc.item_clamp, W=cc.max_items_per_report
+    )
+    expected = bayesian_dp(
+        U,
+        vocab.alpha,
+        BayesianParams(
+            epsilon=0.5,
+            delta=1e-6,
+            S=0.01,
+            rho=0.5,
+            C=cc.item_clamp,
+            W=cc.max_items_per_report,
+            count_clip=cc.item_count_clip,
+        ),
+        rng=np.random.default_rng(0),
+    )
     from lac.curator.posterior import PosteriorParams
 
     assert default.mechanism == "posterior" and default.n_reports == 0  # an analyst never sees the exact count
@@ -124,13 +161,11 @@ def test_pipeline_release_matches_library(tmp_path, data):
 def _check_who_holds_the_curator_key(pki, shuffler_pid: int, curator_pid: int) -> None:
     """The shuffler process holds no curator private key; the same scan finds it in the curator."""
     from cryptography.hazmat.primitives import serialization
-
     from memscan import find_in_process
 
     key_file = next((pki.root / "curator-keys").glob("curator-*.key"))
     key = serialization.load_pem_private_key(key_file.read_bytes(), password=None)
-    raw = key.private_bytes(serialization.Encoding.Raw, serialization.PrivateFormat.Raw,
-                            serialization.NoEncryption())
+    raw = key.private_bytes(serialization.Encoding.Raw, serialization.PrivateFormat.Raw, serialization.NoEncryption())
     pem_body = key_file.read_bytes().splitlines()[1]
     try:
         in_curator = find_in_process(curator_pid, [raw])

@@ -33,7 +33,7 @@ def _load_time_imports(path: Path, name: str, known: set[str]) -> set[str]:
         if not level:
             return module or ""
         base = name.split(".") if is_pkg else name.split(".")[:-1]
-        base = base[:len(base) - (level - 1)]
+        base = base[: len(base) - (level - 1)]
         return ".".join(base + ([module] if module else []))
 
     def visit(stmts):

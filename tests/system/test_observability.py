@@ -13,10 +13,10 @@ import urllib.request
 
 import grpc
 import pytest
+from lac_testkit import DEPLOYMENT, metrics_port, run_traffic, samples, scrape, wait_until
 
 from lac.common.logs import JsonFormatter, configure
 from lac.common.v1 import curator_pb2, curator_pb2_grpc, reports_pb2
-from lac_testkit import DEPLOYMENT, metrics_port, run_traffic, samples, scrape, wait_until
 
 
 def value(found: dict, name: str, **labels) -> float:
@@ -71,8 +71,9 @@ def test_metrics_follow_submit_batch_ingest_release(pipeline, curator_public_key
         s = samples(scrape(metrics_port(cur))[0])
         assert value(s, "lac_curator_releases_total", mechanism=record.mechanism, dp="true") == 1
         assert value(s, "lac_curator_budget_epsilon_spent", window=window) == pytest.approx(0.5)
-        assert value(s, "lac_curator_budget_epsilon_remaining", window=window) == \
-            pytest.approx(value(s, "lac_curator_budget_epsilon") - 0.5)
+        assert value(s, "lac_curator_budget_epsilon_remaining", window=window) == pytest.approx(
+            value(s, "lac_curator_budget_epsilon") - 0.5
+        )
         assert value(s, "lac_curator_budget_delta_spent", window=window) == pytest.approx(1e-6)
         assert value(s, "lac_curator_rpc_seconds_count", method="Release", code="OK") == 1
         assert value(s, "lac_curator_rpc_seconds_count", method="GetRelease", code="NOT_FOUND") == 1
@@ -132,9 +133,24 @@ def test_served_shuffler_logs_json(tmp_path):
     """``lac shuffler serve --log-format json``: every line the real process writes is a JSON object."""
     from lac.suite import procs
 
-    running = procs.start("shuffler", ["--state-dir", str(tmp_path / "state"), "--curator", "127.0.0.1:1",
-                                       "--insecure", "--auth", "none", "--log-format", "json",
-                                       "--metrics-port", "0"], tmp_path / "proc", timeout=60)
+    running = procs.start(
+        "shuffler",
+        [
+            "--state-dir",
+            str(tmp_path / "state"),
+            "--curator",
+            "127.0.0.1:1",
+            "--insecure",
+            "--auth",
+            "none",
+            "--log-format",
+            "json",
+            "--metrics-port",
+            "0",
+        ],
+        tmp_path / "proc",
+        timeout=60,
+    )
     try:
         wait_until(lambda: "metrics on" in running.log_path.read_text())
     finally:

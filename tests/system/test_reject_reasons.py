@@ -15,11 +15,32 @@ PACKAGES = [ROOT / "common" / "lac", ROOT / "shuffler" / "lac", ROOT / "curator"
 REASON_CALLS = {"count_reject", "Quarantined", "PayloadRejected", "_Reject"}  # first argument: a reason
 
 STORED = {
-    "malformed", "empty", "oversized", "bad_size", "bad_key_id", "bad_padding", "bad_report_id",
-    "unsupported_encoding", "plaintext_refused", "unknown_key", "decrypt_failed", "invalid_argument",
-    "unspecified_encoding", "quota", "log_full", "overloaded", "storage_unavailable", "wrong_shard",
-    "shards_not_effective", "invalid", "mechanism_not_allowed", "epsilon_too_large", "embedding_mismatch",
-    "too_many_words", "internal", "replayed_report_id",
+    "malformed",
+    "empty",
+    "oversized",
+    "bad_size",
+    "bad_key_id",
+    "bad_padding",
+    "bad_report_id",
+    "unsupported_encoding",
+    "plaintext_refused",
+    "unknown_key",
+    "decrypt_failed",
+    "invalid_argument",
+    "unspecified_encoding",
+    "quota",
+    "log_full",
+    "overloaded",
+    "storage_unavailable",
+    "wrong_shard",
+    "shards_not_effective",
+    "invalid",
+    "mechanism_not_allowed",
+    "epsilon_too_large",
+    "embedding_mismatch",
+    "too_many_words",
+    "internal",
+    "replayed_report_id",
 }
 
 
@@ -57,13 +78,24 @@ def test_no_reason_is_a_string_literal():
 
 def _content(mechanism=1, epsilon=1.0, embedding="e", report_id=b"r" * 16, words=("a",)):
     return reports_pb2.ReportContent(
-        report_id=report_id, sentences=[reports_pb2.Sentence(tokens=list(words))],
-        local_privacy=reports_pb2.LocalPrivacy(mechanism=mechanism, epsilon_per_word=epsilon, embedding=embedding))
+        report_id=report_id,
+        sentences=[reports_pb2.Sentence(tokens=list(words))],
+        local_privacy=reports_pb2.LocalPrivacy(mechanism=mechanism, epsilon_per_word=epsilon, embedding=embedding),
+    )
 
 
 def test_quarantine_reasons_are_members():
-    ctx = IngestContext(keys=(), allow_plaintext=True, mechanism="multivariate-laplace", epsilon_per_word=1.0,
-                        embedding="e", max_report_words=3, max_sentences_per_report=4, max_token_chars=10, max_n=2)
+    ctx = IngestContext(
+        keys=(),
+        allow_plaintext=True,
+        mechanism="multivariate-laplace",
+        epsilon_per_word=1.0,
+        embedding="e",
+        max_report_words=3,
+        max_sentences_per_report=4,
+        max_token_chars=10,
+        max_n=2,
+    )
     hpke = reports_pb2.SealedPayload(encoding=envelope.HPKE, key_id="0" * 16, data=b"x" * 600)
     cases = {
         b"\xff": RejectReason.MALFORMED,

@@ -20,8 +20,12 @@ from lac.shuffler.auth import add_client
 from lac.suite.procs import LocalDeployment
 
 AUTH_ERRORS = {grpc.StatusCode.PERMISSION_DENIED, grpc.StatusCode.UNAUTHENTICATED}
-TEXTS = [["the", "dog", "sleeps", "in", "the", "sun"], ["the", "fox", "is", "a", "small", "animal"],
-         ["we", "walk", "the", "dog"], ["the", "sun", "is", "a", "star"]]
+TEXTS = [
+    ["the", "dog", "sleeps", "in", "the", "sun"],
+    ["the", "fox", "is", "a", "small", "animal"],
+    ["we", "walk", "the", "dog"],
+    ["the", "sun", "is", "a", "star"],
+]
 N_REPORTS = 23
 
 
@@ -42,8 +46,9 @@ def _code(fn):
 
 def _curator_calls(stub, ingest, release_id):
     return {
-        "IngestBatch": lambda: ingest.IngestBatch(curator_pb2.IngestBatchRequest(batch_id="x-" + os.urandom(4).hex()),
-                                                  timeout=10),
+        "IngestBatch": lambda: ingest.IngestBatch(
+            curator_pb2.IngestBatchRequest(batch_id="x-" + os.urandom(4).hex()), timeout=10
+        ),
         "Release": lambda: stub.Release(curator_pb2.ReleaseRequest(epsilon=0.01, delta=1e-9), timeout=60),
         "PreviewRelease": lambda: stub.PreviewRelease(curator_pb2.ReleaseRequest(epsilon=1.0), timeout=10),
         "ListReleases": lambda: stub.ListReleases(curator_pb2.ListReleasesRequest(), timeout=10),
@@ -52,22 +57,48 @@ def _curator_calls(stub, ingest, release_id):
         "GetBudget": lambda: stub.GetBudget(curator_pb2.BudgetRequest(), timeout=10),
         "GetDeployment": lambda: stub.GetDeployment(reports_pb2.DeploymentRequest(), timeout=10),
         "GetStatus": lambda: stub.GetStatus(curator_pb2.CuratorStatusRequest(), timeout=10),
-        "NgramProbabilities": lambda: stub.NgramProbabilities(curator_pb2.NgramProbabilitiesRequest(
-            release_id=release_id, ngrams=["the dog"]), timeout=10),
-        "NextWord": lambda: stub.NextWord(curator_pb2.NextWordRequest(release_id=release_id, context="the"),
-                                          timeout=10),
-        "Perplexity": lambda: stub.Perplexity(curator_pb2.PerplexityRequest(release_id=release_id, text="The dog."),
-                                              timeout=10),
+        "NgramProbabilities": lambda: stub.NgramProbabilities(
+            curator_pb2.NgramProbabilitiesRequest(release_id=release_id, ngrams=["the dog"]), timeout=10
+        ),
+        "NextWord": lambda: stub.NextWord(
+            curator_pb2.NextWordRequest(release_id=release_id, context="the"), timeout=10
+        ),
+        "Perplexity": lambda: stub.Perplexity(
+            curator_pb2.PerplexityRequest(release_id=release_id, text="The dog."), timeout=10
+        ),
         "ExportArpa": lambda: list(stub.ExportArpa(curator_pb2.ExportArpaRequest(release_id=release_id), timeout=30)),
     }
 
 
 CURATOR_ALLOWED = {
     "shuffler": {"IngestBatch", "GetDeployment"},
-    "analyst": {"Release", "PreviewRelease", "ListReleases", "GetRelease", "TopNgrams", "GetBudget", "GetDeployment",
-                "NgramProbabilities", "NextWord", "Perplexity", "ExportArpa"},
-    "operator": {"Release", "PreviewRelease", "ListReleases", "GetRelease", "TopNgrams", "GetBudget", "GetDeployment", "GetStatus",
-                 "NgramProbabilities", "NextWord", "Perplexity", "ExportArpa"},
+    "analyst": {
+        "Release",
+        "PreviewRelease",
+        "ListReleases",
+        "GetRelease",
+        "TopNgrams",
+        "GetBudget",
+        "GetDeployment",
+        "NgramProbabilities",
+        "NextWord",
+        "Perplexity",
+        "ExportArpa",
+    },
+    "operator": {
+        "Release",
+        "PreviewRelease",
+        "ListReleases",
+        "GetRelease",
+        "TopNgrams",
+        "GetBudget",
+        "GetDeployment",
+        "GetStatus",
+        "NgramProbabilities",
+        "NextWord",
+        "Perplexity",
+        "ExportArpa",
+    },
     "intruder": set(),
     "curator": set(),
 }
@@ -78,12 +109,20 @@ def curator(start_curator, pki, curator_public_key):
     cert, key = pki._pem("curator")
     cur = start_curator(insecure=False, tls_cert=cert, tls_key=key, tls_client_ca=pki.ca, budget_epsilon=100.0)
     with tls.channel(cur.address, pki.client_tls("shuffler")) as ch:
-        curator_pb2_grpc.CuratorIngestStub(ch).IngestBatch(curator_pb2.IngestBatchRequest(
-            batch_id="b1", reports=[envelope.seal(content(TEXTS[i % 4]), curator_public_key)
-                                    for i in range(N_REPORTS)], privacy=batch_privacy(N_REPORTS)), timeout=30)
+        curator_pb2_grpc.CuratorIngestStub(ch).IngestBatch(
+            curator_pb2.IngestBatchRequest(
+                batch_id="b1",
+                reports=[envelope.seal(content(TEXTS[i % 4]), curator_public_key) for i in range(N_REPORTS)],
+                privacy=batch_privacy(N_REPORTS),
+            ),
+            timeout=30,
+        )
     with tls.channel(cur.address, pki.client_tls("analyst")) as ch:
-        rid = curator_pb2_grpc.CuratorStub(ch).Release(curator_pb2.ReleaseRequest(epsilon=1, delta=1e-6),
-                                                       timeout=60).release_id
+        rid = (
+            curator_pb2_grpc.CuratorStub(ch)
+            .Release(curator_pb2.ReleaseRequest(epsilon=1, delta=1e-6), timeout=60)
+            .release_id
+        )
     return cur, rid
 
 
@@ -103,8 +142,9 @@ def test_every_curator_rpc_serves_only_its_roles(curator, pki):
                 else:
                     assert code == grpc.StatusCode.PERMISSION_DENIED, (who, name, code)
     with tls.channel(cur.address, pki.client_tls()) as ch:  # TLS, but no client certificate
-        for name, call in _curator_calls(curator_pb2_grpc.CuratorStub(ch), curator_pb2_grpc.CuratorIngestStub(ch),
-                                         rid).items():
+        for name, call in _curator_calls(
+            curator_pb2_grpc.CuratorStub(ch), curator_pb2_grpc.CuratorIngestStub(ch), rid
+        ).items():
             assert _code(call) == grpc.StatusCode.UNAVAILABLE, name  # refused before any RPC runs
 
 
@@ -112,8 +152,11 @@ def _numbers(message) -> list[float]:
     """Every number anywhere in a protobuf message (recursively, maps and repeated fields too)."""
     out = []
     for field, value in message.ListFields():
-        values = value.values() if field.message_type and field.message_type.GetOptions().map_entry else (
-            value if field.is_repeated else [value])
+        values = (
+            value.values()
+            if field.message_type and field.message_type.GetOptions().map_entry
+            else (value if field.is_repeated else [value])
+        )
         for v in values:
             if hasattr(v, "ListFields"):
                 out += _numbers(v)
@@ -134,19 +177,22 @@ def test_no_reply_carries_pre_noise_or_exact_counts_to_an_analyst(curator, pki, 
     cfg = CuratorConfig(public_corpus=public_corpus, vocab_min_count=1)
     vocab = public_vocabulary(public_corpus, 3, 1, cfg.vocab_max_items, public_corpus.parent / "prior-roles")
     U = user_counts([[TEXTS[i % 4]] for i in range(N_REPORTS)], vocab, C=1, W=100)
-    mean = bayesian_dp(U, vocab.alpha, BayesianParams(1.0, 1e-6, S=0.01, rho=0.5, W=100, count_clip=10**6,
-                                                      sensitivity="bruteforce")).mean
+    mean = bayesian_dp(
+        U, vocab.alpha, BayesianParams(1.0, 1e-6, S=0.01, rho=0.5, W=100, count_clip=10**6, sensitivity="bruteforce")
+    ).mean
     exact = {float(N_REPORTS)} | {float(c) for c in np.asarray(U.sum(axis=0)).ravel() if c > 4}
     assert "pre_noise_mean" not in curator_pb2.GetReleaseResponse.DESCRIPTOR.fields_by_name
     assert "include_pre_noise_mean" not in curator_pb2.GetReleaseRequest.DESCRIPTOR.fields_by_name
     for who in ("analyst", "operator"):
         with tls.channel(cur.address, pki.client_tls(who)) as ch:
             stub = curator_pb2_grpc.CuratorStub(ch)
-            replies = [stub.GetRelease(curator_pb2.GetReleaseRequest(release_id=rid), timeout=10),
-                       stub.ListReleases(curator_pb2.ListReleasesRequest(), timeout=10),
-                       stub.TopNgrams(curator_pb2.TopNgramsRequest(release_id=rid, k=50), timeout=10),
-                       stub.GetBudget(curator_pb2.BudgetRequest(), timeout=10),
-                       stub.NextWord(curator_pb2.NextWordRequest(release_id=rid, context="the", k=20), timeout=10)]
+            replies = [
+                stub.GetRelease(curator_pb2.GetReleaseRequest(release_id=rid), timeout=10),
+                stub.ListReleases(curator_pb2.ListReleasesRequest(), timeout=10),
+                stub.TopNgrams(curator_pb2.TopNgramsRequest(release_id=rid, k=50), timeout=10),
+                stub.GetBudget(curator_pb2.BudgetRequest(), timeout=10),
+                stub.NextWord(curator_pb2.NextWordRequest(release_id=rid, context="the", k=20), timeout=10),
+            ]
             numbers = np.array([x for r in replies for x in _numbers(r)])
             assert not np.any(np.isclose(numbers[:, None], mean[None, :], rtol=0, atol=1e-12)), who
             if who == "analyst":
@@ -163,9 +209,11 @@ def test_errors_never_echo_data_statistics(curator, pki):
     cur, _ = curator
     with tls.channel(cur.address, pki.client_tls("analyst")) as ch:
         stub = curator_pb2_grpc.CuratorStub(ch)
-        for request in (curator_pb2.ReleaseRequest(epsilon=1000, delta=1e-6),
-                        curator_pb2.ReleaseRequest(epsilon=1, delta=1e-6, first_window=5, last_window=4),
-                        curator_pb2.ReleaseRequest(epsilon=1, delta=1e-6, sensitivity="bruteforce")):
+        for request in (
+            curator_pb2.ReleaseRequest(epsilon=1000, delta=1e-6),
+            curator_pb2.ReleaseRequest(epsilon=1, delta=1e-6, first_window=5, last_window=4),
+            curator_pb2.ReleaseRequest(epsilon=1, delta=1e-6, sensitivity="bruteforce"),
+        ):
             with pytest.raises(grpc.RpcError) as err:
                 stub.Release(request, timeout=30)
             assert str(N_REPORTS) not in err.value.details() and "holds" not in err.value.details()
@@ -175,8 +223,9 @@ def _shuffler_calls(stub, md):
     good = shuffler_pb2.ClientReport(idempotency_id=os.urandom(16), payload=envelope.seal_insecure(content(["a"])))
     return {
         "Submit": lambda: stub.Submit(shuffler_pb2.SubmitRequest(reports=[good]), metadata=md, timeout=10),
-        "SubmitStream": lambda: stub.SubmitStream(iter([shuffler_pb2.SubmitRequest(reports=[good])]), metadata=md,
-                                                  timeout=10),
+        "SubmitStream": lambda: stub.SubmitStream(
+            iter([shuffler_pb2.SubmitRequest(reports=[good])]), metadata=md, timeout=10
+        ),
         "GetDeployment": lambda: stub.GetDeployment(reports_pb2.DeploymentRequest(), metadata=md, timeout=10),
         "GetStatus": lambda: stub.GetStatus(shuffler_pb2.ShufflerStatusRequest(), metadata=md, timeout=10),
         "Flush": lambda: stub.Flush(shuffler_pb2.FlushRequest(), metadata=md, timeout=10),
@@ -192,11 +241,23 @@ def test_every_shuffler_rpc_serves_only_its_roles(start_shuffler, pki, tmp_path)
     client = add_client(state / "clients.tokens", "alice")
     operator = add_client(state / "clients.tokens", "ops", role="operator")
     cert, key = pki._pem("shuffler")
-    shf = start_shuffler("127.0.0.1:1", insecure=False, auth="token", state_dir=state, tls_cert=cert, tls_key=key,
-                         curator_ca=pki.ca, allow_plaintext_payloads=True, min_batch=5, reports_per_window=100)
+    shf = start_shuffler(
+        "127.0.0.1:1",
+        insecure=False,
+        auth="token",
+        state_dir=state,
+        tls_cert=cert,
+        tls_key=key,
+        curator_ca=pki.ca,
+        allow_plaintext_payloads=True,
+        min_batch=5,
+        reports_per_window=100,
+    )
     names = set(shuffler_pb2.DESCRIPTOR.services_by_name["Shuffler"].methods_by_name)
-    allowed = {"client": {"Submit", "SubmitStream", "GetDeployment", "GetShards"},
-               "operator": {"GetDeployment", "GetStatus", "Flush", "GetShards"}}
+    allowed = {
+        "client": {"Submit", "SubmitStream", "GetDeployment", "GetShards"},
+        "operator": {"GetDeployment", "GetStatus", "Flush", "GetShards"},
+    }
     identities = {
         "client": (("authorization", f"Bearer {client}"),),
         "operator": (("authorization", f"Bearer {operator}"),),
@@ -224,18 +285,34 @@ def test_flush_never_releases_below_the_threshold(start_shuffler, sink):
     shf = start_shuffler(sink.address, min_batch=5)
     with grpc.insecure_channel(shf.address) as ch:
         stub = shuffler_pb2_grpc.ShufflerStub(ch)
-        stub.Submit(shuffler_pb2.SubmitRequest(reports=[shuffler_pb2.ClientReport(
-            idempotency_id=os.urandom(16), payload=envelope.seal_insecure(content(["a"]))) for _ in range(4)]),
-            timeout=10)
+        stub.Submit(
+            shuffler_pb2.SubmitRequest(
+                reports=[
+                    shuffler_pb2.ClientReport(
+                        idempotency_id=os.urandom(16), payload=envelope.seal_insecure(content(["a"]))
+                    )
+                    for _ in range(4)
+                ]
+            ),
+            timeout=10,
+        )
         reply = stub.Flush(shuffler_pb2.FlushRequest(), timeout=10)
         assert not reply.released and "fewer than min_batch=5" in reply.note
     # With a randomised threshold a flush waits for the secret threshold too, not just min_batch.
     shf2 = start_shuffler(sink.address, min_batch=3, batch_threshold_noise=1e6)
     with grpc.insecure_channel(shf2.address) as ch:
         stub = shuffler_pb2_grpc.ShufflerStub(ch)
-        stub.Submit(shuffler_pb2.SubmitRequest(reports=[shuffler_pb2.ClientReport(
-            idempotency_id=os.urandom(16), payload=envelope.seal_insecure(content(["a"]))) for _ in range(10)]),
-            timeout=10)
+        stub.Submit(
+            shuffler_pb2.SubmitRequest(
+                reports=[
+                    shuffler_pb2.ClientReport(
+                        idempotency_id=os.urandom(16), payload=envelope.seal_insecure(content(["a"]))
+                    )
+                    for _ in range(10)
+                ]
+            ),
+            timeout=10,
+        )
         assert not stub.Flush(shuffler_pb2.FlushRequest(), timeout=10).released  # P(threshold <= 10) ≈ 1e-5
 
 
@@ -246,8 +323,16 @@ def test_state_and_secrets_are_private(curator, start_shuffler, sink, tmp_path, 
     add_client(state / "clients.tokens", "alice")
     shf = start_shuffler(sink.address, state_dir=state, min_batch=1000)
     with grpc.insecure_channel(shf.address) as ch:
-        shuffler_pb2_grpc.ShufflerStub(ch).Submit(shuffler_pb2.SubmitRequest(reports=[shuffler_pb2.ClientReport(
-            idempotency_id=os.urandom(16), payload=envelope.seal_insecure(content(["a"])))]), timeout=10)
+        shuffler_pb2_grpc.ShufflerStub(ch).Submit(
+            shuffler_pb2.SubmitRequest(
+                reports=[
+                    shuffler_pb2.ClientReport(
+                        idempotency_id=os.urandom(16), payload=envelope.seal_insecure(content(["a"]))
+                    )
+                ]
+            ),
+            timeout=10,
+        )
     checked = 0
     for root in (state, tmp_path / "curator0", pki.root / "curator-keys"):
         for dirpath, dirs, files in os.walk(root):

@@ -25,19 +25,27 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from lac.client.errors import (AuthenticationError, DeploymentMismatch, EmbeddingUnavailable, InvalidReportError,
-                               LacClientError, NotRetryableError, QuotaExceeded, RetryableError)
+from lac.client.errors import (
+    AuthenticationError,
+    DeploymentMismatch,
+    EmbeddingUnavailable,
+    InvalidReportError,
+    LacClientError,
+    NotRetryableError,
+    QuotaExceeded,
+    RetryableError,
+)
 
 if TYPE_CHECKING:
-    from lac.common.deployment import Deployment
-    from lac.client.presets import DEFAULT_PRESET, PRESETS, Preset, get_preset
     from lac.client.embedding import Embedding, glove_default
     from lac.client.formats import open_embedding
     from lac.client.localizer import Localizer, PrivatizedReport
     from lac.client.mechanisms import MultivariateLaplace
     from lac.client.modulated import DensityModulated
+    from lac.client.presets import DEFAULT_PRESET, PRESETS, Preset, get_preset
     from lac.client.submit import ShufflerClient
     from lac.client.truncated import DistanceTruncated, KNNTruncated
+    from lac.common.deployment import Deployment
 
 _LAZY = {
     "Localizer": "lac.client.localizer",
@@ -59,16 +67,33 @@ _LAZY = {
 
 __all__ = [
     # privatizing
-    "Localizer", "PrivatizedReport", "Preset", "PRESETS", "DEFAULT_PRESET", "get_preset",
+    "Localizer",
+    "PrivatizedReport",
+    "Preset",
+    "PRESETS",
+    "DEFAULT_PRESET",
+    "get_preset",
     # mechanisms
-    "MultivariateLaplace", "DistanceTruncated", "KNNTruncated", "DensityModulated",
+    "MultivariateLaplace",
+    "DistanceTruncated",
+    "KNNTruncated",
+    "DensityModulated",
     # embeddings
-    "Embedding", "glove_default", "open_embedding",
+    "Embedding",
+    "glove_default",
+    "open_embedding",
     # submitting
-    "ShufflerClient", "Deployment",
+    "ShufflerClient",
+    "Deployment",
     # errors
-    "LacClientError", "RetryableError", "QuotaExceeded", "NotRetryableError", "AuthenticationError",
-    "InvalidReportError", "DeploymentMismatch", "EmbeddingUnavailable",
+    "LacClientError",
+    "RetryableError",
+    "QuotaExceeded",
+    "NotRetryableError",
+    "AuthenticationError",
+    "InvalidReportError",
+    "DeploymentMismatch",
+    "EmbeddingUnavailable",
 ]
 
 

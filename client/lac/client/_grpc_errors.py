@@ -36,8 +36,8 @@ class InvalidReportError(errors.InvalidReportError, grpc.RpcError):
 
 
 _FLAVOUR: dict[type[errors.LacClientError], type[errors.LacClientError]] = {
-    c.__mro__[1]: c
-    for c in (RetryableError, QuotaExceeded, NotRetryableError, AuthenticationError, InvalidReportError)}
+    c.__mro__[1]: c for c in (RetryableError, QuotaExceeded, NotRetryableError, AuthenticationError, InvalidReportError)
+}
 
 
 def retry_after(trailing: Iterable[tuple[str, str | bytes]] | None) -> float | None:

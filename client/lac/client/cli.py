@@ -37,90 +37,148 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         q.add_argument("file", type=Path, help="text file, one message per line ('-' for stdin)")
         q.add_argument("--epsilon", type=positive(float), default=None, help=epsilon_help)
         q.add_argument("--preset", choices=sorted(PRESETS), default=None, help=preset_help)
-        q.add_argument("--vocab-size", type=positive(int), default=50_000,
-                       help="vocabulary size (most frequent words)")
-        q.add_argument("--embedding", default="default",
-                       help="'default' (GloVe 6B 50d), a cached embedding directory or a GloVe/word2vec/fastText file")
-        q.add_argument("--mechanism", default="laplace", choices=["laplace", "truncated", "knn", "modulated"],
-                       help="laplace: multivariate Laplace + exact nearest word; truncated: distance-truncated "
-                            "(--tau); knn: kNN-truncated (--k); modulated: density-modulated")
-        q.add_argument("--tau", type=positive(float), default=None,
-                       help="truncated: admissible radius τ (default: median 10-NN distance)")
+        q.add_argument("--vocab-size", type=positive(int), default=50_000, help="vocabulary size (most frequent words)")
+        q.add_argument(
+            "--embedding",
+            default="default",
+            help="'default' (GloVe 6B 50d), a cached embedding directory or a GloVe/word2vec/fastText file",
+        )
+        q.add_argument(
+            "--mechanism",
+            default="laplace",
+            choices=["laplace", "truncated", "knn", "modulated"],
+            help="laplace: multivariate Laplace + exact nearest word; truncated: distance-truncated "
+            "(--tau); knn: kNN-truncated (--k); modulated: density-modulated",
+        )
+        q.add_argument(
+            "--tau",
+            type=positive(float),
+            default=None,
+            help="truncated: admissible radius τ (default: median 10-NN distance)",
+        )
         q.add_argument("--k", type=positive(int), default=20, help="knn: number of nearest words kept")
 
-    pr = sub.add_parser("privatize", help="print each line privatized (one output line per input line)",
-                        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    common(pr, f"metric-DP ε per word [default: the preset's, {PRESETS[DEFAULT_PRESET].epsilon:g}]",
-           f"a measured ε (private {PRESETS['private'].epsilon:g}, balanced {PRESETS['balanced'].epsilon:g}, "
-           f"utility {PRESETS['utility'].epsilon:g}; see `lac client calibrate`) [default: {DEFAULT_PRESET}]")
-    pr.add_argument("--max-words", type=positive(int), default=None,
-                    help="L: most words per report (longer texts are truncated, or split with --long-text split)")
-    pr.add_argument("--long-text", choices=["truncate", "split"], default="truncate",
-                    help="a text longer than L words: keep its first L words, or split it into several reports")
-    pr.add_argument("--json", action="store_true",
-                    help="one JSON report per line, with its guarantees and embedding facts (metadata)")
+    pr = sub.add_parser(
+        "privatize",
+        help="print each line privatized (one output line per input line)",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    common(
+        pr,
+        f"metric-DP ε per word [default: the preset's, {PRESETS[DEFAULT_PRESET].epsilon:g}]",
+        f"a measured ε (private {PRESETS['private'].epsilon:g}, balanced {PRESETS['balanced'].epsilon:g}, "
+        f"utility {PRESETS['utility'].epsilon:g}; see `lac client calibrate`) [default: {DEFAULT_PRESET}]",
+    )
+    pr.add_argument(
+        "--max-words",
+        type=positive(int),
+        default=None,
+        help="L: most words per report (longer texts are truncated, or split with --long-text split)",
+    )
+    pr.add_argument(
+        "--long-text",
+        choices=["truncate", "split"],
+        default="truncate",
+        help="a text longer than L words: keep its first L words, or split it into several reports",
+    )
+    pr.add_argument(
+        "--json",
+        action="store_true",
+        help="one JSON report per line, with its guarantees and embedding facts (metadata)",
+    )
     pr.set_defaults(func=_reported(_privatize))
-    sm = sub.add_parser("submit", help="privatize each line and submit it as one report to a shuffler",
-                        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    common(sm, "metric-DP ε per word [default: the deployment's]",
-           "use the smaller of the deployment's ε and this preset's [default: the deployment's ε]")
-    sm.add_argument("--long-text", choices=["truncate", "split"], default="truncate",
-                    help="a text longer than the deployment's L words: keep its first L words, or split it into "
-                         "several reports (each one report of this client's quota per accounting window)")
+    sm = sub.add_parser(
+        "submit",
+        help="privatize each line and submit it as one report to a shuffler",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    common(
+        sm,
+        "metric-DP ε per word [default: the deployment's]",
+        "use the smaller of the deployment's ε and this preset's [default: the deployment's ε]",
+    )
+    sm.add_argument(
+        "--long-text",
+        choices=["truncate", "split"],
+        default="truncate",
+        help="a text longer than the deployment's L words: keep its first L words, or split it into "
+        "several reports (each one report of this client's quota per accounting window)",
+    )
     sm.add_argument("--server", default="127.0.0.1:50051", help="shuffler address host:port")
     hidden_alias(sm, "--shuffler", "server")
-    sm.add_argument("--timeout", type=positive(float), default=30.0,
-                    help="seconds each call to the shuffler may take")
-    sm.add_argument("--attempts", type=positive(int), default=5,
-                    help="calls per request before giving up on a transient failure (UNAVAILABLE, DEADLINE_EXCEEDED)")
+    sm.add_argument("--timeout", type=positive(float), default=30.0, help="seconds each call to the shuffler may take")
+    sm.add_argument(
+        "--attempts",
+        type=positive(int),
+        default=5,
+        help="calls per request before giving up on a transient failure (UNAVAILABLE, DEADLINE_EXCEEDED)",
+    )
     sm.add_argument("--curator-key", type=Path, help="the curator's public key (curator.pub from `lac keys curator`)")
     sm.add_argument("--ca", default="", help="CA certificate that signed the shuffler's TLS certificate")
     sm.add_argument("--cert", default="", help="client certificate (mTLS identity), optional")
     sm.add_argument("--key", default="", help="client certificate's key")
-    sm.add_argument("--token-file", type=Path,
-                    help="file holding this client's bearer token (or set LAC_CLIENT_TOKEN)")
-    sm.add_argument("--insecure", action="store_true",
-                    help="plaintext payloads and channel, no TLS: local demos only")
+    sm.add_argument("--token-file", type=Path, help="file holding this client's bearer token (or set LAC_CLIENT_TOKEN)")
+    sm.add_argument("--insecure", action="store_true", help="plaintext payloads and channel, no TLS: local demos only")
     sm.set_defaults(func=_reported(_submit))
 
-    ca = sub.add_parser("calibrate", help="audit plausible deniability (N_w, S_w) over ε and recommend ε",
-                        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    ca = sub.add_parser(
+        "calibrate",
+        help="audit plausible deniability (N_w, S_w) over ε and recommend ε",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
     ca.add_argument("--epsilons", default="5,10,15,20,25,30", help="comma-separated ε grid (per word)")
     ca.add_argument("--draws", type=positive(int), default=100, help="perturbations per audited word (K)")
-    ca.add_argument("--words", default=None,
-                    help="comma-separated words to audit (default: a uniform sample per frequency band)")
+    ca.add_argument(
+        "--words", default=None, help="comma-separated words to audit (default: a uniform sample per frequency band)"
+    )
     ca.add_argument("--per-band", type=positive(int), default=25, help="words sampled per frequency band")
-    ca.add_argument("--embedding", default="default",
-                    help="'default' (GloVe 6B 50d), a cached embedding directory or a GloVe/word2vec/fastText file")
-    ca.add_argument("--vocab-size", type=positive(int), default=50_000,
-                    help="vocabulary size (most frequent words)")
-    ca.add_argument("--mechanism", default="laplace", choices=["laplace", "truncated", "knn", "modulated"],
-                    help="perturbation mechanism to calibrate")
-    ca.add_argument("--tau", type=positive(float), default=None,
-                    help="truncated: admissible radius τ (default: median 10-NN distance)")
+    ca.add_argument(
+        "--embedding",
+        default="default",
+        help="'default' (GloVe 6B 50d), a cached embedding directory or a GloVe/word2vec/fastText file",
+    )
+    ca.add_argument("--vocab-size", type=positive(int), default=50_000, help="vocabulary size (most frequent words)")
+    ca.add_argument(
+        "--mechanism",
+        default="laplace",
+        choices=["laplace", "truncated", "knn", "modulated"],
+        help="perturbation mechanism to calibrate",
+    )
+    ca.add_argument(
+        "--tau",
+        type=positive(float),
+        default=None,
+        help="truncated: admissible radius τ (default: median 10-NN distance)",
+    )
     ca.add_argument("--k", type=positive(int), default=20, help="knn: number of nearest words kept")
     ca.add_argument("--target", type=float, default=0.5, help="recommend the largest ε with median N_w ≤ target")
     ca.add_argument("--seed", type=int, default=None, help="seed (for reproducible audits only; default OS CSPRNG)")
     ca.add_argument("--json", action="store_true", help="print the table as one JSON object")
     ca.set_defaults(func=_reported(_calibrate))
 
-    info = sub.add_parser("embedding-info", help="an embedding's id and exact diameter (what the curator publishes "
-                                                 "as embedding and word_distance_bound)")
-    info.add_argument("--embedding", default="default",
-                      help="'default' (GloVe 6B 50d), a cached embedding directory or a GloVe/word2vec/fastText file")
-    info.add_argument("--vocab-size", type=positive(int), default=50_000,
-                      help="vocabulary size (most frequent words)")
+    info = sub.add_parser(
+        "embedding-info",
+        help="an embedding's id and exact diameter (what the curator publishes as embedding and word_distance_bound)",
+    )
+    info.add_argument(
+        "--embedding",
+        default="default",
+        help="'default' (GloVe 6B 50d), a cached embedding directory or a GloVe/word2vec/fastText file",
+    )
+    info.add_argument("--vocab-size", type=positive(int), default=50_000, help="vocabulary size (most frequent words)")
     info.set_defaults(func=_reported(_embedding_info))
 
 
 def _reported(command: Command) -> Command:
     """``command`` with the SDK's errors as one line on stderr and exit code 2 (``lac.common.cli``)."""
+
     @functools.wraps(command)
     def run(args: argparse.Namespace) -> int:
         try:
             return command(args)
         except LacClientError as e:
             raise SystemExit(f"error: {type(e).__name__}: {e}") from None
+
     return run
 
 
@@ -153,15 +211,19 @@ def _localize(args: argparse.Namespace, deployment: Deployment | None = None) ->
     calibrated = args.epsilon is None and epsilon == preset.epsilon
     mech = mechanism_factory(args.mechanism, emb, tau=args.tau, k=args.k)(epsilon)
     if deployment is None and getattr(args, "max_words", None):
-        deployment = Deployment(mechanism=mech.name, epsilon_per_word=epsilon, embedding=emb.name,
-                                word_distance_bound=mech.local_epsilon(1, emb.diameter()) / epsilon,
-                                max_report_words=args.max_words)
+        deployment = Deployment(
+            mechanism=mech.name,
+            epsilon_per_word=epsilon,
+            embedding=emb.name,
+            word_distance_bound=mech.local_epsilon(1, emb.diameter()) / epsilon,
+            max_report_words=args.max_words,
+        )
     localizer = Localizer(emb, mech, deployment=deployment, long_text=args.long_text, calibrated=calibrated)
     print(f"nearest-word search: exact, {localizer.search_backend} backend", file=sys.stderr)
     bar = Progress("privatizing", len(lines))
     reports = []
     for i in range(0, len(lines), 256):
-        reports.extend(localizer.privatize_many(lines[i:i + 256]))
+        reports.extend(localizer.privatize_many(lines[i : i + 256]))
         bar.update(min(256, len(lines) - i))
     bar.close()
     return reports
@@ -170,9 +232,20 @@ def _localize(args: argparse.Namespace, deployment: Deployment | None = None) ->
 def _privatize(args: argparse.Namespace) -> int:
     for r in _localize(args):
         if args.json:
-            print(json.dumps({"sentences": r.sentences, "n_words": r.n_words, "mechanism": r.mechanism,
-                              "epsilon_per_word": r.epsilon_per_word, "embedding": r.embedding,
-                              "statement": r.statement, "metadata": r.metadata}, ensure_ascii=False))
+            print(
+                json.dumps(
+                    {
+                        "sentences": r.sentences,
+                        "n_words": r.n_words,
+                        "mechanism": r.mechanism,
+                        "epsilon_per_word": r.epsilon_per_word,
+                        "embedding": r.embedding,
+                        "statement": r.statement,
+                        "metadata": r.metadata,
+                    },
+                    ensure_ascii=False,
+                )
+            )
         else:
             print(" ".join(" ".join(s) for s in r.sentences))
     return 0
@@ -201,15 +274,18 @@ def _calibrate(args: argparse.Namespace) -> int:
         bands = cal.default_bands(emb.size)
         ids, band_of = cal.choose_words(emb, args.per_band, rng, bands)
     factory = cal.mechanism_factory(args.mechanism, emb, tau=args.tau, k=args.k)
-    rows = cal.calibrate(emb, factory, epsilons, ids, args.draws, rng, bands=bands, band_of=band_of,
-                         report_words=bool(args.words))
+    rows = cal.calibrate(
+        emb, factory, epsilons, ids, args.draws, rng, bands=bands, band_of=band_of, report_words=bool(args.words)
+    )
     rec = cal.recommend(rows, args.target)
     if args.json:
-        print(cal.to_json(rows, embedding=emb, mechanism=args.mechanism, draws=args.draws,
-                          target=args.target, recommended=rec))
+        print(
+            cal.to_json(
+                rows, embedding=emb, mechanism=args.mechanism, draws=args.draws, target=args.target, recommended=rec
+            )
+        )
         return 0
-    print(f"{_describe(emb)}; mechanism {args.mechanism}; "
-          f"{len(ids)} words x {args.draws} draws")
+    print(f"{_describe(emb)}; mechanism {args.mechanism}; {len(ids)} words x {args.draws} draws")
     print(cal.format_table(rows, args.draws))
     if rec is None:
         print(f"no ε in the grid has median N_w <= {args.target:g}; try smaller values")
@@ -244,8 +320,9 @@ def _submit(args: argparse.Namespace) -> int:
         raise SystemExit(f"error: {e}") from None
     key = CuratorPublicKey.load(args.curator_key) if args.curator_key else None
     token = args.token_file.read_text().strip() if args.token_file else os.environ.get("LAC_CLIENT_TOKEN")
-    with ShufflerClient(args.server, key, channel_tls, token=token, insecure=args.insecure, timeout=args.timeout,
-                        attempts=args.attempts) as client:
+    with ShufflerClient(
+        args.server, key, channel_tls, token=token, insecure=args.insecure, timeout=args.timeout, attempts=args.attempts
+    ) as client:
         deployment = client.deployment()
         if args.insecure:  # once the shuffler answered, so that a failure to reach it stays one line
             print("WARNING: --insecure: reports travel in plaintext without TLS; local demos only", file=sys.stderr)

@@ -23,10 +23,10 @@ from typing import Any
 
 import numpy as np
 
-from lac.common.paths import data_dir
-from lac.common.text import words as tokenize_words
 from lac.client.errors import DeploymentMismatch, EmbeddingUnavailable
 from lac.client.nearest import farthest_pair, sqdist64
+from lac.common.paths import data_dir
+from lac.common.text import words as tokenize_words
 
 StrPath = str | os.PathLike[str]
 FORMAT = "lac-embedding/1"
@@ -42,8 +42,11 @@ def glove_install_command() -> str:
     """The exact pip command that installs the default embedding (the ``lac-client[glove]`` extra)."""
     reqs = list(GLOVE_REQUIREMENTS)
     try:
-        found = [r.split(";")[0].strip() for r in importlib.metadata.requires("lac-client") or ()
-                 if r.partition(";")[2].replace(" ", "").replace("'", '"') == 'extra=="glove"']
+        found = [
+            r.split(";")[0].strip()
+            for r in importlib.metadata.requires("lac-client") or ()
+            if r.partition(";")[2].replace(" ", "").replace("'", '"') == 'extra=="glove"'
+        ]
         reqs = found or reqs
     except importlib.metadata.PackageNotFoundError:
         pass
@@ -174,8 +177,9 @@ def load(path: StrPath) -> Embedding:
         raise EmbeddingCacheError(f"{path}: unknown format {meta.get('format')!r}, expected {FORMAT!r}")
     for f, digest in meta["sha256"].items():
         if _sha256(path / f) != digest:
-            raise EmbeddingCacheError(f"{path / f} does not match its SHA-256 in meta.json; "
-                                      f"delete {path} to rebuild it")
+            raise EmbeddingCacheError(
+                f"{path / f} does not match its SHA-256 in meta.json; delete {path} to rebuild it"
+            )
     text = (path / "words.txt").read_text(encoding="utf-8")
     vocab = tuple(text.split("\n")[:-1]) if text.endswith("\n") else tuple(text.split("\n"))
     vectors = np.load(path / "vectors.npy", mmap_mode="r", allow_pickle=False)
@@ -188,8 +192,10 @@ def load(path: StrPath) -> Embedding:
 
 
 def _glove_unavailable(what: str) -> EmbeddingUnavailable:
-    return EmbeddingUnavailable(f"the default embedding (GloVe 6B 50d) needs {what}, which is not installed; "
-                                f"install the lac-client[glove] extra: {glove_install_command()}")
+    return EmbeddingUnavailable(
+        f"the default embedding (GloVe 6B 50d) needs {what}, which is not installed; "
+        f"install the lac-client[glove] extra: {glove_install_command()}"
+    )
 
 
 def _word_column(table: Any) -> str:
@@ -240,10 +246,15 @@ def build_glove(vocab_size: int) -> Embedding:
     if vectors.dtype != np.float32:
         raise EmbeddingUnavailable(f"GloVe vectors are {vectors.dtype}, expected float32")
     return Embedding(
-        name=f"glove-6b-50d/{vocab_size}", words=tuple(kept), vectors=vectors,
-        source=(f"GloVe 6B 50d (Pennington, Socher & Manning 2014) from the PyPI wheel {GLOVE_DIST}=={version}; "
-                f"first {vocab_size} rows in GloVe frequency order whose token is a single lac.common.text token"),
-        license="PDDL-1.0")
+        name=f"glove-6b-50d/{vocab_size}",
+        words=tuple(kept),
+        vectors=vectors,
+        source=(
+            f"GloVe 6B 50d (Pennington, Socher & Manning 2014) from the PyPI wheel {GLOVE_DIST}=={version}; "
+            f"first {vocab_size} rows in GloVe frequency order whose token is a single lac.common.text token"
+        ),
+        license="PDDL-1.0",
+    )
 
 
 def glove_default(vocab_size: int = 50_000, *, cache_dir: StrPath | None = None) -> Embedding:
@@ -264,11 +275,13 @@ def by_name(name: str, *, cache_dir: StrPath | None = None) -> Embedding:
     """The embedding a deployment names by id: ``glove-6b-50d/<vocab size>`` is the only family
     the SDK builds by itself; any other id raises ``DeploymentMismatch`` (load that embedding
     yourself, e.g. with ``open_embedding(path)``, and pass it in)."""
-    size = name[len(GLOVE_ID_PREFIX):] if name.startswith(GLOVE_ID_PREFIX) else ""
+    size = name[len(GLOVE_ID_PREFIX) :] if name.startswith(GLOVE_ID_PREFIX) else ""
     if not (size.isdigit() and size == str(int(size)) and int(size) >= 1):
-        raise DeploymentMismatch(f"the deployment uses embedding {name!r}, which the SDK cannot load by name (it "
-                                 f"builds only {GLOVE_ID_PREFIX}<vocab size>); load it yourself (e.g. "
-                                 f"lac.client.open_embedding(path)) and pass embedding=...")
+        raise DeploymentMismatch(
+            f"the deployment uses embedding {name!r}, which the SDK cannot load by name (it "
+            f"builds only {GLOVE_ID_PREFIX}<vocab size>); load it yourself (e.g. "
+            f"lac.client.open_embedding(path)) and pass embedding=..."
+        )
     return glove_default(int(size), cache_dir=cache_dir)
 
 

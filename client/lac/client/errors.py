@@ -30,19 +30,34 @@ from typing import Any
 # ``_Metadatum`` (at run time a (key, value) namedtuple), hence ``Any`` where both must agree.
 Metadata = tuple[tuple[str, str | bytes], ...]
 
-__all__ = ["LacClientError", "RetryableError", "QuotaExceeded", "NotRetryableError", "AuthenticationError",
-           "InvalidReportError", "DeploymentMismatch", "EmbeddingUnavailable", "error_class_for_status"]
+__all__ = [
+    "LacClientError",
+    "RetryableError",
+    "QuotaExceeded",
+    "NotRetryableError",
+    "AuthenticationError",
+    "InvalidReportError",
+    "DeploymentMismatch",
+    "EmbeddingUnavailable",
+    "error_class_for_status",
+]
 
 
 class LacClientError(Exception):
     """Base of every error the client SDK raises on purpose."""
 
-    def __init__(self, message: str, *, status_code: Any = None, status_details: str = "",
-                 trailing: Iterable[tuple[str, str | bytes]] = ()) -> None:
+    def __init__(
+        self,
+        message: str,
+        *,
+        status_code: Any = None,
+        status_details: str = "",
+        trailing: Iterable[tuple[str, str | bytes]] = (),
+    ) -> None:
         super().__init__(message)
-        self.status_code = status_code          # grpc.StatusCode, or None for a local error
-        self.status_details = status_details    # the server's message
-        self.trailing = tuple(trailing)         # the server's trailing metadata: (key, value) pairs
+        self.status_code = status_code  # grpc.StatusCode, or None for a local error
+        self.status_details = status_details  # the server's message
+        self.trailing = tuple(trailing)  # the server's trailing metadata: (key, value) pairs
 
     # grpc.Call-style accessors, so ``except grpc.RpcError as e: e.code()`` code keeps working.
     def code(self) -> Any:

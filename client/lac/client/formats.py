@@ -163,8 +163,9 @@ def _read_text(path: Path, has_header: bool, limit: int | None, encoding: str, e
     if col is None:  # GloVe text without a single non-blank line
         raise EmbeddingFormatError(f"{path}: no vectors found")
     if header is not None and limit is None and len(col.words) + col.duplicates != header[0]:
-        raise EmbeddingFormatError(f"{path}: header announces {header[0]} words, file holds "
-                                   f"{len(col.words) + col.duplicates}")
+        raise EmbeddingFormatError(
+            f"{path}: header announces {header[0]} words, file holds {len(col.words) + col.duplicates}"
+        )
     return col
 
 
@@ -181,7 +182,7 @@ def _read_bin(path: Path, limit: int | None, encoding: str, errors: str) -> _Col
     words: list[str] = []
     rows: list[np.ndarray] = []
     while n < size and not col.full:
-        while pos < len(data) and data[pos:pos + 1] in (b"\n", b"\r"):
+        while pos < len(data) and data[pos : pos + 1] in (b"\n", b"\r"):
             pos += 1
         end = data.find(b" ", pos)
         if end < 0 or end + 1 + nbytes > len(data):
@@ -203,8 +204,15 @@ def _read_bin(path: Path, limit: int | None, encoding: str, errors: str) -> _Col
     return col
 
 
-def read_vectors(path: StrPath, fmt: str = "auto", vocab_size: int | None = None, *, name: str | None = None,
-                 encoding: str = "utf-8", errors: str = "strict") -> Embedding:
+def read_vectors(
+    path: StrPath,
+    fmt: str = "auto",
+    vocab_size: int | None = None,
+    *,
+    name: str | None = None,
+    encoding: str = "utf-8",
+    errors: str = "strict",
+) -> Embedding:
     """Read ``path`` into an in-memory ``Embedding`` (first ``vocab_size`` distinct words)."""
     path = Path(path)
     limit = _check_vocab_size(vocab_size)
@@ -221,9 +229,12 @@ def read_vectors(path: StrPath, fmt: str = "auto", vocab_size: int | None = None
     vectors = col.matrix()
     dup = f"; {col.duplicates} repeated words skipped (first occurrence kept)" if col.duplicates else ""
     return Embedding(
-        name=name or f"{path.name}/{len(col.words)}", words=tuple(col.words), vectors=vectors,
+        name=name or f"{path.name}/{len(col.words)}",
+        words=tuple(col.words),
+        vectors=vectors,
         source=f"{fmt} file {path.name}; first {len(col.words)} distinct words in file order, "
-               f"values as stored (not normalised){dup}")
+        f"values as stored (not normalised){dup}",
+    )
 
 
 def _file_key(path: Path) -> str:
@@ -232,8 +243,16 @@ def _file_key(path: Path) -> str:
     return h[:16]
 
 
-def load_vectors(path: StrPath, fmt: str = "auto", vocab_size: int | None = None, *, cache_dir: StrPath | None = None,
-                 name: str | None = None, encoding: str = "utf-8", errors: str = "strict") -> Embedding:
+def load_vectors(
+    path: StrPath,
+    fmt: str = "auto",
+    vocab_size: int | None = None,
+    *,
+    cache_dir: StrPath | None = None,
+    name: str | None = None,
+    encoding: str = "utf-8",
+    errors: str = "strict",
+) -> Embedding:
     """Like ``read_vectors`` but converted once into ``<cache_dir>/imported/<key>/<vocab_size>/``.
 
     ``cache_dir`` defaults to ``data_dir()/"embeddings"``; the key covers the file's resolved
@@ -261,6 +280,11 @@ def open_embedding(spec: str, vocab_size: int | None = 50_000, *, cache_dir: Str
             return emb
         _check_vocab_size(vocab_size)
         # Rows are assumed to be in frequency order (as every supported format stores them).
-        return Embedding(f"{emb.name}[:{vocab_size}]", emb.words[:vocab_size], emb.vectors[:vocab_size],
-                         source=f"{emb.source}; first {vocab_size} rows", license=emb.license)
+        return Embedding(
+            f"{emb.name}[:{vocab_size}]",
+            emb.words[:vocab_size],
+            emb.vectors[:vocab_size],
+            source=f"{emb.source}; first {vocab_size} rows",
+            license=emb.license,
+        )
     return load_vectors(p, vocab_size=vocab_size, cache_dir=cache_dir)

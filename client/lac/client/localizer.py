@@ -29,15 +29,15 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from lac.common.deployment import Deployment
-from lac.common.privacy import Adjacency, Guarantee, Model, PrivacyUnit
-from lac.common.rng import RandomSource, secure_generator
-from lac.common.text import sentences as split_sentences
 from lac.client.embedding import Embedding, by_name
 from lac.client.errors import DeploymentMismatch
 from lac.client.mechanisms import LocalMechanism, MultivariateLaplace, RowArray
 from lac.client.nearest import NearestIndex
 from lac.client.presets import CALIBRATED_RANGE, DEFAULT_PRESET, PRESETS, Preset, get_preset
+from lac.common.deployment import Deployment
+from lac.common.privacy import Adjacency, Guarantee, Model, PrivacyUnit
+from lac.common.rng import RandomSource, secure_generator
+from lac.common.text import sentences as split_sentences
 
 log = logging.getLogger(__name__)
 _warned: set[str] = set()
@@ -48,10 +48,13 @@ def _warn_once(key: str, message: str) -> None:
         _warned.add(key)
         log.warning(message)
 
+
 OOV = -1  # row id standing for "out of vocabulary" (perturbed from the centroid)
-OOV_STATEMENT = ("out-of-vocabulary words are all perturbed from the embedding's centroid (a fixed public "
-                 "point), never passed through, so they are mutually indistinguishable and, against a "
-                 "vocabulary word w, protected at ε·d(centroid, w).")
+OOV_STATEMENT = (
+    "out-of-vocabulary words are all perturbed from the embedding's centroid (a fixed public "
+    "point), never passed through, so they are mutually indistinguishable and, against a "
+    "vocabulary word w, protected at ε·d(centroid, w)."
+)
 _CHUNK = 1 << 16  # words per noise + nearest-neighbour pass (bounds memory, not speed)
 
 
@@ -114,9 +117,16 @@ class Localizer:
     points to ``lac client calibrate``, unless ``calibrated=True`` says ε was chosen on purpose.
     """
 
-    def __init__(self, embedding: Embedding, mechanism: LocalMechanism,
-                 rng: RandomSource | None = None, deployment: Deployment | None = None,
-                 long_text: str = "truncate", *, calibrated: bool = False) -> None:
+    def __init__(
+        self,
+        embedding: Embedding,
+        mechanism: LocalMechanism,
+        rng: RandomSource | None = None,
+        deployment: Deployment | None = None,
+        long_text: str = "truncate",
+        *,
+        calibrated: bool = False,
+    ) -> None:
         self.embedding = embedding
         self.mechanism = mechanism
         self.rng: RandomSource = rng if rng is not None else secure_generator()
@@ -131,9 +141,16 @@ class Localizer:
             self._warn_if_uncalibrated()
 
     @classmethod
-    def from_preset(cls, preset: str | Preset = DEFAULT_PRESET, *, embedding: Embedding | None = None,
-                    rng: RandomSource | None = None, deployment: Deployment | None = None,
-                    long_text: str = "truncate", cache_dir: str | PathLike[str] | None = None) -> Localizer:
+    def from_preset(
+        cls,
+        preset: str | Preset = DEFAULT_PRESET,
+        *,
+        embedding: Embedding | None = None,
+        rng: RandomSource | None = None,
+        deployment: Deployment | None = None,
+        long_text: str = "truncate",
+        cache_dir: str | PathLike[str] | None = None,
+    ) -> Localizer:
         """A multivariate Laplace Localizer with the ε of ``preset`` ("private", "balanced" or
         "utility"; see ``lac.client.presets`` for how they were measured) over the preset's
         embedding (GloVe 6B 50d, 50,000 words; built once into the cache, needs the
@@ -141,16 +158,27 @@ class Localizer:
         p = get_preset(preset)
         emb = embedding if embedding is not None else by_name(p.embedding, cache_dir=cache_dir)
         if emb.name != p.embedding:
-            _warn_once("preset-embedding", f"preset {p.name!r} (ε = {p.epsilon:g}) was measured on {p.embedding}, not "
-                                           f"{emb.name}: check ε for it with `lac client calibrate --embedding ...`")
-        return cls(emb, MultivariateLaplace(p.epsilon), rng=rng, deployment=deployment, long_text=long_text,
-                   calibrated=True)
+            _warn_once(
+                "preset-embedding",
+                f"preset {p.name!r} (ε = {p.epsilon:g}) was measured on {p.embedding}, not "
+                f"{emb.name}: check ε for it with `lac client calibrate --embedding ...`",
+            )
+        return cls(
+            emb, MultivariateLaplace(p.epsilon), rng=rng, deployment=deployment, long_text=long_text, calibrated=True
+        )
 
     @classmethod
-    def for_deployment(cls, deployment: Deployment, preset: str | Preset | None = DEFAULT_PRESET, *,
-                       embedding: Embedding | None = None, rng: RandomSource | None = None,
-                       long_text: str = "truncate", cache_dir: str | PathLike[str] | None = None,
-                       calibrated: bool = False) -> Localizer:
+    def for_deployment(
+        cls,
+        deployment: Deployment,
+        preset: str | Preset | None = DEFAULT_PRESET,
+        *,
+        embedding: Embedding | None = None,
+        rng: RandomSource | None = None,
+        long_text: str = "truncate",
+        cache_dir: str | PathLike[str] | None = None,
+        calibrated: bool = False,
+    ) -> Localizer:
         """A Localizer the curator's ``deployment`` accepts: its mechanism (multivariate Laplace),
         its embedding (loaded by id unless ``embedding`` is given) and L words per report, with
         ε = the smaller of the deployment's largest ε and the preset's (``preset=None``: the
@@ -160,20 +188,29 @@ class Localizer:
         (build ``Localizer(embedding, mechanism, deployment=...)`` yourself), when its embedding id
         is not one the SDK can load, or when ``embedding`` is not the deployment's."""
         if deployment.mechanism != MultivariateLaplace.name:
-            raise DeploymentMismatch(f"the deployment uses mechanism {deployment.mechanism}; for_deployment builds "
-                                     f"{MultivariateLaplace.name} Localizers: construct Localizer(embedding, "
-                                     f"mechanism, deployment=deployment) with that mechanism instead")
+            raise DeploymentMismatch(
+                f"the deployment uses mechanism {deployment.mechanism}; for_deployment builds "
+                f"{MultivariateLaplace.name} Localizers: construct Localizer(embedding, "
+                f"mechanism, deployment=deployment) with that mechanism instead"
+            )
         if embedding is not None and embedding.name != deployment.embedding:
-            raise DeploymentMismatch(f"embedding {embedding.name} given, but the deployment uses "
-                                     f"{deployment.embedding}")
+            raise DeploymentMismatch(
+                f"embedding {embedding.name} given, but the deployment uses {deployment.embedding}"
+            )
         epsilon = deployment.epsilon_per_word
         if preset is not None:
             p = get_preset(preset)
             if p.epsilon < epsilon:
                 epsilon, calibrated = p.epsilon, True
         emb = embedding if embedding is not None else by_name(deployment.embedding, cache_dir=cache_dir)
-        return cls(emb, MultivariateLaplace(epsilon), rng=rng, deployment=deployment, long_text=long_text,
-                   calibrated=calibrated)
+        return cls(
+            emb,
+            MultivariateLaplace(epsilon),
+            rng=rng,
+            deployment=deployment,
+            long_text=long_text,
+            calibrated=calibrated,
+        )
 
     def _warn_if_uncalibrated(self) -> None:
         mech, emb = self.mechanism, self.embedding
@@ -182,12 +219,18 @@ class Localizer:
         lo, hi = CALIBRATED_RANGE
         if lo <= mech.epsilon <= hi:
             return
-        effect = ("most words come out unchanged (at ε = 15 the median word is kept in 98% of draws)"
-                  if mech.epsilon > hi else "nearly every word becomes an unrelated word (at ε = 3 no word is kept)")
-        _warn_once("uncalibrated", f"ε = {mech.epsilon:g} per word over {emb.name} is outside the calibrated range "
-                                   f"{lo:g}-{hi:g}: {effect}. Choose ε with `lac client calibrate`, or use "
-                                   f"Localizer.from_preset('private'|'balanced'|'utility'); pass calibrated=True "
-                                   f"to keep ε = {mech.epsilon:g} without this warning.")
+        effect = (
+            "most words come out unchanged (at ε = 15 the median word is kept in 98% of draws)"
+            if mech.epsilon > hi
+            else "nearly every word becomes an unrelated word (at ε = 3 no word is kept)"
+        )
+        _warn_once(
+            "uncalibrated",
+            f"ε = {mech.epsilon:g} per word over {emb.name} is outside the calibrated range "
+            f"{lo:g}-{hi:g}: {effect}. Choose ε with `lac client calibrate`, or use "
+            f"Localizer.from_preset('private'|'balanced'|'utility'); pass calibrated=True "
+            f"to keep ε = {mech.epsilon:g} without this warning.",
+        )
 
     def _check(self, d: Deployment) -> None:
         """DeploymentMismatch (a ValueError) unless reports of this Localizer satisfy the published deployment ``d``."""
@@ -200,8 +243,10 @@ class Localizer:
         if emb.name != d.embedding:
             problems.append(f"embedding {emb.name} (the deployment uses {d.embedding})")
         if mech.local_epsilon(1, self.diameter) > mech.epsilon * d.word_distance_bound * (1 + 1e-9):
-            problems.append(f"a per-word distance bound of {mech.local_epsilon(1, self.diameter) / mech.epsilon:.6g} "
-                            f"(the deployment publishes {d.word_distance_bound:.6g})")
+            problems.append(
+                f"a per-word distance bound of {mech.local_epsilon(1, self.diameter) / mech.epsilon:.6g} "
+                f"(the deployment publishes {d.word_distance_bound:.6g})"
+            )
         if problems:
             raise DeploymentMismatch("this Localizer does not match the curator's deployment: " + "; ".join(problems))
 
@@ -231,12 +276,12 @@ class Localizer:
         out = np.empty(ids.size, dtype=np.int64)
         vectors, dim = self.embedding.vectors, self.embedding.dim
         for s in range(0, ids.size, _CHUNK):
-            chunk = ids[s:s + _CHUNK]
+            chunk = ids[s : s + _CHUNK]
             known = chunk != OOV
             points = np.empty((chunk.size, dim), dtype=np.float64)
             points[known] = vectors[chunk[known]]
             points[~known] = self.embedding.centroid
-            out[s:s + _CHUNK] = self.mechanism.sample_outputs(points, self._index.query, self.rng)
+            out[s : s + _CHUNK] = self.mechanism.sample_outputs(points, self._index.query, self.rng)
         return out
 
     def local_epsilon(self, n_words: int) -> float:
@@ -250,29 +295,42 @@ class Localizer:
     def composition(self, n_words: int) -> str:
         """Per-report composition: ℓ words, each ε·d_X-private with independent randomness."""
         n, eps, dx = int(n_words), self.mechanism.epsilon, self.metric()
-        return (f"Report of ℓ = {n} words, each perturbed independently with ε = {eps:g} per word under "
-                f"d_X = {dx}: ℓ words ⇒ ℓ·ε = {n * eps:g}. For texts x, x' of the same length ℓ and every "
-                f"output y, Pr[M(x)=y] ≤ exp(ε·Σᵢ d_X(xᵢ,x'ᵢ))·Pr[M(x')=y] ≤ exp(ℓ·ε·maxᵢ d_X(xᵢ,x'ᵢ))·Pr[M(x')=y]. "
-                f"The budget grows with the length of the text; ε is not a per-document guarantee.")
+        return (
+            f"Report of ℓ = {n} words, each perturbed independently with ε = {eps:g} per word under "
+            f"d_X = {dx}: ℓ words ⇒ ℓ·ε = {n * eps:g}. For texts x, x' of the same length ℓ and every "
+            f"output y, Pr[M(x)=y] ≤ exp(ε·Σᵢ d_X(xᵢ,x'ᵢ))·Pr[M(x')=y] ≤ exp(ℓ·ε·maxᵢ d_X(xᵢ,x'ᵢ))·Pr[M(x')=y]. "
+            f"The budget grows with the length of the text; ε is not a per-document guarantee."
+        )
 
     def bag_statement(self, n_words: int) -> str:
         """Earth Mover's guarantee for bags of words of equal size (seed 003, Theorem 3.1)."""
         n, dx = int(n_words), self.metric()
-        return (f"As a bag of words (order forgotten), against any other bag b' of the same size ℓ = {n}: "
-                f"Pr[M(b) ∈ Z] ≤ exp(ℓ·ε·E(b,b'))·Pr[M(b') ∈ Z] for every set Z of output bags, with E the "
-                f"Earth Mover's metric over d_X = {dx} (each word of mass 1/ℓ), so ℓ·E(b,b') = min over "
-                f"one-to-one matchings σ of Σᵢ d_X(bᵢ, b'_σ(i)) (Fernandes, Dras & McIver, Thm 3.1: εℓE-privacy "
-                f"for bags of equal size). Bags of different sizes are distinguishable by their size.")
+        return (
+            f"As a bag of words (order forgotten), against any other bag b' of the same size ℓ = {n}: "
+            f"Pr[M(b) ∈ Z] ≤ exp(ℓ·ε·E(b,b'))·Pr[M(b') ∈ Z] for every set Z of output bags, with E the "
+            f"Earth Mover's metric over d_X = {dx} (each word of mass 1/ℓ), so ℓ·E(b,b') = min over "
+            f"one-to-one matchings σ of Σᵢ d_X(bᵢ, b'_σ(i)) (Fernandes, Dras & McIver, Thm 3.1: εℓE-privacy "
+            f"for bags of equal size). Bags of different sizes are distinguishable by their size."
+        )
 
     def guarantee(self, n_words: int) -> Guarantee:
         """The typed guarantee of a report of ``n_words`` words: ε·d metric DP per word, with
         the report's composition, the bag-of-words statement and the embedding in its details."""
         emb, mech = self.embedding, self.mechanism
         return Guarantee(
-            Model.METRIC_LOCAL, mech.epsilon, 0.0, PrivacyUnit.word(), Adjacency.REPLACE,
+            Model.METRIC_LOCAL,
+            mech.epsilon,
+            0.0,
+            PrivacyUnit.word(),
+            Adjacency.REPLACE,
             f"{mech.name} over {emb.name}: {emb.size} words, d = {emb.dim}, diameter {self.diameter:.6g}",
-            details=(mech.statement(n_words, diameter=self.diameter), self.composition(n_words),
-                     self.bag_statement(n_words), OOV_STATEMENT))
+            details=(
+                mech.statement(n_words, diameter=self.diameter),
+                self.composition(n_words),
+                self.bag_statement(n_words),
+                OOV_STATEMENT,
+            ),
+        )
 
     def statement(self, n_words: int) -> str:
         """The guarantee of a report of ``n_words`` words, in words."""
@@ -282,10 +340,18 @@ class Localizer:
         """Everything a report states about its privacy, as JSON-able fields."""
         emb = self.embedding
         return {
-            "embedding": {"name": emb.name, "size": emb.size, "dim": emb.dim, "diameter": self.diameter,
-                          "source": emb.source, "license": emb.license},
-            "mechanism": self.mechanism.name, "epsilon_per_word": self.mechanism.epsilon,
-            "metric": self.metric(), "n_words": int(n_words),
+            "embedding": {
+                "name": emb.name,
+                "size": emb.size,
+                "dim": emb.dim,
+                "diameter": self.diameter,
+                "source": emb.source,
+                "license": emb.license,
+            },
+            "mechanism": self.mechanism.name,
+            "epsilon_per_word": self.mechanism.epsilon,
+            "metric": self.metric(),
+            "n_words": int(n_words),
             "per_word_guarantee": self.mechanism.statement(n_words, diameter=self.diameter),
             "report_composition": self.composition(n_words),
             "report_epsilon_times_max_distance": int(n_words) * self.mechanism.epsilon,
@@ -309,15 +375,23 @@ class Localizer:
         mech = self.mechanism
         for sents in reports_words:
             n = sum(len(s) for s in sents)
-            rows = out_rows[pos:pos + n]
+            rows = out_rows[pos : pos + n]
             perturbed, k = [], 0
             for s in sents:
-                perturbed.append(tuple(words_out[r] for r in rows[k:k + len(s)]))
+                perturbed.append(tuple(words_out[r] for r in rows[k : k + len(s)]))
                 k += len(s)
             pos += n
-            reports.append(PrivatizedReport(
-                sentences=tuple(perturbed), n_words=n, mechanism=mech.name, epsilon_per_word=mech.epsilon,
-                embedding=self.embedding.name, guarantee=self.guarantee(n), metadata=self.metadata(n)))
+            reports.append(
+                PrivatizedReport(
+                    sentences=tuple(perturbed),
+                    n_words=n,
+                    mechanism=mech.name,
+                    epsilon_per_word=mech.epsilon,
+                    embedding=self.embedding.name,
+                    guarantee=self.guarantee(n),
+                    metadata=self.metadata(n),
+                )
+            )
         return reports
 
     def privatize(self, text: str) -> PrivatizedReport:
@@ -325,6 +399,8 @@ class Localizer:
         in "split" mode a longer text is an error here: use ``privatize_many``)."""
         reports = self.privatize_many([text])
         if len(reports) != 1:
-            raise ValueError(f"the text has more than {self.max_words} words and this Localizer splits long texts: "
-                             f"use privatize_many, which returns one report per part")
+            raise ValueError(
+                f"the text has more than {self.max_words} words and this Localizer splits long texts: "
+                f"use privatize_many, which returns one report per part"
+            )
         return reports[0]

@@ -119,8 +119,11 @@ class MultivariateLaplace:
         """The guarantee, per word and composed over a report of ``n_words`` words."""
         n = _check_count("n_words", n_words)
         eps = self.epsilon
-        worst = (f"ε0 = n·ε·diam = {n}·{eps:g}·{diameter:.6g} = {self.local_epsilon(n, diameter):.6g}"
-                 if diameter is not None else f"ε0 = {n}·{eps:g}·diam(vocabulary)")
+        worst = (
+            f"ε0 = n·ε·diam = {n}·{eps:g}·{diameter:.6g} = {self.local_epsilon(n, diameter):.6g}"
+            if diameter is not None
+            else f"ε0 = {n}·{eps:g}·diam(vocabulary)"
+        )
         return (
             f"Metric DP ({self.name}, noise density ∝ exp(-ε‖z‖), ε = {eps:g} per word; d = Euclidean "
             f"distance between word embeddings): for all words w, w' and every output y, "
@@ -128,4 +131,5 @@ class MultivariateLaplace:
             f"This report has n = {n} words, each perturbed with independent noise; for inputs x, x' "
             f"of the same length, Pr[M(x)=y] ≤ exp(ε·Σᵢ d(xᵢ,x'ᵢ))·Pr[M(x')=y] ≤ exp({n}·{eps:g}·maxᵢ d(xᵢ,x'ᵢ)); "
             f"worst case pure local DP with {worst}. The number of words and the sentence "
-            f"boundaries are not hidden.")
+            f"boundaries are not hidden."
+        )

@@ -43,9 +43,9 @@ import math
 import numpy as np
 import numpy.typing as npt
 
-from lac.common.rng import FloatArray
 from lac.client.embedding import Embedding
 from lac.client.truncated import VocabularyMechanism, default_tau
+from lac.common.rng import FloatArray
 
 _ENTRIES = 1 << 22
 
@@ -58,11 +58,11 @@ def kde_log_prior(embedding: Embedding, sigma: float, centres: int | None = None
     out = np.empty(v.shape[0])
     block = max(1, _ENTRIES // c.shape[0])
     for s in range(0, v.shape[0], block):
-        d2 = n2v[s:s + block, None] - 2.0 * (v[s:s + block] @ c.T) + n2c[None, :]
+        d2 = n2v[s : s + block, None] - 2.0 * (v[s : s + block] @ c.T) + n2c[None, :]
         np.maximum(d2, 0.0, out=d2)
         a = -d2 / (2.0 * sigma * sigma)
         m = a.max(axis=1)
-        out[s:s + block] = m + np.log(np.exp(a - m[:, None]).sum(axis=1))
+        out[s : s + block] = m + np.log(np.exp(a - m[:, None]).sum(axis=1))
     return out
 
 
@@ -71,8 +71,14 @@ class DensityModulated(VocabularyMechanism):
 
     name = "density-modulated"
 
-    def __init__(self, embedding: Embedding, epsilon: float, sigma: float | None = None,
-                 centres: int | None = 10_000, log_prior: np.ndarray | None = None):
+    def __init__(
+        self,
+        embedding: Embedding,
+        epsilon: float,
+        sigma: float | None = None,
+        centres: int | None = 10_000,
+        log_prior: np.ndarray | None = None,
+    ):
         super().__init__(embedding, epsilon)
         if log_prior is not None:
             lp = np.asarray(log_prior, dtype=np.float64)
@@ -100,13 +106,21 @@ class DensityModulated(VocabularyMechanism):
     def statement(self, n_words: int, diameter: float | None = None) -> str:
         """The guarantee, per word and composed over a report of ``n_words`` words."""
         n, eps = int(n_words), self.epsilon
-        prior = (f"Gaussian KDE over the first {self.centres or self.embedding.size} vocabulary words, "
-                 f"σ = {self.sigma:.6g}" if self.sigma is not None else "a given public prior")
-        worst = (f"ε0 = n·ε·diam = {n}·{eps:g}·{diameter:.6g} = {self.local_epsilon(n, diameter):.6g}"
-                 if diameter is not None else f"ε0 = {n}·{eps:g}·diam(vocabulary)")
-        return (f"Metric DP ({self.name}: exponential mechanism over the vocabulary with public prior μ "
-                f"({prior}), P(y|x) ∝ μ(y)·exp(-(ε/2)·d(x,y)), ε = {eps:g}; the 1/2 pays for the "
-                f"input-dependent normaliser, without it the guarantee would be 2ε): for all words w, w' "
-                f"and every output y, Pr[M(w)=y] ≤ exp(ε·d(w,w'))·Pr[M(w')=y], also against an adversary "
-                f"who knows μ. A report of n = {n} words composes additively; worst case pure local DP "
-                f"with {worst}. The number of words and the sentence boundaries are not hidden.")
+        prior = (
+            f"Gaussian KDE over the first {self.centres or self.embedding.size} vocabulary words, σ = {self.sigma:.6g}"
+            if self.sigma is not None
+            else "a given public prior"
+        )
+        worst = (
+            f"ε0 = n·ε·diam = {n}·{eps:g}·{diameter:.6g} = {self.local_epsilon(n, diameter):.6g}"
+            if diameter is not None
+            else f"ε0 = {n}·{eps:g}·diam(vocabulary)"
+        )
+        return (
+            f"Metric DP ({self.name}: exponential mechanism over the vocabulary with public prior μ "
+            f"({prior}), P(y|x) ∝ μ(y)·exp(-(ε/2)·d(x,y)), ε = {eps:g}; the 1/2 pays for the "
+            f"input-dependent normaliser, without it the guarantee would be 2ε): for all words w, w' "
+            f"and every output y, Pr[M(w)=y] ≤ exp(ε·d(w,w'))·Pr[M(w')=y], also against an adversary "
+            f"who knows μ. A report of n = {n} words composes additively; worst case pure local DP "
+            f"with {worst}. The number of words and the sentence boundaries are not hidden."
+        )

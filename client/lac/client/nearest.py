@@ -115,7 +115,7 @@ def reference_nearest_rows(points: np.ndarray, vectors: np.ndarray, block: int =
     v = np.asarray(vectors, dtype=np.float64)
     out = np.empty(len(p), dtype=np.int64)
     for s in range(0, len(p), block):
-        out[s:s + block] = np.argmin(sqdist64(p[s:s + block, None, :], v[None, :, :]), axis=1)
+        out[s : s + block] = np.argmin(sqdist64(p[s : s + block, None, :], v[None, :, :]), axis=1)
     return out
 
 
@@ -151,8 +151,10 @@ class NearestIndex:
         self._aug: dict[np.dtype[Any], np.ndarray] = {}
         fused = backend != "blas" and fused_available() and size < 2**31 - _LANES
         if backend == "fused" and not fused:
-            raise RuntimeError("the fused nearest-row kernel is not available here "
-                               "(not compiled at install, or the CPU lacks AVX2/FMA); use backend='blas'")
+            raise RuntimeError(
+                "the fused nearest-row kernel is not available here "
+                "(not compiled at install, or the CPU lacks AVX2/FMA); use backend='blas'"
+            )
         self.backend = "fused" if fused else "blas"
         if fused:
             self._panels, self._panel_norms = self._build_panels()
@@ -165,21 +167,21 @@ class NearestIndex:
         panels = np.zeros((npanels, self.dim, _LANES), dtype=np.float32)
         step = 1 << 12  # panels per copy: bounds the temporary
         for p0 in range(0, npanels, step):
-            rows = self.vectors[p0 * _LANES:min(p0 + step, npanels) * _LANES]
+            rows = self.vectors[p0 * _LANES : min(p0 + step, npanels) * _LANES]
             full = len(rows) // _LANES
             chunk = np.multiply(rows, -2.0, dtype=np.float32)  # exact: power-of-two scaling
-            panels[p0:p0 + full] = chunk[:full * _LANES].reshape(full, _LANES, self.dim).transpose(0, 2, 1)
+            panels[p0 : p0 + full] = chunk[: full * _LANES].reshape(full, _LANES, self.dim).transpose(0, 2, 1)
             if len(rows) % _LANES:
-                panels[p0 + full, :, :len(rows) % _LANES] = chunk[full * _LANES:].T
+                panels[p0 + full, :, : len(rows) % _LANES] = chunk[full * _LANES :].T
         norms = np.full(npanels * _LANES, np.inf, dtype=np.float32)
-        norms[:self.size] = self._n32
+        norms[: self.size] = self._n32
         return panels, norms
 
     def _augmented(self, dtype: np.dtype[Any]) -> np.ndarray:
         """Augmented rows [-2 v, ||v||^2] so one GEMM with [p, 1] yields the score directly."""
         if dtype not in self._aug:
             aug = np.empty((self.size, self.dim + 1), dtype=dtype)
-            np.multiply(self.vectors, -2.0, out=aug[:, :self.dim], casting="unsafe")  # exact scaling
+            np.multiply(self.vectors, -2.0, out=aug[:, : self.dim], casting="unsafe")  # exact scaling
             aug[:, self.dim] = self._n32
             self._aug[dtype] = aug
         return self._aug[dtype]
@@ -269,9 +271,17 @@ class NearestIndex:
         lane_second = np.full_like(lane_best, np.inf)
         lane_idx = np.zeros(lane_best.shape, dtype=np.int32)
         rc = kernel.lac_nearest_scan(
-            self._panels.ctypes.data, self._panel_norms.ctypes.data, self._panels.shape[0], self.dim,
-            packed.ctypes.data, nmicro, lane_best.ctypes.data, lane_second.ctypes.data,
-            lane_idx.ctypes.data, chunk)
+            self._panels.ctypes.data,
+            self._panel_norms.ctypes.data,
+            self._panels.shape[0],
+            self.dim,
+            packed.ctypes.data,
+            nmicro,
+            lane_best.ctypes.data,
+            lane_second.ctypes.data,
+            lane_idx.ctypes.data,
+            chunk,
+        )
         if rc != 0:
             raise RuntimeError(f"fused nearest-row kernel failed ({rc})")
         lane_best, lane_second, lane_idx = lane_best[:n], lane_second[:n], lane_idx[:n]
@@ -298,16 +308,16 @@ class NearestIndex:
         for start in range(0, m, block):
             stop = min(start + block, m)
             nb = stop - start
-            buf[:nb, :self.dim] = p[start:stop]
+            buf[:nb, : self.dim] = p[start:stop]
             pb = buf[:nb]
             rows = np.arange(nb)
-            best = np.full(nb, np.inf)     # smallest float32 score so far (held in float64)
-            second = np.full(nb, np.inf)   # smallest score of any other row that could matter
+            best = np.full(nb, np.inf)  # smallest float32 score so far (held in float64)
+            second = np.full(nb, np.inf)  # smallest score of any other row that could matter
             idx = np.zeros(nb, dtype=np.int64)
             mg = margin[start:stop]
             for t0 in range(0, self.size, tile):
                 t1 = min(t0 + tile, self.size)
-                sc = scores_buf[:nb, :t1 - t0]
+                sc = scores_buf[:nb, : t1 - t0]
                 np.matmul(pb, aug[t0:t1].T, out=sc)
                 # Single-threaded on purpose: splitting it over Python threads measured slower on
                 # 2 cores (likely because OpenBLAS's worker keeps spinning briefly after each GEMM).
@@ -343,7 +353,7 @@ class NearestIndex:
             stop = min(start + block, m)
             nb = stop - start
             pb = buf[:nb]
-            pb[:, :self.dim] = p[start:stop]
+            pb[:, : self.dim] = p[start:stop]
             scores = pb @ aug_t
             best = scores.argmin(axis=1)
             smin = scores[np.arange(nb), best].astype(np.float64)
@@ -365,8 +375,13 @@ class NearestIndex:
         return out
 
 
-def nearest_rows(points: np.ndarray, vectors: np.ndarray, norms2: np.ndarray | None = None,
-                 block: int | None = None, backend: str = "auto") -> np.ndarray:
+def nearest_rows(
+    points: np.ndarray,
+    vectors: np.ndarray,
+    norms2: np.ndarray | None = None,
+    block: int | None = None,
+    backend: str = "auto",
+) -> np.ndarray:
     """Exact Euclidean nearest row of ``vectors`` for each point (int64), ties to the lowest index.
 
     ``norms2`` (squared row norms, e.g. ``Embedding.norms2``) is optional.  ``block`` is the

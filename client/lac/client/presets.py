@@ -48,16 +48,21 @@ class Preset:
 
     def describe(self) -> str:
         """The preset in one line: ε, embedding and the measured N_w and S_w."""
-        return (f"preset {self.name!r}: ε = {self.epsilon:g} per word over {self.embedding} "
-                f"(measured median N_w {self.median_n_w:.2f} ≤ {self.target_n_w:g}, "
-                f"median S_w {self.median_s_w:g} of 100 draws)")
+        return (
+            f"preset {self.name!r}: ε = {self.epsilon:g} per word over {self.embedding} "
+            f"(measured median N_w {self.median_n_w:.2f} ≤ {self.target_n_w:g}, "
+            f"median S_w {self.median_s_w:g} of 100 draws)"
+        )
 
 
-PRESETS: dict[str, Preset] = {p.name: p for p in (
-    Preset("private", 5.0, median_n_w=0.07, median_s_w=90, target_n_w=0.1),
-    Preset("balanced", 8.0, median_n_w=0.465, median_s_w=44.5, target_n_w=0.5),
-    Preset("utility", 10.0, median_n_w=0.76, median_s_w=22, target_n_w=0.8),
-)}
+PRESETS: dict[str, Preset] = {
+    p.name: p
+    for p in (
+        Preset("private", 5.0, median_n_w=0.07, median_s_w=90, target_n_w=0.1),
+        Preset("balanced", 8.0, median_n_w=0.465, median_s_w=44.5, target_n_w=0.5),
+        Preset("utility", 10.0, median_n_w=0.76, median_s_w=22, target_n_w=0.8),
+    )
+}
 DEFAULT_PRESET = "balanced"
 
 # Outside [private, utility] on the default embedding the output is nearly random words (below)

@@ -34,15 +34,15 @@ from typing import TYPE_CHECKING, Any
 import grpc
 from google.protobuf.message import Message
 
+from lac.client import _grpc_errors
+from lac.client._grpc_errors import retry_after, trailing_of, wrap
+from lac.client.errors import LacClientError, Metadata
+from lac.client.presets import DEFAULT_PRESET, Preset
 from lac.common import envelope, tls
 from lac.common.deployment import Deployment
 from lac.common.envelope import CuratorPublicKey
 from lac.common.serde import deployment_from_proto, mechanism_id
 from lac.common.v1 import reports_pb2, shuffler_pb2, shuffler_pb2_grpc
-from lac.client import _grpc_errors
-from lac.client._grpc_errors import retry_after, trailing_of, wrap
-from lac.client.errors import LacClientError, Metadata
-from lac.client.presets import DEFAULT_PRESET, Preset
 
 if TYPE_CHECKING:
     from lac.client.localizer import Localizer, PrivatizedReport
@@ -71,7 +71,10 @@ def _replicas_disagree(why: str, refusal: LacClientError) -> LacClientError:
     return _grpc_errors.NotRetryableError(
         f"Shuffler.Submit failed: FAILED_PRECONDITION: the shuffler replicas disagree about this client's replica "
         f"({why}): their shard lists differ, tell the shuffler's operator. Last refusal: {refusal.status_details}",
-        status_code=refusal.status_code, status_details=refusal.status_details, trailing=refusal.trailing)
+        status_code=refusal.status_code,
+        status_details=refusal.status_details,
+        trailing=refusal.trailing,
+    )
 
 
 def report_content(report: PrivatizedReport) -> reports_pb2.ReportContent:
@@ -80,10 +83,14 @@ def report_content(report: PrivatizedReport) -> reports_pb2.ReportContent:
     return reports_pb2.ReportContent(
         report_id=os.urandom(envelope.REPORT_ID_BYTES),
         sentences=[reports_pb2.Sentence(tokens=list(s)) for s in report.sentences],
-        local_privacy=reports_pb2.LocalPrivacy(mechanism=mechanism_id(report.mechanism),  # type: ignore[arg-type]
-                                               # (the generated stub types enum fields as the enum class; the
-                                               # int id is what protobuf takes)
-                                               epsilon_per_word=report.epsilon_per_word, embedding=report.embedding))
+        local_privacy=reports_pb2.LocalPrivacy(
+            mechanism=mechanism_id(report.mechanism),  # type: ignore[arg-type]
+            # (the generated stub types enum fields as the enum class; the
+            # int id is what protobuf takes)
+            epsilon_per_word=report.epsilon_per_word,
+            embedding=report.embedding,
+        ),
+    )
 
 
 def client_report(report: PrivatizedReport, curator_key: CuratorPublicKey | None) -> shuffler_pb2.ClientReport:
@@ -104,12 +111,21 @@ class ShufflerClient:
     token's reports go to its own replica (``replica``), found and followed as the module says.
     """
 
-    def __init__(self, target: str, curator_key: CuratorPublicKey | None = None,
-                 tls_config: tls.ClientTls | None = None, token: str | None = None, insecure: bool = False,
-                 batch_size: int = 100, attempts: int = 5, timeout: float = 30.0) -> None:
+    def __init__(
+        self,
+        target: str,
+        curator_key: CuratorPublicKey | None = None,
+        tls_config: tls.ClientTls | None = None,
+        token: str | None = None,
+        insecure: bool = False,
+        batch_size: int = 100,
+        attempts: int = 5,
+        timeout: float = 30.0,
+    ) -> None:
         if not insecure and (curator_key is None or tls_config is None):
-            raise ValueError("ShufflerClient needs the curator's public key and TLS settings "
-                             "(or insecure=True for a local demo)")
+            raise ValueError(
+                "ShufflerClient needs the curator's public key and TLS settings (or insecure=True for a local demo)"
+            )
         self.curator_key = curator_key
         self.target = target
         self.tls_config = tls_config
@@ -126,10 +142,18 @@ class ShufflerClient:
         self._lock = threading.Lock()
 
     @classmethod
-    def connect(cls, address: str, *, curator_key: str | os.PathLike[str] | CuratorPublicKey | None = None,
-                ca: str | os.PathLike[str] | None = None, token: str | None = None,
-                cert: str | os.PathLike[str] | None = None, key: str | os.PathLike[str] | None = None,
-                insecure: bool = False, **options: Any) -> ShufflerClient:
+    def connect(
+        cls,
+        address: str,
+        *,
+        curator_key: str | os.PathLike[str] | CuratorPublicKey | None = None,
+        ca: str | os.PathLike[str] | None = None,
+        token: str | None = None,
+        cert: str | os.PathLike[str] | None = None,
+        key: str | os.PathLike[str] | None = None,
+        insecure: bool = False,
+        **options: Any,
+    ) -> ShufflerClient:
         """A client of the shuffler at ``address`` ("host:port") from files: ``curator_key`` (the
         curator's ``curator.pub``, or a loaded ``CuratorPublicKey``), ``ca`` (the CA that signed
         the shuffler's certificate), optionally ``cert``/``key`` for mutual TLS, and the bearer
@@ -139,8 +163,13 @@ class ShufflerClient:
             token = os.environ.get(TOKEN_ENV) or None
         if curator_key is not None and not isinstance(curator_key, CuratorPublicKey):
             curator_key = CuratorPublicKey.load(Path(curator_key))
-        channel_tls = tls.client_tls(os.fspath(ca or ""), os.fspath(cert or ""), os.fspath(key or ""),
-                                     insecure=insecure, name="ShufflerClient.connect")
+        channel_tls = tls.client_tls(
+            os.fspath(ca or ""),
+            os.fspath(cert or ""),
+            os.fspath(key or ""),
+            insecure=insecure,
+            name="ShufflerClient.connect",
+        )
         return cls(address, curator_key, channel_tls, token=token, insecure=insecure, **options)
 
     def close(self) -> None:
@@ -157,8 +186,13 @@ class ShufflerClient:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _call(self, name: str, request: Message, metadata: Metadata | None = None,
-              stub: shuffler_pb2_grpc.ShufflerStub | None = None) -> Any:
+    def _call(
+        self,
+        name: str,
+        request: Message,
+        metadata: Metadata | None = None,
+        stub: shuffler_pb2_grpc.ShufflerStub | None = None,
+    ) -> Any:
         """``method(request)`` on ``stub`` (default: the bootstrap address) with retries of transient
         failures (exponential back-off, or the server's ``retry-after-seconds`` when it is longer, up to
         ``MAX_RETRY_WAIT``); a final failure is raised as a ``lac.client.errors.LacClientError``."""
@@ -166,8 +200,12 @@ class ShufflerClient:
         delay = 0.2
         for attempt in range(1, self.attempts + 1):
             try:
-                return method(request, timeout=self.timeout, wait_for_ready=True,
-                              metadata=self.metadata if metadata is None else metadata)
+                return method(
+                    request,
+                    timeout=self.timeout,
+                    wait_for_ready=True,
+                    metadata=self.metadata if metadata is None else metadata,
+                )
             except grpc.RpcError as exc:
                 if exc.code() not in RETRYABLE or attempt == self.attempts:
                     raise wrap(exc, f"Shuffler.{name}") from None
@@ -187,8 +225,9 @@ class ShufflerClient:
 
         return Localizer.for_deployment(self.deployment(), preset, **options)
 
-    def submit(self, reports: Iterable[PrivatizedReport] | PrivatizedReport,
-               token: str | None = None) -> list[shuffler_pb2.ReportAck]:
+    def submit(
+        self, reports: Iterable[PrivatizedReport] | PrivatizedReport, token: str | None = None
+    ) -> list[shuffler_pb2.ReportAck]:
         """Submit ``reports`` (or one report); returns one ack per report (STORED or DUPLICATE).
 
         ``token`` overrides this client's token for this call (e.g. a simulation playing many clients).
@@ -206,8 +245,9 @@ class ShufflerClient:
             acks.extend(self.submit_prepared(chunk, token))
         return acks
 
-    def submit_prepared(self, chunk: Sequence[shuffler_pb2.ClientReport],
-                        token: str | None = None) -> list[shuffler_pb2.ReportAck]:
+    def submit_prepared(
+        self, chunk: Sequence[shuffler_pb2.ClientReport], token: str | None = None
+    ) -> list[shuffler_pb2.ReportAck]:
         """Submit already sealed reports (a retry reuses their idempotency ids, so it stores nothing twice)."""
         metadata = _bearer(token) if token else self.metadata
         token = token or self.token
@@ -269,8 +309,9 @@ class ShufflerClient:
             return address
         return reply.assigned_shard
 
-    def _follow(self, token: str | None, metadata: Metadata, shard: str,
-                refusal: LacClientError) -> shuffler_pb2_grpc.ShufflerStub:
+    def _follow(
+        self, token: str | None, metadata: Metadata, shard: str, refusal: LacClientError
+    ) -> shuffler_pb2_grpc.ShufflerStub:
         """After ``refusal`` naming ``shard``: re-fetch the assignment from that replica and route there."""
         with self._lock:
             self._unsharded = False  # the bootstrap may have been sharded since it said otherwise

@@ -57,9 +57,9 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from lac.common.rng import FloatArray, RandomSource
 from lac.client.embedding import Embedding
 from lac.client.mechanisms import Nearest, RowArray
+from lac.common.rng import FloatArray, RandomSource
 
 _ENTRIES = 1 << 22  # distance-matrix entries per block
 
@@ -131,13 +131,13 @@ class VocabularyMechanism:
         size = self.embedding.size
         block = max(1, _ENTRIES // size)
         for s in range(0, p.shape[0], block):
-            lw = self.log_weights(p[s:s + block])
+            lw = self.log_weights(p[s : s + block])
             lw -= lw.max(axis=1, keepdims=True)
             np.exp(lw, out=lw)
             np.cumsum(lw, axis=1, out=lw)
             u = rng.random(lw.shape[0]) * lw[:, -1]
             idx = np.count_nonzero(lw <= u[:, None], axis=1)  # first j with cum[j] > u
-            out[s:s + block] = np.minimum(idx, size - 1)
+            out[s : s + block] = np.minimum(idx, size - 1)
         return out
 
     def sample_outputs(self, points: FloatArray, nearest: Nearest, rng: RandomSource) -> RowArray:
@@ -195,15 +195,21 @@ class DistanceTruncated(VocabularyMechanism):
     def statement(self, n_words: int, diameter: float | None = None) -> str:
         """The guarantee, per word and composed over a report of ``n_words`` words."""
         n, eps, tau = int(n_words), self.epsilon, self.tau
-        worst = (f"ε0 = n·ε·min(diam, τ) = {n}·{eps:g}·{self.per_word_bound(diameter):.6g} = "
-                 f"{self.local_epsilon(n, diameter):.6g}" if diameter is not None else f"ε0 = {n}·{eps:g}·{tau:g}")
-        return (f"Metric DP ({self.name}: exponential mechanism over the vocabulary, P(y|x) ∝ "
-                f"exp(-(ε/2)·min(d(x,y), τ)), ε = {eps:g}, τ = {tau:g}; words farther than τ share "
-                f"the residual weight uniformly): for all words w, w' and every output y, "
-                f"Pr[M(w)=y] ≤ exp(ε·min(d(w,w'), τ))·Pr[M(w')=y] (the factor 1/2 in the exponent "
-                f"pays for the input-dependent normaliser). A report of n = {n} words composes: "
-                f"Pr[M(x)=y] ≤ exp(ε·Σᵢ min(d(xᵢ,x'ᵢ), τ))·Pr[M(x')=y]; worst case pure local DP with "
-                f"{worst}. The number of words and the sentence boundaries are not hidden.")
+        worst = (
+            f"ε0 = n·ε·min(diam, τ) = {n}·{eps:g}·{self.per_word_bound(diameter):.6g} = "
+            f"{self.local_epsilon(n, diameter):.6g}"
+            if diameter is not None
+            else f"ε0 = {n}·{eps:g}·{tau:g}"
+        )
+        return (
+            f"Metric DP ({self.name}: exponential mechanism over the vocabulary, P(y|x) ∝ "
+            f"exp(-(ε/2)·min(d(x,y), τ)), ε = {eps:g}, τ = {tau:g}; words farther than τ share "
+            f"the residual weight uniformly): for all words w, w' and every output y, "
+            f"Pr[M(w)=y] ≤ exp(ε·min(d(w,w'), τ))·Pr[M(w')=y] (the factor 1/2 in the exponent "
+            f"pays for the input-dependent normaliser). A report of n = {n} words composes: "
+            f"Pr[M(x)=y] ≤ exp(ε·Σᵢ min(d(xᵢ,x'ᵢ), τ))·Pr[M(x')=y]; worst case pure local DP with "
+            f"{worst}. The number of words and the sentence boundaries are not hidden."
+        )
 
 
 class KNNTruncated(VocabularyMechanism):
@@ -236,7 +242,7 @@ class KNNTruncated(VocabularyMechanism):
             best = float(self.radius(self.distances(self.embedding.centroid[None, :]))[0])
             block = max(1, _ENTRIES // self.embedding.size)
             for s in range(0, v.shape[0], block):
-                best = max(best, float(self.radius(self.distances(v[s:s + block])).max()))
+                best = max(best, float(self.radius(self.distances(v[s : s + block])).max()))
             self._r_max = best
         return self._r_max
 
@@ -253,14 +259,20 @@ class KNNTruncated(VocabularyMechanism):
         """The guarantee, per word and composed over a report of ``n_words`` words."""
         n, eps, k = int(n_words), self.epsilon, self.k
         r = self.max_radius()
-        worst = (f"ε0 = n·ε·min(diam, R_k) = {n}·{eps:g}·{self.per_word_bound(diameter):.6g} = "
-                 f"{self.local_epsilon(n, diameter):.6g}" if diameter is not None else f"ε0 = {n}·{eps:g}·{r:.6g}")
-        return (f"Metric DP ({self.name}: exponential mechanism over the vocabulary, P(y|x) ∝ "
-                f"exp(-(ε/2)·min(d(x,y), r_k(x))), r_k(x) = distance to the k-th nearest word, "
-                f"ε = {eps:g}, k = {k}; words beyond the k nearest share the residual weight uniformly): "
-                f"for all words w, w' and every output y, Pr[M(w)=y] ≤ exp(ε·min(d(w,w'), R_k))·Pr[M(w')=y] "
-                f"with R_k = max r_k = {r:.6g}. A report of n = {n} words composes additively; worst case "
-                f"pure local DP with {worst}. The number of words and the sentence boundaries are not hidden.")
+        worst = (
+            f"ε0 = n·ε·min(diam, R_k) = {n}·{eps:g}·{self.per_word_bound(diameter):.6g} = "
+            f"{self.local_epsilon(n, diameter):.6g}"
+            if diameter is not None
+            else f"ε0 = {n}·{eps:g}·{r:.6g}"
+        )
+        return (
+            f"Metric DP ({self.name}: exponential mechanism over the vocabulary, P(y|x) ∝ "
+            f"exp(-(ε/2)·min(d(x,y), r_k(x))), r_k(x) = distance to the k-th nearest word, "
+            f"ε = {eps:g}, k = {k}; words beyond the k nearest share the residual weight uniformly): "
+            f"for all words w, w' and every output y, Pr[M(w)=y] ≤ exp(ε·min(d(w,w'), R_k))·Pr[M(w')=y] "
+            f"with R_k = max r_k = {r:.6g}. A report of n = {n} words composes additively; worst case "
+            f"pure local DP with {worst}. The number of words and the sentence boundaries are not hidden."
+        )
 
 
 def default_tau(embedding: Embedding, k: int = 10, sample: int = 500) -> float:

@@ -45,15 +45,18 @@ def hidden_alias(parser: argparse.ArgumentParser, flag: str, dest: str, **kwargs
 
 def positive(kind: type[int] | type[float]) -> Callable[[str], float]:
     """An argparse ``type``: a finite number of ``kind`` > 0, so a bad value is a usage error before any work."""
+
     def convert(text: str) -> float:
         try:
             value = kind(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"expected {'an integer' if kind is int else 'a number'} > 0, "
-                                             f"got {text!r}") from None
+            raise argparse.ArgumentTypeError(
+                f"expected {'an integer' if kind is int else 'a number'} > 0, got {text!r}"
+            ) from None
         if not (math.isfinite(value) and value > 0):
             raise argparse.ArgumentTypeError(f"must be > 0, got {text!r}")
         return value
+
     convert.__name__ = kind.__name__
     return convert
 
@@ -73,12 +76,12 @@ def _add_broken(sub: argparse._SubParsersAction[Any], ep: EntryPoint, exc: BaseE
         if getattr(args, "verbose", False):
             logging.getLogger("lac").error("plugin %s failed to load", ep.value, exc_info=exc)
         raise SystemExit(f"lac {ep.name}: the plugin {ep.name!r} ({ep.value}) failed to load: {why}")
+
     p.set_defaults(func=broken, _any_arguments=True)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = Parser(
-        prog="lac", description="LAC: learn aggregate language statistics without learning about people.")
+    parser = Parser(prog="lac", description="LAC: learn aggregate language statistics without learning about people.")
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     found = set()
@@ -94,8 +97,11 @@ def build_parser() -> argparse.ArgumentParser:
     for name, package in PROVIDERS.items():
         if name not in found:
             p = sub.add_parser(name, help=f"(not installed: {package})")
-            p.set_defaults(func=lambda args, package=package, name=name: sys.exit(
-                f"lac {name}: not installed here; install {package}"))
+            p.set_defaults(
+                func=lambda args, package=package, name=name: sys.exit(
+                    f"lac {name}: not installed here; install {package}"
+                )
+            )
     return parser
 
 
@@ -110,8 +116,9 @@ def main(argv: list[str] | None = None) -> None:
     args, extra = parser.parse_known_args(argv)
     if extra and not getattr(args, "_any_arguments", False):
         parser.exit(2, f"{command_name(args)}: error: unrecognized arguments: {_one_line(' '.join(extra))}\n")
-    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
     if not getattr(args, "func", None):
         parser.print_help()
         sys.exit(2)
@@ -150,6 +157,9 @@ def run_command(args: argparse.Namespace) -> int:
         else:
             if args.verbose:
                 logging.getLogger("lac").exception("%s failed", name)
-            print(f"{name}: {type(exc).__name__}: {_one_line(exc)}"
-                  + ("" if args.verbose else " (run with -v for details)"), file=sys.stderr)
+            print(
+                f"{name}: {type(exc).__name__}: {_one_line(exc)}"
+                + ("" if args.verbose else " (run with -v for details)"),
+                file=sys.stderr,
+            )
         return 2

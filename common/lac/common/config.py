@@ -59,8 +59,12 @@ def _convert(kind: type, value: Any, origin: str) -> Any:
 
 def add_flags(parser: argparse.ArgumentParser, cls: type, env_prefix: str) -> None:
     """Add ``--config`` and one flag per field of ``cls`` to ``parser``."""
-    parser.add_argument("--config", type=Path, metavar="TOML",
-                        help="TOML file with any of the settings below (flags override env, env overrides file)")
+    parser.add_argument(
+        "--config",
+        type=Path,
+        metavar="TOML",
+        help="TOML file with any of the settings below (flags override env, env overrides file)",
+    )
     types = _field_types(cls)
     for f in dataclasses.fields(cls):
         kind = types[f.name]
@@ -73,8 +77,13 @@ def add_flags(parser: argparse.ArgumentParser, cls: type, env_prefix: str) -> No
             parser.add_argument(flag, dest=f.name, default=None, metavar=kind.__name__.upper(), help=text)
 
 
-def load(cls: type[T], env_prefix: str, toml_path: Path | None = None,
-         flags: dict[str, Any] | None = None, environ: typing.Mapping[str, str] | None = None) -> T:
+def load(
+    cls: type[T],
+    env_prefix: str,
+    toml_path: Path | None = None,
+    flags: dict[str, Any] | None = None,
+    environ: typing.Mapping[str, str] | None = None,
+) -> T:
     """Build ``cls`` from defaults, then TOML, then environment, then non-None flags."""
     environ = os.environ if environ is None else environ
     types = _field_types(cls)

@@ -73,17 +73,32 @@ class Deployment:
 
     def word_guarantee(self) -> Guarantee:
         """The metric-DP guarantee of one word under this deployment (ε per word, at most ε·bound-LDP)."""
-        return Guarantee(Model.METRIC_LOCAL, self.epsilon_per_word, 0.0, PrivacyUnit.word(), Adjacency.REPLACE,
-                         f"{self.mechanism} over {self.embedding}",
-                         details=(f"Any two words are at most {self.word_distance_bound:.6g} apart, so one word "
-                                  f"is {self.epsilon_per_word * self.word_distance_bound:.6g}-LDP.",))
+        return Guarantee(
+            Model.METRIC_LOCAL,
+            self.epsilon_per_word,
+            0.0,
+            PrivacyUnit.word(),
+            Adjacency.REPLACE,
+            f"{self.mechanism} over {self.embedding}",
+            details=(
+                f"Any two words are at most {self.word_distance_bound:.6g} apart, so one word "
+                f"is {self.epsilon_per_word * self.word_distance_bound:.6g}-LDP.",
+            ),
+        )
 
     def report_guarantee(self) -> Guarantee:
         """The local guarantee of every accepted report (the ε0 the shuffler amplifies)."""
         L, eps, bound = self.max_report_words, self.epsilon_per_word, self.word_distance_bound
         return Guarantee(
-            Model.LOCAL, self.report_epsilon0, 0.0, PrivacyUnit.report(L), Adjacency.REPLACE,
+            Model.LOCAL,
+            self.report_epsilon0,
+            0.0,
+            PrivacyUnit.report(L),
+            Adjacency.REPLACE,
             f"{self.mechanism}, ε = {eps:.6g} per word over {self.embedding}",
-            details=(f"ε0 = L·ε·bound = {L}·{eps:.6g}·{bound:.6g}: at most L words, each perturbed independently "
-                     f"with ε·d metric DP and d ≤ {bound:.6g}; the number of words and sentence boundaries "
-                     f"are not hidden.",))
+            details=(
+                f"ε0 = L·ε·bound = {L}·{eps:.6g}·{bound:.6g}: at most L words, each perturbed independently "
+                f"with ε·d metric DP and d ≤ {bound:.6g}; the number of words and sentence boundaries "
+                f"are not hidden.",
+            ),
+        )

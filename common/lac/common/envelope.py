@@ -36,10 +36,10 @@ HPKE = reports_pb2.PAYLOAD_ENCODING_HPKE_X25519_SHA256_CHACHAPOLY
 PLAINTEXT = reports_pb2.PAYLOAD_ENCODING_PLAINTEXT_INSECURE
 SUITE = Suite(KEM.X25519, KDF.HKDF_SHA256, AEAD.CHACHA20_POLY1305)
 CONTEXT = b"LAC v1 sealed report\x00"
-ENC_BYTES = 32   # X25519 encapsulated key
-TAG_BYTES = 16   # Poly1305 tag
+ENC_BYTES = 32  # X25519 encapsulated key
+TAG_BYTES = 16  # Poly1305 tag
 LENGTH_BYTES = 4
-PAD_BUCKETS = tuple(2 ** k for k in range(9, 17))  # 512 B .. 64 KiB of padded plaintext
+PAD_BUCKETS = tuple(2**k for k in range(9, 17))  # 512 B .. 64 KiB of padded plaintext
 SEALED_SIZES = frozenset(ENC_BYTES + b + TAG_BYTES for b in PAD_BUCKETS)
 KEY_ID_CHARS = 16
 
@@ -65,6 +65,7 @@ def _info(kid: str) -> bytes:
 @dataclass(frozen=True)
 class CuratorPublicKey:
     """What a client needs to seal reports: the curator's current public key."""
+
     key: x25519.X25519PublicKey
 
     @property
@@ -92,17 +93,19 @@ def pad(content: bytes) -> bytes:
     for bucket in PAD_BUCKETS:
         if len(framed) <= bucket:
             return framed + bytes(bucket - len(framed))
-    raise InvalidArgument(f"report of {len(content)} bytes exceeds the largest padding bucket "
-                          f"({PAD_BUCKETS[-1] - LENGTH_BYTES} bytes); split the text into several reports")
+    raise InvalidArgument(
+        f"report of {len(content)} bytes exceeds the largest padding bucket "
+        f"({PAD_BUCKETS[-1] - LENGTH_BYTES} bytes); split the text into several reports"
+    )
 
 
 def unpad(padded: bytes) -> bytes:
     if len(padded) not in PAD_BUCKETS:
         raise PayloadRejected(RejectReason.BAD_PADDING, f"padded plaintext of {len(padded)} bytes is not a bucket size")
     n = int.from_bytes(padded[:LENGTH_BYTES], "big")
-    if n > len(padded) - LENGTH_BYTES or any(padded[LENGTH_BYTES + n:]):
+    if n > len(padded) - LENGTH_BYTES or any(padded[LENGTH_BYTES + n :]):
         raise PayloadRejected(RejectReason.BAD_PADDING, "padding is malformed")
-    return padded[LENGTH_BYTES:LENGTH_BYTES + n]
+    return padded[LENGTH_BYTES : LENGTH_BYTES + n]
 
 
 def seal(content: reports_pb2.ReportContent, public_key: CuratorPublicKey) -> reports_pb2.SealedPayload:
@@ -123,13 +126,17 @@ def check_shape(sealed: reports_pb2.SealedPayload, allow_plaintext: bool, max_by
         if len(sealed.key_id) != KEY_ID_CHARS:
             raise PayloadRejected(RejectReason.BAD_KEY_ID, f"key_id must be {KEY_ID_CHARS} hex characters")
         if len(sealed.data) not in SEALED_SIZES:
-            raise PayloadRejected(RejectReason.BAD_SIZE, f"sealed payload of {len(sealed.data)} bytes is not one of "
-                                                         f"the padded sizes {sorted(SEALED_SIZES)}")
+            raise PayloadRejected(
+                RejectReason.BAD_SIZE,
+                f"sealed payload of {len(sealed.data)} bytes is not one of the padded sizes {sorted(SEALED_SIZES)}",
+            )
     elif sealed.encoding == PLAINTEXT:
         if not allow_plaintext:
-            raise PayloadRejected(RejectReason.PLAINTEXT_REFUSED,
-                                  "plaintext payloads are refused; seal reports to the curator's key (plaintext is "
-                                  "for --insecure demos only)")
+            raise PayloadRejected(
+                RejectReason.PLAINTEXT_REFUSED,
+                "plaintext payloads are refused; seal reports to the curator's key (plaintext is "
+                "for --insecure demos only)",
+            )
         if not sealed.data:
             raise PayloadRejected(RejectReason.EMPTY, "empty payload")
     else:
@@ -161,8 +168,15 @@ class CuratorKeyRing:
         """(key id, raw 32-byte private key) of every key, the current one first: how the curator
         hands its ring to its own worker processes (``from_private_material``). Secret."""
         ordered = [self.current] + [k for k in self._keys if k != self.current]
-        return tuple((kid, self._keys[kid].private_bytes(serialization.Encoding.Raw, serialization.PrivateFormat.Raw,
-                                                         serialization.NoEncryption())) for kid in ordered)
+        return tuple(
+            (
+                kid,
+                self._keys[kid].private_bytes(
+                    serialization.Encoding.Raw, serialization.PrivateFormat.Raw, serialization.NoEncryption()
+                ),
+            )
+            for kid in ordered
+        )
 
     @classmethod
     def from_private_material(cls, material: tuple[tuple[str, bytes], ...]) -> CuratorKeyRing:
@@ -194,13 +208,16 @@ class CuratorKeyRing:
     def open(self, sealed: reports_pb2.SealedPayload) -> bytes:
         key = self._keys.get(sealed.key_id)
         if key is None:
-            raise PayloadRejected(RejectReason.UNKNOWN_KEY, f"sealed to unknown key id {sealed.key_id!r}; this "
-                                                            f"curator holds {', '.join(self._keys)}")
+            raise PayloadRejected(
+                RejectReason.UNKNOWN_KEY,
+                f"sealed to unknown key id {sealed.key_id!r}; this curator holds {', '.join(self._keys)}",
+            )
         try:
             padded = SUITE.decrypt(sealed.data, key, info=_info(sealed.key_id))
         except (InvalidTag, ValueError):
-            raise PayloadRejected(RejectReason.DECRYPT_FAILED, "HPKE open failed: tampered, truncated or sealed to "
-                                                               "another key") from None
+            raise PayloadRejected(
+                RejectReason.DECRYPT_FAILED, "HPKE open failed: tampered, truncated or sealed to another key"
+            ) from None
         return unpad(padded)
 
 
@@ -217,8 +234,9 @@ def generate_key(key_dir: str | Path, rotate: bool = False) -> str:
     old = json.loads(ring_file.read_text())["current"] if ring_file.exists() else None
     private = x25519.X25519PrivateKey.generate()
     kid = key_id(private.public_key())
-    pem = private.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                serialization.NoEncryption())
+    pem = private.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
     key_file = key_dir / f"curator-{kid}.key"
     fd = os.open(key_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "wb") as f:
@@ -234,8 +252,9 @@ def generate_key(key_dir: str | Path, rotate: bool = False) -> str:
     return kid
 
 
-def open_payload(sealed: reports_pb2.SealedPayload, keyring: CuratorKeyRing | None,
-                 allow_plaintext: bool = False) -> reports_pb2.ReportContent:
+def open_payload(
+    sealed: reports_pb2.SealedPayload, keyring: CuratorKeyRing | None, allow_plaintext: bool = False
+) -> reports_pb2.ReportContent:
     """The report content, or ``PayloadRejected`` with a reason label and a message."""
     if sealed.encoding == HPKE:
         if keyring is None:
@@ -243,8 +262,9 @@ def open_payload(sealed: reports_pb2.SealedPayload, keyring: CuratorKeyRing | No
         data = keyring.open(sealed)
     elif sealed.encoding == PLAINTEXT:
         if not allow_plaintext:
-            raise PayloadRejected(RejectReason.PLAINTEXT_REFUSED,
-                                  "plaintext payload refused (curator not in insecure mode)")
+            raise PayloadRejected(
+                RejectReason.PLAINTEXT_REFUSED, "plaintext payload refused (curator not in insecure mode)"
+            )
         data = sealed.data
     else:
         raise PayloadRejected(RejectReason.UNSUPPORTED_ENCODING, f"unsupported payload encoding {sealed.encoding}")
@@ -254,6 +274,7 @@ def open_payload(sealed: reports_pb2.SealedPayload, keyring: CuratorKeyRing | No
     except DecodeError as exc:
         raise PayloadRejected(RejectReason.MALFORMED, f"payload is not a ReportContent: {exc}") from None
     if len(content.report_id) != REPORT_ID_BYTES:
-        raise PayloadRejected(RejectReason.BAD_REPORT_ID,
-                              f"report_id must be {REPORT_ID_BYTES} bytes, got {len(content.report_id)}")
+        raise PayloadRejected(
+            RejectReason.BAD_REPORT_ID, f"report_id must be {REPORT_ID_BYTES} bytes, got {len(content.report_id)}"
+        )
     return content

@@ -9,8 +9,19 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Any
 
-__all__ = ["LacError", "InvalidArgument", "NotFound", "AlreadyExists", "Unauthenticated", "PermissionDenied",
-           "ResourceExhausted", "FailedPrecondition", "Unavailable", "DataLoss", "RejectReason"]
+__all__ = [
+    "LacError",
+    "InvalidArgument",
+    "NotFound",
+    "AlreadyExists",
+    "Unauthenticated",
+    "PermissionDenied",
+    "ResourceExhausted",
+    "FailedPrecondition",
+    "Unavailable",
+    "DataLoss",
+    "RejectReason",
+]
 
 
 class RejectReason(StrEnum):

@@ -17,14 +17,16 @@ def check(address: str, channel_tls: tls.ClientTls | None, timeout: float, wait:
     from grpc_health.v1 import health_pb2, health_pb2_grpc  # a service dependency, not the client's
 
     with tls.channel(address, channel_tls) as channel:
-        reply = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(service=""),
-                                                          timeout=timeout, wait_for_ready=wait)
+        reply = health_pb2_grpc.HealthStub(channel).Check(
+            health_pb2.HealthCheckRequest(service=""), timeout=timeout, wait_for_ready=wait
+        )
     return bool(reply.status == health_pb2.HealthCheckResponse.SERVING)
 
 
 def register(sub: argparse._SubParsersAction[Any]) -> None:
-    p = sub.add_parser("health", help="check that a LAC service is serving (exit 0 if so, 1 if not, 2 if it "
-                                      "cannot be asked)")
+    p = sub.add_parser(
+        "health", help="check that a LAC service is serving (exit 0 if so, 1 if not, 2 if it cannot be asked)"
+    )
     p.add_argument("--server", default=None, help="the service's address host:port")
     p.add_argument("address", nargs="?", default=None, help=argparse.SUPPRESS)  # the older spelling
     p.add_argument("--timeout", type=float, default=3.0, help="seconds to wait for the answer")

@@ -21,8 +21,12 @@ class JsonFormatter(logging.Formatter):
     record's extra fields (``log.info(..., extra={"batch_id": b})``) and ``exception`` / ``stack`` text."""
 
     def format(self, record: logging.LogRecord) -> str:
-        out = {"time": dt.datetime.fromtimestamp(record.created, dt.timezone.utc).isoformat(timespec="milliseconds"),
-               "level": record.levelname, "logger": record.name, "message": record.getMessage()}
+        out = {
+            "time": dt.datetime.fromtimestamp(record.created, dt.UTC).isoformat(timespec="milliseconds"),
+            "level": record.levelname,
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
         for key, value in record.__dict__.items():
             if key not in _STANDARD and not key.startswith("_"):
                 out.setdefault(key, value)

@@ -42,8 +42,13 @@ class RpcLatency:
     """``<prefix>_rpc_seconds{method, code}``: the ``observe`` hook of ``lac.common.rpc.service_handler``."""
 
     def __init__(self, prefix: str, registry: CollectorRegistry):
-        self.histogram = Histogram(f"{prefix}_rpc_seconds", "Time to answer an RPC, by method and gRPC status code.",
-                                   ("method", "code"), buckets=RPC_BUCKETS, registry=registry)
+        self.histogram = Histogram(
+            f"{prefix}_rpc_seconds",
+            "Time to answer an RPC, by method and gRPC status code.",
+            ("method", "code"),
+            buckets=RPC_BUCKETS,
+            registry=registry,
+        )
 
     def __call__(self, method: str, code: str, seconds: float) -> None:
         self.histogram.labels(method, code).observe(seconds)
@@ -85,19 +90,23 @@ class MetricsEndpoint:
             request = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5)
             lines = request.decode("latin-1").split("\r\n")
             parts = lines[0].split(" ")
-            accept = next((line.split(":", 1)[1].strip() for line in lines[1:]
-                           if line.lower().startswith("accept:")), "")
+            accept = next(
+                (line.split(":", 1)[1].strip() for line in lines[1:] if line.lower().startswith("accept:")), ""
+            )
             if len(parts) == 3 and parts[0] == "GET" and parts[1].split("?")[0] == "/metrics":
                 body, ctype = await self.render(accept)
                 status = "200 OK"
             else:
                 body, status, ctype = b"not found; try /metrics\n", "404 Not Found", "text/plain"
-            writer.write(f"HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {len(body)}\r\n"
-                         f"Connection: close\r\n\r\n".encode() + body)
+            writer.write(
+                f"HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {len(body)}\r\n"
+                f"Connection: close\r\n\r\n".encode()
+                + body
+            )
             await writer.drain()
-        except (asyncio.TimeoutError, asyncio.IncompleteReadError, ConnectionError, asyncio.LimitOverrunError):
+        except (TimeoutError, asyncio.IncompleteReadError, ConnectionError, asyncio.LimitOverrunError):
             pass
-        except Exception:  # noqa: BLE001 - a failed scrape must not end the server
+        except Exception:
             log.exception("metrics scrape failed")
             writer.write(b"HTTP/1.1 500 Internal Server Error\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
         finally:
@@ -113,6 +122,7 @@ class MetricsEndpoint:
     def start_soon(self, host: str, port: int) -> asyncio.Task[int]:
         """``start`` in a task of the running loop (its result: the port). A failure to listen is logged
         and the service keeps serving without metrics."""
+
         def report(task: asyncio.Task[int]) -> None:
             if not task.cancelled() and task.exception() is not None:
                 log.error("metrics endpoint not started on %s:%d: %s", host, port, task.exception())

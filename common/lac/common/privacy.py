@@ -20,8 +20,16 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from numbers import Real
 
-__all__ = ["Adjacency", "Budget", "Guarantee", "Model", "PrivacyUnit", "check_delta", "check_epsilon",
-           "DATA_DEPENDENT_PREFIX"]
+__all__ = [
+    "Adjacency",
+    "Budget",
+    "Guarantee",
+    "Model",
+    "PrivacyUnit",
+    "check_delta",
+    "check_epsilon",
+    "DATA_DEPENDENT_PREFIX",
+]
 
 DATA_DEPENDENT_PREFIX = "NOT differentially private: data-dependent sensitivity, as in Ramadan et al."
 _REL_SLACK = 1e-9  # e.g. ten releases of 0.1 fit a budget of 1.0 despite rounding
@@ -66,8 +74,7 @@ class Budget:
 
     def fits(self, limit: Budget) -> bool:
         """True if this amount does not exceed ``limit`` (up to a relative 1e-9 for rounding)."""
-        return (self.epsilon <= limit.epsilon * (1 + _REL_SLACK)
-                and self.delta <= limit.delta * (1 + _REL_SLACK))
+        return self.epsilon <= limit.epsilon * (1 + _REL_SLACK) and self.delta <= limit.delta * (1 + _REL_SLACK)
 
     def minus(self, spent: Budget) -> Budget:
         """What is left of this limit after ``spent`` (never negative)."""
@@ -135,8 +142,12 @@ class PrivacyUnit:
     @classmethod
     def client(cls, reports_per_window: int, windows: int, window_seconds: float) -> PrivacyUnit:
         """One client over ``windows`` accounting windows of ``window_seconds``, ``reports_per_window`` reports each."""
-        return cls("client", reports_per_window=int(reports_per_window), windows=int(windows),
-                   window_seconds=float(window_seconds))
+        return cls(
+            "client",
+            reports_per_window=int(reports_per_window),
+            windows=int(windows),
+            window_seconds=float(window_seconds),
+        )
 
     @property
     def max_reports(self) -> int:
@@ -158,8 +169,10 @@ class PrivacyUnit:
         per = "report" if self.reports_per_window == 1 else "reports"
         span = "window" if self.windows == 1 else "windows"
         assert self.window_seconds is not None  # __post_init__: a client unit has all three
-        return (f"one client's contribution over {self.windows} accounting {span} of {_duration(self.window_seconds)} "
-                f"(at most {self.reports_per_window} {per} per window, so at most {self.max_reports} in all)")
+        return (
+            f"one client's contribution over {self.windows} accounting {span} of {_duration(self.window_seconds)} "
+            f"(at most {self.reports_per_window} {per} per window, so at most {self.max_reports} in all)"
+        )
 
 
 def _duration(seconds: float) -> str:
@@ -210,19 +223,24 @@ class Guarantee:
         """The claim itself, without the mechanism's details."""
         eps, delta, unit = self.epsilon, self.delta, self.unit.describe()
         if self.data_dependent:
-            return (f"{DATA_DEPENDENT_PREFIX} {self.mechanism}, nominally ({eps:.6g}, {delta:.3g}) for {unit}: "
-                    f"the noise was calibrated to a sensitivity computed from the observed data, which is not "
-                    f"a worst case over all data sets, so no differential-privacy guarantee follows.")
+            return (
+                f"{DATA_DEPENDENT_PREFIX} {self.mechanism}, nominally ({eps:.6g}, {delta:.3g}) for {unit}: "
+                f"the noise was calibrated to a sensitivity computed from the observed data, which is not "
+                f"a worst case over all data sets, so no differential-privacy guarantee follows."
+            )
         if self.model is Model.METRIC_LOCAL:
-            return (f"ε·d metric differential privacy for {unit} with ε = {eps:.6g} per unit of distance "
-                    f"({self.mechanism}): for all words w, w' and every output y, "
-                    f"Pr[M(w)=y] ≤ exp(ε·d(w,w'))·Pr[M(w')=y].")
+            return (
+                f"ε·d metric differential privacy for {unit} with ε = {eps:.6g} per unit of distance "
+                f"({self.mechanism}): for all words w, w' and every output y, "
+                f"Pr[M(w)=y] ≤ exp(ε·d(w,w'))·Pr[M(w')=y]."
+            )
         if self.model is Model.LOCAL:
-            return (f"{eps:.6g}-local differential privacy (pure, δ = 0) for {unit}, any two inputs "
-                    f"({self.mechanism}).")
+            return f"{eps:.6g}-local differential privacy (pure, δ = 0) for {unit}, any two inputs ({self.mechanism})."
         where = "of the shuffled batch" if self.model is Model.SHUFFLED else "of the release"
-        return (f"({eps:.6g}, {delta:.3g})-differential privacy {where} for {unit}, under "
-                f"{self.adjacency.value} adjacency ({self.mechanism}).")
+        return (
+            f"({eps:.6g}, {delta:.3g})-differential privacy {where} for {unit}, under "
+            f"{self.adjacency.value} adjacency ({self.mechanism})."
+        )
 
     def statement(self) -> str:
         """Headline, then the mechanism's details, then the assumptions."""
@@ -236,5 +254,7 @@ class Guarantee:
         guarantee's details (its sensitivity and noise scale are functions of the data) are left out."""
         if not self.data_dependent:
             return self.statement()
-        return (f"{self.headline()} Its sensitivity and noise scale are computed from the data and are shown to "
-                f"operators only.")
+        return (
+            f"{self.headline()} Its sensitivity and noise scale are computed from the data and are shown to "
+            f"operators only."
+        )

@@ -28,7 +28,7 @@ import numpy.typing as npt
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms
 
 REKEY_BYTES = 1 << 30
-_EPS52 = 2.0 ** -52
+_EPS52 = 2.0**-52
 
 Size: TypeAlias = int | tuple[int, ...]
 FloatArray: TypeAlias = npt.NDArray[np.float64]
@@ -110,7 +110,7 @@ class CsprngGenerator:
         self._left -= 8 * n
         out = np.empty(8 * n + 64, dtype=np.uint8)  # update_into may want a block of headroom
         self._stream.update_into(np.zeros(8 * n, dtype=np.uint8).data, out.data)
-        return out[:8 * n].view(np.uint64)
+        return out[: 8 * n].view(np.uint64)
 
     def _unit(self, n: int, offset: float) -> FloatArray:
         """n doubles (k + offset)·2^-52, k uniform on 0..2^52-1, built in place from 52 random bits."""
@@ -161,8 +161,8 @@ class CsprngGenerator:
             f /= s
             np.sqrt(f, out=f)
             xy *= f
-            z = xy.ravel()[:n - filled]  # x·f and y·f: two independent normals per pair
-            out[filled:filled + z.size] = z
+            z = xy.ravel()[: n - filled]  # x·f and y·f: two independent normals per pair
+            out[filled : filled + z.size] = z
             filled += z.size
         return _shaped(out, size)
 

@@ -39,8 +39,19 @@ log = logging.getLogger(__name__)
 # A server-side call's context (grpc.aio.ServicerContext is generic in the stubs only, hence the string).
 Context: TypeAlias = "grpc.aio.ServicerContext[Any, Any]"
 
-__all__ = ["Role", "Caller", "Authenticator", "CertificateRoles", "bearer_token", "parse_names", "service_handler",
-           "STATUS", "ALL_ROLES", "count_field", "limit_repeated"]
+__all__ = [
+    "Role",
+    "Caller",
+    "Authenticator",
+    "CertificateRoles",
+    "bearer_token",
+    "parse_names",
+    "service_handler",
+    "STATUS",
+    "ALL_ROLES",
+    "count_field",
+    "limit_repeated",
+]
 
 
 class Role(StrEnum):
@@ -217,9 +228,11 @@ SCAN_ABOVE_BYTES = 64 * 1024  # smaller messages cannot hold enough entries to m
 def limit_repeated(number: int, limit: int, what: str) -> Callable[[bytes], None]:
     """A ``before_parse`` check: InvalidArgument if the message holds more than ``limit`` entries of
     the repeated message field ``number`` (``what`` names them and the setting in the error)."""
+
     def check(raw: bytes) -> None:
         if len(raw) > SCAN_ABOVE_BYTES and count_field(raw, number, limit) > limit:
             raise errors.InvalidArgument(f"more than {limit} {what} in one request")
+
     return check
 
 
@@ -227,11 +240,15 @@ def _serialize(response: Message | bytes) -> bytes:
     return response if isinstance(response, bytes) else response.SerializeToString()
 
 
-def service_handler(service: ServiceDescriptor, impl: Any, roles: Mapping[str, Iterable[Role]],
-                    auth: Authenticator,
-                    on_malformed: Callable[[str], Awaitable[None]] | None = None,
-                    observe: Callable[[str, str, float], None] | None = None,
-                    before_parse: Mapping[str, Callable[[bytes], None]] | None = None) -> grpc.GenericRpcHandler:
+def service_handler(
+    service: ServiceDescriptor,
+    impl: Any,
+    roles: Mapping[str, Iterable[Role]],
+    auth: Authenticator,
+    on_malformed: Callable[[str], Awaitable[None]] | None = None,
+    observe: Callable[[str, str, float], None] | None = None,
+    before_parse: Mapping[str, Callable[[bytes], None]] | None = None,
+) -> grpc.GenericRpcHandler:
     """A generic handler serving every method of ``service`` with ``impl.<Method>(request, context, caller)``.
 
     ``roles[method]`` are the roles allowed to call it. Unary methods return a message (or its
@@ -245,21 +262,35 @@ def service_handler(service: ServiceDescriptor, impl: Any, roles: Mapping[str, I
     names = [m.name for m in service.methods]
     missing = [n for n in names if n not in roles or not hasattr(impl, n)]
     if missing or set(roles) - set(names):
-        raise ValueError(f"{service.full_name}: every method needs an implementation and declared roles; "
-                         f"missing {missing}, unknown {sorted(set(roles) - set(names))}")
+        raise ValueError(
+            f"{service.full_name}: every method needs an implementation and declared roles; "
+            f"missing {missing}, unknown {sorted(set(roles) - set(names))}"
+        )
     handlers = {}
     for m in service.methods:
-        handlers[m.name] = _method_handler(f"/{service.full_name}/{m.name}", m, getattr(impl, m.name),
-                                           frozenset(roles[m.name]), auth, on_malformed,
-                                           (before_parse or {}).get(m.name))
+        handlers[m.name] = _method_handler(
+            f"/{service.full_name}/{m.name}",
+            m,
+            getattr(impl, m.name),
+            frozenset(roles[m.name]),
+            auth,
+            on_malformed,
+            (before_parse or {}).get(m.name),
+        )
         if observe is not None:
             handlers[m.name] = _observed(m.name, handlers[m.name], observe)
     return grpc.method_handlers_generic_handler(service.full_name, handlers)
 
 
-def _method_handler(path: str, m: MethodDescriptor, fn: Callable[..., Any], allowed: frozenset[Role],
-                    auth: Authenticator, on_malformed: Callable[[str], Awaitable[None]] | None,
-                    before_parse: Callable[[bytes], None] | None = None) -> grpc.RpcMethodHandler[Any, Any]:
+def _method_handler(
+    path: str,
+    m: MethodDescriptor,
+    fn: Callable[..., Any],
+    allowed: frozenset[Role],
+    auth: Authenticator,
+    on_malformed: Callable[[str], Awaitable[None]] | None,
+    before_parse: Callable[[bytes], None] | None = None,
+) -> grpc.RpcMethodHandler[Any, Any]:
     request_cls = GetMessageClass(m.input_type)
 
     async def parse(raw: bytes) -> Message:
@@ -277,11 +308,13 @@ def _method_handler(path: str, m: MethodDescriptor, fn: Callable[..., Any], allo
         if not caller.roles & allowed:
             if caller.identity is None:
                 raise errors.Unauthenticated(f"missing credentials for {m.name}: {auth.hint}")
-            raise errors.PermissionDenied(f"{caller.identity} may not call {m.name} (allowed roles: "
-                                          f"{', '.join(sorted(allowed))})")
+            raise errors.PermissionDenied(
+                f"{caller.identity} may not call {m.name} (allowed roles: {', '.join(sorted(allowed))})"
+            )
         return caller
 
     if m.client_streaming and not m.server_streaming:
+
         async def stream_unary(request_iterator: AsyncIterator[bytes], context: Context) -> Any:
             try:
                 caller = admit(context)
@@ -295,12 +328,14 @@ def _method_handler(path: str, m: MethodDescriptor, fn: Callable[..., Any], allo
                 await _abort(context, path, exc)
             except (grpc.aio.AbortError, grpc.aio.UsageError):
                 raise
-            except Exception:  # noqa: BLE001 - the boundary: a bug is INTERNAL, logged once
+            except Exception:
                 await _internal(context, path)
 
-        return grpc.stream_unary_rpc_method_handler(stream_unary, request_deserializer=None,
-                                                    response_serializer=_serialize)
+        return grpc.stream_unary_rpc_method_handler(
+            stream_unary, request_deserializer=None, response_serializer=_serialize
+        )
     if m.server_streaming and not m.client_streaming:
+
         async def unary_stream(raw: bytes, context: Context) -> AsyncIterator[Any]:
             try:
                 caller = admit(context)
@@ -314,11 +349,12 @@ def _method_handler(path: str, m: MethodDescriptor, fn: Callable[..., Any], allo
                 await _abort(context, path, exc)
             except (grpc.aio.AbortError, grpc.aio.UsageError):
                 raise
-            except Exception:  # noqa: BLE001
+            except Exception:
                 await _internal(context, path)
 
-        return grpc.unary_stream_rpc_method_handler(unary_stream, request_deserializer=None,
-                                                    response_serializer=_serialize)
+        return grpc.unary_stream_rpc_method_handler(
+            unary_stream, request_deserializer=None, response_serializer=_serialize
+        )
     if m.client_streaming:
         raise ValueError(f"{path}: bidirectional streaming is not used by LAC")
 
@@ -330,11 +366,10 @@ def _method_handler(path: str, m: MethodDescriptor, fn: Callable[..., Any], allo
             await _abort(context, path, exc)
         except (grpc.aio.AbortError, grpc.aio.UsageError):
             raise
-        except Exception:  # noqa: BLE001
+        except Exception:
             await _internal(context, path)
 
-    return grpc.unary_unary_rpc_method_handler(unary_unary, request_deserializer=None,
-                                               response_serializer=_serialize)
+    return grpc.unary_unary_rpc_method_handler(unary_unary, request_deserializer=None, response_serializer=_serialize)
 
 
 def _status_name(context: Context, failed: BaseException | None) -> str:
@@ -346,8 +381,9 @@ def _status_name(context: Context, failed: BaseException | None) -> str:
     return "CANCELLED" if isinstance(failed, asyncio.CancelledError) else "UNKNOWN"
 
 
-def _observed(method: str, handler: grpc.RpcMethodHandler[Any, Any],
-              observe: Callable[[str, str, float], None]) -> grpc.RpcMethodHandler[Any, Any]:
+def _observed(
+    method: str, handler: grpc.RpcMethodHandler[Any, Any], observe: Callable[[str, str, float], None]
+) -> grpc.RpcMethodHandler[Any, Any]:
     """``handler`` reporting each call's duration and status code to ``observe``."""
     if handler.unary_stream is not None:
         inner_stream: Any = handler.unary_stream  # async here; grpc's stubs only know sync handlers
@@ -363,8 +399,9 @@ def _observed(method: str, handler: grpc.RpcMethodHandler[Any, Any],
             finally:
                 observe(method, _status_name(context, failed), time.perf_counter() - start)
 
-        return grpc.unary_stream_rpc_method_handler(unary_stream, request_deserializer=None,
-                                                    response_serializer=handler.response_serializer)
+        return grpc.unary_stream_rpc_method_handler(
+            unary_stream, request_deserializer=None, response_serializer=handler.response_serializer
+        )
     inner: Any = handler.unary_unary or handler.stream_unary  # async, as above
 
     async def timed(request: Any, context: Context) -> Any:

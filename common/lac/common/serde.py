@@ -27,9 +27,14 @@ def deployment_to_proto(d: Deployment) -> reports_pb2.Deployment:
     return reports_pb2.Deployment(
         # the generated stub types enum fields as the enum class only; protobuf takes the plain int id
         mechanism=mechanism_id(d.mechanism),  # type: ignore[arg-type]
-        epsilon_per_word=d.epsilon_per_word, embedding=d.embedding,
-        word_distance_bound=d.word_distance_bound, max_report_words=d.max_report_words,
-        reports_per_window=d.reports_per_window, window_seconds=d.window_seconds, report_epsilon0=d.report_epsilon0)
+        epsilon_per_word=d.epsilon_per_word,
+        embedding=d.embedding,
+        word_distance_bound=d.word_distance_bound,
+        max_report_words=d.max_report_words,
+        reports_per_window=d.reports_per_window,
+        window_seconds=d.window_seconds,
+        report_epsilon0=d.report_epsilon0,
+    )
 
 
 def deployment_from_proto(m: reports_pb2.Deployment) -> Deployment:
@@ -38,8 +43,14 @@ def deployment_from_proto(m: reports_pb2.Deployment) -> Deployment:
     if name is None:
         raise InvalidArgument(f"deployment names unknown local mechanism id {m.mechanism}")
     try:
-        return Deployment(mechanism=name, epsilon_per_word=m.epsilon_per_word, embedding=m.embedding,
-                          word_distance_bound=m.word_distance_bound, max_report_words=m.max_report_words,
-                          reports_per_window=m.reports_per_window, window_seconds=m.window_seconds)
+        return Deployment(
+            mechanism=name,
+            epsilon_per_word=m.epsilon_per_word,
+            embedding=m.embedding,
+            word_distance_bound=m.word_distance_bound,
+            max_report_words=m.max_report_words,
+            reports_per_window=m.reports_per_window,
+            window_seconds=m.window_seconds,
+        )
     except ValueError as exc:
         raise InvalidArgument(f"invalid deployment: {exc}") from None

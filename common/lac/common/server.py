@@ -28,12 +28,15 @@ log = logging.getLogger(__name__)
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 
 
-def new_server(max_message_bytes: int = MAX_MESSAGE_BYTES,
-               max_concurrent_streams: int | None = None) -> grpc.aio.Server:
+def new_server(
+    max_message_bytes: int = MAX_MESSAGE_BYTES, max_concurrent_streams: int | None = None
+) -> grpc.aio.Server:
     """An asyncio gRPC server refusing messages over ``max_message_bytes`` (RESOURCE_EXHAUSTED) and,
     if set, serving at most ``max_concurrent_streams`` calls at once per client connection."""
-    options = [("grpc.max_receive_message_length", max_message_bytes),
-               ("grpc.max_send_message_length", max_message_bytes)]
+    options = [
+        ("grpc.max_receive_message_length", max_message_bytes),
+        ("grpc.max_send_message_length", max_message_bytes),
+    ]
     if max_concurrent_streams is not None:
         options.append(("grpc.max_concurrent_streams", max_concurrent_streams))
     return grpc.aio.server(options=options)
@@ -59,8 +62,14 @@ class Health:
             self.servicer.set(name, status)
 
 
-def finish_server(server: grpc.aio.Server, service_names: Iterable[str], host: str, port: int,
-                  tls: ServerTls | None = None, health_state: Health | None = None) -> tuple[grpc.aio.Server, int]:
+def finish_server(
+    server: grpc.aio.Server,
+    service_names: Iterable[str],
+    host: str,
+    port: int,
+    tls: ServerTls | None = None,
+    health_state: Health | None = None,
+) -> tuple[grpc.aio.Server, int]:
     """Add health + reflection for ``service_names`` and bind ``host:port`` (0 = ephemeral).
 
     With ``tls`` the port speaks TLS (mTLS if it names a client CA); without, plaintext.
@@ -77,9 +86,14 @@ def finish_server(server: grpc.aio.Server, service_names: Iterable[str], host: s
     return server, bound
 
 
-async def run_until_signalled(server: grpc.aio.Server, port: int, port_file: Path | None, name: str,
-                              on_stop: Callable[[], Awaitable[None]] | None = None,
-                              grace_seconds: float = 5.0) -> None:
+async def run_until_signalled(
+    server: grpc.aio.Server,
+    port: int,
+    port_file: Path | None,
+    name: str,
+    on_stop: Callable[[], Awaitable[None]] | None = None,
+    grace_seconds: float = 5.0,
+) -> None:
     """Start ``server``, write the bound port to ``port_file``, stop gracefully on SIGTERM/SIGINT.
 
     On a signal the server stops taking new calls, lets running ones finish for

@@ -26,9 +26,18 @@ __all__ = ["LowDiskSpace", "StorageFailed", "StorageGuard", "storage_failure_rea
 log = logging.getLogger(__name__)
 
 # SQLite primary result codes that mean the storage (not the code) failed.
-STORAGE_CODES = {sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED, sqlite3.SQLITE_NOMEM, sqlite3.SQLITE_READONLY,
-                 sqlite3.SQLITE_IOERR, sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_FULL, sqlite3.SQLITE_CANTOPEN,
-                 sqlite3.SQLITE_PROTOCOL, sqlite3.SQLITE_NOTADB}
+STORAGE_CODES = {
+    sqlite3.SQLITE_BUSY,
+    sqlite3.SQLITE_LOCKED,
+    sqlite3.SQLITE_NOMEM,
+    sqlite3.SQLITE_READONLY,
+    sqlite3.SQLITE_IOERR,
+    sqlite3.SQLITE_CORRUPT,
+    sqlite3.SQLITE_FULL,
+    sqlite3.SQLITE_CANTOPEN,
+    sqlite3.SQLITE_PROTOCOL,
+    sqlite3.SQLITE_NOTADB,
+}
 PROBE_MIN_SECONDS, PROBE_MAX_SECONDS = 0.5, 10.0  # back-off of the test writes while the storage fails
 STABLE_SECONDS = 60.0  # healthy this long after a recovery: the next failure starts the back-off anew
 SPACE_CHECK_SECONDS = 1.0  # how often free space is checked while healthy
@@ -74,8 +83,14 @@ class StorageGuard:
     free space without traffic. Use from one event loop.
     """
 
-    def __init__(self, what: str, consequence: str, probe: Callable[[], Awaitable[None]],
-                 on_change: Callable[[bool], None], check_space: Callable[[], Awaitable[None]] | None = None):
+    def __init__(
+        self,
+        what: str,
+        consequence: str,
+        probe: Callable[[], Awaitable[None]],
+        on_change: Callable[[bool], None],
+        check_space: Callable[[], Awaitable[None]] | None = None,
+    ):
         self.what, self.consequence = what, consequence
         self._probe, self._on_change, self._check_space = probe, on_change, check_space
         self.error: str | None = None  # why the storage is unusable; None while it works
@@ -104,8 +119,10 @@ class StorageGuard:
             self._task = None
 
     def unavailable(self) -> StorageFailed:
-        return StorageFailed(f"{self.what} cannot be written ({self.error}); nothing of this call was stored: "
-                             f"retry later", retry_after=self.delay)
+        return StorageFailed(
+            f"{self.what} cannot be written ({self.error}); nothing of this call was stored: retry later",
+            retry_after=self.delay,
+        )
 
     def check(self) -> None:
         """``StorageFailed`` while the storage fails."""
@@ -118,13 +135,22 @@ class StorageGuard:
         if self.error is None:
             now = time.monotonic()
             # Failing again soon after a recovery: test less often, so a flapping disk cannot flood the log.
-            self.delay = (PROBE_MIN_SECONDS if now - self._recovered_at > STABLE_SECONDS else
-                          min(self.delay * 2, PROBE_MAX_SECONDS))
+            self.delay = (
+                PROBE_MIN_SECONDS
+                if now - self._recovered_at > STABLE_SECONDS
+                else min(self.delay * 2, PROBE_MAX_SECONDS)
+            )
             self.error = f"{reason} in {op}: {exc}"
             self._failed_at = now
             self._on_change(False)
-            log.error("%s unusable (%s in %s: %s): %s until a test write succeeds", self.what, reason, op, exc,
-                      self.consequence)
+            log.error(
+                "%s unusable (%s in %s: %s): %s until a test write succeeds",
+                self.what,
+                reason,
+                op,
+                exc,
+                self.consequence,
+            )
             self._wake.set()
             with suppress(RuntimeError):  # no running loop: started by the next call that has one
                 self.start()
@@ -152,7 +178,8 @@ class StorageGuard:
                 self.delay = min(self.delay * 2, PROBE_MAX_SECONDS)
                 continue
             now = time.monotonic()
-            log.warning("%s writable again after %.1f s (was: %s); serving", self.what, now - self._failed_at,
-                        self.error)
+            log.warning(
+                "%s writable again after %.1f s (was: %s); serving", self.what, now - self._failed_at, self.error
+            )
             self.error, self._recovered_at = None, now
             self._on_change(True)

@@ -28,13 +28,14 @@ from lac.common.files import atomic_file, private_dir
 
 log = logging.getLogger(__name__)
 
-INSECURE_WARNING = ("INSECURE MODE: plaintext gRPC without TLS or authentication. Anyone on the network "
-                    "can read and forge traffic. Use only for local demos and tests.")
+INSECURE_WARNING = (
+    "INSECURE MODE: plaintext gRPC without TLS or authentication. Anyone on the network "
+    "can read and forge traffic. Use only for local demos and tests."
+)
 
 
 def _write_key(path: Path, key: ec.EllipticCurvePrivateKey) -> None:
-    pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                            serialization.NoEncryption())
+    pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "wb") as f:
         f.write(pem)
@@ -48,8 +49,12 @@ def _write_cert(path: Path, cert: x509.Certificate) -> None:
 
 
 def _name(common_name: str) -> x509.Name:
-    return x509.Name([x509.NameAttribute(NameOID.ORGANIZATION_NAME, "LAC deployment"),
-                      x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
+    return x509.Name(
+        [
+            x509.NameAttribute(NameOID.ORGANIZATION_NAME, "LAC deployment"),
+            x509.NameAttribute(NameOID.COMMON_NAME, common_name),
+        ]
+    )
 
 
 def _san(host: str) -> x509.GeneralName:
@@ -65,16 +70,32 @@ def make_ca(out_dir: str | Path, days: int = 825) -> None:
     if (out / "ca.key").exists():
         raise FileExistsError(f"{out / 'ca.key'} exists; remove it to make a new CA")
     key = ec.generate_private_key(ec.SECP256R1())
-    now = dt.datetime.now(dt.timezone.utc)
-    cert = (x509.CertificateBuilder().subject_name(_name("LAC CA")).issuer_name(_name("LAC CA"))
-            .public_key(key.public_key()).serial_number(x509.random_serial_number())
-            .not_valid_before(now - dt.timedelta(minutes=5)).not_valid_after(now + dt.timedelta(days=days))
-            .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-            .add_extension(x509.KeyUsage(digital_signature=True, key_cert_sign=True, crl_sign=True,
-                                         content_commitment=False, key_encipherment=False,
-                                         data_encipherment=False, key_agreement=False,
-                                         encipher_only=False, decipher_only=False), critical=True)
-            .sign(key, hashes.SHA256()))
+    now = dt.datetime.now(dt.UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(_name("LAC CA"))
+        .issuer_name(_name("LAC CA"))
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - dt.timedelta(minutes=5))
+        .not_valid_after(now + dt.timedelta(days=days))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+        .add_extension(
+            x509.KeyUsage(
+                digital_signature=True,
+                key_cert_sign=True,
+                crl_sign=True,
+                content_commitment=False,
+                key_encipherment=False,
+                data_encipherment=False,
+                key_agreement=False,
+                encipher_only=False,
+                decipher_only=False,
+            ),
+            critical=True,
+        )
+        .sign(key, hashes.SHA256())
+    )
     _write_key(out / "ca.key", key)
     _write_cert(out / "ca.pem", cert)
 
@@ -91,15 +112,22 @@ def issue(out_dir: str | Path, name: str, hosts: list[str], days: int = 397) -> 
         raise ValueError(f"{out / 'ca.key'} is not an EC private key (make it with `lac keys tls`)")
     ca_cert = x509.load_pem_x509_certificate((out / "ca.pem").read_bytes())
     key = ec.generate_private_key(ec.SECP256R1())
-    now = dt.datetime.now(dt.timezone.utc)
-    cert = (x509.CertificateBuilder().subject_name(_name(name)).issuer_name(ca_cert.subject)
-            .public_key(key.public_key()).serial_number(x509.random_serial_number())
-            .not_valid_before(now - dt.timedelta(minutes=5)).not_valid_after(now + dt.timedelta(days=days))
-            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-            .add_extension(x509.SubjectAlternativeName([_san(h) for h in hosts]), critical=False)
-            .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH,
-                                                  ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
-            .sign(ca_key, hashes.SHA256()))
+    now = dt.datetime.now(dt.UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(_name(name))
+        .issuer_name(ca_cert.subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - dt.timedelta(minutes=5))
+        .not_valid_after(now + dt.timedelta(days=days))
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(x509.SubjectAlternativeName([_san(h) for h in hosts]), critical=False)
+        .add_extension(
+            x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False
+        )
+        .sign(ca_key, hashes.SHA256())
+    )
     _write_key(out / f"{name}.key", key)
     _write_cert(out / f"{name}.pem", cert)
     return out / f"{name}.pem", out / f"{name}.key"
@@ -109,6 +137,7 @@ def issue(out_dir: str | Path, name: str, hosts: list[str], days: int = 397) -> 
 class ServerTls:
     """A server's certificate and key; with ``client_ca`` client certificates signed by it are
     verified, and required unless ``client_cert_optional``."""
+
     cert: Path
     key: Path
     client_ca: Path | None = None
@@ -117,13 +146,17 @@ class ServerTls:
     def credentials(self) -> grpc.ServerCredentials:
         """gRPC server credentials; client certificates are required when ``client_ca`` is set, unless optional."""
         ca = self.client_ca.read_bytes() if self.client_ca else None
-        return grpc.ssl_server_credentials([(self.key.read_bytes(), self.cert.read_bytes())], root_certificates=ca,
-                                           require_client_auth=ca is not None and not self.client_cert_optional)
+        return grpc.ssl_server_credentials(
+            [(self.key.read_bytes(), self.cert.read_bytes())],
+            root_certificates=ca,
+            require_client_auth=ca is not None and not self.client_cert_optional,
+        )
 
 
 @dataclass(frozen=True)
 class ClientTls:
     """How a client reaches a TLS server: the CA to trust and, for mTLS, its own cert and key."""
+
     ca: Path
     cert: Path | None = None
     key: Path | None = None
@@ -134,8 +167,14 @@ class ClientTls:
         return grpc.ssl_channel_credentials(self.ca.read_bytes(), private_key=own[0], certificate_chain=own[1])
 
 
-def server_tls(cert: str, key: str, client_ca: str = "", insecure: bool = False, name: str = "server",
-               client_cert_optional: bool = False) -> ServerTls | None:
+def server_tls(
+    cert: str,
+    key: str,
+    client_ca: str = "",
+    insecure: bool = False,
+    name: str = "server",
+    client_cert_optional: bool = False,
+) -> ServerTls | None:
     """Validate a server's transport settings: TLS files, or an explicit insecure flag."""
     if insecure:
         if cert or key:
@@ -143,21 +182,26 @@ def server_tls(cert: str, key: str, client_ca: str = "", insecure: bool = False,
         log.warning("%s: %s", name, INSECURE_WARNING)
         return None
     if not (cert and key):
-        raise ValueError(f"{name}: TLS needs a certificate and a key (create them with `lac keys tls`), "
-                         "or pass the insecure flag for a local demo")
+        raise ValueError(
+            f"{name}: TLS needs a certificate and a key (create them with `lac keys tls`), "
+            "or pass the insecure flag for a local demo"
+        )
     return ServerTls(Path(cert), Path(key), Path(client_ca) if client_ca else None, client_cert_optional)
 
 
-def client_tls(ca: str, cert: str = "", key: str = "", insecure: bool = False,
-               name: str = "client") -> ClientTls | None:
+def client_tls(
+    ca: str, cert: str = "", key: str = "", insecure: bool = False, name: str = "client"
+) -> ClientTls | None:
     """Validate a client's transport settings: a CA to trust, or an explicit insecure flag."""
     if insecure:
         if ca:
             raise ValueError(f"{name}: both insecure mode and a TLS CA were given; choose one")
         return None
     if not ca:
-        raise ValueError(f"{name}: TLS needs the CA certificate to trust (`lac keys tls` writes ca.pem), "
-                         "or the insecure flag for a local demo")
+        raise ValueError(
+            f"{name}: TLS needs the CA certificate to trust (`lac keys tls` writes ca.pem), "
+            "or the insecure flag for a local demo"
+        )
     if bool(cert) != bool(key):
         raise ValueError(f"{name}: a client certificate needs both --cert and --key")
     return ClientTls(Path(ca), Path(cert) if cert else None, Path(key) if key else None)
@@ -167,15 +211,18 @@ ChannelOptions = Sequence[tuple[str, Any]]
 
 
 @overload
-def channel(target: str, tls: ClientTls | None, options: ChannelOptions = (),
-            aio: Literal[False] = False) -> grpc.Channel: ...
+def channel(
+    target: str, tls: ClientTls | None, options: ChannelOptions = (), aio: Literal[False] = False
+) -> grpc.Channel: ...
 @overload
-def channel(target: str, tls: ClientTls | None, options: ChannelOptions = (), *,
-            aio: Literal[True]) -> grpc.aio.Channel: ...
+def channel(
+    target: str, tls: ClientTls | None, options: ChannelOptions = (), *, aio: Literal[True]
+) -> grpc.aio.Channel: ...
 
 
-def channel(target: str, tls: ClientTls | None, options: ChannelOptions = (),
-            aio: bool = False) -> grpc.Channel | grpc.aio.Channel:
+def channel(
+    target: str, tls: ClientTls | None, options: ChannelOptions = (), aio: bool = False
+) -> grpc.Channel | grpc.aio.Channel:
     """A gRPC channel to ``target`` (an asyncio one with ``aio``): TLS when ``tls`` is given, plaintext otherwise."""
     if aio:
         if tls is None:

@@ -9,14 +9,37 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-__all__ = ["AnalystError", "BudgetExhausted", "CuratorClient", "CuratorStatus", "InvalidArgument", "NotFound",
-           "PermissionDenied", "PerplexityResult", "ReleaseInfo", "ReleasePreview", "ReleaseRefused", "Unavailable"]
-_LAZY = {name: "lac.curator.analyst" for name in __all__}
+__all__ = [
+    "AnalystError",
+    "BudgetExhausted",
+    "CuratorClient",
+    "CuratorStatus",
+    "InvalidArgument",
+    "NotFound",
+    "PermissionDenied",
+    "PerplexityResult",
+    "ReleaseInfo",
+    "ReleasePreview",
+    "ReleaseRefused",
+    "Unavailable",
+]
+_LAZY = dict.fromkeys(__all__, "lac.curator.analyst")
 
 if TYPE_CHECKING:  # pragma: no cover
-    from lac.curator.analyst import (AnalystError, BudgetExhausted, CuratorClient, CuratorStatus, InvalidArgument,
-                                     NotFound, PermissionDenied, PerplexityResult, ReleaseInfo, ReleasePreview,
-                                     ReleaseRefused, Unavailable)
+    from lac.curator.analyst import (
+        AnalystError,
+        BudgetExhausted,
+        CuratorClient,
+        CuratorStatus,
+        InvalidArgument,
+        NotFound,
+        PermissionDenied,
+        PerplexityResult,
+        ReleaseInfo,
+        ReleasePreview,
+        ReleaseRefused,
+        Unavailable,
+    )
 
 
 def __getattr__(name: str) -> Any:

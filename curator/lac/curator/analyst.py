@@ -46,17 +46,37 @@ if TYPE_CHECKING:  # pragma: no cover
 
     from lac.common.deployment import Deployment
 
-__all__ = ["CuratorClient", "ReleaseInfo", "ReleasePreview", "PerplexityResult", "CuratorStatus", "AnalystError",
-           "BudgetExhausted", "ReleaseRefused", "NotFound", "PermissionDenied", "InvalidArgument", "Unavailable",
-           "PARQUET_RECORD_KEY"]
+__all__ = [
+    "CuratorClient",
+    "ReleaseInfo",
+    "ReleasePreview",
+    "PerplexityResult",
+    "CuratorStatus",
+    "AnalystError",
+    "BudgetExhausted",
+    "ReleaseRefused",
+    "NotFound",
+    "PermissionDenied",
+    "InvalidArgument",
+    "Unavailable",
+    "PARQUET_RECORD_KEY",
+]
 
 EXTRA = "lac-curator[analyst]"
 PARQUET_RECORD_KEY = "lac.release"  # Parquet key-value metadata: the release record as JSON
 PARQUET_FORMAT_KEY = "lac.format"
 PARQUET_FORMAT = "lac-release/1"
-_KNOBS = {"S": "s", "s": "s", "rho": "rho", "sensitivity": "sensitivity", "calibration": "calibration",
-          "public_sensitivity": "public_sensitivity", "discovery": "discovery", "force": "force",
-          "expected_reports": "expected_reports"}
+_KNOBS = {
+    "S": "s",
+    "s": "s",
+    "rho": "rho",
+    "sensitivity": "sensitivity",
+    "calibration": "calibration",
+    "public_sensitivity": "public_sensitivity",
+    "discovery": "discovery",
+    "force": "force",
+    "expected_reports": "expected_reports",
+}
 
 
 RELEASE_ATTEMPTS = 4  # a release is sent at most this often (same request id) after UNAVAILABLE or a deadline
@@ -80,8 +100,13 @@ def _retry_after(exc: grpc.RpcError) -> float:
     return 0.0
 
 
-def release_with_retries(call: Callable, request: curator_pb2.ReleaseRequest, timeout: float,
-                         attempts: int = RELEASE_ATTEMPTS, sleep: Callable[[float], None] = time.sleep):
+def release_with_retries(
+    call: Callable,
+    request: curator_pb2.ReleaseRequest,
+    timeout: float,
+    attempts: int = RELEASE_ATTEMPTS,
+    sleep: Callable[[float], None] = time.sleep,
+):
     """``call(request, timeout=timeout)`` (a ``Release`` stub method), sent again with the same request id
     after UNAVAILABLE or DEADLINE_EXCEEDED, waiting the server's ``retry-after-seconds`` and at least
     1, 2, 4... s: the curator returns the release an earlier attempt made (spent once), awaits one still
@@ -101,6 +126,7 @@ def release_with_retries(call: Callable, request: curator_pb2.ReleaseRequest, ti
 
 
 # -- errors ---------------------------------------------------------------------------------------
+
 
 class AnalystError(Exception):
     """An error reported by the curator (or the transport to it).
@@ -168,12 +194,13 @@ def _error(exc: grpc.RpcError) -> AnalystError:
 
 # -- records --------------------------------------------------------------------------------------
 
+
 def _timestamp(text: str) -> dt.datetime | None:
     try:
         t = dt.datetime.fromisoformat(text)
     except (TypeError, ValueError):
         return None
-    return t if t.tzinfo else t.replace(tzinfo=dt.timezone.utc)
+    return t if t.tzinfo else t.replace(tzinfo=dt.UTC)
 
 
 def _finite_or_none(x: float) -> float | None:
@@ -216,14 +243,31 @@ class ReleaseInfo:
     @classmethod
     def from_proto(cls, r: curator_pb2.ReleaseRecord) -> ReleaseInfo:
         """From the ``lac.v1.ReleaseRecord`` the curator returned (its ``n_reports`` is not kept)."""
-        return cls(release_id=r.release_id, created_at=_timestamp(r.created_at), mechanism=r.mechanism,
-                   epsilon=r.epsilon, delta=r.delta, differentially_private=r.differentially_private,
-                   data_dependent=r.data_dependent, first_window=r.first_window, last_window=r.last_window,
-                   privacy_unit=r.privacy_unit, reports_per_user=r.reports_per_user, statement=r.statement,
-                   sensitivity_method=r.sensitivity_method, calibration=r.calibration, gamma=r.gamma,
-                   sigma=r.sigma, laplace_scale=r.laplace_scale, ledger_epsilon=r.ledger_epsilon,
-                   ledger_delta=r.ledger_delta, vocab_size=r.vocab_size, max_n=r.max_n,
-                   params={k: float(v) for k, v in sorted(r.params.items())}, request_id=r.request_id)
+        return cls(
+            release_id=r.release_id,
+            created_at=_timestamp(r.created_at),
+            mechanism=r.mechanism,
+            epsilon=r.epsilon,
+            delta=r.delta,
+            differentially_private=r.differentially_private,
+            data_dependent=r.data_dependent,
+            first_window=r.first_window,
+            last_window=r.last_window,
+            privacy_unit=r.privacy_unit,
+            reports_per_user=r.reports_per_user,
+            statement=r.statement,
+            sensitivity_method=r.sensitivity_method,
+            calibration=r.calibration,
+            gamma=r.gamma,
+            sigma=r.sigma,
+            laplace_scale=r.laplace_scale,
+            ledger_epsilon=r.ledger_epsilon,
+            ledger_delta=r.ledger_delta,
+            vocab_size=r.vocab_size,
+            max_n=r.max_n,
+            params={k: float(v) for k, v in sorted(r.params.items())},
+            request_id=r.request_id,
+        )
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-able dict (``created_at`` as RFC 3339; a non-finite ε as None)."""
@@ -239,13 +283,15 @@ class ReleaseInfo:
 
     def __str__(self) -> str:
         dp = "" if self.differentially_private else "  NOT DIFFERENTIALLY PRIVATE (no budget spent)\n"
-        return (f"release {self.release_id} ({self.created_at.isoformat() if self.created_at else '?'})\n{dp}"
-                f"  mechanism {self.mechanism}, sensitivity {self.sensitivity_method}, calibration "
-                f"{self.calibration or '-'}\n"
-                f"  (ε, δ) = ({self.epsilon:g}, {self.delta:g}); spent ({self.ledger_epsilon:g}, "
-                f"{self.ledger_delta:g}) from each of windows {self.first_window}..{self.last_window}\n"
-                f"  {self.vocab_size} n-grams (n ≤ {self.max_n}); privacy unit: {self.privacy_unit}\n"
-                f"  {self.statement}")
+        return (
+            f"release {self.release_id} ({self.created_at.isoformat() if self.created_at else '?'})\n{dp}"
+            f"  mechanism {self.mechanism}, sensitivity {self.sensitivity_method}, calibration "
+            f"{self.calibration or '-'}\n"
+            f"  (ε, δ) = ({self.epsilon:g}, {self.delta:g}); spent ({self.ledger_epsilon:g}, "
+            f"{self.ledger_delta:g}) from each of windows {self.first_window}..{self.last_window}\n"
+            f"  {self.vocab_size} n-grams (n ≤ {self.max_n}); privacy unit: {self.privacy_unit}\n"
+            f"  {self.statement}"
+        )
 
 
 @dataclass(frozen=True)
@@ -273,11 +319,23 @@ class ReleasePreview:
         def opt(name):
             return getattr(p, name) if p.HasField(name) else None
 
-        return cls(mechanism=p.mechanism, epsilon=p.epsilon, delta=p.delta, noise=p.noise, noise_unit=p.noise_unit,
-                   reports=opt("reports"), reports_source=p.reports_source, resolvable=tuple(p.resolvable),
-                   signal_share=opt("signal_share"), swamped=opt("swamped"), target_share=p.target_share,
-                   reports_needed=opt("reports_needed"), epsilon_needed=opt("epsilon_needed"), advice=p.advice,
-                   statement=p.statement)
+        return cls(
+            mechanism=p.mechanism,
+            epsilon=p.epsilon,
+            delta=p.delta,
+            noise=p.noise,
+            noise_unit=p.noise_unit,
+            reports=opt("reports"),
+            reports_source=p.reports_source,
+            resolvable=tuple(p.resolvable),
+            signal_share=opt("signal_share"),
+            swamped=opt("swamped"),
+            target_share=p.target_share,
+            reports_needed=opt("reports_needed"),
+            epsilon_needed=opt("epsilon_needed"),
+            advice=p.advice,
+            statement=p.statement,
+        )
 
     def __str__(self) -> str:
         return self.statement
@@ -310,10 +368,11 @@ class CuratorStatus:
 
 # -- optional dependencies ------------------------------------------------------------------------
 
+
 def _pyarrow():
     try:
         import pyarrow
-        import pyarrow.parquet  # noqa: F401
+        import pyarrow.parquet
     except ImportError as exc:
         raise ImportError(f"Arrow tables and Parquet files need pyarrow: pip install '{EXTRA}'") from exc
     return pyarrow
@@ -323,8 +382,10 @@ def _pandas():
     try:
         import pandas
     except ImportError as exc:
-        raise ImportError(f"DataFrames need pandas: pip install '{EXTRA}' (or pass as_arrow=True for an Arrow "
-                          "table, which needs pyarrow only)") from exc
+        raise ImportError(
+            f"DataFrames need pandas: pip install '{EXTRA}' (or pass as_arrow=True for an Arrow "
+            "table, which needs pyarrow only)"
+        ) from exc
     return pandas
 
 
@@ -334,6 +395,7 @@ def _orders(ngrams: Iterable[str]) -> list[int]:
 
 
 # -- the client -----------------------------------------------------------------------------------
+
 
 class CuratorClient:
     """A synchronous client of a LAC curator for analysts (and operators).
@@ -348,11 +410,20 @@ class CuratorClient:
     DataFrame, or a ``pyarrow.Table`` with ``as_arrow=True``.
     """
 
-    def __init__(self, target: str, *, ca: str | os.PathLike | None = None, cert: str | os.PathLike | None = None,
-                 key: str | os.PathLike | None = None, insecure: bool = False, timeout: float = 60.0,
-                 release_timeout: float = 600.0):
-        channel_tls = tls.client_tls(str(ca or ""), str(cert or ""), str(key or ""), insecure=insecure,
-                                     name="CuratorClient")
+    def __init__(
+        self,
+        target: str,
+        *,
+        ca: str | os.PathLike | None = None,
+        cert: str | os.PathLike | None = None,
+        key: str | os.PathLike | None = None,
+        insecure: bool = False,
+        timeout: float = 60.0,
+        release_timeout: float = 600.0,
+    ):
+        channel_tls = tls.client_tls(
+            str(ca or ""), str(cert or ""), str(key or ""), insecure=insecure, name="CuratorClient"
+        )
         self.target = target
         self.timeout = timeout
         self.release_timeout = release_timeout
@@ -388,12 +459,19 @@ class CuratorClient:
             _pandas()
         return pa
 
-    def _table(self, columns: Mapping[str, tuple[Any, Any]], as_arrow: bool,
-               metadata: Mapping[str, str] | None = None, attrs: Mapping[str, Any] | None = None):
+    def _table(
+        self,
+        columns: Mapping[str, tuple[Any, Any]],
+        as_arrow: bool,
+        metadata: Mapping[str, str] | None = None,
+        attrs: Mapping[str, Any] | None = None,
+    ):
         """A typed Arrow table of ``columns`` (name -> (values, arrow type)), or its DataFrame."""
         pa = self._deps(as_arrow)
-        schema = pa.schema([pa.field(name, typ) for name, (_, typ) in columns.items()],
-                           metadata={k.encode(): v.encode() for k, v in (metadata or {}).items()} or None)
+        schema = pa.schema(
+            [pa.field(name, typ) for name, (_, typ) in columns.items()],
+            metadata={k.encode(): v.encode() for k, v in (metadata or {}).items()} or None,
+        )
         table = pa.Table.from_arrays([pa.array(values, type=typ) for values, typ in columns.values()], schema=schema)
         if as_arrow:
             return table
@@ -407,9 +485,17 @@ class CuratorClient:
 
     # -- releases
 
-    def release(self, epsilon: float, delta: float | None = None, mechanism: str | None = None,
-                first_window: int | None = None, last_window: int | None = None, *, request_id: str | None = None,
-                **knobs: Any) -> ReleaseInfo:
+    def release(
+        self,
+        epsilon: float,
+        delta: float | None = None,
+        mechanism: str | None = None,
+        first_window: int | None = None,
+        last_window: int | None = None,
+        *,
+        request_id: str | None = None,
+        **knobs: Any,
+    ) -> ReleaseInfo:
         """Release the n-gram distribution of the stored reports: spends (ε, δ) from the privacy budget
         of every accounting window the release covers, and returns its record.
 
@@ -436,8 +522,15 @@ class CuratorClient:
         except grpc.RpcError as exc:
             raise _error(exc) from None
 
-    def preview(self, epsilon: float, delta: float | None = None, mechanism: str | None = None,
-                first_window: int | None = None, last_window: int | None = None, **knobs: Any) -> ReleasePreview:
+    def preview(
+        self,
+        epsilon: float,
+        delta: float | None = None,
+        mechanism: str | None = None,
+        first_window: int | None = None,
+        last_window: int | None = None,
+        **knobs: Any,
+    ) -> ReleasePreview:
         """What ``release`` with the same arguments would give: its noise and the predicted share of
         the text's words that stand out of it (``lac.curator.preview``). Reads no report, spends
         nothing. ``expected_reports=N`` assumes N reports; without it the prediction uses a DP count
@@ -449,8 +542,9 @@ class CuratorClient:
     def _release_request(epsilon, delta, mechanism, first_window, last_window, knobs, what: str):
         unknown = set(knobs) - set(_KNOBS)
         if unknown:
-            raise TypeError(f"{what}() got unknown knob(s) {', '.join(sorted(unknown))}; "
-                            f"known: {', '.join(sorted(_KNOBS))}")
+            raise TypeError(
+                f"{what}() got unknown knob(s) {', '.join(sorted(unknown))}; known: {', '.join(sorted(_KNOBS))}"
+            )
         req = curator_pb2.ReleaseRequest(epsilon=float(epsilon), delta=float(delta or 0.0), mechanism=mechanism or "")
         for name, value in knobs.items():
             if value is not None:
@@ -476,49 +570,57 @@ class CuratorClient:
         laplace_scale (0 when the curator does not show them), ledger_epsilon, ledger_delta (spent from
         each covered window), vocab_size, max_n, params (the public knobs and caps) and statement."""
         pa = self._deps(as_arrow)
-        recs = [ReleaseInfo.from_proto(r)
-                for r in self._call("ListReleases", curator_pb2.ListReleasesRequest()).releases]
+        recs = [
+            ReleaseInfo.from_proto(r) for r in self._call("ListReleases", curator_pb2.ListReleasesRequest()).releases
+        ]
         f64, i64, s, b = pa.float64(), pa.int64(), pa.string(), pa.bool_()
 
         def col(name):
             return [getattr(r, name) for r in recs]
 
-        return self._table({
-            "release_id": (col("release_id"), s),
-            "created_at": (col("created_at"), pa.timestamp("us", tz="UTC")),
-            "mechanism": (col("mechanism"), s),
-            "epsilon": (col("epsilon"), f64),
-            "delta": (col("delta"), f64),
-            "differentially_private": (col("differentially_private"), b),
-            "data_dependent": (col("data_dependent"), b),
-            "first_window": (col("first_window"), i64),
-            "last_window": (col("last_window"), i64),
-            "privacy_unit": (col("privacy_unit"), s),
-            "reports_per_user": (col("reports_per_user"), i64),
-            "sensitivity_method": (col("sensitivity_method"), s),
-            "calibration": (col("calibration"), s),
-            "gamma": (col("gamma"), f64),
-            "sigma": (col("sigma"), f64),
-            "laplace_scale": (col("laplace_scale"), f64),
-            "ledger_epsilon": (col("ledger_epsilon"), f64),
-            "ledger_delta": (col("ledger_delta"), f64),
-            "vocab_size": (col("vocab_size"), i64),
-            "max_n": (col("max_n"), i64),
-            "params": ([list(p.items()) for p in col("params")], pa.map_(s, f64)),
-            "statement": (col("statement"), s),
-        }, as_arrow)
+        return self._table(
+            {
+                "release_id": (col("release_id"), s),
+                "created_at": (col("created_at"), pa.timestamp("us", tz="UTC")),
+                "mechanism": (col("mechanism"), s),
+                "epsilon": (col("epsilon"), f64),
+                "delta": (col("delta"), f64),
+                "differentially_private": (col("differentially_private"), b),
+                "data_dependent": (col("data_dependent"), b),
+                "first_window": (col("first_window"), i64),
+                "last_window": (col("last_window"), i64),
+                "privacy_unit": (col("privacy_unit"), s),
+                "reports_per_user": (col("reports_per_user"), i64),
+                "sensitivity_method": (col("sensitivity_method"), s),
+                "calibration": (col("calibration"), s),
+                "gamma": (col("gamma"), f64),
+                "sigma": (col("sigma"), f64),
+                "laplace_scale": (col("laplace_scale"), f64),
+                "ledger_epsilon": (col("ledger_epsilon"), f64),
+                "ledger_delta": (col("ledger_delta"), f64),
+                "vocab_size": (col("vocab_size"), i64),
+                "max_n": (col("max_n"), i64),
+                "params": ([list(p.items()) for p in col("params")], pa.map_(s, f64)),
+                "statement": (col("statement"), s),
+            },
+            as_arrow,
+        )
 
     # -- the released distribution
 
     def _release_table(self, release_id: str | ReleaseInfo, probability: bool, as_arrow: bool):
         pa = self._deps(as_arrow)
-        reply = self._call("GetRelease", curator_pb2.GetReleaseRequest(release_id=self._id(release_id)),
-                           self.release_timeout)
+        reply = self._call(
+            "GetRelease", curator_pb2.GetReleaseRequest(release_id=self._id(release_id)), self.release_timeout
+        )
         record = ReleaseInfo.from_proto(reply.record)
         items = list(reply.items)
         log_probs = np.asarray(reply.log_probs, dtype=np.float64)
-        columns = {"ngram": (items, pa.string()), "order": (_orders(items), pa.int8()),
-                   "log_prob": (log_probs, pa.float64())}
+        columns = {
+            "ngram": (items, pa.string()),
+            "order": (_orders(items), pa.int8()),
+            "log_prob": (log_probs, pa.float64()),
+        }
         if probability:
             columns["probability"] = (np.exp(log_probs), pa.float64())
         meta = {PARQUET_RECORD_KEY: record.to_json(), PARQUET_FORMAT_KEY: PARQUET_FORMAT}
@@ -532,51 +634,77 @@ class CuratorClient:
         (an Arrow table's schema metadata, as JSON)."""
         return self._release_table(release_id, True, as_arrow)[0]
 
-    def top(self, release_id: str | ReleaseInfo, k: int = 20, order: int = 0,
-            as_arrow: bool = False) -> pandas.DataFrame | pyarrow.Table:
+    def top(
+        self, release_id: str | ReleaseInfo, k: int = 20, order: int = 0, as_arrow: bool = False
+    ) -> pandas.DataFrame | pyarrow.Table:
         """The ``k`` most probable n-grams of a release, most probable first: ngram, order, probability.
 
         ``order`` = n restricts to n-grams of that n, with probabilities renormalised within the
         order (the joint distribution of n-grams); 0 = any order, joint over the whole vocabulary.
         """
         pa = self._deps(as_arrow)
-        reply = self._call("TopNgrams", curator_pb2.TopNgramsRequest(release_id=self._id(release_id), k=int(k),
-                                                                     order=int(order)))
+        reply = self._call(
+            "TopNgrams", curator_pb2.TopNgramsRequest(release_id=self._id(release_id), k=int(k), order=int(order))
+        )
         grams = [g.ngram for g in reply.ngrams]
-        return self._table({"ngram": (grams, pa.string()), "order": (_orders(grams), pa.int8()),
-                            "probability": ([g.probability for g in reply.ngrams], pa.float64())}, as_arrow)
+        return self._table(
+            {
+                "ngram": (grams, pa.string()),
+                "order": (_orders(grams), pa.int8()),
+                "probability": ([g.probability for g in reply.ngrams], pa.float64()),
+            },
+            as_arrow,
+        )
 
-    def probability(self, release_id: str | ReleaseInfo, ngrams: str | Iterable[str],
-                    as_arrow: bool = False) -> pandas.DataFrame | pyarrow.Table:
+    def probability(
+        self, release_id: str | ReleaseInfo, ngrams: str | Iterable[str], as_arrow: bool = False
+    ) -> pandas.DataFrame | pyarrow.Table:
         """The released probability of each n-gram (a string ``"the dog"`` or several): ngram
         (normalised spacing), order, probability (joint within its order; 0 outside the vocabulary)."""
         pa = self._deps(as_arrow)
         asked = [ngrams] if isinstance(ngrams, str) else list(ngrams)
-        reply = self._call("NgramProbabilities", curator_pb2.NgramProbabilitiesRequest(
-            release_id=self._id(release_id), ngrams=asked))
+        reply = self._call(
+            "NgramProbabilities", curator_pb2.NgramProbabilitiesRequest(release_id=self._id(release_id), ngrams=asked)
+        )
         grams = [g.ngram for g in reply.ngrams]
-        return self._table({"ngram": (grams, pa.string()), "order": (_orders(grams), pa.int8()),
-                            "probability": ([g.probability for g in reply.ngrams], pa.float64())}, as_arrow)
+        return self._table(
+            {
+                "ngram": (grams, pa.string()),
+                "order": (_orders(grams), pa.int8()),
+                "probability": ([g.probability for g in reply.ngrams], pa.float64()),
+            },
+            as_arrow,
+        )
 
-    def next_word(self, release_id: str | ReleaseInfo, context: str, k: int = 10,
-                  as_arrow: bool = False) -> pandas.DataFrame | pyarrow.Table:
+    def next_word(
+        self, release_id: str | ReleaseInfo, context: str, k: int = 10, as_arrow: bool = False
+    ) -> pandas.DataFrame | pyarrow.Table:
         """The ``k`` most probable next words after ``context`` (preceding words separated by spaces;
         ``"<s>"`` = sentence start), most probable first: context_used (the suffix of the context the
         release conditions on, shorter when it backs off; empty = unigrams), word, probability
         (P(word | context_used) from the released joint)."""
         pa = self._deps(as_arrow)
-        reply = self._call("NextWord", curator_pb2.NextWordRequest(release_id=self._id(release_id),
-                                                                   context=context, k=int(k)))
+        reply = self._call(
+            "NextWord", curator_pb2.NextWordRequest(release_id=self._id(release_id), context=context, k=int(k))
+        )
         n = len(reply.words)
-        return self._table({"context_used": ([reply.context_used] * n, pa.string()),
-                            "word": ([w.ngram for w in reply.words], pa.string()),
-                            "probability": ([w.probability for w in reply.words], pa.float64())}, as_arrow)
+        return self._table(
+            {
+                "context_used": ([reply.context_used] * n, pa.string()),
+                "word": ([w.ngram for w in reply.words], pa.string()),
+                "probability": ([w.probability for w in reply.words], pa.float64()),
+            },
+            as_arrow,
+        )
 
     def perplexity(self, release_id: str | ReleaseInfo, text: str) -> PerplexityResult:
         """Perplexity of ``text`` (split into sentences and words by the LAC tokeniser) under the
         release's smoothed back-off trigram model, with the token and out-of-vocabulary counts."""
-        r = self._call("Perplexity", curator_pb2.PerplexityRequest(release_id=self._id(release_id), text=text),
-                       self.release_timeout)
+        r = self._call(
+            "Perplexity",
+            curator_pb2.PerplexityRequest(release_id=self._id(release_id), text=text),
+            self.release_timeout,
+        )
         return PerplexityResult(r.perplexity, r.n_sentences, r.n_tokens, r.n_out_of_vocabulary)
 
     # -- budget and configuration
@@ -588,24 +716,28 @@ class CuratorClient:
         pa = self._deps(as_arrow)
         b = self._call("GetBudget", curator_pb2.BudgetRequest())
         ws = b.window_seconds
-        utc = dt.timezone.utc
+        utc = dt.UTC
 
         def at(seconds: float) -> dt.datetime:
             return dt.datetime.fromtimestamp(seconds, utc)
 
         f64, n = pa.float64(), len(b.windows)
         ts = pa.timestamp("us", tz="UTC")
-        return self._table({
-            "window": ([w.window for w in b.windows], pa.int64()),
-            "window_start": ([at(w.window * ws) for w in b.windows], ts),
-            "window_end": ([at((w.window + 1) * ws) for w in b.windows], ts),
-            "spent_epsilon": ([w.spent_epsilon for w in b.windows], f64),
-            "spent_delta": ([w.spent_delta for w in b.windows], f64),
-            "remaining_epsilon": ([w.remaining_epsilon for w in b.windows], f64),
-            "remaining_delta": ([w.remaining_delta for w in b.windows], f64),
-            "budget_epsilon": ([b.budget_epsilon] * n, f64),
-            "budget_delta": ([b.budget_delta] * n, f64),
-        }, as_arrow, attrs={"window_seconds": ws, "reports_per_window": b.reports_per_window})
+        return self._table(
+            {
+                "window": ([w.window for w in b.windows], pa.int64()),
+                "window_start": ([at(w.window * ws) for w in b.windows], ts),
+                "window_end": ([at((w.window + 1) * ws) for w in b.windows], ts),
+                "spent_epsilon": ([w.spent_epsilon for w in b.windows], f64),
+                "spent_delta": ([w.spent_delta for w in b.windows], f64),
+                "remaining_epsilon": ([w.remaining_epsilon for w in b.windows], f64),
+                "remaining_delta": ([w.remaining_delta for w in b.windows], f64),
+                "budget_epsilon": ([b.budget_epsilon] * n, f64),
+                "budget_delta": ([b.budget_delta] * n, f64),
+            },
+            as_arrow,
+            attrs={"window_seconds": ws, "reports_per_window": b.reports_per_window},
+        )
 
     def deployment(self) -> Deployment:
         """The local-privacy configuration the curator publishes to clients (``lac.common.deployment.
@@ -624,11 +756,17 @@ class CuratorClient:
         """Operators only (an analyst's certificate gets ``PermissionDenied``): stored batches and
         reports (exact), releases, quarantined reports, rejects by reason, reports per window."""
         s = self._call("GetStatus", curator_pb2.CuratorStatusRequest())
-        return CuratorStatus(batches=s.batches, reports=s.reports, releases=s.releases, quarantined=s.quarantined,
-                             rejects=dict(sorted(s.rejects.items())),
-                             reports_by_window=dict(sorted(s.reports_by_window.items())),
-                             budget_epsilon=s.budget_epsilon, budget_delta=s.budget_delta,
-                             replay_window_days=s.replay_window_days)
+        return CuratorStatus(
+            batches=s.batches,
+            reports=s.reports,
+            releases=s.releases,
+            quarantined=s.quarantined,
+            rejects=dict(sorted(s.rejects.items())),
+            reports_by_window=dict(sorted(s.reports_by_window.items())),
+            budget_epsilon=s.budget_epsilon,
+            budget_delta=s.budget_delta,
+            replay_window_days=s.replay_window_days,
+        )
 
     # -- exports
 
@@ -643,8 +781,9 @@ class CuratorClient:
     def arpa(self, release_id: str | ReleaseInfo, path: str | os.PathLike) -> Path:
         """Write the release as an ARPA back-off language model (for KenLM, SRILM) to ``path``
         (atomically: a reader sees the old file or the complete new one); returns the path."""
-        chunks = self._stub.ExportArpa(curator_pb2.ExportArpaRequest(release_id=self._id(release_id)),
-                                       timeout=self.release_timeout)
+        chunks = self._stub.ExportArpa(
+            curator_pb2.ExportArpaRequest(release_id=self._id(release_id)), timeout=self.release_timeout
+        )
 
         def write(f):
             try:

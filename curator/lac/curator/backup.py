@@ -37,15 +37,18 @@ FORMAT = "lac-curator-backup/1"
 def describe(db_path: Path) -> dict:
     """What a curator database holds: batches, reports, releases, quarantined reports, ledger rows."""
     db = sqlite3.connect(f"file:{db_path}?mode=ro", uri=True)
+
     def one(sql: str) -> int:
         return int(db.execute(sql).fetchone()[0])
 
     try:
-        return {"batches": one("SELECT COUNT(*) FROM batches"),
-                "reports": one("SELECT COALESCE(SUM(accepted), 0) FROM batches"),
-                "releases": one("SELECT COUNT(*) FROM releases"),
-                "quarantined": one("SELECT COUNT(*) FROM quarantine"),
-                "ledger_rows": one("SELECT COUNT(*) FROM window_ledger")}
+        return {
+            "batches": one("SELECT COUNT(*) FROM batches"),
+            "reports": one("SELECT COALESCE(SUM(accepted), 0) FROM batches"),
+            "releases": one("SELECT COUNT(*) FROM releases"),
+            "quarantined": one("SELECT COUNT(*) FROM quarantine"),
+            "ledger_rows": one("SELECT COUNT(*) FROM window_ledger"),
+        }
     finally:
         db.close()
 
@@ -54,8 +57,10 @@ def _files(db_path: Path) -> list[str]:
     """The files (relative to the state directory) a curator database refers to."""
     db = sqlite3.connect(f"file:{db_path}?mode=ro", uri=True)
     try:
-        segments = [f"segments/{name}" for (name,) in
-                    db.execute("SELECT segment FROM batches WHERE segment IS NOT NULL ORDER BY rowid")]
+        segments = [
+            f"segments/{name}"
+            for (name,) in db.execute("SELECT segment FROM batches WHERE segment IS NOT NULL ORDER BY rowid")
+        ]
         releases = [f"releases/{rid}.npz" for (rid,) in db.execute("SELECT release_id FROM releases ORDER BY rowid")]
     finally:
         db.close()
@@ -76,15 +81,24 @@ def backup(state_dir: Path, dest: Path) -> dict:
     for rel in _files(dest / DB_NAME):
         src = state_dir / rel
         if not src.is_file():
-            raise FileNotFoundError(f"{src}: named by the curator's database but missing (DATA_LOSS in the live "
-                                    f"curator too); the backup is incomplete")
+            raise FileNotFoundError(
+                f"{src}: named by the curator's database but missing (DATA_LOSS in the live "
+                f"curator too); the backup is incomplete"
+            )
         copy_file(src, dest / rel)
         files[rel] = sha256_file(dest / rel)
     for sub in {Path(rel).parent for rel in files}:
         fsync_dir(dest / sub)
-    manifest = {"format": FORMAT, "created_unix": started, "source": str(source.resolve()),
-                "database": DB_NAME, "database_sha256": sha256_file(dest / DB_NAME),
-                "database_bytes": (dest / DB_NAME).stat().st_size, "files": files, **describe(dest / DB_NAME)}
+    manifest = {
+        "format": FORMAT,
+        "created_unix": started,
+        "source": str(source.resolve()),
+        "database": DB_NAME,
+        "database_sha256": sha256_file(dest / DB_NAME),
+        "database_bytes": (dest / DB_NAME).stat().st_size,
+        "files": files,
+        **describe(dest / DB_NAME),
+    }
     write_manifest(dest, manifest)
     return manifest
 
@@ -105,12 +119,15 @@ def restore(source: Path, state_dir: Path, force: bool = False) -> dict:
         verify(source / rel, digest)
     named = set(_files(db))
     if named != set(files):
-        raise ValueError(f"{source}: the manifest's files are not the ones its database names "
-                         f"({len(named ^ set(files))} differ); the backup is damaged")
+        raise ValueError(
+            f"{source}: the manifest's files are not the ones its database names "
+            f"({len(named ^ set(files))} differ); the backup is damaged"
+        )
     target = state_dir / DB_NAME
     if target.exists() and not force:
-        raise FileExistsError(f"{target} exists; stop that curator and pass --force to replace its state with the "
-                              f"backup")
+        raise FileExistsError(
+            f"{target} exists; stop that curator and pass --force to replace its state with the backup"
+        )
     private_dir(state_dir)
     if target.exists():  # --force: no database while files change, so an interrupted restore is visible
         target.unlink()

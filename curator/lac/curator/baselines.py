@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from numbers import Integral, Real
+from numbers import Integral
 
 import numpy as np
 
@@ -32,8 +32,14 @@ from lac.common.rng import RandomSource, secure_generator
 from lac.curator.bayesian import CountStats, count_stats
 from lac.curator.sound import cap_rows
 
-__all__ = ["BaselineRelease", "laplace_dp", "laplace_from_stats", "laplace_public_dp", "laplace_public_from_stats",
-           "k_anonymity"]
+__all__ = [
+    "BaselineRelease",
+    "laplace_dp",
+    "laplace_from_stats",
+    "laplace_public_dp",
+    "laplace_public_from_stats",
+    "k_anonymity",
+]
 
 
 @dataclass(frozen=True, eq=False)
@@ -83,15 +89,26 @@ def _normalise(v: np.ndarray) -> np.ndarray:
     return out
 
 
-def laplace_dp(U, W: int, C: int = 1, epsilon: float = 1.0, rng: RandomSource | None = None,
-               unit: PrivacyUnit = PrivacyUnit.report()) -> BaselineRelease:
+def laplace_dp(
+    U,
+    W: int,
+    C: int = 1,
+    epsilon: float = 1.0,
+    rng: RandomSource | None = None,
+    unit: PrivacyUnit = PrivacyUnit.report(),
+) -> BaselineRelease:
     """Standard Laplace baseline (§4.2 item 1): ε-DP with b = m·W·C/ε (see module docstring)."""
     return laplace_from_stats(count_stats(cap_rows(U, W), C), W, C, epsilon, rng, unit)
 
 
-def laplace_from_stats(stats: CountStats, W: int, C: int = 1, epsilon: float = 1.0,
-                       rng: RandomSource | None = None,
-                       unit: PrivacyUnit = PrivacyUnit.report()) -> BaselineRelease:
+def laplace_from_stats(
+    stats: CountStats,
+    W: int,
+    C: int = 1,
+    epsilon: float = 1.0,
+    rng: RandomSource | None = None,
+    unit: PrivacyUnit = PrivacyUnit.report(),
+) -> BaselineRelease:
     """``laplace_dp`` on the column totals of the W-capped rows (what a streaming engine computes)."""
     eps = _check_eps(epsilon)
     V = stats.c.size
@@ -106,21 +123,43 @@ def laplace_from_stats(stats: CountStats, W: int, C: int = 1, epsilon: float = 1
     mean = stats.c.copy()
     mean.setflags(write=False)
     return BaselineRelease(
-        probs=_normalise(noisy), mechanism="laplace", params=dict(W=int(W), C=int(C), epsilon=eps),
-        sensitivity=sens, scale=b, sensitivity_method="sound", epsilon=eps, delta=0.0,
-        n_users=stats.n_users, vocab_size=V,
-        guarantee=Guarantee(Model.CENTRAL, eps, 0.0, unit, Adjacency.ADD_REMOVE,
-                            "Laplace baseline (Ramadan et al. §4.2)",
-                            details=(f"ℓ1 sensitivity m·W·C = {sens:g} (≤ W={W} items per report, counts clamped at "
-                                     f"C={C}, {m} report(s) per user; data-independent worst case), Laplace scale "
-                                     f"b = {b:.6g} per item; thresholded at 0 and normalised (post-processing).",)),
-        mean=mean, noisy=noisy,
+        probs=_normalise(noisy),
+        mechanism="laplace",
+        params=dict(W=int(W), C=int(C), epsilon=eps),
+        sensitivity=sens,
+        scale=b,
+        sensitivity_method="sound",
+        epsilon=eps,
+        delta=0.0,
+        n_users=stats.n_users,
+        vocab_size=V,
+        guarantee=Guarantee(
+            Model.CENTRAL,
+            eps,
+            0.0,
+            unit,
+            Adjacency.ADD_REMOVE,
+            "Laplace baseline (Ramadan et al. §4.2)",
+            details=(
+                f"ℓ1 sensitivity m·W·C = {sens:g} (≤ W={W} items per report, counts clamped at "
+                f"C={C}, {m} report(s) per user; data-independent worst case), Laplace scale "
+                f"b = {b:.6g} per item; thresholded at 0 and normalised (post-processing).",
+            ),
+        ),
+        mean=mean,
+        noisy=noisy,
     )
 
 
 def laplace_public_dp(
-    U, alpha: np.ndarray, W: int, C: int = 1, epsilon: float = 1.0, sensitivity: str = "sound",
-    rng: RandomSource | None = None, unit: PrivacyUnit = PrivacyUnit.report(),
+    U,
+    alpha: np.ndarray,
+    W: int,
+    C: int = 1,
+    epsilon: float = 1.0,
+    sensitivity: str = "sound",
+    rng: RandomSource | None = None,
+    unit: PrivacyUnit = PrivacyUnit.report(),
 ) -> BaselineRelease:
     """Laplace with public data (§4.2 item 2); ``sensitivity`` "sound" (Δ₁ = 2) or "observed"."""
     if U.shape[1] != np.asarray(alpha).size:
@@ -129,8 +168,14 @@ def laplace_public_dp(
 
 
 def laplace_public_from_stats(
-    stats: CountStats, alpha: np.ndarray, W: int, C: int = 1, epsilon: float = 1.0, sensitivity: str = "sound",
-    rng: RandomSource | None = None, unit: PrivacyUnit = PrivacyUnit.report(),
+    stats: CountStats,
+    alpha: np.ndarray,
+    W: int,
+    C: int = 1,
+    epsilon: float = 1.0,
+    sensitivity: str = "sound",
+    rng: RandomSource | None = None,
+    unit: PrivacyUnit = PrivacyUnit.report(),
 ) -> BaselineRelease:
     """``laplace_public_dp`` on the column totals of the W-capped rows."""
     eps = _check_eps(epsilon)
@@ -155,20 +200,38 @@ def laplace_public_from_stats(
     noisy.setflags(write=False)
     mean = f + a
     mean.setflags(write=False)
-    how = ("sound: data-independent worst case (two probability vectors differ by ≤ 2 in ℓ1)"
-           if sensitivity == "sound" else
-           f"data-dependent: 2·m·W·C/‖c‖₁ at the observed total ‖c‖₁ = {T:g}, so the noise scale "
-           f"itself depends on the data")
+    how = (
+        "sound: data-independent worst case (two probability vectors differ by ≤ 2 in ℓ1)"
+        if sensitivity == "sound"
+        else f"data-dependent: 2·m·W·C/‖c‖₁ at the observed total ‖c‖₁ = {T:g}, so the noise scale "
+        f"itself depends on the data"
+    )
     return BaselineRelease(
-        probs=_normalise(noisy), mechanism="laplace-public",
+        probs=_normalise(noisy),
+        mechanism="laplace-public",
         params=dict(W=int(W), C=int(C), epsilon=eps, sensitivity=sensitivity),
-        sensitivity=sens, scale=b, sensitivity_method=sensitivity, epsilon=eps, delta=0.0,
-        n_users=stats.n_users, vocab_size=int(a.size),
-        guarantee=Guarantee(Model.CENTRAL, eps, 0.0, unit, Adjacency.ADD_REMOVE,
-                            "Laplace with public data (Ramadan et al. §4.2)", data_dependent=sensitivity != "sound",
-                            details=(f"Laplace noise on f = c/‖c‖₁ − α̃ with ℓ1 sensitivity {sens:.6g} ({how}), "
-                                     f"scale b = {b:.6g}; + α̃, thresholded at 0 and renormalised (post-processing).",)),
-        mean=mean, noisy=noisy,
+        sensitivity=sens,
+        scale=b,
+        sensitivity_method=sensitivity,
+        epsilon=eps,
+        delta=0.0,
+        n_users=stats.n_users,
+        vocab_size=int(a.size),
+        guarantee=Guarantee(
+            Model.CENTRAL,
+            eps,
+            0.0,
+            unit,
+            Adjacency.ADD_REMOVE,
+            "Laplace with public data (Ramadan et al. §4.2)",
+            data_dependent=sensitivity != "sound",
+            details=(
+                f"Laplace noise on f = c/‖c‖₁ − α̃ with ℓ1 sensitivity {sens:.6g} ({how}), "
+                f"scale b = {b:.6g}; + α̃, thresholded at 0 and renormalised (post-processing).",
+            ),
+        ),
+        mean=mean,
+        noisy=noisy,
     )
 
 
@@ -183,11 +246,21 @@ def k_anonymity(U, K: int, C: int = 1) -> BaselineRelease:
     mean = stats.c.copy()
     mean.setflags(write=False)
     return BaselineRelease(
-        probs=_normalise(kept), mechanism="kanon", params=dict(K=int(K), C=int(C)), sensitivity=0.0,
-        scale=0.0, sensitivity_method="none", epsilon=math.inf, delta=0.0, n_users=stats.n_users,
-        vocab_size=int(stats.c.size), guarantee=None,
-        note=(f"NOT differentially private: k-anonymity baseline (K={K}): items held by fewer than K users are "
-              f"suppressed, the others are released with exact clamped counts (C={C}), normalised. It is "
-              f"deterministic and offers no protection against linkage or differencing attacks."),
+        probs=_normalise(kept),
+        mechanism="kanon",
+        params=dict(K=int(K), C=int(C)),
+        sensitivity=0.0,
+        scale=0.0,
+        sensitivity_method="none",
+        epsilon=math.inf,
+        delta=0.0,
+        n_users=stats.n_users,
+        vocab_size=int(stats.c.size),
+        guarantee=None,
+        note=(
+            f"NOT differentially private: k-anonymity baseline (K={K}): items held by fewer than K users are "
+            f"suppressed, the others are released with exact clamped counts (C={C}), normalised. It is "
+            f"deterministic and offers no protection against linkage or differencing attacks."
+        ),
         mean=mean,
     )

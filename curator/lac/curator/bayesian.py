@@ -171,7 +171,7 @@ class CountStats:
     n_users: int
     C: int
 
-    def __add__(self, other: "CountStats") -> "CountStats":
+    def __add__(self, other: CountStats) -> CountStats:
         if self.C != other.C or self.c.shape != other.c.shape:
             raise ValueError("CountStats differ in C or vocabulary size")
         return CountStats(self.c + other.c, self.N + other.N, self.n_users + other.n_users, self.C)
@@ -225,7 +225,7 @@ def bruteforce_sq_dists(
     if stats.C != C:
         raise ValueError(f"stats were computed with C={stats.C}, not {C}")
     indptr, indices, data, (n, V) = _csr_parts(U)
-    if V != stats.c.size:
+    if stats.c.size != V:
         raise ValueError(f"U has {V} columns but stats cover {stats.c.size} items")
     out = np.zeros(n, dtype=np.float64)
     if n == 0 or indices.size == 0:
@@ -311,29 +311,57 @@ def snap_grid(sigma: float) -> float:
     return x if m == 0.5 else math.ldexp(1.0, e)
 
 
-_FLOAT_NOTE = ("Floating point: h is snapped to a grid of spacing Λ before the softmax (a mitigation in the spirit "
-               "of Mironov 2012, not a proof).")
+_FLOAT_NOTE = (
+    "Floating point: h is snapped to a grid of spacing Λ before the softmax (a mitigation in the spirit "
+    "of Mironov 2012, not a proof)."
+)
 
 
 def _guarantee(p: BayesianParams, gamma: float, sigma: float, calibration: str, V: int) -> Guarantee:
-    noise = (f"Gaussian mechanism on μ_ps = ρ·(w⊙x̂) + (1−ρ)·μ_p with ℓ2 sensitivity ρ·γ = {p.rho:g}·{gamma:.6g}, "
-             f"σ = {sigma:.6g} ({calibration} calibration); per-report item counts clamped at C={p.C}, S={p.S:g}, "
-             f"{V} items.")
+    noise = (
+        f"Gaussian mechanism on μ_ps = ρ·(w⊙x̂) + (1−ρ)·μ_p with ℓ2 sensitivity ρ·γ = {p.rho:g}·{gamma:.6g}, "
+        f"σ = {sigma:.6g} ({calibration} calibration); per-report item counts clamped at C={p.C}, S={p.S:g}, "
+        f"{V} items."
+    )
     name = "BayesianDP (Ramadan et al., Algorithm 1)"
     if p.sensitivity == "sound":
         m = p.unit.max_reports
-        return Guarantee(Model.CENTRAL, p.epsilon, p.delta, p.unit, Adjacency.ADD_REMOVE, name, details=(
-            noise, f"γ is {SOUND_STATEMENT} over all data sets with at most W={p.W} items per report, item totals "
-                   f"clipped at M={p.count_clip} before the log and {m} report(s) per user (lac.curator.sound; "
-                   f"the mechanism enforces these caps itself).", _FLOAT_NOTE))
-    how = ("γ is the exact brute-force maximum over the reports present in this data set"
-           if p.sensitivity == "bruteforce" else
-           "γ is Claim 1 of Ramadan et al., evaluated on the observed N and x̂ (as stated it can under-estimate "
-           "the exact value when C/S is not an integer)")
-    return Guarantee(Model.CENTRAL, p.epsilon, p.delta, PrivacyUnit.report(), Adjacency.ADD_REMOVE, name,
-                     data_dependent=True, details=(
-                         noise, f"{how}; it covers removing a present report, not adding an arbitrary one, and the "
-                                f"noise scale itself is a function of the data.", _FLOAT_NOTE))
+        return Guarantee(
+            Model.CENTRAL,
+            p.epsilon,
+            p.delta,
+            p.unit,
+            Adjacency.ADD_REMOVE,
+            name,
+            details=(
+                noise,
+                f"γ is {SOUND_STATEMENT} over all data sets with at most W={p.W} items per report, item totals "
+                f"clipped at M={p.count_clip} before the log and {m} report(s) per user (lac.curator.sound; "
+                f"the mechanism enforces these caps itself).",
+                _FLOAT_NOTE,
+            ),
+        )
+    how = (
+        "γ is the exact brute-force maximum over the reports present in this data set"
+        if p.sensitivity == "bruteforce"
+        else "γ is Claim 1 of Ramadan et al., evaluated on the observed N and x̂ (as stated it can under-estimate "
+        "the exact value when C/S is not an integer)"
+    )
+    return Guarantee(
+        Model.CENTRAL,
+        p.epsilon,
+        p.delta,
+        PrivacyUnit.report(),
+        Adjacency.ADD_REMOVE,
+        name,
+        data_dependent=True,
+        details=(
+            noise,
+            f"{how}; it covers removing a present report, not adding an arbitrary one, and the "
+            f"noise scale itself is a function of the data.",
+            _FLOAT_NOTE,
+        ),
+    )
 
 
 def bayesian_dp(
@@ -366,8 +394,13 @@ def bayesian_dp(
     return bayesian_from_stats(stats, alpha, params, rng, max_sq_dist=max_sq)
 
 
-def bayesian_from_stats(stats: CountStats, alpha: np.ndarray, params: BayesianParams,
-                        rng: RandomSource | None = None, max_sq_dist: float | None = None) -> BayesianRelease:
+def bayesian_from_stats(
+    stats: CountStats,
+    alpha: np.ndarray,
+    params: BayesianParams,
+    rng: RandomSource | None = None,
+    max_sq_dist: float | None = None,
+) -> BayesianRelease:
     """``bayesian_dp`` from the column totals of the (for "sound": W-capped) rows, as a streaming
     engine computes them; ``max_sq_dist`` is the largest ``bruteforce_sq_dists`` over all rows,
     needed (only) for the brute-force sensitivity."""

@@ -23,30 +23,45 @@ def register(subparsers) -> None:
     cfg.add_flags(serve, CuratorConfig, ENV_PREFIX)
     serve.set_defaults(func=_serve)
 
-    mig = sub.add_parser("migrate-segments", help="convert the .npz segments of earlier versions to Parquet "
-                                                  "(run with the curator stopped)")
-    mig.add_argument("--state-dir", type=Path, default=CuratorConfig.state_dir,
-                     help=f"the curator's state directory [default: {CuratorConfig.state_dir}]")
+    mig = sub.add_parser(
+        "migrate-segments",
+        help="convert the .npz segments of earlier versions to Parquet (run with the curator stopped)",
+    )
+    mig.add_argument(
+        "--state-dir",
+        type=Path,
+        default=CuratorConfig.state_dir,
+        help=f"the curator's state directory [default: {CuratorConfig.state_dir}]",
+    )
     mig.set_defaults(func=_migrate_segments)
 
-    bak = sub.add_parser("backup", help="copy the curator's database, segments and release files (online, "
-                                        "consistent) into DIR",
-                         description="Copy the curator's database with SQLite's online backup API (one consistent "
-                                     "snapshot, while the curator keeps serving) and the segment and release files "
-                                     "it names into DIR, with a manifest naming every file's SHA-256. DIR is "
-                                     "created private (0700). The key ring is not copied: back it up separately.")
+    bak = sub.add_parser(
+        "backup",
+        help="copy the curator's database, segments and release files (online, consistent) into DIR",
+        description="Copy the curator's database with SQLite's online backup API (one consistent "
+        "snapshot, while the curator keeps serving) and the segment and release files "
+        "it names into DIR, with a manifest naming every file's SHA-256. DIR is "
+        "created private (0700). The key ring is not copied: back it up separately.",
+    )
     bak.add_argument("dir", type=Path, help="new directory for the backup")
-    res = sub.add_parser("restore", help="install a backup made with `backup` as a state directory",
-                         description="Verify a backup (manifest, SHA-256, quick_check) and install it into "
-                                     "--state-dir, whose curator must be stopped. The restored state does not know "
-                                     "what happened after the backup: batches ingested since are missing (a "
-                                     "shuffler still holding them delivers them again), and so are releases made "
-                                     "since, whose privacy spending the restored ledger forgets.")
+    res = sub.add_parser(
+        "restore",
+        help="install a backup made with `backup` as a state directory",
+        description="Verify a backup (manifest, SHA-256, quick_check) and install it into "
+        "--state-dir, whose curator must be stopped. The restored state does not know "
+        "what happened after the backup: batches ingested since are missing (a "
+        "shuffler still holding them delivers them again), and so are releases made "
+        "since, whose privacy spending the restored ledger forgets.",
+    )
     res.add_argument("dir", type=Path, help="directory written by `lac curator backup`")
     res.add_argument("--force", action="store_true", help="replace an existing curator database")
     for q in (bak, res):
-        q.add_argument("--state-dir", type=Path, default=CuratorConfig.state_dir,
-                       help=f"the curator's state directory [default: {CuratorConfig.state_dir}]")
+        q.add_argument(
+            "--state-dir",
+            type=Path,
+            default=CuratorConfig.state_dir,
+            help=f"the curator's state directory [default: {CuratorConfig.state_dir}]",
+        )
     bak.set_defaults(func=_backup)
     res.set_defaults(func=_restore)
 
@@ -58,62 +73,122 @@ def register(subparsers) -> None:
         q.set_defaults(func=func)
         return q
 
-    r = client_parser("release", "release the n-gram distribution of the stored reports (spends the privacy "
-                      "budget of every window it covers); with --counts, run offline on files instead", _release)
+    r = client_parser(
+        "release",
+        "release the n-gram distribution of the stored reports (spends the privacy "
+        "budget of every window it covers); with --counts, run offline on files instead",
+        _release,
+    )
     r.add_argument("--epsilon", type=float, default=None, help="ε of this release (not for kanon)")
-    r.add_argument("--delta", type=float, default=None,
-                   help=f"δ of this release (bayesian, endtoend) [default: {ReleaseSpec.delta:g}]")
-    r.add_argument("--mechanism", choices=[*MECHANISMS, *OFFLINE_ONLY], default=ReleaseSpec.mechanism,
-                   help="kanon is NOT differentially private and runs offline only (--counts)")
-    r.add_argument("--decay-slope", dest="s", type=float, default=None,
-                   help=f"BayesianDP's decay slope S [default: {ReleaseSpec.S:g}]")
+    r.add_argument(
+        "--delta",
+        type=float,
+        default=None,
+        help=f"δ of this release (bayesian, endtoend) [default: {ReleaseSpec.delta:g}]",
+    )
+    r.add_argument(
+        "--mechanism",
+        choices=[*MECHANISMS, *OFFLINE_ONLY],
+        default=ReleaseSpec.mechanism,
+        help="kanon is NOT differentially private and runs offline only (--counts)",
+    )
+    r.add_argument(
+        "--decay-slope",
+        dest="s",
+        type=float,
+        default=None,
+        help=f"BayesianDP's decay slope S [default: {ReleaseSpec.S:g}]",
+    )
     hidden_alias(r, "--S", "s", type=float)
     r.add_argument("--rho", type=float, default=None, help=f"private/public weight ρ [default: {ReleaseSpec.rho:g}]")
-    r.add_argument("--sensitivity", choices=["sound", "bruteforce", "claim1"], default=None,
-                   help="γ method: 'sound' (default; data-independent worst case from the public caps) or the "
-                        "paper's data-dependent 'bruteforce'/'claim1' (NOT differentially private; over RPC only "
-                        "if the curator allows data-dependent releases)")
+    r.add_argument(
+        "--sensitivity",
+        choices=["sound", "bruteforce", "claim1"],
+        default=None,
+        help="γ method: 'sound' (default; data-independent worst case from the public caps) or the "
+        "paper's data-dependent 'bruteforce'/'claim1' (NOT differentially private; over RPC only "
+        "if the curator allows data-dependent releases)",
+    )
     r.add_argument("--calibration", choices=["auto", "classic", "analytic"], default=None)
-    r.add_argument("--public-sensitivity", choices=["sound", "observed"], default=None,
-                   help="ℓ1 sensitivity of laplace-public: sound (2) or observed (data-dependent, NOT DP)")
-    r.add_argument("--first-window", type=int, default=None,
-                   help="first accounting window covered (with --last-window)")
+    r.add_argument(
+        "--public-sensitivity",
+        choices=["sound", "observed"],
+        default=None,
+        help="ℓ1 sensitivity of laplace-public: sound (2) or observed (data-dependent, NOT DP)",
+    )
+    r.add_argument(
+        "--first-window", type=int, default=None, help="first accounting window covered (with --last-window)"
+    )
     r.add_argument("--last-window", type=int, default=None, help="last accounting window covered (default: all)")
-    r.add_argument("--no-discovery", action="store_true",
-                   help="posterior: release the public vocabulary only (no DP discovery of other n-grams)")
-    r.add_argument("--dry-run", action="store_true",
-                   help="predict the release's noise and utility from public information and spend nothing")
-    r.add_argument("--force", action="store_true",
-                   help="release even if the accuracy check predicts that the noise would swamp the signal")
-    r.add_argument("--request-id", default=None, metavar="ID",
-                   help="id of this release request (1..128 characters; default: a fresh random one). The "
-                        "request is resent with it after UNAVAILABLE or a timeout, and running the command again "
-                        "with the same id returns the release already made instead of spending twice")
-    r.add_argument("--expected-reports", type=int, default=None, metavar="N",
-                   help="number of reports the preview and the accuracy check assume (default: the curator's DP "
-                        "count for an analyst, charged once; the exact count for an operator)")
+    r.add_argument(
+        "--no-discovery",
+        action="store_true",
+        help="posterior: release the public vocabulary only (no DP discovery of other n-grams)",
+    )
+    r.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="predict the release's noise and utility from public information and spend nothing",
+    )
+    r.add_argument(
+        "--force",
+        action="store_true",
+        help="release even if the accuracy check predicts that the noise would swamp the signal",
+    )
+    r.add_argument(
+        "--request-id",
+        default=None,
+        metavar="ID",
+        help="id of this release request (1..128 characters; default: a fresh random one). The "
+        "request is resent with it after UNAVAILABLE or a timeout, and running the command again "
+        "with the same id returns the release already made instead of spending twice",
+    )
+    r.add_argument(
+        "--expected-reports",
+        type=int,
+        default=None,
+        metavar="N",
+        help="number of reports the preview and the accuracy check assume (default: the curator's DP "
+        "count for an analyst, charged once; the exact count for an operator)",
+    )
     off = r.add_argument_group("offline mode (only with --counts; no server is contacted)")
-    off.add_argument("--counts", default=None,
-                     help="per-report counts: scipy.sparse.save_npz .npz, rows = reports, columns = vocabulary")
-    off.add_argument("--vocab", default=None,
-                     help="vocabulary file, one n-gram per line aligned with the columns "
-                          "(default: COUNTS with .npz replaced by .vocab.txt)")
-    off.add_argument("--public", default=None,
-                     help="public counts: 'item<TAB>count' lines, or an NgramVocabulary .npz")
-    off.add_argument("--max-items-per-report", dest="w", type=int, default=PublicCaps.W,
-                     help="W: public cap on items per report")
+    off.add_argument(
+        "--counts",
+        default=None,
+        help="per-report counts: scipy.sparse.save_npz .npz, rows = reports, columns = vocabulary",
+    )
+    off.add_argument(
+        "--vocab",
+        default=None,
+        help="vocabulary file, one n-gram per line aligned with the columns "
+        "(default: COUNTS with .npz replaced by .vocab.txt)",
+    )
+    off.add_argument("--public", default=None, help="public counts: 'item<TAB>count' lines, or an NgramVocabulary .npz")
+    off.add_argument(
+        "--max-items-per-report", dest="w", type=int, default=PublicCaps.W, help="W: public cap on items per report"
+    )
     hidden_alias(off, "--W", "w", type=int)
     off.add_argument("--item-clamp", dest="c", type=int, default=PublicCaps.C, help="C: per-report, per-item clamp")
     hidden_alias(off, "--C", "c", type=int)
-    off.add_argument("--count-clip", type=int, default=PublicCaps.count_clip,
-                     help="item totals are clipped here before BayesianDP's log")
-    off.add_argument("--reports-per-user", type=int, default=1,
-                     help="most reports (rows) one user contributes; the sensitivity covers all of them")
-    off.add_argument("--k-anonymity", dest="k", type=int, default=ReleaseSpec.K,
-                     help="K: k-anonymity threshold (kanon)")
+    off.add_argument(
+        "--count-clip",
+        type=int,
+        default=PublicCaps.count_clip,
+        help="item totals are clipped here before BayesianDP's log",
+    )
+    off.add_argument(
+        "--reports-per-user",
+        type=int,
+        default=1,
+        help="most reports (rows) one user contributes; the sensitivity covers all of them",
+    )
+    off.add_argument(
+        "--k-anonymity", dest="k", type=int, default=ReleaseSpec.K, help="K: k-anonymity threshold (kanon)"
+    )
     hidden_alias(off, "--K", "k", type=int)
-    off.add_argument("--out", default=None,
-                     help="where to write the released distribution (.npz; default next to COUNTS)")
+    off.add_argument(
+        "--out", default=None, help="where to write the released distribution (.npz; default next to COUNTS)"
+    )
     client_parser("status", "operator: stored batches, reports per window, quarantine, the ledger", _status)
     client_parser("budget", "the privacy budget per accounting window (spent, remaining)", _budget)
     client_parser("deployment", "the local-privacy configuration published to clients", _deployment)
@@ -137,8 +212,11 @@ def register(subparsers) -> None:
     qt.add_argument("--order", type=int, default=0, help="only n-grams of this n (0 = all)")
     qp = query_parser("prob", "probability of n-grams (joint within their order; 0 outside the vocabulary)", _prob)
     qp.add_argument("ngrams", nargs="+", help="n-grams, tokens separated by spaces, e.g. 'the dog'")
-    qn = query_parser("next", "next-word distribution given a context (conditional from the joint, backing "
-                              "off to shorter contexts)", _next)
+    qn = query_parser(
+        "next",
+        "next-word distribution given a context (conditional from the joint, backing off to shorter contexts)",
+        _next,
+    )
     qn.add_argument("context", help="preceding words, e.g. 'the dog' ('<s>' = sentence start)")
     qn.add_argument("-k", type=int, default=10)
     qx = query_parser("perplexity", "perplexity of a text under the smoothed back-off model", _perplexity)
@@ -156,8 +234,9 @@ def _serve(args) -> int:
 
     config = cfg.from_args(CuratorConfig, ENV_PREFIX, args)
     configure_logging(config.log_format, getattr(args, "verbose", False))
-    vocab = public_vocabulary(config.public_corpus, config.max_n, config.vocab_min_count, config.vocab_max_items,
-                              config.state_dir / "prior")
+    vocab = public_vocabulary(
+        config.public_corpus, config.max_n, config.vocab_min_count, config.vocab_max_items, config.state_dir / "prior"
+    )
 
     async def main():
         curator = Curator(config, vocab)
@@ -190,8 +269,10 @@ def _backup(args) -> int:
         m = backup(args.state_dir, args.dir)
     except (OSError, ValueError) as exc:
         raise SystemExit(f"error: {exc}") from None
-    print(f"backed up {m['source']} to {args.dir}: {m['batches']} batches ({m['reports']} reports), "
-          f"{m['releases']} releases, {m['ledger_rows']} ledger rows, {len(m['files'])} files")
+    print(
+        f"backed up {m['source']} to {args.dir}: {m['batches']} batches ({m['reports']} reports), "
+        f"{m['releases']} releases, {m['ledger_rows']} ledger rows, {len(m['files'])} files"
+    )
     return 0
 
 
@@ -202,8 +283,10 @@ def _restore(args) -> int:
         m = restore(args.dir, args.state_dir, force=args.force)
     except (OSError, ValueError) as exc:
         raise SystemExit(f"error: {exc}") from None
-    print(f"restored the backup of {m['source']} into {args.state_dir}: {m['batches']} batches, {m['releases']} "
-          f"releases. Batches and releases made after the backup are not in it.")
+    print(
+        f"restored the backup of {m['source']} into {args.state_dir}: {m['batches']} batches, {m['releases']} "
+        f"releases. Batches and releases made after the backup are not in it."
+    )
     return 0
 
 
@@ -222,31 +305,40 @@ def _print(args, message, text: str) -> None:
 
 def describe(r: curator_pb2.ReleaseRecord) -> str:
     dp = "" if r.differentially_private else "  NOT DIFFERENTIALLY PRIVATE (no budget spent)\n"
-    noise = (f"γ = {r.gamma:.6g}; σ = {r.sigma:.6g}; " if r.gamma or r.sigma else "")
+    noise = f"γ = {r.gamma:.6g}; σ = {r.sigma:.6g}; " if r.gamma or r.sigma else ""
     count = f"{r.n_reports} reports, " if r.n_reports else ""
-    return (f"release {r.release_id} ({r.created_at})\n{dp}"
-            f"  mechanism {r.mechanism}, sensitivity {r.sensitivity_method}"
-            f"{' (data-dependent)' if r.data_dependent else ''}, calibration {r.calibration or '-'}\n"
-            f"  (ε, δ) = ({r.epsilon:g}, {r.delta:g}); {noise}spent ({r.ledger_epsilon:g}, {r.ledger_delta:g}) "
-            f"from each of windows {r.first_window}..{r.last_window}\n"
-            f"  {count}{r.vocab_size} n-grams (n ≤ {r.max_n}); privacy unit: {r.privacy_unit}\n"
-            f"  {r.statement}")
+    return (
+        f"release {r.release_id} ({r.created_at})\n{dp}"
+        f"  mechanism {r.mechanism}, sensitivity {r.sensitivity_method}"
+        f"{' (data-dependent)' if r.data_dependent else ''}, calibration {r.calibration or '-'}\n"
+        f"  (ε, δ) = ({r.epsilon:g}, {r.delta:g}); {noise}spent ({r.ledger_epsilon:g}, {r.ledger_delta:g}) "
+        f"from each of windows {r.first_window}..{r.last_window}\n"
+        f"  {count}{r.vocab_size} n-grams (n ≤ {r.max_n}); privacy unit: {r.privacy_unit}\n"
+        f"  {r.statement}"
+    )
 
 
 def _release(args) -> int:
     if args.counts is not None:
         return _release_offline(args)
     if args.mechanism in OFFLINE_ONLY:
-        raise SystemExit(f"lac curator release: {args.mechanism} is NOT differentially private and runs offline only "
-                         "(--counts)")
+        raise SystemExit(
+            f"lac curator release: {args.mechanism} is NOT differentially private and runs offline only (--counts)"
+        )
     if args.epsilon is None:
         raise SystemExit("lac curator release: --epsilon is required")
     if (args.first_window is None) != (args.last_window is None):
         raise SystemExit("lac curator release: give both --first-window and --last-window, or neither")
-    req = curator_pb2.ReleaseRequest(mechanism=args.mechanism, epsilon=args.epsilon, delta=args.delta or 0.0,
-                                     s=args.s or 0.0, rho=args.rho or 0.0, sensitivity=args.sensitivity or "",
-                                     calibration=args.calibration or "",
-                                     public_sensitivity=args.public_sensitivity or "")
+    req = curator_pb2.ReleaseRequest(
+        mechanism=args.mechanism,
+        epsilon=args.epsilon,
+        delta=args.delta or 0.0,
+        s=args.s or 0.0,
+        rho=args.rho or 0.0,
+        sensitivity=args.sensitivity or "",
+        calibration=args.calibration or "",
+        public_sensitivity=args.public_sensitivity or "",
+    )
     if args.first_window is not None:
         req.first_window, req.last_window = args.first_window, args.last_window
     if args.no_discovery:
@@ -275,22 +367,34 @@ def _release_offline(args) -> int:
         raise SystemExit("lac curator release: --counts needs --public")
     if args.epsilon is None and args.mechanism != "kanon":
         raise SystemExit("lac curator release: --epsilon is required")
-    given = {k: v for k, v in dict(delta=args.delta, S=args.s, rho=args.rho, sensitivity=args.sensitivity,
-                                   calibration=args.calibration, public_sensitivity=args.public_sensitivity).items()
-             if v is not None}
+    given = {
+        k: v
+        for k, v in dict(
+            delta=args.delta,
+            S=args.s,
+            rho=args.rho,
+            sensitivity=args.sensitivity,
+            calibration=args.calibration,
+            public_sensitivity=args.public_sensitivity,
+        ).items()
+        if v is not None
+    }
     try:
         spec = ReleaseSpec(epsilon=args.epsilon or 1.0, mechanism=args.mechanism, K=args.k, **given)
         caps = PublicCaps(W=args.w, C=args.c, count_clip=args.count_clip)
-        rec = release_offline(args.counts, args.public, spec, caps, reports_per_user=args.reports_per_user,
-                              vocab=args.vocab, out=args.out)
+        rec = release_offline(
+            args.counts, args.public, spec, caps, reports_per_user=args.reports_per_user, vocab=args.vocab, out=args.out
+        )
     except (ValueError, OSError) as exc:
         raise SystemExit(f"lac curator release: {exc}") from None
     if args.json:
         print(json.dumps(rec, indent=2, ensure_ascii=False))
     else:
         eps = "n/a (not DP)" if rec["epsilon"] is None else f"{rec['epsilon']:g}"
-        print(f"offline release ({rec['mechanism']}): (ε, δ) = ({eps}, {rec['delta']:g}); "
-              f"{rec['n_users']} reports, {rec['vocab_size']} items; written to {rec['out']}\n  {rec['statement']}")
+        print(
+            f"offline release ({rec['mechanism']}): (ε, δ) = ({eps}, {rec['delta']:g}); "
+            f"{rec['n_users']} reports, {rec['vocab_size']} items; written to {rec['out']}\n  {rec['statement']}"
+        )
     return 0
 
 
@@ -301,33 +405,48 @@ def _releases(args) -> int:
 
 
 def _top(args) -> int:
-    reply = _stub(args).TopNgrams(curator_pb2.TopNgramsRequest(release_id=args.release_id, k=args.k,
-                                                               order=args.order), timeout=30)
+    reply = _stub(args).TopNgrams(
+        curator_pb2.TopNgramsRequest(release_id=args.release_id, k=args.k, order=args.order), timeout=30
+    )
     _print(args, reply, "\n".join(f"{g.probability:10.6f}  {g.ngram}" for g in reply.ngrams))
     return 0
 
 
 def _windows(ws) -> str:
-    return "\n".join(f"  window {w.window}: spent ({w.spent_epsilon:g}, {w.spent_delta:g}), remaining "
-                     f"({w.remaining_epsilon:g}, {w.remaining_delta:g})" for w in ws) or "  no windows yet"
+    return (
+        "\n".join(
+            f"  window {w.window}: spent ({w.spent_epsilon:g}, {w.spent_delta:g}), remaining "
+            f"({w.remaining_epsilon:g}, {w.remaining_delta:g})"
+            for w in ws
+        )
+        or "  no windows yet"
+    )
 
 
 def _status(args) -> int:
     s = _stub(args).GetStatus(curator_pb2.CuratorStatusRequest(), timeout=30)
     rejects = ", ".join(f"{k}={v}" for k, v in sorted(s.rejects.items())) or "none"
     by_window = ", ".join(f"{w}: {n}" for w, n in sorted(s.reports_by_window.items())) or "none"
-    _print(args, s, f"batches {s.batches}, reports {s.reports} (by window: {by_window}), releases {s.releases}, "
-                    f"quarantined {s.quarantined}, rejects: {rejects}\n"
-                    f"privacy budget per window (ε, δ) = ({s.budget_epsilon:g}, {s.budget_delta:g}):\n"
-                    f"{_windows(s.windows)}\nreplay window {s.replay_window_days:g} days")
+    _print(
+        args,
+        s,
+        f"batches {s.batches}, reports {s.reports} (by window: {by_window}), releases {s.releases}, "
+        f"quarantined {s.quarantined}, rejects: {rejects}\n"
+        f"privacy budget per window (ε, δ) = ({s.budget_epsilon:g}, {s.budget_delta:g}):\n"
+        f"{_windows(s.windows)}\nreplay window {s.replay_window_days:g} days",
+    )
     return 0
 
 
 def _budget(args) -> int:
     b = _stub(args).GetBudget(curator_pb2.BudgetRequest(), timeout=30)
-    _print(args, b, f"privacy budget per accounting window of {b.window_seconds:g} s (ε, δ) = "
-                    f"({b.budget_epsilon:g}, {b.budget_delta:g}); privacy unit: one client over a window, at most "
-                    f"{b.reports_per_window} report(s) per window\n{_windows(b.windows)}")
+    _print(
+        args,
+        b,
+        f"privacy budget per accounting window of {b.window_seconds:g} s (ε, δ) = "
+        f"({b.budget_epsilon:g}, {b.budget_delta:g}); privacy unit: one client over a window, at most "
+        f"{b.reports_per_window} report(s) per window\n{_windows(b.windows)}",
+    )
     return 0
 
 
@@ -340,17 +459,23 @@ def _deployment(args) -> int:
 
 
 def _prob(args) -> int:
-    reply = _stub(args).NgramProbabilities(curator_pb2.NgramProbabilitiesRequest(
-        release_id=args.release_id, ngrams=args.ngrams), timeout=60)
+    reply = _stub(args).NgramProbabilities(
+        curator_pb2.NgramProbabilitiesRequest(release_id=args.release_id, ngrams=args.ngrams), timeout=60
+    )
     _print(args, reply, "\n".join(f"{g.probability:.6g}\t{g.ngram}" for g in reply.ngrams))
     return 0
 
 
 def _next(args) -> int:
-    reply = _stub(args).NextWord(curator_pb2.NextWordRequest(release_id=args.release_id, context=args.context,
-                                                             k=args.k), timeout=60)
-    _print(args, reply, f"context used: {reply.context_used or '(none: unigrams)'}\n"
-                        + "\n".join(f"{w.probability:10.6f}  {w.ngram}" for w in reply.words))
+    reply = _stub(args).NextWord(
+        curator_pb2.NextWordRequest(release_id=args.release_id, context=args.context, k=args.k), timeout=60
+    )
+    _print(
+        args,
+        reply,
+        f"context used: {reply.context_used or '(none: unigrams)'}\n"
+        + "\n".join(f"{w.probability:10.6f}  {w.ngram}" for w in reply.words),
+    )
     return 0
 
 
@@ -359,10 +484,13 @@ def _perplexity(args) -> int:
     if text.startswith("@"):
         with open(text[1:], encoding="utf-8") as f:
             text = f.read()
-    reply = _stub(args).Perplexity(curator_pb2.PerplexityRequest(release_id=args.release_id, text=text),
-                                   timeout=600)
-    _print(args, reply, f"perplexity {reply.perplexity:.6g} over {reply.n_tokens} tokens in {reply.n_sentences} "
-                        f"sentences ({reply.n_out_of_vocabulary} out of vocabulary)")
+    reply = _stub(args).Perplexity(curator_pb2.PerplexityRequest(release_id=args.release_id, text=text), timeout=600)
+    _print(
+        args,
+        reply,
+        f"perplexity {reply.perplexity:.6g} over {reply.n_tokens} tokens in {reply.n_sentences} "
+        f"sentences ({reply.n_out_of_vocabulary} out of vocabulary)",
+    )
     return 0
 
 

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from lac.common.config import setting
-from lac.common.logs import LOG_FORMATS
 from lac.common.deployment import DEFAULT_EMBEDDING, DEFAULT_EMBEDDING_DIAMETER, Deployment
+from lac.common.logs import LOG_FORMATS
 from lac.common.rpc import Role, parse_names
 
 ENV_PREFIX = "LAC_CURATOR_"
@@ -29,114 +29,198 @@ class CuratorConfig:
     port: int = setting(50052, "port to listen on (0 = any free port)")
     port_file: Path | None = setting(None, "write the bound port to this file once serving")
     state_dir: Path = setting(Path("lac-state/curator"), "directory of the report store and releases")
-    public_corpus: Path | None = setting(None, "public text for the prior and release vocabulary "
-                                               "(default: the corpus prepared by `lac data`)")
+    public_corpus: Path | None = setting(
+        None, "public text for the prior and release vocabulary (default: the corpus prepared by `lac data`)"
+    )
     max_n: int = setting(3, "longest n-gram released")
     vocab_min_count: int = setting(2, "public n-grams seen fewer times are left out of the release vocabulary")
     vocab_max_items: int = setting(50_000, "most n-grams in the release vocabulary (most frequent public ones)")
     # -- public caps of every release (sensitivities are computed from these, never from the data)
     max_items_per_report: int = setting(100, "W: most distinct n-grams counted per report (a report's first W)")
     item_clamp: int = setting(3, "C: a report contributes at most C to any one n-gram")
-    item_count_clip: int = setting(1_000_000, "M: n-gram totals are clipped at M before BayesianDP's log (so its "
-                                              "sound sensitivity needs no cap on the number of reports)")
+    item_count_clip: int = setting(
+        1_000_000,
+        "M: n-gram totals are clipped at M before BayesianDP's log (so its "
+        "sound sensitivity needs no cap on the number of reports)",
+    )
     max_sentences_per_report: int = setting(1_000, "reports with more sentences are quarantined")
     max_token_chars: int = setting(64, "reports with a longer token are quarantined")
-    endtoend_validation_cap: int = setting(100_000, "EndToEndDP (sound): most reports in the validation split "
-                                                    "(a larger split is cut to a random subset of this size)")
+    endtoend_validation_cap: int = setting(
+        100_000,
+        "EndToEndDP (sound): most reports in the validation split "
+        "(a larger split is cut to a random subset of this size)",
+    )
     # -- the deployment published to clients: each accepted report satisfies it
-    local_mechanism: str = setting("multivariate-laplace", "the clients' word-level mechanism (reports declaring "
-                                                           "another are quarantined)")
-    epsilon_per_word: float = setting(8.0, "largest accepted metric-DP ε per word (reports declaring more are "
-                                           "quarantined); 8 is the SDK's 'balanced' preset")
+    local_mechanism: str = setting(
+        "multivariate-laplace", "the clients' word-level mechanism (reports declaring another are quarantined)"
+    )
+    epsilon_per_word: float = setting(
+        8.0,
+        "largest accepted metric-DP ε per word (reports declaring more are "
+        "quarantined); 8 is the SDK's 'balanced' preset",
+    )
     embedding: str = setting(DEFAULT_EMBEDDING, "the clients' embedding id (reports naming another are quarantined)")
-    word_distance_bound: float = setting(DEFAULT_EMBEDDING_DIAMETER, "largest per-word distance term: the "
-                                                                     "embedding's diameter for multivariate-laplace "
-                                                                     "(`lac client embedding-info` prints it)")
-    max_report_words: int = setting(40, "L: most words per report (clients split or truncate longer texts; "
-                                        "longer reports are quarantined). Report-level ε0 = L·ε·bound")
-    reports_per_window: int = setting(1, "k: reports per client per accounting window, enforced by the shuffler's "
-                                         "quota; batches from a shuffler with another quota are refused")
+    word_distance_bound: float = setting(
+        DEFAULT_EMBEDDING_DIAMETER,
+        "largest per-word distance term: the "
+        "embedding's diameter for multivariate-laplace "
+        "(`lac client embedding-info` prints it)",
+    )
+    max_report_words: int = setting(
+        40,
+        "L: most words per report (clients split or truncate longer texts; "
+        "longer reports are quarantined). Report-level ε0 = L·ε·bound",
+    )
+    reports_per_window: int = setting(
+        1,
+        "k: reports per client per accounting window, enforced by the shuffler's "
+        "quota; batches from a shuffler with another quota are refused",
+    )
     window_seconds: float = setting(86400.0, "the accounting window: the privacy unit is one client over a window")
     # -- identities and roles (mTLS common names)
-    key_dir: Path | None = setting(None, "directory of the curator's HPKE key ring (`lac keys curator`); "
-                                         "sealed reports cannot be opened without it")
+    key_dir: Path | None = setting(
+        None,
+        "directory of the curator's HPKE key ring (`lac keys curator`); sealed reports cannot be opened without it",
+    )
     tls_cert: str = setting("", "TLS certificate of this server (PEM; `lac keys tls --name curator`)")
     tls_key: str = setting("", "TLS private key of this server")
     tls_client_ca: str = setting("", "CA whose client certificates identify callers (mutual TLS)")
-    ingest_identities: str = setting("shuffler", "comma-separated mTLS common names with the ingest role "
-                                                 "(IngestBatch, GetDeployment)")
-    analyst_identities: str = setting("analyst", "comma-separated mTLS common names with the analyst role "
-                                                 "(releases and queries on them, budget)")
-    operator_identities: str = setting("operator", "comma-separated mTLS common names with the operator role "
-                                                   "(everything an analyst may, plus status: exact counts, "
-                                                   "quarantine, ledger)")
-    insecure: bool = setting(False, "INSECURE local demos and tests: serve plaintext gRPC without TLS; no caller "
-                                    "can be identified, so every caller has every role")
-    allow_plaintext_payloads: bool = setting(False, "accept PAYLOAD_ENCODING_PLAINTEXT_INSECURE reports (the "
-                                                    "shuffler could read them): local demos only")
+    ingest_identities: str = setting(
+        "shuffler", "comma-separated mTLS common names with the ingest role (IngestBatch, GetDeployment)"
+    )
+    analyst_identities: str = setting(
+        "analyst", "comma-separated mTLS common names with the analyst role (releases and queries on them, budget)"
+    )
+    operator_identities: str = setting(
+        "operator",
+        "comma-separated mTLS common names with the operator role "
+        "(everything an analyst may, plus status: exact counts, "
+        "quarantine, ledger)",
+    )
+    insecure: bool = setting(
+        False,
+        "INSECURE local demos and tests: serve plaintext gRPC without TLS; no caller "
+        "can be identified, so every caller has every role",
+    )
+    allow_plaintext_payloads: bool = setting(
+        False, "accept PAYLOAD_ENCODING_PLAINTEXT_INSECURE reports (the shuffler could read them): local demos only"
+    )
     # -- the privacy budget
-    budget_epsilon: float = setting(10.0, "ε budget of each accounting window; every release covering a window "
-                                          "spends from it (basic composition) and is refused if any window would "
-                                          "overspend")
+    budget_epsilon: float = setting(
+        10.0,
+        "ε budget of each accounting window; every release covering a window "
+        "spends from it (basic composition) and is refused if any window would "
+        "overspend",
+    )
     budget_delta: float = setting(1e-5, "δ budget of each accounting window (basic composition)")
-    allow_data_dependent_releases: bool = setting(False, "allow the papers' data-dependent sensitivities "
-                                                         "(bruteforce, claim1, laplace-public observed): such "
-                                                         "releases are NOT differentially private, labelled so, "
-                                                         "never charged as DP, and their γ and σ are operator-only")
-    min_signal_share: float = setting(0.25, "a release whose predicted signal share (the share of the text's words "
-                                            "expected to stand out of its noise; see lac.curator.preview) is below "
-                                            "this is refused unless forced; 0 disables the check")
-    count_epsilon: float = setting(0.01, "ε of the DP report count an analyst's release uses for that check when "
-                                         "the request gives no expected_reports (Laplace, charged to the windows "
-                                         "covered; kept and reused while those windows are closed)")
+    allow_data_dependent_releases: bool = setting(
+        False,
+        "allow the papers' data-dependent sensitivities "
+        "(bruteforce, claim1, laplace-public observed): such "
+        "releases are NOT differentially private, labelled so, "
+        "never charged as DP, and their γ and σ are operator-only",
+    )
+    min_signal_share: float = setting(
+        0.25,
+        "a release whose predicted signal share (the share of the text's words "
+        "expected to stand out of its noise; see lac.curator.preview) is below "
+        "this is refused unless forced; 0 disables the check",
+    )
+    count_epsilon: float = setting(
+        0.01,
+        "ε of the DP report count an analyst's release uses for that check when "
+        "the request gives no expected_reports (Laplace, charged to the windows "
+        "covered; kept and reused while those windows are closed)",
+    )
     # -- where releases are computed (the noise and the ledger stay in this process either way)
-    engine: str = setting("local", "where a release's aggregations run: 'local' (this machine, release_workers "
-                                   "processes) or 'spark' (a Spark cluster at spark_master; needs "
-                                   "`pip install 'lac-curator[spark]'`, see docs/operator/spark.md)")
-    spark_master: str = setting("", "the Spark master of engine or ingest_engine 'spark': local[N], "
-                                    "spark://host:port, yarn, ... or sc://host:port (Spark Connect); executors "
-                                    "must read the state directory's segments at the same path")
-    release_workers: int = setting(1, "engine 'local': processes that read and map segments in parallel (1 = one "
-                                      "segment at a time in the server process: bounded memory)")
-    ingest_engine: str = setting("local", "where ingested reports are opened, validated and counted: 'local' "
-                                          "(ingest_workers processes) or 'spark' (at spark_master; the executors "
-                                          "then get the curator's PRIVATE keys: see docs/operator/spark.md)")
-    replay_window_days: float = setting(30.0, "a report id seen within this many days is rejected as a replay; "
-                                              "older ids are forgotten")
-    quarantine_max_rows: int = setting(10_000, "quarantined reports kept for diagnosis (the newest; 0 = none); "
-                                               "reject counters keep the totals")
+    engine: str = setting(
+        "local",
+        "where a release's aggregations run: 'local' (this machine, release_workers "
+        "processes) or 'spark' (a Spark cluster at spark_master; needs "
+        "`pip install 'lac-curator[spark]'`, see docs/operator/spark.md)",
+    )
+    spark_master: str = setting(
+        "",
+        "the Spark master of engine or ingest_engine 'spark': local[N], "
+        "spark://host:port, yarn, ... or sc://host:port (Spark Connect); executors "
+        "must read the state directory's segments at the same path",
+    )
+    release_workers: int = setting(
+        1,
+        "engine 'local': processes that read and map segments in parallel (1 = one "
+        "segment at a time in the server process: bounded memory)",
+    )
+    ingest_engine: str = setting(
+        "local",
+        "where ingested reports are opened, validated and counted: 'local' "
+        "(ingest_workers processes) or 'spark' (at spark_master; the executors "
+        "then get the curator's PRIVATE keys: see docs/operator/spark.md)",
+    )
+    replay_window_days: float = setting(
+        30.0, "a report id seen within this many days is rejected as a replay; older ids are forgotten"
+    )
+    quarantine_max_rows: int = setting(
+        10_000, "quarantined reports kept for diagnosis (the newest; 0 = none); reject counters keep the totals"
+    )
     # -- limits and storage
-    max_message_bytes: int = setting(64 * 1024 ** 2, "largest gRPC message received or sent; a larger request is "
-                                                     "refused by gRPC itself with RESOURCE_EXHAUSTED before it is "
-                                                     "parsed (keep it above the shuffler's max_batch_bytes)")
-    max_concurrent_streams: int = setting(100, "most calls served at once on one client connection (HTTP/2 "
-                                               "streams); further calls on that connection wait in the client or "
-                                               "are refused with UNAVAILABLE (HTTP/2 REFUSED_STREAM; retry)")
-    max_reports_per_batch: int = setting(1_000_000, "most reports in one IngestBatch, counted before the message is "
-                                                    "parsed (INVALID_ARGUMENT beyond it); keep it above the "
-                                                    "shuffler's largest batch")
-    min_free_disk_bytes: int = setting(128 * 1024 ** 2, "free space the state directory's filesystem must keep: "
-                                                        "below it (or after any write error) IngestBatch and Release "
-                                                        "answer UNAVAILABLE with retry-after-seconds and health is "
-                                                        "NOT_SERVING until a test write succeeds with enough space")
-    ingest_workers: int = setting(CORES, "processes that open, validate and count ingested reports (default: "
-                                         "every core this process may use; 1 = in the server process). Batches "
-                                         "under 200 reports are opened in the server process")
-    metrics_port: int | None = setting(None, "serve Prometheus text metrics at http://METRICS_HOST:PORT/metrics "
-                                             "(0 = any free port; unset = off)")
-    metrics_host: str = setting("127.0.0.1", "address of the metrics endpoint (plaintext, unauthenticated, for "
-                                             "the operator only: it has exact counts; keep it on loopback or a "
-                                             "private network)")
-    log_format: str = setting("text", "log lines as 'text' or 'json' (one JSON object per line: time, level, "
-                                      "logger, message and extra fields)")
+    max_message_bytes: int = setting(
+        64 * 1024**2,
+        "largest gRPC message received or sent; a larger request is "
+        "refused by gRPC itself with RESOURCE_EXHAUSTED before it is "
+        "parsed (keep it above the shuffler's max_batch_bytes)",
+    )
+    max_concurrent_streams: int = setting(
+        100,
+        "most calls served at once on one client connection (HTTP/2 "
+        "streams); further calls on that connection wait in the client or "
+        "are refused with UNAVAILABLE (HTTP/2 REFUSED_STREAM; retry)",
+    )
+    max_reports_per_batch: int = setting(
+        1_000_000,
+        "most reports in one IngestBatch, counted before the message is "
+        "parsed (INVALID_ARGUMENT beyond it); keep it above the "
+        "shuffler's largest batch",
+    )
+    min_free_disk_bytes: int = setting(
+        128 * 1024**2,
+        "free space the state directory's filesystem must keep: "
+        "below it (or after any write error) IngestBatch and Release "
+        "answer UNAVAILABLE with retry-after-seconds and health is "
+        "NOT_SERVING until a test write succeeds with enough space",
+    )
+    ingest_workers: int = setting(
+        CORES,
+        "processes that open, validate and count ingested reports (default: "
+        "every core this process may use; 1 = in the server process). Batches "
+        "under 200 reports are opened in the server process",
+    )
+    metrics_port: int | None = setting(
+        None, "serve Prometheus text metrics at http://METRICS_HOST:PORT/metrics (0 = any free port; unset = off)"
+    )
+    metrics_host: str = setting(
+        "127.0.0.1",
+        "address of the metrics endpoint (plaintext, unauthenticated, for "
+        "the operator only: it has exact counts; keep it on loopback or a "
+        "private network)",
+    )
+    log_format: str = setting(
+        "text",
+        "log lines as 'text' or 'json' (one JSON object per line: time, level, logger, message and extra fields)",
+    )
 
     def __post_init__(self) -> None:
         if self.log_format not in LOG_FORMATS:
             raise ValueError(f"log_format must be one of {', '.join(LOG_FORMATS)}")
         if not 1 <= self.max_n <= 5:
             raise ValueError("max_n must be between 1 and 5")
-        for name in ("vocab_min_count", "vocab_max_items", "max_items_per_report", "item_clamp", "item_count_clip",
-                     "endtoend_validation_cap"):
+        for name in (
+            "vocab_min_count",
+            "vocab_max_items",
+            "max_items_per_report",
+            "item_clamp",
+            "item_count_clip",
+            "endtoend_validation_cap",
+        ):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1")
         if not (self.budget_epsilon >= 0 and 0 <= self.budget_delta < 1):
@@ -150,8 +234,9 @@ class CuratorConfig:
         if self.quarantine_max_rows < 0:
             raise ValueError("quarantine_max_rows must be >= 0")
         if self.max_message_bytes < 1024 or self.max_concurrent_streams < 1 or self.max_reports_per_batch < 1:
-            raise ValueError("max_message_bytes must be at least 1024, max_concurrent_streams and "
-                             "max_reports_per_batch positive")
+            raise ValueError(
+                "max_message_bytes must be at least 1024, max_concurrent_streams and max_reports_per_batch positive"
+            )
         if self.min_free_disk_bytes < 0:
             raise ValueError("min_free_disk_bytes must be >= 0")
         if self.ingest_workers < 1:
@@ -160,8 +245,9 @@ class CuratorConfig:
             if getattr(self, name) not in ("local", "spark"):
                 raise ValueError(f"{name} must be 'local' or 'spark'")
             if getattr(self, name) == "spark" and not self.spark_master:
-                raise ValueError(f"{name} 'spark' needs spark_master (local[N], spark://host:port, sc://host:port, "
-                                 "...)")
+                raise ValueError(
+                    f"{name} 'spark' needs spark_master (local[N], spark://host:port, sc://host:port, ...)"
+                )
         if self.release_workers < 1:
             raise ValueError("release_workers must be at least 1")
         _ = self.deployment  # validates the published configuration
@@ -169,13 +255,21 @@ class CuratorConfig:
     @property
     def deployment(self) -> Deployment:
         """The local-privacy configuration published to clients."""
-        return Deployment(mechanism=self.local_mechanism, epsilon_per_word=self.epsilon_per_word,
-                          embedding=self.embedding, word_distance_bound=self.word_distance_bound,
-                          max_report_words=self.max_report_words, reports_per_window=self.reports_per_window,
-                          window_seconds=self.window_seconds)
+        return Deployment(
+            mechanism=self.local_mechanism,
+            epsilon_per_word=self.epsilon_per_word,
+            embedding=self.embedding,
+            word_distance_bound=self.word_distance_bound,
+            max_report_words=self.max_report_words,
+            reports_per_window=self.reports_per_window,
+            window_seconds=self.window_seconds,
+        )
 
     @property
     def roles(self) -> dict[Role, frozenset[str]]:
         """mTLS common names per role."""
-        return {Role.INGEST: parse_names(self.ingest_identities), Role.ANALYST: parse_names(self.analyst_identities),
-                Role.OPERATOR: parse_names(self.operator_identities)}
+        return {
+            Role.INGEST: parse_names(self.ingest_identities),
+            Role.ANALYST: parse_names(self.analyst_identities),
+            Role.OPERATOR: parse_names(self.operator_identities),
+        }

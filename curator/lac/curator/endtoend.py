@@ -37,7 +37,7 @@ Modes:
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from numbers import Real
 
 import numpy as np
@@ -60,8 +60,14 @@ from lac.curator.bayesian import (
 from lac.curator.gaussian import METHODS as _CALIBRATIONS
 from lac.curator.sound import SOUND_STATEMENT, cap_rows, sound_caps, sound_gamma
 
-__all__ = ["EndToEndParams", "EndToEndRelease", "cross_entropy_score", "end_to_end_dp", "DEFAULT_S_GRID",
-           "DEFAULT_RHO_GRID"]
+__all__ = [
+    "EndToEndParams",
+    "EndToEndRelease",
+    "cross_entropy_score",
+    "end_to_end_dp",
+    "DEFAULT_S_GRID",
+    "DEFAULT_RHO_GRID",
+]
 
 DEFAULT_S_GRID = tuple(float(10.0**e) for e in range(-3, 5))  # S ∈ [1e-3, 1e4] (§4.3)
 DEFAULT_RHO_GRID = (0.5, 0.7, 0.9, 0.99)
@@ -125,9 +131,18 @@ class EndToEndParams:
 
     def bayesian(self, S: float, rho: float) -> BayesianParams:
         """The BayesianDP parameters of the release at grid point (S, ρ), with budget ε₂."""
-        return BayesianParams(epsilon=self.epsilon_release, delta=self.delta, S=S, C=self.C, rho=rho,
-                              sensitivity=self.sensitivity, calibration=self.calibration, W=self.W,
-                              count_clip=self.count_clip, unit=self.unit)
+        return BayesianParams(
+            epsilon=self.epsilon_release,
+            delta=self.delta,
+            S=S,
+            C=self.C,
+            rho=rho,
+            sensitivity=self.sensitivity,
+            calibration=self.calibration,
+            W=self.W,
+            count_clip=self.count_clip,
+            unit=self.unit,
+        )
 
 
 @dataclass(frozen=True, eq=False)
@@ -262,24 +277,48 @@ def end_to_end_dp(
     S_star, rho_star = grid[k_star]
 
     release = bayesian_dp(U2, alpha, params.bayesian(S_star, rho_star), rng=rng)
-    how = (f"{SOUND_STATEMENT} for both |Δq| and γ (W={params.W}, C={C}, item totals clipped at "
-           f"M={params.count_clip}, validation cap {params.validation_cap}, {m} report(s) per user)"
-           if sound else
-           f"data-dependent: γ ({params.sensitivity}) and |Δq| (Claim 2, with a corrected Lipschitz "
-           f"constant) are computed on the observed data and cover removing a present report only")
+    how = (
+        f"{SOUND_STATEMENT} for both |Δq| and γ (W={params.W}, C={C}, item totals clipped at "
+        f"M={params.count_clip}, validation cap {params.validation_cap}, {m} report(s) per user)"
+        if sound
+        else f"data-dependent: γ ({params.sensitivity}) and |Δq| (Claim 2, with a corrected Lipschitz "
+        f"constant) are computed on the observed data and cover removing a present report only"
+    )
     guarantee = Guarantee(
-        Model.CENTRAL, eps1 + params.epsilon_release, params.delta, release.guarantee.unit, Adjacency.ADD_REMOVE,
-        "EndToEndDP (Ramadan et al., Algorithm 2)", data_dependent=not sound, details=(
+        Model.CENTRAL,
+        eps1 + params.epsilon_release,
+        params.delta,
+        release.guarantee.unit,
+        Adjacency.ADD_REMOVE,
+        "EndToEndDP (Ramadan et al., Algorithm 2)",
+        data_dependent=not sound,
+        details=(
             f"Sequential composition of report-noisy-min over {len(grid)} (S, ρ) grid points (ε₁ = {eps1:g}, Laplace "
             f"scale 2|Δq|/ε₁ = {scale:.6g}, |Δq| = {delta_q:.6g}, scored with equation 6 on a validation split of "
             f"independent 10% coins per report) and BayesianDP on the other reports (ε₂ = "
             f"{params.epsilon_release:g}, δ = {params.delta:g}, S = {S_star:g}, ρ = {rho_star:g}).",
-            f"Sensitivities: {how}.", *release.guarantee.details))
+            f"Sensitivities: {how}.",
+            *release.guarantee.details,
+        ),
+    )
     scores.setflags(write=False)
     gammas.setflags(write=False)
     return EndToEndRelease(
-        release=release, S=S_star, rho=rho_star, index=k_star, grid=grid, scores=scores, gammas=gammas,
-        delta_q=float(delta_q), laplace_scale=float(scale), epsilon_select=eps1,
-        epsilon_release=params.epsilon_release, epsilon=eps1 + params.epsilon_release, delta=params.delta,
-        n_validation=n1, n_train=int(U2.shape[0]), params=params, guarantee=guarantee,
+        release=release,
+        S=S_star,
+        rho=rho_star,
+        index=k_star,
+        grid=grid,
+        scores=scores,
+        gammas=gammas,
+        delta_q=float(delta_q),
+        laplace_scale=float(scale),
+        epsilon_select=eps1,
+        epsilon_release=params.epsilon_release,
+        epsilon=eps1 + params.epsilon_release,
+        delta=params.delta,
+        n_validation=n1,
+        n_train=int(U2.shape[0]),
+        params=params,
+        guarantee=guarantee,
     )

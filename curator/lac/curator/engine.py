@@ -88,8 +88,9 @@ class LocalEngine:
         ctx = multiprocessing.get_context("forkserver")
         ctx.set_forkserver_preload(["lac.curator.release"])
         payload = pickle.dumps((fn, reports.load), protocol=pickle.HIGHEST_PROTOCOL)
-        with ProcessPoolExecutor(min(self.workers, len(parts)), mp_context=ctx, initializer=_install,
-                                 initargs=(payload,)) as pool:
+        with ProcessPoolExecutor(
+            min(self.workers, len(parts)), mp_context=ctx, initializer=_install, initargs=(payload,)
+        ) as pool:
             for result in pool.map(_apply, parts):  # results in part order
                 acc = combine(acc, result)
         return acc
@@ -111,8 +112,10 @@ def create_engine(kind: str = "local", spark_master: str = "", workers: int = 1)
         return LOCAL if workers == 1 else LocalEngine(workers)
     if kind == "spark":
         if not spark_master:
-            raise ValueError("the spark engine needs a master: local[N], spark://host:port, yarn, ... or "
-                             "sc://host:port (Spark Connect)")
+            raise ValueError(
+                "the spark engine needs a master: local[N], spark://host:port, yarn, ... or "
+                "sc://host:port (Spark Connect)"
+            )
         from lac.curator.spark import SparkEngine
 
         return SparkEngine.start(spark_master)

@@ -51,8 +51,18 @@ from lac.curator.store import Quarantined
 if TYPE_CHECKING:
     from lac.curator.config import CuratorConfig
 
-__all__ = ["IngestContext", "OpenedChunk", "CountedChunk", "open_chunk", "count_chunk", "ingest_chunk",
-           "merge_counts", "IngestPool", "MIN_POOL_BATCH", "CHUNK_REPORTS"]
+__all__ = [
+    "IngestContext",
+    "OpenedChunk",
+    "CountedChunk",
+    "open_chunk",
+    "count_chunk",
+    "ingest_chunk",
+    "merge_counts",
+    "IngestPool",
+    "MIN_POOL_BATCH",
+    "CHUNK_REPORTS",
+]
 
 log = logging.getLogger(__name__)
 
@@ -84,11 +94,17 @@ class IngestContext:
     def of(cls, config: CuratorConfig, keyring: envelope.CuratorKeyRing | None, max_n: int) -> IngestContext:
         """The context of a curator with ``config`` and ``keyring``, counting n-grams up to ``max_n``."""
         d = config.deployment
-        return cls(keys=keyring.private_material() if keyring is not None else (),
-                   allow_plaintext=config.allow_plaintext_payloads, mechanism=d.mechanism,
-                   epsilon_per_word=d.epsilon_per_word, embedding=d.embedding, max_report_words=d.max_report_words,
-                   max_sentences_per_report=config.max_sentences_per_report, max_token_chars=config.max_token_chars,
-                   max_n=max_n)
+        return cls(
+            keys=keyring.private_material() if keyring is not None else (),
+            allow_plaintext=config.allow_plaintext_payloads,
+            mechanism=d.mechanism,
+            epsilon_per_word=d.epsilon_per_word,
+            embedding=d.embedding,
+            max_report_words=d.max_report_words,
+            max_sentences_per_report=config.max_sentences_per_report,
+            max_token_chars=config.max_token_chars,
+            max_n=max_n,
+        )
 
 
 @functools.lru_cache(maxsize=4)
@@ -133,28 +149,38 @@ def _validate(ctx: IngestContext, content: reports_pb2.ReportContent) -> None:
         raise _Reject(RejectReason.INVALID, f"report_id must be {envelope.REPORT_ID_BYTES} bytes")
     lp = content.local_privacy
     if lp.mechanism != mechanism_id(ctx.mechanism):
-        raise _Reject(RejectReason.MECHANISM_NOT_ALLOWED, f"local mechanism id {lp.mechanism}; this deployment "
-                                                          f"accepts {ctx.mechanism} only")
+        raise _Reject(
+            RejectReason.MECHANISM_NOT_ALLOWED,
+            f"local mechanism id {lp.mechanism}; this deployment accepts {ctx.mechanism} only",
+        )
     if not (math.isfinite(lp.epsilon_per_word) and 0 < lp.epsilon_per_word <= ctx.epsilon_per_word * (1 + 1e-12)):
-        raise _Reject(RejectReason.EPSILON_TOO_LARGE, f"ε per word {lp.epsilon_per_word!r}; this deployment accepts "
-                                                      f"0 < ε ≤ {ctx.epsilon_per_word:g}")
+        raise _Reject(
+            RejectReason.EPSILON_TOO_LARGE,
+            f"ε per word {lp.epsilon_per_word!r}; this deployment accepts 0 < ε ≤ {ctx.epsilon_per_word:g}",
+        )
     if lp.embedding != ctx.embedding:
-        raise _Reject(RejectReason.EMBEDDING_MISMATCH,
-                      f"embedding {lp.embedding[:80]!r}; this deployment uses {ctx.embedding}")
+        raise _Reject(
+            RejectReason.EMBEDDING_MISMATCH, f"embedding {lp.embedding[:80]!r}; this deployment uses {ctx.embedding}"
+        )
     if len(content.sentences) > ctx.max_sentences_per_report:
-        raise _Reject(RejectReason.INVALID,
-                      f"{len(content.sentences)} sentences; at most {ctx.max_sentences_per_report}")
+        raise _Reject(
+            RejectReason.INVALID, f"{len(content.sentences)} sentences; at most {ctx.max_sentences_per_report}"
+        )
     n_words = 0
     for s in content.sentences:
         n_words += len(s.tokens)
         for t in s.tokens:
-            if not t or len(t) > ctx.max_token_chars or len(t.split()) != 1 or t.strip() != t \
-                    or t in _RESERVED_TOKENS:
-                raise _Reject(RejectReason.INVALID, f"token {t[:80]!r}: must be 1..{ctx.max_token_chars} characters, "
-                                                    "no whitespace, not <s>, </s> or <unk>")
+            if not t or len(t) > ctx.max_token_chars or len(t.split()) != 1 or t.strip() != t or t in _RESERVED_TOKENS:
+                raise _Reject(
+                    RejectReason.INVALID,
+                    f"token {t[:80]!r}: must be 1..{ctx.max_token_chars} characters, "
+                    "no whitespace, not <s>, </s> or <unk>",
+                )
     if n_words > ctx.max_report_words:
-        raise _Reject(RejectReason.TOO_MANY_WORDS, f"{n_words} words; this deployment's reports have at most "
-                                                   f"{ctx.max_report_words}")
+        raise _Reject(
+            RejectReason.TOO_MANY_WORDS,
+            f"{n_words} words; this deployment's reports have at most {ctx.max_report_words}",
+        )
 
 
 def open_chunk(ctx: IngestContext, payloads: Sequence[bytes]) -> OpenedChunk:
@@ -194,8 +220,9 @@ def count_chunk(opened: OpenedChunk, max_n: int) -> CountedChunk:
     names = pa.array(words, pa.string())
     columns = [names.take(pa.array(digits[:, j], mask=digits[:, j] == 0)) for j in reversed(range(max_n))]
     spelled = pc.binary_join_element_wise(*columns, " ", null_handling="skip") if digits.size else names[:0]
-    return CountedChunk(opened.ids, ReportItems(items.indptr, items.item_ids, items.counts, spelled), digits, names,
-                        opened.quarantined)
+    return CountedChunk(
+        opened.ids, ReportItems(items.indptr, items.item_ids, items.counts, spelled), digits, names, opened.quarantined
+    )
 
 
 def ingest_chunk(ctx: IngestContext, payloads: Sequence[bytes]) -> CountedChunk:
@@ -248,13 +275,13 @@ def merge_counts(chunks: Sequence[CountedChunk], keep: Sequence[int]) -> ReportI
     encoded = pa.concat_arrays([c.words.take(o) for c, o in zip(chunks, orders)]).dictionary_encode()
     codes = encoded.indices.to_numpy() + 3
     B, max_n = len(encoded.dictionary) + 3, chunks[0].digits.shape[1]
-    if B ** max_n >= 1 << 62:
+    if B**max_n >= 1 << 62:
         raise ValueError(f"{B - 1} distinct words are too many for 64-bit {max_n}-gram keys")
     used, keys, positions, start, done = [], [], [], 0, 0
     for c, at, o in zip(chunks, entries, orders):
         wm = np.zeros(len(c.words), dtype=np.int64)
         wm[1:3] = 1, 2
-        wm[o] = codes[done:done + o.size]
+        wm[o] = codes[done : done + o.size]
         done += o.size
         if at is None:
             u, d = None, c.digits
@@ -273,7 +300,7 @@ def merge_counts(chunks: Sequence[CountedChunk], keep: Sequence[int]) -> ReportI
         start += len(c.digits)
     key = np.concatenate(keys)
     bits = max(int(key.size - 1).bit_length(), 1)
-    if B ** max_n <= 1 << (63 - bits):  # key and position fit in one int64: a plain sort (~3x faster) gives both
+    if B**max_n <= 1 << (63 - bits):  # key and position fit in one int64: a plain sort (~3x faster) gives both
         packed = np.sort((key << bits) | np.arange(key.size))
         order, sorted_key = packed & ((1 << bits) - 1), packed >> bits
     else:
@@ -288,11 +315,11 @@ def merge_counts(chunks: Sequence[CountedChunk], keep: Sequence[int]) -> ReportI
     ids, start = [], 0
     for c, at, u in zip(chunks, entries, used):
         if u is None:
-            to_global = inverse[start:start + len(c.digits)]
+            to_global = inverse[start : start + len(c.digits)]
             ids.append(to_global[c.items.item_ids])
         else:
             to_global = np.zeros(len(c.digits), dtype=np.int64)
-            to_global[u] = inverse[start:start + u.size]
+            to_global[u] = inverse[start : start + u.size]
             ids.append(to_global[c.items.item_ids[at]])
         start += len(c.digits) if u is None else u.size
     counts = np.concatenate([c.items.counts if at is None else c.items.counts[at] for c, at in zip(chunks, entries)])
@@ -349,8 +376,9 @@ class IngestPool:
             if self._pool is None:
                 ctx = multiprocessing.get_context("forkserver")
                 ctx.set_forkserver_preload(["lac.curator.ingest"])
-                self._pool = ProcessPoolExecutor(self.workers, mp_context=ctx, initializer=_install,
-                                                 initargs=(self.ctx,))
+                self._pool = ProcessPoolExecutor(
+                    self.workers, mp_context=ctx, initializer=_install, initargs=(self.ctx,)
+                )
             return self._pool
 
     def _broken(self, pool: ProcessPoolExecutor | None, exc: BaseException) -> Unavailable:
@@ -360,8 +388,10 @@ class IngestPool:
                 self._pool = None
         if pool is not None:
             pool.shutdown(wait=False, cancel_futures=True)
-        log.error("an ingest worker process died (%s); the batch was not stored and a new pool starts with the "
-                  "next batch", exc)
+        log.error(
+            "an ingest worker process died (%s); the batch was not stored and a new pool starts with the next batch",
+            exc,
+        )
         return Unavailable(f"an ingest worker process died ({exc}); nothing of the batch was stored: retry")
 
     def _submit(self, payloads: Sequence[bytes]) -> tuple[ProcessPoolExecutor | None, list[Future]]:

@@ -34,5 +34,7 @@ def refuse_overspending(spent: Mapping[int, Budget], charge: Budget, limit: Budg
         return
     shown = ", ".join(f"window {w}: spent {spent[w]}, remaining {limit.minus(spent[w])}" for w in over[:5])
     more = f" and {len(over) - 5} more" if len(over) > 5 else ""
-    raise FailedPrecondition(f"privacy budget exhausted: this release would spend {charge} in each window it "
-                             f"covers; the budget is {limit} per window; over it in {shown}{more}")
+    raise FailedPrecondition(
+        f"privacy budget exhausted: this release would spend {charge} in each window it "
+        f"covers; the budget is {limit} per window; over it in {shown}{more}"
+    )

@@ -97,8 +97,15 @@ import numpy as np
 from lac.common.files import atomic_file
 from lac.common.text import BOS, EOS, UNK
 
-__all__ = ["NgramModel", "UNK", "FALLBACK_DISCOUNTS", "TOTAL_QUANTILE", "count_of_counts", "estimate_discounts",
-           "default_total"]
+__all__ = [
+    "NgramModel",
+    "UNK",
+    "FALLBACK_DISCOUNTS",
+    "TOTAL_QUANTILE",
+    "count_of_counts",
+    "estimate_discounts",
+    "default_total",
+]
 
 FALLBACK_DISCOUNTS = (0.5, 1.0, 1.5)  # KenLM's --discount_fallback
 TOTAL_QUANTILE = 0.1  # default_total: this quantile of the positive probabilities is read as one occurrence
@@ -199,8 +206,9 @@ class NgramModel:
     total count over all items; default ``default_total``). Options as in ``from_counts``.
     """
 
-    def __init__(self, items: Sequence[str], log_probs: np.ndarray, max_n: int = 3, *,
-                 total: float | None = None, **options):
+    def __init__(
+        self, items: Sequence[str], log_probs: np.ndarray, max_n: int = 3, *, total: float | None = None, **options
+    ):
         lp = np.asarray(log_probs, dtype=np.float64).reshape(-1)
         items = list(items)
         if lp.size != len(items):
@@ -213,14 +221,24 @@ class NgramModel:
             p /= p.sum()
         if total is None:
             total = default_total(p)
-        if isinstance(total, bool) or not (isinstance(total, (int, float, np.integer, np.floating))
-                                           and math.isfinite(total) and total > 0):
+        if isinstance(total, bool) or not (
+            isinstance(total, (int, float, np.integer, np.floating)) and math.isfinite(total) and total > 0
+        ):
             raise ValueError(f"total must be finite and > 0, got {total!r}")
         self._build(items, p * float(total), max_n, **options)
 
     @classmethod
-    def from_counts(cls, items: Sequence[str], counts: np.ndarray, max_n: int = 3, *, modified: bool = True,
-                    discount=None, unk_mass: float | None = None, partial: bool = False) -> "NgramModel":
+    def from_counts(
+        cls,
+        items: Sequence[str],
+        counts: np.ndarray,
+        max_n: int = 3,
+        *,
+        modified: bool = True,
+        discount=None,
+        unk_mass: float | None = None,
+        partial: bool = False,
+    ) -> NgramModel:
         """Interpolated Kneser–Ney over real-valued non-negative pseudo-counts, one per item
         (duplicated items add up; items longer than ``max_n`` are ignored).
 
@@ -232,14 +250,24 @@ class NgramModel:
         when the items have no ``<unk>`` unigram (see the module docstring).
         """
         self = cls.__new__(cls)
-        self._build(list(items), counts, max_n, modified=modified, discount=discount, unk_mass=unk_mass,
-                    partial=partial)
+        self._build(
+            list(items), counts, max_n, modified=modified, discount=discount, unk_mass=unk_mass, partial=partial
+        )
         return self
 
     # -- construction ------------------------------------------------------------------------
 
-    def _build(self, items: list, counts, max_n: int, *, modified: bool = True, discount=None,
-               unk_mass: float | None = None, partial: bool = False) -> None:
+    def _build(
+        self,
+        items: list,
+        counts,
+        max_n: int,
+        *,
+        modified: bool = True,
+        discount=None,
+        unk_mass: float | None = None,
+        partial: bool = False,
+    ) -> None:
         _check_max_n(max_n)
         c = np.asarray(counts, dtype=np.float64).reshape(-1)
         if c.size != len(items):
@@ -250,8 +278,7 @@ class NgramModel:
         starts = np.cumsum(orders) - orders
         uni = {flat[i] for i in starts[orders == 1].tolist()} - {BOS}
         if unk_mass is not None:
-            if isinstance(unk_mass, bool) or not (isinstance(unk_mass, (int, float, np.floating))
-                                                  and 0 < unk_mass < 1):
+            if isinstance(unk_mass, bool) or not (isinstance(unk_mass, (int, float, np.floating)) and 0 < unk_mass < 1):
                 raise ValueError(f"unk_mass must be in (0, 1), got {unk_mass!r}")
             if UNK in uni:
                 raise ValueError("unk_mass is for releases without a <unk> unigram; this one has one")
@@ -266,7 +293,7 @@ class NgramModel:
         self._words, self._wid = words, wid
         unk, eos, B = wid[UNK], wid[EOS], len(words)
         self._B = B
-        kdt = np.int64 if B ** self.max_n < 2**62 else object  # key of n-gram g: Σ id(g_i) B^(n-1-i)
+        kdt = np.int64 if B**self.max_n < 2**62 else object  # key of n-gram g: Σ id(g_i) B^(n-1-i)
         ids = np.fromiter(map(wid.get, flat, repeat(unk, len(flat))), dtype=np.int64, count=len(flat))
 
         # Raw counts per order (invalid n-grams, e.g. <s> inside or </s> before the end, are dropped).
@@ -281,8 +308,9 @@ class NgramModel:
                 key = key * B + g[:, i]
             found[n] = (key, c[sel[ok]])
         keys: dict[int, np.ndarray] = {1: np.arange(1, B, dtype=np.int64)}
-        raw: dict[int, np.ndarray] = {1: np.bincount(np.asarray(found[1][0], dtype=np.int64) - 1,
-                                                     weights=found[1][1], minlength=B - 1)}
+        raw: dict[int, np.ndarray] = {
+            1: np.bincount(np.asarray(found[1][0], dtype=np.int64) - 1, weights=found[1][1], minlength=B - 1)
+        }
         order = 1
         for n in range(2, self.max_n + 1):
             uk, inv = np.unique(found[n][0], return_inverse=True)
@@ -444,7 +472,7 @@ class NgramModel:
     def context_used(self, context: list[str] | str) -> tuple[str, ...]:
         """The suffix of ``context`` that ``next_word`` conditions on."""
         h = _tokens(context)
-        h = h[len(h) - (self.max_n - 1):] if self.max_n > 1 else ()
+        h = h[len(h) - (self.max_n - 1) :] if self.max_n > 1 else ()
         while h not in self._cond_joint and h:
             h = h[1:]
         return h
@@ -477,7 +505,7 @@ class NgramModel:
         ``<unk>``; only the last order − 1 context tokens matter)."""
         w = self._id(word)
         h = [0 if t == BOS else self._id(t) for t in _tokens(context)]
-        h = h[len(h) - (self.order - 1):] if self.order > 1 else []
+        h = h[len(h) - (self.order - 1) :] if self.order > 1 else []
         scale = 1.0
         for s in range(len(h) + 1):
             g = h[s:] + [w]
@@ -498,7 +526,7 @@ class NgramModel:
                 continue
             hist = [BOS]
             for w in words + [EOS]:
-                p = self.conditional(w, hist[-self.order:])
+                p = self.conditional(w, hist[-self.order :])
                 total += math.log(p) if p > 0 else -math.inf
                 hist.append(w)
                 count += 1
@@ -559,7 +587,7 @@ class NgramModel:
         f.write("\n\\end\\\n")
 
     @classmethod
-    def from_release_file(cls, path: str | os.PathLike, max_n: int = 3, **kw) -> "NgramModel":
+    def from_release_file(cls, path: str | os.PathLike, max_n: int = 3, **kw) -> NgramModel:
         """From an offline release ``.npz`` (``lac curator release --counts ... --out``); keyword
         arguments as for the constructor (``total``, ``discount``, ...)."""
         with np.load(os.fspath(path), allow_pickle=False) as z:

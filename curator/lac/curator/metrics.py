@@ -35,62 +35,106 @@ class CuratorMetrics:
     async def _collect(self):
         c = self.curator
         budget = c.budget
-        out = [GaugeMetricFamily("lac_curator_window", "Current accounting window.",
-                                 value=c.deployment.window(time.time())),
-               GaugeMetricFamily("lac_curator_budget_epsilon", "ε budget of each accounting window.",
-                                 value=budget.epsilon),
-               GaugeMetricFamily("lac_curator_budget_delta", "δ budget of each accounting window.",
-                                 value=budget.delta)]
+        out = [
+            GaugeMetricFamily(
+                "lac_curator_window", "Current accounting window.", value=c.deployment.window(time.time())
+            ),
+            GaugeMetricFamily(
+                "lac_curator_budget_epsilon", "ε budget of each accounting window.", value=budget.epsilon
+            ),
+            GaugeMetricFamily("lac_curator_budget_delta", "δ budget of each accounting window.", value=budget.delta),
+        ]
         try:
             free = shutil.disk_usage(c.config.state_dir).free
-            out.append(GaugeMetricFamily("lac_curator_disk_free_bytes", "Free space on the state directory's "
-                                         "filesystem.", value=free))
+            out.append(
+                GaugeMetricFamily(
+                    "lac_curator_disk_free_bytes", "Free space on the state directory's filesystem.", value=free
+                )
+            )
         except OSError:
             pass
         try:
             status = await c.status()
             by_mechanism = await c.releases_by_mechanism()
             spent = await c.spent()
-        except Exception as exc:  # noqa: BLE001 - reported as lac_curator_storage_ok 0, logged once
+        except Exception as exc:
             if not self._storage_failing:
                 log.error("metrics: the store could not be read (%s: %s)", type(exc).__name__, exc)
             self._storage_failing = True
-            out.append(GaugeMetricFamily("lac_curator_storage_ok", "1 while the store can be read and written, 0 "
-                                         "while writes fail (health NOT_SERVING) or reading failed at this "
-                                         "scrape.", value=0))
+            out.append(
+                GaugeMetricFamily(
+                    "lac_curator_storage_ok",
+                    "1 while the store can be read and written, 0 "
+                    "while writes fail (health NOT_SERVING) or reading failed at this "
+                    "scrape.",
+                    value=0,
+                )
+            )
             return out
         self._storage_failing = False
         guard = c.storage
-        out.append(GaugeMetricFamily("lac_curator_storage_ok", "1 while the store can be read and written, 0 "
-                                     "while writes fail (health NOT_SERVING) or reading failed at this scrape.",
-                                     value=int(guard.ok)))
-        failures = CounterMetricFamily("lac_curator_storage_failures_total", "Failed storage operations by "
-                                       "reason (disk full, I/O error, ...).", labels=["reason"])
+        out.append(
+            GaugeMetricFamily(
+                "lac_curator_storage_ok",
+                "1 while the store can be read and written, 0 "
+                "while writes fail (health NOT_SERVING) or reading failed at this scrape.",
+                value=int(guard.ok),
+            )
+        )
+        failures = CounterMetricFamily(
+            "lac_curator_storage_failures_total",
+            "Failed storage operations by reason (disk full, I/O error, ...).",
+            labels=["reason"],
+        )
         for reason, n in sorted(guard.failures.items()):
             failures.add_metric([reason], n)
         out.append(failures)
-        out.append(CounterMetricFamily("lac_curator_batches_ingested_total", "Batches stored (a redelivered "
-                                       "batch counts once).", value=status["batches"]))
-        out.append(CounterMetricFamily("lac_curator_reports_ingested_total", "Reports stored (exact; "
-                                       "operator only).", value=status["reports"]))
-        rejected = CounterMetricFamily("lac_curator_reports_rejected_total", "Reports not stored, by reason: "
-                                       "quarantined (unknown_key, invalid, epsilon_too_large, ...) or dropped "
-                                       "(replayed_report_id).", labels=["reason"])
+        out.append(
+            CounterMetricFamily(
+                "lac_curator_batches_ingested_total",
+                "Batches stored (a redelivered batch counts once).",
+                value=status["batches"],
+            )
+        )
+        out.append(
+            CounterMetricFamily(
+                "lac_curator_reports_ingested_total", "Reports stored (exact; operator only).", value=status["reports"]
+            )
+        )
+        rejected = CounterMetricFamily(
+            "lac_curator_reports_rejected_total",
+            "Reports not stored, by reason: "
+            "quarantined (unknown_key, invalid, epsilon_too_large, ...) or dropped "
+            "(replayed_report_id).",
+            labels=["reason"],
+        )
         for reason, n in sorted(status["rejects"].items()):
             rejected.add_metric([reason], n)
         out.append(rejected)
-        out.append(GaugeMetricFamily("lac_curator_quarantine_rows", "Quarantined reports kept for diagnosis "
-                                     "(the newest quarantine_max_rows).", value=status["quarantined"]))
-        releases = CounterMetricFamily("lac_curator_releases_total", "Releases stored, by mechanism and whether "
-                                       "they are differentially private.", labels=["mechanism", "dp"])
+        out.append(
+            GaugeMetricFamily(
+                "lac_curator_quarantine_rows",
+                "Quarantined reports kept for diagnosis (the newest quarantine_max_rows).",
+                value=status["quarantined"],
+            )
+        )
+        releases = CounterMetricFamily(
+            "lac_curator_releases_total",
+            "Releases stored, by mechanism and whether they are differentially private.",
+            labels=["mechanism", "dp"],
+        )
         for (mechanism, dp), n in sorted(by_mechanism.items()):
             releases.add_metric([mechanism, "true" if dp else "false"], n)
         out.append(releases)
-        families = {name: GaugeMetricFamily(f"lac_curator_budget_{name}", text, labels=["window"]) for name, text in (
-            ("epsilon_spent", "ε spent in an accounting window."),
-            ("epsilon_remaining", "ε left to spend in an accounting window."),
-            ("delta_spent", "δ spent in an accounting window."),
-            ("delta_remaining", "δ left to spend in an accounting window."))}
+        families = {
+            name: GaugeMetricFamily(f"lac_curator_budget_{name}", text, labels=["window"])
+            for name, text in (
+                ("epsilon_spent", "ε spent in an accounting window."),
+                ("epsilon_remaining", "ε left to spend in an accounting window."),
+                ("delta_spent", "δ spent in an accounting window."),
+                ("delta_remaining", "δ left to spend in an accounting window."),
+            )
+        }
         for w in sorted(spent)[-BUDGET_WINDOWS:]:
             s = spent[w]
             families["epsilon_spent"].add_metric([str(w)], s.epsilon)

@@ -31,8 +31,17 @@ import scipy.sparse as sp
 from lac.common.files import atomic_file
 from lac.common.text import BOS, EOS, UNK
 
-__all__ = ["ngrams", "NgramVocabulary", "ReportCounts", "ReportItems", "count_reports", "user_counts", "cap_and_clamp",
-           "report_items", "keyed_report_items"]
+__all__ = [
+    "ngrams",
+    "NgramVocabulary",
+    "ReportCounts",
+    "ReportItems",
+    "count_reports",
+    "user_counts",
+    "cap_and_clamp",
+    "report_items",
+    "keyed_report_items",
+]
 
 _FORMAT_VERSION = 1
 
@@ -148,7 +157,7 @@ class NgramVocabulary:
         min_count: int = 1,
         max_items: int | None = None,
         unknown_words: bool = False,
-    ) -> "NgramVocabulary":
+    ) -> NgramVocabulary:
         """Public counts from a *public* corpus: items with count >= min_count, most frequent
         first (ties by item text), at most ``max_items``.
 
@@ -169,8 +178,10 @@ class NgramVocabulary:
         counts: Counter[str] = Counter()
         for s in sentences:
             counts.update(_ngrams(list(s), max_n) if unknown_words else ngrams(s, max_n))
-        kept = sorted(((c, it) for it, c in counts.items() if c >= min_count or (unknown_words and " " not in it)),
-                      key=lambda p: (-p[0], p[1]))
+        kept = sorted(
+            ((c, it) for it, c in counts.items() if c >= min_count or (unknown_words and " " not in it)),
+            key=lambda p: (-p[0], p[1]),
+        )
         if unknown_words:
             uni = [p for p in kept if " " not in p[1]]
             longer = [p for p in kept if " " in p[1]]
@@ -188,12 +199,16 @@ class NgramVocabulary:
         blob = np.frombuffer("\n".join(self.items).encode("utf-8"), dtype=np.uint8)
         with atomic_file(path) as f:
             np.savez_compressed(
-                f, format=np.int64(_FORMAT_VERSION), items=blob, n_items=np.int64(len(self.items)),
-                alpha=self.alpha, max_n=np.int64(self.max_n),
+                f,
+                format=np.int64(_FORMAT_VERSION),
+                items=blob,
+                n_items=np.int64(len(self.items)),
+                alpha=self.alpha,
+                max_n=np.int64(self.max_n),
             )
 
     @classmethod
-    def load(cls, path: str | os.PathLike) -> "NgramVocabulary":
+    def load(cls, path: str | os.PathLike) -> NgramVocabulary:
         with np.load(os.fspath(path), allow_pickle=False) as z:
             if int(z["format"]) != _FORMAT_VERSION:
                 raise ValueError(f"unsupported vocabulary format {int(z['format'])}")
@@ -409,8 +424,9 @@ def count_reports(
     chunk: list = []
 
     def flush() -> None:
-        row_nnz, cols, data, *stats = _count_chunk(chunk, vocab, lk, None if C is None else int(C),
-                                                   None if W is None else int(W))
+        row_nnz, cols, data, *stats = _count_chunk(
+            chunk, vocab, lk, None if C is None else int(C), None if W is None else int(W)
+        )
         nnz_parts.append(row_nnz)
         col_parts.append(cols)
         data_parts.append(data)
@@ -445,8 +461,9 @@ def user_counts(
     return count_reports(reports, vocab, C, W).matrix
 
 
-def cap_and_clamp(indptr: np.ndarray, indices: np.ndarray, data: np.ndarray, n_cols: int, C: int,
-                  W: int | None) -> sp.csr_matrix:
+def cap_and_clamp(
+    indptr: np.ndarray, indices: np.ndarray, data: np.ndarray, n_cols: int, C: int, W: int | None
+) -> sp.csr_matrix:
     """Canonical int32 CSR from raw rows in first-occurrence order (``count_reports(C=None)``,
     columns < 0 dropped first; a row's columns must be distinct): keep each row's first W entries,
     clamp counts at C. Equals ``user_counts`` of the same reports over the same columns."""
@@ -492,8 +509,9 @@ class ReportItems:
         return self.indptr.size - 1
 
 
-def report_items(reports: Sequence[Sequence[Sequence[str]]], max_n: int = 3,
-                 words: frozenset[str] | None = None) -> ReportItems:
+def report_items(
+    reports: Sequence[Sequence[Sequence[str]]], max_n: int = 3, words: frozenset[str] | None = None
+) -> ReportItems:
     """All items (as ``ngrams`` enumerates them) of each report, distinct per report in order of
     first occurrence, with their counts. With ``words``, any other token is read as ``<unk>``.
 
@@ -505,9 +523,9 @@ def report_items(reports: Sequence[Sequence[Sequence[str]]], max_n: int = 3,
     return keyed_report_items(reports, max_n, words)[0]
 
 
-def keyed_report_items(reports: Sequence[Sequence[Sequence[str]]], max_n: int = 3,
-                       words: frozenset[str] | None = None,
-                       spell: bool = True) -> tuple[ReportItems, np.ndarray, int, tuple[str, ...]]:
+def keyed_report_items(
+    reports: Sequence[Sequence[Sequence[str]]], max_n: int = 3, words: frozenset[str] | None = None, spell: bool = True
+) -> tuple[ReportItems, np.ndarray, int, tuple[str, ...]]:
     """``report_items`` with the items' keys (int64, increasing, one per item), the base B of the
     keys and the word of each id (``""`` for 0): what ``lac.curator.ingest`` needs to merge the
     counts of several chunks of reports into those of all of them. ``spell=False`` leaves
@@ -521,8 +539,12 @@ def keyed_report_items(reports: Sequence[Sequence[Sequence[str]]], max_n: int = 
     slen, rep_of_sent = slen[keep], rep_of_sent[keep]
     flat = [t for s in sents for t in s]
     if not flat:
-        return (ReportItems(np.zeros(n_rep + 1, np.int64), np.empty(0, np.int32), np.empty(0, np.int32), ()),
-                np.empty(0, np.int64), 3, ("", BOS, EOS))
+        return (
+            ReportItems(np.zeros(n_rep + 1, np.int64), np.empty(0, np.int32), np.empty(0, np.int32), ()),
+            np.empty(0, np.int64),
+            3,
+            ("", BOS, EOS),
+        )
     vocab_words: dict[str, int] = {BOS: 1, EOS: 2}
     if words is not None:
         vocab_words[UNK] = 3
@@ -533,7 +555,7 @@ def keyed_report_items(reports: Sequence[Sequence[Sequence[str]]], max_n: int = 
         if t not in vocab_words:
             vocab_words[t] = len(vocab_words) + 1
     B = len(vocab_words) + 1
-    if B ** max_n >= 1 << 62:
+    if B**max_n >= 1 << 62:
         raise ValueError(f"{B - 1} distinct words are too many for 64-bit {max_n}-gram keys")
     tok = np.fromiter(map(vocab_words.__getitem__, mapped), dtype=np.int64, count=len(mapped))
     lens = slen + 2
@@ -580,5 +602,9 @@ def keyed_report_items(reports: Sequence[Sequence[Sequence[str]]], max_n: int = 
         items.append(" ".join(reversed(parts)))
     indptr = np.zeros(n_rep + 1, dtype=np.int64)
     np.cumsum(np.bincount(grep, minlength=n_rep), out=indptr[1:])
-    return (ReportItems(indptr, item_ids.astype(np.int32).reshape(-1), gcount.astype(np.int32), tuple(items)),
-            uniq, B, tuple(names))
+    return (
+        ReportItems(indptr, item_ids.astype(np.int32).reshape(-1), gcount.astype(np.int32), tuple(items)),
+        uniq,
+        B,
+        tuple(names),
+    )

@@ -118,16 +118,33 @@ def release_offline(
     alpha = load_public(public, items)
     ngrams = NgramVocabulary(items, alpha, max(it.count(" ") + 1 for it in items) if items else 1)
     r = run(U, ngrams, spec, caps, unit=PrivacyUnit.user(reports_per_user), rng=rng)
-    rec = {"mechanism": r.mechanism, "spec": asdict(spec), "caps": asdict(caps), "reports_per_user": reports_per_user,
-           "epsilon": r.guarantee.epsilon if r.guarantee else None, "delta": r.guarantee.delta if r.guarantee else 0.0,
-           "differentially_private": r.differentially_private, "data_dependent": r.guarantee is None or
-           r.guarantee.data_dependent, "sensitivity_method": r.sensitivity_method, "gamma": r.gamma,
-           "sigma": r.sigma, "calibration": r.calibration, "laplace_scale": r.laplace_scale,
-           "n_users": r.n_reports, "vocab_size": r.vocab_size, "params": r.params, "statement": r.statement}
+    rec = {
+        "mechanism": r.mechanism,
+        "spec": asdict(spec),
+        "caps": asdict(caps),
+        "reports_per_user": reports_per_user,
+        "epsilon": r.guarantee.epsilon if r.guarantee else None,
+        "delta": r.guarantee.delta if r.guarantee else 0.0,
+        "differentially_private": r.differentially_private,
+        "data_dependent": r.guarantee is None or r.guarantee.data_dependent,
+        "sensitivity_method": r.sensitivity_method,
+        "gamma": r.gamma,
+        "sigma": r.sigma,
+        "calibration": r.calibration,
+        "laplace_scale": r.laplace_scale,
+        "n_users": r.n_reports,
+        "vocab_size": r.vocab_size,
+        "params": r.params,
+        "statement": r.statement,
+    }
     out_path = Path(out) if out is not None else default_out_path(counts, spec.mechanism)
     rec["out"] = str(out_path)
     blob = np.frombuffer("\n".join(items).encode("utf-8"), dtype=np.uint8)
     with atomic_file(out_path) as f:
-        np.savez_compressed(f, log_probs=np.asarray(r.log_probs, dtype=np.float64), items=blob,
-                            record=np.frombuffer(json.dumps(rec).encode("utf-8"), dtype=np.uint8))
+        np.savez_compressed(
+            f,
+            log_probs=np.asarray(r.log_probs, dtype=np.float64),
+            items=blob,
+            record=np.frombuffer(json.dumps(rec).encode("utf-8"), dtype=np.uint8),
+        )
     return rec

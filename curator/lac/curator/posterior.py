@@ -59,8 +59,15 @@ from lac.common.rng import RandomSource, secure_generator
 from lac.curator.gaussian import analytic_sigma
 from lac.curator.ngrams import NgramVocabulary, ReportItems
 
-__all__ = ["PosteriorParams", "WeightedTotals", "PosteriorRelease", "weighted_totals", "discovery_threshold",
-           "posterior_release", "empirical_bayes"]
+__all__ = [
+    "PosteriorParams",
+    "WeightedTotals",
+    "PosteriorRelease",
+    "weighted_totals",
+    "discovery_threshold",
+    "posterior_release",
+    "empirical_bayes",
+]
 
 _CHI2_1_MEDIAN = 0.45493642311957283  # median of a chi-square with one degree of freedom
 NAME = "Gaussian posterior (LAC): normalised per-report counts, DP n-gram discovery, public prior afterwards"
@@ -148,8 +155,9 @@ class WeightedTotals:
         return self
 
 
-def weighted_totals(blocks: Iterable[ReportItems], vocab: NgramVocabulary, W: int, C: int, tau: float,
-                    candidates: bool = True) -> WeightedTotals:
+def weighted_totals(
+    blocks: Iterable[ReportItems], vocab: NgramVocabulary, W: int, C: int, tau: float, candidates: bool = True
+) -> WeightedTotals:
     """Step 1–2 over blocks of reports: y_j = Σ_r c_rj / max(‖c_r‖₂, τ), first W items per report,
     counts clamped at C. Sums over blocks add up, so an engine may compute them per partition.
 
@@ -236,8 +244,9 @@ def empirical_bayes(noisy: np.ndarray, prior_mean: np.ndarray, sigma: float, bin
     return post
 
 
-def posterior_release(totals: WeightedTotals, vocab: NgramVocabulary, params: PosteriorParams,
-                      rng: RandomSource | None = None) -> PosteriorRelease:
+def posterior_release(
+    totals: WeightedTotals, vocab: NgramVocabulary, params: PosteriorParams, rng: RandomSource | None = None
+) -> PosteriorRelease:
     """Steps 3–5 on exact totals (see the module docstring for the guarantee)."""
     if not isinstance(params, PosteriorParams):
         raise TypeError("params must be a PosteriorParams")
@@ -270,10 +279,19 @@ def posterior_release(totals: WeightedTotals, vocab: NgramVocabulary, params: Po
     counts = np.concatenate([pseudo, np.maximum(found_values, 0.0)])
     with np.errstate(divide="ignore"):
         log_probs = np.log(counts) - math.log(max(counts.sum(), np.finfo(float).tiny))
-    return PosteriorRelease(items=items, pseudo_counts=counts, noisy_public=noisy_public, log_probs=log_probs,
-                            sigma=sigma, threshold=threshold,
-                            discovered=len(found), candidates=len(totals.candidates), n_reports=totals.n_reports,
-                            params=params, guarantee=_guarantee(params, sigma, threshold, len(vocab)))
+    return PosteriorRelease(
+        items=items,
+        pseudo_counts=counts,
+        noisy_public=noisy_public,
+        log_probs=log_probs,
+        sigma=sigma,
+        threshold=threshold,
+        discovered=len(found),
+        candidates=len(totals.candidates),
+        n_reports=totals.n_reports,
+        params=params,
+        guarantee=_guarantee(params, sigma, threshold, len(vocab)),
+    )
 
 
 def _guarantee(p: PosteriorParams, sigma: float, threshold: float, V: int) -> Guarantee:
@@ -290,8 +308,11 @@ def _guarantee(p: PosteriorParams, sigma: float, threshold: float, V: int) -> Gu
             f"An n-gram outside the public vocabulary is released only if its noisy total exceeds ρ = {threshold:.6g}; "
             f"one user's at most {m * p.W} n-grams pass it with probability ≤ δ_s = {p.delta_select:.3g} (union "
             f"bound), which costs (ln(1/(1−δ_s)), δ_s) on top of the Gaussian part: ({p.epsilon:.6g}, "
-            f"{p.delta:.3g}) in all.")
-    details.append("The public counts enter only afterwards, as the prior of an empirical-Bayes posterior computed "
-                   "from the noisy totals (post-processing). Floating point: noisy totals rounded to σ·2⁻¹⁰ "
-                   "(a mitigation, not a proof).")
+            f"{p.delta:.3g}) in all."
+        )
+    details.append(
+        "The public counts enter only afterwards, as the prior of an empirical-Bayes posterior computed "
+        "from the noisy totals (post-processing). Floating point: noisy totals rounded to σ·2⁻¹⁰ "
+        "(a mitigation, not a proof)."
+    )
     return Guarantee(Model.CENTRAL, p.epsilon, p.delta, p.unit, Adjacency.ADD_REMOVE, NAME, details=tuple(details))

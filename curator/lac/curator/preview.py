@@ -62,18 +62,23 @@ class Preview:
 
     def statement(self) -> str:
         """The preview in words, for the CLI and the refusal message."""
-        head = (f"{self.mechanism} at (ε, δ) = ({self.epsilon:g}, {self.delta:g}): noise σ = {self.noise:.4g} "
-                f"per item ({self.noise_unit})")
+        head = (
+            f"{self.mechanism} at (ε, δ) = ({self.epsilon:g}, {self.delta:g}): noise σ = {self.noise:.4g} "
+            f"per item ({self.noise_unit})"
+        )
         body = ""
         if self.reports is not None:
             body = f"; with {self.reports:,} reports ({self.reports_source})"
             if self.signal_share is not None:
-                body += (f": {100 * self.signal_share:.0f}% of the text's words stand out of the noise "
-                         f"(resolvable n-grams by order: {', '.join(f'{r:,}' for r in self.resolvable)})")
+                body += (
+                    f": {100 * self.signal_share:.0f}% of the text's words stand out of the noise "
+                    f"(resolvable n-grams by order: {', '.join(f'{r:,}' for r in self.resolvable)})"
+                )
         elif self.reports_needed is not None:
             body = "; number of reports unknown here (give expected_reports for a utility prediction)"
-        verdict = ("." if self.swamped is None else
-                   " — the noise would swamp the signal." if self.swamped else " — useful.")
+        verdict = (
+            "." if self.swamped is None else " — the noise would swamp the signal." if self.swamped else " — useful."
+        )
         return head + body + verdict + (f" {self.advice}" if self.advice else "")
 
 
@@ -123,46 +128,94 @@ def _epsilon_for(noise_at, target_noise: float, epsilon: float) -> float | None:
     return hi
 
 
-def predict(mechanism: str, epsilon: float, delta: float, vocab: NgramVocabulary, *, W: int, C: int,
-            unit: PrivacyUnit, reports: int | None, reports_source: str = "assumed", target_share: float = 0.5,
-            discovery: bool = True, S: float = 0.01, rho: float = 0.5, count_clip: int = 1_000_000,
-            calibration: str = "auto", data_dependent: bool = False) -> Preview:
+def predict(
+    mechanism: str,
+    epsilon: float,
+    delta: float,
+    vocab: NgramVocabulary,
+    *,
+    W: int,
+    C: int,
+    unit: PrivacyUnit,
+    reports: int | None,
+    reports_source: str = "assumed",
+    target_share: float = 0.5,
+    discovery: bool = True,
+    S: float = 0.01,
+    rho: float = 0.5,
+    count_clip: int = 1_000_000,
+    calibration: str = "auto",
+    data_dependent: bool = False,
+) -> Preview:
     """Predict the release of ``mechanism`` at (ε, δ) over ``vocab`` with public caps W, C and
     ``unit`` (its m reports per user) for ``reports`` reports (see the module docstring)."""
     m = unit.max_reports
     L = mean_sentence_words(vocab)
     shares = _word_shares(vocab)
     pi_star = _pi_needed(shares, target_share)
-    preview = partial(Preview, mechanism=mechanism, epsilon=epsilon, delta=delta, reports=reports,
-                      reports_source=reports_source, target_share=target_share)
+    preview = partial(
+        Preview,
+        mechanism=mechanism,
+        epsilon=epsilon,
+        delta=delta,
+        reports=reports,
+        reports_source=reports_source,
+        target_share=target_share,
+    )
     if mechanism in ("bayesian", "endtoend"):
         if data_dependent:
-            return preview(noise=float("nan"), noise_unit="logits; data-dependent, known only after the release",
-                           resolvable=(), signal_share=None, swamped=None, reports_needed=None, epsilon_needed=None,
-                           advice="")
+            return preview(
+                noise=float("nan"),
+                noise_unit="logits; data-dependent, known only after the release",
+                resolvable=(),
+                signal_share=None,
+                swamped=None,
+                reports_needed=None,
+                epsilon_needed=None,
+                advice="",
+            )
         gamma = sound_gamma(S, C, W, len(vocab), count_clip, m)
         eps_rel = epsilon * 2 / 3 if mechanism == "endtoend" else epsilon  # EndToEndDP keeps 2/3 for the release
         sigma = calibrate(rho * gamma, eps_rel, delta, calibration)[0]
         logits_swamped = sigma > _MAX_LOGIT_SIGMA
         need = _epsilon_for(lambda e: calibrate(rho * gamma, e, delta, calibration)[0], _MAX_LOGIT_SIGMA, epsilon)
-        advice = ("BayesianDP's sound noise does not shrink with more reports; use the default mechanism "
-                  "(posterior)" + (f" or ε ≥ {need:.3g}" if need else "") + ".") if logits_swamped else ""
-        return preview(noise=sigma, noise_unit="on the logits, independent of the number of reports",
-                       resolvable=(), signal_share=None, swamped=logits_swamped, reports_needed=None,
-                       epsilon_needed=need, advice=advice)
+        advice = (
+            (
+                "BayesianDP's sound noise does not shrink with more reports; use the default mechanism "
+                "(posterior)" + (f" or ε ≥ {need:.3g}" if need else "") + "."
+            )
+            if logits_swamped
+            else ""
+        )
+        return preview(
+            noise=sigma,
+            noise_unit="on the logits, independent of the number of reports",
+            resolvable=(),
+            signal_share=None,
+            swamped=logits_swamped,
+            reports_needed=None,
+            epsilon_needed=need,
+            advice=advice,
+        )
     if mechanism == "posterior":
+
         def noise_at(e: float) -> float:
             return PosteriorParams(e, delta, W=W, C=C, discovery=discovery and e > 2 * delta, unit=unit).sigma
+
         noise, unit_name = noise_at(epsilon), "normalised report weights"
         per_report = math.sqrt(L / vocab.max_n)  # expected weight of an item with π_j = 1, per report
         fixed = False
     elif mechanism == "laplace":
+
         def noise_at(e: float) -> float:
             return math.sqrt(2.0) * m * W * C / e
+
         noise, unit_name, per_report, fixed = noise_at(epsilon), "counts", L, False
     elif mechanism == "laplace-public":
+
         def noise_at(e: float) -> float:
             return math.sqrt(2.0) * 2.0 / e
+
         noise, unit_name, per_report, fixed = noise_at(epsilon), "probabilities", 1.0, True
     else:
         raise ValueError(f"no preview for mechanism {mechanism!r}")
@@ -180,8 +233,10 @@ def predict(mechanism: str, epsilon: float, delta: float, vocab: NgramVocabulary
     swamped = None if share is None else share < target_share
     advice = ""
     if swamped is None and reports_needed is not None:
-        advice = (f"It needs at least {reports_needed:,} reports for {100 * target_share:.0f}% of the words to stand "
-                  f"out of the noise.")
+        advice = (
+            f"It needs at least {reports_needed:,} reports for {100 * target_share:.0f}% of the words to stand "
+            f"out of the noise."
+        )
     elif swamped:
         helps = []
         if reports_needed is not None:
@@ -189,13 +244,26 @@ def predict(mechanism: str, epsilon: float, delta: float, vocab: NgramVocabulary
         if eps_needed is not None:
             helps.append(f"ε ≥ {eps_needed:.3g}")
         if mechanism == "posterior" and m > 1:
-            helps.append(f"covering fewer accounting windows (one user may send {m} reports over these, and σ grows "
-                         f"with that number)")
+            helps.append(
+                f"covering fewer accounting windows (one user may send {m} reports over these, and σ grows "
+                f"with that number)"
+            )
         if mechanism == "laplace":
             helps.append("the default mechanism (posterior), whose noise does not grow with W·C")
         if mechanism == "laplace-public":
             helps.append("the default mechanism (posterior)")
-        advice = (f"For {100 * target_share:.0f}% of the words to stand out it needs " + " or ".join(helps) + "."
-                  if helps else "")
-    return preview(noise=noise, noise_unit=unit_name, resolvable=resolvable, signal_share=share, swamped=swamped,
-                   reports_needed=reports_needed, epsilon_needed=eps_needed, advice=advice)
+        advice = (
+            f"For {100 * target_share:.0f}% of the words to stand out it needs " + " or ".join(helps) + "."
+            if helps
+            else ""
+        )
+    return preview(
+        noise=noise,
+        noise_unit=unit_name,
+        resolvable=resolvable,
+        signal_share=share,
+        swamped=swamped,
+        reports_needed=reports_needed,
+        epsilon_needed=eps_needed,
+        advice=advice,
+    )

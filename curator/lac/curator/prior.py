@@ -25,8 +25,9 @@ def default_public_corpus() -> Path:
     return data_dir() / "corpora" / "public.txt"
 
 
-def public_vocabulary(corpus: Path | None, max_n: int, min_count: int, max_items: int,
-                      cache_dir: Path) -> NgramVocabulary:
+def public_vocabulary(
+    corpus: Path | None, max_n: int, min_count: int, max_items: int, cache_dir: Path
+) -> NgramVocabulary:
     """Build (or load the cached) release vocabulary and prior counts from ``corpus``."""
     corpus = corpus or default_public_corpus()
     if not corpus.exists():
@@ -36,8 +37,13 @@ def public_vocabulary(corpus: Path | None, max_n: int, min_count: int, max_items
     if cache.exists():
         return NgramVocabulary.load(cache)
     log.info("building the public n-gram prior from %s", corpus)
-    vocab = NgramVocabulary.from_sentences(sentences(corpus.read_text(encoding="utf-8")), max_n=max_n,
-                                           min_count=min_count, max_items=max_items, unknown_words=True)
+    vocab = NgramVocabulary.from_sentences(
+        sentences(corpus.read_text(encoding="utf-8")),
+        max_n=max_n,
+        min_count=min_count,
+        max_items=max_items,
+        unknown_words=True,
+    )
     private_dir(cache_dir)
     tmp = cache.with_suffix(".tmp.npz")
     vocab.save(tmp)

@@ -34,18 +34,44 @@ import scipy.sparse as sp
 from lac.common.privacy import Budget, Guarantee, PrivacyUnit, check_delta, check_epsilon
 from lac.common.rng import RandomSource
 from lac.curator import segments
-from lac.curator.baselines import (BaselineRelease, k_anonymity, laplace_dp, laplace_from_stats, laplace_public_dp,
-                                   laplace_public_from_stats)
-from lac.curator.bayesian import (LOG_THETA_GRID, SENSITIVITY_METHODS, BayesianParams, CountStats, bayesian_dp,
-                                  bayesian_from_stats, bruteforce_sq_dists, count_stats)
-from lac.curator.engine import LOCAL, Engine
+from lac.curator.baselines import (
+    BaselineRelease,
+    k_anonymity,
+    laplace_dp,
+    laplace_from_stats,
+    laplace_public_dp,
+    laplace_public_from_stats,
+)
+from lac.curator.bayesian import (
+    LOG_THETA_GRID,
+    SENSITIVITY_METHODS,
+    BayesianParams,
+    CountStats,
+    bayesian_dp,
+    bayesian_from_stats,
+    bruteforce_sq_dists,
+    count_stats,
+)
 from lac.curator.endtoend import EndToEndParams, end_to_end_dp
+from lac.curator.engine import LOCAL, Engine
 from lac.curator.gaussian import METHODS as CALIBRATIONS
 from lac.curator.ngrams import NgramVocabulary, ReportItems, cap_and_clamp
 from lac.curator.posterior import PosteriorParams, WeightedTotals, posterior_release, weighted_totals
 
-__all__ = ["MECHANISMS", "OFFLINE_ONLY", "ReleaseSpec", "PublicCaps", "Release", "ReleaseRecord", "run", "Reports",
-           "StoredReports", "ItemReports", "MatrixReports", "vocab_counts"]
+__all__ = [
+    "MECHANISMS",
+    "OFFLINE_ONLY",
+    "ReleaseSpec",
+    "PublicCaps",
+    "Release",
+    "ReleaseRecord",
+    "run",
+    "Reports",
+    "StoredReports",
+    "ItemReports",
+    "MatrixReports",
+    "vocab_counts",
+]
 
 MECHANISMS = ("posterior", "bayesian", "endtoend", "laplace", "laplace-public")
 OFFLINE_ONLY = ("kanon",)  # NOT differentially private: never over RPC
@@ -88,8 +114,11 @@ class ReleaseSpec:
     expected_reports: int | None = None  # the number of reports the accuracy check assumes (lac.curator.preview)
 
     def __post_init__(self) -> None:
-        if self.expected_reports is not None and (isinstance(self.expected_reports, bool) or not isinstance(
-                self.expected_reports, int) or self.expected_reports < 1):
+        if self.expected_reports is not None and (
+            isinstance(self.expected_reports, bool)
+            or not isinstance(self.expected_reports, int)
+            or self.expected_reports < 1
+        ):
             raise ValueError(f"expected_reports must be an integer >= 1, got {self.expected_reports!r}")
         if self.mechanism not in MECHANISMS + OFFLINE_ONLY:
             raise ValueError(f"unknown mechanism {self.mechanism!r}; available: {', '.join(MECHANISMS)}")
@@ -217,8 +246,9 @@ class MatrixReports:
 
     def load(self, part: int) -> ReportItems:
         U = sp.csr_matrix(self.U)
-        return ReportItems(U.indptr.astype(np.int64), U.indices.astype(np.int32), U.data.astype(np.int32),
-                           tuple(self.vocab.items))
+        return ReportItems(
+            U.indptr.astype(np.int64), U.indices.astype(np.int32), U.data.astype(np.int32), tuple(self.vocab.items)
+        )
 
     def vocab_counts(self, C: int, W: int) -> sp.csr_matrix:
         return self.U
@@ -267,8 +297,9 @@ def _rounded(log_probs: np.ndarray) -> np.ndarray:
     return np.where(finite, np.rint(np.where(finite, lp, 0.0) / LOG_THETA_GRID) * LOG_THETA_GRID, lp)
 
 
-def block_totals(block: ReportItems, vocab: NgramVocabulary, W: int, C: int, tau: float,
-                 candidates: bool) -> WeightedTotals:
+def block_totals(
+    block: ReportItems, vocab: NgramVocabulary, W: int, C: int, tau: float, candidates: bool
+) -> WeightedTotals:
     """The posterior's weighted totals of one block (an engine's map step)."""
     return weighted_totals([block], vocab, W, C, tau, candidates=candidates)
 
@@ -278,8 +309,7 @@ def block_stats(block: ReportItems, vocab: NgramVocabulary, C: int, W: int) -> C
     return count_stats(vocab_counts(iter([block]), vocab, C, W), C)
 
 
-def block_max_sq_dist(block: ReportItems, vocab: NgramVocabulary, C: int, W: int, stats: CountStats,
-                      S: float) -> float:
+def block_max_sq_dist(block: ReportItems, vocab: NgramVocabulary, C: int, W: int, stats: CountStats, S: float) -> float:
     """The largest brute-force squared distance of one block's reports, given the global totals."""
     sq = bruteforce_sq_dists(vocab_counts(iter([block]), vocab, C, W), stats, S, C)
     return float(sq.max()) if sq.size else 0.0
@@ -305,9 +335,15 @@ def _stream_stats(reports: Reports, vocab: NgramVocabulary, C: int, W: int, engi
     return stats
 
 
-def run(reports: Reports | sp.csr_matrix, vocab: NgramVocabulary, spec: ReleaseSpec, caps: PublicCaps,
-        unit: PrivacyUnit = PrivacyUnit.report(), rng: RandomSource | None = None,
-        engine: Engine = LOCAL) -> Release:
+def run(
+    reports: Reports | sp.csr_matrix,
+    vocab: NgramVocabulary,
+    spec: ReleaseSpec,
+    caps: PublicCaps,
+    unit: PrivacyUnit = PrivacyUnit.report(),
+    rng: RandomSource | None = None,
+    engine: Engine = LOCAL,
+) -> Release:
     """Run ``spec`` on ``reports`` (a ``Reports`` source, or a per-report counts matrix over ``vocab``).
 
     Stored and in-memory reports are streamed through ``engine`` (``lac.curator.engine``): every
@@ -318,63 +354,151 @@ def run(reports: Reports | sp.csr_matrix, vocab: NgramVocabulary, spec: ReleaseS
     items = tuple(vocab.items)
     if spec.mechanism == "posterior":
         pp = PosteriorParams(epsilon=spec.epsilon, delta=spec.delta, W=W, C=C, discovery=spec.discovery, unit=unit)
-        totals = engine.fold(reports, partial(block_totals, vocab=vocab, W=W, C=C, tau=pp.tau,
-                                              candidates=spec.discovery),
-                             _add_totals, WeightedTotals(np.zeros(len(vocab))))
+        totals = engine.fold(
+            reports,
+            partial(block_totals, vocab=vocab, W=W, C=C, tau=pp.tau, candidates=spec.discovery),
+            _add_totals,
+            WeightedTotals(np.zeros(len(vocab))),
+        )
         pr = posterior_release(totals, vocab, pp, rng=rng)
-        return Release("posterior", pr.items, _rounded(pr.log_probs), pr.pseudo_counts, pr.guarantee, "", "sound",
-                       0.0, pr.sigma, "analytic", 0.0, pr.n_reports, len(pr.items),
-                       params=dict(C=C, W=W, tau=pp.tau, discovery=float(pp.discovery)), threshold=pr.threshold,
-                       discovered=pr.discovered)
+        return Release(
+            "posterior",
+            pr.items,
+            _rounded(pr.log_probs),
+            pr.pseudo_counts,
+            pr.guarantee,
+            "",
+            "sound",
+            0.0,
+            pr.sigma,
+            "analytic",
+            0.0,
+            pr.n_reports,
+            len(pr.items),
+            params=dict(C=C, W=W, tau=pp.tau, discovery=float(pp.discovery)),
+            threshold=pr.threshold,
+            discovered=pr.discovered,
+        )
     alpha = vocab.alpha
     streamed = not isinstance(reports, MatrixReports) and spec.mechanism in ("bayesian", "laplace", "laplace-public")
     if streamed:
         stats = _stream_stats(reports, vocab, C, W, engine)
         common = dict(vocab_size=len(items), n_reports=stats.n_users)
         if spec.mechanism == "bayesian":
-            p = BayesianParams(epsilon=spec.epsilon, delta=spec.delta, S=spec.S, C=C, rho=spec.rho,
-                               sensitivity=spec.sensitivity, calibration=spec.calibration, W=W,
-                               count_clip=caps.count_clip, unit=unit)
+            p = BayesianParams(
+                epsilon=spec.epsilon,
+                delta=spec.delta,
+                S=spec.S,
+                C=C,
+                rho=spec.rho,
+                sensitivity=spec.sensitivity,
+                calibration=spec.calibration,
+                W=W,
+                count_clip=caps.count_clip,
+                unit=unit,
+            )
             max_sq = None
             if spec.sensitivity == "bruteforce":
-                max_sq = engine.fold(reports, partial(block_max_sq_dist, vocab=vocab, C=C, W=W, stats=stats, S=p.S),
-                                     _max, 0.0)
+                max_sq = engine.fold(
+                    reports, partial(block_max_sq_dist, vocab=vocab, C=C, W=W, stats=stats, S=p.S), _max, 0.0
+                )
             r = bayesian_from_stats(stats, alpha, p, rng=rng, max_sq_dist=max_sq)
-            return Release("bayesian", items, _rounded(r.log_theta), None, r.guarantee, "", r.sensitivity_method,
-                           r.gamma, r.sigma, r.calibration, 0.0,
-                           params=dict(S=p.S, C=C, rho=p.rho, W=W, count_clip=caps.count_clip), **common)
+            return Release(
+                "bayesian",
+                items,
+                _rounded(r.log_theta),
+                None,
+                r.guarantee,
+                "",
+                r.sensitivity_method,
+                r.gamma,
+                r.sigma,
+                r.calibration,
+                0.0,
+                params=dict(S=p.S, C=C, rho=p.rho, W=W, count_clip=caps.count_clip),
+                **common,
+            )
         if spec.mechanism == "laplace":
             b = laplace_from_stats(stats, W=W, C=C, epsilon=spec.epsilon, rng=rng, unit=unit)
         else:
-            b = laplace_public_from_stats(stats, alpha, W=W, C=C, epsilon=spec.epsilon,
-                                          sensitivity=spec.public_sensitivity, rng=rng, unit=unit)
+            b = laplace_public_from_stats(
+                stats, alpha, W=W, C=C, epsilon=spec.epsilon, sensitivity=spec.public_sensitivity, rng=rng, unit=unit
+            )
         return _baseline_release(spec, items, b, common)
     U = reports.vocab_counts(C, W)
     common = dict(vocab_size=len(items), n_reports=int(U.shape[0]))
     if spec.mechanism == "bayesian":
-        p = BayesianParams(epsilon=spec.epsilon, delta=spec.delta, S=spec.S, C=C, rho=spec.rho,
-                           sensitivity=spec.sensitivity, calibration=spec.calibration, W=W,
-                           count_clip=caps.count_clip, unit=unit)
+        p = BayesianParams(
+            epsilon=spec.epsilon,
+            delta=spec.delta,
+            S=spec.S,
+            C=C,
+            rho=spec.rho,
+            sensitivity=spec.sensitivity,
+            calibration=spec.calibration,
+            W=W,
+            count_clip=caps.count_clip,
+            unit=unit,
+        )
         r = bayesian_dp(U, alpha, p, rng=rng)
-        return Release("bayesian", items, _rounded(r.log_theta), None, r.guarantee, "", r.sensitivity_method, r.gamma,
-                       r.sigma, r.calibration, 0.0, params=dict(S=p.S, C=C, rho=p.rho, W=W, count_clip=caps.count_clip),
-                       **common)
+        return Release(
+            "bayesian",
+            items,
+            _rounded(r.log_theta),
+            None,
+            r.guarantee,
+            "",
+            r.sensitivity_method,
+            r.gamma,
+            r.sigma,
+            r.calibration,
+            0.0,
+            params=dict(S=p.S, C=C, rho=p.rho, W=W, count_clip=caps.count_clip),
+            **common,
+        )
     if spec.mechanism == "endtoend":
-        ep = EndToEndParams(epsilon=spec.epsilon, delta=spec.delta, C=C, sensitivity=spec.sensitivity,
-                            calibration=spec.calibration, W=W, count_clip=caps.count_clip,
-                            validation_cap=caps.validation_cap, unit=unit)
+        ep = EndToEndParams(
+            epsilon=spec.epsilon,
+            delta=spec.delta,
+            C=C,
+            sensitivity=spec.sensitivity,
+            calibration=spec.calibration,
+            W=W,
+            count_clip=caps.count_clip,
+            validation_cap=caps.validation_cap,
+            unit=unit,
+        )
         e = end_to_end_dp(U, alpha, ep, rng=rng)
         er = e.release
-        return Release("endtoend", items, _rounded(er.log_theta), None, e.guarantee, "", er.sensitivity_method,
-                       er.gamma, er.sigma, er.calibration, e.laplace_scale,
-                       params=dict(S=e.S, C=C, rho=e.rho, W=W, count_clip=caps.count_clip,
-                                   epsilon_select=e.epsilon_select, epsilon_release=e.epsilon_release),
-                       **common)
+        return Release(
+            "endtoend",
+            items,
+            _rounded(er.log_theta),
+            None,
+            e.guarantee,
+            "",
+            er.sensitivity_method,
+            er.gamma,
+            er.sigma,
+            er.calibration,
+            e.laplace_scale,
+            params=dict(
+                S=e.S,
+                C=C,
+                rho=e.rho,
+                W=W,
+                count_clip=caps.count_clip,
+                epsilon_select=e.epsilon_select,
+                epsilon_release=e.epsilon_release,
+            ),
+            **common,
+        )
     if spec.mechanism == "laplace":
         b = laplace_dp(U, W=W, C=C, epsilon=spec.epsilon, rng=rng, unit=unit)
     elif spec.mechanism == "laplace-public":
-        b = laplace_public_dp(U, alpha, W=W, C=C, epsilon=spec.epsilon, sensitivity=spec.public_sensitivity,
-                              rng=rng, unit=unit)
+        b = laplace_public_dp(
+            U, alpha, W=W, C=C, epsilon=spec.epsilon, sensitivity=spec.public_sensitivity, rng=rng, unit=unit
+        )
     else:
         b = k_anonymity(U, K=spec.K, C=C)
     return _baseline_release(spec, items, b, common)
@@ -383,9 +507,21 @@ def run(reports: Reports | sp.csr_matrix, vocab: NgramVocabulary, spec: ReleaseS
 def _baseline_release(spec: ReleaseSpec, items: tuple[str, ...], b: BaselineRelease, common: dict) -> Release:
     with np.errstate(divide="ignore"):
         log_probs = np.log(b.probs)
-    return Release(spec.mechanism, items, _rounded(log_probs), None, b.guarantee, b.note, b.sensitivity_method, 0.0,
-                   0.0, "", b.scale, params={k: float(v) for k, v in b.params.items() if isinstance(v, (int, float))
-                                             and not isinstance(v, bool)}, **common)
+    return Release(
+        spec.mechanism,
+        items,
+        _rounded(log_probs),
+        None,
+        b.guarantee,
+        b.note,
+        b.sensitivity_method,
+        0.0,
+        0.0,
+        "",
+        b.scale,
+        params={k: float(v) for k, v in b.params.items() if isinstance(v, (int, float)) and not isinstance(v, bool)},
+        **common,
+    )
 
 
 @dataclass(frozen=True)
@@ -422,23 +558,47 @@ class ReleaseRecord:
     request_id: str = ""  # the client's id of the request that made it (idempotent retries)
 
     @classmethod
-    def of(cls, release: Release, release_id: str, created_at: str, max_n: int, windows: tuple[int, int],
-           unit: PrivacyUnit, request_id: str = "") -> ReleaseRecord:
+    def of(
+        cls,
+        release: Release,
+        release_id: str,
+        created_at: str,
+        max_n: int,
+        windows: tuple[int, int],
+        unit: PrivacyUnit,
+        request_id: str = "",
+    ) -> ReleaseRecord:
         g = release.guarantee
         charge = release.charge
-        return cls(release_id=release_id, created_at=created_at, mechanism=release.mechanism,
-                   params=dict(release.params), sensitivity_method=release.sensitivity_method,
-                   data_dependent=g is None or g.data_dependent,
-                   differentially_private=release.differentially_private, gamma=release.gamma,
-                   sigma=release.sigma, calibration=release.calibration, laplace_scale=release.laplace_scale,
-                   epsilon=g.epsilon if g else float("inf"), delta=g.delta if g else 0.0,
-                   charged_epsilon=charge.epsilon if charge else 0.0, charged_delta=charge.delta if charge else 0.0,
-                   n_reports=release.n_reports, vocab_size=release.vocab_size, max_n=max_n,
-                   first_window=windows[0], last_window=windows[1], privacy_unit=unit.describe(),
-                   reports_per_user=unit.max_reports, statement=release.statement,
-                   public_statement=g.public_statement() if g else release.note,
-                   threshold=release.threshold if np.isfinite(release.threshold) else 0.0,
-                   discovered=release.discovered, request_id=request_id)
+        return cls(
+            release_id=release_id,
+            created_at=created_at,
+            mechanism=release.mechanism,
+            params=dict(release.params),
+            sensitivity_method=release.sensitivity_method,
+            data_dependent=g is None or g.data_dependent,
+            differentially_private=release.differentially_private,
+            gamma=release.gamma,
+            sigma=release.sigma,
+            calibration=release.calibration,
+            laplace_scale=release.laplace_scale,
+            epsilon=g.epsilon if g else float("inf"),
+            delta=g.delta if g else 0.0,
+            charged_epsilon=charge.epsilon if charge else 0.0,
+            charged_delta=charge.delta if charge else 0.0,
+            n_reports=release.n_reports,
+            vocab_size=release.vocab_size,
+            max_n=max_n,
+            first_window=windows[0],
+            last_window=windows[1],
+            privacy_unit=unit.describe(),
+            reports_per_user=unit.max_reports,
+            statement=release.statement,
+            public_statement=g.public_statement() if g else release.note,
+            threshold=release.threshold if np.isfinite(release.threshold) else 0.0,
+            discovered=release.discovered,
+            request_id=request_id,
+        )
 
     def to_json(self) -> bytes:
         return json.dumps(asdict(self)).encode("utf-8")

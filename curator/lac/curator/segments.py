@@ -36,12 +36,14 @@ __all__ = ["FORMAT", "SCHEMA", "write", "read", "read_blocks", "map_words", "met
 
 FORMAT = "lac-segment/2"
 MAX_POS = np.iinfo(np.int16).max
-SCHEMA = pa.schema([
-    pa.field("report", pa.int32(), nullable=False),
-    pa.field("pos", pa.int16(), nullable=False),
-    pa.field("ngram", pa.dictionary(pa.int32(), pa.string()), nullable=False),
-    pa.field("count", pa.int32(), nullable=False),
-])
+SCHEMA = pa.schema(
+    [
+        pa.field("report", pa.int32(), nullable=False),
+        pa.field("pos", pa.int16(), nullable=False),
+        pa.field("ngram", pa.dictionary(pa.int32(), pa.string()), nullable=False),
+        pa.field("count", pa.int32(), nullable=False),
+    ]
+)
 
 
 def table(items: ReportItems, meta: dict | None = None) -> pa.Table:
@@ -54,10 +56,10 @@ def table(items: ReportItems, meta: dict | None = None) -> pa.Table:
     pos = (np.arange(items.item_ids.size) - np.repeat(items.indptr[:-1], lens)).astype(np.int16)
     names = items.items if isinstance(items.items, pa.Array) else pa.array(items.items, pa.string())  # (ingest: Arrow)
     ngram = pa.DictionaryArray.from_arrays(pa.array(items.item_ids, pa.int32()), names)
-    schema = SCHEMA.with_metadata({"lac": json.dumps({"format": FORMAT, "n_reports": items.n_reports,
-                                                      **(meta or {})})})
-    return pa.Table.from_arrays([pa.array(report), pa.array(pos), ngram, pa.array(items.counts, pa.int32())],
-                                schema=schema)
+    schema = SCHEMA.with_metadata({"lac": json.dumps({"format": FORMAT, "n_reports": items.n_reports, **(meta or {})})})
+    return pa.Table.from_arrays(
+        [pa.array(report), pa.array(pos), ngram, pa.array(items.counts, pa.int32())], schema=schema
+    )
 
 
 def write(path: Path, items: ReportItems, meta: dict | None = None) -> None:
@@ -86,9 +88,12 @@ def read(path: Path) -> ReportItems:
         raise ValueError(f"{path}: rows are not in report order")
     indptr = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(np.bincount(report, minlength=n), out=indptr[1:])
-    return ReportItems(indptr, ngram.indices.to_numpy().astype(np.int32, copy=False),
-                       t.column("count").to_numpy().astype(np.int32, copy=False),
-                       tuple(ngram.dictionary.to_pylist()))
+    return ReportItems(
+        indptr,
+        ngram.indices.to_numpy().astype(np.int32, copy=False),
+        t.column("count").to_numpy().astype(np.int32, copy=False),
+        tuple(ngram.dictionary.to_pylist()),
+    )
 
 
 def map_words(items: ReportItems, words: frozenset[str]) -> ReportItems:

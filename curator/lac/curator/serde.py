@@ -16,8 +16,16 @@ from lac.common.v1 import curator_pb2
 from lac.curator.preview import Preview
 from lac.curator.release import MECHANISMS, ReleaseRecord, ReleaseSpec
 
-__all__ = ["release_spec", "request_id", "record_message", "preview_message", "window_budgets", "is_operator",
-           "EPSILON_RANGE", "MIN_DELTA"]
+__all__ = [
+    "release_spec",
+    "request_id",
+    "record_message",
+    "preview_message",
+    "window_budgets",
+    "is_operator",
+    "EPSILON_RANGE",
+    "MIN_DELTA",
+]
 
 # What a request over RPC may ask for: beyond these the mechanisms' arithmetic breaks down (a noise
 # scale that overflows, a calibration with no root) long after the result stopped being useful.
@@ -58,8 +66,9 @@ def release_spec(r: curator_pb2.ReleaseRequest) -> ReleaseSpec:
     except ValueError as exc:
         raise InvalidArgument(str(exc)) from None
     if spec.mechanism not in MECHANISMS:
-        raise InvalidArgument(f"mechanism {spec.mechanism!r} is not available over RPC; available: "
-                              f"{', '.join(MECHANISMS)}")
+        raise InvalidArgument(
+            f"mechanism {spec.mechanism!r} is not available over RPC; available: {', '.join(MECHANISMS)}"
+        )
     lo, hi = EPSILON_RANGE
     if not lo <= spec.epsilon <= hi:
         raise InvalidArgument(f"epsilon must be in [{lo:g}, {hi:g}] over RPC, got {spec.epsilon!r}")
@@ -85,35 +94,74 @@ def record_message(rec: ReleaseRecord, caller: Caller) -> curator_pb2.ReleaseRec
     operator = is_operator(caller)
     show_noise = operator or not rec.data_dependent
     return curator_pb2.ReleaseRecord(
-        release_id=rec.release_id, created_at=rec.created_at, mechanism=rec.mechanism, params=rec.params,
-        sensitivity_method=rec.sensitivity_method, data_dependent=rec.data_dependent,
-        gamma=rec.gamma if show_noise else 0.0, sigma=rec.sigma if show_noise else 0.0,
-        calibration=rec.calibration, epsilon=rec.epsilon, delta=rec.delta,
-        n_reports=rec.n_reports if operator else 0, vocab_size=rec.vocab_size, max_n=rec.max_n,
+        release_id=rec.release_id,
+        created_at=rec.created_at,
+        mechanism=rec.mechanism,
+        params=rec.params,
+        sensitivity_method=rec.sensitivity_method,
+        data_dependent=rec.data_dependent,
+        gamma=rec.gamma if show_noise else 0.0,
+        sigma=rec.sigma if show_noise else 0.0,
+        calibration=rec.calibration,
+        epsilon=rec.epsilon,
+        delta=rec.delta,
+        n_reports=rec.n_reports if operator else 0,
+        vocab_size=rec.vocab_size,
+        max_n=rec.max_n,
         statement=rec.statement if operator else rec.public_statement,
         differentially_private=rec.differentially_private,
-        laplace_scale=rec.laplace_scale if show_noise else 0.0, ledger_epsilon=rec.charged_epsilon,
-        ledger_delta=rec.charged_delta, first_window=rec.first_window, last_window=rec.last_window,
-        privacy_unit=rec.privacy_unit, reports_per_user=rec.reports_per_user,
-        discovery_threshold=rec.threshold, discovered=rec.discovered, request_id=rec.request_id)
+        laplace_scale=rec.laplace_scale if show_noise else 0.0,
+        ledger_epsilon=rec.charged_epsilon,
+        ledger_delta=rec.charged_delta,
+        first_window=rec.first_window,
+        last_window=rec.last_window,
+        privacy_unit=rec.privacy_unit,
+        reports_per_user=rec.reports_per_user,
+        discovery_threshold=rec.threshold,
+        discovered=rec.discovered,
+        request_id=rec.request_id,
+    )
 
 
 def preview_message(p: Preview) -> curator_pb2.ReleasePreview:
     """A preview holds public information and what the caller may know: the same for every role."""
     optional: dict[str, Any] = {
-        k: v for k, v in (("reports", p.reports), ("signal_share", p.signal_share), ("swamped", p.swamped),
-                          ("reports_needed", p.reports_needed), ("epsilon_needed", p.epsilon_needed))
-        if v is not None}
+        k: v
+        for k, v in (
+            ("reports", p.reports),
+            ("signal_share", p.signal_share),
+            ("swamped", p.swamped),
+            ("reports_needed", p.reports_needed),
+            ("epsilon_needed", p.epsilon_needed),
+        )
+        if v is not None
+    }
     return curator_pb2.ReleasePreview(
-        mechanism=p.mechanism, epsilon=p.epsilon, delta=p.delta, noise=p.noise, noise_unit=p.noise_unit,
-        reports_source=p.reports_source, resolvable=list(p.resolvable), target_share=p.target_share,
-        advice=p.advice, statement=p.statement(), **optional)
+        mechanism=p.mechanism,
+        epsilon=p.epsilon,
+        delta=p.delta,
+        noise=p.noise,
+        noise_unit=p.noise_unit,
+        reports_source=p.reports_source,
+        resolvable=list(p.resolvable),
+        target_share=p.target_share,
+        advice=p.advice,
+        statement=p.statement(),
+        **optional,
+    )
 
 
 def window_budgets(spent: dict[int, Budget], limit: Budget) -> list[curator_pb2.WindowBudget]:
     out = []
     for w in sorted(spent):
         left = limit.minus(spent[w])
-        out.append(curator_pb2.WindowBudget(window=w, spent_epsilon=spent[w].epsilon, spent_delta=spent[w].delta,
-                                            remaining_epsilon=left.epsilon, remaining_delta=left.delta))
+        out.append(
+            curator_pb2.WindowBudget(
+                window=w,
+                spent_epsilon=spent[w].epsilon,
+                spent_delta=spent[w].delta,
+                remaining_epsilon=left.epsilon,
+                remaining_delta=left.delta,
+            )
+        )
     return out

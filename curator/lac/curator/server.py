@@ -26,9 +26,16 @@ INGEST_REPORTS_FIELD = curator_pb2.IngestBatchRequest.DESCRIPTOR.fields_by_name[
 _READERS = {Role.ANALYST, Role.OPERATOR}
 INGEST_ROLES = {"IngestBatch": {Role.INGEST}}
 QUERY_ROLES = {
-    "Release": _READERS, "PreviewRelease": _READERS, "ListReleases": _READERS, "GetRelease": _READERS,
-    "TopNgrams": _READERS, "GetBudget": _READERS, "NgramProbabilities": _READERS, "NextWord": _READERS,
-    "Perplexity": _READERS, "ExportArpa": _READERS,
+    "Release": _READERS,
+    "PreviewRelease": _READERS,
+    "ListReleases": _READERS,
+    "GetRelease": _READERS,
+    "TopNgrams": _READERS,
+    "GetBudget": _READERS,
+    "NgramProbabilities": _READERS,
+    "NextWord": _READERS,
+    "Perplexity": _READERS,
+    "ExportArpa": _READERS,
     "GetDeployment": {Role.INGEST, Role.ANALYST, Role.OPERATOR},
     "GetStatus": {Role.OPERATOR},
 }
@@ -52,8 +59,9 @@ class QueryServicer:
 
     async def Release(self, request, context, caller: Caller):
         spec, request_id = serde.release_spec(request), serde.request_id(request)
-        return serde.record_message(await self.curator.release(spec, operator=serde.is_operator(caller),
-                                                               request_id=request_id), caller)
+        return serde.record_message(
+            await self.curator.release(spec, operator=serde.is_operator(caller), request_id=request_id), caller
+        )
 
     async def PreviewRelease(self, request, context, caller: Caller):
         spec = serde.release_spec(request)
@@ -61,25 +69,34 @@ class QueryServicer:
 
     async def ListReleases(self, request, context, caller: Caller):
         return curator_pb2.ListReleasesResponse(
-            releases=[serde.record_message(r, caller) for r in await self.curator.list_releases()])
+            releases=[serde.record_message(r, caller) for r in await self.curator.list_releases()]
+        )
 
     async def GetRelease(self, request, context, caller: Caller):
         record, items, log_probs, pseudo = await self.curator.get_release(request.release_id)
-        return curator_pb2.GetReleaseResponse(record=serde.record_message(record, caller), items=items,
-                                              log_probs=log_probs.tolist(),
-                                              pseudo_counts=[] if pseudo is None else pseudo.tolist())
+        return curator_pb2.GetReleaseResponse(
+            record=serde.record_message(record, caller),
+            items=items,
+            log_probs=log_probs.tolist(),
+            pseudo_counts=[] if pseudo is None else pseudo.tolist(),
+        )
 
     async def TopNgrams(self, request, context, caller: Caller):
         top = await self.curator.top_ngrams(request.release_id, request.k, request.order)
         return curator_pb2.TopNgramsResponse(
-            ngrams=[curator_pb2.NgramProbability(ngram=g, probability=p) for g, p in top])
+            ngrams=[curator_pb2.NgramProbability(ngram=g, probability=p) for g, p in top]
+        )
 
     async def GetBudget(self, request, context, caller: Caller):
         d = self.curator.deployment
         budget = self.curator.budget
-        return curator_pb2.BudgetStatus(budget_epsilon=budget.epsilon, budget_delta=budget.delta,
-                                        windows=serde.window_budgets(await self.curator.spent(), budget),
-                                        window_seconds=d.window_seconds, reports_per_window=d.reports_per_window)
+        return curator_pb2.BudgetStatus(
+            budget_epsilon=budget.epsilon,
+            budget_delta=budget.delta,
+            windows=serde.window_budgets(await self.curator.spent(), budget),
+            window_seconds=d.window_seconds,
+            reports_per_window=d.reports_per_window,
+        )
 
     async def GetDeployment(self, request, context, caller: Caller):
         return deployment_to_proto(self.curator.deployment)
@@ -88,50 +105,68 @@ class QueryServicer:
         s = await self.curator.status()
         budget = self.curator.budget
         return curator_pb2.CuratorStatus(
-            batches=s["batches"], reports=s["reports"], releases=s["releases"], rejects=s["rejects"],
-            quarantined=s["quarantined"], budget_epsilon=budget.epsilon, budget_delta=budget.delta,
+            batches=s["batches"],
+            reports=s["reports"],
+            releases=s["releases"],
+            rejects=s["rejects"],
+            quarantined=s["quarantined"],
+            budget_epsilon=budget.epsilon,
+            budget_delta=budget.delta,
             replay_window_days=self.curator.config.replay_window_days,
             windows=serde.window_budgets(await self.curator.spent(), budget),
-            reports_by_window=s["reports_by_window"])
+            reports_by_window=s["reports_by_window"],
+        )
 
     async def NgramProbabilities(self, request, context, caller: Caller):
         found = await self.curator.ngram_probabilities(request.release_id, list(request.ngrams))
         return curator_pb2.NgramProbabilitiesResponse(
-            ngrams=[curator_pb2.NgramProbability(ngram=g, probability=p) for g, p in found])
+            ngrams=[curator_pb2.NgramProbability(ngram=g, probability=p) for g, p in found]
+        )
 
     async def NextWord(self, request, context, caller: Caller):
         used, words = await self.curator.next_word(request.release_id, request.context, request.k)
         return curator_pb2.NextWordResponse(
-            context_used=used, words=[curator_pb2.NgramProbability(ngram=w, probability=p) for w, p in words])
+            context_used=used, words=[curator_pb2.NgramProbability(ngram=w, probability=p) for w, p in words]
+        )
 
     async def Perplexity(self, request, context, caller: Caller):
         ppl, n_sent, n_tok, oov = await self.curator.perplexity(request.release_id, request.text)
-        return curator_pb2.PerplexityResponse(perplexity=ppl, n_sentences=n_sent, n_tokens=n_tok,
-                                              n_out_of_vocabulary=oov)
+        return curator_pb2.PerplexityResponse(
+            perplexity=ppl, n_sentences=n_sent, n_tokens=n_tok, n_out_of_vocabulary=oov
+        )
 
     async def ExportArpa(self, request, context, caller: Caller):
         text = await self.curator.arpa(request.release_id)
         for i in range(0, len(text), ARPA_CHUNK_CHARS):
-            yield curator_pb2.ArpaChunk(text=text[i:i + ARPA_CHUNK_CHARS])
+            yield curator_pb2.ArpaChunk(text=text[i : i + ARPA_CHUNK_CHARS])
 
 
 def create_server(curator: Curator) -> tuple[grpc.aio.Server, int]:
     """Build (not start) the gRPC server for ``curator``, bound as its config says."""
     cfg = curator.config
     if not cfg.insecure and not cfg.tls_client_ca:
-        raise ValueError("the curator identifies callers by mutual TLS: set tls_cert, tls_key and "
-                         "tls_client_ca (`lac keys tls`), or insecure for a local demo")
+        raise ValueError(
+            "the curator identifies callers by mutual TLS: set tls_cert, tls_key and "
+            "tls_client_ca (`lac keys tls`), or insecure for a local demo"
+        )
     auth = CertificateRoles(cfg.roles, insecure=cfg.insecure)
     server = common_server.new_server(cfg.max_message_bytes, cfg.max_concurrent_streams)
     observe = curator.metrics.rpc  # latency per method and status code
     # Parsed, an empty report costs ~100 bytes of memory for its 2 bytes on the wire: count them first.
-    bounded = {"IngestBatch": limit_repeated(INGEST_REPORTS_FIELD, cfg.max_reports_per_batch,
-                                             "reports (max_reports_per_batch)")}
-    server.add_generic_rpc_handlers((
-        service_handler(INGEST, IngestServicer(curator), INGEST_ROLES, auth, observe=observe, before_parse=bounded),
-        service_handler(QUERY, QueryServicer(curator), QUERY_ROLES, auth, observe=observe)))
+    bounded = {
+        "IngestBatch": limit_repeated(
+            INGEST_REPORTS_FIELD, cfg.max_reports_per_batch, "reports (max_reports_per_batch)"
+        )
+    }
+    server.add_generic_rpc_handlers(
+        (
+            service_handler(INGEST, IngestServicer(curator), INGEST_ROLES, auth, observe=observe, before_parse=bounded),
+            service_handler(QUERY, QueryServicer(curator), QUERY_ROLES, auth, observe=observe),
+        )
+    )
     # Mutual TLS is required: a caller without a certificate signed by the client CA is refused at the
     # handshake, before any RPC (its client sees UNAVAILABLE).
     server_tls = tls.server_tls(cfg.tls_cert, cfg.tls_key, cfg.tls_client_ca, insecure=cfg.insecure, name="curator")
-    return common_server.finish_server(server, SERVICE_NAMES, cfg.host, cfg.port, server_tls,
-                                       health_state=curator.health)
+    return common_server.finish_server(
+        server, SERVICE_NAMES, cfg.host, cfg.port, server_tls, health_state=curator.health
+    )

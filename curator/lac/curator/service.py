@@ -42,7 +42,6 @@ from functools import partial
 from typing import TYPE_CHECKING
 
 import numpy as np
-import scipy.sparse as sp
 
 from lac.common import envelope
 from lac.common.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound
@@ -84,14 +83,17 @@ def spec_key(spec: ReleaseSpec) -> str:
 
 def _out_of_range(spec: ReleaseSpec, exc: ArithmeticError) -> InvalidArgument:
     """The error for parameters the mechanism's arithmetic cannot handle (e.g. a noise scale that overflows)."""
-    return InvalidArgument(f"the release's parameters are out of the numerically supported range (mechanism "
-                           f"{spec.mechanism}, ε = {spec.epsilon!r}, δ = {spec.delta!r}): {exc}")
+    return InvalidArgument(
+        f"the release's parameters are out of the numerically supported range (mechanism "
+        f"{spec.mechanism}, ε = {spec.epsilon!r}, δ = {spec.delta!r}): {exc}"
+    )
 
 
 def _check_mechanism(spec: ReleaseSpec) -> None:
     if spec.mechanism not in releases.MECHANISMS:
-        raise InvalidArgument(f"mechanism {spec.mechanism!r} is not available over RPC; available: "
-                              f"{', '.join(releases.MECHANISMS)}")
+        raise InvalidArgument(
+            f"mechanism {spec.mechanism!r} is not available over RPC; available: {', '.join(releases.MECHANISMS)}"
+        )
 
 
 class Curator:
@@ -102,14 +104,22 @@ class Curator:
         self.config = config
         self.vocab = vocab
         self.deployment = config.deployment
-        self.caps = PublicCaps(W=config.max_items_per_report, C=config.item_clamp, count_clip=config.item_count_clip,
-                               validation_cap=config.endtoend_validation_cap)
+        self.caps = PublicCaps(
+            W=config.max_items_per_report,
+            C=config.item_clamp,
+            count_clip=config.item_count_clip,
+            validation_cap=config.endtoend_validation_cap,
+        )
         self.store = CuratorStore(config.state_dir, config.quarantine_max_rows, config.min_free_disk_bytes)
         self.health = Health(SERVICE_NAMES)
         self.storage = StorageGuard(
-            "curator storage (segments and SQLite)", "IngestBatch and Release answer UNAVAILABLE and health is "
-            "NOT_SERVING; acknowledged batches and releases are kept", probe=lambda: self._run_raw(self.store.probe),
-            on_change=self.health.set_serving, check_space=lambda: self._run_raw(self.store.check_space))
+            "curator storage (segments and SQLite)",
+            "IngestBatch and Release answer UNAVAILABLE and health is "
+            "NOT_SERVING; acknowledged batches and releases are kept",
+            probe=lambda: self._run_raw(self.store.probe),
+            on_change=self.health.set_serving,
+            check_space=lambda: self._run_raw(self.store.check_space),
+        )
         self._inflight: dict[str, tuple[str, asyncio.Task]] = {}  # releases running, by request id
         self._rng = rng  # None: a fresh CSPRNG generator per release (production)
         self.keyring = envelope.CuratorKeyRing.load(config.key_dir) if config.key_dir else None
@@ -118,8 +128,10 @@ class Curator:
         if self.keyring is None:
             log.warning("no key ring (key_dir): every HPKE-sealed report will be quarantined as unknown_key")
         if config.allow_data_dependent_releases:
-            log.warning("data-dependent releases are enabled: they are NOT differentially private (labelled so, "
-                        "never charged to the budget)")
+            log.warning(
+                "data-dependent releases are enabled: they are NOT differentially private (labelled so, "
+                "never charged to the budget)"
+            )
         self._db = ThreadPoolExecutor(max_workers=1, thread_name_prefix="curator-store")
         # where releases' aggregations run (lac.curator.engine); noise and ledger stay here
         self.engine = create_engine(config.engine, config.spark_master, config.release_workers)
@@ -154,8 +166,9 @@ class Curator:
             reason = storage_failure_reason(exc)
             if reason is None:
                 raise
-            raise self.storage.failed(getattr(fn, "__name__", None) or getattr(getattr(fn, "func", None), "__name__",
-                                                                               "storage"), reason, exc) from None
+            raise self.storage.failed(
+                getattr(fn, "__name__", None) or getattr(getattr(fn, "func", None), "__name__", "storage"), reason, exc
+            ) from None
 
     def start(self) -> None:
         """Start the background parts (on the running event loop): the storage watch (free space, test
@@ -187,32 +200,42 @@ class Curator:
         d = self.deployment
         if not request.HasField("privacy"):
             if not self.config.insecure:
-                raise FailedPrecondition("batch without the shuffler's privacy statement; this curator needs the "
-                                         "batch's windows and quota to account for it")
+                raise FailedPrecondition(
+                    "batch without the shuffler's privacy statement; this curator needs the "
+                    "batch's windows and quota to account for it"
+                )
             w = d.window(time.time())
             return w, w
         p = request.privacy
         if (p.reports_per_window, p.window_seconds) != (d.reports_per_window, d.window_seconds):
-            raise FailedPrecondition(f"the shuffler's quota is {p.reports_per_window} report(s) per "
-                                     f"{p.window_seconds:g} s window but this curator's privacy unit is "
-                                     f"{d.reports_per_window} per {d.window_seconds:g} s window; make them agree (the "
-                                     f"batch stays with the shuffler)")
+            raise FailedPrecondition(
+                f"the shuffler's quota is {p.reports_per_window} report(s) per "
+                f"{p.window_seconds:g} s window but this curator's privacy unit is "
+                f"{d.reports_per_window} per {d.window_seconds:g} s window; make them agree (the "
+                f"batch stays with the shuffler)"
+            )
         if not p.distinct_clients and not self.config.insecure:
-            raise FailedPrecondition("the batch's reports are not bound to distinct clients (the shuffler runs without "
-                                     "client authentication); this curator's user-level accounting needs them to be")
+            raise FailedPrecondition(
+                "the batch's reports are not bound to distinct clients (the shuffler runs without "
+                "client authentication); this curator's user-level accounting needs them to be"
+            )
         newest = d.window(time.time() + MAX_CLOCK_SKEW_SECONDS)
         if not 0 <= p.first_window <= p.last_window <= newest:
-            raise InvalidArgument(f"batch privacy: windows {p.first_window}..{p.last_window} must satisfy 0 <= first "
-                                  f"<= last <= {newest} (the current window; the shuffler's clock may be ahead by "
-                                  f"{MAX_CLOCK_SKEW_SECONDS:g} s)")
+            raise InvalidArgument(
+                f"batch privacy: windows {p.first_window}..{p.last_window} must satisfy 0 <= first "
+                f"<= last <= {newest} (the current window; the shuffler's clock may be ahead by "
+                f"{MAX_CLOCK_SKEW_SECONDS:g} s)"
+            )
         return int(p.first_window), int(p.last_window)
 
     async def ingest(self, request: curator_pb2.IngestBatchRequest) -> curator_pb2.IngestBatchResponse:
         if not request.batch_id or len(request.batch_id) > 128:
             raise InvalidArgument("batch_id must be 1..128 characters")
         if len(request.reports) > self.config.max_reports_per_batch:
-            raise InvalidArgument(f"{len(request.reports)} reports in one batch; at most "
-                                  f"{self.config.max_reports_per_batch} (max_reports_per_batch)")
+            raise InvalidArgument(
+                f"{len(request.reports)} reports in one batch; at most "
+                f"{self.config.max_reports_per_batch} (max_reports_per_batch)"
+            )
         self.storage.check()  # failing storage: UNAVAILABLE at once, the shuffler keeps the batch and retries
         if await self._run(self.store.has_batch, request.batch_id):
             return curator_pb2.IngestBatchResponse(batch_id=request.batch_id, duplicate=True)
@@ -229,17 +252,32 @@ class Curator:
             log.warning("batch %s: quarantined %d report(s) (%s), the first: %s", request.batch_id, n, reason, detail)
         window = self.config.replay_window_days * 86400.0
         privacy = request.privacy.SerializeToString() if request.HasField("privacy") else None
-        result = await self._run(partial(
-            self.store.add_batch, request.batch_id, ids,
-            partial(merge_counts, chunks),
-            quarantined, window, privacy=privacy, windows=windows))
+        result = await self._run(
+            partial(
+                self.store.add_batch,
+                request.batch_id,
+                ids,
+                partial(merge_counts, chunks),
+                quarantined,
+                window,
+                privacy=privacy,
+                windows=windows,
+            )
+        )
         if result.duplicate:
             return curator_pb2.IngestBatchResponse(batch_id=request.batch_id, duplicate=True)
-        log.info("stored batch %s (windows %d..%d): %d accepted, %d rejected %s; shuffler: %s", request.batch_id,
-                 *windows, result.accepted, result.rejected, result.rejects or "",
-                 request.privacy.statement or "no amplification statement")
-        return curator_pb2.IngestBatchResponse(batch_id=request.batch_id, accepted=result.accepted,
-                                               rejected=result.rejected)
+        log.info(
+            "stored batch %s (windows %d..%d): %d accepted, %d rejected %s; shuffler: %s",
+            request.batch_id,
+            *windows,
+            result.accepted,
+            result.rejected,
+            result.rejects or "",
+            request.privacy.statement or "no amplification statement",
+        )
+        return curator_pb2.IngestBatchResponse(
+            batch_id=request.batch_id, accepted=result.accepted, rejected=result.rejected
+        )
 
     def reports(self, first_window: int, last_window: int) -> StoredReports:
         """The stored reports of those windows, read segment by segment."""
@@ -264,10 +302,24 @@ class Curator:
 
     def _predict(self, spec: ReleaseSpec, unit: PrivacyUnit, reports: int | None, source: str) -> Preview:
         try:
-            return predict(spec.mechanism, spec.epsilon, spec.delta, self.vocab, W=self.caps.W, C=self.caps.C,
-                           unit=unit, reports=reports, reports_source=source, target_share=self.config.min_signal_share,
-                           discovery=spec.discovery, S=spec.S, rho=spec.rho, count_clip=self.caps.count_clip,
-                           calibration=spec.calibration, data_dependent=spec.data_dependent)
+            return predict(
+                spec.mechanism,
+                spec.epsilon,
+                spec.delta,
+                self.vocab,
+                W=self.caps.W,
+                C=self.caps.C,
+                unit=unit,
+                reports=reports,
+                reports_source=source,
+                target_share=self.config.min_signal_share,
+                discovery=spec.discovery,
+                S=spec.S,
+                rho=spec.rho,
+                count_clip=self.caps.count_clip,
+                calibration=spec.calibration,
+                data_dependent=spec.data_dependent,
+            )
         except ArithmeticError as exc:
             raise _out_of_range(spec, exc) from None
 
@@ -283,9 +335,10 @@ class Curator:
         if kept is not None:
             value, scale, eps, at = kept
             if (span[1] + 1) * self.deployment.window_seconds <= at:
-                when = dt.datetime.fromtimestamp(at, dt.timezone.utc).isoformat(timespec="seconds")
-                return max(0, round(value)), (f"a DP count of {when} (ε = {eps:g}, Laplace scale {scale:.3g}: about "
-                                              f"±{3 * scale:.3g})")
+                when = dt.datetime.fromtimestamp(at, dt.UTC).isoformat(timespec="seconds")
+                return max(0, round(value)), (
+                    f"a DP count of {when} (ε = {eps:g}, Laplace scale {scale:.3g}: about ±{3 * scale:.3g})"
+                )
         return None, ""
 
     async def _dp_count(self, span: tuple[int, int], unit: PrivacyUnit) -> tuple[int, str]:
@@ -304,8 +357,9 @@ class Curator:
         span, unit = await self._span(spec)
         return self._predict(spec, unit, *await self._known_reports(spec, span, operator))
 
-    async def _check_accuracy(self, spec: ReleaseSpec, span: tuple[int, int], unit: PrivacyUnit,
-                              operator: bool) -> None:
+    async def _check_accuracy(
+        self, spec: ReleaseSpec, span: tuple[int, int], unit: PrivacyUnit, operator: bool
+    ) -> None:
         """Refuse a release whose noise would swamp the signal (see ``preview``), unless forced."""
         if spec.force or spec.data_dependent or self.config.min_signal_share <= 0:
             return
@@ -316,8 +370,10 @@ class Curator:
             spent = f"only the DP count was charged (ε = {self.config.count_epsilon:g})"
         p = self._predict(spec, unit, reports, source)
         if p.swamped:
-            raise FailedPrecondition(f"release refused: {p.statement()} ({spent}; set force to release anyway: "
-                                     f"`lac curator release --force`)")
+            raise FailedPrecondition(
+                f"release refused: {p.statement()} ({spent}; set force to release anyway: "
+                f"`lac curator release --force`)"
+            )
 
     async def release(self, spec: ReleaseSpec, operator: bool = False, request_id: str | None = None) -> ReleaseRecord:
         """Run ``spec`` over the windows it covers and charge every one of them (if it is DP).
@@ -335,20 +391,25 @@ class Curator:
         running = self._inflight.get(request_id)  # checked and registered with no await in between
         if running is not None:
             if running[0] != key:
-                raise AlreadyExists(f"request id {request_id!r} is in use by a running release with other "
-                                    f"parameters; use a new request id for a new release")
+                raise AlreadyExists(
+                    f"request id {request_id!r} is in use by a running release with other "
+                    f"parameters; use a new request id for a new release"
+                )
             return await asyncio.shield(running[1])
         task = asyncio.get_running_loop().create_task(self._release(spec, operator, request_id, key))
         self._inflight[request_id] = (key, task)
-        task.add_done_callback(lambda t: (self._inflight.pop(request_id, None),
-                                          t.cancelled() or t.exception()))  # retrieved: a caller may be gone
+        task.add_done_callback(
+            lambda t: (self._inflight.pop(request_id, None), t.cancelled() or t.exception())
+        )  # retrieved: a caller may be gone
         return await asyncio.shield(task)
 
     async def _release(self, spec: ReleaseSpec, operator: bool, request_id: str, key: str) -> ReleaseRecord:
         _check_mechanism(spec)
         if spec.data_dependent and not self.config.allow_data_dependent_releases:
-            raise FailedPrecondition("data-dependent sensitivities are NOT differentially private and are disabled; "
-                                     "the operator can enable them with allow_data_dependent_releases")
+            raise FailedPrecondition(
+                "data-dependent sensitivities are NOT differentially private and are disabled; "
+                "the operator can enable them with allow_data_dependent_releases"
+            )
         self.storage.check()  # a release that cannot be stored is refused before it is computed or charged
         span, unit = await self._span(spec)
         windows = list(range(span[0], span[1] + 1))
@@ -357,26 +418,52 @@ class Curator:
         await self._check_accuracy(spec, span, unit, operator)
         reports = await self._run(self.reports, *span)
         try:
-            r = await asyncio.to_thread(releases.run, reports, self.vocab, spec, self.caps, unit, self._rng,
-                                        self.engine)
+            r = await asyncio.to_thread(
+                releases.run, reports, self.vocab, spec, self.caps, unit, self._rng, self.engine
+            )
         except ArithmeticError as exc:
             raise _out_of_range(spec, exc) from None
-        record = ReleaseRecord.of(r, uuid.uuid4().hex, dt.datetime.now(dt.timezone.utc).isoformat(),
-                                  self.vocab.max_n, span, unit, request_id=request_id)
-        stored = await self._run(partial(self.store.add_release, record.release_id, record.to_json(), r.items,
-                                         r.log_probs, r.pseudo_counts, windows, r.charge, self.budget,
-                                         request_id=request_id, spec=key))
+        record = ReleaseRecord.of(
+            r,
+            uuid.uuid4().hex,
+            dt.datetime.now(dt.UTC).isoformat(),
+            self.vocab.max_n,
+            span,
+            unit,
+            request_id=request_id,
+        )
+        stored = await self._run(
+            partial(
+                self.store.add_release,
+                record.release_id,
+                record.to_json(),
+                r.items,
+                r.log_probs,
+                r.pseudo_counts,
+                windows,
+                r.charge,
+                self.budget,
+                request_id=request_id,
+                spec=key,
+            )
+        )
         if stored != record.release_id:  # made meanwhile by another curator process on this state directory
             return (await self.get_release(stored))[0]
-        log.info("release %s (%s) over windows %d..%d: %s", record.release_id, spec.mechanism, *span,
-                 record.statement if r.differentially_private else "NOT differentially private (not charged)")
+        log.info(
+            "release %s (%s) over windows %d..%d: %s",
+            record.release_id,
+            spec.mechanism,
+            *span,
+            record.statement if r.differentially_private else "NOT differentially private (not charged)",
+        )
         return record
 
     async def list_releases(self) -> list[ReleaseRecord]:
         return [ReleaseRecord.from_json(r) for r in await self._run(self.store.releases)]
 
-    async def get_release(self, release_id: str) -> tuple[ReleaseRecord, tuple[str, ...], np.ndarray,
-                                                          np.ndarray | None]:
+    async def get_release(
+        self, release_id: str
+    ) -> tuple[ReleaseRecord, tuple[str, ...], np.ndarray, np.ndarray | None]:
         """(record, items, released log-probabilities, pseudo-counts or None) or NotFound."""
         found = await self._run(self.store.release, release_id) if release_id else None
         if found is None:
@@ -438,8 +525,10 @@ class Curator:
 
     async def perplexity(self, release_id: str, text: str) -> tuple[float, int, int, int]:
         if len(text) > MAX_QUERY_TEXT_CHARS:
-            raise InvalidArgument(f"a text of {len(text)} characters; at most {MAX_QUERY_TEXT_CHARS} per call "
-                                  f"(split it, and combine the perplexities weighted by their token counts)")
+            raise InvalidArgument(
+                f"a text of {len(text)} characters; at most {MAX_QUERY_TEXT_CHARS} per call "
+                f"(split it, and combine the perplexities weighted by their token counts)"
+            )
         m = await self.model(release_id)
         sents = split_sentences(text)
         if not sents:
@@ -468,6 +557,8 @@ class Curator:
     async def status(self) -> dict:
         """The operator's view: exact counts, rejects by reason, reports per window."""
         counts = await self._run(self.store.counts)
-        return {**counts, "rejects": await self._run(self.store.rejects),
-                "reports_by_window": await self._run(self.store.reports_by_window)}
-
+        return {
+            **counts,
+            "rejects": await self._run(self.store.rejects),
+            "reports_by_window": await self._run(self.store.reports_by_window),
+        }

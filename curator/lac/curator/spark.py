@@ -93,8 +93,9 @@ def _map_parts(task: bytes, level: int, batches: Iterator[Any]) -> Iterator[Any]
             result = pickle.dumps(fn(load(pickle.loads(handle))), protocol=pickle.HIGHEST_PROTOCOL)
             blob = zlib.compress(result, level)
             # One row per Arrow batch: a batch's binary column holds at most 2 GiB in all.
-            yield pa.RecordBatch.from_arrays([pa.array([index], pa.int64()), pa.array([blob], pa.binary())],
-                                             names=["index", "partial"])
+            yield pa.RecordBatch.from_arrays(
+                [pa.array([index], pa.int64()), pa.array([blob], pa.binary())], names=["index", "partial"]
+            )
 
 
 class SparkEngine:
@@ -106,10 +107,20 @@ class SparkEngine:
 
     name = "spark"
 
-    def __init__(self, session: Any, *, parts_per_job: int = 256, first_wave: int = 16,
-                 max_result_bytes: int = 256 << 20, compress_level: int = 1):
-        for key, v in (("parts_per_job", parts_per_job), ("first_wave", first_wave),
-                       ("max_result_bytes", max_result_bytes)):
+    def __init__(
+        self,
+        session: Any,
+        *,
+        parts_per_job: int = 256,
+        first_wave: int = 16,
+        max_result_bytes: int = 256 << 20,
+        compress_level: int = 1,
+    ):
+        for key, v in (
+            ("parts_per_job", parts_per_job),
+            ("first_wave", first_wave),
+            ("max_result_bytes", max_result_bytes),
+        ):
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise ValueError(f"{key} must be an integer >= 1, got {v!r}")
         self.session = session
@@ -121,8 +132,9 @@ class SparkEngine:
         self._owned = False
 
     @classmethod
-    def start(cls, master: str, conf: Mapping[str, str] | None = None, app_name: str = "lac-curator",
-              **options: Any) -> SparkEngine:
+    def start(
+        cls, master: str, conf: Mapping[str, str] | None = None, app_name: str = "lac-curator", **options: Any
+    ) -> SparkEngine:
         """A session on ``master``: ``local[N]``, ``spark://host:port``, ``yarn``, ... (classic) or
         ``sc://host:port`` (Spark Connect). With a ``local`` master the executors run this
         process's Python (``PYSPARK_PYTHON``, unless set); on a cluster, install the extra on the
@@ -151,8 +163,10 @@ class SparkEngine:
             builder = builder.config(k, v)
         session = builder.getOrCreate()
         if running and session.conf.get("spark.master") != master:
-            raise ValueError(f"a Spark session on {session.conf.get('spark.master')} is already running in this "
-                             f"process; cannot start one on {master}")
+            raise ValueError(
+                f"a Spark session on {session.conf.get('spark.master')} is already running in this "
+                f"process; cannot start one on {master}"
+            )
         engine = cls(session, **options)
         engine._owned = not running
         return engine
@@ -170,8 +184,9 @@ class SparkEngine:
         out = df.mapInArrow(partial(_map_parts, task, self.compress_level), "index long, partial binary")
         got = sorted((int(r[0]), bytes(r[1])) for r in _collect(out, "a release"))
         if [i for i, _ in got] != [r[0] for r in rows]:
-            raise RuntimeError(f"spark returned partials for parts {[i for i, _ in got]}, expected "
-                               f"{first}..{first + len(rows) - 1}")
+            raise RuntimeError(
+                f"spark returned partials for parts {[i for i, _ in got]}, expected {first}..{first + len(rows) - 1}"
+            )
         return got
 
     def fold(self, reports: Parts, fn: Callable[[ReportItems], P], combine: Callable[[T, P], T], initial: T) -> T:
@@ -182,7 +197,7 @@ class SparkEngine:
         acc, start, wave = initial, 0, min(self.first_wave, self.parts_per_job)
         self.last_waves = []
         while start < len(handles):
-            got = self._map(task, start, handles[start:start + wave])
+            got = self._map(task, start, handles[start : start + wave])
             self.last_waves.append(len(got))
             largest = max(len(b) for _, b in got)
             for _, blob in got:
@@ -206,8 +221,9 @@ def _count_chunks(ctx: bytes, level: int, batches: Iterator[Any]) -> Iterator[An
 
     def out(chunk: int, payloads: list[bytes]) -> Any:
         blob = zlib.compress(pickle.dumps(ingest_chunk(context, payloads), protocol=pickle.HIGHEST_PROTOCOL), level)
-        return pa.RecordBatch.from_arrays([pa.array([chunk], pa.int32()), pa.array([blob], pa.binary())],
-                                          names=["chunk", "counted"])
+        return pa.RecordBatch.from_arrays(
+            [pa.array([chunk], pa.int32()), pa.array([blob], pa.binary())], names=["chunk", "counted"]
+        )
 
     current = -1  # the chunk of ``payloads`` (set whenever it is not empty)
     payloads: list[bytes] = []
@@ -254,8 +270,11 @@ class SparkIngest:
             return [ingest_chunk(self.ctx, [])]
         n_chunks = -(-n // self.chunk_reports)
         rows = [(i * n_chunks // n, i, bytes(p)) for i, p in enumerate(payloads)]
-        df = (self.session.createDataFrame(rows, schema="chunk int, pos long, payload binary")
-              .repartitionByRange(n_chunks, "chunk").sortWithinPartitions("chunk", "pos"))
+        df = (
+            self.session.createDataFrame(rows, schema="chunk int, pos long, payload binary")
+            .repartitionByRange(n_chunks, "chunk")
+            .sortWithinPartitions("chunk", "pos")
+        )
         ctx = pickle.dumps(self.ctx, protocol=pickle.HIGHEST_PROTOCOL)
         out = df.mapInArrow(partial(_count_chunks, ctx, self.compress_level), "chunk int, counted binary")
         got = sorted((int(r[0]), bytes(r[1])) for r in _collect(out, "an ingested batch"))

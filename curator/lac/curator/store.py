@@ -29,9 +29,7 @@ import logging
 import os
 import sqlite3
 import time
-import uuid
 import zipfile
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -82,8 +80,9 @@ def _load_npz_segment(path: Path) -> ReportItems:
         items = tuple(z["items"].tobytes().decode("utf-8").split("\n")) if n else ()
         if len(items) != n:
             raise ValueError(f"{path}: corrupt segment")
-        return ReportItems(z["indptr"].astype(np.int64), z["indices"].astype(np.int32), z["data"].astype(np.int32),
-                           items)
+        return ReportItems(
+            z["indptr"].astype(np.int64), z["indices"].astype(np.int32), z["data"].astype(np.int32), items
+        )
 
 
 @dataclass(frozen=True)
@@ -114,11 +113,14 @@ class CuratorStore:
         self.releases_dir = private_dir(state_dir / "releases")
         self._db = private_sqlite(state_dir / "curator.sqlite")
         if self._db.execute("SELECT 1 FROM sqlite_master WHERE name = 'reports'").fetchone():
-            raise FailedPrecondition(f"{state_dir} holds a pre-segment curator store (reports table); "
-                                     "start from a fresh state directory")
+            raise FailedPrecondition(
+                f"{state_dir} holds a pre-segment curator store (reports table); start from a fresh state directory"
+            )
         if self._db.execute("SELECT 1 FROM sqlite_master WHERE name = 'ledger'").fetchone():
-            raise FailedPrecondition(f"{state_dir} holds a curator store whose ledger has no accounting windows "
-                                     "(before 0.2); start from a fresh state directory")
+            raise FailedPrecondition(
+                f"{state_dir} holds a curator store whose ledger has no accounting windows "
+                "(before 0.2); start from a fresh state directory"
+            )
         self._db.executescript(_SCHEMA)
         self._migrate()
         self._remove_orphans()
@@ -126,16 +128,22 @@ class CuratorStore:
     def _remove_orphans(self) -> None:
         """Files written for a batch or release whose commit never happened (crash): never acknowledged."""
         known = {r[0] for r in self._db.execute("SELECT segment FROM batches WHERE segment IS NOT NULL")}
-        segments = [p for p in self.segments_dir.rglob("*") if p.is_file()
-                    and str(p.relative_to(self.segments_dir)) not in known]
+        segments = [
+            p
+            for p in self.segments_dir.rglob("*")
+            if p.is_file() and str(p.relative_to(self.segments_dir)) not in known
+        ]
         releases = {r[0] + ".npz" for r in self._db.execute("SELECT release_id FROM releases")}
         files = [p for p in self.releases_dir.iterdir() if p.name not in releases]
         for p in segments + files:
             p.unlink()
         if segments or files:
-            log.warning("removed %d segment file(s) and %d release file(s) that were never committed (the "
-                        "curator stopped while writing them; none was acknowledged or charged)", len(segments),
-                        len(files))
+            log.warning(
+                "removed %d segment file(s) and %d release file(s) that were never committed (the "
+                "curator stopped while writing them; none was acknowledged or charged)",
+                len(segments),
+                len(files),
+            )
 
     def close(self) -> None:
         self._db.close()
@@ -145,8 +153,9 @@ class CuratorStore:
         if self.min_free_bytes:
             free = free_bytes(self.state_dir)
             if free < self.min_free_bytes:
-                raise LowDiskSpace(f"{free} bytes free for the curator's state, fewer than min_free_disk_bytes="
-                                   f"{self.min_free_bytes}")
+                raise LowDiskSpace(
+                    f"{free} bytes free for the curator's state, fewer than min_free_disk_bytes={self.min_free_bytes}"
+                )
 
     def probe(self) -> None:
         """A test write of what ingest and releases write: a file (fsync'd, then removed) and a row
@@ -183,9 +192,17 @@ class CuratorStore:
     def has_batch(self, batch_id: str) -> bool:
         return self._db.execute("SELECT 1 FROM batches WHERE batch_id = ?", (batch_id,)).fetchone() is not None
 
-    def add_batch(self, batch_id: str, report_ids: list[bytes], count, quarantined: list[Quarantined],
-                  window_seconds: float, now: float | None = None, privacy: bytes | None = None,
-                  windows: tuple[int, int] = (0, 0)) -> BatchResult:
+    def add_batch(
+        self,
+        batch_id: str,
+        report_ids: list[bytes],
+        count,
+        quarantined: list[Quarantined],
+        window_seconds: float,
+        now: float | None = None,
+        privacy: bytes | None = None,
+        windows: tuple[int, int] = (0, 0),
+    ) -> BatchResult:
         """Store one batch atomically. ``count(indexes)`` turns the reports kept (positions in
         ``report_ids``) into ``ReportItems``. Report ids seen within the window (or twice in the
         batch) are counted as ``replayed_report_id`` and dropped. Returns the outcome."""
@@ -200,8 +217,7 @@ class CuratorStore:
             self._db.execute("DELETE FROM report_ids WHERE seen_at < ?", (now - window_seconds,))
             keep, seen = [], set()
             for i, rid in enumerate(report_ids):
-                if rid in seen or self._db.execute("SELECT 1 FROM report_ids WHERE report_id = ?",
-                                                   (rid,)).fetchone():
+                if rid in seen or self._db.execute("SELECT 1 FROM report_ids WHERE report_id = ?", (rid,)).fetchone():
                     continue
                 seen.add(rid)
                 keep.append(i)
@@ -213,19 +229,26 @@ class CuratorStore:
             if keep:
                 segment_name = seg.segment_name(batch_id, windows[1])
                 path = self.segments_dir / segment_name
-                seg.write(path, count(keep), {"batch_id": batch_id, "first_window": windows[0],
-                                              "last_window": windows[1]})
+                seg.write(
+                    path, count(keep), {"batch_id": batch_id, "first_window": windows[0], "last_window": windows[1]}
+                )
                 fsync_dir(path.parent)
                 fsync_dir(self.segments_dir)
             self._db.executemany("INSERT INTO report_ids VALUES (?, ?)", ((report_ids[i], now) for i in keep))
-            self._db.executemany("INSERT INTO quarantine (batch_id, reason, detail, sealed, at) VALUES (?, ?, ?, ?, ?)",
-                                 ((batch_id, q.reason, q.detail, q.sealed, now) for q in quarantined))
+            self._db.executemany(
+                "INSERT INTO quarantine (batch_id, reason, detail, sealed, at) VALUES (?, ?, ?, ?, ?)",
+                ((batch_id, q.reason, q.detail, q.sealed, now) for q in quarantined),
+            )
             if quarantined:  # rowids grow by one per row, so this keeps the newest quarantine_max_rows
-                self._db.execute("DELETE FROM quarantine WHERE id <= (SELECT MAX(id) FROM quarantine) - ?",
-                                 (self.quarantine_max_rows,))
+                self._db.execute(
+                    "DELETE FROM quarantine WHERE id <= (SELECT MAX(id) FROM quarantine) - ?",
+                    (self.quarantine_max_rows,),
+                )
             rejected = sum(rejects.values())
-            self._db.execute("INSERT INTO batches VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                             (batch_id, len(keep), rejected, segment_name, now, privacy, *windows))
+            self._db.execute(
+                "INSERT INTO batches VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                (batch_id, len(keep), rejected, segment_name, now, privacy, *windows),
+            )
             self._bump("reports", len(keep))
             for reason, n in rejects.items():
                 self._bump("reject:" + reason, n)
@@ -247,8 +270,9 @@ class CuratorStore:
 
     def windows(self) -> tuple[int, int] | None:
         """(first, last) accounting window of the stored reports, None when nothing is stored."""
-        lo, hi = self._db.execute("SELECT MIN(first_window), MAX(last_window) FROM batches "
-                                  "WHERE segment IS NOT NULL").fetchone()
+        lo, hi = self._db.execute(
+            "SELECT MIN(first_window), MAX(last_window) FROM batches WHERE segment IS NOT NULL"
+        ).fetchone()
         return None if lo is None else (int(lo), int(hi))
 
     def reports_by_window(self) -> dict[int, int]:
@@ -257,21 +281,27 @@ class CuratorStore:
 
     def report_count(self, first_window: int, last_window: int) -> int:
         """Exact number of stored reports in the batches a release over those windows reads (operator view)."""
-        (n,) = self._db.execute("SELECT COALESCE(SUM(accepted), 0) FROM batches WHERE segment IS NOT NULL AND "
-                                "first_window >= ? AND last_window <= ?", (first_window, last_window)).fetchone()
+        (n,) = self._db.execute(
+            "SELECT COALESCE(SUM(accepted), 0) FROM batches WHERE segment IS NOT NULL AND "
+            "first_window >= ? AND last_window <= ?",
+            (first_window, last_window),
+        ).fetchone()
         return int(n)
 
     def noisy_count(self, first_window: int, last_window: int) -> tuple[float, float, float, float] | None:
         """The DP report count last released for exactly these windows: (value, Laplace scale, ε, unix time)."""
-        row = self._db.execute("SELECT value, scale, epsilon, at FROM noisy_counts WHERE first_window = ? AND "
-                               "last_window = ?", (first_window, last_window)).fetchone()
+        row = self._db.execute(
+            "SELECT value, scale, epsilon, at FROM noisy_counts WHERE first_window = ? AND last_window = ?",
+            (first_window, last_window),
+        ).fetchone()
         if row is None:
             return None
         value, scale, epsilon, at = (float(x) for x in row)
         return value, scale, epsilon, at
 
-    def add_noisy_count(self, first_window: int, last_window: int, value: float, scale: float, charge: Budget,
-                        limit: Budget) -> None:
+    def add_noisy_count(
+        self, first_window: int, last_window: int, value: float, scale: float, charge: Budget, limit: Budget
+    ) -> None:
         """Keep a DP report count and charge it to every window it covers, in one transaction that
         first re-checks the budget (nothing is kept or spent when it refuses)."""
         windows = list(range(first_window, last_window + 1))
@@ -280,12 +310,14 @@ class CuratorStore:
         try:
             self.check_budget(windows, charge, limit)
             now = time.time()
-            self._db.execute("INSERT OR REPLACE INTO noisy_counts VALUES (?, ?, ?, ?, ?, ?)",
-                             (first_window, last_window, value, scale, charge.epsilon, now))
-            self._db.executemany("INSERT INTO window_ledger (release_id, win, epsilon, delta, at) "
-                                 "VALUES (?, ?, ?, ?, ?)",
-                                 ((f"count:{first_window}-{last_window}", w, charge.epsilon, charge.delta, now)
-                                  for w in windows))
+            self._db.execute(
+                "INSERT OR REPLACE INTO noisy_counts VALUES (?, ?, ?, ?, ?, ?)",
+                (first_window, last_window, value, scale, charge.epsilon, now),
+            )
+            self._db.executemany(
+                "INSERT INTO window_ledger (release_id, win, epsilon, delta, at) VALUES (?, ?, ?, ?, ?)",
+                ((f"count:{first_window}-{last_window}", w, charge.epsilon, charge.delta, now) for w in windows),
+            )
             self._db.execute("COMMIT")
         except BaseException:
             self._rollback()
@@ -296,13 +328,18 @@ class CuratorStore:
         order; DataLoss if one of them is missing."""
         lo = -(1 << 62) if first_window is None else first_window
         hi = (1 << 62) if last_window is None else last_window
-        rows = self._db.execute("SELECT segment FROM batches WHERE segment IS NOT NULL AND first_window >= ? "
-                                "AND last_window <= ? ORDER BY rowid", (lo, hi)).fetchall()
+        rows = self._db.execute(
+            "SELECT segment FROM batches WHERE segment IS NOT NULL AND first_window >= ? "
+            "AND last_window <= ? ORDER BY rowid",
+            (lo, hi),
+        ).fetchall()
         paths = [self.segments_dir / name for (name,) in rows]
         missing = [p.name for p in paths if not p.is_file()]
         if missing:
-            raise DataLoss(f"segment {missing[0]} of an acknowledged batch is missing"
-                           + (f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""))
+            raise DataLoss(
+                f"segment {missing[0]} of an acknowledged batch is missing"
+                + (f" (and {len(missing) - 1} more)" if len(missing) > 1 else "")
+            )
         return paths
 
     def migrate_npz(self) -> int:
@@ -310,12 +347,15 @@ class CuratorStore:
         written and fsync'd, then the manifest switches to it in a transaction, then the old file goes."""
         done = 0
         for batch_id, name, first, last in self._db.execute(
-                "SELECT batch_id, segment, first_window, last_window FROM batches "
-                "WHERE segment LIKE '%.npz'").fetchall():
+            "SELECT batch_id, segment, first_window, last_window FROM batches WHERE segment LIKE '%.npz'"
+        ).fetchall():
             old = self.segments_dir / name
             new = seg.segment_name(batch_id, last)
-            seg.write(self.segments_dir / new, _load_npz_segment(old), {"batch_id": batch_id, "first_window": first,
-                                                                       "last_window": last, "migrated_from": name})
+            seg.write(
+                self.segments_dir / new,
+                _load_npz_segment(old),
+                {"batch_id": batch_id, "first_window": first, "last_window": last, "migrated_from": name},
+            )
             fsync_dir((self.segments_dir / new).parent)
             self._begin()
             self._db.execute("UPDATE batches SET segment = ? WHERE batch_id = ?", (new, batch_id))
@@ -331,27 +371,32 @@ class CuratorStore:
                 self._db.execute(f"ALTER TABLE batches ADD COLUMN {col} INTEGER NOT NULL DEFAULT 0")
 
     def counts(self) -> dict[str, int]:
-        batches, = self._db.execute("SELECT COUNT(*) FROM batches").fetchone()
-        releases, = self._db.execute("SELECT COUNT(*) FROM releases").fetchone()
-        quarantined, = self._db.execute("SELECT COUNT(*) FROM quarantine").fetchone()
-        reports, = self._db.execute("SELECT COALESCE(SUM(accepted), 0) FROM batches").fetchone()
+        (batches,) = self._db.execute("SELECT COUNT(*) FROM batches").fetchone()
+        (releases,) = self._db.execute("SELECT COUNT(*) FROM releases").fetchone()
+        (quarantined,) = self._db.execute("SELECT COUNT(*) FROM quarantine").fetchone()
+        (reports,) = self._db.execute("SELECT COALESCE(SUM(accepted), 0) FROM batches").fetchone()
         return {"batches": batches, "reports": reports, "releases": releases, "quarantined": quarantined}
 
     def rejects(self) -> dict[str, int]:
-        return {k.split(":", 1)[1]: v for k, v in self._db.execute("SELECT name, value FROM counters")
-                if k.startswith("reject:")}
+        return {
+            k.split(":", 1)[1]: v
+            for k, v in self._db.execute("SELECT name, value FROM counters")
+            if k.startswith("reject:")
+        }
 
     def quarantine(self, limit: int = 100) -> list[tuple[str, str, str, bytes]]:
         """Most recent quarantined reports: (batch_id, reason, detail, sealed bytes)."""
-        return self._db.execute("SELECT batch_id, reason, detail, sealed FROM quarantine ORDER BY id DESC LIMIT ?",
-                                (limit,)).fetchall()
+        return self._db.execute(
+            "SELECT batch_id, reason, detail, sealed FROM quarantine ORDER BY id DESC LIMIT ?", (limit,)
+        ).fetchall()
 
     # -- releases and the ledger --------------------------------------------------------------
 
     def spent(self, windows: list[int] | None = None) -> dict[int, Budget]:
         """Budget spent per accounting window (every window with spending, or just ``windows``)."""
-        rows = self._db.execute("SELECT win, COALESCE(SUM(epsilon), 0), COALESCE(SUM(delta), 0) FROM window_ledger "
-                                "GROUP BY win").fetchall()
+        rows = self._db.execute(
+            "SELECT win, COALESCE(SUM(epsilon), 0), COALESCE(SUM(delta), 0) FROM window_ledger GROUP BY win"
+        ).fetchall()
         spent = {int(w): Budget(e, min(d, 1 - 1e-16)) for w, e, d in rows}
         if windows is not None:
             spent = {w: spent.get(w, Budget(0.0)) for w in windows}
@@ -361,9 +406,19 @@ class CuratorStore:
         """FailedPrecondition if charging every window in ``windows`` would exceed ``limit`` in any."""
         refuse_overspending(self.spent(windows), charge, limit)
 
-    def add_release(self, release_id: str, record: bytes, items: tuple[str, ...], log_probs: np.ndarray,
-                    pseudo_counts: np.ndarray | None, windows: list[int], charge: Budget | None,
-                    limit: Budget, request_id: str | None = None, spec: str = "") -> str:
+    def add_release(
+        self,
+        release_id: str,
+        record: bytes,
+        items: tuple[str, ...],
+        log_probs: np.ndarray,
+        pseudo_counts: np.ndarray | None,
+        windows: list[int],
+        charge: Budget | None,
+        limit: Budget,
+        request_id: str | None = None,
+        spec: str = "",
+    ) -> str:
         """Store a release (``record``: its serialized operator record) and, if ``charge`` is given,
         charge it to every window in ``windows``, in one transaction that first re-checks the
         budget (nothing is stored or spent when it refuses). Returns the id of the release stored
@@ -384,20 +439,26 @@ class CuratorStore:
                     return earlier
             if charge is not None:
                 self.check_budget(windows, charge, limit)
-            extra: dict[str, Any] = ({} if pseudo_counts is None else
-                                     {"pseudo_counts": np.asarray(pseudo_counts, dtype=np.float64)})
+            extra: dict[str, Any] = (
+                {} if pseudo_counts is None else {"pseudo_counts": np.asarray(pseudo_counts, dtype=np.float64)}
+            )
             with atomic_file(path) as fh:
-                np.savez(fh, log_probs=log_probs, items=np.frombuffer("\n".join(items).encode("utf-8"), dtype=np.uint8),
-                         **extra)
+                np.savez(
+                    fh,
+                    log_probs=log_probs,
+                    items=np.frombuffer("\n".join(items).encode("utf-8"), dtype=np.uint8),
+                    **extra,
+                )
             fsync_dir(self.releases_dir)
             self._db.execute("INSERT INTO releases VALUES (?, ?)", (release_id, record))
             if request_id is not None:
                 self._db.execute("INSERT INTO release_requests VALUES (?, ?, ?)", (request_id, spec, release_id))
             if charge is not None:
                 now = time.time()
-                self._db.executemany("INSERT INTO window_ledger (release_id, win, epsilon, delta, at) "
-                                     "VALUES (?, ?, ?, ?, ?)",
-                                     ((release_id, w, charge.epsilon, charge.delta, now) for w in windows))
+                self._db.executemany(
+                    "INSERT INTO window_ledger (release_id, win, epsilon, delta, at) VALUES (?, ?, ?, ?, ?)",
+                    ((release_id, w, charge.epsilon, charge.delta, now) for w in windows),
+                )
             self._db.execute("COMMIT")
         except BaseException:
             self._rollback()
@@ -409,13 +470,16 @@ class CuratorStore:
     def _release_for_request(self, request_id: str, spec: str) -> str | None:
         """The release an earlier call with ``request_id`` made (None: none); AlreadyExists if that call
         asked for another release."""
-        row = self._db.execute("SELECT spec, release_id FROM release_requests WHERE request_id = ?",
-                               (request_id,)).fetchone()
+        row = self._db.execute(
+            "SELECT spec, release_id FROM release_requests WHERE request_id = ?", (request_id,)
+        ).fetchone()
         if row is None:
             return None
         if row[0] != spec:
-            raise AlreadyExists(f"request id {request_id!r} was used for release {row[1]} with other parameters; "
-                                f"use a new request id for a new release")
+            raise AlreadyExists(
+                f"request id {request_id!r} was used for release {row[1]} with other parameters; "
+                f"use a new request id for a new release"
+            )
         return row[1]
 
     def release_for_request(self, request_id: str, spec: str) -> str | None:
@@ -431,9 +495,11 @@ class CuratorStore:
 
     def releases_by_mechanism(self) -> dict[tuple[str, bool], int]:
         """The number of releases per (mechanism, differentially private), from their records."""
-        rows = self._db.execute("SELECT json_extract(CAST(record AS TEXT), '$.mechanism'), "
-                                "json_extract(CAST(record AS TEXT), '$.differentially_private'), COUNT(*) "
-                                "FROM releases GROUP BY 1, 2")
+        rows = self._db.execute(
+            "SELECT json_extract(CAST(record AS TEXT), '$.mechanism'), "
+            "json_extract(CAST(record AS TEXT), '$.differentially_private'), COUNT(*) "
+            "FROM releases GROUP BY 1, 2"
+        )
         return {(str(m), bool(dp)): n for m, dp, n in rows}
 
     def releases(self) -> list[bytes]:
@@ -453,5 +519,6 @@ class CuratorStore:
             raise DataLoss(f"the file of release {release_id} is missing or corrupt: {exc}") from exc
 
     def _bump(self, name: str, n: int) -> None:
-        self._db.execute("INSERT INTO counters VALUES (?, ?) ON CONFLICT(name) DO UPDATE SET value = value + ?",
-                         (name, n, n))
+        self._db.execute(
+            "INSERT INTO counters VALUES (?, ?) ON CONFLICT(name) DO UPDATE SET value = value + ?", (name, n, n)
+        )

@@ -110,28 +110,36 @@ __all__ = [
 ]
 
 METHODS = ("numerical", "fmt21", "fmt21_nomix", "closed_form")
-DEFAULT_TOL = 1e-7      # final bracket width on eps, relative below eps = 1
-_GRID = 32             # points per multi-section pass
-_MAX_ROWS = 1024        # values of C evaluated separately before grouping into blocks
-_CHUNK = 1 << 20        # pmf entries per working array (8 MB)
-_TABLE = 1 << 22        # tail-table entries kept per curve (32 MB)
-_EPS0_MAX = 700.0       # above: clone probability < 1e-300, nothing to gain (and e^eps overflows)
-_NO_GAIN = 1e-6         # relative gain over the local guarantee below which we say "no amplification"
-_ULP = 2.0 ** -52
+DEFAULT_TOL = 1e-7  # final bracket width on eps, relative below eps = 1
+_GRID = 32  # points per multi-section pass
+_MAX_ROWS = 1024  # values of C evaluated separately before grouping into blocks
+_CHUNK = 1 << 20  # pmf entries per working array (8 MB)
+_TABLE = 1 << 22  # tail-table entries kept per curve (32 MB)
+_EPS0_MAX = 700.0  # above: clone probability < 1e-300, nothing to gain (and e^eps overflows)
+_NO_GAIN = 1e-6  # relative gain over the local guarantee below which we say "no amplification"
+_ULP = 2.0**-52
 
-_ASSUMPTIONS = ("assumes each of the n reports comes from a distinct user and is produced by the same "
-                "eps0-LDP local randomizer, that the shuffler releases the batch uniformly permuted with no "
-                "other identifying metadata, and that neighbouring batches differ in one user's input")
+_ASSUMPTIONS = (
+    "assumes each of the n reports comes from a distinct user and is produced by the same "
+    "eps0-LDP local randomizer, that the shuffler releases the batch uniformly permuted with no "
+    "other identifying metadata, and that neighbouring batches differ in one user's input"
+)
 
 _THEOREMS = {
-    "numerical": ("stronger-clone bound of Feldman-McMillan-Talwar 2023 (Thm 3.2 pair) and Wang et al. 2024 "
-                  "(p=q=e^eps0): hockey-stick divergence of P=(A+D, C-A+1-D) vs Q=(A+1-D, C-A+D) with "
-                  "C~Bin(n-1, 2/(e^eps0+1)), A~Bin(C,1/2), D~Bern(e^eps0/(e^eps0+1)), an upper bound for every "
-                  "eps0-LDP randomizer (proof in lac.shuffler.amplification), computed numerically and rounded up"),
-    "fmt21": ("Feldman-McMillan-Talwar 2021 (Hiding Among the Clones) Theorem 3.2 (the same pair with "
-              "C~Bin(n-1, e^-eps0)), computed numerically and rounded up"),
-    "fmt21_nomix": ("Feldman-McMillan-Talwar 2021 (Hiding Among the Clones) Theorem 3.2 reduction without the "
-                    "Bernoulli mixing (conservative), computed numerically and rounded up"),
+    "numerical": (
+        "stronger-clone bound of Feldman-McMillan-Talwar 2023 (Thm 3.2 pair) and Wang et al. 2024 "
+        "(p=q=e^eps0): hockey-stick divergence of P=(A+D, C-A+1-D) vs Q=(A+1-D, C-A+D) with "
+        "C~Bin(n-1, 2/(e^eps0+1)), A~Bin(C,1/2), D~Bern(e^eps0/(e^eps0+1)), an upper bound for every "
+        "eps0-LDP randomizer (proof in lac.shuffler.amplification), computed numerically and rounded up"
+    ),
+    "fmt21": (
+        "Feldman-McMillan-Talwar 2021 (Hiding Among the Clones) Theorem 3.2 (the same pair with "
+        "C~Bin(n-1, e^-eps0)), computed numerically and rounded up"
+    ),
+    "fmt21_nomix": (
+        "Feldman-McMillan-Talwar 2021 (Hiding Among the Clones) Theorem 3.2 reduction without the "
+        "Bernoulli mixing (conservative), computed numerically and rounded up"
+    ),
     "closed_form": "Feldman-McMillan-Talwar 2021 (Hiding Among the Clones), Theorem 3.1, closed form",
 }
 
@@ -185,7 +193,7 @@ def _likely_range(m: int, log_q: float, log_1mq: float, log_inv_tail: float) -> 
     """[lo, hi] holding all but a Chernoff-bounded mass of Bin(m, q); returns (lo, hi, excluded bound)."""
     mean = m * math.exp(log_q)
 
-    def bound(k: int) -> float:                   # m KL(k/m || q): log of the Chernoff bound
+    def bound(k: int) -> float:  # m KL(k/m || q): log of the Chernoff bound
         return m * _kl_bernoulli(k / m, log_q, log_1mq)
 
     # upper: smallest k >= mean with Pr[C >= k] <= e^-bound(k) <= tail (bound increases above the mean)
@@ -200,7 +208,7 @@ def _likely_range(m: int, log_q: float, log_1mq: float, log_inv_tail: float) -> 
     a, b = 0, max(0, math.floor(mean))
     if bound(a) < log_inv_tail:
         lo, lower = 0, 0.0
-    else:                                          # largest k <= mean with bound(k) >= log_inv_tail
+    else:  # largest k <= mean with bound(k) >= log_inv_tail
         while a < b:
             mid = (a + b + 1) // 2
             a, b = (mid, b) if bound(mid) >= log_inv_tail else (a, mid - 1)
@@ -215,14 +223,14 @@ def _log_binom_pmf_at(m: int, k: int, log_q: float, log_1mq: float) -> float:
 
 def _pair_params(method: str, eps0: float) -> tuple[float, float, float, float]:
     """(log clone prob, log(1 - clone prob), log mix, log(1 - mix)) of a method's pair."""
-    lpx = math.log1p(math.exp(-eps0))             # log(1 + e^-eps0)
-    log_mix, log_1m_mix = -lpx, -eps0 - lpx       # p/(p+1), 1/(p+1)
-    log_1m_e = math.log(-math.expm1(-eps0))       # log(1 - e^-eps0)
-    if method == "numerical":                     # clone prob 2/(p+1)
+    lpx = math.log1p(math.exp(-eps0))  # log(1 + e^-eps0)
+    log_mix, log_1m_mix = -lpx, -eps0 - lpx  # p/(p+1), 1/(p+1)
+    log_1m_e = math.log(-math.expm1(-eps0))  # log(1 - e^-eps0)
+    if method == "numerical":  # clone prob 2/(p+1)
         return math.log(2.0) - eps0 - lpx, log_1m_e - lpx, log_mix, log_1m_mix
-    if method == "fmt21":                         # clone prob e^-eps0
+    if method == "fmt21":  # clone prob e^-eps0
         return -eps0, log_1m_e, log_mix, log_1m_mix
-    return -eps0, log_1m_e, 0.0, -math.inf        # fmt21_nomix: D = 1
+    return -eps0, log_1m_e, 0.0, -math.inf  # fmt21_nomix: D = 1
 
 
 # ---------------------------------------------------------------------------- numerical bound
@@ -239,10 +247,10 @@ class _PrivacyCurve:
     def __init__(self, method: str, eps0: float, n: int, delta_target: float):
         self.eps0 = eps0
         log_q, log_1mq, log_mix, log_1m_mix = _pair_params(method, eps0)
-        self.mix, self.w1 = math.exp(log_mix), math.exp(log_1m_mix)   # w = Pr[D = 1], 1 - w
+        self.mix, self.w1 = math.exp(log_mix), math.exp(log_1m_mix)  # w = Pr[D = 1], 1 - w
         self.mixing = self.w1 > 0
         self.expm1_eps0 = math.expm1(eps0)
-        m = n - 1                                  # C ~ Bin(m, clone prob)
+        m = n - 1  # C ~ Bin(m, clone prob)
         # Mass dropped by the C range and by each Hoeffding window: 1e-7 of the target delta.
         tail = 1e-7 * delta_target
         self.log_inv_tail = -math.log(tail)
@@ -252,16 +260,16 @@ class _PrivacyCurve:
         else:
             lo, hi, self.excluded = _likely_range(m, log_q, log_1mq, self.log_inv_tail)
             cs = np.arange(lo, hi)
-            steps = np.log((m - cs) / (cs + 1.0)) + (log_q - log_1mq)     # log pmf(c+1) - log pmf(c)
+            steps = np.log((m - cs) / (cs + 1.0)) + (log_q - log_1mq)  # log pmf(c+1) - log pmf(c)
             anchor = _log_binom_pmf_at(m, lo, log_q, log_1mq)
             pc = np.exp(anchor + np.concatenate(([0.0], np.cumsum(steps))))
-            log_pc_size = abs(anchor) + float(np.abs(steps).sum())       # what rounding of the logs scales with
+            log_pc_size = abs(anchor) + float(np.abs(steps).sum())  # what rounding of the logs scales with
         rows = np.arange(lo, hi + 1)
         # Hoeffding: Pr[Bin(c,1/2) >= c/2 + s] <= exp(-2 s^2/c); the window of tails kept per c
         # reaches s = sqrt(c log(1/tail) / 2).  Cap the table at _TABLE entries by grouping c.
         width = math.ceil(math.sqrt(hi * self.log_inv_tail / 2)) + 6
         max_rows = max(64, min(_MAX_ROWS, _TABLE // width))
-        if len(rows) > max_rows:                   # blocks of consecutive c, each weighted at its smallest c
+        if len(rows) > max_rows:  # blocks of consecutive c, each weighted at its smallest c
             size = -(-len(rows) // max_rows)
             starts = np.arange(0, len(rows), size)
             self.c, self.weight = rows[starts], np.add.reduceat(pc, starts)
@@ -272,7 +280,7 @@ class _PrivacyCurve:
         gap = self.k_hi + 1 - c / 2
         with np.errstate(divide="ignore", invalid="ignore"):
             beyond = np.where(self.k_hi < self.c, np.exp(-2 * gap * gap / np.maximum(c, 1.0)), 0.0)
-        self.beyond = beyond + 1e-300 * (self.k_hi + 2)   # + whatever underflowed inside the window
+        self.beyond = beyond + 1e-300 * (self.k_hi + 2)  # + whatever underflowed inside the window
         self.k_lo = np.maximum(0, (self.c + 1) // 2 - 3)  # below the lowest index any eps >= 0 reads
         self.S = self._tails()
         # Relative slack for rounding: the log-gamma anchors (a few ulp of lgamma(n+1) + n log 2),
@@ -292,25 +300,29 @@ class _PrivacyCurve:
         down = np.arange(width - 2, dtype=float)
         step = max(1, _CHUNK // width)
         for r0 in range(0, len(c), step):
-            cc, kh = c[r0:r0 + step], k_hi[r0:r0 + step]
-            top = np.array([math.lgamma(x + 1) - math.lgamma(k + 1) - math.lgamma(x - k + 1)
-                            for x, k in zip(cc.tolist(), kh.tolist())]) + cc * math.log(0.5)
-            a = kh.astype(float)[:, None] - down                     # b(a-1) / b(a) = a / (c-a+1)
+            cc, kh = c[r0 : r0 + step], k_hi[r0 : r0 + step]
+            top = np.array(
+                [
+                    math.lgamma(x + 1) - math.lgamma(k + 1) - math.lgamma(x - k + 1)
+                    for x, k in zip(cc.tolist(), kh.tolist())
+                ]
+            ) + cc * math.log(0.5)
+            a = kh.astype(float)[:, None] - down  # b(a-1) / b(a) = a / (c-a+1)
             ratio = (cc + 1.0)[:, None] - a
-            np.divide(a, ratio, out=ratio)                           # rows shorter than the table: unread
+            np.divide(a, ratio, out=ratio)  # rows shorter than the table: unread
             pmf = np.empty((len(cc), width - 1))
             pmf[:, 0] = np.exp(top)
             np.cumprod(ratio, axis=1, out=pmf[:, 1:])
             pmf[:, 1:] *= pmf[:, :1]
-            np.cumsum(pmf, axis=1, out=S[r0:r0 + step, 1:])
+            np.cumsum(pmf, axis=1, out=S[r0 : r0 + step, 1:])
         return S
 
     def _threshold_index(self, eps: np.ndarray) -> np.ndarray:
         """Computed first x with P/Q > e^eps given C = c (exact up to one unit either way)."""
         em = np.exp(-eps)
-        if self.mixing:   # (e w - (1-w)) / ((2w-1)(1+e)) = (p - e^-eps) / ((p-1)(1 + e^-eps)), in expm1 form
+        if self.mixing:  # (e w - (1-w)) / ((2w-1)(1+e)) = (p - e^-eps) / ((p-1)(1 + e^-eps)), in expm1 form
             frac = (self.expm1_eps0 - np.expm1(-eps)) / (self.expm1_eps0 * (1.0 + em))
-        else:             # x / (c+1-x) > e
+        else:  # x / (c+1-x) > e
             frac = 1.0 / (1.0 + em)
         return np.floor(np.outer(self.c + 1, frac)).astype(np.int64) + 1
 
@@ -330,7 +342,7 @@ class _PrivacyCurve:
         else:
             A, B = np.ones_like(ev), -np.exp(ev)
         A, B = A + 4 * _ULP, B * (1 - 4 * _ULP)
-        col = (self.k_hi + 1)[:, None] - self._threshold_index(ev)   # column of S holding S(k*)
+        col = (self.k_hi + 1)[:, None] - self._threshold_index(ev)  # column of S holding S(k*)
         last = self.S.shape[1] - 1
         best = np.zeros((len(self.c), len(ev)))
         for shift in (-1, 0, 1):
@@ -366,7 +378,7 @@ def local_only_epsilon(eps0: float, delta: float) -> float:
 
     Randomized response's privacy curve (p - e^eps)/(p+1) is the largest of any eps0-DP pair.
     """
-    x = delta * (1.0 + math.exp(-eps0))          # 1 - e^(eps - eps0) at the solution
+    x = delta * (1.0 + math.exp(-eps0))  # 1 - e^(eps - eps0) at the solution
     return max(0.0, eps0 + math.log1p(-x)) if x < 1 else 0.0
 
 
@@ -377,7 +389,7 @@ def _numerical_epsilon(method: str, eps0: float, n: int, delta: float, tol: floa
     curve = _PrivacyCurve(method, eps0, n, delta)
     if curve.delta(eps0)[0] > delta:
         return eps0, False
-    lo, hi = 0.0, eps0                            # invariant: delta(hi) <= delta was verified
+    lo, hi = 0.0, eps0  # invariant: delta(hi) <= delta was verified
     while hi - lo > tol * min(1.0, hi) and hi > 1e-12:
         grid = np.linspace(lo, hi, _GRID + 1)[1:-1]
         ok = curve.delta(grid) <= delta
@@ -409,8 +421,9 @@ def _closed_form_epsilon(eps0: float, n: int, delta: float) -> float:
 # ---------------------------------------------------------------------------- public API
 
 
-def shuffle_epsilon(eps0: float, n: int, delta: float, method: str = "numerical",
-                    *, tol: float = DEFAULT_TOL) -> AmplificationResult:
+def shuffle_epsilon(
+    eps0: float, n: int, delta: float, method: str = "numerical", *, tol: float = DEFAULT_TOL
+) -> AmplificationResult:
     """Central (epsilon, delta) of a uniformly shuffled batch of n eps0-LDP reports.
 
     ``method="numerical"`` (default): the stronger-clone bound (module docstring), with
@@ -426,16 +439,25 @@ def shuffle_epsilon(eps0: float, n: int, delta: float, method: str = "numerical"
     n, eps0, delta = int(n), float(eps0), float(delta)
     theorem = _THEOREMS[method]
     assumptions = f"{_ASSUMPTIONS}; eps0={eps0:.6g}"
-    no_gain = (f"the {theorem} gives nothing beyond the local guarantee; the batch is only ({eps0:.6g}, 0)-DP, "
-               f"the local guarantee [{assumptions}].")
+    no_gain = (
+        f"the {theorem} gives nothing beyond the local guarantee; the batch is only ({eps0:.6g}, 0)-DP, "
+        f"the local guarantee [{assumptions}]."
+    )
     if method == "closed_form":
         if not closed_form_valid(eps0, n, delta):
             limit = n / (16.0 * math.log(2.0 / delta))
             limit_txt = f"log(n/(16 log(2/delta))) = {math.log(limit):.4g}" if limit > 0 else "undefined"
-            return _result(eps0, n, delta, eps0, method, False,
-                           f"No amplification: the {theorem} needs eps0 <= {limit_txt}, but eps0={eps0:.6g} "
-                           f"(n={n}, delta={delta:.3g}); only the local ({eps0:.6g}, 0)-DP guarantee "
-                           f"applies [{assumptions}].")
+            return _result(
+                eps0,
+                n,
+                delta,
+                eps0,
+                method,
+                False,
+                f"No amplification: the {theorem} needs eps0 <= {limit_txt}, but eps0={eps0:.6g} "
+                f"(n={n}, delta={delta:.3g}); only the local ({eps0:.6g}, 0)-DP guarantee "
+                f"applies [{assumptions}].",
+            )
         eps = _closed_form_epsilon(eps0, n, delta)
         amplified = eps < eps0
         valid = ", valid since eps0 <= log(n/(16 log(2/delta)))"
@@ -444,14 +466,28 @@ def shuffle_epsilon(eps0: float, n: int, delta: float, method: str = "numerical"
         valid = ""
     if not amplified:
         return _result(eps0, n, delta, eps0, method, False, f"No amplification: at n={n}, delta={delta:.3g} {no_gain}")
-    return _result(eps0, n, delta, eps, method, True,
-                   f"Shuffling n={n} reports makes the batch ({eps:.6g}, {delta:.3g})-DP centrally "
-                   f"[{theorem}{valid}; {assumptions}].")
+    return _result(
+        eps0,
+        n,
+        delta,
+        eps,
+        method,
+        True,
+        f"Shuffling n={n} reports makes the batch ({eps:.6g}, {delta:.3g})-DP centrally "
+        f"[{theorem}{valid}; {assumptions}].",
+    )
 
 
 def _result(eps0, n, delta, eps, method, amplified, statement) -> AmplificationResult:
-    return AmplificationResult(eps0=float(eps0), n=int(n), delta=float(delta), epsilon=float(eps),
-                               method=method, amplified=bool(amplified), statement=statement)
+    return AmplificationResult(
+        eps0=float(eps0),
+        n=int(n),
+        delta=float(delta),
+        epsilon=float(eps),
+        method=method,
+        amplified=bool(amplified),
+        statement=statement,
+    )
 
 
 def subsampling_epsilon(eps0: float, q: float) -> float:
@@ -475,10 +511,12 @@ def subsampling_epsilon(eps0: float, q: float) -> float:
 def subsampling_statement(eps0: float, q: float, delta0: float = 0.0) -> str:
     """The guarantee Poisson sub-sampling at rate ``q`` gives an (ε0, δ0)-DP mechanism, in words."""
     eps = subsampling_epsilon(eps0, q)
-    return (f"Poisson sub-sampling at rate q={q:.6g} turns an ({eps0:.6g}, {delta0:.3g})-DP mechanism into an "
-            f"({eps:.6g}, {q * delta0:.3g})-DP one [amplification by sub-sampling, eps = log(1 + q(e^eps0 - 1)), "
-            f"delta = q*delta0; add/remove-one neighbouring; assumes each record is kept independently "
-            f"with probability q and which records were sampled stays secret].")
+    return (
+        f"Poisson sub-sampling at rate q={q:.6g} turns an ({eps0:.6g}, {delta0:.3g})-DP mechanism into an "
+        f"({eps:.6g}, {q * delta0:.3g})-DP one [amplification by sub-sampling, eps = log(1 + q(e^eps0 - 1)), "
+        f"delta = q*delta0; add/remove-one neighbouring; assumes each record is kept independently "
+        f"with probability q and which records were sampled stays secret]."
+    )
 
 
 def local_epsilon_metric(eps_per_word: float, n_words: int, diameter: float) -> float:

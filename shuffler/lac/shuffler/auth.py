@@ -47,8 +47,11 @@ def read_tokens(path: Path) -> dict[str, tuple[str, Role]]:
         if not line:
             continue
         parts = line.split()
-        if len(parts) not in (2, 3) or not re.fullmatch(r"[0-9a-f]{64}", parts[0]) or \
-                (len(parts) == 3 and parts[2] not in TOKEN_ROLES):
+        if (
+            len(parts) not in (2, 3)
+            or not re.fullmatch(r"[0-9a-f]{64}", parts[0])
+            or (len(parts) == 3 and parts[2] not in TOKEN_ROLES)
+        ):
             raise ValueError(f"{path}:{n}: expected '<sha256 hex> <id> [client|operator]'")
         out[parts[0]] = (parts[1], TOKEN_ROLES[parts[2] if len(parts) == 3 else "client"])
     return out
@@ -92,8 +95,14 @@ class ShufflerAuth:
 
     hint = "send metadata 'authorization: Bearer <token>' (`lac shuffler add-client` makes one)"
 
-    def __init__(self, tokens_file: Path | None, operators: frozenset[str] = frozenset(),
-                 clients: frozenset[str] = frozenset(), client_auth: bool = True, insecure: bool = False):
+    def __init__(
+        self,
+        tokens_file: Path | None,
+        operators: frozenset[str] = frozenset(),
+        clients: frozenset[str] = frozenset(),
+        client_auth: bool = True,
+        insecure: bool = False,
+    ):
         self.tokens_file = tokens_file
         self.operators, self.clients = operators, clients
         self.client_auth, self.insecure = client_auth, insecure
@@ -101,8 +110,11 @@ class ShufflerAuth:
         self._stamp: tuple[int, int, int] | None = None
         self._reload()
         if client_auth and not any(role is Role.CLIENT for _, role in self._tokens.values()) and not clients:
-            log.warning("no client registered in %s: every Submit is UNAUTHENTICATED until clients are "
-                        "added with `lac shuffler add-client`", tokens_file)
+            log.warning(
+                "no client registered in %s: every Submit is UNAUTHENTICATED until clients are "
+                "added with `lac shuffler add-client`",
+                tokens_file,
+            )
 
     @property
     def enabled(self) -> bool:

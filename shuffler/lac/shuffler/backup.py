@@ -32,9 +32,11 @@ def describe(db_path: Path) -> dict:
     """What a report log holds: buffered reports, undelivered batches, counters."""
     db = sqlite3.connect(f"file:{db_path}?mode=ro", uri=True)
     try:
-        return {"buffered_reports": db.execute("SELECT COUNT(*) FROM buffer").fetchone()[0],
-                "batches_pending": db.execute("SELECT COUNT(*) FROM batches WHERE delivered = 0").fetchone()[0],
-                "counters": dict(db.execute("SELECT name, value FROM counters ORDER BY name"))}
+        return {
+            "buffered_reports": db.execute("SELECT COUNT(*) FROM buffer").fetchone()[0],
+            "batches_pending": db.execute("SELECT COUNT(*) FROM batches WHERE delivered = 0").fetchone()[0],
+            "counters": dict(db.execute("SELECT name, value FROM counters ORDER BY name")),
+        }
     finally:
         db.close()
 
@@ -49,9 +51,16 @@ def backup(state_dir: Path, dest: Path, tokens_file: Path | None = None) -> dict
         raise FileExistsError(f"{dest} already holds a backup; choose a new directory")
     private_dir(dest)
     started = snapshot_sqlite(source, dest / DB_NAME)
-    manifest = {"format": FORMAT, "created_unix": started, "source": str(source.resolve()),
-                "database": DB_NAME, "database_sha256": sha256_file(dest / DB_NAME),
-                "database_bytes": (dest / DB_NAME).stat().st_size, **describe(dest / DB_NAME), "tokens": None}
+    manifest = {
+        "format": FORMAT,
+        "created_unix": started,
+        "source": str(source.resolve()),
+        "database": DB_NAME,
+        "database_sha256": sha256_file(dest / DB_NAME),
+        "database_bytes": (dest / DB_NAME).stat().st_size,
+        **describe(dest / DB_NAME),
+        "tokens": None,
+    }
     tokens = tokens_file if tokens_file is not None else state_dir / TOKENS_NAME
     if tokens.exists():
         copy_file(tokens, dest / TOKENS_NAME)
@@ -76,8 +85,10 @@ def restore(source: Path, state_dir: Path, tokens_file: Path | None = None, forc
     tokens_target = tokens_file if tokens_file is not None else state_dir / TOKENS_NAME
     existing = [p for p in (target, tokens_target if tokens_copy else None) if p is not None and p.exists()]
     if existing and not force:
-        raise FileExistsError(f"{', '.join(map(str, existing))} exists; stop that shuffler and pass --force to "
-                              f"replace its state with the backup")
+        raise FileExistsError(
+            f"{', '.join(map(str, existing))} exists; stop that shuffler and pass --force to "
+            f"replace its state with the backup"
+        )
     private_dir(state_dir)
     for suffix in ("-wal", "-shm"):  # of a replaced log: they belong to the old database
         (state_dir / (DB_NAME + suffix)).unlink(missing_ok=True)

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-
 from pathlib import Path
-
 
 from lac.common import config as cfg
 from lac.common import tls
@@ -19,66 +17,99 @@ def register(subparsers) -> None:
     serve = sub.add_parser("serve", help="run the shuffler gRPC server")
     cfg.add_flags(serve, ShufflerConfig, ENV_PREFIX)
     serve.set_defaults(func=_serve)
-    for name, helptext, func in (("status", "print the shuffler's status (operator certificate)", _status),
-                                 ("flush", "release a batch now if the release threshold is reached (operator "
-                                           "certificate)", _flush)):
+    for name, helptext, func in (
+        ("status", "print the shuffler's status (operator certificate)", _status),
+        ("flush", "release a batch now if the release threshold is reached (operator certificate)", _flush),
+    ):
         q = sub.add_parser(name, help=helptext)
         q.add_argument("--server", default="127.0.0.1:50051", help="shuffler address host:port")
-        q.add_argument("--token-file", type=Path, default=None,
-                       help="file holding an operator token (`add-client NAME --role operator`; or set "
-                            "LAC_OPERATOR_TOKEN)")
+        q.add_argument(
+            "--token-file",
+            type=Path,
+            default=None,
+            help="file holding an operator token (`add-client NAME --role operator`; or set LAC_OPERATOR_TOKEN)",
+        )
         tls.add_client_flags(q)
         q.set_defaults(func=func)
-    add = sub.add_parser("add-client",
-                         help="register a client (or operator) and print its new bearer token (shown once)",
-                         description="Append '<sha256 of token> <id> <role>' to the tokens file (a running "
-                                     "shuffler re-reads it) and print the token. Give the token to the client; "
-                                     "it sends 'authorization: Bearer <token>'.")
+    add = sub.add_parser(
+        "add-client",
+        help="register a client (or operator) and print its new bearer token (shown once)",
+        description="Append '<sha256 of token> <id> <role>' to the tokens file (a running "
+        "shuffler re-reads it) and print the token. Give the token to the client; "
+        "it sends 'authorization: Bearer <token>'.",
+    )
     add.add_argument("client_id", help="id (1-128 of A-Z a-z 0-9 . _ : @ -); a client's never leaves the shuffler")
-    add.add_argument("--role", choices=["client", "operator"], default="client",
-                     help="client: may submit reports (quota per window); operator: may read status and flush")
-    add.add_argument("--tokens-file", type=Path, default=None,
-                     help="tokens file (default: STATE_DIR/clients.tokens)")
-    add.add_argument("--state-dir", type=Path, default=ShufflerConfig.state_dir,
-                     help=f"shuffler state directory [default: {ShufflerConfig.state_dir}]")
+    add.add_argument(
+        "--role",
+        choices=["client", "operator"],
+        default="client",
+        help="client: may submit reports (quota per window); operator: may read status and flush",
+    )
+    add.add_argument("--tokens-file", type=Path, default=None, help="tokens file (default: STATE_DIR/clients.tokens)")
+    add.add_argument(
+        "--state-dir",
+        type=Path,
+        default=ShufflerConfig.state_dir,
+        help=f"shuffler state directory [default: {ShufflerConfig.state_dir}]",
+    )
     add.set_defaults(func=_add_client)
-    bak = sub.add_parser("backup", help="copy the report log (online, consistent) and tokens file into DIR",
-                         description="Copy the report log with SQLite's online backup API (one consistent "
-                                     "snapshot, while the shuffler keeps serving) and the tokens file into DIR, "
-                                     "with a manifest naming their SHA-256. DIR is created private (0700).")
+    bak = sub.add_parser(
+        "backup",
+        help="copy the report log (online, consistent) and tokens file into DIR",
+        description="Copy the report log with SQLite's online backup API (one consistent "
+        "snapshot, while the shuffler keeps serving) and the tokens file into DIR, "
+        "with a manifest naming their SHA-256. DIR is created private (0700).",
+    )
     bak.add_argument("dir", type=Path, help="new directory for the backup")
-    res = sub.add_parser("restore", help="install a backup made with `backup` as a state directory",
-                         description="Verify a backup (manifest, SHA-256, quick_check) and install it into "
-                                     "--state-dir, whose shuffler must be stopped. The restored log does not "
-                                     "know what happened after the backup: reports acknowledged since then are "
-                                     "missing, and idempotency ids and quota use recorded since are forgotten.")
+    res = sub.add_parser(
+        "restore",
+        help="install a backup made with `backup` as a state directory",
+        description="Verify a backup (manifest, SHA-256, quick_check) and install it into "
+        "--state-dir, whose shuffler must be stopped. The restored log does not "
+        "know what happened after the backup: reports acknowledged since then are "
+        "missing, and idempotency ids and quota use recorded since are forgotten.",
+    )
     res.add_argument("dir", type=Path, help="directory written by `lac shuffler backup`")
     res.add_argument("--force", action="store_true", help="replace an existing report log / tokens file")
     for q in (bak, res):
-        q.add_argument("--state-dir", type=Path, default=ShufflerConfig.state_dir,
-                       help=f"shuffler state directory [default: {ShufflerConfig.state_dir}]")
-        q.add_argument("--tokens-file", type=Path, default=None,
-                       help="tokens file (default: STATE_DIR/clients.tokens)")
+        q.add_argument(
+            "--state-dir",
+            type=Path,
+            default=ShufflerConfig.state_dir,
+            help=f"shuffler state directory [default: {ShufflerConfig.state_dir}]",
+        )
+        q.add_argument("--tokens-file", type=Path, default=None, help="tokens file (default: STATE_DIR/clients.tokens)")
     bak.set_defaults(func=_backup)
     res.set_defaults(func=_restore)
     amp = sub.add_parser(
         "amplification",
         help="privacy accountant: central (eps, delta) of a shuffled batch of eps0-LDP reports",
         description="Central (epsilon, delta)-DP of one uniformly shuffled batch of n reports, each from a "
-                    "distinct user and eps0-LDP: the numerical bound used everywhere in LAC (the stronger-clone "
-                    "pair of Feldman-McMillan-Talwar 2023 / Wang et al. 2024 with its mixing step, proved for "
-                    "every eps0-LDP randomizer in lac.shuffler.amplification) beside the closed form of "
-                    "Feldman-McMillan-Talwar 2021 (Thm 3.1), reporting 'no amplification' where nothing is "
-                    "gained. Offline: needs no running shuffler.")
-    amp.add_argument("--eps0", type=float, required=True,
-                     help="local pure DP level of one report (> 0); for LAC's metric-DP reports this is the "
-                          "deployment's report_epsilon0 = max_report_words * epsilon_per_word * diameter")
-    amp.add_argument("--n", type=int, required=True,
-                     help="number of reports in the shuffled batch, each from a distinct user (>= 1)")
+        "distinct user and eps0-LDP: the numerical bound used everywhere in LAC (the stronger-clone "
+        "pair of Feldman-McMillan-Talwar 2023 / Wang et al. 2024 with its mixing step, proved for "
+        "every eps0-LDP randomizer in lac.shuffler.amplification) beside the closed form of "
+        "Feldman-McMillan-Talwar 2021 (Thm 3.1), reporting 'no amplification' where nothing is "
+        "gained. Offline: needs no running shuffler.",
+    )
+    amp.add_argument(
+        "--eps0",
+        type=float,
+        required=True,
+        help="local pure DP level of one report (> 0); for LAC's metric-DP reports this is the "
+        "deployment's report_epsilon0 = max_report_words * epsilon_per_word * diameter",
+    )
+    amp.add_argument(
+        "--n", type=int, required=True, help="number of reports in the shuffled batch, each from a distinct user (>= 1)"
+    )
     amp.add_argument("--delta", type=float, required=True, help="target central delta, in (0, 1)")
-    amp.add_argument("--subsample-q", type=float, default=None, metavar="Q",
-                     help="also report amplification by Poisson sub-sampling at rate Q in [0, 1] "
-                          "(eps = log(1 + Q(e^eps0 - 1)), delta scales by Q)")
+    amp.add_argument(
+        "--subsample-q",
+        type=float,
+        default=None,
+        metavar="Q",
+        help="also report amplification by Poisson sub-sampling at rate Q in [0, 1] "
+        "(eps = log(1 + Q(e^eps0 - 1)), delta scales by Q)",
+    )
     amp.add_argument("--json", action="store_true", help="print one JSON object instead of text")
     amp.set_defaults(func=_amplification)
 
@@ -119,9 +150,11 @@ def _backup(args) -> int:
         m = backup(args.state_dir, args.dir, args.tokens_file)
     except (OSError, ValueError) as exc:
         raise SystemExit(f"error: {exc}") from None
-    print(f"backed up {m['source']} to {args.dir}: {m['buffered_reports']} buffered reports, "
-          f"{m['batches_pending']} undelivered batches, {m['database_bytes']} bytes"
-          f"{', tokens file' if m['tokens'] else ', no tokens file'}")
+    print(
+        f"backed up {m['source']} to {args.dir}: {m['buffered_reports']} buffered reports, "
+        f"{m['batches_pending']} undelivered batches, {m['database_bytes']} bytes"
+        f"{', tokens file' if m['tokens'] else ', no tokens file'}"
+    )
     return 0
 
 
@@ -132,8 +165,10 @@ def _restore(args) -> int:
         m = restore(args.dir, args.state_dir, args.tokens_file, force=args.force)
     except (OSError, ValueError) as exc:
         raise SystemExit(f"error: {exc}") from None
-    print(f"restored the backup of {m['source']} into {args.state_dir}: {m['buffered_reports']} buffered reports, "
-          f"{m['batches_pending']} undelivered batches. Reports acknowledged after the backup are not in it.")
+    print(
+        f"restored the backup of {m['source']} into {args.state_dir}: {m['buffered_reports']} buffered reports, "
+        f"{m['batches_pending']} undelivered batches. Reports acknowledged after the backup are not in it."
+    )
     return 0
 
 
@@ -154,8 +189,9 @@ def _status(args) -> int:
     s = _call(args, "GetStatus", shuffler_pb2.ShufflerStatusRequest())
     print(f"authentication:     {s.auth}")
     print(f"window:             {s.window} (next in {s.seconds_to_next_window:.0f}s)")
-    print(f"buffered reports:   {s.buffered_reports} of {s.buffered_clients} distinct clients "
-          f"(min_batch {s.min_batch})")
+    print(
+        f"buffered reports:   {s.buffered_reports} of {s.buffered_clients} distinct clients (min_batch {s.min_batch})"
+    )
     print(f"batches forwarded:  {s.batches_forwarded} ({s.reports_forwarded} reports)")
     print(f"batches pending:    {s.batches_pending}")
     print(f"report log:         {s.log_bytes} of {s.max_log_bytes} bytes")
@@ -165,8 +201,10 @@ def _status(args) -> int:
         print(f"note:               {s.note}")
     for b in s.recent_batches:
         state = "delivered" if b.delivered else "pending"
-        print(f"batch {b.batch_id}: {b.size} reports, {state}; "
-              f"{b.privacy.statement or 'amplification statement not computed yet'}")
+        print(
+            f"batch {b.batch_id}: {b.size} reports, {state}; "
+            f"{b.privacy.statement or 'amplification statement not computed yet'}"
+        )
     return 0
 
 
@@ -185,14 +223,22 @@ def _amplification(args) -> int:
         results = [shuffle_epsilon(args.eps0, args.n, args.delta, method=m) for m in ("numerical", "closed_form")]
         sub = None
         if args.subsample_q is not None:
-            sub = {"q": args.subsample_q, "epsilon": subsampling_epsilon(args.eps0, args.subsample_q),
-                   "delta_scale": args.subsample_q,
-                   "statement": subsampling_statement(args.eps0, args.subsample_q)}
+            sub = {
+                "q": args.subsample_q,
+                "epsilon": subsampling_epsilon(args.eps0, args.subsample_q),
+                "delta_scale": args.subsample_q,
+                "statement": subsampling_statement(args.eps0, args.subsample_q),
+            }
     except ValueError as exc:
         raise SystemExit(f"error: {exc}") from None
     if args.json:
-        out = {"eps0": args.eps0, "n": args.n, "delta": args.delta,
-               "numerical": results[0].to_dict(), "closed_form": results[1].to_dict()}
+        out = {
+            "eps0": args.eps0,
+            "n": args.n,
+            "delta": args.delta,
+            "numerical": results[0].to_dict(),
+            "closed_form": results[1].to_dict(),
+        }
         if sub is not None:
             out["subsampling"] = sub
         print(json.dumps(out, indent=2))
@@ -203,8 +249,9 @@ def _amplification(args) -> int:
         verdict = "amplified" if r.amplified else "no amplification (eps = eps0)"
         print(f"{r.method:<13} {r.epsilon:>12.6g}  {verdict}")
     if sub is not None:
-        print(f"{'subsample':<13} {sub['epsilon']:>12.6g}  Poisson sub-sampling at q = {sub['q']:g} "
-              f"(delta scales by q)")
+        print(
+            f"{'subsample':<13} {sub['epsilon']:>12.6g}  Poisson sub-sampling at q = {sub['q']:g} (delta scales by q)"
+        )
     print()
     for r in results:
         print(f"[{r.method}] {r.statement}")

@@ -19,101 +19,180 @@ class ShufflerConfig:
     port_file: Path | None = setting(None, "write the bound port to this file once serving")
     state_dir: Path = setting(Path("lac-state/shuffler"), "directory of the durable report log")
     curator: str = setting("127.0.0.1:50052", "curator ingest address host:port")
-    min_batch: int = setting(100, "release a batch only when reports of at least this many distinct clients are "
-                                  "buffered (a batch holds at most one report per client)")
-    release_interval_seconds: float = setting(3600.0, "at the end of each interval a batch is released if the "
-                                                      "threshold is reached (it is also checked after every commit)")
-    max_report_bytes: int = setting(66_000, "largest accepted sealed payload in bytes (HPKE payloads are at "
-                                            "most 65,584)")
-    max_reports_per_request: int = setting(10_000, "most reports accepted in one Submit call, and in all "
-                                                   "messages of one SubmitStream call together; more: "
-                                                   "INVALID_ARGUMENT (from the shuffler)")
-    max_message_bytes: int = setting(64 * 1024 ** 2, "largest gRPC message received or sent; a larger request is "
-                                                     "refused by gRPC itself with RESOURCE_EXHAUSTED (no "
-                                                     "retry-after-seconds) before it is parsed")
-    max_concurrent_streams: int = setting(1000, "most calls served at once on one client connection (HTTP/2 "
-                                                "streams); further calls on that connection wait in the client "
-                                                "or are refused with UNAVAILABLE (HTTP/2 REFUSED_STREAM; retry)")
-    max_pending_bytes: int = setting(256 * 1024 ** 2, "most payload bytes received but not yet durably "
-                                                      "committed (the group-commit queue); a Submit that would "
-                                                      "exceed it: UNAVAILABLE with retry-after-seconds")
-    commit_timeout_seconds: float = setting(10.0, "a Submit whose durable commit has not finished after this "
-                                                  "long answers UNAVAILABLE (retry with the same idempotency "
-                                                  "ids: a stored report is then acknowledged as a duplicate) and "
-                                                  "the storage counts as stalled (health NOT_SERVING) until a "
-                                                  "write succeeds")
-    min_free_disk_bytes: int = setting(128 * 1024 ** 2, "free space the state directory's filesystem must keep: "
-                                                        "below it (or after any write error) Submit answers "
-                                                        "UNAVAILABLE with retry-after-seconds and health is "
-                                                        "NOT_SERVING until a test write succeeds again with enough "
-                                                        "space (a release writes the batch before it frees the "
-                                                        "buffered reports, so keep this above max_batch_bytes)")
+    min_batch: int = setting(
+        100,
+        "release a batch only when reports of at least this many distinct clients are "
+        "buffered (a batch holds at most one report per client)",
+    )
+    release_interval_seconds: float = setting(
+        3600.0,
+        "at the end of each interval a batch is released if the "
+        "threshold is reached (it is also checked after every commit)",
+    )
+    max_report_bytes: int = setting(
+        66_000, "largest accepted sealed payload in bytes (HPKE payloads are at most 65,584)"
+    )
+    max_reports_per_request: int = setting(
+        10_000,
+        "most reports accepted in one Submit call, and in all "
+        "messages of one SubmitStream call together; more: "
+        "INVALID_ARGUMENT (from the shuffler)",
+    )
+    max_message_bytes: int = setting(
+        64 * 1024**2,
+        "largest gRPC message received or sent; a larger request is "
+        "refused by gRPC itself with RESOURCE_EXHAUSTED (no "
+        "retry-after-seconds) before it is parsed",
+    )
+    max_concurrent_streams: int = setting(
+        1000,
+        "most calls served at once on one client connection (HTTP/2 "
+        "streams); further calls on that connection wait in the client "
+        "or are refused with UNAVAILABLE (HTTP/2 REFUSED_STREAM; retry)",
+    )
+    max_pending_bytes: int = setting(
+        256 * 1024**2,
+        "most payload bytes received but not yet durably "
+        "committed (the group-commit queue); a Submit that would "
+        "exceed it: UNAVAILABLE with retry-after-seconds",
+    )
+    commit_timeout_seconds: float = setting(
+        10.0,
+        "a Submit whose durable commit has not finished after this "
+        "long answers UNAVAILABLE (retry with the same idempotency "
+        "ids: a stored report is then acknowledged as a duplicate) and "
+        "the storage counts as stalled (health NOT_SERVING) until a "
+        "write succeeds",
+    )
+    min_free_disk_bytes: int = setting(
+        128 * 1024**2,
+        "free space the state directory's filesystem must keep: "
+        "below it (or after any write error) Submit answers "
+        "UNAVAILABLE with retry-after-seconds and health is "
+        "NOT_SERVING until a test write succeeds again with enough "
+        "space (a release writes the batch before it frees the "
+        "buffered reports, so keep this above max_batch_bytes)",
+    )
     forward_retry_max_seconds: float = setting(30.0, "longest back-off between delivery attempts to the curator")
-    max_batch_bytes: int = setting(60 * 1024 ** 2, "largest forwarded batch message; a larger release is cut "
-                                                   "into several batches (keep below the curator's gRPC "
-                                                   "receive limit, 64 MiB by default)")
+    max_batch_bytes: int = setting(
+        60 * 1024**2,
+        "largest forwarded batch message; a larger release is cut "
+        "into several batches (keep below the curator's gRPC "
+        "receive limit, 64 MiB by default)",
+    )
     tls_cert: str = setting("", "TLS certificate of this server (PEM; `lac keys tls --name shuffler`)")
     tls_key: str = setting("", "TLS private key of this server")
-    tls_client_ca: str = setting("", "CA of client certificates: when set, every caller must present one (mutual "
-                                     "TLS) and certificates in operator_identities / client_identities carry those "
-                                     "roles; when unset, callers are identified by bearer tokens only")
-    operator_identities: str = setting("operator", "comma-separated mTLS common names with the operator role "
-                                                   "(GetStatus, Flush); operators can also use tokens made with "
-                                                   "`lac shuffler add-client NAME --role operator`")
-    client_identities: str = setting("", "comma-separated mTLS common names that may submit as clients (besides "
-                                         "bearer tokens)")
+    tls_client_ca: str = setting(
+        "",
+        "CA of client certificates: when set, every caller must present one (mutual "
+        "TLS) and certificates in operator_identities / client_identities carry those "
+        "roles; when unset, callers are identified by bearer tokens only",
+    )
+    operator_identities: str = setting(
+        "operator",
+        "comma-separated mTLS common names with the operator role "
+        "(GetStatus, Flush); operators can also use tokens made with "
+        "`lac shuffler add-client NAME --role operator`",
+    )
+    client_identities: str = setting(
+        "", "comma-separated mTLS common names that may submit as clients (besides bearer tokens)"
+    )
     curator_ca: str = setting("", "CA that signed the curator's certificate")
-    curator_cert: str = setting("", "this shuffler's client certificate towards the curator (mutual TLS; its "
-                                    "common name must be in the curator's ingest_identities); default tls_cert")
+    curator_cert: str = setting(
+        "",
+        "this shuffler's client certificate towards the curator (mutual TLS; its "
+        "common name must be in the curator's ingest_identities); default tls_cert",
+    )
     curator_key: str = setting("", "key of curator_cert; default tls_key")
-    insecure: bool = setting(False, "INSECURE local demos and tests: serve and reach the curator over plaintext "
-                                    "gRPC without TLS")
-    allow_plaintext_payloads: bool = setting(False, "accept PAYLOAD_ENCODING_PLAINTEXT_INSECURE reports, which "
-                                                    "this shuffler could read: local demos only")
-    auth: str = setting("token", "client authentication: 'token' (bearer tokens from tokens_file, or an mTLS "
-                                 "certificate in client_identities) or 'none' (INSECURE: anyone may submit, there "
-                                 "is no per-client quota and batches carry no distinct-client guarantee)")
-    tokens_file: Path | None = setting(None, "file of '<sha256 of token> <id> [client|operator]' lines, re-read "
-                                             "when it changes (default: STATE_DIR/clients.tokens; add clients "
-                                             "and operators with `lac shuffler add-client`)")
-    reports_per_window: int = setting(1, "k: reports accepted per client per accounting window; over it: "
-                                         "RESOURCE_EXHAUSTED with retry-after-seconds. Must equal the curator's "
-                                         "reports_per_window (it is the privacy unit)")
-    window_seconds: float = setting(86400.0, "the accounting window of the quota (the privacy unit is one client "
-                                             "over a window); must equal the curator's window_seconds")
-    idempotency_window_days: float = setting(7.0, "a report's idempotency id is remembered (a retry is acknowledged "
-                                                  "as a duplicate) for at least this many days and at most twice "
-                                                  "that; older ids are forgotten so the log stays bounded")
-    max_log_bytes: int = setting(2 * 1024 ** 3, "disk quota of the report log (buffered reports + undelivered "
-                                                "batches); when full, Submit answers UNAVAILABLE until "
-                                                "forwarding drains it")
-    batch_threshold_noise: float = setting(0.0, "mean of a geometric random amount added to min_batch for each "
-                                                "release (0 = exact min_batch), so batch sizes do not reveal "
-                                                "exactly when the threshold was crossed")
-    subsample_q: float = setting(1.0, "Poisson sub-sampling at release: keep each report with probability q "
-                                      "(1 = keep all); dropped reports are counted, never forwarded")
-    crowd_threshold: int = setting(0, "drop, at release, every crowd id with fewer than this many reports "
-                                      "(0 = off; reports without a crowd id form one crowd)")
+    insecure: bool = setting(
+        False, "INSECURE local demos and tests: serve and reach the curator over plaintext gRPC without TLS"
+    )
+    allow_plaintext_payloads: bool = setting(
+        False, "accept PAYLOAD_ENCODING_PLAINTEXT_INSECURE reports, which this shuffler could read: local demos only"
+    )
+    auth: str = setting(
+        "token",
+        "client authentication: 'token' (bearer tokens from tokens_file, or an mTLS "
+        "certificate in client_identities) or 'none' (INSECURE: anyone may submit, there "
+        "is no per-client quota and batches carry no distinct-client guarantee)",
+    )
+    tokens_file: Path | None = setting(
+        None,
+        "file of '<sha256 of token> <id> [client|operator]' lines, re-read "
+        "when it changes (default: STATE_DIR/clients.tokens; add clients "
+        "and operators with `lac shuffler add-client`)",
+    )
+    reports_per_window: int = setting(
+        1,
+        "k: reports accepted per client per accounting window; over it: "
+        "RESOURCE_EXHAUSTED with retry-after-seconds. Must equal the curator's "
+        "reports_per_window (it is the privacy unit)",
+    )
+    window_seconds: float = setting(
+        86400.0,
+        "the accounting window of the quota (the privacy unit is one client "
+        "over a window); must equal the curator's window_seconds",
+    )
+    idempotency_window_days: float = setting(
+        7.0,
+        "a report's idempotency id is remembered (a retry is acknowledged "
+        "as a duplicate) for at least this many days and at most twice "
+        "that; older ids are forgotten so the log stays bounded",
+    )
+    max_log_bytes: int = setting(
+        2 * 1024**3,
+        "disk quota of the report log (buffered reports + undelivered "
+        "batches); when full, Submit answers UNAVAILABLE until "
+        "forwarding drains it",
+    )
+    batch_threshold_noise: float = setting(
+        0.0,
+        "mean of a geometric random amount added to min_batch for each "
+        "release (0 = exact min_batch), so batch sizes do not reveal "
+        "exactly when the threshold was crossed",
+    )
+    subsample_q: float = setting(
+        1.0,
+        "Poisson sub-sampling at release: keep each report with probability q "
+        "(1 = keep all); dropped reports are counted, never forwarded",
+    )
+    crowd_threshold: int = setting(
+        0,
+        "drop, at release, every crowd id with fewer than this many reports "
+        "(0 = off; reports without a crowd id form one crowd)",
+    )
     target_delta: float = setting(1e-6, "central delta of each batch's amplification statement")
-    shards: str = setting("", "comma-separated public addresses host:port of all shuffler replicas, the same list "
-                              "on every replica (empty = one unsharded shuffler). Each client belongs to one "
-                              "replica (rendezvous hashing of its identity); the others refuse its reports with "
-                              "FAILED_PRECONDITION naming the right address, so its quota holds across replicas. "
-                              "Change the list only at a window boundary (see shards_effective_window): a client "
-                              "that moves to another replica mid-window gets a fresh quota there")
+    shards: str = setting(
+        "",
+        "comma-separated public addresses host:port of all shuffler replicas, the same list "
+        "on every replica (empty = one unsharded shuffler). Each client belongs to one "
+        "replica (rendezvous hashing of its identity); the others refuse its reports with "
+        "FAILED_PRECONDITION naming the right address, so its quota holds across replicas. "
+        "Change the list only at a window boundary (see shards_effective_window): a client "
+        "that moves to another replica mid-window gets a fresh quota there",
+    )
     shard_name: str = setting("", "this replica's own entry in shards (required when shards is set)")
-    shards_effective_window: int = setting(0, "the accounting window (unix time // window_seconds) from which "
-                                              "this shard list applies; before it this replica refuses Submit "
-                                              "with UNAVAILABLE and retry-after-seconds. To change the list, give "
-                                              "every replica the new list with the next window here, so all of "
-                                              "them switch at the same boundary (0 = applies at once)")
-    metrics_port: int | None = setting(None, "serve Prometheus text metrics at http://METRICS_HOST:PORT/metrics "
-                                             "(0 = any free port; unset = off)")
-    metrics_host: str = setting("127.0.0.1", "address of the metrics endpoint (plaintext, unauthenticated, for "
-                                             "the operator only: it has exact counts; keep it on loopback or a "
-                                             "private network)")
-    log_format: str = setting("text", "log lines as 'text' or 'json' (one JSON object per line: time, level, "
-                                      "logger, message and extra fields)")
+    shards_effective_window: int = setting(
+        0,
+        "the accounting window (unix time // window_seconds) from which "
+        "this shard list applies; before it this replica refuses Submit "
+        "with UNAVAILABLE and retry-after-seconds. To change the list, give "
+        "every replica the new list with the next window here, so all of "
+        "them switch at the same boundary (0 = applies at once)",
+    )
+    metrics_port: int | None = setting(
+        None, "serve Prometheus text metrics at http://METRICS_HOST:PORT/metrics (0 = any free port; unset = off)"
+    )
+    metrics_host: str = setting(
+        "127.0.0.1",
+        "address of the metrics endpoint (plaintext, unauthenticated, for "
+        "the operator only: it has exact counts; keep it on loopback or a "
+        "private network)",
+    )
+    log_format: str = setting(
+        "text",
+        "log lines as 'text' or 'json' (one JSON object per line: time, level, logger, message and extra fields)",
+    )
 
     def __post_init__(self) -> None:
         if self.log_format not in LOG_FORMATS:
@@ -139,21 +218,27 @@ class ShufflerConfig:
         if self.max_log_bytes < 1 or self.max_batch_bytes < 1024:
             raise ValueError("max_log_bytes must be positive and max_batch_bytes at least 1024")
         if self.max_message_bytes < 1024 or self.max_concurrent_streams < 1 or self.max_pending_bytes < 1:
-            raise ValueError("max_message_bytes must be at least 1024, max_concurrent_streams and "
-                             "max_pending_bytes positive")
+            raise ValueError(
+                "max_message_bytes must be at least 1024, max_concurrent_streams and max_pending_bytes positive"
+            )
         if not self.commit_timeout_seconds > 0 or self.min_free_disk_bytes < 0:
             raise ValueError("commit_timeout_seconds must be positive and min_free_disk_bytes >= 0")
         shards = parse_shards(self.shards)
         if shards and self.shard_name not in shards:
-            raise ValueError(f"shard_name must be this replica's entry in shards ({', '.join(shards)}); got "
-                             f"{self.shard_name!r}" if self.shard_name else
-                             f"shard_name is required with shards: this replica's entry among {', '.join(shards)}")
+            raise ValueError(
+                f"shard_name must be this replica's entry in shards ({', '.join(shards)}); got {self.shard_name!r}"
+                if self.shard_name
+                else f"shard_name is required with shards: this replica's entry among {', '.join(shards)}"
+            )
         if self.shard_name and not shards:
-            raise ValueError(f"shard_name is {self.shard_name!r} but shards is empty: set shards to the addresses "
-                             f"of all replicas (or unset shard_name for one unsharded shuffler)")
+            raise ValueError(
+                f"shard_name is {self.shard_name!r} but shards is empty: set shards to the addresses "
+                f"of all replicas (or unset shard_name for one unsharded shuffler)"
+            )
         if shards and self.auth != "token":
-            raise ValueError("shards need client authentication (auth=token): an anonymous client cannot be "
-                             "assigned to a shard")
+            raise ValueError(
+                "shards need client authentication (auth=token): an anonymous client cannot be assigned to a shard"
+            )
         if self.shards_effective_window < 0:
             raise ValueError("shards_effective_window must be >= 0")
 

@@ -24,11 +24,19 @@ class ShufflerMetrics:
     def __init__(self, shuffler):
         self.shuffler = shuffler
         self.registry = new_registry()
-        self.ingest_seconds = Histogram("lac_shuffler_ingest_seconds", "Submit latency from arrival to durable "
-                                        "commit.", buckets=LATENCY_BUCKETS, registry=self.registry)
-        self.forward_seconds = Histogram("lac_shuffler_forward_seconds", "Delivery attempts of a batch to the "
-                                         "curator (IngestBatch), by gRPC status code.", ("code",),
-                                         buckets=FORWARD_BUCKETS, registry=self.registry)
+        self.ingest_seconds = Histogram(
+            "lac_shuffler_ingest_seconds",
+            "Submit latency from arrival to durable commit.",
+            buckets=LATENCY_BUCKETS,
+            registry=self.registry,
+        )
+        self.forward_seconds = Histogram(
+            "lac_shuffler_forward_seconds",
+            "Delivery attempts of a batch to the curator (IngestBatch), by gRPC status code.",
+            ("code",),
+            buckets=FORWARD_BUCKETS,
+            registry=self.registry,
+        )
         self.rpc = RpcLatency("lac_shuffler", self.registry)
         self._scraped = ScrapeTime(self._collect)
         self.registry.register(self._scraped)
@@ -57,32 +65,69 @@ class ShufflerMetrics:
             gauge("lac_shuffler_max_log_bytes", "Disk quota of the report log.", s.config.max_log_bytes),
             gauge("lac_shuffler_window", "Current accounting window.", s.window()),
             counter("lac_shuffler_reports_accepted_total", "Reports stored.", c.get("accepted", 0)),
-            counter("lac_shuffler_reports_duplicate_total", "Reports already stored under their idempotency id.",
-                    c.get("duplicates", 0)),
-            counter("lac_shuffler_rejects_total", "Rejected reports by reason.", labels=("reason",),
-                    samples=[((k.split(":", 1)[1],), v) for k, v in sorted(c.items()) if k.startswith("reject:")]),
-            counter("lac_shuffler_dropped_total", "Reports dropped at release by reason.", labels=("reason",),
-                    samples=[(("subsampled",), c.get("dropped_subsampled", 0)),
-                             (("crowd_threshold",), c.get("dropped_crowd_threshold", 0))]),
+            counter(
+                "lac_shuffler_reports_duplicate_total",
+                "Reports already stored under their idempotency id.",
+                c.get("duplicates", 0),
+            ),
+            counter(
+                "lac_shuffler_rejects_total",
+                "Rejected reports by reason.",
+                labels=("reason",),
+                samples=[((k.split(":", 1)[1],), v) for k, v in sorted(c.items()) if k.startswith("reject:")],
+            ),
+            counter(
+                "lac_shuffler_dropped_total",
+                "Reports dropped at release by reason.",
+                labels=("reason",),
+                samples=[
+                    (("subsampled",), c.get("dropped_subsampled", 0)),
+                    (("crowd_threshold",), c.get("dropped_crowd_threshold", 0)),
+                ],
+            ),
             counter("lac_shuffler_batches_released_total", "Batches released.", c.get("batches_released", 0)),
-            counter("lac_shuffler_batches_forwarded_total", "Batches acknowledged by the curator.",
-                    c.get("batches_forwarded", 0)),
-            counter("lac_shuffler_reports_forwarded_total", "Reports acknowledged by the curator.",
-                    c.get("reports_forwarded", 0)),
-            counter("lac_shuffler_forward_failures_total", "Failed delivery attempts to the curator.",
-                    s.forward_failures),
-            gauge("lac_shuffler_storage_ok", "1 while the report log is writable (health SERVING), 0 after a "
-                  "storage failure until a test write succeeds.", 0 if s.storage_error else 1),
-            counter("lac_shuffler_storage_failures_total", "Failed storage operations (writes, reads, test writes) "
-                    "by reason: SQLITE_FULL, SQLITE_IOERR_*, LOW_DISK_SPACE, STALLED, ...", labels=("reason",),
-                    samples=[((k,), v) for k, v in sorted(s.storage_failures.items())]),
-            gauge("lac_shuffler_pending_bytes", "Payload bytes received and waiting for their durable commit.",
-                  s.pending_bytes),
+            counter(
+                "lac_shuffler_batches_forwarded_total",
+                "Batches acknowledged by the curator.",
+                c.get("batches_forwarded", 0),
+            ),
+            counter(
+                "lac_shuffler_reports_forwarded_total",
+                "Reports acknowledged by the curator.",
+                c.get("reports_forwarded", 0),
+            ),
+            counter(
+                "lac_shuffler_forward_failures_total", "Failed delivery attempts to the curator.", s.forward_failures
+            ),
+            gauge(
+                "lac_shuffler_storage_ok",
+                "1 while the report log is writable (health SERVING), 0 after a "
+                "storage failure until a test write succeeds.",
+                0 if s.storage_error else 1,
+            ),
+            counter(
+                "lac_shuffler_storage_failures_total",
+                "Failed storage operations (writes, reads, test writes) "
+                "by reason: SQLITE_FULL, SQLITE_IOERR_*, LOW_DISK_SPACE, STALLED, ...",
+                labels=("reason",),
+                samples=[((k,), v) for k, v in sorted(s.storage_failures.items())],
+            ),
+            gauge(
+                "lac_shuffler_pending_bytes",
+                "Payload bytes received and waiting for their durable commit.",
+                s.pending_bytes,
+            ),
         ]
         if pending is not None:
-            out.append(gauge("lac_shuffler_batches_pending", "Released batches not yet acknowledged by the curator "
-                             "(the delivery backlog).", pending))
+            out.append(
+                gauge(
+                    "lac_shuffler_batches_pending",
+                    "Released batches not yet acknowledged by the curator (the delivery backlog).",
+                    pending,
+                )
+            )
         if s.disk_free_bytes is not None:
-            out.append(gauge("lac_shuffler_disk_free_bytes", "Space the report log can still grow into.",
-                             s.disk_free_bytes))
+            out.append(
+                gauge("lac_shuffler_disk_free_bytes", "Space the report log can still grow into.", s.disk_free_bytes)
+            )
         return out

@@ -76,8 +76,13 @@ def chunks(payloads: Sequence[bytes], max_bytes: int) -> list[tuple[int, int]]:
     return out
 
 
-def select_batch(rows: Sequence[Row], threshold: int, subsample_q: float = 1.0, crowd_threshold: int = 0,
-                 max_batch_bytes: int = 1 << 62) -> Selection | None:
+def select_batch(
+    rows: Sequence[Row],
+    threshold: int,
+    subsample_q: float = 1.0,
+    crowd_threshold: int = 0,
+    max_batch_bytes: int = 1 << 62,
+) -> Selection | None:
     """The next batch from ``rows`` (see the module docstring), or None below ``threshold``."""
     order = secure_permutation(len(rows)).tolist()
     seen: set[bytes] = set()
@@ -106,6 +111,13 @@ def select_batch(rows: Sequence[Row], threshold: int, subsample_q: float = 1.0, 
     shuffled = [kept[i].payload for i in secure_permutation(len(kept)).tolist()]
     parts = tuple(tuple(shuffled[lo:hi]) for lo, hi in chunks(shuffled, max_batch_bytes))
     windows = [r.window for r in kept] or [r.window for r in taken]
-    return Selection(taken=tuple(r.seq for r in taken), parts=parts, considered=considered,
-                     dropped_subsampled=n_sub, dropped_crowd=n_crowd, first_window=min(windows),
-                     last_window=max(windows), distinct_clients=all(r.client is not None for r in kept))
+    return Selection(
+        taken=tuple(r.seq for r in taken),
+        parts=parts,
+        considered=considered,
+        dropped_subsampled=n_sub,
+        dropped_crowd=n_crowd,
+        first_window=min(windows),
+        last_window=max(windows),
+        distinct_clients=all(r.client is not None for r in kept),
+    )

@@ -61,15 +61,21 @@ CREATE TABLE IF NOT EXISTS counters (name TEXT PRIMARY KEY, value INTEGER NOT NU
 CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value BLOB NOT NULL);
 """
 # Columns added after the first release of the format (ALTER TABLE on an older log).
-_ADDED_COLUMNS = {"buffer": ("client BLOB", "win INTEGER NOT NULL DEFAULT 0"),
-                  "batches": ("first_window INTEGER NOT NULL DEFAULT 0", "last_window INTEGER NOT NULL DEFAULT 0",
-                              "distinct_clients INTEGER NOT NULL DEFAULT 0")}
+_ADDED_COLUMNS = {
+    "buffer": ("client BLOB", "win INTEGER NOT NULL DEFAULT 0"),
+    "batches": (
+        "first_window INTEGER NOT NULL DEFAULT 0",
+        "last_window INTEGER NOT NULL DEFAULT 0",
+        "distinct_clients INTEGER NOT NULL DEFAULT 0",
+    ),
+}
 
 # Outcomes of a group in ``append_groups`` (not counter labels: those are RejectReason.QUOTA and .LOG_FULL).
 OVER_QUOTA = "over_quota"
 LOG_FULL = "log_full"
 KEEP_DELIVERED = 50  # metadata rows of delivered batches kept for `status`
 PROBE_BYTES = 64 * 1024  # size of the write that tests whether the log is writable again
+
 
 @dataclass(frozen=True)
 class Released:
@@ -110,8 +116,11 @@ class ReportLog:
         self.state_dir = state_dir
         private_dir(state_dir)
         if (state_dir / "reports.sqlite").exists():
-            log.warning("%s is the pre-0.2 report log format and is not read; deliver or migrate its "
-                        "batches with the previous version first", state_dir / "reports.sqlite")
+            log.warning(
+                "%s is the pre-0.2 report log format and is not read; deliver or migrate its "
+                "batches with the previous version first",
+                state_dir / "reports.sqlite",
+            )
         self.path = state_dir / "shuffler.sqlite"
         self._db = private_sqlite(self.path)
         self._db.execute("PRAGMA cache_size=-65536")  # 64 MiB: the idempotency index is random-access
@@ -195,12 +204,15 @@ class ReportLog:
                     stored.append(new)
                 db.executemany("INSERT INTO seen VALUES (?)", ((f[0],) for f in fresh))
                 # Stored framed as a repeated `reports` field entry, ready to be concatenated at release.
-                db.executemany("INSERT INTO buffer (crowd, payload, client, win) VALUES (?, ?, ?, ?)",
-                               ((c, wire.batch_entry(p), client, window) for _, c, p in fresh))
+                db.executemany(
+                    "INSERT INTO buffer (crowd, payload, client, win) VALUES (?, ?, ?, ?)",
+                    ((c, wire.batch_entry(p), client, window) for _, c, p in fresh),
+                )
                 n_new = len(fresh)
                 if metered:
-                    row = db.execute("SELECT n FROM window_quota WHERE win = ? AND client = ?",
-                                     (window, client)).fetchone()
+                    row = db.execute(
+                        "SELECT n FROM window_quota WHERE win = ? AND client = ?", (window, client)
+                    ).fetchone()
                     if (row[0] if row else 0) + n_new > quota:
                         db.execute("ROLLBACK TO g")
                         db.execute("RELEASE g")
@@ -209,8 +221,11 @@ class ReportLog:
                         results.append(OVER_QUOTA)
                         continue
                     if n_new:
-                        db.execute("INSERT INTO window_quota VALUES (?, ?, ?) ON CONFLICT(win, client) "
-                                   "DO UPDATE SET n = n + excluded.n", (window, client, n_new))
+                        db.execute(
+                            "INSERT INTO window_quota VALUES (?, ?, ?) ON CONFLICT(win, client) "
+                            "DO UPDATE SET n = n + excluded.n",
+                            (window, client, n_new),
+                        )
                     db.execute("RELEASE g")
                 bumps["accepted"] += n_new
                 bumps["duplicates"] += len(stored) - n_new
@@ -229,11 +244,16 @@ class ReportLog:
         """The subset of ``ids`` already stored (in either generation)."""
         out: set[bytes] = set()
         for i in range(0, len(ids), 10_000):
-            chunk = ids[i:i + 10_000]
+            chunk = ids[i : i + 10_000]
             marks = ",".join("?" * len(chunk))
-            out.update(r[0] for r in self._db.execute(
-                f"SELECT idempotency_id FROM seen WHERE idempotency_id IN ({marks}) UNION ALL "
-                f"SELECT idempotency_id FROM seen_prev WHERE idempotency_id IN ({marks})", chunk + chunk))
+            out.update(
+                r[0]
+                for r in self._db.execute(
+                    f"SELECT idempotency_id FROM seen WHERE idempotency_id IN ({marks}) UNION ALL "
+                    f"SELECT idempotency_id FROM seen_prev WHERE idempotency_id IN ({marks})",
+                    chunk + chunk,
+                )
+            )
         return out
 
     def rotate_seen(self, window_seconds: float, now: float | None = None) -> bool:
@@ -261,8 +281,9 @@ class ReportLog:
         """Reports the next batch could take: one per buffered client plus every anonymous one."""
         return len(self._per_client) + self._anonymous
 
-    def release(self, threshold: int, subsample_q: float = 1.0, crowd_threshold: int = 0,
-                max_batch_bytes: int = 1 << 62) -> Released | None:
+    def release(
+        self, threshold: int, subsample_q: float = 1.0, crowd_threshold: int = 0, max_batch_bytes: int = 1 << 62
+    ) -> Released | None:
         """If ``threshold`` is reached, turn one report per buffered client into shuffled batches.
 
         The policy (``lac.shuffler.policy.select_batch``) decides; this stores its outcome:
@@ -280,23 +301,42 @@ class ReportLog:
             for part in sel.parts:
                 batch_id = uuid.UUID(bytes=os.urandom(16)).hex
                 header = wire.batch_header(batch_id)
-                self._db.execute("INSERT INTO batches (batch_id, n, body, first_window, last_window, distinct_clients) "
-                                 "VALUES (?, ?, ?, ?, ?, ?)",
-                                 (batch_id, len(part), header + b"".join(part), sel.first_window, sel.last_window,
-                                  int(sel.distinct_clients)))
+                self._db.execute(
+                    "INSERT INTO batches (batch_id, n, body, first_window, last_window, distinct_clients) "
+                    "VALUES (?, ?, ?, ?, ?, ?)",
+                    (
+                        batch_id,
+                        len(part),
+                        header + b"".join(part),
+                        sel.first_window,
+                        sel.last_window,
+                        int(sel.distinct_clients),
+                    ),
+                )
                 batch_ids.append(batch_id)
             taken = list(sel.taken)
             for i in range(0, len(taken), 10_000):
-                chunk = taken[i:i + 10_000]
+                chunk = taken[i : i + 10_000]
                 self._db.execute(f"DELETE FROM buffer WHERE seq IN ({','.join('?' * len(chunk))})", chunk)
-            self._bump_all({"batches_released": len(batch_ids), "dropped_subsampled": sel.dropped_subsampled,
-                            "dropped_crowd_threshold": sel.dropped_crowd})
+            self._bump_all(
+                {
+                    "batches_released": len(batch_ids),
+                    "dropped_subsampled": sel.dropped_subsampled,
+                    "dropped_crowd_threshold": sel.dropped_crowd,
+                }
+            )
         by_client = {r.seq: r.client for r in rows}
         for seq in taken:
             self._count_buffered(by_client[seq], -1)
         self.used_bytes = self._measure()
-        return Released(batch_ids[0] if batch_ids else None, sel.size, sel.considered, sel.dropped_subsampled,
-                        sel.dropped_crowd, len(batch_ids))
+        return Released(
+            batch_ids[0] if batch_ids else None,
+            sel.size,
+            sel.considered,
+            sel.dropped_subsampled,
+            sel.dropped_crowd,
+            len(batch_ids),
+        )
 
     def get_meta(self, name: str) -> bytes | None:
         row = self._db.execute("SELECT value FROM meta WHERE name = ?", (name,)).fetchone()
@@ -304,8 +344,9 @@ class ReportLog:
 
     def set_meta(self, name: str, value: bytes) -> None:
         with self._tx():
-            self._db.execute("INSERT INTO meta VALUES (?, ?) ON CONFLICT(name) DO UPDATE SET value = excluded.value",
-                             (name, value))
+            self._db.execute(
+                "INSERT INTO meta VALUES (?, ?) ON CONFLICT(name) DO UPDATE SET value = excluded.value", (name, value)
+            )
 
     def pending_batches(self) -> list[str]:
         return [r[0] for r in self._db.execute("SELECT batch_id FROM batches WHERE delivered = 0 ORDER BY rowid")]
@@ -314,7 +355,8 @@ class ReportLog:
         """A pending batch: its size, body, privacy statement (once computed) and windows."""
         n, body, privacy, first, last, distinct = self._db.execute(
             "SELECT n, body, privacy, first_window, last_window, distinct_clients FROM batches WHERE batch_id = ?",
-            (batch_id,)).fetchone()
+            (batch_id,),
+        ).fetchone()
         return StoredBatch(n, body, privacy, first, last, bool(distinct))
 
     def set_privacy(self, batch_id: str, privacy: bytes) -> None:
@@ -322,20 +364,24 @@ class ReportLog:
             self._db.execute("UPDATE batches SET privacy = ? WHERE batch_id = ?", (privacy, batch_id))
 
     def recent_batches(self, limit: int = 10) -> list[tuple[str, int, bool, bytes | None]]:
-        return self._db.execute("SELECT batch_id, n, delivered, privacy FROM batches ORDER BY rowid DESC LIMIT ?",
-                                (limit,)).fetchall()
+        return self._db.execute(
+            "SELECT batch_id, n, delivered, privacy FROM batches ORDER BY rowid DESC LIMIT ?", (limit,)
+        ).fetchall()
 
     def delivered(self, batch_id: str) -> None:
         """Forget the content of a batch the curator has acknowledged (its metadata stays a while)."""
         with self._tx():
-            n = self._db.execute("UPDATE batches SET body = NULL, delivered = 1 WHERE batch_id = ? AND delivered = 0",
-                                 (batch_id,)).rowcount
+            n = self._db.execute(
+                "UPDATE batches SET body = NULL, delivered = 1 WHERE batch_id = ? AND delivered = 0", (batch_id,)
+            ).rowcount
             if n:
                 size = self._db.execute("SELECT n FROM batches WHERE batch_id = ?", (batch_id,)).fetchone()[0]
                 self._bump_all({"batches_forwarded": 1, "reports_forwarded": size})
-                self._db.execute("DELETE FROM batches WHERE delivered = 1 AND rowid NOT IN "
-                                 "(SELECT rowid FROM batches WHERE delivered = 1 ORDER BY rowid DESC LIMIT ?)",
-                                 (KEEP_DELIVERED,))
+                self._db.execute(
+                    "DELETE FROM batches WHERE delivered = 1 AND rowid NOT IN "
+                    "(SELECT rowid FROM batches WHERE delivered = 1 ORDER BY rowid DESC LIMIT ?)",
+                    (KEEP_DELIVERED,),
+                )
         self.used_bytes = self._measure()
 
     def prune_quota(self, window: int) -> None:
@@ -359,8 +405,11 @@ class ReportLog:
         """A real durable write of ``nbytes`` (replacing the previous probe's): raises if the log cannot
         be written. Also saves the counters kept in memory."""
         with self._tx():
-            self._db.execute("INSERT INTO meta VALUES ('write_probe', randomblob(?)) ON CONFLICT(name) "
-                             "DO UPDATE SET value = excluded.value", (nbytes,))
+            self._db.execute(
+                "INSERT INTO meta VALUES ('write_probe', randomblob(?)) ON CONFLICT(name) "
+                "DO UPDATE SET value = excluded.value",
+                (nbytes,),
+            )
             self._save_unsaved()
         self.used_bytes = self._measure()
 
@@ -387,8 +436,10 @@ class ReportLog:
         self._bump_all(taken)
 
     def _bump_all(self, bumps) -> None:
-        self._db.executemany("INSERT INTO counters VALUES (?, ?) ON CONFLICT(name) DO UPDATE SET value = value + ?",
-                             ((k, v, v) for k, v in bumps.items() if v))
+        self._db.executemany(
+            "INSERT INTO counters VALUES (?, ?) ON CONFLICT(name) DO UPDATE SET value = value + ?",
+            ((k, v, v) for k, v in bumps.items() if v),
+        )
 
     def _tx(self):
         return _Transaction(self)

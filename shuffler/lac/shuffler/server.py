@@ -34,6 +34,7 @@ ROLES = {
     "GetShards": {Role.CLIENT, Role.OPERATOR},
 }
 
+
 class _BoundedReports(grpc.GenericRpcHandler):
     """Refuses, before it is parsed, a Submit (or SubmitStream) message of a client holding more reports
     than ``max_reports_per_request``: parsed, an empty report costs ~70 bytes of memory for its 2 bytes on
@@ -71,8 +72,9 @@ class _BoundedReports(grpc.GenericRpcHandler):
                         await context.abort(grpc.StatusCode.INVALID_ARGUMENT, problem)
                 return await inner(raw, context)
 
-            return grpc.unary_unary_rpc_method_handler(unary, request_deserializer=None,
-                                                       response_serializer=handler.response_serializer)
+            return grpc.unary_unary_rpc_method_handler(
+                unary, request_deserializer=None, response_serializer=handler.response_serializer
+            )
         inner_stream = handler.stream_unary
 
         async def stream(request_iterator, context):
@@ -85,8 +87,9 @@ class _BoundedReports(grpc.GenericRpcHandler):
 
             return await inner_stream(bounded(), context)
 
-        return grpc.stream_unary_rpc_method_handler(stream, request_deserializer=None,
-                                                    response_serializer=handler.response_serializer)
+        return grpc.stream_unary_rpc_method_handler(
+            stream, request_deserializer=None, response_serializer=handler.response_serializer
+        )
 
 
 def _name_the_right_shard(context, refusal: WrongShard) -> None:
@@ -115,9 +118,11 @@ class ShufflerServicer:
             total += len(request.reports)
             if total > limit:  # the one response carries an ack per report: bound the whole call
                 await self.shuffler.count_reject(RejectReason.INVALID_ARGUMENT, len(request.reports))
-                raise InvalidArgument(f"more than {limit} reports in one SubmitStream call (max_reports_per_request); "
-                                      f"the earlier messages' reports may be stored: resend them in a new call "
-                                      f"with the same idempotency ids")
+                raise InvalidArgument(
+                    f"more than {limit} reports in one SubmitStream call (max_reports_per_request); "
+                    f"the earlier messages' reports may be stored: resend them in a new call "
+                    f"with the same idempotency ids"
+                )
             try:
                 stored = await self.shuffler.submit(request.reports, caller.identity)
             except WrongShard as exc:  # raised by the first message, before anything is stored
@@ -136,8 +141,9 @@ class ShufflerServicer:
         released = await self.shuffler.flush()
         if released is None:
             return shuffler_pb2.FlushResponse(released=False, note=self.shuffler.note)
-        return shuffler_pb2.FlushResponse(released=True, batch_id=released[0], batch_size=released[1],
-                                          note=self.shuffler.note)
+        return shuffler_pb2.FlushResponse(
+            released=True, batch_id=released[0], batch_size=released[1], note=self.shuffler.note
+        )
 
     async def GetShards(self, request, context, caller: Caller):
         return self.shuffler.shard_assignment(caller.identity)
@@ -147,14 +153,22 @@ def create_server(shuffler: Shuffler) -> tuple[grpc.aio.Server, int]:
     """Build (not start) the gRPC server for ``shuffler``, bound as its config says."""
     cfg = shuffler.config
     server = common_server.new_server(cfg.max_message_bytes, cfg.max_concurrent_streams)
+
     async def count_malformed(method: str) -> None:
         await shuffler.count_reject(RejectReason.MALFORMED)
 
-    handler = service_handler(SERVICE, ShufflerServicer(shuffler), ROLES, shuffler.auth, on_malformed=count_malformed,
-                              observe=shuffler.metrics.rpc)
+    handler = service_handler(
+        SERVICE,
+        ShufflerServicer(shuffler),
+        ROLES,
+        shuffler.auth,
+        on_malformed=count_malformed,
+        observe=shuffler.metrics.rpc,
+    )
     server.add_generic_rpc_handlers((_BoundedReports(handler, shuffler),))
     # With a client CA every caller must present a certificate (gRPC cannot ask for an optional one);
     # without, callers are identified by bearer tokens only.
     server_tls = tls.server_tls(cfg.tls_cert, cfg.tls_key, cfg.tls_client_ca, insecure=cfg.insecure, name="shuffler")
-    return common_server.finish_server(server, [SERVICE_NAME], cfg.host, cfg.port, server_tls,
-                                       health_state=shuffler.health)
+    return common_server.finish_server(
+        server, [SERVICE_NAME], cfg.host, cfg.port, server_tls, health_state=shuffler.health
+    )

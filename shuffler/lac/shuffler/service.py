@@ -32,8 +32,8 @@ import json
 import logging
 import time
 from collections import Counter
-from contextlib import suppress
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import suppress
 
 import grpc
 
@@ -47,11 +47,10 @@ from lac.common.serde import deployment_from_proto, deployment_to_proto
 from lac.common.server import Health
 from lac.common.storage import LowDiskSpace, storage_failure_reason
 from lac.common.v1 import curator_pb2, curator_pb2_grpc, reports_pb2, shuffler_pb2
-from lac.shuffler import amplification
+from lac.shuffler import amplification, wire
 from lac.shuffler.auth import ShufflerAuth
 from lac.shuffler.config import ShufflerConfig
 from lac.shuffler.metrics import ShufflerMetrics
-from lac.shuffler import wire
 from lac.shuffler.reportlog import LOG_FULL, OVER_QUOTA, ReportLog, StoredBatch
 from lac.shuffler.shards import assign_shard
 from lac.shuffler.shuffle import geometric
@@ -78,8 +77,10 @@ class WrongShard(FailedPrecondition):
     """A sharded replica's refusal: the calling client belongs to the replica at ``shard``."""
 
     def __init__(self, shard: str, this_replica: str):
-        super().__init__(f"this client belongs to the shuffler replica at {shard}, not to {this_replica}: send the "
-                         f"same reports there (trailing metadata lac-shard); nothing was stored here")
+        super().__init__(
+            f"this client belongs to the shuffler replica at {shard}, not to {this_replica}: send the "
+            f"same reports there (trailing metadata lac-shard); nothing was stored here"
+        )
         self.shard = shard
 
 
@@ -89,34 +90,71 @@ def batch_guarantee(batch: StoredBatch, deployment: Deployment, config: Shuffler
     Shuffling bounds hold for neighbouring batches that differ in one user's input (replace-one)."""
     eps0, delta = deployment.report_epsilon0, config.target_delta
     unit = PrivacyUnit.report(deployment.max_report_words)
-    where = (f"each report is ε0-LDP with ε0 = {eps0:.6g} (L·ε·bound from the curator's deployment: "
-             f"{deployment.max_report_words}·{deployment.epsilon_per_word:g}·{deployment.word_distance_bound:.6g})")
+    where = (
+        f"each report is ε0-LDP with ε0 = {eps0:.6g} (L·ε·bound from the curator's deployment: "
+        f"{deployment.max_report_words}·{deployment.epsilon_per_word:g}·{deployment.word_distance_bound:.6g})"
+    )
     extra = []
     if config.crowd_threshold:
-        extra.append(f"Crowd threshold k={config.crowd_threshold} applied (Prochlo-style; a data-dependent filter "
-                     f"with no DP claim of its own).")
+        extra.append(
+            f"Crowd threshold k={config.crowd_threshold} applied (Prochlo-style; a data-dependent filter "
+            f"with no DP claim of its own)."
+        )
     if config.subsample_q < 1:
-        extra.append(f"Reports were Poisson sub-sampled at q={config.subsample_q:g} (secret sample) before "
-                     f"shuffling; the ε above does not count that in. "
-                     + amplification.subsampling_statement(eps0, config.subsample_q))
+        extra.append(
+            f"Reports were Poisson sub-sampled at q={config.subsample_q:g} (secret sample) before "
+            f"shuffling; the ε above does not count that in. "
+            + amplification.subsampling_statement(eps0, config.subsample_q)
+        )
     if not batch.distinct_clients:
         return Guarantee(
-            Model.SHUFFLED, eps0, 0.0, unit, Adjacency.REPLACE, "shuffling without client authentication",
-            details=("No amplification: client authentication is off (auth none), so the reports are not known "
-                     f"to come from distinct clients; only the local guarantee holds: {where}.", *extra)), "none"
+            Model.SHUFFLED,
+            eps0,
+            0.0,
+            unit,
+            Adjacency.REPLACE,
+            "shuffling without client authentication",
+            details=(
+                "No amplification: client authentication is off (auth none), so the reports are not known "
+                f"to come from distinct clients; only the local guarantee holds: {where}.",
+                *extra,
+            ),
+        ), "none"
     r = amplification.shuffle_epsilon(eps0, batch.n, delta)
-    assumptions = (f"at most one report per client in the batch (enforced: quota {config.reports_per_window} per "
-                   f"{config.window_seconds:g} s window, one report per client per batch)",)
+    assumptions = (
+        f"at most one report per client in the batch (enforced: quota {config.reports_per_window} per "
+        f"{config.window_seconds:g} s window, one report per client per batch)",
+    )
     if not r.amplified:
-        return Guarantee(Model.SHUFFLED, eps0, 0.0, unit, Adjacency.REPLACE, f"uniform shuffle of {batch.n} reports",
-                         details=(f"No amplification: {where}, and at n = {batch.n}, δ = {delta:.3g} the shuffle "
-                                  f"accountant (lac.shuffler.amplification, method {r.method}) gives nothing below "
-                                  f"it.", *extra), assumptions=assumptions), "none"
-    return Guarantee(Model.SHUFFLED, r.epsilon, delta, unit, Adjacency.REPLACE,
-                     f"uniform shuffle of {batch.n} reports of distinct clients",
-                     details=(f"{where}; the shuffle accountant (lac.shuffler.amplification, method {r.method}) "
-                              f"bounds the batch's central ε, rounded up.", *extra),
-                     assumptions=assumptions), r.method
+        return Guarantee(
+            Model.SHUFFLED,
+            eps0,
+            0.0,
+            unit,
+            Adjacency.REPLACE,
+            f"uniform shuffle of {batch.n} reports",
+            details=(
+                f"No amplification: {where}, and at n = {batch.n}, δ = {delta:.3g} the shuffle "
+                f"accountant (lac.shuffler.amplification, method {r.method}) gives nothing below "
+                f"it.",
+                *extra,
+            ),
+            assumptions=assumptions,
+        ), "none"
+    return Guarantee(
+        Model.SHUFFLED,
+        r.epsilon,
+        delta,
+        unit,
+        Adjacency.REPLACE,
+        f"uniform shuffle of {batch.n} reports of distinct clients",
+        details=(
+            f"{where}; the shuffle accountant (lac.shuffler.amplification, method {r.method}) "
+            f"bounds the batch's central ε, rounded up.",
+            *extra,
+        ),
+        assumptions=assumptions,
+    ), r.method
 
 
 class Shuffler:
@@ -124,16 +162,26 @@ class Shuffler:
 
     def __init__(self, config: ShufflerConfig):
         self.config = config
-        self._curator_tls = tls.client_tls(config.curator_ca, config.curator_cert or config.tls_cert,
-                                           config.curator_key or config.tls_key, insecure=config.insecure,
-                                           name="shuffler -> curator")
-        self.auth = ShufflerAuth(config.tokens_path, operators=parse_names(config.operator_identities),
-                                 clients=parse_names(config.client_identities), client_auth=config.auth == "token",
-                                 insecure=config.insecure)
+        self._curator_tls = tls.client_tls(
+            config.curator_ca,
+            config.curator_cert or config.tls_cert,
+            config.curator_key or config.tls_key,
+            insecure=config.insecure,
+            name="shuffler -> curator",
+        )
+        self.auth = ShufflerAuth(
+            config.tokens_path,
+            operators=parse_names(config.operator_identities),
+            clients=parse_names(config.client_identities),
+            client_auth=config.auth == "token",
+            insecure=config.insecure,
+        )
         if not self.auth.enabled:
-            log.warning("CLIENT AUTHENTICATION DISABLED (auth=none): anyone who can reach this port may submit, "
-                        "there is no per-client quota and batches carry no distinct-client guarantee. Local demos "
-                        "and tests only.")
+            log.warning(
+                "CLIENT AUTHENTICATION DISABLED (auth=none): anyone who can reach this port may submit, "
+                "there is no per-client quota and batches carry no distinct-client guarantee. Local demos "
+                "and tests only."
+            )
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="reportlog")
         self._log = ReportLog(config.state_dir)
         self._wake_forwarder = asyncio.Event()
@@ -154,7 +202,8 @@ class Shuffler:
         self._window = self.window()
         cached = self._log.get_meta("deployment")  # the last one fetched, so a restart knows it at once
         self._deployment: Deployment | None = (
-            deployment_from_proto(reports_pb2.Deployment.FromString(cached)) if cached else None)
+            deployment_from_proto(reports_pb2.Deployment.FromString(cached)) if cached else None
+        )
         self._deployment_at = 0.0
         self.forward_failures = 0
         self.metrics = ShufflerMetrics(self)  # served at metrics_host:metrics_port once started (operator only)
@@ -168,24 +217,39 @@ class Shuffler:
         """Log the shard topology; warn when it differs from the one this state directory last served
         with and applies at once (a client that moves mid-window gets a fresh quota on its new replica)."""
         cfg = self.config
-        current = {"shards": sorted(self.shards), "shard_name": cfg.shard_name,
-                   "effective_window": cfg.shards_effective_window}
+        current = {
+            "shards": sorted(self.shards),
+            "shard_name": cfg.shard_name,
+            "effective_window": cfg.shards_effective_window,
+        }
         stored = self._log.get_meta("shards")
         previous = json.loads(stored) if stored else None
         if self.shards:
-            log.info("shard %s of %d replicas (%s), applying from window %d (now %d)", cfg.shard_name,
-                     len(self.shards), ", ".join(self.shards), cfg.shards_effective_window, self._window)
-        if previous is not None and previous["shards"] != current["shards"] and \
-                cfg.shards_effective_window <= self._window:
-            log.warning("SHARD LIST CHANGED (was %s) and applies at once, in window %d: unless every replica "
-                        "switched at this window's start, a client that moved replica gets a fresh quota on its new "
-                        "one for the rest of this window. Change the list at a window boundary: give every replica "
-                        "the new list with shards_effective_window set to the next window",
-                        ", ".join(previous["shards"]) or "not sharded", self._window)
+            log.info(
+                "shard %s of %d replicas (%s), applying from window %d (now %d)",
+                cfg.shard_name,
+                len(self.shards),
+                ", ".join(self.shards),
+                cfg.shards_effective_window,
+                self._window,
+            )
+        if (
+            previous is not None
+            and previous["shards"] != current["shards"]
+            and cfg.shards_effective_window <= self._window
+        ):
+            log.warning(
+                "SHARD LIST CHANGED (was %s) and applies at once, in window %d: unless every replica "
+                "switched at this window's start, a client that moved replica gets a fresh quota on its new "
+                "one for the rest of this window. Change the list at a window boundary: give every replica "
+                "the new list with shards_effective_window set to the next window",
+                ", ".join(previous["shards"]) or "not sharded",
+                self._window,
+            )
         if previous != current:
             try:
                 self._log.set_meta("shards", json.dumps(current).encode())
-            except Exception as exc:  # noqa: BLE001 - only the comparison at the next start is lost
+            except Exception as exc:
                 if storage_failure_reason(exc) is None:
                     raise
                 log.warning("could not record the shard list in the report log (%s)", exc)
@@ -206,17 +270,22 @@ class Shuffler:
         if self.window() < start:
             self._log.count_reject(RejectReason.SHARDS_NOT_EFFECTIVE, n_reports)
             wait = start * self.config.window_seconds - time.time()
-            raise Unavailable(f"this replica's shard list applies from accounting window {start} (in {wait:.0f} s); "
-                              f"retry then", retry_after=wait)
+            raise Unavailable(
+                f"this replica's shard list applies from accounting window {start} (in {wait:.0f} s); retry then",
+                retry_after=wait,
+            )
         if home != self.config.shard_name:
             self._log.count_reject(RejectReason.WRONG_SHARD, n_reports)
             raise WrongShard(home, self.config.shard_name)
 
     def shard_assignment(self, client_id: str | None) -> shuffler_pb2.ShardAssignment:
         """What ``GetShards`` answers ``client_id``: the shard list, this replica's entry and the client's shard."""
-        return shuffler_pb2.ShardAssignment(shards=self.shards, shard_name=self.config.shard_name,
-                                            assigned_shard=self.assigned_shard(client_id) or "",
-                                            effective_window=self.config.shards_effective_window)
+        return shuffler_pb2.ShardAssignment(
+            shards=self.shards,
+            shard_name=self.config.shard_name,
+            assigned_shard=self.assigned_shard(client_id) or "",
+            effective_window=self.config.shards_effective_window,
+        )
 
     # ------------------------------------------------------------------ plumbing
 
@@ -245,21 +314,31 @@ class Shuffler:
         if self.storage_error is None:
             now = time.monotonic()
             # Failing again soon after a recovery: test less often, so a flapping disk cannot flood the log.
-            self._probe_delay = (PROBE_MIN_SECONDS if now - self._recovered_at > STABLE_SECONDS else
-                                 min(self._probe_delay * 2, PROBE_MAX_SECONDS))
+            self._probe_delay = (
+                PROBE_MIN_SECONDS
+                if now - self._recovered_at > STABLE_SECONDS
+                else min(self._probe_delay * 2, PROBE_MAX_SECONDS)
+            )
             self.storage_error = f"{reason} in {op}: {exc}"
             self._failed_at = now
             self._storage_ok.clear()
             self.health.set_serving(False)
             self._wake_storage.set()
-            log.error("report log unusable (%s in %s: %s): Submit answers UNAVAILABLE and health is NOT_SERVING "
-                      "until a test write succeeds; acknowledged reports are kept", reason, op, exc)
+            log.error(
+                "report log unusable (%s in %s: %s): Submit answers UNAVAILABLE and health is NOT_SERVING "
+                "until a test write succeeds; acknowledged reports are kept",
+                reason,
+                op,
+                exc,
+            )
         return self._unavailable()
 
     def _unavailable(self) -> StorageFailed:
-        return StorageFailed(f"the report log cannot be written ({self.storage_error}); the reports may or may "
-                             f"not be stored: retry later with the same idempotency ids",
-                             retry_after=self._probe_delay)
+        return StorageFailed(
+            f"the report log cannot be written ({self.storage_error}); the reports may or may "
+            f"not be stored: retry later with the same idempotency ids",
+            retry_after=self._probe_delay,
+        )
 
     def _check_space(self) -> None:
         """On the log thread: LowDiskSpace if free space (filesystem plus free pages inside the log) is
@@ -267,8 +346,10 @@ class Shuffler:
         free = self._log.free_bytes()
         self.disk_free_bytes = free
         if free < self.config.min_free_disk_bytes:
-            raise LowDiskSpace(f"{free} bytes free for the report log, fewer than min_free_disk_bytes="
-                               f"{self.config.min_free_disk_bytes}")
+            raise LowDiskSpace(
+                f"{free} bytes free for the report log, fewer than min_free_disk_bytes="
+                f"{self.config.min_free_disk_bytes}"
+            )
 
     def _probe(self) -> None:
         self._check_space()
@@ -299,8 +380,9 @@ class Shuffler:
                 self._probe_delay = min(self._probe_delay * 2, PROBE_MAX_SECONDS)
                 continue
             now = time.monotonic()
-            log.warning("report log writable again after %.1f s (was: %s); serving", now - self._failed_at,
-                        self.storage_error)
+            log.warning(
+                "report log writable again after %.1f s (was: %s); serving", now - self._failed_at, self.storage_error
+            )
             self.storage_error, self._recovered_at = None, now
             self.health.set_serving(True)
             self._storage_ok.set()
@@ -318,8 +400,10 @@ class Shuffler:
         return self.config.min_batch + geometric(self.config.batch_threshold_noise)
 
     def start(self) -> None:
-        self._tasks = [asyncio.create_task(self._supervised(loop)) for loop in
-                       (self._commit_loop, self._forward_loop, self._interval_loop, self._storage_loop)]
+        self._tasks = [
+            asyncio.create_task(self._supervised(loop))
+            for loop in (self._commit_loop, self._forward_loop, self._interval_loop, self._storage_loop)
+        ]
         self._wake_forwarder.set()  # deliver batches left over from before a restart
         if self.config.metrics_port is not None:
             self.metrics_ready = self.metrics.endpoint.start_soon(self.config.metrics_host, self.config.metrics_port)
@@ -338,7 +422,7 @@ class Shuffler:
             except StorageFailed:
                 await self._storage_ok.wait()
                 continue
-            except Exception:  # noqa: BLE001 - logged; the loop restarts after a back-off
+            except Exception:
                 if time.monotonic() - started > STABLE_SECONDS:
                     delay = 0.5
                 log.exception("background task %s failed; restarting in %.1fs", loop.__name__, delay)
@@ -373,8 +457,10 @@ class Shuffler:
         unspecified = reports_pb2.PAYLOAD_ENCODING_UNSPECIFIED
         for i, r in enumerate(reports):
             if not MIN_IDEMPOTENCY_BYTES <= len(r.idempotency_id) <= MAX_IDEMPOTENCY_BYTES:
-                raise InvalidArgument(f"report {i}: idempotency_id must be {MIN_IDEMPOTENCY_BYTES}.."
-                                      f"{MAX_IDEMPOTENCY_BYTES} bytes, got {len(r.idempotency_id)}")
+                raise InvalidArgument(
+                    f"report {i}: idempotency_id must be {MIN_IDEMPOTENCY_BYTES}.."
+                    f"{MAX_IDEMPOTENCY_BYTES} bytes, got {len(r.idempotency_id)}"
+                )
             p = r.payload
             if p.encoding == unspecified:
                 raise PayloadRejected(RejectReason.UNSPECIFIED_ENCODING, f"report {i}: payload encoding is unspecified")
@@ -408,8 +494,11 @@ class Shuffler:
         size = sum(len(it[2]) for it in items)
         if self._pending_bytes and self._pending_bytes + size > cfg.max_pending_bytes:
             self._log.count_reject(RejectReason.OVERLOADED, len(items))
-            raise Unavailable(f"ingest queue full ({self._pending_bytes} bytes wait for a durable commit; "
-                              f"max_pending_bytes={cfg.max_pending_bytes}); retry", retry_after=1)
+            raise Unavailable(
+                f"ingest queue full ({self._pending_bytes} bytes wait for a durable commit; "
+                f"max_pending_bytes={cfg.max_pending_bytes}); retry",
+                retry_after=1,
+            )
         key = self._log.client_key(client_id) if client_id is not None else None
         fut = asyncio.get_running_loop().create_future()
         self._pending.append((items, key, fut, t0, size))
@@ -418,19 +507,28 @@ class Shuffler:
         try:
             # shield: a call that gives up leaves its reports in the commit (a retry is then a duplicate)
             result = await asyncio.wait_for(asyncio.shield(fut), cfg.commit_timeout_seconds)
-        except asyncio.TimeoutError:
-            raise Unavailable(f"the durable commit did not finish within commit_timeout_seconds="
-                              f"{cfg.commit_timeout_seconds:g}; the reports may or may not be stored: retry with "
-                              f"the same idempotency ids", retry_after=self._probe_delay) from None
+        except TimeoutError:
+            raise Unavailable(
+                f"the durable commit did not finish within commit_timeout_seconds="
+                f"{cfg.commit_timeout_seconds:g}; the reports may or may not be stored: retry with "
+                f"the same idempotency ids",
+                retry_after=self._probe_delay,
+            ) from None
         if isinstance(result, Exception):
             raise result
         if result == OVER_QUOTA:
             wait = self.seconds_to_next_window()
-            raise ResourceExhausted(f"quota of {self.config.reports_per_window} report(s) per client per accounting "
-                                    f"window reached; retry after {wait:.0f} s (next window)", retry_after=wait)
+            raise ResourceExhausted(
+                f"quota of {self.config.reports_per_window} report(s) per client per accounting "
+                f"window reached; retry after {wait:.0f} s (next window)",
+                retry_after=wait,
+            )
         if result == LOG_FULL:
-            raise Unavailable(f"report log full ({self._log.used_bytes} of {self.config.max_log_bytes} bytes): "
-                              "the curator is not taking batches; retry later", retry_after=30)
+            raise Unavailable(
+                f"report log full ({self._log.used_bytes} of {self.config.max_log_bytes} bytes): "
+                "the curator is not taking batches; retry later",
+                retry_after=30,
+            )
         return result
 
     async def _commit_loop(self) -> None:
@@ -459,13 +557,14 @@ class Shuffler:
         task = asyncio.ensure_future(self._run(self._commit_groups, [(b[0], b[1]) for b in batch], self.window()))
         done, _ = await asyncio.wait({task}, timeout=self.config.commit_timeout_seconds)
         if not done:
-            self._storage_failed("group commit", "STALLED",
-                                 f"no answer from the disk after {self.config.commit_timeout_seconds:g} s")
+            self._storage_failed(
+                "group commit", "STALLED", f"no answer from the disk after {self.config.commit_timeout_seconds:g} s"
+            )
         try:
             return await task
         except StorageFailed:
             return [self._unavailable() for _ in batch]
-        except Exception:  # noqa: BLE001 - a bug: logged once, every waiting call learns of it
+        except Exception:
             log.exception("group commit failed")
             return [Unavailable("report log write failed; retry later", retry_after=1) for _ in batch]
 
@@ -478,27 +577,37 @@ class Shuffler:
         drawn anew after each release; it counts distinct clients among the buffered reports.
         """
         cfg = self.config
-        released = await self._run(self._log.release, self._threshold, cfg.subsample_q, cfg.crowd_threshold,
-                                   cfg.max_batch_bytes)
+        released = await self._run(
+            self._log.release, self._threshold, cfg.subsample_q, cfg.crowd_threshold, cfg.max_batch_bytes
+        )
         if released is None:
             n = self._log.takeable()
-            bar = (f"min_batch={cfg.min_batch}" if not cfg.batch_threshold_noise else
-                   f"the randomised threshold (min_batch={cfg.min_batch} + secret noise)")
-            self.note = (f"{why} in window {self.window()}: reports of {n} distinct clients buffered, fewer than "
-                         f"{bar}: carried over")
+            bar = (
+                f"min_batch={cfg.min_batch}"
+                if not cfg.batch_threshold_noise
+                else f"the randomised threshold (min_batch={cfg.min_batch} + secret noise)"
+            )
+            self.note = (
+                f"{why} in window {self.window()}: reports of {n} distinct clients buffered, fewer than "
+                f"{bar}: carried over"
+            )
             return None
         self._threshold = self._draw_threshold()
         dropped = ""
         if released.dropped_subsampled or released.dropped_crowd:
-            dropped = (f"; dropped {released.dropped_subsampled} by sub-sampling (q={cfg.subsample_q:g}) and "
-                       f"{released.dropped_crowd} by the crowd threshold (k={cfg.crowd_threshold})")
+            dropped = (
+                f"; dropped {released.dropped_subsampled} by sub-sampling (q={cfg.subsample_q:g}) and "
+                f"{released.dropped_crowd} by the crowd threshold (k={cfg.crowd_threshold})"
+            )
         if released.batch_id is None:
             self.note = f"{why}: all {released.considered} taken reports were dropped{dropped}"
             return None
         parts = f" in {released.parts} batches of at most {cfg.max_batch_bytes} bytes" if released.parts > 1 else ""
         left = self._log.buffered()
-        self.note = (f"{why}: released batch {released.batch_id} of {released.size} reports{parts}{dropped}; "
-                     f"{left} report(s) of clients already in it carried over")
+        self.note = (
+            f"{why}: released batch {released.batch_id} of {released.size} reports{parts}{dropped}; "
+            f"{left} report(s) of clients already in it carried over"
+        )
         log.info("released batch %s of %d shuffled reports (%s)%s", released.batch_id, released.size, why, dropped)
         self._wake_forwarder.set()
         return released.batch_id, released.size
@@ -508,36 +617,54 @@ class Shuffler:
         g, method = batch_guarantee(batch, deployment, self.config)
         cfg = self.config
         return reports_pb2.BatchPrivacy(
-            n_reports=batch.n, report_epsilon0=deployment.report_epsilon0, delta=g.delta, central_epsilon=g.epsilon,
-            amplified=method != "none", method=method, subsample_q=cfg.subsample_q,
-            crowd_threshold=cfg.crowd_threshold, statement=g.statement(), distinct_clients=batch.distinct_clients,
-            reports_per_window=cfg.reports_per_window, window_seconds=cfg.window_seconds,
-            first_window=batch.first_window, last_window=batch.last_window)
+            n_reports=batch.n,
+            report_epsilon0=deployment.report_epsilon0,
+            delta=g.delta,
+            central_epsilon=g.epsilon,
+            amplified=method != "none",
+            method=method,
+            subsample_q=cfg.subsample_q,
+            crowd_threshold=cfg.crowd_threshold,
+            statement=g.statement(),
+            distinct_clients=batch.distinct_clients,
+            reports_per_window=cfg.reports_per_window,
+            window_seconds=cfg.window_seconds,
+            first_window=batch.first_window,
+            last_window=batch.last_window,
+        )
 
     # ------------------------------------------------------------------ the curator's deployment
 
     def deployment(self) -> Deployment:
         """The curator's published deployment (relayed to clients), or Unavailable until it is known."""
         if self._deployment is None:
-            raise Unavailable("the curator's deployment configuration is not known yet (the curator has not been "
-                              "reachable since this shuffler started); retry later", retry_after=5)
+            raise Unavailable(
+                "the curator's deployment configuration is not known yet (the curator has not been "
+                "reachable since this shuffler started); retry later",
+                retry_after=5,
+            )
         return self._deployment
 
     async def _refresh_deployment(self, channel) -> Deployment | None:
         if self._deployment is not None and time.monotonic() - self._deployment_at < DEPLOYMENT_REFRESH_SECONDS:
             return self._deployment
         try:
-            reply = await curator_pb2_grpc.CuratorStub(channel).GetDeployment(reports_pb2.DeploymentRequest(),
-                                                                              timeout=30)
+            reply = await curator_pb2_grpc.CuratorStub(channel).GetDeployment(
+                reports_pb2.DeploymentRequest(), timeout=30
+            )
         except grpc.aio.AioRpcError as exc:
             log.warning("could not fetch the curator's deployment (%s: %s)", exc.code().name, exc.details())
             return self._deployment
         d = deployment_from_proto(reply)
         if (d.reports_per_window, d.window_seconds) != (self.config.reports_per_window, self.config.window_seconds):
-            log.error("MISCONFIGURED: this shuffler's quota is %d report(s) per %g s window but the curator's privacy "
-                      "unit is %d per %g s window; the curator will refuse these batches until both agree",
-                      self.config.reports_per_window, self.config.window_seconds, d.reports_per_window,
-                      d.window_seconds)
+            log.error(
+                "MISCONFIGURED: this shuffler's quota is %d report(s) per %g s window but the curator's privacy "
+                "unit is %d per %g s window; the curator will refuse these batches until both agree",
+                self.config.reports_per_window,
+                self.config.window_seconds,
+                d.reports_per_window,
+                d.window_seconds,
+            )
         if d != self._deployment:
             log.info("curator deployment: %s", d.report_guarantee().statement())
             with suppress(StorageFailed):  # only the cache for the next start; logged once as a storage failure
@@ -564,8 +691,10 @@ class Shuffler:
         async with tls.channel(self.config.curator, self._curator_tls, aio=True) as channel:
             # Raw bytes: the batch was serialized once at release and is sent exactly as stored.
             ingest: grpc.aio.UnaryUnaryMultiCallable[bytes, curator_pb2.IngestBatchResponse] = channel.unary_unary(
-                _INGEST_METHOD, request_serializer=None,
-                response_deserializer=curator_pb2.IngestBatchResponse.FromString)
+                _INGEST_METHOD,
+                request_serializer=None,
+                response_deserializer=curator_pb2.IngestBatchResponse.FromString,
+            )
             while True:
                 await self._refresh_deployment(channel)
                 if self._deployment is None:
@@ -591,16 +720,26 @@ class Shuffler:
                         except grpc.aio.AioRpcError as exc:
                             self.metrics.forward_seconds.labels(exc.code().name).observe(time.perf_counter() - sent)
                             self.forward_failures += 1
-                            log.warning("curator did not take batch %s (%s: %s); retrying in %.1fs",
-                                        batch_id, exc.code().name, exc.details(), delay)
+                            log.warning(
+                                "curator did not take batch %s (%s: %s); retrying in %.1fs",
+                                batch_id,
+                                exc.code().name,
+                                exc.details(),
+                                delay,
+                            )
                             await asyncio.sleep(delay)
                             delay = min(delay * 2, self.config.forward_retry_max_seconds)
                             continue
                         self.metrics.forward_seconds.labels("OK").observe(time.perf_counter() - sent)
                         delay = 0.5
                         await self._durably(self._log.delivered, batch_id)
-                        log.info("curator acknowledged batch %s (%d accepted, %d rejected%s)", batch_id,
-                                 reply.accepted, reply.rejected, ", already stored" if reply.duplicate else "")
+                        log.info(
+                            "curator acknowledged batch %s (%d accepted, %d rejected%s)",
+                            batch_id,
+                            reply.accepted,
+                            reply.rejected,
+                            ", already stored" if reply.duplicate else "",
+                        )
                         break
 
     # ------------------------------------------------------------------ operator view
@@ -611,18 +750,27 @@ class Shuffler:
         recent = await self._run(self._log.recent_batches)
         cfg = self.config
         return shuffler_pb2.ShufflerStatus(
-            buffered_reports=self._log.buffered(), buffered_clients=self._log.takeable(), min_batch=cfg.min_batch,
+            buffered_reports=self._log.buffered(),
+            buffered_clients=self._log.takeable(),
+            min_batch=cfg.min_batch,
             batches_forwarded=counters.get("batches_forwarded", 0),
-            reports_forwarded=counters.get("reports_forwarded", 0), batches_pending=len(pending),
+            reports_forwarded=counters.get("reports_forwarded", 0),
+            batches_pending=len(pending),
             rejects={k.split(":", 1)[1]: v for k, v in counters.items() if k.startswith("reject:")},
             note=(f"STORAGE FAILING: {self.storage_error}; " if self.storage_error else "") + self.note,
-            window=self.window(), seconds_to_next_window=self.seconds_to_next_window(),
-            log_bytes=self._log.used_bytes, max_log_bytes=cfg.max_log_bytes,
+            window=self.window(),
+            seconds_to_next_window=self.seconds_to_next_window(),
+            log_bytes=self._log.used_bytes,
+            max_log_bytes=cfg.max_log_bytes,
             counters={k: v for k, v in counters.items() if not k.startswith("reject:")},
-            recent_batches=[shuffler_pb2.BatchInfo(batch_id=b, size=n, delivered=bool(d),
-                                                   privacy=reports_pb2.BatchPrivacy.FromString(p or b""))
-                            for b, n, d, p in recent],
-            auth="token" if self.auth.enabled else "none (INSECURE)")
+            recent_batches=[
+                shuffler_pb2.BatchInfo(
+                    batch_id=b, size=n, delivered=bool(d), privacy=reports_pb2.BatchPrivacy.FromString(p or b"")
+                )
+                for b, n, d, p in recent
+            ],
+            auth="token" if self.auth.enabled else "none (INSECURE)",
+        )
 
     async def count_reject(self, reason: RejectReason, n: int = 1) -> None:
         self._log.count_reject(reason, n)

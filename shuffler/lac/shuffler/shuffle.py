@@ -15,11 +15,11 @@ from __future__ import annotations
 
 import math
 import os
-from typing import MutableSequence
+from collections.abc import MutableSequence
 
 import numpy as np
 
-_TWO64 = float(2 ** 64)
+_TWO64 = float(2**64)
 
 
 def _urandom_u64(n: int) -> np.ndarray:
@@ -51,7 +51,7 @@ def bernoulli_mask(n: int, q: float) -> np.ndarray:
     if q >= 1.0:
         return np.ones(n, dtype=bool)
     # q * 2^64 as an exact integer threshold: keep iff word < threshold.
-    threshold = np.uint64(min(int(q * _TWO64), 2 ** 64 - 1))
+    threshold = np.uint64(min(int(q * _TWO64), 2**64 - 1))
     return _urandom_u64(n) < threshold
 
 

@@ -12,8 +12,15 @@ from collections.abc import Iterable, Sequence
 
 from lac.common.v1 import curator_pb2, shuffler_pb2
 
-__all__ = ["varint", "length_delimited", "batch_entry", "batch_header", "with_privacy", "submit_response",
-           "count_reports"]
+__all__ = [
+    "varint",
+    "length_delimited",
+    "batch_entry",
+    "batch_header",
+    "with_privacy",
+    "submit_response",
+    "count_reports",
+]
 
 _LENGTH_DELIMITED = 2
 _BATCH = curator_pb2.IngestBatchRequest.DESCRIPTOR.fields_by_name
@@ -59,16 +66,20 @@ def with_privacy(body: bytes, privacy: bytes) -> bytes:
 
 
 _STATUS_TAG = varint((_ACK["status"].number << 3) | 0)
-_STATUS = {True: _STATUS_TAG + varint(shuffler_pb2.ACK_STATUS_STORED),
-           False: _STATUS_TAG + varint(shuffler_pb2.ACK_STATUS_DUPLICATE)}
+_STATUS = {
+    True: _STATUS_TAG + varint(shuffler_pb2.ACK_STATUS_STORED),
+    False: _STATUS_TAG + varint(shuffler_pb2.ACK_STATUS_DUPLICATE),
+}
 _ACKS = shuffler_pb2.SubmitResponse.DESCRIPTOR.fields_by_name["acks"].number
 
 
 def submit_response(idempotency_ids: Iterable[bytes], stored: Sequence[bool]) -> bytes:
     """The serialized ``SubmitResponse``: one ``ReportAck`` per report, STORED or DUPLICATE."""
     ack_id = _ACK["idempotency_id"].number
-    return b"".join(length_delimited(_ACKS, length_delimited(ack_id, idem) + _STATUS[s])
-                    for idem, s in zip(idempotency_ids, stored, strict=True))
+    return b"".join(
+        length_delimited(_ACKS, length_delimited(ack_id, idem) + _STATUS[s])
+        for idem, s in zip(idempotency_ids, stored, strict=True)
+    )
 
 
 def count_reports(raw: bytes, stop_after: int) -> int:

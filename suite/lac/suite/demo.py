@@ -28,16 +28,24 @@ from lac.suite import procs
 
 def register(subparsers) -> None:
     """Add ``lac demo`` (curator, shuffler and simulated users end to end) to the ``lac`` command."""
-    p = subparsers.add_parser("demo", help="run curator + shuffler + simulated users end to end",
-                              formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p = subparsers.add_parser(
+        "demo",
+        help="run curator + shuffler + simulated users end to end",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
     p.add_argument("--users", type=int, default=12_327, help="simulated users, one report each (at most 12,327)")
-    p.add_argument("--local-epsilon", type=float, default=8.0,
-                   help="client metric-DP ε per word (8: the SDK's 'balanced' preset)")
+    p.add_argument(
+        "--local-epsilon", type=float, default=8.0, help="client metric-DP ε per word (8: the SDK's 'balanced' preset)"
+    )
     p.add_argument("--vocab-size", type=int, default=20_000, help="embedding vocabulary (most frequent words)")
     p.add_argument("--epsilon", type=float, default=1.0, help="curator release ε")
     p.add_argument("--delta", type=float, default=1e-6, help="curator release δ")
-    p.add_argument("--max-report-words", type=int, default=40,
-                   help="L: the deployment's most words per report (longer messages are truncated)")
+    p.add_argument(
+        "--max-report-words",
+        type=int,
+        default=40,
+        help="L: the deployment's most words per report (longer messages are truncated)",
+    )
     p.add_argument("--top", type=int, default=10, help="n-grams to show per order")
     p.add_argument("--workdir", type=Path, default=None, help="keep state and logs here (default: a temp dir)")
     p.set_defaults(func=run)
@@ -68,33 +76,69 @@ def _run(args, workdir: Path) -> int:
     corpora = prepare_corpora()
     users = load_users()
     texts = random.SystemRandom().sample(users, min(args.users, len(users)))
-    print(f"  embedding {emb.name} ({emb.size} words x {emb.dim} dims, diameter {emb.diameter():.4g}); "
-          f"{len(texts)} users' messages (BSD fortunes); public corpus {corpora.public_corpus}")
+    print(
+        f"  embedding {emb.name} ({emb.size} words x {emb.dim} dims, diameter {emb.diameter():.4g}); "
+        f"{len(texts)} users' messages (BSD fortunes); public corpus {corpora.public_corpus}"
+    )
 
     print("[2/6] keys, TLS material, then curator and shuffler (separate processes, loopback)", flush=True)
     pki = procs.LocalDeployment.create(workdir / "keys")
     analyst = pki.client_tls("analyst")
     tokens = add_clients(workdir / "shuffler" / "clients.tokens", [f"user-{i}" for i in range(len(texts))])
-    operator_token, = add_clients(workdir / "shuffler" / "clients.tokens", ["demo-operator"], role="operator")
-    published = ["--embedding", emb.name, "--word-distance-bound", repr(emb.diameter()),
-                 "--epsilon-per-word", repr(args.local_epsilon), "--max-report-words", str(args.max_report_words)]
-    curator = procs.start("curator", ["--state-dir", str(workdir / "curator"),
-                                      "--public-corpus", str(corpora.public_corpus), *published,
-                                      *pki.curator_args()], workdir, tls=analyst)
+    (operator_token,) = add_clients(workdir / "shuffler" / "clients.tokens", ["demo-operator"], role="operator")
+    published = [
+        "--embedding",
+        emb.name,
+        "--word-distance-bound",
+        repr(emb.diameter()),
+        "--epsilon-per-word",
+        repr(args.local_epsilon),
+        "--max-report-words",
+        str(args.max_report_words),
+    ]
+    curator = procs.start(
+        "curator",
+        [
+            "--state-dir",
+            str(workdir / "curator"),
+            "--public-corpus",
+            str(corpora.public_corpus),
+            *published,
+            *pki.curator_args(),
+        ],
+        workdir,
+        tls=analyst,
+    )
     shuffler = None
     try:
-        shuffler = procs.start("shuffler", ["--state-dir", str(workdir / "shuffler"), "--curator", curator.address,
-                                            "--min-batch", str(len(texts)), *pki.shuffler_args()],
-                               workdir, tls=pki.client_tls())
-        print(f"  curator on {curator.address} (mutual TLS), shuffler on {shuffler.address} (TLS; one bearer token "
-              f"per user, quota 1 report per day; min_batch {len(texts)}); reports are HPKE-sealed to curator key "
-              f"{pki.curator_public_key().key_id}")
+        shuffler = procs.start(
+            "shuffler",
+            [
+                "--state-dir",
+                str(workdir / "shuffler"),
+                "--curator",
+                curator.address,
+                "--min-batch",
+                str(len(texts)),
+                *pki.shuffler_args(),
+            ],
+            workdir,
+            tls=pki.client_tls(),
+        )
+        print(
+            f"  curator on {curator.address} (mutual TLS), shuffler on {shuffler.address} (TLS; one bearer token "
+            f"per user, quota 1 report per day; min_batch {len(texts)}); reports are HPKE-sealed to curator key "
+            f"{pki.curator_public_key().key_id}"
+        )
 
         with ShufflerClient(shuffler.address, pki.curator_public_key(), pki.client_tls(), token=tokens[0]) as client:
             deployment = client.deployment()
-            print(f"[3/6] users privatize locally with the deployment the curator publishes (multivariate Laplace, "
-                  f"ε = {deployment.epsilon_per_word:g} per word, at most {deployment.max_report_words} words per "
-                  f"report) and submit, each with its own token", flush=True)
+            print(
+                f"[3/6] users privatize locally with the deployment the curator publishes (multivariate Laplace, "
+                f"ε = {deployment.epsilon_per_word:g} per word, at most {deployment.max_report_words} words per "
+                f"report) and submit, each with its own token",
+                flush=True,
+            )
             localizer = Localizer(emb, MultivariateLaplace(deployment.epsilon_per_word), deployment=deployment)
             reports = localizer.privatize_many(texts)
             bar = Progress("users", len(texts))
@@ -119,11 +163,16 @@ def _run(args, workdir: Path) -> int:
                 time.sleep(0.2)
         with tls.channel(shuffler.address, pki.client_tls()) as sch:
             sstatus = shuffler_pb2_grpc.ShufflerStub(sch).GetStatus(
-                shuffler_pb2.ShufflerStatusRequest(), timeout=10,
-                metadata=(("authorization", f"Bearer {operator_token}"),))
+                shuffler_pb2.ShufflerStatusRequest(),
+                timeout=10,
+                metadata=(("authorization", f"Bearer {operator_token}"),),
+            )
 
-        print(f"[5/6] curator release as an analyst (default mechanism, sound sensitivity, ε = {args.epsilon:g}, "
-              f"δ = {args.delta:g})", flush=True)
+        print(
+            f"[5/6] curator release as an analyst (default mechanism, sound sensitivity, ε = {args.epsilon:g}, "
+            f"δ = {args.delta:g})",
+            flush=True,
+        )
         with tls.channel(curator.address, analyst) as ch:
             cstub = curator_pb2_grpc.CuratorStub(ch)
             # the demo knows how many reports it sent: it may assume that number (an analyst's own knowledge)
@@ -133,9 +182,12 @@ def _run(args, workdir: Path) -> int:
             request.force = True  # the demo shows its release whatever the preview says (and says so below)
             record = cstub.Release(request, timeout=600)
             release = cstub.GetRelease(curator_pb2.GetReleaseRequest(release_id=record.release_id), timeout=60)
-            tops = {n: cstub.TopNgrams(curator_pb2.TopNgramsRequest(release_id=record.release_id, k=args.top,
-                                                                    order=n), timeout=30).ngrams
-                    for n in range(1, record.max_n + 1)}
+            tops = {
+                n: cstub.TopNgrams(
+                    curator_pb2.TopNgramsRequest(release_id=record.release_id, k=args.top, order=n), timeout=30
+                ).ngrams
+                for n in range(1, record.max_n + 1)
+            }
     finally:
         if shuffler is not None:
             shuffler.stop()
@@ -146,13 +198,16 @@ def _run(args, workdir: Path) -> int:
     from lac.curator.prior import public_vocabulary
 
     cc = CuratorConfig()  # the curator above ran with these release defaults
-    vocab = public_vocabulary(corpora.public_corpus, cc.max_n, cc.vocab_min_count, cc.vocab_max_items,
-                              workdir / "curator" / "prior")
-    assert list(release.items[:len(vocab)]) == list(vocab.items), "demo and curator disagree on the release vocabulary"
+    vocab = public_vocabulary(
+        corpora.public_corpus, cc.max_n, cc.vocab_min_count, cc.vocab_max_items, workdir / "curator" / "prior"
+    )
+    assert list(release.items[: len(vocab)]) == list(vocab.items), "demo and curator disagree on the release vocabulary"
 
-    release_lm = (NgramModel.from_counts(list(release.items), np.asarray(release.pseudo_counts), record.max_n,
-                                         partial=True) if release.pseudo_counts else
-                  NgramModel(list(release.items), np.asarray(release.log_probs), record.max_n))
+    release_lm = (
+        NgramModel.from_counts(list(release.items), np.asarray(release.pseudo_counts), record.max_n, partial=True)
+        if release.pseudo_counts
+        else NgramModel(list(release.items), np.asarray(release.log_probs), record.max_n)
+    )
     prior_lm = NgramModel.from_counts(vocab.items, vocab.alpha, cc.max_n, partial=True)
     clean = [s for t in texts for s in sentences(t)]
     seen = [list(s) for r in reports for s in r.sentences]
@@ -160,8 +215,11 @@ def _run(args, workdir: Path) -> int:
 
     n_words = np.array([r.n_words for r in reports])
     # word by word within each report (a truncated report keeps its first L words)
-    pairs = [(a, b) for t, r in zip(texts, reports)
-             for a, b in zip([w for s in sentences(t) for w in s], [w for s in r.sentences for w in s])]
+    pairs = [
+        (a, b)
+        for t, r in zip(texts, reports)
+        for a, b in zip([w for s in sentences(t) for w in s], [w for s in r.sentences for w in s])
+    ]
     changed = np.mean([a != b for a, b in pairs])
     ppl_release, ppl_prior = release_lm.perplexity(clean), prior_lm.perplexity(clean)
     print()
@@ -169,10 +227,14 @@ def _run(args, workdir: Path) -> int:
     print("LAC demo summary")
     print("=" * 72)
     print(f"reports sent {len(reports)}, stored by shuffler {stored}, duplicates {len(acks) - stored}")
-    print(f"batch: {sstatus.reports_forwarded} reports in {sstatus.batches_forwarded} shuffled batch(es); "
-          f"curator holds {status.reports}, rejected {sum(status.rejects.values())}")
-    print(f"words per report: median {int(np.median(n_words))}, max {n_words.max()} (L = "
-          f"{deployment.max_report_words}); {100 * changed:.1f}% of words were replaced")
+    print(
+        f"batch: {sstatus.reports_forwarded} reports in {sstatus.batches_forwarded} shuffled batch(es); "
+        f"curator holds {status.reports}, rejected {sum(status.rejects.values())}"
+    )
+    print(
+        f"words per report: median {int(np.median(n_words))}, max {n_words.max()} (L = "
+        f"{deployment.max_report_words}); {100 * changed:.1f}% of words were replaced"
+    )
     print()
     print("The end-to-end privacy statement, one layer at a time:")
     print(f"  1. each word (on the device): {deployment.word_guarantee().statement()}")
@@ -180,28 +242,39 @@ def _run(args, workdir: Path) -> int:
     print(f"  3. the shuffled batch (shuffler): {batch.statement if batch else 'no batch statement'}")
     print(f"  4. the release (curator, what the analyst holds): {record.statement}")
     print()
-    print(f"release: {record.mechanism}, noise σ = {record.sigma:.4g} ({record.calibration} calibration), "
-          f"{record.vocab_size} n-grams (n ≤ {record.max_n}) of which {record.discovered} discovered above "
-          f"ρ = {record.discovery_threshold:.4g}; params "
-          f"{', '.join(f'{k}={v:g}' for k, v in sorted(record.params.items()))}")
+    print(
+        f"release: {record.mechanism}, noise σ = {record.sigma:.4g} ({record.calibration} calibration), "
+        f"{record.vocab_size} n-grams (n ≤ {record.max_n}) of which {record.discovered} discovered above "
+        f"ρ = {record.discovery_threshold:.4g}; params "
+        f"{', '.join(f'{k}={v:g}' for k, v in sorted(record.params.items()))}"
+    )
     print("utility: perplexity of a trigram language model (lower is better), the same estimator for both:")
     print(f"  from the release, on the users' clean text      = {ppl_release:.1f}")
     print(f"  from the release, on the perturbed text it saw  = {release_lm.perplexity(seen):.1f}")
     print(f"  from the public prior alone, on the clean text  = {ppl_prior:.1f}")
     swamped = preview.HasField("swamped") and preview.swamped
     if swamped:
-        print("  The accuracy preview predicted that the curator's noise would swamp the signal at this size (the "
-              "demo forced the release).")
+        print(
+            "  The accuracy preview predicted that the curator's noise would swamp the signal at this size (the "
+            "demo forced the release)."
+        )
     if ppl_release >= ppl_prior:
-        why = (f"the curator's noise (σ = {record.sigma:.3g}) hides the users' own statistics" if swamped else
-               f"the curator's noise is small (the preview: {100 * preview.signal_share:.0f}% of the words stand out "
-               f"of it), but the devices replaced {100 * changed:.0f}% of the words before anything left them, so "
-               f"the release describes the perturbed text")
-        print(f"  At this size ({len(texts)} users) the release adds nothing over the public prior on the users' clean "
-              f"text: {why}. More users or a larger ε per word (the 'utility' preset) would help.")
+        why = (
+            f"the curator's noise (σ = {record.sigma:.3g}) hides the users' own statistics"
+            if swamped
+            else f"the curator's noise is small (the preview: {100 * preview.signal_share:.0f}% of the words stand out "
+            f"of it), but the devices replaced {100 * changed:.0f}% of the words before anything left them, so "
+            f"the release describes the perturbed text"
+        )
+        print(
+            f"  At this size ({len(texts)} users) the release adds nothing over the public prior on the users' clean "
+            f"text: {why}. More users or a larger ε per word (the 'utility' preset) would help."
+        )
     else:
-        print(f"  The release models the users' text {ppl_prior / ppl_release:.2f}x better than the public prior alone "
-              f"(perplexity ratio), after local perturbation, shuffling and curator noise.")
+        print(
+            f"  The release models the users' text {ppl_prior / ppl_release:.2f}x better than the public prior alone "
+            f"(perplexity ratio), after local perturbation, shuffling and curator noise."
+        )
     for n, grams in tops.items():
         print(f"top {n}-grams: " + ", ".join(f"{g.ngram!r} {g.probability:.4f}" for g in grams))
     print(f"finished in {time.perf_counter() - t0:.1f}s")

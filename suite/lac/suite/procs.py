@@ -39,8 +39,14 @@ class Service:
         return self.process.returncode
 
 
-def start(name: str, args: list[str], workdir: Path, timeout: float = 120.0, env: dict | None = None,
-          tls: ClientTls | None = None) -> Service:
+def start(
+    name: str,
+    args: list[str],
+    workdir: Path,
+    timeout: float = 120.0,
+    env: dict | None = None,
+    tls: ClientTls | None = None,
+) -> Service:
     """Run ``lac <name> serve <args> --port 0 --port-file ...`` and wait for SERVING health.
 
     ``tls`` is how to reach the service for the health check when it serves TLS.
@@ -49,8 +55,20 @@ def start(name: str, args: list[str], workdir: Path, timeout: float = 120.0, env
     port_file = workdir / f"{name}.port"
     port_file.unlink(missing_ok=True)
     log_path = workdir / f"{name}.log"
-    cmd = [sys.executable, "-m", "lac.common", name, "serve", "--host", "127.0.0.1", "--port", "0",
-           "--port-file", str(port_file), *args]
+    cmd = [
+        sys.executable,
+        "-m",
+        "lac.common",
+        name,
+        "serve",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        "0",
+        "--port-file",
+        str(port_file),
+        *args,
+    ]
     with open(log_path, "ab") as log:
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})})
     deadline = time.monotonic() + timeout
@@ -82,6 +100,7 @@ def _tail(path: Path, n: int = 30) -> str:
 class LocalDeployment:
     """Keys and TLS material for running the services locally as in production: the curator's
     HPKE key ring, a private CA, certificates for curator, shuffler and an analyst."""
+
     root: Path
 
     @classmethod
@@ -108,8 +127,16 @@ class LocalDeployment:
     def curator_args(self) -> list[str]:
         """The curator's command-line flags for its key ring and TLS (client certificates verified by the CA)."""
         cert, key = self._pem("curator")
-        return ["--key-dir", str(self.root / "curator-keys"), "--tls-cert", cert, "--tls-key", key,
-                "--tls-client-ca", self.ca]
+        return [
+            "--key-dir",
+            str(self.root / "curator-keys"),
+            "--tls-cert",
+            cert,
+            "--tls-key",
+            key,
+            "--tls-client-ca",
+            self.ca,
+        ]
 
     def shuffler_args(self) -> list[str]:
         """TLS for the shuffler's port (clients and operators identify with bearer tokens) and mTLS

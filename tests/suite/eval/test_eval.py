@@ -15,10 +15,26 @@ from lac.suite.eval.metrics import clopper_pearson, epsilon_lower_bound, kl, smo
 from lac.suite.eval.report import summary as main_summary
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
-FIGURES = ("fig1_kl_vs_epsilon.png", "fig2_kl_vs_users.png", "fig3_kl_vs_vocab.png", "fig4_kl_vs_public_noise.png",
-           "fig5_kanon.png", "fig6_membership.png", "localizer_tradeoff.png", "pipeline_end_to_end.png")
-SECTIONS = ("## Data", "## 1. The LAC default, BayesianDP and baselines", "## 2. Language modelling", "## 3. Membership inference",
-            "## 4. Localizer trade-off", "## 5. End to end", "## 6. Targets", "## Reproducibility")
+FIGURES = (
+    "fig1_kl_vs_epsilon.png",
+    "fig2_kl_vs_users.png",
+    "fig3_kl_vs_vocab.png",
+    "fig4_kl_vs_public_noise.png",
+    "fig5_kanon.png",
+    "fig6_membership.png",
+    "localizer_tradeoff.png",
+    "pipeline_end_to_end.png",
+)
+SECTIONS = (
+    "## Data",
+    "## 1. The LAC default, BayesianDP and baselines",
+    "## 2. Language modelling",
+    "## 3. Membership inference",
+    "## 4. Localizer trade-off",
+    "## 5. End to end",
+    "## 6. Targets",
+    "## Reproducibility",
+)
 
 
 def _png_size(blob: bytes) -> tuple[int, int]:

@@ -19,8 +19,7 @@ from lac.curator.baselines import laplace_dp
 from lac.curator.gaussian import analytic_sigma
 from lac.suite.eval import report
 from lac.suite.eval.membership import audit, overall_check, row_confidence
-from lac.suite.eval.metrics import (audit_verdict, epsilon_lower_bound, max_certifiable_epsilon,
-                                    trials_needed)
+from lac.suite.eval.metrics import audit_verdict, epsilon_lower_bound, max_certifiable_epsilon, trials_needed
 
 W, C, V, USERS = 20, 1, 200, 300
 DELTA = 1e-6
@@ -33,8 +32,9 @@ def adjacent():
     """(U, U without user 0, user 0's normalised counts); user 0 holds the W rarest items."""
     g = np.random.default_rng(7)
     zipf = 1.0 / np.arange(1, V + 1)
-    items = [np.arange(V - W, V)] + [g.choice(V, size=int(g.integers(1, W + 1)), replace=False, p=zipf / zipf.sum())
-                                     for _ in range(USERS - 1)]
+    items = [np.arange(V - W, V)] + [
+        g.choice(V, size=int(g.integers(1, W + 1)), replace=False, p=zipf / zipf.sum()) for _ in range(USERS - 1)
+    ]
     r = np.concatenate([np.full(len(x), i) for i, x in enumerate(items)])
     U = sp.csr_matrix((np.ones(r.size), (r, np.concatenate(items))), shape=(USERS, V))
     pu = U[0].toarray().ravel()
@@ -102,8 +102,12 @@ def _row(mech, eps, verdict, need=None):
 
 
 def test_overall_check():
-    ok = [_row("laplace", 1.0, "consistent"), _row("laplace", 100.0, "inconclusive", 10**87),
-          _row("bayes-sound", 2.0, "consistent"), _row("bayes", 1.0, "violated")]
+    ok = [
+        _row("laplace", 1.0, "consistent"),
+        _row("laplace", 100.0, "inconclusive", 10**87),
+        _row("bayes-sound", 2.0, "consistent"),
+        _row("bayes", 1.0, "violated"),
+    ]
     c = overall_check(ok)
     assert c["check"] == "PASS" and c["sound_never_exceeded"]
     assert c["conclusive_up_to"] == 2.0 and c["inconclusive_from"] == 100.0
@@ -121,8 +125,12 @@ def test_report_states_the_inconclusive_range_and_false_alarm_rate():
     line = report.summary({"membership": m})
     assert "PASS for claimed ε ≤ 1" in line and "INCONCLUSIVE for ε ≥ 100" in line
     assert "false-alarm rate ≤ 5%" in line and "3e+87 pairs" in line
-    m = {**overall_check(rows + [_row("laplace", 0.5, "violated")]), "samples": 400, "rows_tested": 27,
-         "false_alarm_bound": 0.05}
+    m = {
+        **overall_check(rows + [_row("laplace", 0.5, "violated")]),
+        "samples": 400,
+        "rows_tested": 27,
+        "false_alarm_bound": 0.05,
+    }
     assert "FAIL" in report.summary({"membership": m})
 
 
@@ -151,8 +159,10 @@ def test_audit_flags_an_exact_leak_with_the_predicted_number_of_trials(adjacent)
 @pytest.mark.parametrize("eps", [0.5, 1.0, 2.0])
 def test_calibrated_laplace_and_gaussian_are_not_flagged(adjacent, eps):
     U, U_minus, pu = adjacent
-    for kind, (d_in, d_out), delta in (("laplace", _counts(U, U_minus, eps), 0.0),
-                                       ("counts-gauss", _gaussian(U, U_minus, eps), DELTA)):
+    for kind, (d_in, d_out), delta in (
+        ("laplace", _counts(U, U_minus, eps), 0.0),
+        ("counts-gauss", _gaussian(U, U_minus, eps), DELTA),
+    ):
         row = audit(kind, d_in, d_out, pu, 2000, eps, delta, CONF, LAM, np.random.default_rng(3))
         assert row["verdict"] == "consistent", (kind, row)
         assert row["eps_lower_bound"] < eps

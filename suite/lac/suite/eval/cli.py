@@ -21,10 +21,12 @@ def _ints(text: str) -> tuple[int, ...]:
 
 def register(subparsers) -> None:
     p = subparsers.add_parser(
-        "eval", help="reproduce the BayesianDP paper's results on real text and evaluate the pipeline",
+        "eval",
+        help="reproduce the BayesianDP paper's results on real text and evaluate the pipeline",
         description="Writes PNG plots, results.json and report.md into --out. Defaults take minutes; --quick "
-                    "is a smaller configuration (about 2 minutes on 2 cores).",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+        "is a smaller configuration (about 2 minutes on 2 cores).",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
     p.add_argument("--out", type=Path, required=True, help="output folder (created)")
     p.add_argument("--quick", action="store_true", help="the 'quick' preset: fewer points, runs and samples")
     p.add_argument("--preset", choices=sorted(PRESETS), default=None, help="start from this preset (overrides --quick)")
@@ -56,10 +58,29 @@ def run(args) -> int:
     from .runner import run as run_eval
 
     preset = args.preset or ("quick" if args.quick else "default")
-    overrides = {k: getattr(args, k) for k in (
-        "seed", "runs", "max_users", "vocab_size", "lm_vocab_size", "W", "S", "rho", "delta", "epsilons",
-        "mi_epsilons", "mi_samples", "local_epsilons", "local_users", "central_epsilons", "user_counts",
-        "vocab_sizes", "embedding_vocab")}
+    overrides = {
+        k: getattr(args, k)
+        for k in (
+            "seed",
+            "runs",
+            "max_users",
+            "vocab_size",
+            "lm_vocab_size",
+            "W",
+            "S",
+            "rho",
+            "delta",
+            "epsilons",
+            "mi_epsilons",
+            "mi_samples",
+            "local_epsilons",
+            "local_users",
+            "central_epsilons",
+            "user_counts",
+            "vocab_sizes",
+            "embedding_vocab",
+        )
+    }
     cfg = PRESETS[preset].with_overrides(**overrides)
     sections = tuple(s.strip() for s in args.only.split(",") if s.strip())
     bad = set(sections) - set(SECTIONS)

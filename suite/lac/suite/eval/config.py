@@ -46,7 +46,9 @@ class EvalConfig:
     local_users: int = 2000  # users privatized (items 4 and 5)
     # targets (lac.suite.eval.targets): the user corpus, sound releases vs baselines
     target_points: tuple[tuple[str, int, int], ...] = (
-        ("50k real users", 50_000, 1), ("1.02M users: 340k real texts, each replicated 3 times", 340_000, 3))
+        ("50k real users", 50_000, 1),
+        ("1.02M users: 340k real texts, each replicated 3 times", 340_000, 3),
+    )
     target_epsilons: tuple[float, ...] = (0.1, 1.0)
     target_runs: int = 3  # releases per DP row and point
     target_heldout: int = 5_000  # held-out texts (never released) for perplexity
@@ -62,7 +64,7 @@ class EvalConfig:
         """The settings as a plain dict (JSON-able)."""
         return asdict(self)
 
-    def with_overrides(self, **kw) -> "EvalConfig":
+    def with_overrides(self, **kw) -> EvalConfig:
         """A copy with the given settings replaced; unknown names and None values are ignored."""
         names = {f.name for f in fields(self)}
         return replace(self, **{k: v for k, v in kw.items() if k in names and v is not None})
@@ -71,16 +73,49 @@ class EvalConfig:
 PRESETS = {
     "default": EvalConfig(),
     "quick": EvalConfig(
-        runs=3, table_runs=1, epsilons=(0.05, 0.1, 0.5, 1.0, 5.0), user_counts=(1000, 3000, 10_000),
-        vocab_sizes=(2_000, 10_000, 50_000), public_noise=(0.0, 3.0, 30.0), ks=(5, 20, 50, 200),
-        mi_epsilons=(0.1, 1.0, 5.0, 20.0, 100.0), mi_samples=200, local_epsilons=(2.0, 10.0, 20.0, 50.0),
-        calib_words_per_band=15, calib_draws=40, local_users=1000, central_epsilons=(1.0, 4.0),
-        eps0_grid_points=12, target_points=(("20k real users", 20_000, 1),), target_epsilons=(1.0,), target_runs=1),
+        runs=3,
+        table_runs=1,
+        epsilons=(0.05, 0.1, 0.5, 1.0, 5.0),
+        user_counts=(1000, 3000, 10_000),
+        vocab_sizes=(2_000, 10_000, 50_000),
+        public_noise=(0.0, 3.0, 30.0),
+        ks=(5, 20, 50, 200),
+        mi_epsilons=(0.1, 1.0, 5.0, 20.0, 100.0),
+        mi_samples=200,
+        local_epsilons=(2.0, 10.0, 20.0, 50.0),
+        calib_words_per_band=15,
+        calib_draws=40,
+        local_users=1000,
+        central_epsilons=(1.0, 4.0),
+        eps0_grid_points=12,
+        target_points=(("20k real users", 20_000, 1),),
+        target_epsilons=(1.0,),
+        target_runs=1,
+    ),
     "tiny": EvalConfig(
-        max_users=1500, table_runs=1, vocab_size=3000, lm_vocab_size=5000, count_clip=2000, runs=2,
-        epsilons=(0.1, 1.0), user_counts=(300, 1000), vocab_sizes=(1000, 3000), public_noise=(0.0, 10.0), ks=(2, 10),
-        mi_epsilons=(1.0, 20.0), mi_samples=40,
-        embedding_vocab=5000, local_epsilons=(5.0, 20.0), calib_words_per_band=5, calib_draws=10, local_users=150,
-        central_epsilons=(2.0,), eps0_grid_points=6, target_points=(("2k real users", 2_000, 1),),
-        target_epsilons=(1.0,), target_runs=1, target_heldout=300),
+        max_users=1500,
+        table_runs=1,
+        vocab_size=3000,
+        lm_vocab_size=5000,
+        count_clip=2000,
+        runs=2,
+        epsilons=(0.1, 1.0),
+        user_counts=(300, 1000),
+        vocab_sizes=(1000, 3000),
+        public_noise=(0.0, 10.0),
+        ks=(2, 10),
+        mi_epsilons=(1.0, 20.0),
+        mi_samples=40,
+        embedding_vocab=5000,
+        local_epsilons=(5.0, 20.0),
+        calib_words_per_band=5,
+        calib_draws=10,
+        local_users=150,
+        central_epsilons=(2.0,),
+        eps0_grid_points=6,
+        target_points=(("2k real users", 2_000, 1),),
+        target_epsilons=(1.0,),
+        target_runs=1,
+        target_heldout=300,
+    ),
 }

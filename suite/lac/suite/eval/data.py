@@ -40,11 +40,11 @@ class Counts:
     U: sp.csr_matrix
     raw: sp.csr_matrix
 
-    def subset(self, rows: np.ndarray) -> "Counts":
+    def subset(self, rows: np.ndarray) -> Counts:
         """The counts of the users (rows) ``rows`` only."""
         return Counts(self.vocab, self.U[rows], self.raw[rows])
 
-    def without(self, row: int) -> "Counts":
+    def without(self, row: int) -> Counts:
         """The counts without user ``row`` (the adjacent data set of membership inference)."""
         keep = np.delete(np.arange(self.U.shape[0]), row)
         return self.subset(keep)
@@ -63,8 +63,11 @@ class Counts:
 
 def count(vocab: NgramVocabulary, reports, cfg: EvalConfig) -> Counts:
     """Counts of ``reports`` over ``vocab`` with the caps of ``cfg`` (and without, for ``raw``)."""
-    return Counts(vocab, count_reports(reports, vocab, C=cfg.C, W=cfg.W).matrix,
-                  count_reports(reports, vocab, C=_RAW_C, W=None).matrix)
+    return Counts(
+        vocab,
+        count_reports(reports, vocab, C=cfg.C, W=cfg.W).matrix,
+        count_reports(reports, vocab, C=_RAW_C, W=None).matrix,
+    )
 
 
 @dataclass(frozen=True, eq=False)
@@ -97,8 +100,9 @@ class EvalData:
 def load(config: EvalConfig, rng: RandomSource) -> EvalData:
     """Corpora (prepared as by ``lac data`` if missing), the user split and the counts."""
     corpora = prepare_corpora()
-    full = public_vocabulary(corpora.public_corpus, max_n=3, min_count=2, max_items=10**9,
-                             cache_dir=data_dir() / "eval-cache")
+    full = public_vocabulary(
+        corpora.public_corpus, max_n=3, min_count=2, max_items=10**9, cache_dir=data_dir() / "eval-cache"
+    )
     vocab = trigram_vocabulary(full, config.vocab_size)
     users = load_users()
     order = rng.permutation(len(users))

@@ -20,10 +20,25 @@ from .mechanisms import LABELS, posterior, release
 from .metrics import summarize
 
 PAPER = {  # Reddit, 60K n-grams (Table 1)
-    "private": 29.48, "kanon": 35.51, "bayes": 35.55, "laplace-public": 580.46, "laplace": 894.32, "public": 43.00,
+    "private": 29.48,
+    "kanon": 35.51,
+    "bayes": 35.55,
+    "laplace-public": 580.46,
+    "laplace": 894.32,
+    "public": 43.00,
 }
-ROWS = ("private", "kanon", "posterior", "bayes", "bayes-sound", "endtoend", "laplace-public", "laplace-public-obs",
-        "laplace", "public")
+ROWS = (
+    "private",
+    "kanon",
+    "posterior",
+    "bayes",
+    "bayes-sound",
+    "endtoend",
+    "laplace-public",
+    "laplace-public-obs",
+    "laplace",
+    "public",
+)
 
 
 def heldout_in_vocabulary(model_words: frozenset[str], sentences: list[list[str]]) -> list[list[str]]:
@@ -63,8 +78,11 @@ def run(data: EvalData) -> dict:
         ppl = []
         for _ in range(runs):
             if name in ("private", "posterior"):
-                c = (np.asarray(counts.raw.sum(axis=0)).ravel().astype(float) if name == "private"
-                     else posterior(counts.U, vocab, eps, cfg, rng).pseudo_counts)
+                c = (
+                    np.asarray(counts.raw.sum(axis=0)).ravel().astype(float)
+                    if name == "private"
+                    else posterior(counts.U, vocab, eps, cfg, rng).pseudo_counts
+                )
                 model = NgramModel.from_counts(vocab.items, c, 3, partial=True)
             else:
                 with np.errstate(divide="ignore"):
@@ -75,10 +93,25 @@ def run(data: EvalData) -> dict:
         label = LABELS[name][0] + (f", ε = {eps:g}" if name not in ("private", "public", "kanon") else "")
         if name == "kanon":
             label += f", K = {K}"
-        rows.append({"mechanism": name, "label": label, "privacy": LABELS[name][1], "perplexity": summarize(ppl),
-                     "paper": PAPER.get(name)})
+        rows.append(
+            {
+                "mechanism": name,
+                "label": label,
+                "privacy": LABELS[name][1],
+                "perplexity": summarize(ppl),
+                "paper": PAPER.get(name),
+            }
+        )
     bar.close()
-    return {"rows": rows, "vocab_size": len(vocab), "W": cfg.W, "test_sentences": len(test),
-            "test_words": sum(map(len, test)), "heldout_sentences": len(data.heldout_sentences),
-            "trigram_events": events, "trigram_events_covered": covered, "sentences_fully_covered": full,
-            "train_users": counts.U.shape[0]}
+    return {
+        "rows": rows,
+        "vocab_size": len(vocab),
+        "W": cfg.W,
+        "test_sentences": len(test),
+        "test_words": sum(map(len, test)),
+        "heldout_sentences": len(data.heldout_sentences),
+        "trigram_events": events,
+        "trigram_events_covered": covered,
+        "sentences_fully_covered": full,
+        "train_users": counts.U.shape[0],
+    }

@@ -35,8 +35,16 @@ LABELS = {
 def bayes_params(cfg: EvalConfig, eps: float, sound: bool) -> BayesianParams:
     """BayesianDP parameters at ε: the sound sensitivity (public caps) or the paper's brute force."""
     if sound:
-        return BayesianParams(epsilon=eps, delta=cfg.delta, S=cfg.S, C=cfg.C, rho=cfg.rho, sensitivity="sound",
-                              W=cfg.W, count_clip=cfg.count_clip)
+        return BayesianParams(
+            epsilon=eps,
+            delta=cfg.delta,
+            S=cfg.S,
+            C=cfg.C,
+            rho=cfg.rho,
+            sensitivity="sound",
+            W=cfg.W,
+            count_clip=cfg.count_clip,
+        )
     return BayesianParams(epsilon=eps, delta=cfg.delta, S=cfg.S, C=cfg.C, rho=cfg.rho, sensitivity="bruteforce")
 
 
@@ -47,8 +55,16 @@ def posterior(U, vocab: NgramVocabulary, eps: float, cfg: EvalConfig, rng: Rando
     return posterior_release(totals, vocab, p, rng)
 
 
-def release(name: str, U, alpha: np.ndarray, eps: float, cfg: EvalConfig, rng: RandomSource,
-            K: int | None = None, vocab: NgramVocabulary | None = None) -> np.ndarray:
+def release(
+    name: str,
+    U,
+    alpha: np.ndarray,
+    eps: float,
+    cfg: EvalConfig,
+    rng: RandomSource,
+    K: int | None = None,
+    vocab: NgramVocabulary | None = None,
+) -> np.ndarray:
     """Probability vector released by mechanism ``name`` (see ``LABELS``; "posterior" needs ``vocab``)."""
     if name == "posterior":
         if vocab is None:
@@ -68,8 +84,9 @@ def release(name: str, U, alpha: np.ndarray, eps: float, cfg: EvalConfig, rng: R
     if name == "laplace-public":
         return np.asarray(laplace_public_dp(U, alpha, W=cfg.W, C=cfg.C, epsilon=eps, rng=rng).probs)
     if name == "laplace-public-obs":
-        return np.asarray(laplace_public_dp(U, alpha, W=cfg.W, C=cfg.C, epsilon=eps, sensitivity="observed",
-                                            rng=rng).probs)
+        return np.asarray(
+            laplace_public_dp(U, alpha, W=cfg.W, C=cfg.C, epsilon=eps, sensitivity="observed", rng=rng).probs
+        )
     if name == "kanon":
         return np.asarray(k_anonymity(U, K=int(K or cfg.table_k), C=cfg.C).probs)
     if name == "public":

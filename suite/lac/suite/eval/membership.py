@@ -48,8 +48,9 @@ SOUND = ("posterior", "laplace", "bayes-sound")
 _BATCH = 64
 
 
-def _cross_entropy_samples(kind: str, mean: np.ndarray, scale: float, pu: np.ndarray, n: int, lam: float,
-                           rng: RandomSource) -> np.ndarray:
+def _cross_entropy_samples(
+    kind: str, mean: np.ndarray, scale: float, pu: np.ndarray, n: int, lam: float, rng: RandomSource
+) -> np.ndarray:
     """−Σ p_u log θ for n releases (KL up to the constant entropy of p_u).
 
     ``kind``: "gauss" — logits mean + N(0, scale²), softmax (BayesianDP); "laplace" / "counts-gauss" —
@@ -75,12 +76,19 @@ def _cross_entropy_samples(kind: str, mean: np.ndarray, scale: float, pu: np.nda
         else:
             raise ValueError(f"unknown release kind {kind!r}")
         theta = (1.0 - lam) * theta + lam / V  # as metrics.smooth, on the user's columns only
-        out[s:s + b] = -(np.log(theta) @ w)
+        out[s : s + b] = -(np.log(theta) @ w)
     return out
 
 
-def attack(kind: str, d_in: tuple[np.ndarray, float], d_out: tuple[np.ndarray, float], pu: np.ndarray, n: int,
-           lam: float, rng: RandomSource) -> tuple[int, float]:
+def attack(
+    kind: str,
+    d_in: tuple[np.ndarray, float],
+    d_out: tuple[np.ndarray, float],
+    pu: np.ndarray,
+    n: int,
+    lam: float,
+    rng: RandomSource,
+) -> tuple[int, float]:
     """n rounds of the paired game: (wins, fraction of ties).
 
     ``d_in`` / ``d_out`` are the (pre-noise vector, noise scale) of the mechanism on D and on D₋ᵤ;
@@ -94,14 +102,33 @@ def attack(kind: str, d_in: tuple[np.ndarray, float], d_out: tuple[np.ndarray, f
     return wins, float(ties.mean())
 
 
-def audit(kind: str, d_in: tuple[np.ndarray, float], d_out: tuple[np.ndarray, float], pu: np.ndarray, n: int,
-          claimed_epsilon: float, delta: float, confidence: float, lam: float, rng: RandomSource) -> dict:
+def audit(
+    kind: str,
+    d_in: tuple[np.ndarray, float],
+    d_out: tuple[np.ndarray, float],
+    pu: np.ndarray,
+    n: int,
+    claimed_epsilon: float,
+    delta: float,
+    confidence: float,
+    lam: float,
+    rng: RandomSource,
+) -> dict:
     """Run ``attack`` and judge the claimed (ε, δ) at ``confidence`` (``metrics.audit_verdict``): one row."""
     wins, ties = attack(kind, d_in, d_out, pu, n, lam, rng)
     lo_p, hi_p = clopper_pearson(wins, n, confidence)
     v = audit_verdict(wins, n, claimed_epsilon, delta, confidence)
-    return {"epsilon": claimed_epsilon, "delta": delta, "wins": wins, "trials": n, "success": wins / n,
-            "success_ci": [lo_p, hi_p], "ties": ties, **v, "exceeds_claim": v["verdict"] == "violated"}
+    return {
+        "epsilon": claimed_epsilon,
+        "delta": delta,
+        "wins": wins,
+        "trials": n,
+        "success": wins / n,
+        "success_ci": [lo_p, hi_p],
+        "ties": ties,
+        **v,
+        "exceeds_claim": v["verdict"] == "violated",
+    }
 
 
 def row_confidence(confidence: float, rows: int) -> float:
@@ -122,24 +149,28 @@ def overall_check(rows: list[dict], sound=SOUND) -> dict:
     inconclusive = [r for r in srows if r["verdict"] == "inconclusive"]
     first = min(inconclusive, key=lambda r: r["epsilon"]) if inconclusive else None
     check = "FAIL" if violated else ("PASS" if consistent else "INCONCLUSIVE")
-    return {"check": check, "sound_never_exceeded": not violated, "sound_violated": violated,
-            "conclusive_up_to": max(consistent) if consistent else None,
-            "inconclusive_from": first["epsilon"] if first else None,
-            "trials_needed_at_inconclusive_from": first["trials_needed"] if first else None,
-            "max_certifiable_eps": min((r["max_certifiable_eps"] for r in srows), default=0.0)}
+    return {
+        "check": check,
+        "sound_never_exceeded": not violated,
+        "sound_violated": violated,
+        "conclusive_up_to": max(consistent) if consistent else None,
+        "inconclusive_from": first["epsilon"] if first else None,
+        "trials_needed_at_inconclusive_from": first["trials_needed"] if first else None,
+        "max_certifiable_eps": min((r["max_certifiable_eps"] for r in srows), default=0.0),
+    }
 
 
 def _params(kind: str, counts, eps: float, cfg) -> tuple[str, np.ndarray, float]:
     if kind == "posterior":  # audited on the Gaussian mechanism's output, before the (free) posterior step
         p = PosteriorParams(epsilon=eps, delta=cfg.delta, W=cfg.W, C=cfg.C, discovery=False)
-        totals = weighted_totals(MatrixReports(counts.U, counts.vocab).blocks(), counts.vocab, p.W, p.C, p.tau,
-                                 candidates=False)
+        totals = weighted_totals(
+            MatrixReports(counts.U, counts.vocab).blocks(), counts.vocab, p.W, p.C, p.tau, candidates=False
+        )
         return "counts-gauss", totals.public, p.sigma
     if kind == "laplace":
         r = laplace_dp(counts.U, W=cfg.W, C=cfg.C, epsilon=eps, rng=np.random.default_rng(0))
         return "laplace", np.asarray(r.mean), r.scale
-    b = bayesian_dp(counts.U, counts.alpha, bayes_params(cfg, eps, kind == "bayes-sound"),
-                    rng=np.random.default_rng(0))
+    b = bayesian_dp(counts.U, counts.alpha, bayes_params(cfg, eps, kind == "bayes-sound"), rng=np.random.default_rng(0))
     return "gauss", np.asarray(b.mean), b.sigma
 
 
@@ -167,8 +198,9 @@ def run(data: EvalData, out: Path, rng: RandomSource) -> dict:
             bar.update()
     bar.close()
     check = overall_check(rows)
-    fig, (a1, a2) = plots.new(2, f"Fig. 6: membership inference on the top user ({int(totals[u])} occurrences), "
-                                 f"{n} release pairs per ε")
+    fig, (a1, a2) = plots.new(
+        2, f"Fig. 6: membership inference on the top user ({int(totals[u])} occurrences), {n} release pairs per ε"
+    )
     for kind, label in MECHS.items():
         rs = [r for r in rows if r["mechanism"] == kind]
         x = [r["epsilon"] for r in rs]
@@ -184,8 +216,16 @@ def run(data: EvalData, out: Path, rng: RandomSource) -> dict:
     a2.set_yscale("symlog", linthresh=0.1)
     a2.set_ylabel(f"ε lower bound (C–P, {conf:.1%} per row)")
     path = plots.finish(fig, [a1, a2], out / "fig6_membership.png", xlabel="claimed ε", logx=True)
-    return {"figure": path.name, "rows": rows, "user_items": int(totals[u]),
-            "user_items_capped": int(counts.U[u].sum()), "samples": n, "confidence": cfg.mi_confidence,
-            "row_confidence": conf, "rows_tested": R,
-            "false_alarm_bound": round(1.0 - cfg.mi_confidence, 12), **check,
-            "data_dependent_exceeded": [r["epsilon"] for r in rows if r["mechanism"] == "bayes" and r["exceeds_claim"]]}
+    return {
+        "figure": path.name,
+        "rows": rows,
+        "user_items": int(totals[u]),
+        "user_items_capped": int(counts.U[u].sum()),
+        "samples": n,
+        "confidence": cfg.mi_confidence,
+        "row_confidence": conf,
+        "rows_tested": R,
+        "false_alarm_bound": round(1.0 - cfg.mi_confidence, 12),
+        **check,
+        "data_dependent_exceeded": [r["epsilon"] for r in rows if r["mechanism"] == "bayes" and r["exceeds_claim"]],
+    }

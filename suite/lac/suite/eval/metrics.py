@@ -70,8 +70,9 @@ def trials_needed(epsilon: float, delta: float, confidence: float) -> int | floa
     when the number is beyond floating point (ε ≳ 370).
     """
     if not (epsilon >= 0 and 0 <= delta < 0.5 and 0 < confidence < 1):
-        raise ValueError(f"need epsilon >= 0, 0 <= delta < 0.5, 0 < confidence < 1; "
-                         f"got {epsilon}, {delta}, {confidence}")
+        raise ValueError(
+            f"need epsilon >= 0, 0 <= delta < 0.5, 0 < confidence < 1; got {epsilon}, {delta}, {confidence}"
+        )
     # Need p_lo = (1 − c)^(1/n) > p* = (e^{2ε} + 2δ)/(1 + e^{2ε}); q = 1 − p*, written with e^{−2ε} so it
     # neither overflows nor rounds to 0 while it is representable.
     t = math.exp(-2.0 * epsilon)
@@ -112,12 +113,22 @@ def audit_verdict(successes: int, n: int, claimed_epsilon: float, delta: float, 
     else:
         verdict = "inconclusive"
     need = trials_needed(claimed_epsilon, delta, confidence)
-    return {"eps_lower_bound": lb, "max_certifiable_eps": ceiling, "verdict": verdict,
-            "trials_needed": None if math.isinf(need) else int(need), "confidence": confidence}
+    return {
+        "eps_lower_bound": lb,
+        "max_certifiable_eps": ceiling,
+        "verdict": verdict,
+        "trials_needed": None if math.isinf(need) else int(need),
+        "confidence": confidence,
+    }
 
 
 def summarize(values) -> dict:
     """Median and min/max of repeated runs."""
     v = np.asarray(values, dtype=np.float64)
-    return {"median": float(np.median(v)), "min": float(v.min()), "max": float(v.max()),
-            "mean": float(v.mean()), "runs": int(v.size)}
+    return {
+        "median": float(np.median(v)),
+        "min": float(v.min()),
+        "max": float(v.max()),
+        "mean": float(v.mean()),
+        "runs": int(v.size),
+    }

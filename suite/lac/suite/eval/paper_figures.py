@@ -21,8 +21,9 @@ FIG1_MECHS = ("posterior", "bayes", "bayes-sound", "endtoend", "laplace", "lapla
 def _kl_runs(name, counts, eps, cfg, rng, runs, alpha=None, K=None) -> list[float]:
     p = counts.private_distribution
     a = counts.alpha if alpha is None else alpha
-    return [kl(p, release(name, counts.U, a, eps, cfg, rng, K=K, vocab=counts.vocab), cfg.kl_smoothing)
-            for _ in range(runs)]
+    return [
+        kl(p, release(name, counts.U, a, eps, cfg, rng, K=K, vocab=counts.vocab), cfg.kl_smoothing) for _ in range(runs)
+    ]
 
 
 def _table(x_name, xs, series: dict[str, list[list[float]]]) -> list[dict]:
@@ -40,20 +41,41 @@ def figure1(data: EvalData, out: Path, rng: RandomSource) -> dict:
             series[m].append(_kl_runs(m, data.counts, eps, cfg, rng, cfg.runs))
             bar.update()
     bar.close()
-    public = kl(data.counts.private_distribution, release("public", None, data.counts.alpha, 1, cfg, rng),
-                cfg.kl_smoothing)
+    public = kl(
+        data.counts.private_distribution, release("public", None, data.counts.alpha, 1, cfg, rng), cfg.kl_smoothing
+    )
     fig, (ax,) = plots.new(1, f"Fig. 1: KL vs ε ({data.counts.U.shape[0]} users, |V| = {len(data.vocab)} trigrams)")
     for m in FIG1_MECHS:
         plots.band(ax, cfg.epsilons, series[m], LABELS[m][0])
     plots.hline(ax, public, "public baseline", color="k")
-    path = plots.finish(fig, [ax], out / "fig1_kl_vs_epsilon.png", xlabel="ε", ylabel="KL(private ‖ release), nats",
-                        logx=True, logy=True)
-    e2e = end_to_end_dp(data.counts.U, data.counts.alpha,
-                        EndToEndParams(epsilon=1.0, delta=cfg.delta, C=cfg.C, sensitivity="bruteforce"), rng=rng)
-    diag = {"epsilon": 1.0, "laplace_scale": e2e.laplace_scale, "score_range": float(np.ptp(e2e.scores)),
-            "S": e2e.S, "rho": e2e.rho}
-    return {"figure": path.name, "public_kl": public, "rows": _table("epsilon", cfg.epsilons, series),
-            "endtoend_selection": diag}
+    path = plots.finish(
+        fig,
+        [ax],
+        out / "fig1_kl_vs_epsilon.png",
+        xlabel="ε",
+        ylabel="KL(private ‖ release), nats",
+        logx=True,
+        logy=True,
+    )
+    e2e = end_to_end_dp(
+        data.counts.U,
+        data.counts.alpha,
+        EndToEndParams(epsilon=1.0, delta=cfg.delta, C=cfg.C, sensitivity="bruteforce"),
+        rng=rng,
+    )
+    diag = {
+        "epsilon": 1.0,
+        "laplace_scale": e2e.laplace_scale,
+        "score_range": float(np.ptp(e2e.scores)),
+        "S": e2e.S,
+        "rho": e2e.rho,
+    }
+    return {
+        "figure": path.name,
+        "public_kl": public,
+        "rows": _table("epsilon", cfg.epsilons, series),
+        "endtoend_selection": diag,
+    }
 
 
 def _two_panel(x_name, xs, left, right, publics, title, path, xlabel, logx=True):
@@ -64,8 +86,11 @@ def _two_panel(x_name, xs, left, right, publics, title, path, xlabel, logx=True)
     for m, v in right.items():
         plots.band(a2, xs, v, LABELS[m][0])
     plots.finish(fig, [a1, a2], path, xlabel=xlabel, ylabel="KL(private ‖ release), nats", logx=logx, logy=True)
-    return {"figure": path.name, "public_kl": dict(zip(map(str, xs), publics)),
-            "rows": _table(x_name, xs, {**left, **right})}
+    return {
+        "figure": path.name,
+        "public_kl": dict(zip(map(str, xs), publics)),
+        "rows": _table(x_name, xs, {**left, **right}),
+    }
 
 
 def figure2(data: EvalData, out: Path, rng: RandomSource) -> dict:
@@ -89,8 +114,16 @@ def figure2(data: EvalData, out: Path, rng: RandomSource) -> dict:
             bar.update()
         publics.append(float(np.median(pub)))
     bar.close()
-    return _two_panel("users", xs, left, right, publics, f"Fig. 2: KL vs number of users (ε = {eps:g})",
-                      out / "fig2_kl_vs_users.png", "users (random subsets, one per run)")
+    return _two_panel(
+        "users",
+        xs,
+        left,
+        right,
+        publics,
+        f"Fig. 2: KL vs number of users (ε = {eps:g})",
+        out / "fig2_kl_vs_users.png",
+        "users (random subsets, one per run)",
+    )
 
 
 def figure3(data: EvalData, out: Path, rng: RandomSource) -> dict:
@@ -106,12 +139,21 @@ def figure3(data: EvalData, out: Path, rng: RandomSource) -> dict:
         counts = data.counts_for(trigram_vocabulary(data.full_vocab, k))
         for m, v in (*left.items(), *right.items()):
             v.append(_kl_runs(m, counts, eps, cfg, rng, cfg.runs))
-        publics.append(kl(counts.private_distribution, release("public", None, counts.alpha, 1, cfg, rng),
-                          cfg.kl_smoothing))
+        publics.append(
+            kl(counts.private_distribution, release("public", None, counts.alpha, 1, cfg, rng), cfg.kl_smoothing)
+        )
         bar.update()
     bar.close()
-    return _two_panel("vocab_size", xs, left, right, publics, f"Fig. 3: KL vs vocabulary size (ε = {eps:g})",
-                      out / "fig3_kl_vs_vocab.png", "|V| (most frequent public trigrams)")
+    return _two_panel(
+        "vocab_size",
+        xs,
+        left,
+        right,
+        publics,
+        f"Fig. 3: KL vs vocabulary size (ε = {eps:g})",
+        out / "fig3_kl_vs_vocab.png",
+        "|V| (most frequent public trigrams)",
+    )
 
 
 def figure4(data: EvalData, out: Path, rng: RandomSource) -> dict:
@@ -137,9 +179,15 @@ def figure4(data: EvalData, out: Path, rng: RandomSource) -> dict:
     xplot = [max(b, 0.3) for b in xs]  # 0 drawn at the left edge of the log axis
     for m, v in series.items():
         plots.band(ax, xplot, v, LABELS[m][0])
-    path = plots.finish(fig, [ax], out / "fig4_kl_vs_public_noise.png",
-                        xlabel="Laplace scale added to public counts (0 drawn at 0.3)",
-                        ylabel="KL(private ‖ release), nats", logx=True, logy=True)
+    path = plots.finish(
+        fig,
+        [ax],
+        out / "fig4_kl_vs_public_noise.png",
+        xlabel="Laplace scale added to public counts (0 drawn at 0.3)",
+        ylabel="KL(private ‖ release), nats",
+        logx=True,
+        logy=True,
+    )
     return {"figure": path.name, "rows": _table("public_noise_scale", xs, series)}
 
 
@@ -147,8 +195,9 @@ def figure5(data: EvalData, out: Path, rng: RandomSource, fig1: dict) -> dict:
     """Figure 5: k-anonymity (not DP) against BayesianDP, from figure 1's rows."""
     cfg = data.config
     p = data.counts.private_distribution
-    kan = [kl(p, release("kanon", data.counts.U, data.counts.alpha, 1, cfg, rng, K=K), cfg.kl_smoothing)
-           for K in cfg.ks]
+    kan = [
+        kl(p, release("kanon", data.counts.U, data.counts.alpha, 1, cfg, rng, K=K), cfg.kl_smoothing) for K in cfg.ks
+    ]
     bayes = [[r["bayes"]["min"], r["bayes"]["median"], r["bayes"]["max"]] for r in fig1["rows"]]
     fig, (a1, a2) = plots.new(2, f"Fig. 5: k-anonymity (NOT DP) vs BayesianDP ({data.counts.U.shape[0]} users)")
     a1.plot(cfg.ks, kan, marker="o", ms=4, label="k-anonymity (deterministic)")
@@ -159,6 +208,7 @@ def figure5(data: EvalData, out: Path, rng: RandomSource, fig1: dict) -> dict:
         ax.set_ylim(lo, hi)
     a1.set_xlabel("K")
     a2.set_xlabel("ε")
-    path = plots.finish(fig, [a1, a2], out / "fig5_kanon.png", ylabel="KL(private ‖ release), nats", logx=True,
-                        logy=True)
+    path = plots.finish(
+        fig, [a1, a2], out / "fig5_kanon.png", ylabel="KL(private ‖ release), nats", logx=True, logy=True
+    )
     return {"figure": path.name, "kanon": [{"K": K, "kl": v} for K, v in zip(cfg.ks, kan)]}

@@ -78,9 +78,14 @@ def run(data: EvalData, out: Path, rng: RandomSource) -> dict:
     bar = Progress("end-to-end pipeline", len(cfg.central_epsilons))
     for target in cfg.central_epsilons:
         eps0_shuffle, curve = max_local_epsilon(target, n, cfg.delta, cfg.eps0_grid_points)
-        row = {"target": target, "eps0_local_only": target, "eps0_shuffle": eps0_shuffle,
-               "eps_w_local_only": target / (ell * diam), "eps_w_shuffle": eps0_shuffle / (ell * diam),
-               "curve": curve}
+        row = {
+            "target": target,
+            "eps0_local_only": target,
+            "eps0_shuffle": eps0_shuffle,
+            "eps_w_local_only": target / (ell * diam),
+            "eps_w_shuffle": eps0_shuffle / (ell * diam),
+            "curve": curve,
+        }
         row["a_curator_only"] = kl(p, release("posterior", clean.U, clean.alpha, target, lcfg, rng, vocab=vocab), lam)
         for key, e0 in (("b_local_only", target), ("c0_shuffle_only", eps0_shuffle)):
             loc = Localizer(emb, MultivariateLaplace(e0 / (ell * diam)), rng)
@@ -103,8 +108,9 @@ def run(data: EvalData, out: Path, rng: RandomSource) -> dict:
     a1.plot(xs, [r["a_curator_only"] for r in rows], marker="o", label="(a) curator-only DP release, clean text")
     a1.plot(xs, [r["b_local_only"] for r in rows], marker="s", label="(b) local noise only (ε0 = ε*)")
     a1.plot(xs, [r["c_shuffle_curator"] for r in rows], marker="^", label="(c) local + shuffle + DP release")
-    a1.plot(xs, [r["c0_shuffle_only"] for r in rows], marker="v", ls=":",
-            label="(c0) local + shuffle, no curator noise")
+    a1.plot(
+        xs, [r["c0_shuffle_only"] for r in rows], marker="v", ls=":", label="(c0) local + shuffle, no curator noise"
+    )
     a1.axhline(public_kl, color="k", ls="--", lw=1, label="public baseline")
     a1.set_ylabel("KL(clean n-grams ‖ release), nats")
     a1.set_yscale("log")
@@ -113,5 +119,14 @@ def run(data: EvalData, out: Path, rng: RandomSource) -> dict:
     a2.set_ylabel("report-level local ε0")
     a2.set_yscale("log")
     path = plots.finish(fig, [a1, a2], out / "pipeline_end_to_end.png", xlabel="target central ε*", logx=True)
-    return {"figure": path.name, "n": n, "report_words": ell, "diameter": diam, "embedding": emb.name,
-            "rows": rows, "public_kl": public_kl, "practical": practical, "vocab_size": len(vocab)}
+    return {
+        "figure": path.name,
+        "n": n,
+        "report_words": ell,
+        "diameter": diam,
+        "embedding": emb.name,
+        "rows": rows,
+        "public_kl": public_kl,
+        "practical": practical,
+        "vocab_size": len(vocab),
+    }

