@@ -15,6 +15,8 @@ import typing
 from pathlib import Path
 from typing import Any, TypeVar
 
+from lac.common.logs import LOG_FORMATS
+
 T = TypeVar("T")
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off"}
@@ -109,3 +111,27 @@ def load(
 def from_args(cls: type[T], env_prefix: str, args: argparse.Namespace) -> T:
     """``load`` using the namespace produced by a parser built with ``add_flags``."""
     return load(cls, env_prefix, getattr(args, "config", None), vars(args))
+
+
+@dataclasses.dataclass(frozen=True)
+class ServiceSettings:
+    """The settings every service has: its metrics endpoint and its log format (a base of each
+    service's configuration)."""
+
+    metrics_port: int | None = setting(
+        None, "serve Prometheus text metrics at http://METRICS_HOST:PORT/metrics (0 = any free port; unset = off)"
+    )
+    metrics_host: str = setting(
+        "127.0.0.1",
+        "address of the metrics endpoint (plaintext, unauthenticated, for "
+        "the operator only: it has exact counts; keep it on loopback or a "
+        "private network)",
+    )
+    log_format: str = setting(
+        "text",
+        "log lines as 'text' or 'json' (one JSON object per line: time, level, logger, message and extra fields)",
+    )
+
+    def __post_init__(self) -> None:
+        if self.log_format not in LOG_FORMATS:
+            raise ValueError(f"log_format must be one of {', '.join(LOG_FORMATS)}")

@@ -13,9 +13,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from lac.common.config import setting
+from lac.common.config import ServiceSettings, setting
 from lac.common.deployment import DEFAULT_EMBEDDING, DEFAULT_EMBEDDING_DIAMETER, Deployment
-from lac.common.logs import LOG_FORMATS
 from lac.common.rpc import Role, parse_names
 
 ENV_PREFIX = "LAC_CURATOR_"
@@ -24,7 +23,7 @@ CORES = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os
 
 
 @dataclass(frozen=True)
-class CuratorConfig:
+class CuratorConfig(ServiceSettings):
     host: str = setting("127.0.0.1", "address to listen on")
     port: int = setting(50052, "port to listen on (0 = any free port)")
     port_file: Path | None = setting(None, "write the bound port to this file once serving")
@@ -194,23 +193,9 @@ class CuratorConfig:
         "every core this process may use; 1 = in the server process). Batches "
         "under 200 reports are opened in the server process",
     )
-    metrics_port: int | None = setting(
-        None, "serve Prometheus text metrics at http://METRICS_HOST:PORT/metrics (0 = any free port; unset = off)"
-    )
-    metrics_host: str = setting(
-        "127.0.0.1",
-        "address of the metrics endpoint (plaintext, unauthenticated, for "
-        "the operator only: it has exact counts; keep it on loopback or a "
-        "private network)",
-    )
-    log_format: str = setting(
-        "text",
-        "log lines as 'text' or 'json' (one JSON object per line: time, level, logger, message and extra fields)",
-    )
 
     def __post_init__(self) -> None:
-        if self.log_format not in LOG_FORMATS:
-            raise ValueError(f"log_format must be one of {', '.join(LOG_FORMATS)}")
+        super().__post_init__()
         if not 1 <= self.max_n <= 5:
             raise ValueError("max_n must be between 1 and 5")
         for name in (

@@ -46,6 +46,7 @@ from lac.curator.bayesian import (
     LOG_THETA_GRID,
     SENSITIVITY_METHODS,
     BayesianParams,
+    BayesianRelease,
     CountStats,
     bayesian_dp,
     bayesian_from_stats,
@@ -403,21 +404,7 @@ def run(
                     reports, partial(block_max_sq_dist, vocab=vocab, C=C, W=W, stats=stats, S=p.S), _max, 0.0
                 )
             r = bayesian_from_stats(stats, alpha, p, rng=rng, max_sq_dist=max_sq)
-            return Release(
-                "bayesian",
-                items,
-                _rounded(r.log_theta),
-                None,
-                r.guarantee,
-                "",
-                r.sensitivity_method,
-                r.gamma,
-                r.sigma,
-                r.calibration,
-                0.0,
-                params=dict(S=p.S, C=C, rho=p.rho, W=W, count_clip=caps.count_clip),
-                **common,
-            )
+            return _bayesian_release(r, p, items, caps, common)
         if spec.mechanism == "laplace":
             b = laplace_from_stats(stats, W=W, C=C, epsilon=spec.epsilon, rng=rng, unit=unit)
         else:
@@ -441,21 +428,7 @@ def run(
             unit=unit,
         )
         r = bayesian_dp(U, alpha, p, rng=rng)
-        return Release(
-            "bayesian",
-            items,
-            _rounded(r.log_theta),
-            None,
-            r.guarantee,
-            "",
-            r.sensitivity_method,
-            r.gamma,
-            r.sigma,
-            r.calibration,
-            0.0,
-            params=dict(S=p.S, C=C, rho=p.rho, W=W, count_clip=caps.count_clip),
-            **common,
-        )
+        return _bayesian_release(r, p, items, caps, common)
     if spec.mechanism == "endtoend":
         ep = EndToEndParams(
             epsilon=spec.epsilon,
@@ -502,6 +475,26 @@ def run(
     else:
         b = k_anonymity(U, K=spec.K, C=C)
     return _baseline_release(spec, items, b, common)
+
+
+def _bayesian_release(
+    r: BayesianRelease, p: BayesianParams, items: tuple[str, ...], caps: PublicCaps, common: dict
+) -> Release:
+    return Release(
+        "bayesian",
+        items,
+        _rounded(r.log_theta),
+        None,
+        r.guarantee,
+        "",
+        r.sensitivity_method,
+        r.gamma,
+        r.sigma,
+        r.calibration,
+        0.0,
+        params=dict(S=p.S, C=caps.C, rho=p.rho, W=caps.W, count_clip=caps.count_clip),
+        **common,
+    )
 
 
 def _baseline_release(spec: ReleaseSpec, items: tuple[str, ...], b: BaselineRelease, common: dict) -> Release:

@@ -5,15 +5,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from lac.common.config import setting
-from lac.common.logs import LOG_FORMATS
+from lac.common.config import ServiceSettings, setting
 from lac.shuffler.shards import parse_shards
 
 ENV_PREFIX = "LAC_SHUFFLER_"
 
 
 @dataclass(frozen=True)
-class ShufflerConfig:
+class ShufflerConfig(ServiceSettings):
     host: str = setting("127.0.0.1", "address to listen on")
     port: int = setting(50051, "port to listen on (0 = any free port)")
     port_file: Path | None = setting(None, "write the bound port to this file once serving")
@@ -180,23 +179,9 @@ class ShufflerConfig:
         "every replica the new list with the next window here, so all of "
         "them switch at the same boundary (0 = applies at once)",
     )
-    metrics_port: int | None = setting(
-        None, "serve Prometheus text metrics at http://METRICS_HOST:PORT/metrics (0 = any free port; unset = off)"
-    )
-    metrics_host: str = setting(
-        "127.0.0.1",
-        "address of the metrics endpoint (plaintext, unauthenticated, for "
-        "the operator only: it has exact counts; keep it on loopback or a "
-        "private network)",
-    )
-    log_format: str = setting(
-        "text",
-        "log lines as 'text' or 'json' (one JSON object per line: time, level, logger, message and extra fields)",
-    )
 
     def __post_init__(self) -> None:
-        if self.log_format not in LOG_FORMATS:
-            raise ValueError(f"log_format must be one of {', '.join(LOG_FORMATS)}")
+        super().__post_init__()
         if self.min_batch < 1:
             raise ValueError("min_batch must be at least 1")
         if not (self.release_interval_seconds > 0 and self.window_seconds > 0):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
+from lac.common.rpc import count_field
 from lac.common.v1 import curator_pb2, shuffler_pb2
 
 __all__ = [
@@ -84,41 +85,5 @@ def submit_response(idempotency_ids: Iterable[bytes], stored: Sequence[bool]) ->
 
 def count_reports(raw: bytes, stop_after: int) -> int:
     """Entries of ``reports`` at the top level of a serialized ``SubmitRequest``, counted without
-    parsing and at most ``stop_after + 1``. Malformed bytes end the count early (the parser then
-    rejects them)."""
-    i, n, count = 0, len(raw), 0
-
-    def read_varint(i: int) -> tuple[int, int]:
-        value = shift = 0
-        while i < n and shift < 70:
-            b = raw[i]
-            i += 1
-            value |= (b & 0x7F) << shift
-            if not b & 0x80:
-                return value, i
-            shift += 7
-        return -1, n
-
-    while i < n:
-        tag, i = read_varint(i)
-        if tag < 0:
-            break
-        wire = tag & 7
-        if wire == 0:
-            _, i = read_varint(i)
-        elif wire == 1:
-            i += 8
-        elif wire == 5:
-            i += 4
-        elif wire == _LENGTH_DELIMITED:
-            length, i = read_varint(i)
-            if length < 0:
-                break
-            i += length
-            if tag >> 3 == _SUBMIT_REPORTS:
-                count += 1
-                if count > stop_after:
-                    break
-        else:
-            break
-    return count
+    parsing and at most ``stop_after + 1`` (``lac.common.rpc.count_field``)."""
+    return count_field(raw, _SUBMIT_REPORTS, stop_after)
