@@ -23,6 +23,7 @@ import math
 import re
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Protocol, TypeAlias
@@ -282,6 +283,20 @@ def service_handler(
     return grpc.method_handlers_generic_handler(service.full_name, handlers)
 
 
+@asynccontextmanager
+async def _boundary(context: Context, path: str) -> AsyncIterator[None]:
+    """The one translation of a method's failure: a ``LacError`` aborts with its status, an abort
+    already under way passes through, anything else is INTERNAL, logged once with the RPC name."""
+    try:
+        yield
+    except errors.LacError as exc:
+        await _abort(context, path, exc)
+    except (grpc.aio.AbortError, grpc.aio.UsageError):
+        raise
+    except Exception:
+        await _internal(context, path)
+
+
 def _method_handler(
     path: str,
     m: MethodDescriptor,
@@ -316,7 +331,7 @@ def _method_handler(
     if m.client_streaming and not m.server_streaming:
 
         async def stream_unary(request_iterator: AsyncIterator[bytes], context: Context) -> Any:
-            try:
+            async with _boundary(context, path):
                 caller = admit(context)
 
                 async def parsed() -> AsyncIterator[Message]:
@@ -324,12 +339,6 @@ def _method_handler(
                         yield await parse(raw)
 
                 return await fn(parsed(), context, caller)
-            except errors.LacError as exc:
-                await _abort(context, path, exc)
-            except (grpc.aio.AbortError, grpc.aio.UsageError):
-                raise
-            except Exception:
-                await _internal(context, path)
 
         return grpc.stream_unary_rpc_method_handler(
             stream_unary, request_deserializer=None, response_serializer=_serialize
@@ -337,7 +346,7 @@ def _method_handler(
     if m.server_streaming and not m.client_streaming:
 
         async def unary_stream(raw: bytes, context: Context) -> AsyncIterator[Any]:
-            try:
+            async with _boundary(context, path):
                 caller = admit(context)
                 request = await parse(raw)
                 agen = fn(request, context, caller)
@@ -345,12 +354,6 @@ def _method_handler(
                     raise TypeError(f"{path} must be an async generator")
                 async for item in agen:
                     yield item
-            except errors.LacError as exc:
-                await _abort(context, path, exc)
-            except (grpc.aio.AbortError, grpc.aio.UsageError):
-                raise
-            except Exception:
-                await _internal(context, path)
 
         return grpc.unary_stream_rpc_method_handler(
             unary_stream, request_deserializer=None, response_serializer=_serialize
@@ -359,15 +362,9 @@ def _method_handler(
         raise ValueError(f"{path}: bidirectional streaming is not used by LAC")
 
     async def unary_unary(raw: bytes, context: Context) -> Any:
-        try:
+        async with _boundary(context, path):
             caller = admit(context)
             return await fn(await parse(raw), context, caller)
-        except errors.LacError as exc:
-            await _abort(context, path, exc)
-        except (grpc.aio.AbortError, grpc.aio.UsageError):
-            raise
-        except Exception:
-            await _internal(context, path)
 
     return grpc.unary_unary_rpc_method_handler(unary_unary, request_deserializer=None, response_serializer=_serialize)
 

@@ -386,18 +386,7 @@ def run(
         stats = _stream_stats(reports, vocab, C, W, engine)
         common = dict(vocab_size=len(items), n_reports=stats.n_users)
         if spec.mechanism == "bayesian":
-            p = BayesianParams(
-                epsilon=spec.epsilon,
-                delta=spec.delta,
-                S=spec.S,
-                C=C,
-                rho=spec.rho,
-                sensitivity=spec.sensitivity,
-                calibration=spec.calibration,
-                W=W,
-                count_clip=caps.count_clip,
-                unit=unit,
-            )
+            p = _bayesian_params(spec, caps, unit)
             max_sq = None
             if spec.sensitivity == "bruteforce":
                 max_sq = engine.fold(
@@ -415,18 +404,7 @@ def run(
     U = reports.vocab_counts(C, W)
     common = dict(vocab_size=len(items), n_reports=int(U.shape[0]))
     if spec.mechanism == "bayesian":
-        p = BayesianParams(
-            epsilon=spec.epsilon,
-            delta=spec.delta,
-            S=spec.S,
-            C=C,
-            rho=spec.rho,
-            sensitivity=spec.sensitivity,
-            calibration=spec.calibration,
-            W=W,
-            count_clip=caps.count_clip,
-            unit=unit,
-        )
+        p = _bayesian_params(spec, caps, unit)
         r = bayesian_dp(U, alpha, p, rng=rng)
         return _bayesian_release(r, p, items, caps, common)
     if spec.mechanism == "endtoend":
@@ -475,6 +453,21 @@ def run(
     else:
         b = k_anonymity(U, K=spec.K, C=C)
     return _baseline_release(spec, items, b, common)
+
+
+def _bayesian_params(spec: ReleaseSpec, caps: PublicCaps, unit: PrivacyUnit) -> BayesianParams:
+    return BayesianParams(
+        epsilon=spec.epsilon,
+        delta=spec.delta,
+        S=spec.S,
+        C=caps.C,
+        rho=spec.rho,
+        sensitivity=spec.sensitivity,
+        calibration=spec.calibration,
+        W=caps.W,
+        count_clip=caps.count_clip,
+        unit=unit,
+    )
 
 
 def _bayesian_release(
