@@ -376,3 +376,13 @@ class ServeProc:
         self._reader.join(5)
         if not self._reader.is_alive():
             self.process.stdout.close()
+
+
+def free_port() -> int:
+    """A loopback port that was free a moment ago: for addresses that must be named before their
+    server starts (shard lists, a Spark Connect endpoint)."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]

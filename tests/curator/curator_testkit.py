@@ -11,6 +11,9 @@ from lac_testkit import ServeProc, batch_privacy, content
 
 from lac.common import envelope
 from lac.common.v1 import curator_pb2, curator_pb2_grpc
+from lac.curator import segments
+from lac.curator.ngrams import NgramVocabulary, report_items
+from lac.curator.release import StoredReports
 
 WORDS = (
     "the",
@@ -131,3 +134,41 @@ def fill(directory) -> None:
                 assert exc.errno == 28  # ENOSPC
     finally:
         os.close(fd)
+
+
+SEGMENT_WORDS = (
+    "the",
+    "a",
+    "dog",
+    "cat",
+    "sun",
+    "star",
+    "walks",
+    "sleeps",
+    "in",
+    "on",
+    "is",
+    "was",
+    "big",
+    "small",
+    "red",
+    "old",
+)
+
+
+def random_stored(root, rng, n_segments: int, reports_in_segment) -> StoredReports:
+    """``n_segments`` segments of random reports under ``root`` (some longer than a release's W;
+    ``reports_in_segment(k)`` is the (low, high) range of segment k's report count), and a public
+    vocabulary covering part of their n-grams and part of their words (the others read as <unk>)."""
+    public = [list(rng.choice(SEGMENT_WORDS[:12], size=int(rng.integers(3, 9)))) for _ in range(200)]
+    vocab = NgramVocabulary.from_sentences(public, max_n=3, min_count=2, unknown_words=True)
+    paths = []
+    for k in range(n_segments):
+        reports = [
+            [list(rng.choice(SEGMENT_WORDS, size=int(rng.integers(0, 30)))) for _ in range(int(rng.integers(0, 3)))]
+            for _ in range(int(rng.integers(*reports_in_segment(k))))
+        ]
+        path = root / f"window={k}" / f"b{k}.parquet"
+        segments.write(path, report_items(reports, 3), {"batch_id": f"b{k}"})
+        paths.append(path)
+    return StoredReports(paths, vocab)

@@ -5,53 +5,20 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from curator_testkit import random_stored
 
 from lac.common.privacy import PrivacyUnit
-from lac.curator import segments
 from lac.curator.bayesian import BayesianParams, bayesian_dp
 from lac.curator.engine import LOCAL
-from lac.curator.ngrams import NgramVocabulary, report_items
 from lac.curator.posterior import weighted_totals
-from lac.curator.release import PublicCaps, ReleaseSpec, StoredReports, run, vocab_counts
-
-WORDS = [
-    "the",
-    "a",
-    "dog",
-    "cat",
-    "sun",
-    "star",
-    "walks",
-    "sleeps",
-    "in",
-    "on",
-    "is",
-    "was",
-    "big",
-    "small",
-    "red",
-    "old",
-]
+from lac.curator.release import PublicCaps, ReleaseSpec, run, vocab_counts
 
 
 @pytest.fixture(scope="module")
 def stored(tmp_path_factory):
     """Five segments of random reports (some empty, some longer than W), and a public vocabulary
     that covers part of their n-grams and part of their words."""
-    rng = np.random.default_rng(11)
-    public = [list(rng.choice(WORDS[:12], size=int(rng.integers(3, 9)))) for _ in range(200)]
-    vocab = NgramVocabulary.from_sentences(public, max_n=3, min_count=2, unknown_words=True)
-    root = tmp_path_factory.mktemp("segments")
-    paths = []
-    for k in range(5):
-        reports = [
-            [list(rng.choice(WORDS, size=int(rng.integers(0, 30)))) for _ in range(int(rng.integers(0, 3)))]
-            for _ in range(int(rng.integers(0, 80)))
-        ]
-        path = root / f"window={k}" / f"b{k}.parquet"
-        segments.write(path, report_items(reports, 3), {"batch_id": f"b{k}"})
-        paths.append(path)
-    return StoredReports(paths, vocab)
+    return random_stored(tmp_path_factory.mktemp("segments"), np.random.default_rng(11), 5, lambda k: (0, 80))
 
 
 CAPS = PublicCaps(W=7, C=2, count_clip=50)

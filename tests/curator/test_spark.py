@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import operator
-import socket
 import subprocess
 import sys
 from functools import partial
@@ -15,7 +14,9 @@ from functools import partial
 import grpc
 import numpy as np
 import pytest
-from lac_testkit import batch_privacy, content
+from curator_testkit import SEGMENT_WORDS as WORDS
+from curator_testkit import random_stored
+from lac_testkit import batch_privacy, content, free_port
 from test_ingest import good_reports, mixed_batch
 
 from lac.common import envelope
@@ -25,42 +26,18 @@ from lac.common.text import sentences
 from lac.common.v1 import curator_pb2, curator_pb2_grpc
 from lac.curator import segments
 from lac.curator.engine import LOCAL
-from lac.curator.ngrams import NgramVocabulary, ReportItems, report_items
+from lac.curator.ngrams import NgramVocabulary, ReportItems
 from lac.curator.release import PublicCaps, ReleaseSpec, StoredReports, block_stats, run
 from lac.curator.spark import SparkEngine, SparkIngest
 from lac.curator.store import CuratorStore
 
-WORDS = [
-    "the",
-    "a",
-    "dog",
-    "cat",
-    "sun",
-    "star",
-    "walks",
-    "sleeps",
-    "in",
-    "on",
-    "is",
-    "was",
-    "big",
-    "small",
-    "red",
-    "old",
-]
 CAPS = PublicCaps(W=7, C=2, count_clip=50)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
 def spark():
     """A classic local[2] session that also serves Spark Connect on a loopback port."""
-    port = _free_port()
+    port = free_port()
     engine = SparkEngine.start(
         "local[2]",
         conf={
@@ -91,20 +68,9 @@ def engine(request, spark):
 @pytest.fixture(scope="module")
 def stored(tmp_path_factory):
     """Six segments of random reports (some empty, some longer than W, words outside the vocabulary)."""
-    rng = np.random.default_rng(23)
-    public = [list(rng.choice(WORDS[:12], size=int(rng.integers(3, 9)))) for _ in range(200)]
-    vocab = NgramVocabulary.from_sentences(public, max_n=3, min_count=2, unknown_words=True)
-    root = tmp_path_factory.mktemp("segments")
-    paths = []
-    for k in range(6):
-        reports = [
-            [list(rng.choice(WORDS, size=int(rng.integers(0, 30)))) for _ in range(int(rng.integers(0, 3)))]
-            for _ in range(int(rng.integers(0 if k == 2 else 1, 90)))
-        ]
-        path = root / f"window={k}" / f"b{k}.parquet"
-        segments.write(path, report_items(reports, 3), {"batch_id": f"b{k}"})
-        paths.append(path)
-    return StoredReports(paths, vocab)
+    return random_stored(
+        tmp_path_factory.mktemp("segments"), np.random.default_rng(23), 6, lambda k: (0 if k == 2 else 1, 90)
+    )
 
 
 SPECS = [

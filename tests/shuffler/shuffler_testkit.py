@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 
-from lac_testkit import ServeProc, Sink, content, tag_of  # noqa: F401 - re-exported for the shuffler tests
+from lac_testkit import ServeProc, Sink, content, free_port, tag_of  # noqa: F401 - re-exported for the shuffler tests
 from lac_testkit import wait_until as wait_for  # noqa: F401
 
 from lac.common.v1 import reports_pb2, shuffler_pb2
@@ -24,13 +24,3 @@ def report(tag: bytes | None = None, crowd: str = "", idem: bytes | None = None)
     return shuffler_pb2.ClientReport(
         idempotency_id=idem or os.urandom(16), payload=payload(tag or os.urandom(16)), crowd_id=crowd
     )
-
-
-def free_port() -> int:
-    """A loopback port that was free a moment ago: for shard lists, which name the replicas' addresses
-    before the replicas start."""
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
