@@ -191,7 +191,7 @@ def test_write_error_in_the_release_path_is_reported_and_recovers(start_shuffler
     t0 = time.monotonic()
     err = _error(lambda: _submit(shf.address, [report()]))
     assert time.monotonic() - t0 < 2 and err.code() == grpc.StatusCode.UNAVAILABLE and _retry_after(err) >= 1
-    assert shuffler.storage_failures and shuffler.storage_error
+    assert shuffler.storage.failures and shuffler.storage.error
     time.sleep(2)  # test writes succeed meanwhile, but the release still fails: no flapping back to SERVING
     assert _health(shf.address) == "NOT_SERVING"
     failing.clear()  # the disk works again: a test write succeeds, the release happens, ingest resumes

@@ -17,13 +17,16 @@ import sqlite3
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable
+from concurrent.futures import Executor
 from contextlib import suppress
+from typing import Any, TypeVar
 
 from lac.common.errors import Unavailable
 
 __all__ = ["LowDiskSpace", "StorageFailed", "StorageGuard", "storage_failure_reason", "free_bytes"]
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 # SQLite primary result codes that mean the storage (not the code) failed.
 STORAGE_CODES = {
@@ -80,7 +83,8 @@ class StorageGuard:
     the first that succeeds logs one line and calls ``on_change(True)``. ``check()`` raises
     ``StorageFailed`` (with ``retry_after``) while an episode lasts. ``check_space`` (optional,
     raising ``LowDiskSpace``) is run every ``SPACE_CHECK_SECONDS`` while healthy, so health follows
-    free space without traffic. Use from one event loop.
+    free space without traffic. ``run`` calls a storage function on the service's storage thread and
+    notes its failures; ``advice`` ends the UNAVAILABLE message. Use from one event loop.
     """
 
     def __init__(
@@ -90,8 +94,9 @@ class StorageGuard:
         probe: Callable[[], Awaitable[None]],
         on_change: Callable[[bool], None],
         check_space: Callable[[], Awaitable[None]] | None = None,
+        advice: str = "nothing of this call was stored: retry later",
     ):
-        self.what, self.consequence = what, consequence
+        self.what, self.consequence, self.advice = what, consequence, advice
         self._probe, self._on_change, self._check_space = probe, on_change, check_space
         self.error: str | None = None  # why the storage is unusable; None while it works
         self.failures: Counter[str] = Counter()  # failed storage operations by reason
@@ -100,10 +105,29 @@ class StorageGuard:
         self._task: asyncio.Task[None] | None = None
         self._stopped = False
         self._wake = asyncio.Event()
+        self._ok = asyncio.Event()
+        self._ok.set()
 
     @property
     def ok(self) -> bool:
         return self.error is None
+
+    async def wait_ok(self) -> None:
+        """Return once the storage works (at once if it does)."""
+        await self._ok.wait()
+
+    async def run(self, executor: Executor, fn: Callable[..., T], *args: Any) -> T:
+        """``fn(*args)`` on ``executor`` (the storage thread); a storage failure is noted (``failed``)
+        and raised as ``StorageFailed``; any other error propagates unchanged."""
+        self.start()
+        try:
+            return await asyncio.get_running_loop().run_in_executor(executor, fn, *args)
+        except Exception as exc:
+            reason = storage_failure_reason(exc)
+            if reason is None:
+                raise
+            op = str(getattr(fn, "__name__", None) or getattr(getattr(fn, "func", None), "__name__", "storage"))
+            raise self.failed(op, reason, exc) from None
 
     def start(self) -> None:
         """Start watching (idempotent; needs a running event loop; never again after ``stop``)."""
@@ -120,7 +144,7 @@ class StorageGuard:
 
     def unavailable(self) -> StorageFailed:
         return StorageFailed(
-            f"{self.what} cannot be written ({self.error}); nothing of this call was stored: retry later",
+            f"{self.what} cannot be written ({self.error}); {self.advice}",
             retry_after=self.delay,
         )
 
@@ -142,9 +166,10 @@ class StorageGuard:
             )
             self.error = f"{reason} in {op}: {exc}"
             self._failed_at = now
+            self._ok.clear()
             self._on_change(False)
             log.error(
-                "%s unusable (%s in %s: %s): %s until a test write succeeds",
+                "%s unusable (%s in %s: %s) until a test write succeeds: %s",
                 self.what,
                 reason,
                 op,
@@ -173,6 +198,9 @@ class StorageGuard:
                 await self._probe()
             except asyncio.CancelledError:
                 raise
+            except StorageFailed:
+                self.delay = min(self.delay * 2, PROBE_MAX_SECONDS)  # noted by ``run`` already
+                continue
             except Exception as exc:
                 self.failures[storage_failure_reason(exc) or type(exc).__name__] += 1
                 self.delay = min(self.delay * 2, PROBE_MAX_SECONDS)
@@ -182,4 +210,5 @@ class StorageGuard:
                 "%s writable again after %.1f s (was: %s); serving", self.what, now - self._failed_at, self.error
             )
             self.error, self._recovered_at = None, now
+            self._ok.set()
             self._on_change(True)

@@ -48,7 +48,7 @@ from lac.common.errors import AlreadyExists, FailedPrecondition, InvalidArgument
 from lac.common.privacy import Budget, PrivacyUnit
 from lac.common.rng import RandomSource, secure_generator
 from lac.common.server import Health
-from lac.common.storage import StorageGuard, storage_failure_reason
+from lac.common.storage import StorageGuard
 from lac.common.text import sentences as split_sentences
 from lac.common.v1 import curator_pb2
 from lac.curator import release as releases
@@ -159,16 +159,7 @@ class Curator:
     async def _run(self, fn, *args):
         """``fn(*args)`` on the store's thread; a storage failure is noted (``self.storage``: one log line,
         health NOT_SERVING, test writes until it works again) and raised as UNAVAILABLE with retry-after."""
-        self.storage.start()
-        try:
-            return await self._run_raw(fn, *args)
-        except Exception as exc:
-            reason = storage_failure_reason(exc)
-            if reason is None:
-                raise
-            raise self.storage.failed(
-                getattr(fn, "__name__", None) or getattr(getattr(fn, "func", None), "__name__", "storage"), reason, exc
-            ) from None
+        return await self.storage.run(self._db, fn, *args)
 
     def start(self) -> None:
         """Start the background parts (on the running event loop): the storage watch (free space, test

@@ -103,14 +103,14 @@ class ShufflerMetrics:
                 "lac_shuffler_storage_ok",
                 "1 while the report log is writable (health SERVING), 0 after a "
                 "storage failure until a test write succeeds.",
-                0 if s.storage_error else 1,
+                int(s.storage.ok),
             ),
             counter(
                 "lac_shuffler_storage_failures_total",
                 "Failed storage operations (writes, reads, test writes) "
                 "by reason: SQLITE_FULL, SQLITE_IOERR_*, LOW_DISK_SPACE, STALLED, ...",
                 labels=("reason",),
-                samples=[((k,), v) for k, v in sorted(s.storage_failures.items())],
+                samples=[((k,), v) for k, v in sorted(s.storage.failures.items())],
             ),
             gauge(
                 "lac_shuffler_pending_bytes",

@@ -9,8 +9,9 @@ Storage failures (full disk, I/O errors, a commit that stalls, free space below
 ``min_free_disk_bytes``) never end a background task and never leave a call waiting: the first
 one is logged once, counted (``lac_shuffler_storage_failures_total``), turns gRPC health to
 NOT_SERVING, and from then on Submit answers UNAVAILABLE with ``retry-after-seconds`` at once.
-A storage task test-writes the log with a growing back-off; the first success restores
-SERVING. A report is acknowledged only after its commit, so no acknowledged report is lost.
+``lac.common.storage.StorageGuard`` (shared with the curator) then test-writes the log with a
+growing back-off; the first success (and the release then due, if any) restores SERVING. A
+report is acknowledged only after its commit, so no acknowledged report is lost.
 
 The privacy unit is one client over an accounting window: a client may store at most
 ``reports_per_window`` reports per window, and a batch takes at most one report per client
@@ -31,7 +32,6 @@ import asyncio
 import json
 import logging
 import time
-from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import suppress
 
@@ -45,7 +45,7 @@ from lac.common.privacy import Adjacency, Guarantee, Model, PrivacyUnit
 from lac.common.rpc import parse_names
 from lac.common.serde import deployment_from_proto, deployment_to_proto
 from lac.common.server import Health
-from lac.common.storage import LowDiskSpace, storage_failure_reason
+from lac.common.storage import STABLE_SECONDS, LowDiskSpace, StorageFailed, StorageGuard, storage_failure_reason
 from lac.common.v1 import curator_pb2, curator_pb2_grpc, reports_pb2, shuffler_pb2
 from lac.shuffler import amplification, wire
 from lac.shuffler.auth import ShufflerAuth
@@ -62,15 +62,8 @@ MAX_IDEMPOTENCY_BYTES = 64
 MAX_KEY_ID_CHARS = 256
 MAX_CROWD_ID_CHARS = 256
 DEPLOYMENT_REFRESH_SECONDS = 300.0
-DISK_CHECK_SECONDS = 1.0  # how often free space is checked while healthy
-PROBE_MIN_SECONDS, PROBE_MAX_SECONDS = 0.5, 10.0  # back-off of the test writes while the storage fails
-STABLE_SECONDS = 60.0  # healthy this long after a recovery: the next failure starts the back-off anew
 SERVICE_NAME = shuffler_pb2.DESCRIPTOR.services_by_name["Shuffler"].full_name
 _INGEST_METHOD = "/lac.v1.CuratorIngest/IngestBatch"
-
-
-class StorageFailed(Unavailable):
-    """The report log could not be written or read (full disk, I/O error, stalled commit): retry later."""
 
 
 class WrongShard(FailedPrecondition):
@@ -189,14 +182,15 @@ class Shuffler:
         self._pending_bytes = 0
         self._wake_committer = asyncio.Event()
         self.health = Health([SERVICE_NAME])
-        self.storage_error: str | None = None  # why the log is unusable, None while it works
-        self.storage_failures: Counter[str] = Counter()  # failed storage operations by reason
+        self.storage = StorageGuard(
+            "report log",
+            "Submit answers UNAVAILABLE and health is NOT_SERVING; acknowledged reports are kept",
+            probe=self._probe,
+            on_change=self._storage_changed,
+            check_space=lambda: self._run_raw(self._check_space),
+            advice="the reports may or may not be stored: retry later with the same idempotency ids",
+        )
         self.disk_free_bytes: int | None = None
-        self._storage_ok = asyncio.Event()
-        self._storage_ok.set()
-        self._wake_storage = asyncio.Event()
-        self._failed_at = self._recovered_at = float("-inf")
-        self._probe_delay = PROBE_MIN_SECONDS
         self._tasks: list[asyncio.Task] = []
         self._threshold = self._draw_threshold()
         self._window = self.window()
@@ -289,15 +283,13 @@ class Shuffler:
 
     # ------------------------------------------------------------------ plumbing
 
+    async def _run_raw(self, fn, *args):
+        return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
+
     async def _run(self, fn, *args):
-        """``fn(*args)`` on the report log's thread; a storage failure is noted and raised as StorageFailed."""
-        try:
-            return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
-        except Exception as exc:
-            reason = storage_failure_reason(exc)
-            if reason is None:
-                raise
-            raise self._storage_failed(getattr(fn, "__name__", "storage"), reason, exc) from None
+        """``fn(*args)`` on the report log's thread; a storage failure is noted (``self.storage``) and
+        raised as StorageFailed."""
+        return await self.storage.run(self._executor, fn, *args)
 
     async def _durably(self, fn, *args):
         """``_run`` retried after each storage recovery until it succeeds (for background work)."""
@@ -305,40 +297,12 @@ class Shuffler:
             try:
                 return await self._run(fn, *args)
             except StorageFailed:
-                await self._storage_ok.wait()
+                await self.storage.wait_ok()
 
-    def _storage_failed(self, op: str, reason: str, exc: BaseException | str) -> StorageFailed:
-        """Note a storage failure: the first one of an episode is logged (one line), turns health to
-        NOT_SERVING and starts the test writes. Returns the error to give callers."""
-        self.storage_failures[reason] += 1
-        if self.storage_error is None:
-            now = time.monotonic()
-            # Failing again soon after a recovery: test less often, so a flapping disk cannot flood the log.
-            self._probe_delay = (
-                PROBE_MIN_SECONDS
-                if now - self._recovered_at > STABLE_SECONDS
-                else min(self._probe_delay * 2, PROBE_MAX_SECONDS)
-            )
-            self.storage_error = f"{reason} in {op}: {exc}"
-            self._failed_at = now
-            self._storage_ok.clear()
-            self.health.set_serving(False)
-            self._wake_storage.set()
-            log.error(
-                "report log unusable (%s in %s: %s): Submit answers UNAVAILABLE and health is NOT_SERVING "
-                "until a test write succeeds; acknowledged reports are kept",
-                reason,
-                op,
-                exc,
-            )
-        return self._unavailable()
-
-    def _unavailable(self) -> StorageFailed:
-        return StorageFailed(
-            f"the report log cannot be written ({self.storage_error}); the reports may or may "
-            f"not be stored: retry later with the same idempotency ids",
-            retry_after=self._probe_delay,
-        )
+    def _storage_changed(self, ok: bool) -> None:
+        self.health.set_serving(ok)
+        if ok:
+            self._wake_forwarder.set()
 
     def _check_space(self) -> None:
         """On the log thread: LowDiskSpace if free space (filesystem plus free pages inside the log) is
@@ -351,42 +315,19 @@ class Shuffler:
                 f"{self.config.min_free_disk_bytes}"
             )
 
-    def _probe(self) -> None:
+    def _test_write(self) -> None:
         self._check_space()
         self._log.probe()
+
+    async def _probe(self) -> None:
+        """The test write after a storage failure; a release that failed must work too before ingest resumes."""
+        await self._run_raw(self._test_write)
+        if self._log.takeable() >= self._threshold:
+            await self.flush("threshold")
 
     def _commit_groups(self, groups, window: int) -> list:
         self._check_space()
         return self._log.append_groups(groups, window, self.config.reports_per_window, self.config.max_log_bytes)
-
-    async def _storage_loop(self) -> None:
-        """While healthy, check free space every DISK_CHECK_SECONDS; after a failure, test-write with a
-        growing back-off until a write (and the release then due, if any) succeeds, then serve again."""
-        while True:
-            if self.storage_error is None:
-                with suppress(asyncio.TimeoutError):
-                    await asyncio.wait_for(self._wake_storage.wait(), DISK_CHECK_SECONDS)
-                self._wake_storage.clear()
-                if self.storage_error is None:
-                    with suppress(StorageFailed):
-                        await self._run(self._check_space)
-                    continue
-            await asyncio.sleep(self._probe_delay)
-            try:
-                await self._run(self._probe)
-                if self._log.takeable() >= self._threshold:
-                    await self.flush("threshold")  # a failed release must work too before ingest resumes
-            except StorageFailed:
-                self._probe_delay = min(self._probe_delay * 2, PROBE_MAX_SECONDS)
-                continue
-            now = time.monotonic()
-            log.warning(
-                "report log writable again after %.1f s (was: %s); serving", now - self._failed_at, self.storage_error
-            )
-            self.storage_error, self._recovered_at = None, now
-            self.health.set_serving(True)
-            self._storage_ok.set()
-            self._wake_forwarder.set()
 
     def window(self, now: float | None = None) -> int:
         """The current accounting window (unix time // window_seconds)."""
@@ -402,8 +343,9 @@ class Shuffler:
     def start(self) -> None:
         self._tasks = [
             asyncio.create_task(self._supervised(loop))
-            for loop in (self._commit_loop, self._forward_loop, self._interval_loop, self._storage_loop)
+            for loop in (self._commit_loop, self._forward_loop, self._interval_loop)
         ]
+        self.storage.start()
         self._wake_forwarder.set()  # deliver batches left over from before a restart
         if self.config.metrics_port is not None:
             self.metrics_ready = self.metrics.endpoint.start_soon(self.config.metrics_host, self.config.metrics_port)
@@ -420,7 +362,7 @@ class Shuffler:
             except asyncio.CancelledError:
                 raise
             except StorageFailed:
-                await self._storage_ok.wait()
+                await self.storage.wait_ok()
                 continue
             except Exception:
                 if time.monotonic() - started > STABLE_SECONDS:
@@ -431,6 +373,7 @@ class Shuffler:
 
     async def stop(self) -> None:
         self.metrics.endpoint.close()
+        await self.storage.stop()
         for t in self._tasks:
             t.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
@@ -488,9 +431,9 @@ class Shuffler:
         except InvalidArgument as exc:
             self._log.count_reject(exc.reason if isinstance(exc, PayloadRejected) else RejectReason.INVALID_ARGUMENT)
             raise
-        if self.storage_error is not None:
+        if not self.storage.ok:
             self._log.count_reject(RejectReason.STORAGE_UNAVAILABLE, len(items))
-            raise self._unavailable()
+            raise self.storage.unavailable()
         size = sum(len(it[2]) for it in items)
         if self._pending_bytes and self._pending_bytes + size > cfg.max_pending_bytes:
             self._log.count_reject(RejectReason.OVERLOADED, len(items))
@@ -513,7 +456,7 @@ class Shuffler:
                 f"the durable commit did not finish within commit_timeout_seconds="
                 f"{cfg.commit_timeout_seconds:g}; the reports may or may not be stored: retry with "
                 f"the same idempotency ids",
-                retry_after=self._probe_delay,
+                retry_after=self.storage.delay,
             ) from None
         if isinstance(result, Exception):
             raise result
@@ -554,8 +497,8 @@ class Shuffler:
 
     def _stalled(self) -> None:
         """Note that a durable commit outlived commit_timeout_seconds (counted and logged once per episode)."""
-        if self.storage_error is None:
-            self._storage_failed(
+        if self.storage.ok:
+            self.storage.failed(
                 "group commit",
                 "STALLED",
                 f"no answer from the disk within commit_timeout_seconds={self.config.commit_timeout_seconds:g}",
@@ -571,7 +514,7 @@ class Shuffler:
         try:
             return await task
         except StorageFailed:
-            return [self._unavailable() for _ in batch]
+            return [self.storage.unavailable() for _ in batch]
         except Exception:
             log.exception("group commit failed")
             return [Unavailable("report log write failed; retry later", retry_after=1) for _ in batch]
@@ -765,7 +708,7 @@ class Shuffler:
             reports_forwarded=counters.get("reports_forwarded", 0),
             batches_pending=len(pending),
             rejects={k.split(":", 1)[1]: v for k, v in counters.items() if k.startswith("reject:")},
-            note=(f"STORAGE FAILING: {self.storage_error}; " if self.storage_error else "") + self.note,
+            note=(f"STORAGE FAILING: {self.storage.error}; " if self.storage.error else "") + self.note,
             window=self.window(),
             seconds_to_next_window=self.seconds_to_next_window(),
             log_bytes=self._log.used_bytes,
