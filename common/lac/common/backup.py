@@ -20,9 +20,19 @@ import time
 from pathlib import Path
 from typing import Any
 
-from lac.common.files import atomic_file, fsync_dir
+from lac.common.files import atomic_file, fsync_dir, private_dir
 
-__all__ = ["sha256_file", "snapshot_sqlite", "copy_file", "verify", "write_manifest", "read_manifest"]
+__all__ = [
+    "sha256_file",
+    "snapshot_sqlite",
+    "start_backup",
+    "copy_file",
+    "verify",
+    "write_manifest",
+    "read_manifest",
+    "read_backup",
+    "drop_sidecars",
+]
 
 MANIFEST = "manifest.json"
 
@@ -60,6 +70,26 @@ def snapshot_sqlite(source: Path, dest: Path) -> float:
     return started
 
 
+def start_backup(state_dir: Path, dest: Path, db_name: str, fmt: str, what: str) -> dict[str, Any]:
+    """Snapshot ``state_dir/db_name`` (live or stopped) into ``dest`` (created 0700; must not hold a
+    backup already); returns the manifest's entries for the database (format, time, SHA-256, size)."""
+    source = state_dir / db_name
+    if not source.exists():
+        raise FileNotFoundError(f"{source}: no {what} to back up")
+    if (dest / MANIFEST).exists() or (dest / db_name).exists():
+        raise FileExistsError(f"{dest} already holds a backup; choose a new directory")
+    private_dir(dest)
+    started = snapshot_sqlite(source, dest / db_name)
+    return {
+        "format": fmt,
+        "created_unix": started,
+        "source": str(source.resolve()),
+        "database": db_name,
+        "database_sha256": sha256_file(dest / db_name),
+        "database_bytes": (dest / db_name).stat().st_size,
+    }
+
+
 def copy_file(src: str | os.PathLike[str], dest: str | os.PathLike[str]) -> None:
     """Copy ``src`` to ``dest`` (0600, fsync'd, renamed into place)."""
     Path(dest).parent.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -94,3 +124,17 @@ def read_manifest(source: Path, fmt: str) -> dict[str, Any]:
     if manifest.get("format") != fmt:
         raise ValueError(f"{source}: unknown backup format {manifest.get('format')!r} (expected {fmt})")
     return manifest
+
+
+def read_backup(source: Path, fmt: str) -> tuple[dict[str, Any], Path]:
+    """The manifest of the backup in ``source`` and the path of its database, verified."""
+    manifest = read_manifest(source, fmt)
+    db = source / manifest["database"]
+    verify(db, manifest["database_sha256"])
+    return manifest, db
+
+
+def drop_sidecars(state_dir: Path, db_name: str) -> None:
+    """Remove the ``-wal``/``-shm`` files of a database about to be replaced (they belong to the old one)."""
+    for suffix in ("-wal", "-shm"):
+        (state_dir / (db_name + suffix)).unlink(missing_ok=True)

@@ -25,7 +25,7 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
-from lac.common.backup import MANIFEST, copy_file, read_manifest, sha256_file, snapshot_sqlite, verify, write_manifest
+from lac.common.backup import copy_file, drop_sidecars, read_backup, sha256_file, start_backup, verify, write_manifest
 from lac.common.files import fsync_dir, private_dir
 
 __all__ = ["backup", "restore", "describe", "FORMAT"]
@@ -70,13 +70,7 @@ def _files(db_path: Path) -> list[str]:
 def backup(state_dir: Path, dest: Path) -> dict:
     """Copy the curator state in ``state_dir`` (live or stopped) into ``dest`` (created 0700; must not
     hold a backup already). Returns the manifest."""
-    source = state_dir / DB_NAME
-    if not source.exists():
-        raise FileNotFoundError(f"{source}: no curator database to back up")
-    if (dest / MANIFEST).exists() or (dest / DB_NAME).exists():
-        raise FileExistsError(f"{dest} already holds a backup; choose a new directory")
-    private_dir(dest)
-    started = snapshot_sqlite(source, dest / DB_NAME)
+    database = start_backup(state_dir, dest, DB_NAME, FORMAT, "curator database")
     files = {}
     for rel in _files(dest / DB_NAME):
         src = state_dir / rel
@@ -90,12 +84,7 @@ def backup(state_dir: Path, dest: Path) -> dict:
     for sub in {Path(rel).parent for rel in files}:
         fsync_dir(dest / sub)
     manifest = {
-        "format": FORMAT,
-        "created_unix": started,
-        "source": str(source.resolve()),
-        "database": DB_NAME,
-        "database_sha256": sha256_file(dest / DB_NAME),
-        "database_bytes": (dest / DB_NAME).stat().st_size,
+        **database,
         "files": files,
         **describe(dest / DB_NAME),
     }
@@ -109,9 +98,7 @@ def restore(source: Path, state_dir: Path, force: bool = False) -> dict:
     Refuses a state directory that already holds a curator database unless ``force`` (then its
     database is replaced; its segment and release files that the backup does not name are removed
     at the next start as orphans). Returns the backup's manifest."""
-    manifest = read_manifest(source, FORMAT)
-    db = source / manifest["database"]
-    verify(db, manifest["database_sha256"])
+    manifest, db = read_backup(source, FORMAT)
     files = manifest["files"]
     for rel, digest in files.items():
         if Path(rel).is_absolute() or ".." in Path(rel).parts:
@@ -131,8 +118,7 @@ def restore(source: Path, state_dir: Path, force: bool = False) -> dict:
     private_dir(state_dir)
     if target.exists():  # --force: no database while files change, so an interrupted restore is visible
         target.unlink()
-    for suffix in ("-wal", "-shm"):  # of a replaced database: they belong to the old one
-        (state_dir / (DB_NAME + suffix)).unlink(missing_ok=True)
+    drop_sidecars(state_dir, DB_NAME)
     for rel in files:
         private_dir((state_dir / rel).parent)
         copy_file(source / rel, state_dir / rel)

@@ -20,7 +20,7 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
-from lac.common.backup import MANIFEST, copy_file, read_manifest, sha256_file, snapshot_sqlite, verify, write_manifest
+from lac.common.backup import copy_file, drop_sidecars, read_backup, sha256_file, start_backup, verify, write_manifest
 from lac.common.files import fsync_dir, private_dir
 
 DB_NAME = "shuffler.sqlite"
@@ -44,20 +44,8 @@ def describe(db_path: Path) -> dict:
 def backup(state_dir: Path, dest: Path, tokens_file: Path | None = None) -> dict:
     """Copy the report log of ``state_dir`` (live or stopped) and its tokens file into ``dest``
     (created 0700, must not hold a backup already). Returns the manifest."""
-    source = state_dir / DB_NAME
-    if not source.exists():
-        raise FileNotFoundError(f"{source}: no report log to back up")
-    if (dest / MANIFEST).exists() or (dest / DB_NAME).exists():
-        raise FileExistsError(f"{dest} already holds a backup; choose a new directory")
-    private_dir(dest)
-    started = snapshot_sqlite(source, dest / DB_NAME)
     manifest = {
-        "format": FORMAT,
-        "created_unix": started,
-        "source": str(source.resolve()),
-        "database": DB_NAME,
-        "database_sha256": sha256_file(dest / DB_NAME),
-        "database_bytes": (dest / DB_NAME).stat().st_size,
+        **start_backup(state_dir, dest, DB_NAME, FORMAT, "report log"),
         **describe(dest / DB_NAME),
         "tokens": None,
     }
@@ -75,9 +63,7 @@ def restore(source: Path, state_dir: Path, tokens_file: Path | None = None, forc
     Refuses a state directory that already holds a report log (or tokens file) unless ``force``.
     Returns the backup's manifest.
     """
-    manifest = read_manifest(source, FORMAT)
-    db = source / manifest["database"]
-    verify(db, manifest["database_sha256"])
+    manifest, db = read_backup(source, FORMAT)
     tokens_copy = manifest.get("tokens")
     if tokens_copy:
         verify(source / tokens_copy["file"], tokens_copy["sha256"])
@@ -90,8 +76,7 @@ def restore(source: Path, state_dir: Path, tokens_file: Path | None = None, forc
             f"replace its state with the backup"
         )
     private_dir(state_dir)
-    for suffix in ("-wal", "-shm"):  # of a replaced log: they belong to the old database
-        (state_dir / (DB_NAME + suffix)).unlink(missing_ok=True)
+    drop_sidecars(state_dir, DB_NAME)
     copy_file(db, target)
     if tokens_copy:
         private_dir(tokens_target.parent)
