@@ -78,6 +78,18 @@ def test_vocabulary_validation():
         NgramVocabulary(("a",), -np.ones(1), 3)
 
 
+@pytest.mark.parametrize("n_items", [2, 40])  # a dict lookup for few items, a hash join for many
+def test_columns_of_items(n_items):
+    vocab = NgramVocabulary(tuple(f"w{j}" for j in range(30)) + ("a b", "é ü"), np.ones(32), 2)
+    rng = np.random.default_rng(n_items)
+    names = [f"w{j}" for j in rng.integers(0, 60, n_items)]
+    names[:2] = ["é ü", "a  b"]
+    want = [vocab.index.get(it, -1) for it in names]
+    got = vocab.columns(tuple(names))
+    assert got.dtype == np.int64 and got.tolist() == want
+    assert vocab.columns(()).shape == (0,)
+
+
 def test_save_load_roundtrip(tmp_path):
     v = NgramVocabulary.from_sentences(sentences(PUBLIC + " Ünïcode wörds here."), max_n=3)
     p = tmp_path / "vocab.bin"

@@ -165,13 +165,12 @@ def weighted_totals(
     only coordinates released, so items that will not be released take no share of a report's
     weight or of its W."""
     out = WeightedTotals(np.zeros(len(vocab)))
-    index = vocab.index
     for b in blocks:
         n = b.n_reports
         out.n_reports += n
         if b.item_ids.size == 0:
             continue
-        cols = np.fromiter((index.get(it, -1) for it in b.items), dtype=np.int64, count=len(b.items))
+        cols = vocab.columns(b.items)
         pub = cols >= 0
         row = np.repeat(np.arange(n), np.diff(b.indptr))
         ids, c = b.item_ids, b.counts

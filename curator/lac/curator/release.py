@@ -179,9 +179,9 @@ class Reports(Protocol):
 
 def vocab_counts(blocks: Iterator[ReportItems], vocab: NgramVocabulary, C: int, W: int) -> sp.csr_matrix:
     """Stack the blocks' counts over the vocabulary's columns (items outside it are dropped before W)."""
-    index, parts = vocab.index, []
+    parts = []
     for b in blocks:
-        to_col = np.fromiter((index.get(it, -1) for it in b.items), dtype=np.int64, count=len(b.items))
+        to_col = vocab.columns(b.items)
         cols = to_col[b.item_ids] if b.item_ids.size else np.empty(0, np.int64)
         parts.append(cap_and_clamp(b.indptr, cols, b.counts, len(vocab), C, W))
     if not parts:
