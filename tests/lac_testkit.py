@@ -261,6 +261,19 @@ class Pki:
         return ClientTls(Path(self.ca), Path(cert), Path(key))
 
 
+def health(address: str, service: str = "") -> str:
+    """The gRPC health status name of ``service`` ("" = the server) at a plaintext ``address``, or the
+    status code's name if the check fails."""
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    with grpc.insecure_channel(address) as ch:
+        try:
+            reply = health_pb2_grpc.HealthStub(ch).Check(health_pb2.HealthCheckRequest(service=service), timeout=5)
+        except grpc.RpcError as exc:
+            return exc.code().name
+    return health_pb2.HealthCheckResponse.ServingStatus.Name(reply.status)
+
+
 class ServeProc:
     """A real ``lac <service> serve`` process on 127.0.0.1 (port 0) whose output is read through a
     pipe into ``lines`` and ``log_path``: limits set on the process (RLIMIT_FSIZE) never touch
@@ -323,14 +336,7 @@ class ServeProc:
 
     def health(self, service: str = "") -> str:
         """The gRPC health status name of ``service`` ("" = the server)."""
-        from grpc_health.v1 import health_pb2, health_pb2_grpc
-
-        with grpc.insecure_channel(self.address) as ch:
-            try:
-                reply = health_pb2_grpc.HealthStub(ch).Check(health_pb2.HealthCheckRequest(service=service), timeout=5)
-            except grpc.RpcError as exc:
-                return exc.code().name
-        return health_pb2.HealthCheckResponse.ServingStatus.Name(reply.status)
+        return health(self.address, service)
 
     def rss_bytes(self) -> int:
         with open(f"/proc/{self.pid}/status") as status:

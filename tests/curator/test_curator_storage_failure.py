@@ -16,12 +16,14 @@ import os
 import random
 import resource
 import subprocess
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import grpc
 import pytest
 from curator_testkit import CURATOR_SERVICES, Stubs, batch, fill, serve_curator
-from lac_testkit import wait_until
+from lac_testkit import health, wait_until
 
 from lac.common.v1 import curator_pb2
 
@@ -154,3 +156,34 @@ def test_storage_failure_is_reported_and_recovers(tmp_path, public_corpus, failu
     assert text.count("curator storage (segments and SQLite) unusable") == 1, text[-3000:]
     assert text.count("curator storage (segments and SQLite) writable again") == 1, text[-3000:]
     assert "Traceback" not in text, text[-3000:]
+
+
+def test_a_hanging_disk_is_reported_as_stalled_and_recovers(start_curator):
+    """A storage operation with no answer for stall_timeout_seconds (a hanging disk, simulated by holding
+    the store's commit) turns health NOT_SERVING and refuses further writes at once; when the disk answers
+    again the held batch is stored, a test write restores SERVING, and the refused batch is taken."""
+    srv = start_curator(allow_plaintext_payloads=True, stall_timeout_seconds=0.5, ingest_workers=1)
+    store = srv.curator.store
+    original, disk_back = store.add_batch, threading.Event()
+
+    def hanging(*args, **kwargs):
+        disk_back.wait(60)
+        return original(*args, **kwargs)
+
+    store.add_batch = hanging
+    with Stubs(srv.address) as stubs, ThreadPoolExecutor(1) as pool:
+        held = pool.submit(stubs.ingest.IngestBatch, batch(20), timeout=60)
+        wait_until(lambda: health(srv.address) == "NOT_SERVING", timeout=10)
+        t0 = time.monotonic()
+        refused = batch(20)
+        with pytest.raises(grpc.RpcError) as err:
+            stubs.ingest.IngestBatch(refused, timeout=10)
+        assert time.monotonic() - t0 < PROMPT
+        assert err.value.code() == grpc.StatusCode.UNAVAILABLE
+        assert "STALLED" in err.value.details() and "stall_timeout_seconds" in err.value.details()
+        assert srv.curator.storage.failures == {"STALLED": 1}
+        disk_back.set()
+        assert held.result(60).accepted == 20
+        wait_until(lambda: health(srv.address) == "SERVING", timeout=30)
+        assert stubs.ingest.IngestBatch(refused, timeout=10).accepted == 20
+        assert stubs.status().reports == 40

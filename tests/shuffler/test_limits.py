@@ -21,6 +21,7 @@ import time
 
 import grpc
 import pytest
+from lac_testkit import health
 from shuffler_testkit import payload, report, tag_of, wait_for
 
 from lac.common.v1 import shuffler_pb2, shuffler_pb2_grpc
@@ -46,14 +47,6 @@ def _error(fn) -> grpc.RpcError:
 def _retry_after(err: grpc.RpcError) -> int | None:
     value = dict(err.trailing_metadata() or ()).get("retry-after-seconds")
     return None if value is None else int(value)
-
-
-def _health(address, service=""):
-    from grpc_health.v1 import health_pb2, health_pb2_grpc
-
-    with grpc.insecure_channel(address) as ch:
-        reply = health_pb2_grpc.HealthStub(ch).Check(health_pb2.HealthCheckRequest(service=service), timeout=5)
-    return health_pb2.HealthCheckResponse.ServingStatus.Name(reply.status)
 
 
 def _big(size: int) -> shuffler_pb2.ClientReport:
@@ -187,15 +180,15 @@ def test_write_error_in_the_release_path_is_reported_and_recovers(start_shuffler
     log.release = release
     first = [report() for _ in range(3)]
     assert len(_submit(shf.address, first)) == 3  # stored and acknowledged; the release after it fails
-    wait_for(lambda: _health(shf.address) == _health(shf.address, "lac.v1.Shuffler") == "NOT_SERVING")
+    wait_for(lambda: health(shf.address) == health(shf.address, "lac.v1.Shuffler") == "NOT_SERVING")
     t0 = time.monotonic()
     err = _error(lambda: _submit(shf.address, [report()]))
     assert time.monotonic() - t0 < 2 and err.code() == grpc.StatusCode.UNAVAILABLE and _retry_after(err) >= 1
     assert shuffler.storage.failures and shuffler.storage.error
     time.sleep(2)  # test writes succeed meanwhile, but the release still fails: no flapping back to SERVING
-    assert _health(shf.address) == "NOT_SERVING"
+    assert health(shf.address) == "NOT_SERVING"
     failing.clear()  # the disk works again: a test write succeeds, the release happens, ingest resumes
-    wait_for(lambda: _health(shf.address) == "SERVING")
+    wait_for(lambda: health(shf.address) == "SERVING")
     wait_for(lambda: set(sink.tags()) == {tag_of(r.payload) for r in first})
     assert len(_submit(shf.address, [report() for _ in range(3)])) == 3
     wait_for(lambda: len(sink.tags()) == 6)
@@ -219,8 +212,8 @@ def test_stalled_commit_answers_unavailable_then_the_retry_is_a_duplicate(start_
     err = _error(lambda: _submit(shf.address, [r]))
     assert time.monotonic() - t0 < 1.5
     assert err.code() == grpc.StatusCode.UNAVAILABLE and "commit_timeout_seconds" in err.details()
-    assert _health(shf.address) == "NOT_SERVING"
+    assert health(shf.address) == "NOT_SERVING"
     log.append_groups = original
-    wait_for(lambda: _health(shf.address) == "SERVING")  # the slow commit finished; a test write worked
+    wait_for(lambda: health(shf.address) == "SERVING")  # the slow commit finished; a test write worked
     acks = _submit(shf.address, [r])  # the client retries with the same idempotency id
     assert acks[0].status == shuffler_pb2.ACK_STATUS_DUPLICATE

@@ -84,7 +84,9 @@ class StorageGuard:
     ``StorageFailed`` (with ``retry_after``) while an episode lasts. ``check_space`` (optional,
     raising ``LowDiskSpace``) is run every ``SPACE_CHECK_SECONDS`` while healthy, so health follows
     free space without traffic. ``run`` calls a storage function on the service's storage thread and
-    notes its failures; ``advice`` ends the UNAVAILABLE message. Use from one event loop.
+    notes its failures; one that has no answer after ``stall_seconds`` (named by the setting
+    ``stall_setting``) marks the storage STALLED while it goes on. ``advice`` ends the UNAVAILABLE
+    message. Use from one event loop.
     """
 
     def __init__(
@@ -95,8 +97,11 @@ class StorageGuard:
         on_change: Callable[[bool], None],
         check_space: Callable[[], Awaitable[None]] | None = None,
         advice: str = "nothing of this call was stored: retry later",
+        stall_seconds: float | None = None,
+        stall_setting: str = "stall_seconds",
     ):
         self.what, self.consequence, self.advice = what, consequence, advice
+        self.stall_seconds, self.stall_setting = stall_seconds, stall_setting
         self._probe, self._on_change, self._check_space = probe, on_change, check_space
         self.error: str | None = None  # why the storage is unusable; None while it works
         self.failures: Counter[str] = Counter()  # failed storage operations by reason
@@ -120,14 +125,24 @@ class StorageGuard:
         """``fn(*args)`` on ``executor`` (the storage thread); a storage failure is noted (``failed``)
         and raised as ``StorageFailed``; any other error propagates unchanged."""
         self.start()
+        op = str(getattr(fn, "__name__", None) or getattr(getattr(fn, "func", None), "__name__", "storage"))
+        call = asyncio.get_running_loop().run_in_executor(executor, fn, *args)
         try:
-            return await asyncio.get_running_loop().run_in_executor(executor, fn, *args)
+            if self.stall_seconds is not None:
+                done, _ = await asyncio.wait({call}, timeout=self.stall_seconds)
+                if not done:
+                    self.stalled(op)
+            return await call
         except Exception as exc:
             reason = storage_failure_reason(exc)
             if reason is None:
                 raise
-            op = str(getattr(fn, "__name__", None) or getattr(getattr(fn, "func", None), "__name__", "storage"))
             raise self.failed(op, reason, exc) from None
+
+    def stalled(self, op: str) -> None:
+        """Note that ``op`` has had no answer from the storage for ``stall_seconds`` (once per episode)."""
+        if self.error is None:
+            self.failed(op, "STALLED", f"no answer from the disk within {self.stall_setting}={self.stall_seconds:g} s")
 
     def start(self) -> None:
         """Start watching (idempotent; needs a running event loop; never again after ``stop``)."""

@@ -187,6 +187,15 @@ class CuratorConfig(ServiceSettings):
         "answer UNAVAILABLE with retry-after-seconds and health is "
         "NOT_SERVING until a test write succeeds with enough space",
     )
+    stall_timeout_seconds: float = setting(
+        300.0,
+        "a storage operation (a batch's segment and commit, a release's "
+        "commit, a read) without an answer after this long marks the "
+        "storage STALLED (a hanging disk): health NOT_SERVING, IngestBatch "
+        "and Release answer UNAVAILABLE at once, until a test write "
+        "succeeds; the operation itself goes on. Keep it well above the "
+        "time of the largest batch's commit (~22 µs per report)",
+    )
     ingest_workers: int = setting(
         CORES,
         "processes that open, validate and count ingested reports (default: "
@@ -224,6 +233,8 @@ class CuratorConfig(ServiceSettings):
             )
         if self.min_free_disk_bytes < 0:
             raise ValueError("min_free_disk_bytes must be >= 0")
+        if not self.stall_timeout_seconds > 0:
+            raise ValueError("stall_timeout_seconds must be positive")
         if self.ingest_workers < 1:
             raise ValueError("ingest_workers must be at least 1")
         for name in ("engine", "ingest_engine"):

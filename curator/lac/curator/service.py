@@ -119,6 +119,8 @@ class Curator:
             probe=lambda: self._run_raw(self.store.probe),
             on_change=self.health.set_serving,
             check_space=lambda: self._run_raw(self.store.check_space),
+            stall_seconds=config.stall_timeout_seconds,
+            stall_setting="stall_timeout_seconds",
         )
         self._inflight: dict[str, tuple[str, asyncio.Task]] = {}  # releases running, by request id
         self._rng = rng  # None: a fresh CSPRNG generator per release (production)

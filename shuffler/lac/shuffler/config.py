@@ -61,7 +61,8 @@ class ShufflerConfig(ServiceSettings):
         "long answers UNAVAILABLE (retry with the same idempotency "
         "ids: a stored report is then acknowledged as a duplicate) and "
         "the storage counts as stalled (health NOT_SERVING) until a "
-        "write succeeds",
+        "write succeeds; so does any other operation on the report "
+        "log (a release, a delivery) without an answer for this long",
     )
     min_free_disk_bytes: int = setting(
         128 * 1024**2,

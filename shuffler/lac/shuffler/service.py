@@ -189,6 +189,8 @@ class Shuffler:
             on_change=self._storage_changed,
             check_space=lambda: self._run_raw(self._check_space),
             advice="the reports may or may not be stored: retry later with the same idempotency ids",
+            stall_seconds=config.commit_timeout_seconds,
+            stall_setting="commit_timeout_seconds",
         )
         self.disk_free_bytes: int | None = None
         self._tasks: list[asyncio.Task] = []
@@ -451,7 +453,7 @@ class Shuffler:
             # shield: a call that gives up leaves its reports in the commit (a retry is then a duplicate)
             result = await asyncio.wait_for(asyncio.shield(fut), cfg.commit_timeout_seconds)
         except TimeoutError:
-            self._stalled()  # health is NOT_SERVING before this caller hears UNAVAILABLE
+            self.storage.stalled("group commit")  # health is NOT_SERVING before this caller hears UNAVAILABLE
             raise Unavailable(
                 f"the durable commit did not finish within commit_timeout_seconds="
                 f"{cfg.commit_timeout_seconds:g}; the reports may or may not be stored: retry with "
@@ -495,24 +497,11 @@ class Shuffler:
                 with suppress(StorageFailed):  # already logged; released after the recovery
                     await self.flush("threshold")
 
-    def _stalled(self) -> None:
-        """Note that a durable commit outlived commit_timeout_seconds (counted and logged once per episode)."""
-        if self.storage.ok:
-            self.storage.failed(
-                "group commit",
-                "STALLED",
-                f"no answer from the disk within commit_timeout_seconds={self.config.commit_timeout_seconds:g}",
-            )
-
     async def _commit(self, batch: list) -> list:
         """One group commit of ``batch``: a result or an exception per call. A commit that takes longer
         than commit_timeout_seconds marks the storage as stalled (its callers have given up by then)."""
-        task = asyncio.ensure_future(self._run(self._commit_groups, [(b[0], b[1]) for b in batch], self.window()))
-        done, _ = await asyncio.wait({task}, timeout=self.config.commit_timeout_seconds)
-        if not done:
-            self._stalled()
         try:
-            return await task
+            return await self._run(self._commit_groups, [(b[0], b[1]) for b in batch], self.window())
         except StorageFailed:
             return [self.storage.unavailable() for _ in batch]
         except Exception:
