@@ -82,6 +82,7 @@ def _bad_calls(ch, rid: str) -> dict[str, tuple]:
         "unknown mechanism": (release(epsilon=1, mechanism="nope"), INVALID, "mechanism"),
         "kanon over RPC": (release(epsilon=1, mechanism="kanon"), INVALID, "mechanism"),
         "window order": (release(epsilon=1, first_window=5, last_window=4), INVALID, "window"),
+        "future window": (release(epsilon=1, first_window=w, last_window=w + 10), INVALID, "current window"),
         "one window bound": (release(epsilon=1, first_window=5), INVALID, "window"),
         "2^64 windows": (release(epsilon=1, first_window=-(2**63), last_window=2**63 - 1), INVALID, "windows"),
         "expected_reports negative": (release(epsilon=1, expected_reports=-5), INVALID, "expected_reports"),

@@ -90,6 +90,19 @@ def test_columns_of_items(n_items):
     assert vocab.columns(()).shape == (0,)
 
 
+def test_pickle_leaves_out_the_cached_lookups():
+    import pickle
+
+    vocab = NgramVocabulary(tuple(f"w{j}" for j in range(500)) + ("w1 w2",), np.arange(501.0), 2)
+    plain = len(pickle.dumps(vocab))
+    assert vocab.index["w1 w2"] == 500 and vocab.words  # cached now
+    assert vocab.columns(tuple(vocab.items)).tolist() == list(range(501))
+    back = pickle.loads(pickle.dumps(vocab))
+    assert len(pickle.dumps(vocab)) == plain and "index" not in back.__dict__
+    assert back.items == vocab.items and back.max_n == 2 and np.array_equal(back.alpha, vocab.alpha)
+    assert back.order("w1 w2") == 2 and back.index == vocab.index and back.words == vocab.words
+
+
 def test_save_load_roundtrip(tmp_path):
     v = NgramVocabulary.from_sentences(sentences(PUBLIC + " Ünïcode wörds here."), max_n=3)
     p = tmp_path / "vocab.bin"

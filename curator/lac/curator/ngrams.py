@@ -133,6 +133,11 @@ class NgramVocabulary:
     def __len__(self) -> int:
         return len(self.items)
 
+    def __getstate__(self) -> dict[str, object]:
+        # Without the cached lookups (index, words, Arrow items): they more than double the pickle a Spark
+        # job carries, and are rebuilt where needed.
+        return {k: self.__dict__[k] for k in ("items", "alpha", "max_n", "_orders")}
+
     @cached_property
     def words(self) -> frozenset[str]:
         """The vocabulary's word list: its unigram items other than ``</s>`` and ``<unk>``."""

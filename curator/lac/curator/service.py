@@ -291,6 +291,12 @@ class Curator:
         if n_windows > 100_000:
             raise InvalidArgument(f"a release covers at most 100,000 windows, not {n_windows}")
         d = self.deployment
+        newest = d.window(time.time() + MAX_CLOCK_SKEW_SECONDS)
+        if span[1] > newest:  # no report can be there yet: charging those windows would waste their budget
+            raise InvalidArgument(
+                f"the release covers windows up to {span[1]}, after the current window {newest}: no "
+                f"report can be stored there yet; end it at the current window or before"
+            )
         return span, PrivacyUnit.client(d.reports_per_window, n_windows, d.window_seconds)
 
     def _predict(self, spec: ReleaseSpec, unit: PrivacyUnit, reports: int | None, source: str) -> Preview:
