@@ -133,6 +133,9 @@ class StorageGuard:
                 if not done:
                     self.stalled(op)
             return await call
+        except asyncio.CancelledError:  # the caller gave up: drop the result (the call itself runs to its end)
+            call.cancel()
+            raise
         except Exception as exc:
             reason = storage_failure_reason(exc)
             if reason is None:
