@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import errno
 import os
+import subprocess
 import threading
 import time
 
@@ -392,3 +394,32 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def mount_tmpfs(path, size: str) -> bool:
+    """Mount a private tmpfs of ``size`` (e.g. "16m") at ``path``; False where this machine cannot
+    (needs root / CAP_SYS_ADMIN)."""
+    path.mkdir(parents=True, exist_ok=True)
+    try:
+        r = subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", f"size={size},mode=0700", "tmpfs", str(path)],
+            capture_output=True,
+            timeout=30,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return r.returncode == 0
+
+
+def fill(directory) -> None:
+    """Fill the filesystem holding ``directory`` to the last byte (a file ``filler``)."""
+    fd = os.open(directory / "filler", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    try:
+        for block in (1 << 16, 1 << 12, 1):
+            try:
+                while True:
+                    os.write(fd, b"\0" * block)
+            except OSError as exc:
+                assert exc.errno == errno.ENOSPC
+    finally:
+        os.close(fd)

@@ -122,20 +122,6 @@ class Stubs:
         self.close()
 
 
-def fill(directory) -> None:
-    """Fill the filesystem holding ``directory`` to the last byte (a file ``filler``)."""
-    fd = os.open(directory / "filler", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-    try:
-        for block in (1 << 16, 1 << 12, 1):
-            try:
-                while True:
-                    os.write(fd, b"\0" * block)
-            except OSError as exc:
-                assert exc.errno == 28  # ENOSPC
-    finally:
-        os.close(fd)
-
-
 SEGMENT_WORDS = (
     "the",
     "a",

@@ -22,25 +22,12 @@ from concurrent.futures import ThreadPoolExecutor
 
 import grpc
 import pytest
-from curator_testkit import CURATOR_SERVICES, Stubs, batch, fill, serve_curator
-from lac_testkit import health, wait_until
+from curator_testkit import CURATOR_SERVICES, Stubs, batch, serve_curator
+from lac_testkit import fill, health, mount_tmpfs, wait_until
 
 from lac.common.v1 import curator_pb2
 
 PROMPT = 3.0  # seconds: an answer while the storage fails must come at least this fast
-
-
-def _mount_tmpfs(path, size: str) -> bool:
-    path.mkdir(parents=True, exist_ok=True)
-    try:
-        r = subprocess.run(
-            ["mount", "-t", "tmpfs", "-o", f"size={size},mode=0700", "tmpfs", str(path)],
-            capture_output=True,
-            timeout=30,
-        )
-    except (OSError, subprocess.TimeoutExpired):
-        return False
-    return r.returncode == 0
 
 
 class Shuffler:
@@ -80,7 +67,7 @@ def test_storage_failure_is_reported_and_recovers(tmp_path, public_corpus, failu
     state, disk, floor = tmp_path / "state", None, 0
     if failure != "rlimit-fsize":
         disk = state / "segments" if failure == "segments-full" else state
-        if not _mount_tmpfs(disk, "4m" if failure == "segments-full" else "16m"):
+        if not mount_tmpfs(disk, "4m" if failure == "segments-full" else "16m"):
             pytest.skip("cannot mount a tmpfs here (needs root / CAP_SYS_ADMIN)")
         if failure == "sqlite-full":
             (tmp_path / "segments").mkdir()

@@ -19,37 +19,12 @@ import time
 
 import grpc
 import pytest
+from lac_testkit import fill, mount_tmpfs
 from shuffler_testkit import ServeProc, report, tag_of, wait_for
 
 from lac.common.v1 import shuffler_pb2, shuffler_pb2_grpc
 
 PROMPT = 3.0  # seconds: an answer while the storage fails must come at least this fast
-
-
-def _mount_tmpfs(path, size: str) -> bool:
-    path.mkdir(parents=True, exist_ok=True)
-    try:
-        r = subprocess.run(
-            ["mount", "-t", "tmpfs", "-o", f"size={size},mode=0700", "tmpfs", str(path)],
-            capture_output=True,
-            timeout=30,
-        )
-    except (OSError, subprocess.TimeoutExpired):
-        return False
-    return r.returncode == 0
-
-
-def _fill(directory) -> None:
-    """Write a file in ``directory`` until the filesystem is full."""
-    block = b"\0" * (1 << 16)
-    fd = os.open(directory / "filler", os.O_WRONLY | os.O_CREAT, 0o600)
-    try:
-        while True:
-            os.write(fd, block)
-    except OSError as exc:
-        assert exc.errno == 28  # ENOSPC
-    finally:
-        os.close(fd)
 
 
 def _chunk(n: int = 5):
@@ -90,7 +65,7 @@ class Client:
 def test_storage_failure_is_reported_and_recovers(tmp_path, sink, failure):
     if failure.startswith("tmpfs"):
         disk = tmp_path / "disk"
-        if not _mount_tmpfs(disk, "24m"):
+        if not mount_tmpfs(disk, "24m"):
             pytest.skip("cannot mount a tmpfs here (needs root / CAP_SYS_ADMIN)")
         state = disk / "state"
     else:
@@ -125,7 +100,7 @@ def test_storage_failure_is_reported_and_recovers(tmp_path, sink, failure):
         wait_for(lambda: len(sink.tags()) == 50)
 
         if disk is not None:
-            _fill(disk)
+            fill(disk)
         else:
             wal = state / "shuffler.sqlite-wal"
             limit = wal.stat().st_size  # no file may grow any more
