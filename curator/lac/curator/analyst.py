@@ -459,6 +459,19 @@ class CuratorClient:
             _pandas()
         return pa
 
+    def _ngram_table(self, ngrams, as_arrow: bool):
+        """The table of released n-grams (``NgramProbability`` messages): ngram, order, probability."""
+        pa = self._deps(as_arrow)
+        grams = [g.ngram for g in ngrams]
+        return self._table(
+            {
+                "ngram": (grams, pa.string()),
+                "order": (_orders(grams), pa.int8()),
+                "probability": ([g.probability for g in ngrams], pa.float64()),
+            },
+            as_arrow,
+        )
+
     def _table(
         self,
         columns: Mapping[str, tuple[Any, Any]],
@@ -642,39 +655,23 @@ class CuratorClient:
         ``order`` = n restricts to n-grams of that n, with probabilities renormalised within the
         order (the joint distribution of n-grams); 0 = any order, joint over the whole vocabulary.
         """
-        pa = self._deps(as_arrow)
+        self._deps(as_arrow)  # a missing dependency fails before the RPC
         reply = self._call(
             "TopNgrams", curator_pb2.TopNgramsRequest(release_id=self._id(release_id), k=int(k), order=int(order))
         )
-        grams = [g.ngram for g in reply.ngrams]
-        return self._table(
-            {
-                "ngram": (grams, pa.string()),
-                "order": (_orders(grams), pa.int8()),
-                "probability": ([g.probability for g in reply.ngrams], pa.float64()),
-            },
-            as_arrow,
-        )
+        return self._ngram_table(reply.ngrams, as_arrow)
 
     def probability(
         self, release_id: str | ReleaseInfo, ngrams: str | Iterable[str], as_arrow: bool = False
     ) -> pandas.DataFrame | pyarrow.Table:
         """The released probability of each n-gram (a string ``"the dog"`` or several): ngram
         (normalised spacing), order, probability (joint within its order; 0 outside the vocabulary)."""
-        pa = self._deps(as_arrow)
+        self._deps(as_arrow)  # a missing dependency fails before the RPC
         asked = [ngrams] if isinstance(ngrams, str) else list(ngrams)
         reply = self._call(
             "NgramProbabilities", curator_pb2.NgramProbabilitiesRequest(release_id=self._id(release_id), ngrams=asked)
         )
-        grams = [g.ngram for g in reply.ngrams]
-        return self._table(
-            {
-                "ngram": (grams, pa.string()),
-                "order": (_orders(grams), pa.int8()),
-                "probability": ([g.probability for g in reply.ngrams], pa.float64()),
-            },
-            as_arrow,
-        )
+        return self._ngram_table(reply.ngrams, as_arrow)
 
     def next_word(
         self, release_id: str | ReleaseInfo, context: str, k: int = 10, as_arrow: bool = False
