@@ -216,11 +216,9 @@ class StorageGuard:
                 await self._probe()
             except asyncio.CancelledError:
                 raise
-            except StorageFailed:
-                self.delay = min(self.delay * 2, PROBE_MAX_SECONDS)  # noted by ``run`` already
-                continue
             except Exception as exc:
-                self.failures[storage_failure_reason(exc) or type(exc).__name__] += 1
+                if not isinstance(exc, StorageFailed):  # a StorageFailed was counted by ``run`` already
+                    self.failures[storage_failure_reason(exc) or type(exc).__name__] += 1
                 self.delay = min(self.delay * 2, PROBE_MAX_SECONDS)
                 continue
             now = time.monotonic()
