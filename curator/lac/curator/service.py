@@ -35,7 +35,7 @@ import json
 import logging
 import time
 import uuid
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict
 from functools import partial
@@ -212,7 +212,7 @@ class Curator:
                 "the batch's reports are not bound to distinct clients (the shuffler runs without "
                 "client authentication); this curator's user-level accounting needs them to be"
             )
-        newest = d.window(time.time() + MAX_CLOCK_SKEW_SECONDS)
+        newest = self._newest_window()
         if not 0 <= p.first_window <= p.last_window <= newest:
             raise InvalidArgument(
                 f"batch privacy: windows {p.first_window}..{p.last_window} must satisfy 0 <= first "
@@ -240,9 +240,15 @@ class Curator:
         first: dict[str, str] = {}
         for q in quarantined:  # one line per reason and batch, not per report: a flood of bad reports stays quiet
             first.setdefault(q.reason, q.detail)
+        per_reason = Counter(q.reason for q in quarantined)
         for reason, detail in first.items():
-            n = sum(q.reason == reason for q in quarantined)
-            log.warning("batch %s: quarantined %d report(s) (%s), the first: %s", request.batch_id, n, reason, detail)
+            log.warning(
+                "batch %s: quarantined %d report(s) (%s), the first: %s",
+                request.batch_id,
+                per_reason[reason],
+                reason,
+                detail,
+            )
         window = self.config.replay_window_days * 86400.0
         privacy = request.privacy.SerializeToString() if request.HasField("privacy") else None
         result = await self._run(
@@ -272,6 +278,11 @@ class Curator:
             batch_id=request.batch_id, accepted=result.accepted, rejected=result.rejected
         )
 
+    def _newest_window(self) -> int:
+        """The newest accounting window a stored report may be in (the current one, allowing for a
+        shuffler whose clock is up to MAX_CLOCK_SKEW_SECONDS ahead)."""
+        return self.deployment.window(time.time() + MAX_CLOCK_SKEW_SECONDS)
+
     def reports(self, first_window: int, last_window: int) -> StoredReports:
         """The stored reports of those windows, read segment by segment."""
         return StoredReports(self.store.segment_paths(first_window, last_window), self.vocab)
@@ -291,7 +302,7 @@ class Curator:
         if n_windows > 100_000:
             raise InvalidArgument(f"a release covers at most 100,000 windows, not {n_windows}")
         d = self.deployment
-        newest = d.window(time.time() + MAX_CLOCK_SKEW_SECONDS)
+        newest = self._newest_window()
         if span[1] > newest:  # no report can be there yet: charging those windows would waste their budget
             raise InvalidArgument(
                 f"the release covers windows up to {span[1]}, after the current window {newest}: no "
