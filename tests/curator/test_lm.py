@@ -227,7 +227,11 @@ def test_joint_is_renormalised_within_each_order(model):
     with pytest.raises(ValueError):
         model.prob("a b c d")
     m = NgramModel.from_counts(["a", "b", "a b", "a"], [1.0, 3.0, 2.0, 1.0], max_n=2)
-    assert m.prob("a") == 0.4 and m.prob("a b") == 1.0  # duplicated items add up
+    merged = NgramModel.from_counts(["a", "b", "a b"], [2.0, 3.0, 2.0], max_n=2)
+    assert m.prob("a") == merged.prob("a") and m.prob("a b") == 1.0  # duplicated items add up
+    # Smoothed: the raw unigram counts 2 and 3, discounted by KenLM's fallback (1, 1.5), the
+    # discount mass 2.5 spread over the 4 words (a, b, </s>, <unk>), renormalised over a and b.
+    assert m.prob("a") == pytest.approx((1 / 5 + 2.5 / 5 / 4) / (2.5 / 5 + 2 * 2.5 / 5 / 4))
 
 
 def test_next_word_conditional_and_backoff(model):

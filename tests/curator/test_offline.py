@@ -5,8 +5,9 @@ import pytest
 import scipy.sparse as sp
 from lac_testkit import run_lac
 
+from lac.common.privacy import PrivacyUnit
 from lac.curator.ngrams import NgramVocabulary
-from lac.curator.offline import default_out_path, default_vocab_path, load_public, release_offline
+from lac.curator.offline import ReleaseRefused, default_out_path, default_vocab_path, load_public, release_offline
 from lac.curator.release import PublicCaps, ReleaseSpec
 
 ITEMS = ("the", "cat", "sat", "the cat", "cat sat", "on", "mat", "the mat")
@@ -60,7 +61,11 @@ def test_load_public_formats(tmp_path, files):
 def test_release_offline_library(files, tmp_path):
     counts, public, _ = files
     rec = release_offline(
-        counts, public, ReleaseSpec(epsilon=1.0), PublicCaps(W=3, count_clip=100), rng=np.random.default_rng(1)
+        counts,
+        public,
+        ReleaseSpec(epsilon=1.0, force=True),  # 60 reports: the accuracy check would refuse it
+        PublicCaps(W=3, count_clip=100),
+        rng=np.random.default_rng(1),
     )
     assert rec["data_dependent"] is False and "Gaussian posterior" in rec["statement"]
     assert rec["out"] == str(default_out_path(counts, "posterior"))
@@ -68,7 +73,9 @@ def test_release_offline_library(files, tmp_path):
         lp = z["log_probs"]
         assert json.loads(z["record"].tobytes().decode()) == rec
         assert z["items"].tobytes().decode().split("\n") == list(ITEMS)
+        pseudo = z["pseudo_counts"]
     assert np.isclose(np.exp(lp).sum(), 1.0)
+    np.testing.assert_allclose(pseudo / pseudo.sum(), np.exp(lp), rtol=1e-9)
     with pytest.raises(ValueError, match="vocabulary"):
         release_offline(counts, public, ReleaseSpec(epsilon=1.0), PublicCaps(), vocab=public)
 
@@ -103,6 +110,7 @@ def test_cli_json(files, tmp_path, cli, mechanism, extra):
             "--out",
             str(out),
             "--json",
+            "--force",  # 60 reports: the accuracy check would refuse most of these
             *extra,
         )
     )
@@ -139,7 +147,7 @@ def test_cli_json(files, tmp_path, cli, mechanism, extra):
 
 def test_cli_default_out_and_text(files, cli):
     counts, public, _ = files
-    text = cli("--counts", str(counts), "--public", str(public), "--epsilon", "1", "--delta", "1e-6")
+    text = cli("--counts", str(counts), "--public", str(public), "--epsilon", "1", "--delta", "1e-6", "--force")
     assert str(default_out_path(counts, "posterior")) in text
     assert default_out_path(counts, "posterior").exists()
 
@@ -159,3 +167,61 @@ def test_cli_without_counts_still_uses_server(capsys, monkeypatch):
     )
     assert code != 0 and waits  # UNAVAILABLE is retried
     assert "UNAVAILABLE" in err or "failed to connect" in err.lower() or "unavailable" in err.lower()
+
+
+def test_offline_posterior_runs_without_discovery_and_says_so(files, tmp_path, cli):
+    """A counts matrix holds no n-gram outside the vocabulary: no δ/2 goes to discovery, and the
+    statement and record say what was spent (all of (ε, δ) on the Gaussian counts)."""
+    from lac.curator.posterior import PosteriorParams
+
+    counts, public, _ = files
+    rec = release_offline(counts, public, ReleaseSpec(epsilon=1.0, force=True), PublicCaps(W=3), out=tmp_path / "a.npz")
+    assert rec["spec"]["discovery"] is False and rec["params"]["discovery"] == 0.0
+    assert rec["sigma"] == PosteriorParams(1.0, 1e-6, W=3, discovery=False).sigma
+    assert rec["sigma"] < PosteriorParams(1.0, 1e-6, W=3, discovery=True).sigma
+    assert "analytic calibration for (ε, δ) = (1, 1e-06)" in rec["statement"]
+    assert "δ_s" not in rec["statement"] and "every other n-gram seen" not in rec["statement"]
+    args = ("--counts", str(counts), "--public", str(public), "--epsilon", "1", "--W", "3", "--json", "--force")
+    plain = json.loads(cli(*args, "--out", str(tmp_path / "b.npz")))
+    flagged = json.loads(cli(*args, "--no-discovery", "--out", str(tmp_path / "c.npz")))
+    for r in (plain, flagged):
+        assert r["spec"]["discovery"] is False and r["sigma"] == rec["sigma"] and r["statement"] == rec["statement"]
+
+
+def test_offline_accuracy_check_refuses_a_swamped_release_unless_forced(files, tmp_path, capsys, cli):
+    """The curator's accuracy check, with its message, before an offline release; --force releases anyway."""
+    from lac.curator.preview import predict, refusal
+
+    counts, public, _ = files
+    out = tmp_path / "r.npz"
+    args = ("--counts", str(counts), "--public", str(public), "--epsilon", "0.001", "--out", str(out))
+    code, _, err = run_lac(capsys, "curator", "release", *args)
+    vocab = NgramVocabulary(ITEMS, load_public(public, ITEMS), 2)
+    want = predict(
+        "posterior",
+        0.001,
+        1e-6,
+        vocab,
+        W=100,
+        C=3,
+        unit=PrivacyUnit.user(1),
+        reports=60,
+        reports_source="the rows of the counts, exact",
+        target_share=0.25,
+        discovery=False,
+    )
+    assert want.swamped
+    assert code == 2 and err.strip() == f"lac curator release: {refusal(want, 'nothing was spent')}"
+    assert "the noise would swamp the signal" in err and "--force" in err and not out.exists()
+    assert cli(*args, "--dry-run").strip() == f"dry run (nothing released): {want.statement()}" and not out.exists()
+    rec = json.loads(cli(*args, "--force", "--json"))
+    assert out.exists() and rec["preview"] == want.statement()
+    # an assumed number of reports is the one the check uses, as on the server
+    assert "1,000,000,000 reports (assumed by the request)" in cli(
+        *args, "--expected-reports", "1000000000", "--dry-run"
+    )
+    with pytest.raises(ReleaseRefused, match="^release refused: "):
+        release_offline(counts, public, ReleaseSpec(epsilon=0.001), PublicCaps(), out=out)
+    release_offline(counts, public, ReleaseSpec(epsilon=0.001), PublicCaps(), out=out, min_signal_share=0)  # no check
+    kanon = release_offline(counts, public, ReleaseSpec(epsilon=1, mechanism="kanon", K=2), PublicCaps(), out=out)
+    assert kanon["preview"] is None  # not DP, nothing to predict: never refused

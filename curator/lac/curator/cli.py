@@ -123,7 +123,8 @@ def register(subparsers) -> None:
     r.add_argument(
         "--no-discovery",
         action="store_true",
-        help="posterior: release the public vocabulary only (no DP discovery of other n-grams)",
+        help="posterior: release the public vocabulary only (no DP discovery of other n-grams; "
+        "always so with --counts, whose matrix holds no other n-gram)",
     )
     r.add_argument(
         "--dry-run",
@@ -361,12 +362,14 @@ def _release(args) -> int:
 
 
 def _release_offline(args) -> int:
-    from lac.curator.offline import release_offline
+    from lac.curator.offline import preview_offline, release_offline
 
     if args.public is None:
         raise SystemExit("lac curator release: --counts needs --public")
     if args.epsilon is None and args.mechanism != "kanon":
         raise SystemExit("lac curator release: --epsilon is required")
+    if args.expected_reports is not None and args.expected_reports < 1:
+        raise SystemExit("lac curator release: --expected-reports must be >= 1")
     given = {
         k: v
         for k, v in dict(
@@ -376,16 +379,24 @@ def _release_offline(args) -> int:
             sensitivity=args.sensitivity,
             calibration=args.calibration,
             public_sensitivity=args.public_sensitivity,
+            expected_reports=args.expected_reports,
         ).items()
         if v is not None
     }
+    files = dict(reports_per_user=args.reports_per_user, vocab=args.vocab)
     try:
-        spec = ReleaseSpec(epsilon=args.epsilon or 1.0, mechanism=args.mechanism, K=args.k, **given)
-        caps = PublicCaps(W=args.w, C=args.c, count_clip=args.count_clip)
-        rec = release_offline(
-            args.counts, args.public, spec, caps, reports_per_user=args.reports_per_user, vocab=args.vocab, out=args.out
+        # offline the posterior never runs discovery (offline_spec), so --no-discovery holds either way
+        spec = ReleaseSpec(
+            epsilon=args.epsilon or 1.0, mechanism=args.mechanism, K=args.k, discovery=False, force=args.force, **given
         )
-    except (ValueError, OSError) as exc:
+        caps = PublicCaps(W=args.w, C=args.c, count_clip=args.count_clip)
+        if args.dry_run:
+            preview = preview_offline(args.counts, args.public, spec, caps, **files)
+            text = preview.statement() if preview is not None else "data-dependent: nothing to predict"
+            print(json.dumps({"statement": text}) if args.json else f"dry run (nothing released): {text}")
+            return 0
+        rec = release_offline(args.counts, args.public, spec, caps, out=args.out, **files)
+    except (ValueError, OSError, ArithmeticError) as exc:
         raise SystemExit(f"lac curator release: {exc}") from None
     if args.json:
         print(json.dumps(rec, indent=2, ensure_ascii=False))

@@ -6,9 +6,15 @@ non-negative *pseudo-count* per item (``NgramModel.from_counts``), or a released
 distribution over the items of every order (``NgramModel(items, log_probs, max_n, total=...)``:
 pseudo-counts exp(log_probs) · total, log_probs renormalised to sum to 1 first).
 
+The language model of a release is built by one function, ``release_model`` (from its
+pseudo-counts when it has them, else from its distribution), on every route: the curator's
+queries, an offline release file (``NgramModel.from_release_file``) and ``lac eval``.
+
 Three views of it:
 
-* ``prob(g)``: the joint of ``g`` within its order n, c(g) / Σ c over the n-gram items.
+* ``prob(g)``: the joint of ``g`` within its order n under the smoothed model (``smoothed_joint``,
+  renormalised over the release's n-gram items), positive for every item of the release, even
+  one whose count was clipped to 0; 0 for an n-gram that is not an item.
 * ``next_word(context, k)``: what the release says, unsmoothed: P(w | h) = c(h w) / Σ_v c(h v)
   for the longest suffix h of the context (at most max_n − 1 tokens) that has a continuation
   with a positive count; shorter suffixes are tried in turn, down to the unigrams.
@@ -99,6 +105,7 @@ from lac.common.text import BOS, EOS, UNK
 
 __all__ = [
     "NgramModel",
+    "release_model",
     "UNK",
     "FALLBACK_DISCOUNTS",
     "TOTAL_QUANTILE",
@@ -421,7 +428,7 @@ class NgramModel:
         out[found] = raw[n - 1][pos[found]]
         return out
 
-    # -- joint and conditional views (unsmoothed) --------------------------------------------
+    # -- joint (smoothed) and next-word (unsmoothed) views ------------------------------------
 
     @cached_property
     def _joint(self) -> dict[tuple[str, ...], float]:
@@ -447,12 +454,73 @@ class NgramModel:
         return groups
 
     def prob(self, ngram: str | Sequence[str]) -> float:
-        """Joint probability of ``ngram`` within its order, c(g) / Σ c over the items of that
-        order (0.0 if it is not an item)."""
+        """Joint probability of ``ngram`` within its order under the smoothed model: its
+        ``smoothed_joint`` (the model's probability of the n-gram as a word sequence),
+        renormalised over the release's items of that order. The items of an order sum to 1 and
+        every one is positive: an item whose count was clipped to 0 gets what back-off gives it,
+        mass the discounts took from the others. 0.0 if ``ngram`` is not an item of the release."""
         g = _tokens(ngram)
         if not 1 <= len(g) <= self.max_n:
             raise ValueError(f"an n-gram has 1..{self.max_n} tokens, got {len(g)}")
-        return self._joint.get(g, 0.0)
+        return self._smoothed_items[len(g)].get(g, 0.0)
+
+    @cached_property
+    def _raw_unigrams(self) -> np.ndarray:
+        """P(w) over the word ids 1..B−1 from the raw unigram counts, discounted as the model's
+        unigrams are (``estimate_discounts`` on the raw counts) with the discount mass spread
+        uniformly: the marginal that starts ``smoothed_joint`` (continuation counts are not one)."""
+        c = np.zeros(self._B - 1)
+        for s, v in zip(self._items, self._item_counts.tolist()):
+            if " " not in s and s != BOS:
+                c[self._id(s) - 1] += v
+        tot = c.sum()
+        if tot <= 0:
+            return np.full(c.size, 1.0 / c.size)
+        d = _discount(c, estimate_discounts(c, self.modified))
+        return (c - d) / tot + d.sum() / tot / c.size
+
+    def smoothed_joint(self, ngrams: Sequence[str | Sequence[str]]) -> np.ndarray:
+        """P(w₁ … w_n) = P(w₁) · Π P(w_i | w₁ … w_{i−1}) for each n-gram: P(w₁) from the raw unigram
+        counts (``<s>`` as w₁: the share of sentence ends, one start per end), the conditionals
+        from the smoothed model. Positive for every n-gram of vocabulary words (words outside it
+        read as ``<unk>``); 0.0 for an n-gram that cannot occur (``<s>`` after the start, a word
+        after ``</s>``)."""
+        out = np.zeros(len(ngrams))
+        p1, eos = self._raw_unigrams, self._wid[EOS]
+        for i, ng in enumerate(ngrams):
+            ids = [0 if t == BOS else self._id(t) for t in _tokens(ng)]
+            if not ids or ids == [0] or 0 in ids[1:] or eos in ids[:-1]:
+                continue
+            p = float(p1[(eos if ids[0] == 0 else ids[0]) - 1])
+            for k in range(1, len(ids)):
+                p *= self._conditional_ids(ids[k], ids[max(0, k - (self.order - 1)) : k] if self.order > 1 else [])
+            out[i] = p
+        return out
+
+    @cached_property
+    def _smoothed_items(self) -> dict[int, dict[tuple[str, ...], float]]:
+        """``prob`` of every item, by order; items read as the same word sequence (words outside
+        the vocabulary) share its ``smoothed_joint`` in proportion to their counts."""
+        by_order: dict[int, dict[tuple[str, ...], float]] = {n: {} for n in range(1, self.max_n + 1)}
+        for s, v in zip(self._items, self._item_counts.tolist()):
+            g = tuple(s.split(" "))
+            if len(g) <= self.max_n:
+                by_order[len(g)][g] = by_order[len(g)].get(g, 0.0) + v
+        out: dict[int, dict[tuple[str, ...], float]] = {}
+        for n, counts in by_order.items():
+            grams = list(counts)
+            if not grams:
+                out[n] = {}
+                continue
+            c = np.fromiter(counts.values(), dtype=np.float64, count=len(grams))
+            seq = np.array([[0 if t == BOS else self._id(t) for t in g] for g in grams], dtype=np.int64)
+            _, inv = np.unique(seq, axis=0, return_inverse=True)
+            inv = inv.reshape(-1)
+            group_c, group_n = np.bincount(inv, weights=c), np.bincount(inv).astype(np.float64)
+            share = np.where(group_c[inv] > 0, c / np.where(group_c > 0, group_c, 1.0)[inv], 1.0 / group_n[inv])
+            q = self.smoothed_joint(grams) * share
+            out[n] = dict(zip(grams, (q / q.sum() if q.sum() > 0 else q).tolist()))
+        return out
 
     def next_word(self, context: list[str] | str, k: int = 10) -> list[tuple[str, float]]:
         """The k most probable next words after ``context`` (use ``<s>`` for a sentence start),
@@ -503,9 +571,10 @@ class NgramModel:
     def conditional(self, word: str, context: list[str] | str | tuple[str, ...] = ()) -> float:
         """P(word | context) under the smoothed model (words outside the vocabulary read as
         ``<unk>``; only the last order − 1 context tokens matter)."""
-        w = self._id(word)
         h = [0 if t == BOS else self._id(t) for t in _tokens(context)]
-        h = h[len(h) - (self.order - 1) :] if self.order > 1 else []
+        return self._conditional_ids(self._id(word), h[len(h) - (self.order - 1) :] if self.order > 1 else [])
+
+    def _conditional_ids(self, w: int, h: list[int]) -> float:
         scale = 1.0
         for s in range(len(h) + 1):
             g = h[s:] + [w]
@@ -587,9 +656,27 @@ class NgramModel:
         f.write("\n\\end\\\n")
 
     @classmethod
-    def from_release_file(cls, path: str | os.PathLike, max_n: int = 3, **kw) -> NgramModel:
-        """From an offline release ``.npz`` (``lac curator release --counts ... --out``); keyword
-        arguments as for the constructor (``total``, ``discount``, ...)."""
+    def from_release_file(cls, path: str | os.PathLike, max_n: int | None = None) -> NgramModel:
+        """The model of an offline release ``.npz`` (``lac curator release --counts ... --out``),
+        built by ``release_model`` as the curator builds it for the same release (from the
+        file's ``pseudo_counts`` when it has them); ``max_n``: default its longest item."""
         with np.load(os.fspath(path), allow_pickle=False) as z:
             items = z["items"].tobytes().decode("utf-8").split("\n")
-            return cls(items, z["log_probs"], max_n, **kw)
+            pseudo = z["pseudo_counts"] if "pseudo_counts" in z.files else None
+            return release_model(items, z["log_probs"], pseudo, max_n)
+
+
+def release_model(
+    items: Sequence[str], log_probs: np.ndarray, pseudo_counts: np.ndarray | None = None, max_n: int | None = None
+) -> NgramModel:
+    """The language model of one release, the same on every route (the curator's queries, an
+    offline release file, ``lac eval``): from the release's pseudo-counts when it has them (the
+    posterior; exact counts), a release over part of the n-grams whose contexts' unlisted mass
+    backs off (``from_counts(partial=True)``); else from the released distribution scaled by
+    ``default_total``. ``max_n``: the release's longest n-gram (default: its longest item)."""
+    items = list(items)
+    if max_n is None:
+        max_n = max((it.count(" ") + 1 for it in items), default=1)
+    if pseudo_counts is not None:
+        return NgramModel.from_counts(items, np.asarray(pseudo_counts, dtype=np.float64), max_n, partial=True)
+    return NgramModel(items, log_probs, max_n)

@@ -12,12 +12,23 @@ Input formats
   its items and alpha). Either way it is aligned to the vocabulary by item text: vocabulary items
   absent from the public file get count 0, public items outside the vocabulary are ignored.
 
+Differences from a release by the curator
+-----------------------------------------
+* No discovery: a counts matrix holds no n-gram outside the vocabulary, so the posterior runs
+  without DP discovery and all of δ goes to its Gaussian counts (the statement says so).
+* The accuracy check (``lac.curator.preview``) runs as the curator runs it, with the number of
+  reports known exactly (the rows of the counts) unless ``ReleaseSpec.expected_reports`` assumes
+  one: a release predicted to be swamped by its noise is refused (``ReleaseRefused``, the
+  curator's message) unless ``ReleaseSpec.force``.
+
 Output
 ------
 The released distribution is written atomically to ``--out`` (default: next to the counts,
 ``<counts stem>.<mechanism>.release.npz``) with arrays ``log_probs`` (float64, one per column),
+``pseudo_counts`` (float64, the posterior's released counts; only for releases that have them),
 ``items`` (the vocabulary, UTF-8 joined by newlines, as uint8) and ``record`` (the JSON release
 record, UTF-8 as uint8). ``release_offline`` returns the same record as a dict.
+``lac.curator.lm.NgramModel.from_release_file`` builds its language model as the curator does.
 """
 
 from __future__ import annotations
@@ -25,8 +36,9 @@ from __future__ import annotations
 import json
 import math
 import os
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
@@ -34,10 +46,28 @@ import scipy.sparse as sp
 from lac.common.files import atomic_file
 from lac.common.privacy import PrivacyUnit
 from lac.common.rng import RandomSource
+from lac.curator.config import CuratorConfig
 from lac.curator.ngrams import NgramVocabulary
+from lac.curator.preview import Preview, predict, refusal
 from lac.curator.release import PublicCaps, ReleaseSpec, run
 
-__all__ = ["load_counts", "load_vocab", "load_public", "default_vocab_path", "default_out_path", "release_offline"]
+__all__ = [
+    "load_counts",
+    "load_vocab",
+    "load_public",
+    "default_vocab_path",
+    "default_out_path",
+    "offline_spec",
+    "preview_offline",
+    "release_offline",
+    "ReleaseRefused",
+]
+
+MIN_SIGNAL_SHARE = CuratorConfig.min_signal_share  # the curator's default threshold of the accuracy check
+
+
+class ReleaseRefused(ValueError):
+    """The accuracy check predicts that the release's noise would swamp the signal (nothing was spent)."""
 
 
 def default_vocab_path(counts: str | os.PathLike) -> Path:
@@ -95,6 +125,68 @@ def load_public(path: str | os.PathLike, items: tuple[str, ...]) -> np.ndarray:
     return np.array([table.get(it, 0.0) for it in items], dtype=np.float64)
 
 
+def offline_spec(spec: ReleaseSpec) -> ReleaseSpec:
+    """``spec`` as it runs on a counts matrix: the posterior without discovery (nothing to discover)."""
+    return replace(spec, discovery=False) if spec.mechanism == "posterior" else spec
+
+
+def _inputs(
+    counts: str | os.PathLike, public: str | os.PathLike, vocab: str | os.PathLike | None
+) -> tuple[sp.csr_matrix, NgramVocabulary]:
+    U = load_counts(counts)
+    items = load_vocab(vocab if vocab is not None else default_vocab_path(counts))
+    if len(items) != U.shape[1]:
+        raise ValueError(f"the vocabulary has {len(items)} items but the counts have {U.shape[1]} columns")
+    alpha = load_public(public, items)
+    return U, NgramVocabulary(items, alpha, max(it.count(" ") + 1 for it in items) if items else 1)
+
+
+def _predict(
+    U: sp.csr_matrix, ngrams: NgramVocabulary, spec: ReleaseSpec, caps: PublicCaps, m: int, target_share: float
+) -> Preview | None:
+    if spec.data_dependent:  # k-anonymity, data-dependent sensitivities: nothing to predict
+        return None
+    reports, source = (
+        (spec.expected_reports, "assumed by the request")
+        if spec.expected_reports is not None
+        else (int(U.shape[0]), "the rows of the counts, exact")
+    )
+    return predict(
+        spec.mechanism,
+        spec.epsilon,
+        spec.delta,
+        ngrams,
+        W=caps.W,
+        C=caps.C,
+        unit=PrivacyUnit.user(m),
+        reports=reports,
+        reports_source=source,
+        target_share=target_share,
+        discovery=spec.discovery,
+        S=spec.S,
+        rho=spec.rho,
+        count_clip=caps.count_clip,
+        calibration=spec.calibration,
+        data_dependent=spec.data_dependent,
+    )
+
+
+def preview_offline(
+    counts: str | os.PathLike,
+    public: str | os.PathLike,
+    spec: ReleaseSpec,
+    caps: PublicCaps,
+    *,
+    reports_per_user: int = 1,
+    vocab: str | os.PathLike | None = None,
+    min_signal_share: float = MIN_SIGNAL_SHARE,
+) -> Preview | None:
+    """The accuracy preview of ``release_offline`` with the same arguments (None: a data-dependent
+    release, which cannot be predicted); runs nothing and writes nothing."""
+    U, ngrams = _inputs(counts, public, vocab)
+    return _predict(U, ngrams, offline_spec(spec), caps, reports_per_user, min_signal_share)
+
+
 def release_offline(
     counts: str | os.PathLike,
     public: str | os.PathLike,
@@ -105,18 +197,20 @@ def release_offline(
     vocab: str | os.PathLike | None = None,
     out: str | os.PathLike | None = None,
     rng: RandomSource | None = None,
+    min_signal_share: float = MIN_SIGNAL_SHARE,
 ) -> dict:
     """Run ``spec`` on the files and write the release; returns the release record.
 
     Each row of the counts is one report; one user contributes at most ``reports_per_user``
-    rows (the sensitivity covers all of them).
+    rows (the sensitivity covers all of them). The posterior runs without discovery
+    (``offline_spec``). ``ReleaseRefused`` if the accuracy check predicts less than
+    ``min_signal_share`` of the words standing out of the noise (0: no check), unless ``spec.force``.
     """
-    U = load_counts(counts)
-    items = load_vocab(vocab if vocab is not None else default_vocab_path(counts))
-    if len(items) != U.shape[1]:
-        raise ValueError(f"the vocabulary has {len(items)} items but the counts have {U.shape[1]} columns")
-    alpha = load_public(public, items)
-    ngrams = NgramVocabulary(items, alpha, max(it.count(" ") + 1 for it in items) if items else 1)
+    U, ngrams = _inputs(counts, public, vocab)
+    spec = offline_spec(spec)
+    preview = _predict(U, ngrams, spec, caps, reports_per_user, min_signal_share)
+    if preview is not None and preview.swamped and not spec.force and min_signal_share > 0:
+        raise ReleaseRefused(refusal(preview, "nothing was spent"))
     r = run(U, ngrams, spec, caps, unit=PrivacyUnit.user(reports_per_user), rng=rng)
     rec = {
         "mechanism": r.mechanism,
@@ -136,15 +230,17 @@ def release_offline(
         "vocab_size": r.vocab_size,
         "params": r.params,
         "statement": r.statement,
+        "preview": preview.statement() if preview is not None else None,
     }
     out_path = Path(out) if out is not None else default_out_path(counts, spec.mechanism)
     rec["out"] = str(out_path)
-    blob = np.frombuffer("\n".join(items).encode("utf-8"), dtype=np.uint8)
+    arrays: dict[str, Any] = {
+        "log_probs": np.asarray(r.log_probs, dtype=np.float64),
+        "items": np.frombuffer("\n".join(r.items).encode("utf-8"), dtype=np.uint8),
+        "record": np.frombuffer(json.dumps(rec).encode("utf-8"), dtype=np.uint8),
+    }
+    if r.pseudo_counts is not None:
+        arrays["pseudo_counts"] = np.asarray(r.pseudo_counts, dtype=np.float64)
     with atomic_file(out_path) as f:
-        np.savez_compressed(
-            f,
-            log_probs=np.asarray(r.log_probs, dtype=np.float64),
-            items=blob,
-            record=np.frombuffer(json.dumps(rec).encode("utf-8"), dtype=np.uint8),
-        )
+        np.savez_compressed(f, **arrays)
     return rec

@@ -35,7 +35,7 @@ from lac.curator.ngrams import NgramVocabulary
 from lac.curator.posterior import PosteriorParams
 from lac.curator.sound import sound_gamma
 
-__all__ = ["SNR", "Preview", "predict", "mean_sentence_words"]
+__all__ = ["SNR", "Preview", "predict", "mean_sentence_words", "refusal"]
 
 SNR = 2.0  # an item is resolvable when its expected total is at least SNR noise standard deviations
 _MAX_LOGIT_SIGMA = 1.0
@@ -80,6 +80,14 @@ class Preview:
             "." if self.swamped is None else " — the noise would swamp the signal." if self.swamped else " — useful."
         )
         return head + body + verdict + (f" {self.advice}" if self.advice else "")
+
+
+def refusal(preview: Preview, spent: str) -> str:
+    """The message of a release refused because ``preview`` predicts it swamped (``spent``: what
+    the refused request cost, e.g. "nothing was spent")."""
+    return (
+        f"release refused: {preview.statement()} ({spent}; set force to release anyway: `lac curator release --force`)"
+    )
 
 
 def mean_sentence_words(vocab: NgramVocabulary) -> float:
