@@ -3,9 +3,9 @@
 The release vocabulary here is the curator's (public n-grams of orders 1–3), since the model
 (``lac.curator.lm.NgramModel``, interpolated Kneser–Ney) conditions trigrams on their bigram
 prefixes and backs off through them; the language model is post-processing of the release and
-costs no privacy. Models are built as the curator builds them for analysts: from pseudo-counts
-where the release has them (exact counts, the posterior; ``from_counts(partial=True)``), else
-from the released distribution scaled by ``lac.curator.lm.default_total``.
+costs no privacy. Every row's model is built by ``lac.curator.lm.release_model``, the builder of
+the curator's queries and of offline release files: from pseudo-counts where the release has them
+(exact counts, the posterior), else from the released distribution.
 """
 
 from __future__ import annotations
@@ -13,9 +13,11 @@ from __future__ import annotations
 import numpy as np
 
 from lac.common.progress import Progress
-from lac.curator.lm import NgramModel
+from lac.common.rng import RandomSource
+from lac.curator.lm import NgramModel, release_model
 
-from .data import EvalData
+from .config import EvalConfig
+from .data import Counts, EvalData
 from .mechanisms import LABELS, posterior, release
 from .metrics import summarize
 
@@ -60,6 +62,22 @@ def trigram_coverage(items: set[str], sentences: list[list[str]]) -> tuple[int, 
     return events, covered, full
 
 
+def row_model(name: str, counts: Counts, eps: float, cfg: EvalConfig, rng: RandomSource, K: int) -> NgramModel:
+    """The language model of row ``name`` (one release of it at ``eps``; the exact counts for
+    "private"), built as the curator builds a release's model (``release_model``)."""
+    vocab = counts.vocab
+    if name == "private":
+        c = np.asarray(counts.raw.sum(axis=0)).ravel().astype(float)
+        with np.errstate(divide="ignore"):
+            return release_model(vocab.items, np.log(c / c.sum()), c, max_n=3)
+    if name == "posterior":
+        r = posterior(counts.U, vocab, eps, cfg, rng)
+        return release_model(r.items, r.log_probs, r.pseudo_counts, max_n=3)
+    with np.errstate(divide="ignore"):
+        probs = release(name, counts.U, counts.alpha, eps, cfg, rng, K=K)
+        return release_model(vocab.items, np.log(probs), max_n=3)
+
+
 def run(data: EvalData) -> dict:
     """Table 1: perplexity on the held-out sentences of a language model built from each release."""
     cfg = data.config.with_overrides(W=data.config.lm_W)
@@ -77,17 +95,7 @@ def run(data: EvalData) -> dict:
         runs = 1 if name in ("private", "public", "kanon") else cfg.table_runs
         ppl = []
         for _ in range(runs):
-            if name in ("private", "posterior"):
-                c = (
-                    np.asarray(counts.raw.sum(axis=0)).ravel().astype(float)
-                    if name == "private"
-                    else posterior(counts.U, vocab, eps, cfg, rng).pseudo_counts
-                )
-                model = NgramModel.from_counts(vocab.items, c, 3, partial=True)
-            else:
-                with np.errstate(divide="ignore"):
-                    probs = release(name, counts.U, counts.alpha, eps, cfg, rng, K=K)
-                    model = NgramModel(vocab.items, np.log(probs), 3)
+            model = row_model(name, counts, eps, cfg, rng, K)
             ppl.append(model.perplexity(test))
         bar.update()
         label = LABELS[name][0] + (f", ε = {eps:g}" if name not in ("private", "public", "kanon") else "")
