@@ -25,7 +25,7 @@ TEXTS = [
 ]
 
 
-from lac_testkit import content
+from lac_testkit import content, run_lac
 
 
 def random_reports(rng, words, n):
@@ -488,3 +488,13 @@ def test_npz_segments_migrate_to_parquet(tmp_path, capsys):
     assert path.suffix == ".parquet" and not old.exists()
     assert back.items == items.items and (back.counts == items.counts).all() and (back.indptr == items.indptr).all()
     assert seg.metadata(path)["migrated_from"] == "old.npz"
+
+
+def test_migrate_segments_is_refused_while_a_curator_holds_the_state_dir(tmp_path, capsys):
+    """migrate-segments writes the state: one writer per state directory (lac.common.statelock)."""
+    from lac.common.statelock import StateDirLock
+
+    CuratorStore(tmp_path).close()
+    with StateDirLock(tmp_path, "curator"):
+        code, _, err = run_lac(capsys, "curator", "migrate-segments", "--state-dir", str(tmp_path))
+    assert code == 2 and f"{tmp_path} is in use by curator (pid {os.getpid()})" in err, err

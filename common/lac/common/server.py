@@ -7,13 +7,19 @@ Limits enforced by gRPC itself (before a request is parsed): ``max_message_bytes
 request is refused with RESOURCE_EXHAUSTED, without ``retry-after-seconds``) and
 ``max_concurrent_streams`` per HTTP/2 connection (calls beyond it wait in the client until a
 stream of that connection ends, or are refused with UNAVAILABLE: HTTP/2 REFUSED_STREAM).
+
+One server per port: gRPC's default SO_REUSEPORT is turned off (with it a second server on the
+same port would start and the kernel would split the connections between two servers holding
+different state), and a port already in use is ``PortUnavailable``, one line naming it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
 import signal
+import socket
 from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
 
@@ -28,12 +34,17 @@ log = logging.getLogger(__name__)
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 
 
+class PortUnavailable(OSError):
+    """The server's address cannot be listened on (in use by another process, or not this machine's)."""
+
+
 def new_server(
     max_message_bytes: int = MAX_MESSAGE_BYTES, max_concurrent_streams: int | None = None
 ) -> grpc.aio.Server:
     """An asyncio gRPC server refusing messages over ``max_message_bytes`` (RESOURCE_EXHAUSTED) and,
     if set, serving at most ``max_concurrent_streams`` calls at once per client connection."""
     options = [
+        ("grpc.so_reuseport", 0),
         ("grpc.max_receive_message_length", max_message_bytes),
         ("grpc.max_send_message_length", max_message_bytes),
     ]
@@ -80,10 +91,35 @@ def finish_server(
     health_pb2_grpc.add_HealthServicer_to_server(health_state.servicer, server)
     reflection.enable_server_reflection(names + [reflection.SERVICE_NAME, health.SERVICE_NAME], server)
     address = f"{host}:{port}"
-    bound = server.add_secure_port(address, tls.credentials()) if tls else server.add_insecure_port(address)
+    if port:
+        _check_free(host, port)
+    try:
+        bound = server.add_secure_port(address, tls.credentials()) if tls else server.add_insecure_port(address)
+    except RuntimeError:  # gRPC's "Failed to bind": the port was taken since the check, or the host is not ours
+        bound = 0
     if bound == 0:
-        raise OSError(f"could not bind {host}:{port}")
+        raise PortUnavailable(f"cannot listen on {address}: in use, or not an address of this machine")
     return server, bound
+
+
+def _check_free(host: str, port: int) -> None:
+    """``PortUnavailable`` if another socket listens on ``port`` at an address ``host`` resolves to:
+    said here in one line, before gRPC's own bind logs its failure in several."""
+    try:
+        infos = socket.getaddrinfo(host.strip("[]"), port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror:
+        return  # gRPC resolves and refuses it itself
+    for family, kind, proto, _, sockaddr in infos:
+        with socket.socket(family, kind, proto) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as gRPC: TIME_WAIT does not count
+            try:
+                probe.bind(sockaddr)
+            except OSError as exc:
+                if exc.errno == errno.EADDRINUSE:
+                    raise PortUnavailable(
+                        f"port {port} on {host} is already in use (another server listens there?): "
+                        f"one server per port; stop that one or choose another --port"
+                    ) from None
 
 
 async def run_until_signalled(

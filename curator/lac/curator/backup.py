@@ -10,14 +10,15 @@ ones it refers to; files of batches or releases committed later are not copied (
 does not know them). ``manifest.json``, written last, names every file's SHA-256.
 
 ``restore`` verifies everything against the manifest and installs it into a state directory
-whose curator is stopped: files first, the database last (an interrupted restore leaves no
-database, so it can simply be run again). A restored curator holds what the backup held: batches
-ingested after it are missing (a shuffler that still has them delivers them again, and batch ids
-de-duplicate; a shuffler that does not has lost them), releases made after it are missing from
-the ledger, so their privacy spending is forgotten: restore only the latest backup, and count the
-releases made since (``lac curator releases`` on the old machine, or the analysts' records)
-against the budget by hand. Not in the backup: the key ring (``key_dir``, back it up separately
-and securely) and the public prior cache (``prior/``, rebuilt from the public corpus at start).
+whose curator is stopped (one holding its lock, ``lac.common.statelock``, is refused): files
+first, the database last (an interrupted restore leaves no database, so it can simply be run
+again). A restored curator holds what the backup held: batches ingested after it are missing (a
+shuffler that still has them delivers them again, and batch ids de-duplicate; a shuffler that
+does not has lost them), releases made after it are missing from the ledger, so their privacy
+spending is forgotten: restore only the latest backup, and count the releases made since
+(``lac curator releases`` on the old machine, or the analysts' records) against the budget by
+hand. Not in the backup: the key ring (``key_dir``, back it up separately and securely) and the
+public prior cache (``prior/``, rebuilt from the public corpus at start).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from pathlib import Path
 
 from lac.common.backup import copy_file, drop_sidecars, read_backup, sha256_file, start_backup, verify, write_manifest
 from lac.common.files import fsync_dir, private_dir
+from lac.common.statelock import StateDirLock
 
 __all__ = ["backup", "restore", "describe", "FORMAT"]
 
@@ -95,9 +97,10 @@ def backup(state_dir: Path, dest: Path) -> dict:
 def restore(source: Path, state_dir: Path, force: bool = False) -> dict:
     """Install the backup in ``source`` as the state of ``state_dir`` (its curator must be stopped).
 
-    Refuses a state directory that already holds a curator database unless ``force`` (then its
-    database is replaced; its segment and release files that the backup does not name are removed
-    at the next start as orphans). Returns the backup's manifest."""
+    Refuses (``StateDirLocked``) a state directory a running curator holds, even with ``force``, and
+    holds its lock meanwhile. Refuses one that already holds a curator database unless ``force``
+    (then its database is replaced; its segment and release files that the backup does not name are
+    removed at the next start as orphans). Returns the backup's manifest."""
     manifest, db = read_backup(source, FORMAT)
     files = manifest["files"]
     for rel, digest in files.items():
@@ -110,20 +113,20 @@ def restore(source: Path, state_dir: Path, force: bool = False) -> dict:
             f"{source}: the manifest's files are not the ones its database names "
             f"({len(named ^ set(files))} differ); the backup is damaged"
         )
-    target = state_dir / DB_NAME
-    if target.exists() and not force:
-        raise FileExistsError(
-            f"{target} exists; stop that curator and pass --force to replace its state with the backup"
-        )
-    private_dir(state_dir)
-    if target.exists():  # --force: no database while files change, so an interrupted restore is visible
-        target.unlink()
-    drop_sidecars(state_dir, DB_NAME)
-    for rel in files:
-        private_dir((state_dir / rel).parent)
-        copy_file(source / rel, state_dir / rel)
-    for sub in {Path(rel).parent for rel in files}:
-        fsync_dir(state_dir / sub)
-    copy_file(db, target)
-    fsync_dir(state_dir)
+    with StateDirLock(state_dir, "lac curator restore"):  # StateDirLocked while a curator serves from it
+        target = state_dir / DB_NAME
+        if target.exists() and not force:
+            raise FileExistsError(
+                f"{target} exists; stop that curator and pass --force to replace its state with the backup"
+            )
+        if target.exists():  # --force: no database while files change, so an interrupted restore is visible
+            target.unlink()
+        drop_sidecars(state_dir, DB_NAME)
+        for rel in files:
+            private_dir((state_dir / rel).parent)
+            copy_file(source / rel, state_dir / rel)
+        for sub in {Path(rel).parent for rel in files}:
+            fsync_dir(state_dir / sub)
+        copy_file(db, target)
+        fsync_dir(state_dir)
     return manifest

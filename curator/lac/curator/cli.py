@@ -48,13 +48,15 @@ def register(subparsers) -> None:
         "restore",
         help="install a backup made with `backup` as a state directory",
         description="Verify a backup (manifest, SHA-256, quick_check) and install it into "
-        "--state-dir, whose curator must be stopped. The restored state does not know "
-        "what happened after the backup: batches ingested since are missing (a "
+        "--state-dir, whose curator must be stopped (refused while one holds its lock). "
+        "The restored state does not know what happened after the backup: batches ingested since are missing (a "
         "shuffler still holding them delivers them again), and so are releases made "
         "since, whose privacy spending the restored ledger forgets.",
     )
     res.add_argument("dir", type=Path, help="directory written by `lac curator backup`")
-    res.add_argument("--force", action="store_true", help="replace an existing curator database")
+    res.add_argument(
+        "--force", action="store_true", help="replace an existing curator database (not while a curator runs on it)"
+    )
     for q in (bak, res):
         q.add_argument(
             "--state-dir",
@@ -228,7 +230,8 @@ def register(subparsers) -> None:
 
 def _serve(args) -> int:
     from lac.common.logs import configure as configure_logging
-    from lac.common.server import run_until_signalled
+    from lac.common.server import PortUnavailable, run_until_signalled
+    from lac.common.statelock import StateDirLocked
     from lac.curator.prior import public_vocabulary
     from lac.curator.server import create_server
     from lac.curator.service import Curator
@@ -245,20 +248,29 @@ def _serve(args) -> int:
         curator.start()
         await run_until_signalled(server, port, config.port_file, "curator", on_stop=curator.stop)
 
-    asyncio.run(main())
+    try:
+        asyncio.run(main())
+    except (PortUnavailable, StateDirLocked) as exc:  # another server has the port or the state directory
+        raise SystemExit(f"error: {exc}") from None
     return 0
 
 
 def _migrate_segments(args) -> int:
+    from lac.common.statelock import StateDirLock, StateDirLocked
     from lac.curator.store import CuratorStore
 
     if not (args.state_dir / "curator.sqlite").is_file():
         raise SystemExit(f"error: {args.state_dir} holds no curator store (curator.sqlite); check --state-dir")
-    store = CuratorStore(args.state_dir)
     try:
-        n = store.migrate_npz()
-    finally:
-        store.close()
+        lock = StateDirLock(args.state_dir, "lac curator migrate-segments")
+    except StateDirLocked as exc:
+        raise SystemExit(f"error: {exc}") from None
+    with lock:
+        store = CuratorStore(args.state_dir)
+        try:
+            n = store.migrate_npz()
+        finally:
+            store.close()
     print(f"migrated {n} segment(s) in {args.state_dir} to Parquet")
     return 0
 

@@ -48,6 +48,7 @@ from lac.common.errors import AlreadyExists, FailedPrecondition, InvalidArgument
 from lac.common.privacy import Budget, PrivacyUnit
 from lac.common.rng import RandomSource, secure_generator
 from lac.common.server import Health
+from lac.common.statelock import StateDirLock
 from lac.common.storage import StorageGuard
 from lac.common.text import sentences as split_sentences
 from lac.common.v1 import curator_pb2
@@ -102,6 +103,7 @@ class Curator:
 
     def __init__(self, config: CuratorConfig, vocab: NgramVocabulary, rng: RandomSource | None = None):
         self.config = config
+        self._state_lock = StateDirLock(config.state_dir, "curator")  # one writer per state directory
         self.vocab = vocab
         self.deployment = config.deployment
         self.caps = PublicCaps(
@@ -171,15 +173,18 @@ class Curator:
             self.metrics_ready = self.metrics.endpoint.start_soon(self.config.metrics_host, self.config.metrics_port)
 
     async def stop(self) -> None:
-        await self.storage.stop()
-        self.metrics.endpoint.close()
-        await asyncio.to_thread(self._ingest.close)
-        await self._run(self.store.close)
-        self._db.shutdown()
-        for engine in (self.engine, self._spark):  # the Spark sessions this curator started
-            stop = getattr(engine, "stop", None)
-            if stop is not None:
-                await asyncio.to_thread(stop)
+        try:
+            await self.storage.stop()
+            self.metrics.endpoint.close()
+            await asyncio.to_thread(self._ingest.close)
+            await self._run(self.store.close)
+            self._db.shutdown()
+            for engine in (self.engine, self._spark):  # the Spark sessions this curator started
+                stop = getattr(engine, "stop", None)
+                if stop is not None:
+                    await asyncio.to_thread(stop)
+        finally:
+            self._state_lock.release()  # another curator (or a restore) may take the state directory now
 
     @property
     def budget(self) -> Budget:

@@ -8,11 +8,11 @@ is a self-contained database (rollback journal, no ``-wal``), checked with ``qui
 incomplete. The tokens file is copied beside it.
 
 ``restore`` verifies the manifest and the copy and installs both into a state directory whose
-shuffler is stopped. What a restored shuffler does not know: reports acknowledged after the
-backup (they are lost unless clients resend them), idempotency ids and quota use recorded
-after it (a resent report is stored again; the curator drops reports it has seen by the id
-inside the seal), and batches delivered after it (they are sent again under the same batch id,
-which the curator de-duplicates).
+shuffler is stopped (one holding its lock, ``lac.common.statelock``, is refused). What a
+restored shuffler does not know: reports acknowledged after the backup (they are lost unless
+clients resend them), idempotency ids and quota use recorded after it (a resent report is stored
+again; the curator drops reports it has seen by the id inside the seal), and batches delivered
+after it (they are sent again under the same batch id, which the curator de-duplicates).
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from pathlib import Path
 
 from lac.common.backup import copy_file, drop_sidecars, read_backup, sha256_file, start_backup, verify, write_manifest
 from lac.common.files import fsync_dir, private_dir
+from lac.common.statelock import StateDirLock
 
 DB_NAME = "shuffler.sqlite"
 TOKENS_NAME = "clients.tokens"
@@ -60,7 +61,8 @@ def backup(state_dir: Path, dest: Path, tokens_file: Path | None = None) -> dict
 def restore(source: Path, state_dir: Path, tokens_file: Path | None = None, force: bool = False) -> dict:
     """Install the backup in ``source`` as the state of ``state_dir`` (its shuffler must be stopped).
 
-    Refuses a state directory that already holds a report log (or tokens file) unless ``force``.
+    Refuses (``StateDirLocked``) a state directory a running shuffler holds, even with ``force``, and
+    holds its lock meanwhile. Refuses one that already holds a report log (or tokens file) unless ``force``.
     Returns the backup's manifest.
     """
     manifest, db = read_backup(source, FORMAT)
@@ -69,17 +71,17 @@ def restore(source: Path, state_dir: Path, tokens_file: Path | None = None, forc
         verify(source / tokens_copy["file"], tokens_copy["sha256"])
     target = state_dir / DB_NAME
     tokens_target = tokens_file if tokens_file is not None else state_dir / TOKENS_NAME
-    existing = [p for p in (target, tokens_target if tokens_copy else None) if p is not None and p.exists()]
-    if existing and not force:
-        raise FileExistsError(
-            f"{', '.join(map(str, existing))} exists; stop that shuffler and pass --force to "
-            f"replace its state with the backup"
-        )
-    private_dir(state_dir)
-    drop_sidecars(state_dir, DB_NAME)
-    copy_file(db, target)
-    if tokens_copy:
-        private_dir(tokens_target.parent)
-        copy_file(source / tokens_copy["file"], tokens_target)
-    fsync_dir(state_dir)
+    with StateDirLock(state_dir, "lac shuffler restore"):  # StateDirLocked while a shuffler serves from it
+        existing = [p for p in (target, tokens_target if tokens_copy else None) if p is not None and p.exists()]
+        if existing and not force:
+            raise FileExistsError(
+                f"{', '.join(map(str, existing))} exists; stop that shuffler and pass --force to "
+                f"replace its state with the backup"
+            )
+        drop_sidecars(state_dir, DB_NAME)
+        copy_file(db, target)
+        if tokens_copy:
+            private_dir(tokens_target.parent)
+            copy_file(source / tokens_copy["file"], tokens_target)
+        fsync_dir(state_dir)
     return manifest

@@ -65,12 +65,16 @@ def register(subparsers) -> None:
         "restore",
         help="install a backup made with `backup` as a state directory",
         description="Verify a backup (manifest, SHA-256, quick_check) and install it into "
-        "--state-dir, whose shuffler must be stopped. The restored log does not "
+        "--state-dir, whose shuffler must be stopped (refused while one holds its lock). The restored log does not "
         "know what happened after the backup: reports acknowledged since then are "
         "missing, and idempotency ids and quota use recorded since are forgotten.",
     )
     res.add_argument("dir", type=Path, help="directory written by `lac shuffler backup`")
-    res.add_argument("--force", action="store_true", help="replace an existing report log / tokens file")
+    res.add_argument(
+        "--force",
+        action="store_true",
+        help="replace an existing report log / tokens file (not while a shuffler runs on it)",
+    )
     for q in (bak, res):
         q.add_argument(
             "--state-dir",
@@ -116,7 +120,8 @@ def register(subparsers) -> None:
 
 def _serve(args) -> int:
     from lac.common.logs import configure as configure_logging
-    from lac.common.server import run_until_signalled
+    from lac.common.server import PortUnavailable, run_until_signalled
+    from lac.common.statelock import StateDirLocked
     from lac.shuffler.server import create_server
     from lac.shuffler.service import Shuffler
 
@@ -129,7 +134,10 @@ def _serve(args) -> int:
         shuffler.start()
         await run_until_signalled(server, port, config.port_file, "shuffler", on_stop=shuffler.stop)
 
-    asyncio.run(main())
+    try:
+        asyncio.run(main())
+    except (PortUnavailable, StateDirLocked) as exc:  # another server has the port or the state directory
+        raise SystemExit(f"error: {exc}") from None
     return 0
 
 

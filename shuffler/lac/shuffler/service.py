@@ -45,6 +45,7 @@ from lac.common.privacy import Adjacency, Guarantee, Model, PrivacyUnit
 from lac.common.rpc import parse_names
 from lac.common.serde import deployment_from_proto, deployment_to_proto
 from lac.common.server import Health
+from lac.common.statelock import StateDirLock
 from lac.common.storage import STABLE_SECONDS, LowDiskSpace, StorageFailed, StorageGuard, storage_failure_reason
 from lac.common.v1 import curator_pb2, curator_pb2_grpc, reports_pb2, shuffler_pb2
 from lac.shuffler import amplification, wire
@@ -155,6 +156,7 @@ class Shuffler:
 
     def __init__(self, config: ShufflerConfig):
         self.config = config
+        self._state_lock = StateDirLock(config.state_dir, "shuffler")  # one writer per state directory
         self._curator_tls = tls.client_tls(
             config.curator_ca,
             config.curator_cert or config.tls_cert,
@@ -388,6 +390,7 @@ class Shuffler:
         with suppress(StorageFailed):
             await self._run(self._log.close)
         self._executor.shutdown()
+        self._state_lock.release()
 
     # ------------------------------------------------------------------ ingest
 
