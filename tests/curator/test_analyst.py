@@ -19,7 +19,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from lac_testkit import batch_privacy, content
+from lac_testkit import batch_privacy, content, run_lac
 
 from lac.common import envelope, tls
 from lac.common.v1 import curator_pb2, curator_pb2_grpc, reports_pb2
@@ -376,6 +376,56 @@ def test_preview_and_refusal(serve, pki):
         assert refused.value.code == "FAILED_PRECONDITION" and "force" in refused.value.details
         assert c.budget()["spent_epsilon"].iloc[0] == pytest.approx(2.0)  # the DP count, charged once
         assert c.release(epsilon=1.0, force=True).differentially_private
+
+
+def test_delta_zero_is_pure_dp_or_refused(serve, pki, capsys):
+    """δ = 0 is what the analyst gets where the mechanism is pure ε-DP (laplace, laplace-public), and refused,
+    with nothing spent, where it is not; an unset δ keeps the release default."""
+    from lac.curator import InvalidArgument
+
+    cur = serve(budget_epsilon=10.0)
+    with _client(cur, pki) as c:
+        for mechanism in (None, "bayesian"):  # the default mechanism (posterior) and another Gaussian one
+            with pytest.raises(InvalidArgument) as refused:
+                c.release(epsilon=0.1, delta=0.0, mechanism=mechanism, force=True)
+            assert "delta = 0 is pure ε-DP" in refused.value.details
+            assert "pure ε-DP mechanisms: laplace, laplace-public" in refused.value.details
+            with pytest.raises(InvalidArgument):
+                c.preview(epsilon=0.1, delta=0.0, mechanism=mechanism)
+        assert c.releases().empty and (c.budget()["spent_delta"] == 0).all()
+        for mechanism in ("laplace", "laplace-public"):
+            preview = c.preview(epsilon=0.1, delta=0.0, mechanism=mechanism, expected_reports=1000)
+            assert preview.delta == 0.0 and "(ε, δ) = (0.1, 0)" in preview.statement
+            assert c.preview(epsilon=0.1, mechanism=mechanism, expected_reports=1000).delta == 0.0  # δ unset
+            pure = c.release(epsilon=0.1, delta=0.0, mechanism=mechanism, force=True)
+            assert (pure.delta, pure.ledger_delta) == (0.0, 0.0)
+        with pytest.raises(InvalidArgument, match="delta must be in"):
+            c.release(epsilon=0.1, delta=-1.0, mechanism="laplace", force=True)
+        default = c.release(epsilon=0.1, force=True)  # δ unset: the release default, as before
+        assert (default.delta, default.ledger_delta) == (1e-6, 1e-6)
+    cert, key = pki.pem("analyst")
+    tls_flags = ["--server", cur.address, "--ca", pki.ca, "--cert", cert, "--key", key]
+    code, out, err = run_lac(
+        capsys, "curator", "release", *tls_flags, "--mechanism", "laplace", "--epsilon", "0.1", "--delta", "0",
+        "--expected-reports", "1000", "--dry-run",
+    )  # fmt: skip
+    assert code == 0 and "dry run (nothing spent): laplace at (ε, δ) = (0.1, 0):" in out, out + err
+    code, out, err = run_lac(capsys, "curator", "release", *tls_flags, "--epsilon", "0.1", "--delta", "0", "--force")
+    assert code == 2 and "INVALID_ARGUMENT: delta = 0 is pure ε-DP" in err and "Traceback" not in err, err
+
+
+def test_an_explicit_delta_of_zero_is_told_from_unset_on_the_wire():
+    """``optional double delta``: the same field number and encoding as before, so an older client's request
+    (which never sent a zero δ) still gets the release default; a zero sent explicitly is δ = 0."""
+    from lac.curator.serde import release_spec
+
+    unset = curator_pb2.ReleaseRequest(epsilon=1.0).SerializeToString()
+    assert release_spec(curator_pb2.ReleaseRequest.FromString(unset)).delta == 1e-6
+    zero = curator_pb2.ReleaseRequest(epsilon=1.0, mechanism="laplace", delta=0.0).SerializeToString()
+    assert b"\x19" + bytes(8) in zero  # field 3, fixed64, 0.0
+    assert release_spec(curator_pb2.ReleaseRequest.FromString(zero)).delta == 0.0
+    given = curator_pb2.ReleaseRequest(epsilon=1.0, delta=1e-5).SerializeToString()
+    assert release_spec(curator_pb2.ReleaseRequest.FromString(given)).delta == 1e-5
 
 
 def _python_blocks(markdown: str) -> list[str]:

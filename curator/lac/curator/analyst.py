@@ -513,7 +513,9 @@ class CuratorClient:
         of every accounting window the release covers, and returns its record.
 
         ``mechanism``: ``"posterior"`` (default), ``"bayesian"``, ``"endtoend"``, ``"laplace"`` or
-        ``"laplace-public"``; ``delta`` defaults to the curator's release default (1e-6).
+        ``"laplace-public"``; ``delta`` defaults to the curator's release default (1e-6) for the
+        mechanisms that need δ > 0 (0 is refused for them); laplace and laplace-public are pure ε-DP
+        (δ = 0 whatever is asked).
         ``first_window``/``last_window`` (both or neither; inclusive) select accounting windows; by
         default every window with stored reports. ``knobs``: ``discovery`` (posterior), ``S``
         (BayesianDP decay slope), ``rho``, ``sensitivity`` (``"sound"``; the data-dependent ones are
@@ -558,7 +560,9 @@ class CuratorClient:
             raise TypeError(
                 f"{what}() got unknown knob(s) {', '.join(sorted(unknown))}; known: {', '.join(sorted(_KNOBS))}"
             )
-        req = curator_pb2.ReleaseRequest(epsilon=float(epsilon), delta=float(delta or 0.0), mechanism=mechanism or "")
+        req = curator_pb2.ReleaseRequest(epsilon=float(epsilon), mechanism=mechanism or "")
+        if delta is not None:  # 0 is sent as 0 (pure ε-DP), not as unset
+            req.delta = float(delta)
         for name, value in knobs.items():
             if value is not None:
                 setattr(req, _KNOBS[name], value)

@@ -86,7 +86,8 @@ def register(subparsers) -> None:
         "--delta",
         type=float,
         default=None,
-        help=f"δ of this release (bayesian, endtoend) [default: {ReleaseSpec.delta:g}]",
+        help=f"δ of this release (posterior, bayesian, endtoend; > 0) [default: {ReleaseSpec.delta:g}]; "
+        "laplace and laplace-public are pure ε-DP: δ = 0",
     )
     r.add_argument(
         "--mechanism",
@@ -345,13 +346,14 @@ def _release(args) -> int:
     req = curator_pb2.ReleaseRequest(
         mechanism=args.mechanism,
         epsilon=args.epsilon,
-        delta=args.delta or 0.0,
         s=args.s or 0.0,
         rho=args.rho or 0.0,
         sensitivity=args.sensitivity or "",
         calibration=args.calibration or "",
         public_sensitivity=args.public_sensitivity or "",
     )
+    if args.delta is not None:  # --delta 0 is δ = 0 (pure ε-DP mechanisms only), not the default
+        req.delta = args.delta
     if args.first_window is not None:
         req.first_window, req.last_window = args.first_window, args.last_window
     if args.no_discovery:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from lac.common.errors import InvalidArgument
-from lac.common.privacy import Budget
+from lac.common.privacy import Budget, check_delta
 from lac.common.rpc import Caller, Role
 from lac.common.v1 import curator_pb2
 from lac.curator.preview import Preview
@@ -25,12 +25,15 @@ __all__ = [
     "is_operator",
     "EPSILON_RANGE",
     "MIN_DELTA",
+    "PURE_MECHANISMS",
 ]
 
 # What a request over RPC may ask for: beyond these the mechanisms' arithmetic breaks down (a noise
 # scale that overflows, a calibration with no root) long after the result stopped being useful.
 EPSILON_RANGE = (1e-6, 1e6)
 MIN_DELTA = 1e-100
+# The mechanisms that spend no δ, so the only ones a request with δ = 0 may name.
+PURE_MECHANISMS = tuple(m for m in MECHANISMS if ReleaseSpec(1.0, mechanism=m).budget.delta == 0)
 MAX_REQUEST_ID_CHARS = 128
 
 
@@ -43,7 +46,19 @@ def release_spec(r: curator_pb2.ReleaseRequest) -> ReleaseSpec:
     given: dict[str, Any] = {}  # keyword arguments of ReleaseSpec
     if r.mechanism:
         given["mechanism"] = r.mechanism
-    if r.delta:
+    if r.HasField("delta"):  # unset: the spec's default; an explicit 0 is δ = 0
+        mechanism = given.get("mechanism", ReleaseSpec.mechanism)
+        if mechanism in PURE_MECHANISMS:  # δ is not theirs to spend, but a δ asked for must be one
+            try:
+                check_delta(r.delta)
+            except ValueError as exc:
+                raise InvalidArgument(str(exc)) from None
+        elif r.delta == 0 and mechanism in MECHANISMS:
+            raise InvalidArgument(
+                f"delta = 0 is pure ε-DP, which mechanism {mechanism!r} cannot give (its Gaussian noise needs "
+                f"delta > 0; leave delta unset for the default {ReleaseSpec.delta:g}); pure ε-DP mechanisms: "
+                f"{', '.join(PURE_MECHANISMS)}"
+            )
         given["delta"] = r.delta
     if r.s:
         given["S"] = r.s

@@ -320,7 +320,7 @@ class Curator:
             return predict(
                 spec.mechanism,
                 spec.epsilon,
-                spec.delta,
+                spec.budget.delta,  # 0 for a pure ε-DP mechanism, whatever δ the request carried
                 self.vocab,
                 W=self.caps.W,
                 C=self.caps.C,
