@@ -170,3 +170,22 @@ def test_empirical_bayes_moves_between_the_data_and_the_prior():
     post = empirical_bayes(noisy, prior, 1e4, 30)
     assert np.abs(post - truth).mean() < 0.1 * np.abs(np.maximum(noisy, 0) - truth).mean()
     assert (post >= 0).all()
+
+
+def test_discovered_ngrams_are_released_in_an_order_independent_of_the_data():
+    """Neighbouring datasets D and D' = D plus one report stored first see their candidates in different orders
+    (the order of first occurrence); the release lists what it discovered in the same, sorted order for both."""
+    vocab = NgramVocabulary(("the", "cat", "</s>"), np.array([10.0, 5.0, 8.0]), 3)
+    D = [[["zebra", "runs"]]] * 200 + [[["apple", "pie"]]] * 200
+    D_prime = [[["apple", "pie"]]] + D
+
+    def discovered(reports, seed):
+        totals = weighted_totals([report_items(reports, 3)], vocab, W=100, C=3, tau=1.0)
+        r = posterior_release(totals, vocab, PosteriorParams(1.0, 1e-6), np.random.default_rng(seed))
+        assert r.items[: len(vocab)] == vocab.items
+        return list(totals.candidates), r.items[len(vocab) :]
+
+    (seen, found), (seen_prime, found_prime) = discovered(D, 1), discovered(D_prime, 2)
+    assert seen != seen_prime and seen[0].startswith("zebra") and seen_prime[0].startswith("apple")
+    assert {"zebra runs", "apple pie"} <= set(found)
+    assert found == found_prime == tuple(sorted(found))

@@ -498,3 +498,27 @@ def test_migrate_segments_is_refused_while_a_curator_holds_the_state_dir(tmp_pat
     with StateDirLock(tmp_path, "curator"):
         code, _, err = run_lac(capsys, "curator", "migrate-segments", "--state-dir", str(tmp_path))
     assert code == 2 and f"{tmp_path} is in use by curator (pid {os.getpid()})" in err, err
+
+
+def test_a_release_lists_discovered_ngrams_in_the_same_order_on_neighbouring_datasets(start_curator, seal):
+    """Two real curators: one stores D, the other D' = D plus one report stored first (its own batch). Their
+    releases discover the same n-grams outside the public vocabulary and list them in the same (sorted) order,
+    not in the order they were first stored."""
+    group_a = [["the", "fox", "sun", "park"]] * 60  # bigrams of known words the public corpus never has
+    group_b = [["a", "star", "walk", "green"]] * 60
+    released = []
+    for first in ([], [group_b[0]]):
+        cur = start_curator(budget_epsilon=100.0)
+        with grpc.insecure_channel(cur.address) as ch:
+            if first:
+                ingest(ch, "first", [seal(content(t)) for t in first])
+            ingest(ch, "d", [seal(content(t)) for t in group_a + group_b])
+            stub = curator_pb2_grpc.CuratorStub(ch)
+            rid = stub.Release(curator_pb2.ReleaseRequest(epsilon=20.0, force=True), timeout=60).release_id
+            items = stub.GetRelease(curator_pb2.GetReleaseRequest(release_id=rid), timeout=10).items
+        public = cur.curator.vocab.items
+        assert tuple(items[: len(public)]) == public
+        released.append(list(items[len(public) :]))
+    found, found_prime = released
+    assert {"fox sun", "star walk"} <= set(found)
+    assert found == found_prime == sorted(found)

@@ -266,6 +266,8 @@ def posterior_release(
         noisy = np.rint((values + sigma * rng.standard_normal(values.size)) / grid) * grid
         passed = np.flatnonzero(noisy > threshold)
         found, found_values = [names[i] for i in passed.tolist()], noisy[passed]
+        order = sorted(range(len(found)), key=found.__getitem__)  # release order: sorted, not the storage order
+        found, found_values = [found[i] for i in order], found_values[order]
     pseudo = np.empty(len(vocab))
     orders = vocab.orders
     for n in np.unique(orders).tolist():
