@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
 import tomllib
 import venv
 from pathlib import Path
@@ -94,3 +95,51 @@ def test_client_installs_without_a_c_compiler(tmp_path):
         "assert (index.query(p) == reference_nearest_rows(p, v)).all()\n"
     )
     subprocess.run([py, "-c", check], check=True, timeout=120)
+
+
+DISTRIBUTIONS = {
+    ".": "lac_privacy_suite",
+    "common": "lac_common",
+    "client": "lac_client",
+    "shuffler": "lac_shuffler",
+    "curator": "lac_curator",
+}  # folder: wheel name
+
+
+def test_every_distribution_declares_the_apache_licence():
+    """One licence, Apache-2.0 (SPDX, PEP 639), declared by every distribution; a component's LICENSE is a copy
+    of the root's (a distribution cannot ship a file above its folder), and the NOTICE says the data are not."""
+    licence = (ROOT / "LICENSE").read_text()
+    assert licence.split()[:4] == ["Apache", "License", "Version", "2.0,"] and "END OF TERMS AND CONDITIONS" in licence
+    for folder in DISTRIBUTIONS:
+        pyproject = tomllib.loads((ROOT / folder / "pyproject.toml").read_text())
+        assert pyproject["project"]["license"] == "Apache-2.0", folder
+        assert "LICENSE" in pyproject["project"]["license-files"], folder
+        assert (ROOT / folder / "LICENSE").read_text() == licence, f"{folder}/LICENSE differs from the root's"
+        # the SPDX `license` string needs setuptools >= 77; an older build backend would refuse the file
+        assert pyproject["build-system"]["requires"] == ["setuptools>=77"], folder
+    notice = (ROOT / "NOTICE").read_text()
+    for data in ("GloVe", "PDDL-1.0", "WordNet", "GCIDE", "GPL-2.0-or-later", "NOT part of this product"):
+        assert data in notice
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("folder", sorted(DISTRIBUTIONS))
+def test_every_wheel_ships_the_licence(folder, tmp_path):
+    """The built wheel carries LICENSE (and the suite's the NOTICE) and says License-Expression: Apache-2.0."""
+    import zipfile
+
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", "-w", str(tmp_path), str(ROOT / folder)],
+        check=True,
+        capture_output=True,
+        timeout=600,
+    )
+    (wheel,) = tmp_path.glob(f"{DISTRIBUTIONS[folder]}-*.whl")
+    with zipfile.ZipFile(wheel) as z:
+        info = next(n.split("/")[0] for n in z.namelist() if n.endswith(".dist-info/METADATA"))
+        metadata = z.read(f"{info}/METADATA").decode()
+        assert z.read(f"{info}/licenses/LICENSE").decode() == (ROOT / "LICENSE").read_text()
+        if folder == ".":
+            assert z.read(f"{info}/licenses/NOTICE").decode() == (ROOT / "NOTICE").read_text()
+    assert "License-Expression: Apache-2.0" in metadata.splitlines()
