@@ -7,11 +7,14 @@ from __future__ import annotations
 import itertools
 import os
 import signal
+import subprocess
+import sys
 import time
 
 import grpc
 import numpy as np
 import pytest
+from curator_testkit import Stubs, batch, serve_curator
 from lac_testkit import DEPLOYMENT, batch_privacy, content
 
 from lac.common import envelope
@@ -194,3 +197,77 @@ def test_a_dead_worker_fails_the_batch_retryably(start_curator, curator_public_k
         reply = ingest(ch, "b2", batch)
         assert (reply.accepted, reply.rejected, reply.duplicate) == (300, 0, False)
         assert set(pool.worker_pids()).isdisjoint(pids)
+
+
+def _descendants(root: int) -> set[int]:
+    """Every live process below ``root`` (from /proc)."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if fields[0] != "Z":
+                children.setdefault(int(fields[1]), []).append(int(entry))
+    found, todo = set(), [root]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.add(child)
+            todo.append(child)
+    return found
+
+
+def _alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie waiting for its reaper does not)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def _all_end(pids, timeout: float = 10.0) -> set[int]:
+    """The pids still running after up to ``timeout`` seconds (then killed, not to outlive the test)."""
+    deadline = time.monotonic() + timeout
+    while (left := {p for p in pids if _alive(p)}) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    for pid in left:
+        os.kill(pid, signal.SIGKILL)
+    return left
+
+
+def test_a_killed_curator_takes_its_ingest_workers_forkserver_and_tracker_with_it(tmp_path, public_corpus):
+    """SIGKILL of a real curator (as by the OOM killer) after a pooled batch: its ingest workers
+    (which hold its private keys), the forkserver and the resource tracker all end within seconds."""
+    cur = serve_curator(tmp_path / "run", tmp_path / "state", public_corpus, "--ingest-workers", "2")
+    try:
+        with Stubs(cur.address) as s:
+            assert s.ingest.IngestBatch(batch(250), timeout=60).accepted == 250
+        procs = _descendants(cur.pid)
+        assert len(procs) >= 4  # two workers, the forkserver, the resource tracker
+    finally:
+        cur.kill()
+    assert _all_end(procs) == set()
+
+
+def test_a_killed_curator_takes_its_release_workers_with_it(tmp_path):
+    """The release engine's worker processes (``LocalEngine`` with 2 workers), busy on their parts
+    when their parent is SIGKILLed, end within seconds, and so do the forkserver and tracker."""
+    script = (
+        "import time, types\n"
+        "from lac.curator.engine import LocalEngine\n"
+        "parts = types.SimpleNamespace(parts=lambda: [120, 120], load=time.sleep)\n"
+        "LocalEngine(2).fold(parts, repr, lambda acc, r: acc, None)\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", script])
+    try:
+        deadline = time.monotonic() + 60
+        while len(procs := _descendants(proc.pid)) < 4 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert len(procs) >= 4  # two workers, the forkserver, the resource tracker
+    finally:
+        proc.kill()
+        proc.wait()
+    assert _all_end(procs) == set()

@@ -19,11 +19,13 @@ The folds (see ``lac.curator.release.run``):
 from __future__ import annotations
 
 import multiprocessing
+import os
 import pickle
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from typing import Any, Protocol, TypeVar
 
+from lac.curator.lifeline import die_with
 from lac.curator.ngrams import ReportItems
 
 __all__ = ["Engine", "LocalEngine", "LOCAL", "Parts", "ENGINES", "create_engine"]
@@ -54,8 +56,9 @@ class Engine(Protocol):
 _TASK: tuple[Callable, Callable] | None = None
 
 
-def _install(payload: bytes) -> None:
+def _install(payload: bytes, owner: int) -> None:
     global _TASK
+    die_with(owner)
     _TASK = pickle.loads(payload)
 
 
@@ -68,8 +71,9 @@ def _apply(part: Any) -> Any:
 
 class LocalEngine:
     """This machine. ``workers`` = 1: this process, one part at a time (bounded memory); more:
-    a pool of that many worker processes (forkserver: safe next to gRPC's threads) each loading
-    and mapping whole parts, the results combined here in part order."""
+    a pool of that many worker processes (forkserver: safe next to gRPC's threads; each ends with
+    this process, ``lac.curator.lifeline``) each loading and mapping whole parts, the results
+    combined here in part order."""
 
     name = "local"
 
@@ -89,7 +93,7 @@ class LocalEngine:
         ctx.set_forkserver_preload(["lac.curator.release"])
         payload = pickle.dumps((fn, reports.load), protocol=pickle.HIGHEST_PROTOCOL)
         with ProcessPoolExecutor(
-            min(self.workers, len(parts)), mp_context=ctx, initializer=_install, initargs=(payload,)
+            min(self.workers, len(parts)), mp_context=ctx, initializer=_install, initargs=(payload, os.getpid())
         ) as pool:
             for result in pool.map(_apply, parts):  # results in part order
                 acc = combine(acc, result)

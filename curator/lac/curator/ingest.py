@@ -17,7 +17,8 @@ Spark executor can run them):
 
 ``IngestPool`` runs them on ``workers`` processes (forkserver, created on first use): a batch is
 split into chunks, the chunks' results come back in batch order. The key ring reaches each
-worker once, through the pool's initializer.
+worker once, through the pool's initializer, which also ties the worker's life to the curator's
+(``lac.curator.lifeline``: a killed curator leaves no worker holding its keys).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ import functools
 import logging
 import math
 import multiprocessing
+import os
 import signal
 import threading
 from collections.abc import Sequence
@@ -45,6 +47,7 @@ from lac.common.errors import LacError, RejectReason, Unavailable
 from lac.common.serde import mechanism_id
 from lac.common.text import BOS, EOS, UNK
 from lac.common.v1 import reports_pb2
+from lac.curator.lifeline import die_with
 from lac.curator.ngrams import ReportItems, keyed_report_items
 from lac.curator.store import Quarantined
 
@@ -331,9 +334,10 @@ def merge_counts(chunks: Sequence[CountedChunk], keep: Sequence[int]) -> ReportI
 _WORKER_CTX: IngestContext | None = None
 
 
-def _install(ctx: IngestContext) -> None:
+def _install(ctx: IngestContext, owner: int) -> None:
     global _WORKER_CTX
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C stops the server, which stops its workers
+    die_with(owner)  # and a killed server takes its workers (and their keys) with it
     _WORKER_CTX = ctx
     _keyring(ctx)
 
@@ -377,7 +381,7 @@ class IngestPool:
                 ctx = multiprocessing.get_context("forkserver")
                 ctx.set_forkserver_preload(["lac.curator.ingest"])
                 self._pool = ProcessPoolExecutor(
-                    self.workers, mp_context=ctx, initializer=_install, initargs=(self.ctx,)
+                    self.workers, mp_context=ctx, initializer=_install, initargs=(self.ctx, os.getpid())
                 )
             return self._pool
 
