@@ -4,12 +4,14 @@ the wire, crowd threshold, sub-sampling, backpressure, metrics."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import sqlite3
 import urllib.request
 
 import grpc
 import pytest
+from lac_testkit import ServeProc, wait_until
 from shuffler_testkit import payload, report, tag_of, wait_for
 
 from lac.common.v1 import curator_pb2, reports_pb2, shuffler_pb2, shuffler_pb2_grpc
@@ -235,6 +237,48 @@ def test_metrics_endpoint(start_shuffler, sink):
 
 async def _metrics_port(shf):
     return await shf_shuffler(shf).metrics_ready
+
+
+def test_a_refused_call_is_logged_by_role_never_by_client_id(start_shuffler, pki, tmp_path, caplog):
+    """A client's token calling an operator RPC on a TLS shuffler: PERMISSION_DENIED, said and
+    logged by role and method, never with the client's id."""
+    from lac.common import tls
+
+    state = tmp_path / "state"
+    token = add_client(state / "clients.tokens", "alice-7f3c")
+    cert, key = pki.pem("shuffler")
+    shf = start_shuffler(
+        "127.0.0.1:1", insecure=False, auth="token", state_dir=state, tls_cert=cert, tls_key=key, curator_ca=pki.ca
+    )
+    with (
+        caplog.at_level(logging.INFO),
+        tls.channel(shf.address, pki.client_tls()) as ch,
+        pytest.raises(grpc.RpcError) as err,
+    ):
+        shuffler_pb2_grpc.ShufflerStub(ch).GetStatus(
+            shuffler_pb2.ShufflerStatusRequest(), metadata=(("authorization", f"Bearer {token}"),), timeout=10
+        )
+    assert err.value.code() == grpc.StatusCode.PERMISSION_DENIED
+    assert err.value.details() == "role client may not call GetStatus (allowed roles: operator)"
+    assert "PERMISSION_DENIED: role client may not call GetStatus" in caplog.text
+    assert "alice-7f3c" not in caplog.text
+
+
+def test_served_shuffler_warns_of_metrics_beyond_loopback(tmp_path):
+    """A real ``lac shuffler serve --metrics-host 0.0.0.0`` starts with one loud warning (the
+    metrics are exact counts); on 127.0.0.1, the default, without one."""
+    common = ["--state-dir", str(tmp_path / "state"), "--curator", "127.0.0.1:1", "--insecure", "--auth", "none"]
+    for host, workdir in (("0.0.0.0", "exposed"), ("127.0.0.1", "loopback")):
+        shf = ServeProc([*common, "--metrics-host", host, "--metrics-port", "0"], tmp_path / workdir)
+        try:
+            wait_until(lambda: "metrics on http://" in shf.log_text())
+        finally:
+            shf.stop()
+        warned = [line for line in shf.log_text().splitlines() if "METRICS EXPOSED BEYOND LOOPBACK" in line]
+        if host == "0.0.0.0":
+            assert len(warned) == 1 and " WARNING " in warned[0] and "listens on every interface" in warned[0]
+        else:
+            assert warned == []
 
 
 def test_large_release_is_cut_into_batches_that_fit_a_message(start_shuffler, sink):

@@ -125,7 +125,7 @@ class ServiceSettings:
         "127.0.0.1",
         "address of the metrics endpoint (plaintext, unauthenticated, for "
         "the operator only: it has exact counts; keep it on loopback or a "
-        "private network)",
+        "private network; any other address is logged as a warning at start)",
     )
     log_format: str = setting(
         "text",

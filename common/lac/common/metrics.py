@@ -5,7 +5,8 @@ Imported only by the services (``prometheus_client`` is their dependency, not th
 The metrics are for the OPERATOR, like ``GetStatus``: some are exact counts derived from the data
 (reports accepted, quarantined, by reason), never noised, so they must not reach analysts. The
 endpoint is plaintext and unauthenticated and listens on 127.0.0.1 unless told otherwise
-(``metrics_host``); give it only to the operator's monitoring.
+(``metrics_host``; an address beyond loopback is logged as a loud warning at start); give it only
+to the operator's monitoring.
 
 Each service has its own ``CollectorRegistry`` (not prometheus_client's global one), so several
 services in one process (tests) do not clash. Numbers the service keeps in its store are read at
@@ -15,6 +16,7 @@ scrape time (``ScrapeTime``), so they survive restarts and agree with ``GetStatu
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import logging
 from collections.abc import Awaitable, Callable, Iterable
 
@@ -124,6 +126,17 @@ class MetricsEndpoint:
         and the service keeps serving without metrics."""
 
         def report(task: asyncio.Task[int]) -> None:
+        ips = [ipaddress.ip_address(s.getsockname()[0].split("%")[0]) for s in self._server.sockets]
+        if outside := sorted({str(ip) for ip in ips if not ip.is_loopback}):
+            log.warning(
+                "METRICS EXPOSED BEYOND LOOPBACK: http://%s:%d/metrics listens on %s; it is plaintext and "
+                "unauthenticated and serves exact, un-noised counts derived from the data to anyone who can "
+                "reach it. Use --metrics-host 127.0.0.1, or an address on a network only the operator's "
+                "monitoring joins",
+                host,
+                self.port,
+                "every interface" if any(ip.is_unspecified for ip in ips) else ", ".join(outside),
+            )
             if not task.cancelled() and task.exception() is not None:
                 log.error("metrics endpoint not started on %s:%d: %s", host, port, task.exception())
 

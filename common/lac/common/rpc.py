@@ -323,8 +323,9 @@ def _method_handler(
         if not caller.roles & allowed:
             if caller.identity is None:
                 raise errors.Unauthenticated(f"missing credentials for {m.name}: {auth.hint}")
-            raise errors.PermissionDenied(
-                f"{caller.identity} may not call {m.name} (allowed roles: {', '.join(sorted(allowed))})"
+            who = f"role {', '.join(sorted(caller.roles))}" if caller.roles else "a caller with no role"
+            raise errors.PermissionDenied(  # the role, never the identity: this message is logged
+                f"{who} may not call {m.name} (allowed roles: {', '.join(sorted(allowed))})"
             )
         return caller
 
