@@ -4,6 +4,7 @@ no exact report count anywhere, and the notebook-style quickstart (every python 
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import re
 import subprocess
@@ -212,6 +213,7 @@ def test_distribution_queries_equal_the_rpcs(raw, pki, tmp_path):
         ppl = c.perplexity(rid, "The dog sleeps in the sun. A fox is small.")
         budget = c.budget()
         dep = c.deployment()
+        server = c.server_version()
         arpa = c.arpa(rid, tmp_path / "release.arpa")
 
     got = stub.GetRelease(curator_pb2.GetReleaseRequest(release_id=rid), timeout=10)
@@ -280,6 +282,8 @@ def test_distribution_queries_equal_the_rpcs(raw, pki, tmp_path):
     from lac.common.serde import deployment_from_proto
 
     assert dep == deployment_from_proto(stub.GetDeployment(reports_pb2.DeploymentRequest(), timeout=10))
+    assert server == stub.GetDeployment(reports_pb2.DeploymentRequest(), timeout=10).server_version
+    assert server == f"lac-curator {importlib.metadata.version('lac-curator')}"
     chunks = stub.ExportArpa(curator_pb2.ExportArpaRequest(release_id=rid), timeout=30)
     assert arpa.read_text(encoding="utf-8") == "".join(ch.text for ch in chunks)
     assert "\\data\\" in arpa.read_text() and arpa.read_text().rstrip().endswith("\\end\\")

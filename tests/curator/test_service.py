@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 import os
 import re
 
@@ -438,7 +439,9 @@ def test_cli_release_status_and_queries(start_curator, seal, tmp_path, capsys):
     status = run("curator", "status", *srv)
     assert "spent (2, 1e-06), remaining (1, 9e-06)" in status
     assert "spent (2, 1e-06), remaining (1, 9e-06)" in run("curator", "budget", *srv)
-    assert "ε0 = L·ε·bound = 40·8·18.9162" in run("curator", "deployment", *srv)
+    deployment = run("curator", "deployment", *srv)
+    assert "ε0 = L·ε·bound = 40·8·18.9162" in deployment
+    assert deployment.endswith(f"\nserved by lac-curator {importlib.metadata.version('lac-curator')}\n")
     assert rid in run("curator", "query", "releases", *srv)
     top = run("curator", "query", "top", *srv, rid, "-k", "3").strip().split("\n")
     assert len(top) == 3

@@ -160,3 +160,37 @@ def test_served_shuffler_logs_json(tmp_path):
     started = next(line for line in lines if line["message"].startswith("metrics on http://127.0.0.1:"))
     assert started["logger"] == "lac.common.metrics" and started["level"] == "INFO"
     assert any(line["message"] == "shuffler stopped" for line in lines)
+
+
+def test_both_services_expose_build_info_and_name_their_version(pipeline):
+    """``lac_build_info{service, version} 1`` on each service's /metrics, and the version in the published
+    deployment: the curator's, and the shuffler's own when it relays it."""
+    from importlib.metadata import version
+
+    from lac.common.v1 import shuffler_pb2_grpc
+
+    cur, shf = pipeline
+    for server, service in ((cur, "curator"), (shf, "shuffler")):
+        s = samples(scrape(metrics_port(server))[0])
+        build = {labels for name, labels in s if name == "lac_build_info"}
+        assert build == {frozenset({"service": service, "version": version(f"lac-{service}")}.items())}
+        assert value(s, "lac_build_info", service=service, version=version(f"lac-{service}")) == 1
+    with grpc.insecure_channel(cur.address) as ch:
+        d = curator_pb2_grpc.CuratorStub(ch).GetDeployment(reports_pb2.DeploymentRequest(), timeout=5)
+    assert d.server_version == f"lac-curator {version('lac-curator')}"
+    with grpc.insecure_channel(shf.address) as ch:
+        got = []
+        wait_until(lambda: got.append(_deployment_or_none(shuffler_pb2_grpc.ShufflerStub(ch))) or got[-1])
+        relayed = got[-1]
+    assert relayed.server_version == f"lac-shuffler {version('lac-shuffler')}"
+    d.server_version = relayed.server_version = ""
+    assert relayed == d  # the rest is the curator's deployment, relayed unchanged
+
+
+def _deployment_or_none(stub):
+    try:
+        return stub.GetDeployment(reports_pb2.DeploymentRequest(), timeout=5)
+    except grpc.RpcError as exc:
+        if exc.code() != grpc.StatusCode.UNAVAILABLE:  # not fetched from the curator yet
+            raise
+        return None

@@ -80,9 +80,23 @@ def _add_broken(sub: argparse._SubParsersAction[Any], ep: EntryPoint, exc: BaseE
     p.set_defaults(func=broken, _any_arguments=True)
 
 
+class _Version(argparse.Action):
+    """``--version``: print ``lac.common.version.version_line()`` (unwrapped, on stdout) and exit 0."""
+
+    def __init__(self, option_strings: list[str], dest: str = argparse.SUPPRESS, help: str | None = None) -> None:
+        super().__init__(option_strings, dest=dest, default=argparse.SUPPRESS, nargs=0, help=help)
+
+    def __call__(self, parser: argparse.ArgumentParser, *args: Any, **kwargs: Any) -> NoReturn:
+        from lac.common.version import version_line
+
+        print(version_line())
+        parser.exit()
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = Parser(prog="lac", description="LAC: learn aggregate language statistics without learning about people.")
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    parser.add_argument("--version", action=_Version, help="print the installed LAC distributions' versions and exit")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     found = set()
     for ep in sorted(entry_points(group="lac.commands"), key=lambda e: e.name):

@@ -20,7 +20,7 @@ import ipaddress
 import logging
 from collections.abc import Awaitable, Callable, Iterable
 
-from prometheus_client import CollectorRegistry, Histogram, PlatformCollector, ProcessCollector
+from prometheus_client import CollectorRegistry, Histogram, Info, PlatformCollector, ProcessCollector
 from prometheus_client.exposition import choose_encoder
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
@@ -32,11 +32,18 @@ __all__ = ["RPC_BUCKETS", "new_registry", "RpcLatency", "ScrapeTime", "MetricsEn
 RPC_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 120.0)
 
 
-def new_registry() -> CollectorRegistry:
-    """A registry of one service, with the process metrics (``process_*``, ``python_info``)."""
+def new_registry(service: str) -> CollectorRegistry:
+    """A registry of one service (``"shuffler"``, ``"curator"``), with the process metrics (``process_*``,
+    ``python_info``) and ``lac_build_info{service, version} 1``, ``version`` being the installed version of
+    the service's distribution (``lac-<service>``)."""
+    from lac.common.version import version
+
     registry = CollectorRegistry()
     ProcessCollector(registry=registry)
     PlatformCollector(registry=registry)
+    Info("lac_build", "The LAC service and its distribution's version.", registry=registry).info(
+        {"service": service, "version": version(f"lac-{service}")}
+    )
     return registry
 
 
@@ -119,13 +126,6 @@ class MetricsEndpoint:
         self._server = await asyncio.start_server(self._handle, host, port)
         self.port = self._server.sockets[0].getsockname()[1]
         log.info("metrics on http://%s:%d/metrics", host, self.port)
-        return self.port
-
-    def start_soon(self, host: str, port: int) -> asyncio.Task[int]:
-        """``start`` in a task of the running loop (its result: the port). A failure to listen is logged
-        and the service keeps serving without metrics."""
-
-        def report(task: asyncio.Task[int]) -> None:
         ips = [ipaddress.ip_address(s.getsockname()[0].split("%")[0]) for s in self._server.sockets]
         if outside := sorted({str(ip) for ip in ips if not ip.is_loopback}):
             log.warning(
@@ -137,6 +137,13 @@ class MetricsEndpoint:
                 self.port,
                 "every interface" if any(ip.is_unspecified for ip in ips) else ", ".join(outside),
             )
+        return self.port
+
+    def start_soon(self, host: str, port: int) -> asyncio.Task[int]:
+        """``start`` in a task of the running loop (its result: the port). A failure to listen is logged
+        and the service keeps serving without metrics."""
+
+        def report(task: asyncio.Task[int]) -> None:
             if not task.cancelled() and task.exception() is not None:
                 log.error("metrics endpoint not started on %s:%d: %s", host, port, task.exception())
 

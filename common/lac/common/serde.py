@@ -22,8 +22,9 @@ def mechanism_name(wire_id: int) -> str | None:
     return _MECHANISM_NAMES.get(wire_id)
 
 
-def deployment_to_proto(d: Deployment) -> reports_pb2.Deployment:
-    """The wire form of a deployment (as the curator publishes it)."""
+def deployment_to_proto(d: Deployment, server_version: str = "") -> reports_pb2.Deployment:
+    """The wire form of a deployment (as the curator publishes it), with the answering server's
+    ``server_version`` (``lac.common.version.server_version``; not part of the deployment itself)."""
     return reports_pb2.Deployment(
         # the generated stub types enum fields as the enum class only; protobuf takes the plain int id
         mechanism=mechanism_id(d.mechanism),  # type: ignore[arg-type]
@@ -34,6 +35,7 @@ def deployment_to_proto(d: Deployment) -> reports_pb2.Deployment:
         reports_per_window=d.reports_per_window,
         window_seconds=d.window_seconds,
         report_epsilon0=d.report_epsilon0,
+        server_version=server_version,
     )
 
 

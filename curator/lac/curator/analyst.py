@@ -753,6 +753,11 @@ class CuratorClient:
         except LacError as exc:
             raise AnalystError("UNKNOWN", f"the curator published an invalid deployment: {exc}") from None
 
+    def server_version(self) -> str:
+        """The curator's name and version as it publishes them with its deployment, e.g.
+        ``"lac-curator 0.1.0"`` (empty from curators older than this field)."""
+        return str(self._call("GetDeployment", reports_pb2.DeploymentRequest()).server_version)
+
     def status(self) -> CuratorStatus:
         """Operators only (an analyst's certificate gets ``PermissionDenied``): stored batches and
         reports (exact), releases, quarantined reports, rejects by reason, reports per window."""

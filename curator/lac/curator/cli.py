@@ -479,7 +479,8 @@ def _deployment(args) -> int:
     from lac.common.serde import deployment_from_proto
 
     m = _stub(args).GetDeployment(reports_pb2.DeploymentRequest(), timeout=30)
-    _print(args, m, deployment_from_proto(m).report_guarantee().statement())
+    served_by = f"\nserved by {m.server_version}" if m.server_version else ""  # empty from older curators
+    _print(args, m, deployment_from_proto(m).report_guarantee().statement() + served_by)
     return 0
 
 

@@ -25,7 +25,7 @@ class CuratorMetrics:
 
     def __init__(self, curator):
         self.curator = curator
-        self.registry = new_registry()
+        self.registry = new_registry("curator")
         self.rpc = RpcLatency("lac_curator", self.registry)
         self._scraped = ScrapeTime(self._collect)
         self.registry.register(self._scraped)

@@ -15,6 +15,7 @@ from lac.common import tls
 from lac.common.rpc import Caller, CertificateRoles, Role, limit_repeated, service_handler
 from lac.common.serde import deployment_to_proto
 from lac.common.v1 import curator_pb2
+from lac.common.version import server_version
 from lac.curator import serde
 from lac.curator.service import ARPA_CHUNK_CHARS, Curator
 
@@ -99,7 +100,7 @@ class QueryServicer:
         )
 
     async def GetDeployment(self, request, context, caller: Caller):
-        return deployment_to_proto(self.curator.deployment)
+        return deployment_to_proto(self.curator.deployment, server_version=server_version("curator"))
 
     async def GetStatus(self, request, context, caller: Caller):
         s = await self.curator.status()

@@ -23,7 +23,7 @@ class ShufflerMetrics:
 
     def __init__(self, shuffler):
         self.shuffler = shuffler
-        self.registry = new_registry()
+        self.registry = new_registry("shuffler")
         self.ingest_seconds = Histogram(
             "lac_shuffler_ingest_seconds",
             "Submit latency from arrival to durable commit.",

@@ -48,6 +48,7 @@ from lac.common.server import Health
 from lac.common.statelock import StateDirLock
 from lac.common.storage import STABLE_SECONDS, LowDiskSpace, StorageFailed, StorageGuard, storage_failure_reason
 from lac.common.v1 import curator_pb2, curator_pb2_grpc, reports_pb2, shuffler_pb2
+from lac.common.version import server_version
 from lac.shuffler import amplification, wire
 from lac.shuffler.auth import ShufflerAuth
 from lac.shuffler.config import ShufflerConfig
@@ -616,7 +617,8 @@ class Shuffler:
         return d
 
     def deployment_message(self) -> reports_pb2.Deployment:
-        return deployment_to_proto(self.deployment())
+        """The curator's deployment as this shuffler relays it (``server_version`` names this shuffler)."""
+        return deployment_to_proto(self.deployment(), server_version=server_version("shuffler"))
 
     # ------------------------------------------------------------------ loops
 

@@ -66,7 +66,7 @@ class ReportContent(_message.Message):
     def __init__(self, report_id: _Optional[bytes] = ..., sentences: _Optional[_Iterable[_Union[Sentence, _Mapping]]] = ..., local_privacy: _Optional[_Union[LocalPrivacy, _Mapping]] = ...) -> None: ...
 
 class Deployment(_message.Message):
-    __slots__ = ("mechanism", "epsilon_per_word", "embedding", "word_distance_bound", "max_report_words", "reports_per_window", "window_seconds", "report_epsilon0")
+    __slots__ = ("mechanism", "epsilon_per_word", "embedding", "word_distance_bound", "max_report_words", "reports_per_window", "window_seconds", "report_epsilon0", "server_version")
     MECHANISM_FIELD_NUMBER: _ClassVar[int]
     EPSILON_PER_WORD_FIELD_NUMBER: _ClassVar[int]
     EMBEDDING_FIELD_NUMBER: _ClassVar[int]
@@ -75,6 +75,7 @@ class Deployment(_message.Message):
     REPORTS_PER_WINDOW_FIELD_NUMBER: _ClassVar[int]
     WINDOW_SECONDS_FIELD_NUMBER: _ClassVar[int]
     REPORT_EPSILON0_FIELD_NUMBER: _ClassVar[int]
+    SERVER_VERSION_FIELD_NUMBER: _ClassVar[int]
     mechanism: LocalMechanism
     epsilon_per_word: float
     embedding: str
@@ -83,7 +84,8 @@ class Deployment(_message.Message):
     reports_per_window: int
     window_seconds: float
     report_epsilon0: float
-    def __init__(self, mechanism: _Optional[_Union[LocalMechanism, str]] = ..., epsilon_per_word: _Optional[float] = ..., embedding: _Optional[str] = ..., word_distance_bound: _Optional[float] = ..., max_report_words: _Optional[int] = ..., reports_per_window: _Optional[int] = ..., window_seconds: _Optional[float] = ..., report_epsilon0: _Optional[float] = ...) -> None: ...
+    server_version: str
+    def __init__(self, mechanism: _Optional[_Union[LocalMechanism, str]] = ..., epsilon_per_word: _Optional[float] = ..., embedding: _Optional[str] = ..., word_distance_bound: _Optional[float] = ..., max_report_words: _Optional[int] = ..., reports_per_window: _Optional[int] = ..., window_seconds: _Optional[float] = ..., report_epsilon0: _Optional[float] = ..., server_version: _Optional[str] = ...) -> None: ...
 
 class DeploymentRequest(_message.Message):
     __slots__ = ()
