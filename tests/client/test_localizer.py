@@ -12,6 +12,7 @@ from scipy import stats
 
 from lac.client import localizer as loc_mod
 from lac.client.embedding import Embedding
+from lac.client.errors import UnsupportedText
 from lac.client.localizer import OOV, Localizer, PrivatizedReport
 from lac.client.mechanisms import MultivariateLaplace
 from lac.client.nearest import nearest_rows, sqdist64
@@ -43,8 +44,9 @@ def test_report_fields(glove50k):
 
 
 def test_empty_text(glove200):
-    r = _loc(glove200, 1.0).privatize("  ... !!")
-    assert r.sentences == () and r.n_words == 0
+    """A text without words is refused (it would be an empty report); no texts give no reports."""
+    with pytest.raises(UnsupportedText, match="^the text has no word to privatize"):
+        _loc(glove200, 1.0).privatize("  ... !!")
     assert _loc(glove200, 1.0).privatize_many([]) == []
 
 
@@ -75,7 +77,7 @@ def test_small_epsilon_changes_words(glove50k):
 
 
 def test_privatize_many_equals_privatize_when_noise_is_negligible(glove50k, monkeypatch):
-    texts = [TEXT, "", "hello world.", "Another text; with words! And more words."]
+    texts = [TEXT, "hello world.", "Another text; with words! And more words."]
     loc = _loc(glove50k, 1e6)
     single = [loc.privatize(t) for t in texts]
     monkeypatch.setattr(loc_mod, "_CHUNK", 5)  # several noise/NN passes over the flattened words

@@ -3,6 +3,7 @@ the exception tree against real gRPC servers, and a fresh install running the RE
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import shutil
@@ -90,6 +91,7 @@ def test_all_lists_the_public_api_and_each_name_is_what_it_says():
         "NotRetryableError": errors.NotRetryableError,
         "AuthenticationError": errors.AuthenticationError,
         "InvalidReportError": errors.InvalidReportError,
+        "UnsupportedText": errors.UnsupportedText,
         "DeploymentMismatch": errors.DeploymentMismatch,
         "EmbeddingUnavailable": errors.EmbeddingUnavailable,
     }
@@ -353,6 +355,46 @@ def test_over_quota_is_retryable_with_retry_after(token_shuffler, glove200):
     assert 1 <= err.value.retry_after <= 86400
     assert ("retry-after-seconds", str(int(err.value.retry_after))) in err.value.trailing_metadata()
     assert f"retry after {err.value.retry_after:g} s" in str(err.value)
+
+
+def test_text_without_a_supported_word_is_refused_on_the_device(token_shuffler, glove200):
+    """Chinese, emoji only, punctuation only: refused before sealing with an error that says which
+    characters make words; nothing is sent, so the client's one report of the window is still there."""
+    from lac.client.localizer import PrivatizedReport
+
+    shf, tokens = token_shuffler
+    localizer = lac.client.Localizer(glove200, lac.client.MultivariateLaplace(10.0), rng=np.random.default_rng(1))
+    for text in ("你好，世界。我住在巴黎。", "🙂🎉👍", "?!… —", ""):
+        with pytest.raises(lac.client.UnsupportedText) as err:
+            localizer.privatize(text)
+        assert isinstance(err.value, lac.client.InvalidReportError) and isinstance(err.value, ValueError)
+        assert err.value.code() is None  # raised on the device, not by a server
+        assert str(err.value).startswith("the text has no word to privatize")
+        assert "a-z" in str(err.value) and "0-9" in str(err.value) and "Chinese" in str(err.value)
+    with pytest.raises(lac.client.UnsupportedText, match="^text 2 of 3 has no word") as err:
+        localizer.privatize_many(["the king", "🙂", "the queen"])
+    assert err.value.index == 1
+    empty = dataclasses.replace(_report(glove200), sentences=(), n_words=0)
+    assert isinstance(empty, PrivatizedReport)
+    with _client(shf.address, token=tokens["alice"]) as c:
+        with pytest.raises(lac.client.UnsupportedText, match="^the report has no word"):
+            c.submit(empty)
+        assert [a.status for a in c.submit(_report(glove200))] == [shuffler_pb2.ACK_STATUS_STORED]  # quota intact
+
+
+def test_cli_names_the_line_without_a_supported_word(glove200, tmp_path, capsys, monkeypatch):
+    """``lac client privatize``: one line on stderr naming the file's line, exit code 2."""
+    from lac_testkit import run_lac
+
+    import lac.client.formats
+
+    monkeypatch.setattr(lac.client.formats, "open_embedding", lambda *a, **k: glove200)
+    messages = tmp_path / "messages.txt"
+    messages.write_text("the king\n\n你好世界\nthe queen\n", encoding="utf-8")
+    code, out, err = run_lac(capsys, "client", "privatize", str(messages))
+    assert code == 2 and out == "" and "Traceback" not in err
+    last = err.strip().splitlines()[-1]
+    assert last.startswith(f"lac client privatize: error: UnsupportedText: line 3 of {messages} has no word")
 
 
 def test_malformed_report_is_an_invalid_report_error(start_shuffler, sink):

@@ -34,6 +34,7 @@ from lac.client.errors import (
     NotRetryableError,
     QuotaExceeded,
     RetryableError,
+    UnsupportedText,
 )
 
 if TYPE_CHECKING:
@@ -92,6 +93,7 @@ __all__ = [
     "NotRetryableError",
     "AuthenticationError",
     "InvalidReportError",
+    "UnsupportedText",
     "DeploymentMismatch",
     "EmbeddingUnavailable",
 ]

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from lac.client.errors import LacClientError
+from lac.client.errors import LacClientError, UnsupportedText
 from lac.client.presets import DEFAULT_PRESET, PRESETS
 from lac.common.cli import hidden_alias, positive
 
@@ -182,9 +182,10 @@ def _reported(command: Command) -> Command:
     return run
 
 
-def _lines(path: Path) -> list[str]:
+def _lines(path: Path) -> list[tuple[int, str]]:
+    """The non-blank lines of ``path`` ("-": stdin) with their line numbers."""
     text = sys.stdin.read() if str(path) == "-" else path.read_text(encoding="utf-8")
-    return [line for line in text.splitlines() if line.strip()]
+    return [(n, line) for n, line in enumerate(text.splitlines(), 1) if line.strip()]
 
 
 def _describe(emb: Embedding) -> str:
@@ -198,7 +199,8 @@ def _localize(args: argparse.Namespace, deployment: Deployment | None = None) ->
     from lac.common.deployment import Deployment
     from lac.common.progress import Progress
 
-    lines = _lines(args.file)
+    numbered = _lines(args.file)
+    lines = [line for _, line in numbered]
     emb = open_embedding(args.embedding, args.vocab_size)
     print(_describe(emb), file=sys.stderr)
     preset = PRESETS[args.preset or DEFAULT_PRESET]
@@ -223,7 +225,10 @@ def _localize(args: argparse.Namespace, deployment: Deployment | None = None) ->
     bar = Progress("privatizing", len(lines))
     reports = []
     for i in range(0, len(lines), 256):
-        reports.extend(localizer.privatize_many(lines[i : i + 256]))
+        try:
+            reports.extend(localizer.privatize_many(lines[i : i + 256]))
+        except UnsupportedText as e:
+            raise UnsupportedText(f"line {numbered[i + e.index][0]} of {args.file}") from None
         bar.update(min(256, len(lines) - i))
     bar.close()
     return reports

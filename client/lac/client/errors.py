@@ -9,6 +9,7 @@ never a raw ``grpc.RpcError``.
     └── NotRetryableError       any other status (FAILED_PRECONDITION, INTERNAL, ...)
         ├── AuthenticationError UNAUTHENTICATED, PERMISSION_DENIED
         ├── InvalidReportError  INVALID_ARGUMENT
+        │   └── UnsupportedText a text with no word the tokeniser reads, refused on the device (also a ValueError)
         ├── DeploymentMismatch  a Localizer the curator's deployment would not accept (also a ValueError)
         └── EmbeddingUnavailable the embedding's wheel or reader is not installed (also a RuntimeError)
 
@@ -18,13 +19,15 @@ the server's ``retry-after-seconds`` hint, if any. ``ShufflerClient`` raises the
 subclasses of ``grpc.RpcError`` too (with ``code()``, ``details()``, ``trailing_metadata()``),
 so code written against raw gRPC keeps working.
 
-This module imports neither grpc nor numpy.
+This module imports neither grpc nor numpy (only ``lac.common.text``, for what a word is).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from typing import Any
+
+from lac.common.text import WORD_CHARACTERS
 
 # Trailing metadata as (key, value) pairs. grpc's stubs type the entries of an RpcError's as an opaque
 # ``_Metadatum`` (at run time a (key, value) namedtuple), hence ``Any`` where both must agree.
@@ -37,6 +40,7 @@ __all__ = [
     "NotRetryableError",
     "AuthenticationError",
     "InvalidReportError",
+    "UnsupportedText",
     "DeploymentMismatch",
     "EmbeddingUnavailable",
     "error_class_for_status",
@@ -97,6 +101,16 @@ class AuthenticationError(NotRetryableError):
 
 class InvalidReportError(NotRetryableError):
     """INVALID_ARGUMENT: the shuffler refused the request (malformed, oversized or plaintext reports)."""
+
+
+class UnsupportedText(InvalidReportError, ValueError):
+    """A text (or report) with no word the tokeniser reads (another script, emoji only, ...):
+    refused on the device before anything is sealed or sent, so no quota is spent. ``where``
+    names it in the message; ``index`` is its position among the texts given."""
+
+    def __init__(self, where: str, *, index: int = 0) -> None:
+        super().__init__(f"{where} has no word to privatize: words are made of {WORD_CHARACTERS}; nothing was sent")
+        self.where, self.index = where, index
 
 
 class DeploymentMismatch(NotRetryableError, ValueError):

@@ -30,7 +30,7 @@ import numpy as np
 import numpy.typing as npt
 
 from lac.client.embedding import Embedding, by_name
-from lac.client.errors import DeploymentMismatch
+from lac.client.errors import DeploymentMismatch, UnsupportedText
 from lac.client.mechanisms import LocalMechanism, MultivariateLaplace, RowArray
 from lac.client.nearest import NearestIndex
 from lac.client.presets import CALIBRATED_RANGE, DEFAULT_PRESET, PRESETS, Preset, get_preset
@@ -365,9 +365,17 @@ class Localizer:
         """Privatize each text; all words share one vectorised pass.
 
         One report per text, except with a deployment and ``long_text="split"``, where a text
-        longer than the deployment's L words gives several consecutive reports.
+        longer than the deployment's L words gives several consecutive reports. A text with no
+        word the tokeniser reads (another script, emoji only) raises ``UnsupportedText``.
         """
-        reports_words = [part for t in texts for part in fit_words(split_sentences(t), self.max_words, self.long_text)]
+        texts = list(texts)
+        reports_words = []
+        for i, text in enumerate(texts):
+            sents = split_sentences(text)
+            if not sents:
+                where = "the text" if len(texts) == 1 else f"text {i + 1} of {len(texts)}"
+                raise UnsupportedText(where, index=i)
+            reports_words.extend(fit_words(sents, self.max_words, self.long_text))
         flat = [tok for sents in reports_words for sent in sents for tok in sent]
         words_out = self.embedding.words
         out_rows = self.perturb_ids(self.ids(flat))

@@ -36,7 +36,7 @@ from google.protobuf.message import Message
 
 from lac.client import _grpc_errors
 from lac.client._grpc_errors import retry_after, trailing_of, wrap
-from lac.client.errors import LacClientError, Metadata
+from lac.client.errors import LacClientError, Metadata, UnsupportedText
 from lac.client.presets import DEFAULT_PRESET, Preset
 from lac.common import envelope, tls
 from lac.common.deployment import Deployment
@@ -94,7 +94,10 @@ def report_content(report: PrivatizedReport) -> reports_pb2.ReportContent:
 
 
 def client_report(report: PrivatizedReport, curator_key: CuratorPublicKey | None) -> shuffler_pb2.ClientReport:
-    """A report ready for the shuffler: sealed to ``curator_key`` (None = plaintext, demos only)."""
+    """A report ready for the shuffler: sealed to ``curator_key`` (None = plaintext, demos only).
+    A report without words is refused here (``UnsupportedText``): it would spend a quota for nothing."""
+    if not any(report.sentences):
+        raise UnsupportedText("the report")
     content = report_content(report)
     payload = envelope.seal(content, curator_key) if curator_key else envelope.seal_insecure(content)
     return shuffler_pb2.ClientReport(idempotency_id=os.urandom(16), payload=payload)

@@ -12,6 +12,12 @@ _SENTENCE_END = re.compile(r"(?<=[.!?])\s+|\n\s*\n")
 # Penn-Treebank-style clitics, as in GloVe's vocabulary: "don't" -> "do", "n't"; "it's" -> "it", "'s".
 _WORD = re.compile(r"[a-z0-9]+(?=n't\b)|n't\b|'(?:s|re|ve|ll|d|m)\b|[a-z0-9]+")
 
+# What ``words`` reads, in words (for messages): everything else separates words or is dropped.
+WORD_CHARACTERS = (
+    "the basic Latin letters a-z (any case) and the digits 0-9, as in English; other scripts "
+    "(e.g. Chinese, Cyrillic, Arabic), emoji and punctuation are not part of any word"
+)
+
 BOS = "<s>"
 EOS = "</s>"
 UNK = "<unk>"  # a word outside a vocabulary (never produced by ``words``)
