@@ -432,6 +432,73 @@ def test_an_explicit_delta_of_zero_is_told_from_unset_on_the_wire():
     assert release_spec(curator_pb2.ReleaseRequest.FromString(given)).delta == 1e-5
 
 
+SPECIAL = {"<unk>", "<s>", "</s>"}
+
+
+def test_top_leaves_out_special_tokens_and_refuses_k_below_one(raw, pki, capsys):
+    """``top(exclude_special=True)`` / ``--no-special`` list no n-gram with <unk>, <s> or </s> and keep the
+    others' probabilities; k = 0 and k < 0 are refused with ValueError before any call (the wire's k = 0
+    is refused too, and an unset k keeps the old default of 10); an order's n-grams only, however large k."""
+    cur, stub = raw
+    with _client(cur, pki) as c:
+        rid = c.release(epsilon=1.0).release_id
+        everything = c.top(rid, k=10**6)
+        plain = c.top(rid, k=10**6, exclude_special=True)
+        trigrams = c.top(rid, k=2**40, order=3, exclude_special=True)  # more than a uint32: as many as there are
+        for bad in (0, -1, 2.5, True, None):
+            with pytest.raises(ValueError, match="k must be an integer >= 1"):
+                c.top(rid, k=bad)
+        with pytest.raises(ValueError, match="order must be 0"):
+            c.top(rid, order=-1)
+    has_special = everything["ngram"].map(lambda g: bool(SPECIAL & set(g.split())))
+    assert has_special.any() and not has_special.all()  # the release lists both kinds
+    assert len(everything) == len(stub.GetRelease(curator_pb2.GetReleaseRequest(release_id=rid), timeout=10).items)
+    kept = everything[~has_special.to_numpy()]
+    # the same n-grams with the same probabilities (not renormalised); ties may list in either order
+    assert dict(zip(plain["ngram"], plain["probability"])) == dict(zip(kept["ngram"], kept["probability"]))
+    assert len(plain) == len(kept) and (np.diff(plain["probability"]) <= 0).all()
+    assert (trigrams["order"] == 3).all() and not trigrams["ngram"].map(lambda g: bool(SPECIAL & set(g.split()))).any()
+    assert len(trigrams) == sum(1 for g in plain["ngram"] if len(g.split()) == 3)
+
+    def top(**fields):
+        return stub.TopNgrams(curator_pb2.TopNgramsRequest(release_id=rid, **fields), timeout=10).ngrams
+
+    assert len(top()) == 10  # k unset: what an older client's k = 0 always meant
+    with pytest.raises(grpc.RpcError) as refused:
+        top(k=0)
+    assert (
+        refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "k must be at least 1" in refused.value.details()
+    )
+    five = top(k=5, exclude_special=True)
+    assert [g.probability for g in five] == plain["probability"][:5].tolist()
+    assert not any(SPECIAL & set(g.ngram.split()) for g in five)
+
+    cert, key = pki.pem("analyst")
+    tls_flags = ["--server", cur.address, "--ca", pki.ca, "--cert", cert, "--key", key]
+    code, out, err = run_lac(capsys, "curator", "query", "top", *tls_flags, rid, "-k", "1000", "--no-special")
+    assert code == 0 and sorted(line.split(maxsplit=1)[1] for line in out.splitlines()) == sorted(plain["ngram"]), err
+    for bad in ("0", "-1"):
+        code, out, err = run_lac(capsys, "curator", "query", "top", *tls_flags, rid, "-k", bad)
+        assert code == 2 and not out and len(err.splitlines()) == 1 and "argument -k: must be > 0" in err, err
+    code, out, err = run_lac(capsys, "curator", "query", "top", *tls_flags, rid, "--order", "-1")
+    assert code == 2 and len(err.splitlines()) == 1 and "argument --order" in err, err
+
+
+def test_an_unset_k_is_told_from_zero_on_the_wire():
+    """``optional uint32 k``: same field and encoding, so an older client's k = 0 (never sent) is unset."""
+    from lac.curator.serde import DEFAULT_TOP_K, top_k
+
+    old = curator_pb2.TopNgramsRequest(release_id="r").SerializeToString()
+    assert top_k(curator_pb2.TopNgramsRequest.FromString(old)) == DEFAULT_TOP_K == 10
+    assert top_k(curator_pb2.TopNgramsRequest.FromString(curator_pb2.TopNgramsRequest(k=7).SerializeToString())) == 7
+    zero = curator_pb2.TopNgramsRequest(release_id="r", k=0).SerializeToString()
+    assert zero.endswith(b"\x10\x00")  # field 2, varint 0: present
+    from lac.common.errors import InvalidArgument
+
+    with pytest.raises(InvalidArgument, match="k must be at least 1"):
+        top_k(curator_pb2.TopNgramsRequest.FromString(zero))
+
+
 def _python_blocks(markdown: str) -> list[str]:
     return re.findall(r"^```python\n(.*?)^```", markdown, flags=re.S | re.M)
 

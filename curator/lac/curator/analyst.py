@@ -26,6 +26,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import math
+import numbers
 import os
 import time
 import uuid
@@ -79,6 +80,7 @@ _KNOBS = {
 }
 
 
+_UINT32_MAX = 2**32 - 1  # the largest k or order a TopNgramsRequest carries
 RELEASE_ATTEMPTS = 4  # a release is sent at most this often (same request id) after UNAVAILABLE or a deadline
 _RETRYABLE = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED})
 
@@ -652,18 +654,36 @@ class CuratorClient:
         return self._release_table(release_id, True, as_arrow)[0]
 
     def top(
-        self, release_id: str | ReleaseInfo, k: int = 20, order: int = 0, as_arrow: bool = False
+        self,
+        release_id: str | ReleaseInfo,
+        k: int = 20,
+        order: int = 0,
+        as_arrow: bool = False,
+        *,
+        exclude_special: bool = False,
     ) -> pandas.DataFrame | pyarrow.Table:
         """The ``k`` most probable n-grams of a release, most probable first: ngram, order, probability.
 
-        ``order`` = n restricts to n-grams of that n, with probabilities renormalised within the
-        order (the joint distribution of n-grams); 0 = any order, joint over the whole vocabulary.
+        ``k`` is an integer >= 1 (``ValueError`` otherwise, before any call: 0 is not read as a
+        default); fewer rows come back when the release has fewer n-grams to list. ``order`` = n
+        restricts to n-grams of that n, with probabilities renormalised within the order (the joint
+        distribution of n-grams); 0 = any order, joint over the whole vocabulary.
+        ``exclude_special=True`` leaves out every n-gram with a special token (``<unk>``, a word
+        outside the vocabulary; ``<s>``/``</s>``, sentence boundaries); the others keep their
+        probabilities (not renormalised), the same as ``probability()`` gives.
         """
+        if isinstance(k, bool) or not isinstance(k, numbers.Integral) or k < 1:
+            raise ValueError(f"k must be an integer >= 1 (how many n-grams to list), got {k!r}")
+        if isinstance(order, bool) or not isinstance(order, numbers.Integral) or order < 0:
+            raise ValueError(f"order must be 0 (any) or an n >= 1, got {order!r}")
         self._deps(as_arrow)  # a missing dependency fails before the RPC
-        reply = self._call(
-            "TopNgrams", curator_pb2.TopNgramsRequest(release_id=self._id(release_id), k=int(k), order=int(order))
+        request = curator_pb2.TopNgramsRequest(
+            release_id=self._id(release_id),
+            k=min(int(k), _UINT32_MAX),  # more than the wire holds: as many as there are
+            order=min(int(order), _UINT32_MAX),  # (refused by the curator as no such order)
+            exclude_special=bool(exclude_special),
         )
-        return self._ngram_table(reply.ngrams, as_arrow)
+        return self._ngram_table(self._call("TopNgrams", request).ngrams, as_arrow)
 
     def probability(
         self, release_id: str | ReleaseInfo, ngrams: str | Iterable[str], as_arrow: bool = False

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import json
 from pathlib import Path
@@ -10,7 +11,7 @@ from google.protobuf.json_format import MessageToDict
 
 from lac.common import config as cfg
 from lac.common import tls
-from lac.common.cli import hidden_alias
+from lac.common.cli import hidden_alias, positive
 from lac.common.v1 import curator_pb2, curator_pb2_grpc, reports_pb2
 from lac.curator.config import ENV_PREFIX, CuratorConfig
 from lac.curator.release import MECHANISMS, OFFLINE_ONLY, PublicCaps, ReleaseSpec
@@ -212,8 +213,14 @@ def register(subparsers) -> None:
 
     query_parser("releases", "list releases", _releases, release=False)
     qt = query_parser("top", "top-k n-grams (joint within the order)", _top)
-    qt.add_argument("-k", type=int, default=20)
-    qt.add_argument("--order", type=int, default=0, help="only n-grams of this n (0 = all)")
+    qt.add_argument("-k", type=positive(int), default=20, help="how many n-grams to list (>= 1) [default: 20]")
+    qt.add_argument("--order", type=_order, default=0, help="only n-grams of this n (0 = all)")
+    qt.add_argument(
+        "--no-special",
+        dest="exclude_special",
+        action="store_true",
+        help="leave out n-grams with <unk>, <s> or </s> (the others keep their probabilities)",
+    )
     qp = query_parser("prob", "probability of n-grams (joint within their order; 0 outside the vocabulary)", _prob)
     qp.add_argument("ngrams", nargs="+", help="n-grams, tokens separated by spaces, e.g. 'the dog'")
     qn = query_parser(
@@ -429,10 +436,22 @@ def _releases(args) -> int:
     return 0
 
 
+def _order(text: str) -> int:
+    """An argparse ``type``: an n-gram order, 0 (any) or n >= 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}") from None
+    if not 0 <= value < 2**32:
+        raise argparse.ArgumentTypeError(f"must be 0 (any order) or an n >= 1, got {text!r}")
+    return value
+
+
 def _top(args) -> int:
-    reply = _stub(args).TopNgrams(
-        curator_pb2.TopNgramsRequest(release_id=args.release_id, k=args.k, order=args.order), timeout=30
+    request = curator_pb2.TopNgramsRequest(
+        release_id=args.release_id, k=min(args.k, 2**32 - 1), order=args.order, exclude_special=args.exclude_special
     )
+    reply = _stub(args).TopNgrams(request, timeout=30)
     _print(args, reply, "\n".join(f"{g.probability:10.6f}  {g.ngram}" for g in reply.ngrams))
     return 0
 

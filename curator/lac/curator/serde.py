@@ -19,6 +19,7 @@ from lac.curator.release import MECHANISMS, ReleaseRecord, ReleaseSpec
 __all__ = [
     "release_spec",
     "request_id",
+    "top_k",
     "record_message",
     "preview_message",
     "window_budgets",
@@ -26,6 +27,7 @@ __all__ = [
     "EPSILON_RANGE",
     "MIN_DELTA",
     "PURE_MECHANISMS",
+    "DEFAULT_TOP_K",
 ]
 
 # What a request over RPC may ask for: beyond these the mechanisms' arithmetic breaks down (a noise
@@ -35,6 +37,8 @@ MIN_DELTA = 1e-100
 # The mechanisms that spend no δ, so the only ones a request with δ = 0 may name.
 PURE_MECHANISMS = tuple(m for m in MECHANISMS if ReleaseSpec(1.0, mechanism=m).budget.delta == 0)
 MAX_REQUEST_ID_CHARS = 128
+# The k of a TopNgramsRequest without one (k had no presence before: a client's k = 0 arrived unset).
+DEFAULT_TOP_K = 10
 
 
 def is_operator(caller: Caller) -> bool:
@@ -92,6 +96,16 @@ def release_spec(r: curator_pb2.ReleaseRequest) -> ReleaseSpec:
     if (r.s or r.rho) and spec.mechanism not in ("bayesian", "endtoend"):
         raise InvalidArgument("S and rho apply to bayesian and endtoend only")
     return spec
+
+
+def top_k(r: curator_pb2.TopNgramsRequest) -> int:
+    """How many n-grams a TopNgrams request asks for: unset, ``DEFAULT_TOP_K`` (what older clients' k = 0
+    always meant); an explicit 0 is refused with InvalidArgument rather than read as 10."""
+    if not r.HasField("k"):
+        return DEFAULT_TOP_K
+    if r.k < 1:
+        raise InvalidArgument("k must be at least 1 (how many n-grams to list), got 0")
+    return r.k
 
 
 def request_id(r: curator_pb2.ReleaseRequest) -> str | None:

@@ -83,7 +83,9 @@ class QueryServicer:
         )
 
     async def TopNgrams(self, request, context, caller: Caller):
-        top = await self.curator.top_ngrams(request.release_id, request.k, request.order)
+        top = await self.curator.top_ngrams(
+            request.release_id, serde.top_k(request), request.order, exclude_special=request.exclude_special
+        )
         return curator_pb2.TopNgramsResponse(
             ngrams=[curator_pb2.NgramProbability(ngram=g, probability=p) for g, p in top]
         )

@@ -50,6 +50,7 @@ from lac.common.rng import RandomSource, secure_generator
 from lac.common.server import Health
 from lac.common.statelock import StateDirLock
 from lac.common.storage import StorageGuard
+from lac.common.text import BOS, EOS, UNK
 from lac.common.text import sentences as split_sentences
 from lac.common.v1 import curator_pb2
 from lac.curator import release as releases
@@ -75,6 +76,7 @@ MAX_CLOCK_SKEW_SECONDS = 300.0  # a batch's newest window may be this far ahead 
 MAX_QUERY_NGRAMS = 10_000  # n-grams in one NgramProbabilities call
 MAX_QUERY_TEXT_CHARS = 1_000_000  # characters of a Perplexity text
 MAX_CONTEXT_CHARS = 10_000  # characters of a NextWord context
+_SPECIAL_TOKENS = frozenset({BOS, EOS, UNK})  # what TopNgrams' exclude_special leaves out
 
 
 def spec_key(spec: ReleaseSpec) -> str:
@@ -502,19 +504,34 @@ class Curator:
                 self._models.popitem(last=False)
             return m
 
-    async def top_ngrams(self, release_id: str, k: int, order: int) -> list[tuple[str, float]]:
+    async def top_ngrams(
+        self, release_id: str, k: int, order: int, exclude_special: bool = False
+    ) -> list[tuple[str, float]]:
+        """The ``k`` (>= 1) most probable n-grams of a release, most probable first: of order ``order``
+        (0 = any) with probabilities renormalised within it, without those holding a special token
+        (``<unk>``, ``<s>``, ``</s>``) if ``exclude_special`` (the others keep their probabilities)."""
+        if k < 1:
+            raise InvalidArgument(f"k must be at least 1 (how many n-grams to list), got {k}")
         record, items, log_probs, _ = await self.get_release(release_id)
         if order and not 1 <= order <= record.max_n:
             raise InvalidArgument(f"order must be 0 (any) or 1..{record.max_n}, got {order}")
         probs = np.exp(log_probs)
+        listed = np.ones(len(items), dtype=bool)
         if order:
-            mask = np.fromiter((it.count(" ") + 1 == order for it in items), dtype=bool, count=len(items))
-            if not mask.any():
+            listed = np.fromiter((it.count(" ") + 1 == order for it in items), dtype=bool, count=len(items))
+            if not listed.any():
                 raise InvalidArgument(f"no {order}-grams in the release vocabulary")
-            probs = np.where(mask, probs, 0.0)
+            probs = np.where(listed, probs, 0.0)
             probs = probs / probs.sum()  # the joint within the order, as NgramModel.prob
-        k = min(k or 10, probs.size)
-        top = np.argpartition(-probs, k - 1)[:k]
+        if exclude_special:
+            listed &= np.fromiter(
+                (_SPECIAL_TOKENS.isdisjoint(it.split(" ")) for it in items), dtype=bool, count=len(items)
+            )
+        candidates = np.flatnonzero(listed)  # never an n-gram of another order, even when k exceeds the order's
+        k = min(k, candidates.size)
+        if k == 0:
+            return []
+        top = candidates[np.argpartition(-probs[candidates], k - 1)[:k]]
         top = top[np.argsort(-probs[top], kind="stable")]
         return [(items[i], float(probs[i])) for i in top]
 

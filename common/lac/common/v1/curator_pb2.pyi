@@ -187,14 +187,16 @@ class GetReleaseResponse(_message.Message):
     def __init__(self, record: _Optional[_Union[ReleaseRecord, _Mapping]] = ..., items: _Optional[_Iterable[str]] = ..., log_probs: _Optional[_Iterable[float]] = ..., pseudo_counts: _Optional[_Iterable[float]] = ...) -> None: ...
 
 class TopNgramsRequest(_message.Message):
-    __slots__ = ("release_id", "k", "order")
+    __slots__ = ("release_id", "k", "order", "exclude_special")
     RELEASE_ID_FIELD_NUMBER: _ClassVar[int]
     K_FIELD_NUMBER: _ClassVar[int]
     ORDER_FIELD_NUMBER: _ClassVar[int]
+    EXCLUDE_SPECIAL_FIELD_NUMBER: _ClassVar[int]
     release_id: str
     k: int
     order: int
-    def __init__(self, release_id: _Optional[str] = ..., k: _Optional[int] = ..., order: _Optional[int] = ...) -> None: ...
+    exclude_special: bool
+    def __init__(self, release_id: _Optional[str] = ..., k: _Optional[int] = ..., order: _Optional[int] = ..., exclude_special: _Optional[bool] = ...) -> None: ...
 
 class NgramProbability(_message.Message):
     __slots__ = ("ngram", "probability")
