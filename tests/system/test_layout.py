@@ -10,8 +10,9 @@ from pathlib import Path
 TESTS = Path(__file__).resolve().parents[1]
 ROLES = ("common", "client", "shuffler", "curator")
 # The peer a role's tests may import besides lac.common and the role itself: the one they drive as a real
-# counterpart (the client's tests register a token on a real shuffler; the shuffler's use the SDK as caller).
-PEERS = {"common": (), "client": ("shuffler",), "shuffler": ("client",), "curator": ()}
+# counterpart (the client's tests register a token on a real shuffler; the shuffler's use the SDK as caller;
+# the curator's sample the local channel with the SDK's real mechanism).
+PEERS = {"common": (), "client": ("shuffler",), "shuffler": ("client",), "curator": ("client",)}
 
 
 def _modules() -> list[Path]:

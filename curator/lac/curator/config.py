@@ -76,6 +76,11 @@ class CuratorConfig(ServiceSettings):
         "quota; batches from a shuffler with another quota are refused",
     )
     window_seconds: float = setting(86400.0, "the accounting window: the privacy unit is one client over a window")
+    clean_estimate: bool = setting(
+        True,
+        "the default release estimates the users' clean text from their perturbed reports with the deployment's "
+        "public local channel (post-processing; needs lac-curator[channel]; sampled once, cached in state_dir/prior)",
+    )
     # -- identities and roles (mTLS common names)
     key_dir: Path | None = setting(
         None,

@@ -15,10 +15,13 @@ Mechanism
 3. Gaussian noise: ỹ_j = y_j + N(0, σ²) independently for j ∈ P and for each candidate.
 4. Release every j ∈ P, and a candidate j only if ỹ_j > ρ (discovery).
 5. Post-processing with public data only: per order n, the public distribution π over P_n scaled
-   to the noisy total T_n = Σ_{j∈P_n} ỹ_j is the prior mean μ_j = T_n·π_j; the prior variance
-   s²(μ) is estimated from the noisy release itself (empirical Bayes: in quantile bins of log μ,
-   a robust (median-based) variance of ỹ − μ minus σ²); the posterior mean (s²ỹ + σ²μ)/(s² + σ²), clipped at 0, is
-   the released pseudo-count of j ∈ P; a discovered candidate keeps max(ỹ, 0) (no prior).
+   to the noisy total T_n = Σ_{j∈P_n} ỹ_j is the prior mean μ_j = T_n·π_j; the prior distribution
+   of the ratio truth/μ is estimated from the noisy release itself (empirical Bayes, ``empirical_bayes``:
+   a mixture over a grid of ratios fitted by maximum marginal likelihood in quantile bins of μ); the
+   posterior mean is the released pseudo-count of j ∈ P (never 0); a discovered candidate keeps
+   max(ỹ, 0) (no prior). Where the users' mass of an order is below a quarter of the public
+   prior's, the order's pseudo-counts are scaled up to it (``lm_strength``: the strength a
+   Kneser–Ney model needs; probabilities within an order are unchanged).
 
 Privacy (add/remove one user's m reports; D' = D + u)
 -----------------------------------------------------
@@ -47,15 +50,17 @@ mitigation in the spirit of Mironov 2012, not a proof).
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from numbers import Integral, Real
 
 import numpy as np
+import scipy.sparse as sp
 from scipy.special import log_ndtr, ndtri
 
 from lac.common.privacy import Adjacency, Guarantee, Model, PrivacyUnit, check_delta, check_epsilon
 from lac.common.rng import RandomSource, secure_generator
+from lac.curator.channel import NgramChannel, deconvolve
 from lac.curator.gaussian import analytic_sigma
 from lac.curator.ngrams import NgramVocabulary, ReportItems
 
@@ -67,9 +72,11 @@ __all__ = [
     "discovery_threshold",
     "posterior_release",
     "empirical_bayes",
+    "post_process",
+    "clean_estimate",
+    "lm_strength",
 ]
 
-_CHI2_1_MEDIAN = 0.45493642311957283  # median of a chi-square with one degree of freedom
 NAME = "Gaussian posterior (LAC): normalised per-report counts, DP n-gram discovery, public prior afterwards"
 
 
@@ -208,6 +215,7 @@ class PosteriorRelease:
     n_reports: int  # exact: library/operator only
     params: PosteriorParams
     guarantee: Guarantee
+    channel: str = ""  # the deployment whose local channel the clean estimate used ("": none)
 
     @property
     def statement(self) -> str:
@@ -215,38 +223,118 @@ class PosteriorRelease:
         return self.guarantee.statement()
 
 
-def empirical_bayes(noisy: np.ndarray, prior_mean: np.ndarray, sigma: float, bins: int) -> np.ndarray:
-    """Posterior means of noisy = truth + N(0, σ²) under truth ~ N(μ, s²(μ)), clipped at 0.
+# The empirical-Bayes prior on each item's ratio r = truth / prior mean: a mixture of narrow
+# components centred on a log grid of ratios 10⁻⁴ … 10⁴, each with relative spread equal to the
+# grid step, whose weights are fitted to the noisy totals (maximum marginal likelihood, by EM).
+_RATIO_GRID = np.exp(np.linspace(math.log(1e-4), math.log(1e4), 97))
+_RATIO_SPREAD = float(np.log(_RATIO_GRID[1] / _RATIO_GRID[0]))
+_EB_ITERATIONS = 300
+MIN_BIN_ITEMS = 500  # fewest items an empirical-Bayes bin pools
+BIN_RELATIVE_ERROR = 0.1  # a bin's prior mass must pin its mean ratio to this relative standard error
+LM_PRIOR_SHARE = 0.25  # an order's pseudo-counts carry at least this share of the public prior's mass
 
-    s²(μ) is estimated per quantile bin of log μ from the noisy values themselves, robustly: the
-    bin's median of (noisy − μ)² over the median of a χ²₁ (0.4549), minus σ², floored at 10⁻³σ².
-    Items with μ = 0 keep max(noisy, 0)."""
-    post = np.maximum(noisy, 0.0)
-    has = prior_mean > 0
-    if not has.any():
+
+def information_bins(prior_mean: np.ndarray, sigma: float, max_bins: int) -> tuple[np.ndarray, int]:
+    """Bins of items by prior mean, largest first, each holding enough prior mass to be estimated:
+    Σμ·BIN_RELATIVE_ERROR ≥ σ·√(items) (its mean ratio then has relative standard error ≤ 0.1
+    against the noise) and at least MIN_BIN_ITEMS items; what is left over joins the last bin.
+    Where the noise swamps everything this is one bin. Returns (bin of each item, bins)."""
+    order = np.argsort(-prior_mean, kind="stable")
+    cum = np.concatenate([[0.0], np.cumsum(prior_mean[order])])
+    n = prior_mean.size
+    bins = np.zeros(n, dtype=np.int64)
+
+    def first_end(i: int) -> int:
+        cnt = np.arange(1, n - i + 1)
+        ok = ((cum[i + 1 :] - cum[i]) * BIN_RELATIVE_ERROR >= sigma * np.sqrt(cnt)) & (cnt >= MIN_BIN_ITEMS)
+        return i + int(np.argmax(ok)) + 1 if ok.any() else -1
+
+    i, k = 0, 0
+    while i < n:
+        j = first_end(i) if k < max_bins - 1 else -1
+        if j < 0 or first_end(j) < 0:  # this bin or the rest cannot stand alone: take everything left
+            j = n
+        bins[order[i:j]] = k
+        i, k = j, k + 1
+    return bins, k
+
+
+def empirical_bayes(noisy: np.ndarray, prior_mean: np.ndarray, sigma: float, bins: int) -> np.ndarray:
+    """Posterior means of noisy = truth + N(0, σ²), truth = μ·r, under an estimated prior on r.
+
+    Items are pooled in at most ``bins`` bins of μ (``information_bins``: each bin holds enough
+    prior mass for its ratio to stand out of the noise, so weak data give one bin). In each bin
+    the prior on r is a mixture over a fixed log grid of ratios (10⁻⁴ … 10⁴) of normals
+    N(μ·r_k, (μ·r_k·h)²), h the grid's log step; its weights are the maximum-marginal-likelihood
+    fit to the bin's noisy values (EM from a log-normal centred on r = 1). The posterior mean of
+    each item is a convex combination of normal-normal posterior means: it follows the data where
+    they stand out of the noise and the prior where they do not. Never below μ·10⁻⁴ (no public
+    item gets probability 0); items with μ = 0 keep max(noisy, 0)."""
+    post = np.maximum(np.asarray(noisy, dtype=np.float64), 0.0)
+    idx = np.flatnonzero(prior_mean > 0)
+    if idx.size == 0:
         return post
-    lm = np.log(prior_mean[has])
-    k = min(bins, int(has.sum()))
-    edges = np.quantile(lm, np.linspace(0.0, 1.0, k + 1))
-    b = np.clip(np.searchsorted(edges, lm, side="right") - 1, 0, k - 1)
-    resid = (noisy[has] - prior_mean[has]) ** 2
-    order = np.lexsort((resid, b))
-    counts = np.bincount(b, minlength=k)
-    starts = np.cumsum(counts) - counts
-    median = np.zeros(k)
-    nonempty = counts > 0
-    lo = starts[nonempty] + (counts[nonempty] - 1) // 2
-    hi = starts[nonempty] + counts[nonempty] // 2
-    median[nonempty] = 0.5 * (resid[order][lo] + resid[order][hi])
-    s2 = np.maximum(median / _CHI2_1_MEDIAN - sigma**2, 1e-3 * sigma**2)[b]
-    post[has] = np.maximum((s2 * noisy[has] + sigma**2 * prior_mean[has]) / (s2 + sigma**2), 0.0)
+    b, k = information_bins(prior_mean[idx], sigma, bins)
+    s2 = sigma * sigma
+    log_grid = np.log(_RATIO_GRID)
+    start = np.exp(-0.5 * (log_grid + 0.5) ** 2)  # log-normal(−½, 1): mean ratio 1
+    start /= start.sum()
+    for j in range(k):
+        sel = idx[b == j]
+        y = noisy[sel][:, None]
+        m = prior_mean[sel][:, None] * _RATIO_GRID[None, :]
+        tau2 = (m * _RATIO_SPREAD) ** 2
+        var = s2 + tau2
+        loglik = -0.5 * (y - m) ** 2 / var - 0.5 * np.log(var)
+        lik = np.exp(loglik - loglik.max(axis=1, keepdims=True))
+        w = start.copy()
+        for _ in range(_EB_ITERATIONS):
+            w = w * (lik.T @ (1.0 / (lik @ w))) / sel.size
+        resp = lik * w
+        resp /= resp.sum(axis=1, keepdims=True)
+        post[sel] = np.maximum((resp * ((y * tau2 + m * s2) / var)).sum(axis=1), prior_mean[sel] * _RATIO_GRID[0])
     return post
 
 
+def clean_estimate(noisy: np.ndarray, alpha: np.ndarray, sigma: float, bins: int, A: sp.csr_matrix) -> np.ndarray:
+    """One order's clean totals from the noisy totals of its perturbed public n-grams, A the
+    order's channel (observed × clean): the empirical-Bayes posterior under the pushed-through
+    prior A·π, deconvolved from the prior π (``lac.curator.channel.deconvolve``), then scaled to
+    the posterior's mass (the EM's mass on the public items is inflated by leaks from n-grams the
+    public vocabulary does not list, whose chance of being seen intact is small)."""
+    prior = alpha / alpha.sum() if alpha.sum() > 0 else np.full(alpha.size, 1.0 / max(alpha.size, 1))
+    pushed = A @ prior
+    total = max(float(noisy.sum()), 1.0)
+    denoised = empirical_bayes(noisy, total * pushed / max(float(pushed.sum()), 1e-300), sigma, bins)
+    clean = deconvolve(noisy, A, prior, sigma, fit_to=denoised).clean
+    mass = float(clean.sum())
+    return clean * (float(denoised.sum()) / mass) if mass > 0 else clean
+
+
+def lm_strength(pseudo: np.ndarray, alpha: np.ndarray) -> float:
+    """The factor (≥ 1) that gives an order's pseudo-counts at least ``LM_PRIOR_SHARE`` of the
+    public prior's count mass. Where the data are weak the posterior has the prior's shape but
+    the users' small mass, and Kneser–Ney over small pseudo-counts over-smooths that shape (its
+    discounts are absolute): the posterior keeps part of the prior's strength instead."""
+    total = float(pseudo.sum())
+    return max(1.0, LM_PRIOR_SHARE * float(alpha.sum()) / total) if total > 0 else 1.0
+
+
 def posterior_release(
-    totals: WeightedTotals, vocab: NgramVocabulary, params: PosteriorParams, rng: RandomSource | None = None
+    totals: WeightedTotals,
+    vocab: NgramVocabulary,
+    params: PosteriorParams,
+    rng: RandomSource | None = None,
+    channel: NgramChannel | None = None,
 ) -> PosteriorRelease:
-    """Steps 3–5 on exact totals (see the module docstring for the guarantee)."""
+    """Steps 3–5 on exact totals (see the module docstring for the guarantee).
+
+    With the public local ``channel`` (``lac.curator.channel``), step 5 estimates the users'
+    *clean* n-gram statistics from the noisy totals of their perturbed reports: per order, the
+    empirical-Bayes posterior under the public prior pushed through the channel, deconvolved by
+    the channel (EM from the public prior, stopped by the discrepancy principle) and kept at the
+    posterior's mass on the public items. It reads only the noisy totals, σ and public data:
+    post-processing, the guarantee is the same."""
     if not isinstance(params, PosteriorParams):
         raise TypeError("params must be a PosteriorParams")
     if totals.public.shape != (len(vocab),):
@@ -268,16 +356,9 @@ def posterior_release(
         found, found_values = [names[i] for i in passed.tolist()], noisy[passed]
         order = sorted(range(len(found)), key=found.__getitem__)  # release order: sorted, not the storage order
         found, found_values = [found[i] for i in order], found_values[order]
-    pseudo = np.empty(len(vocab))
-    orders = vocab.orders
-    for n in np.unique(orders).tolist():
-        sel = orders == n
-        alpha = vocab.alpha[sel]
-        total = max(float(noisy_public[sel].sum()), 1.0)
-        mu = total * alpha / alpha.sum() if alpha.sum() > 0 else np.zeros(alpha.size)
-        pseudo[sel] = empirical_bayes(noisy_public[sel], mu, sigma, params.bins)
+    pseudo, found_values = post_process(noisy_public, found, found_values, vocab, sigma, params.bins, channel)
     items = tuple(vocab.items) + tuple(found)
-    counts = np.concatenate([pseudo, np.maximum(found_values, 0.0)])
+    counts = np.concatenate([pseudo, found_values])
     with np.errstate(divide="ignore"):
         log_probs = np.log(counts) - math.log(max(counts.sum(), np.finfo(float).tiny))
     return PosteriorRelease(
@@ -291,11 +372,43 @@ def posterior_release(
         candidates=len(totals.candidates),
         n_reports=totals.n_reports,
         params=params,
-        guarantee=_guarantee(params, sigma, threshold, len(vocab)),
+        guarantee=_guarantee(params, sigma, threshold, len(vocab), channel),
+        channel=channel.word.deployment_key if channel is not None else "",
     )
 
 
-def _guarantee(p: PosteriorParams, sigma: float, threshold: float, V: int) -> Guarantee:
+def post_process(
+    noisy_public: np.ndarray,
+    found: Sequence[str],
+    found_values: np.ndarray,
+    vocab: NgramVocabulary,
+    sigma: float,
+    bins: int,
+    channel: NgramChannel | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Step 5: the released pseudo-counts of the public items and of the discovered ones, from the
+    Gaussian mechanism's outputs only (the noisy totals ``noisy_public``, the discovered items and
+    their noisy totals), σ and public data (``vocab``'s counts, the public ``channel``)."""
+    pseudo = np.empty(len(vocab))
+    orders = vocab.orders
+    found_orders = np.array([it.count(" ") + 1 for it in found], dtype=np.int64)
+    found_values = np.maximum(np.asarray(found_values, dtype=np.float64), 0.0)
+    for n in np.unique(orders).tolist():
+        sel = orders == n
+        alpha = vocab.alpha[sel]
+        total = max(float(noisy_public[sel].sum()), 1.0)
+        mu = total * alpha / alpha.sum() if alpha.sum() > 0 else np.zeros(alpha.size)
+        if channel is None:
+            pseudo[sel] = empirical_bayes(noisy_public[sel], mu, sigma, bins)
+        else:
+            pseudo[sel] = clean_estimate(noisy_public[sel], alpha, sigma, bins, channel.order(n, vocab))
+        strength = lm_strength(pseudo[sel], alpha)
+        pseudo[sel] *= strength
+        found_values[found_orders == n] *= strength
+    return pseudo, found_values
+
+
+def _guarantee(p: PosteriorParams, sigma: float, threshold: float, V: int, channel: NgramChannel | None) -> Guarantee:
     m = p.m
     details = [
         f"Each report's first W={p.W} n-grams (counts clamped at C={p.C}) are weighted by 1/max(‖c‖₂, {p.tau:g}), so "
@@ -316,4 +429,13 @@ def _guarantee(p: PosteriorParams, sigma: float, threshold: float, V: int) -> Gu
         "from the noisy totals (post-processing). Floating point: noisy totals rounded to σ·2⁻¹⁰ "
         "(a mitigation, not a proof)."
     )
+    if channel is not None:
+        w = channel.word
+        details.append(
+            f"The public n-grams' pseudo-counts estimate the users' clean text: the noisy totals of their perturbed "
+            f"reports are deconvolved with the public local channel ({w.deployment_key.split('|words:')[0]}; Monte "
+            f"Carlo, {w.draws} draws per word, standard error ≤ {w.standard_error:.3g}) — post-processing of the "
+            f"noisy totals with public data, so the guarantee above is unchanged. Discovered n-grams are counted "
+            f"as perturbed."
+        )
     return Guarantee(Model.CENTRAL, p.epsilon, p.delta, p.unit, Adjacency.ADD_REMOVE, NAME, details=tuple(details))

@@ -26,7 +26,7 @@ from dataclasses import asdict, dataclass, field
 from functools import partial
 from numbers import Real
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 import scipy.sparse as sp
@@ -53,6 +53,7 @@ from lac.curator.bayesian import (
     bruteforce_sq_dists,
     count_stats,
 )
+from lac.curator.channel import NgramChannel
 from lac.curator.endtoend import EndToEndParams, end_to_end_dp
 from lac.curator.engine import LOCAL, Engine
 from lac.curator.gaussian import METHODS as CALIBRATIONS
@@ -275,6 +276,7 @@ class Release:
     params: dict[str, float] = field(default_factory=dict)  # public knobs and caps
     threshold: float = 0.0  # the discovery threshold (posterior)
     discovered: int = 0  # n-grams released by discovery (a DP output)
+    channel: str = ""  # the deployment whose public local channel estimated the clean statistics ("": none)
 
     @property
     def differentially_private(self) -> bool:
@@ -344,11 +346,14 @@ def run(
     unit: PrivacyUnit = PrivacyUnit.report(),
     rng: RandomSource | None = None,
     engine: Engine = LOCAL,
+    channel: NgramChannel | None = None,
 ) -> Release:
     """Run ``spec`` on ``reports`` (a ``Reports`` source, or a per-report counts matrix over ``vocab``).
 
     Stored and in-memory reports are streamed through ``engine`` (``lac.curator.engine``): every
-    mechanism but EndToEndDP reads them block by block; an offline matrix is used as given."""
+    mechanism but EndToEndDP reads them block by block; an offline matrix is used as given. With
+    the deployment's local ``channel``, the default mechanism estimates the users' clean
+    statistics (post-processing, ``lac.curator.posterior.clean_estimate``)."""
     if sp.issparse(reports):
         reports = MatrixReports(sp.csr_matrix(reports), vocab)
     W, C = caps.W, caps.C
@@ -361,7 +366,7 @@ def run(
             _add_totals,
             WeightedTotals(np.zeros(len(vocab))),
         )
-        pr = posterior_release(totals, vocab, pp, rng=rng)
+        pr = posterior_release(totals, vocab, pp, rng=rng, channel=channel)
         return Release(
             "posterior",
             pr.items,
@@ -376,15 +381,16 @@ def run(
             0.0,
             pr.n_reports,
             len(pr.items),
-            params=dict(C=C, W=W, tau=pp.tau, discovery=float(pp.discovery)),
+            params=dict(C=C, W=W, tau=pp.tau, discovery=float(pp.discovery), channel=float(bool(pr.channel))),
             threshold=pr.threshold,
             discovered=pr.discovered,
+            channel=pr.channel,
         )
     alpha = vocab.alpha
     streamed = not isinstance(reports, MatrixReports) and spec.mechanism in ("bayesian", "laplace", "laplace-public")
     if streamed:
         stats = _stream_stats(reports, vocab, C, W, engine)
-        common = dict(vocab_size=len(items), n_reports=stats.n_users)
+        common: dict[str, Any] = dict(vocab_size=len(items), n_reports=stats.n_users)
         if spec.mechanism == "bayesian":
             p = _bayesian_params(spec, caps, unit)
             max_sq = None
@@ -542,6 +548,7 @@ class ReleaseRecord:
     threshold: float = 0.0  # the discovery threshold ρ (posterior)
     discovered: int = 0  # n-grams released by DP discovery
     request_id: str = ""  # the client's id of the request that made it (idempotent retries)
+    channel: str = ""  # the deployment whose local channel estimated the users' clean text ("": the perturbed text)
 
     @classmethod
     def of(
@@ -584,6 +591,7 @@ class ReleaseRecord:
             threshold=release.threshold if np.isfinite(release.threshold) else 0.0,
             discovered=release.discovered,
             request_id=request_id,
+            channel=release.channel,
         )
 
     def to_json(self) -> bytes:

@@ -54,6 +54,7 @@ from lac.common.text import BOS, EOS, UNK
 from lac.common.text import sentences as split_sentences
 from lac.common.v1 import curator_pb2
 from lac.curator import release as releases
+from lac.curator.channel import NgramChannel, cached_word_channel, public_unk_words
 from lac.curator.config import CuratorConfig
 from lac.curator.engine import Engine, create_engine
 from lac.curator.ingest import IngestContext, IngestPool, merge_counts
@@ -61,6 +62,7 @@ from lac.curator.lm import NgramModel
 from lac.curator.metrics import CuratorMetrics
 from lac.curator.ngrams import NgramVocabulary
 from lac.curator.preview import Preview, predict
+from lac.curator.prior import default_public_corpus
 from lac.curator.release import PublicCaps, ReleaseRecord, ReleaseSpec, StoredReports
 from lac.curator.store import CuratorStore
 
@@ -157,6 +159,7 @@ class Curator:
             self._ingest = IngestPool(ingest, config.ingest_workers)
         self._models: OrderedDict[str, NgramModel] = OrderedDict()
         self._model_lock = asyncio.Lock()
+        self._channel: asyncio.Future[NgramChannel | None] | None = None  # the local channel, once started
         self.metrics = CuratorMetrics(self)  # served at metrics_host:metrics_port once started (operator only)
 
     async def _run_raw(self, fn, *args):
@@ -171,8 +174,43 @@ class Curator:
         """Start the background parts (on the running event loop): the storage watch (free space, test
         writes after a failure) and the metrics endpoint, if configured."""
         self.storage.start()
+        if self.config.clean_estimate:
+            self._channel = asyncio.ensure_future(asyncio.to_thread(self._load_channel))
         if self.config.metrics_port is not None:
             self.metrics_ready = self.metrics.endpoint.start_soon(self.config.metrics_host, self.config.metrics_port)
+
+    def _load_channel(self) -> NgramChannel | None:
+        """The deployment's local channel over the release vocabulary (sampled once, then read from
+        state_dir/prior), or None where it cannot be had (releases then describe the perturbed text)."""
+        c = self.config
+        try:
+            corpus = c.public_corpus or default_public_corpus()
+            word = cached_word_channel(
+                c.state_dir / "prior",
+                self.vocab,
+                c.embedding,
+                c.local_mechanism,
+                c.epsilon_per_word,
+                lambda: public_unk_words(split_sentences(corpus.read_text(encoding="utf-8")), self.vocab),
+            )
+            channel = NgramChannel.build(word, self.vocab)
+        except (ImportError, LookupError, ValueError, OSError) as exc:
+            log.warning(
+                "no local channel (%s): releases estimate the perturbed text, not the users' clean text; "
+                "install lac-curator[channel] or set clean_estimate = false",
+                exc,
+            )
+            return None
+        log.info("local channel ready: %s", word.deployment_key)
+        return channel
+
+    async def channel(self) -> NgramChannel | None:
+        """The local channel the default release uses (waits while it is being sampled), None without one."""
+        if self._channel is None:
+            return None
+        if not self._channel.done():
+            log.info("a release waits for the local channel (sampled once per deployment)")
+        return await asyncio.shield(self._channel)
 
     async def stop(self) -> None:
         try:
@@ -434,9 +472,10 @@ class Curator:
             await self._run(self.store.check_budget, windows, spec.budget, self.budget)  # fail fast; re-checked
         await self._check_accuracy(spec, span, unit, operator)
         reports = await self._run(self.reports, *span)
+        channel = await self.channel() if spec.mechanism == "posterior" else None
         try:
             r = await asyncio.to_thread(
-                releases.run, reports, self.vocab, spec, self.caps, unit, self._rng, self.engine
+                releases.run, reports, self.vocab, spec, self.caps, unit, self._rng, self.engine, channel
             )
         except ArithmeticError as exc:
             raise _out_of_range(spec, exc) from None

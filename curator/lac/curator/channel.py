@@ -1,0 +1,318 @@
+"""Channel-aware estimation: the users' *clean* n-gram statistics from a DP release of their
+*perturbed* reports.
+
+Every word of a report was replaced on the device by a nearby word (``lac.client``); the curator
+counts the perturbed text. The local mechanism is public — the embedding, the mechanism and ε per
+word are in the curator's published deployment — so its channel P(output | input) is public too:
+
+* ``WordChannel``: P(output class | clean class) over the curator's word classes (its public word
+  list, ``<unk>`` for every other word, ``<s>``/``</s>`` unchanged), estimated by Monte Carlo with
+  the real mechanism and nearest-word search (``lac.client.channel.sample_channel``). The clean
+  ``<unk>`` row is the mixture over the public corpus's words outside the word list.
+* ``NgramChannel``: the n-gram channel over the release vocabulary. Words are perturbed
+  independently, so P(j' | j) = Πₜ P(j'ₜ | jₜ): one sparse |P_n| × |P_n| matrix per order n
+  (observed public n-gram j' from clean public n-gram j).
+* ``deconvolve``: the clean totals x ≥ 0 from observed totals, by the expectation–maximisation
+  of Poisson deconvolution with censoring (Richardson–Lucy / the iterative Bayesian update of
+  LDP frequency estimation), started at the public prior and stopped by the discrepancy
+  principle: as soon as the fit explains the observed totals to within their noise (the DP
+  Gaussian's σ² plus the channel's own sampling variance), so noise is never fitted.
+
+All of it reads only the DP release's noisy totals, σ and public data (the embedding, the
+mechanism, ε, the public corpus): post-processing, so the release's guarantee is unchanged.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import math
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import scipy.sparse as sp
+
+from lac.common.files import atomic_file, private_dir
+from lac.common.text import BOS, EOS, UNK
+from lac.curator.ngrams import NgramVocabulary
+
+log = logging.getLogger(__name__)
+
+__all__ = [
+    "WordChannel",
+    "NgramChannel",
+    "Deconvolution",
+    "deconvolve",
+    "word_channel",
+    "CHANNEL_DRAWS",
+]
+
+CHANNEL_DRAWS = 400  # Monte-Carlo perturbations per clean word: standard error ≤ 0.5/√400 = 0.025
+UNK_DRAWS_FACTOR = 20  # the <unk> row (a mixture) gets this many times more draws
+_FORMAT = 1
+
+
+@dataclass(frozen=True, eq=False)
+class WordChannel:
+    """P(output class | clean class) over ``classes`` (CSR rows summing to 1), for one deployment."""
+
+    classes: tuple[str, ...]
+    matrix: sp.csr_matrix
+    draws: int
+    deployment_key: str  # embedding, mechanism, ε per word and word list this channel was sampled for
+
+    def __post_init__(self) -> None:
+        if self.matrix.shape != (len(self.classes), len(self.classes)):
+            raise ValueError(f"channel matrix {self.matrix.shape} for {len(self.classes)} classes")
+
+    @property
+    def standard_error(self) -> float:
+        """Upper bound of the Monte-Carlo standard error of any ordinary word's probability."""
+        return 0.5 / math.sqrt(self.draws)
+
+    def keep_rate(self) -> np.ndarray:
+        """P(a clean word comes out as itself), per class."""
+        return np.asarray(self.matrix.diagonal())
+
+    def save(self, path: Path) -> None:
+        """Write ``path`` (.npz) atomically."""
+        m = self.matrix.tocsr()
+        with atomic_file(path) as f:
+            np.savez_compressed(
+                f,
+                format=np.int64(_FORMAT),
+                classes=np.frombuffer("\n".join(self.classes).encode("utf-8"), dtype=np.uint8),
+                indptr=m.indptr,
+                indices=m.indices,
+                data=m.data,
+                draws=np.int64(self.draws),
+                key=np.frombuffer(self.deployment_key.encode("utf-8"), dtype=np.uint8),
+            )
+
+    @classmethod
+    def load(cls, path: Path) -> WordChannel:
+        with np.load(path, allow_pickle=False) as z:
+            if int(z["format"]) != _FORMAT:
+                raise ValueError(f"{path}: unsupported channel format {int(z['format'])}")
+            classes = tuple(z["classes"].tobytes().decode("utf-8").split("\n"))
+            n = len(classes)
+            m = sp.csr_matrix((z["data"], z["indices"], z["indptr"]), shape=(n, n))
+            return cls(classes, m, int(z["draws"]), z["key"].tobytes().decode("utf-8"))
+
+
+def deployment_key(embedding: str, mechanism: str, epsilon_per_word: float, vocab: NgramVocabulary) -> str:
+    """What a word channel depends on: the deployment's embedding, mechanism and ε per word, and
+    the release vocabulary's word list (a digest)."""
+    words = "\n".join(sorted(vocab.words)).encode("utf-8")
+    digest = hashlib.sha256(words).hexdigest()[:16]
+    return f"{embedding}|{mechanism}|{epsilon_per_word!r}|words:{digest}"
+
+
+def _classes(vocab: NgramVocabulary) -> tuple[str, ...]:
+    """Every token of the vocabulary's items, ``<s>`` and ``</s>`` included (sorted: a stable order)."""
+    tokens = {t for it in vocab.items for t in it.split(" ")}
+    return tuple(sorted(tokens | {BOS, EOS, UNK}))
+
+
+def word_channel(
+    vocab: NgramVocabulary,
+    embedding,
+    mechanism,
+    unk_words: Iterable[str] = (),
+    draws: int = CHANNEL_DRAWS,
+    rng=None,
+    progress: Callable[[int], None] | None = None,
+) -> WordChannel:
+    """Sample the word channel of ``mechanism`` over ``embedding`` (``lac.client`` objects) for
+    ``vocab``'s word classes. ``unk_words``: public word occurrences outside the word list (the
+    public corpus's rare words), whose mixture is the clean ``<unk>`` row; without them ``<unk>``
+    is perturbed from the centroid like an out-of-vocabulary word."""
+    from lac.client.channel import sample_channel
+    from lac.client.localizer import OOV
+
+    classes = _classes(vocab)
+    cid = {c: i for i, c in enumerate(classes)}
+    n = len(classes)
+    emb_index = embedding.index
+    # output embedding row -> class (a word outside the word list is read as <unk>)
+    out_class = np.array([cid.get(w, cid[UNK]) if w in vocab.words else cid[UNK] for w in embedding.words])
+    words = sorted(vocab.words)
+    rows = np.array([emb_index.get(w, OOV) for w in words], dtype=np.int64)
+    distinct, inverse = np.unique(rows, return_inverse=True)
+    unk_rows = np.array([emb_index.get(w, OOV) for w in unk_words], dtype=np.int64)
+    unk_n = draws * UNK_DRAWS_FACTOR
+    if unk_rows.size:
+        pick = np.random.default_rng(0).integers(0, unk_rows.size, size=unk_n)  # a fixed public sample
+        unk_inputs = unk_rows[pick]
+    else:
+        unk_inputs = np.full(unk_n, OOV, dtype=np.int64)
+    counts = sample_channel(embedding, mechanism, distinct, draws, rng, progress)
+    unk_counts = sample_channel(embedding, mechanism, unk_inputs, 1, rng)
+    src = np.repeat(np.arange(distinct.size), np.diff(counts.indptr))
+    per_row = sp.csr_matrix(
+        (counts.counts / draws, (src, out_class[counts.cols])), shape=(distinct.size, n), dtype=np.float64
+    )
+    unk_row = np.bincount(out_class[unk_counts.cols], weights=unk_counts.counts, minlength=n) / unk_n
+    word_ids = np.array([cid[w] for w in words], dtype=np.int64)
+    mapped = per_row[inverse]  # one row per word of the word list
+    P = sp.csr_matrix((mapped.data, mapped.indices, mapped.indptr), shape=(len(words), n))
+    perm = sp.csr_matrix((np.ones(len(words)), (word_ids, np.arange(len(words)))), shape=(n, len(words)))
+    P = (perm @ P).tolil()
+    P[cid[UNK]] = unk_row
+    for t in (BOS, EOS):
+        P[cid[t], cid[t]] = 1.0
+    key = deployment_key(embedding.name, mechanism.name, float(mechanism.epsilon), vocab)
+    return WordChannel(classes, P.tocsr(), int(draws), key)
+
+
+def cached_word_channel(
+    cache_dir: Path,
+    vocab: NgramVocabulary,
+    embedding_name: str,
+    mechanism_name: str,
+    epsilon_per_word: float,
+    unk_words: Callable[[], Sequence[str]],
+    draws: int = CHANNEL_DRAWS,
+    progress: Callable[[int], None] | None = None,
+) -> WordChannel:
+    """The word channel of a deployment, sampled once and cached in ``cache_dir`` (needs
+    ``lac-client`` with the deployment's embedding the first time)."""
+    key = deployment_key(embedding_name, mechanism_name, float(epsilon_per_word), vocab)
+    path = cache_dir / f"channel-{hashlib.sha256(f'{key}|{draws}'.encode()).hexdigest()[:16]}.npz"
+    if path.exists():
+        ch = WordChannel.load(path)
+        if ch.deployment_key == key and ch.draws == draws:
+            return ch
+    from lac.client.embedding import by_name
+    from lac.client.mechanisms import MultivariateLaplace
+
+    if mechanism_name != MultivariateLaplace.name:
+        raise ValueError(f"no channel model for local mechanism {mechanism_name!r}")
+    embedding = by_name(embedding_name)
+    log.info("sampling the local channel for %s (%d words x %d draws)", key, len(vocab.words), draws)
+    ch = word_channel(vocab, embedding, MultivariateLaplace(epsilon_per_word), unk_words(), draws, progress=progress)
+    private_dir(cache_dir)
+    ch.save(path)
+    return ch
+
+
+def public_unk_words(sentences: Iterable[Sequence[str]], vocab: NgramVocabulary) -> list[str]:
+    """The public corpus's word occurrences outside ``vocab``'s word list (what clean ``<unk>`` stands for)."""
+    words = vocab.words
+    c = Counter(w for s in sentences for w in s if w not in words)
+    return [w for w, k in c.items() for _ in range(k)]
+
+
+@dataclass(frozen=True, eq=False)
+class NgramChannel:
+    """Per order n, A_n[j', j] = P(clean public n-gram j is counted as public n-gram j') =
+    Πₜ P(j'ₜ | jₜ), exact over the word channel, over the release vocabulary's columns of that
+    order (``columns[n]``)."""
+
+    word: WordChannel
+    columns: dict[int, np.ndarray]
+    matrices: dict[int, sp.csr_matrix]
+
+    @classmethod
+    def build(cls, word: WordChannel, vocab: NgramVocabulary, block: int = 1 << 22) -> NgramChannel:
+        """A_n for every order of ``vocab``: for each position, the word channel's dense block
+        between the tokens used there; the products over positions, a block of clean items at a
+        time (about ``block`` pairs), keeping the non-zero ones."""
+        cid = {c: i for i, c in enumerate(word.classes)}
+        P = word.matrix.tocsr()
+        columns, matrices = {}, {}
+        orders = vocab.orders
+        for n in np.unique(orders).tolist():
+            cols = np.flatnonzero(orders == n)
+            toks = np.array([[cid.get(t, cid[UNK]) for t in vocab.items[c].split(" ")] for c in cols], dtype=np.int64)
+            dense, local = [], []
+            for t in range(n):
+                used, inv = np.unique(toks[:, t], return_inverse=True)
+                dense.append(P[used][:, used].toarray())
+                local.append(inv.reshape(-1))
+            step = max(1, block // max(cols.size, 1))
+            rows_i, cols_j, vals = [], [], []
+            for lo in range(0, cols.size, step):
+                hi = min(lo + step, cols.size)
+                prod = dense[0][np.ix_(local[0][lo:hi], local[0])]
+                for t in range(1, n):
+                    prod *= dense[t][np.ix_(local[t][lo:hi], local[t])]
+                c, r = np.nonzero(prod)  # c: clean item (within the block), r: observed item
+                rows_i.append(r)
+                cols_j.append(lo + c)
+                vals.append(prod[c, r])
+            A = sp.csr_matrix(
+                (np.concatenate(vals), (np.concatenate(rows_i), np.concatenate(cols_j))), shape=(cols.size, cols.size)
+            )
+            columns[n], matrices[n] = cols, A
+        return cls(word, columns, matrices)
+
+    def order(self, n: int, vocab: NgramVocabulary) -> sp.csr_matrix:
+        """A_n, after checking that this channel was built over ``vocab``'s order-n items."""
+        cols = np.flatnonzero(vocab.orders == n)
+        if n not in self.matrices or not np.array_equal(self.columns[n], cols):
+            raise ValueError(f"this channel was built for another release vocabulary (order {n})")
+        return self.matrices[n]
+
+
+@dataclass(frozen=True)
+class Deconvolution:
+    """A deconvolved estimate of clean totals, and how the fit stopped."""
+
+    clean: np.ndarray
+    iterations: int
+    discrepancy: float  # Σ (observed − A x)² / variance, per observed cell, at the end (≈ 1: fitted to the noise)
+    start_discrepancy: float  # the same at the public prior
+
+
+def deconvolve(
+    observed: np.ndarray,
+    A: sp.csr_matrix,
+    prior: np.ndarray,
+    sigma: float,
+    *,
+    fit_to: np.ndarray | None = None,
+    max_iter: int = 200,
+    target: float = 1.0,
+) -> Deconvolution:
+    """Clean totals x ≥ 0 with A x ≈ ``observed`` (noisy totals, variance σ² + A x each).
+
+    Started at the public ``prior`` scaled to the observed mass; each step is the EM update of
+    Poisson deconvolution with censoring (mass that leaves the observed cells is accounted for by
+    each clean item's detection probability Σ_j' A[j', j]); stops once the mean discrepancy
+    Σ (observed − A x)²/(σ² + A x) / |cells| is at most ``target`` (the discrepancy principle),
+    or stops improving, or after ``max_iter`` steps. ``fit_to``: the non-negative values the EM
+    fits (default max(observed, 0)), e.g. a denoised version of ``observed``; the discrepancy is
+    always measured against ``observed``."""
+    obs = np.asarray(observed, dtype=np.float64)
+    y = np.maximum(np.asarray(observed if fit_to is None else fit_to, dtype=np.float64), 0.0)
+    detect = np.asarray(A.sum(axis=0)).ravel()
+    AT = A.T.tocsr()
+    p = np.asarray(prior, dtype=np.float64)
+    fitted = A @ p
+    # the starting mass: the noisy total (unbiased; max(observed, 0) is inflated where noise dominates)
+    mass = float(y.sum()) if fit_to is not None or obs.sum() <= 0 else float(obs.sum())
+    x = p * (mass / fitted.sum() if fitted.sum() > 0 else 0.0)
+    s2 = sigma * sigma
+
+    def disc(fit: np.ndarray) -> float:
+        return float(np.mean((obs - fit) ** 2 / (s2 + np.maximum(fit, 0.0))))
+
+    fit = A @ x
+    d0 = d = disc(fit)
+    it = 0
+    ok = detect > 0
+    while it < max_iter and d > target:
+        ratio = np.divide(y, fit, out=np.zeros_like(y), where=fit > 0)
+        nxt = x.copy()
+        nxt[ok] = x[ok] * (AT @ ratio)[ok] / detect[ok]
+        nfit = A @ nxt
+        nd = disc(nfit)
+        if nd > d * (1 - 1e-4):  # no longer improving: the rest is noise or model error
+            break
+        x, fit, d = nxt, nfit, nd
+        it += 1
+    return Deconvolution(x, it, d, d0)

@@ -1,0 +1,150 @@
+"""Channel-aware estimation (``lac.curator.channel``): the users' clean statistics from a DP release
+of their perturbed reports, on real text (the Lee news corpus) perturbed by the SDK's real mechanism."""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from lac.client.embedding import glove_default
+from lac.client.localizer import Localizer
+from lac.client.mechanisms import MultivariateLaplace
+from lac.common.text import sentences
+from lac.curator.channel import NgramChannel, WordChannel, deconvolve, public_unk_words, word_channel
+from lac.curator.ngrams import NgramVocabulary, report_items
+from lac.curator.posterior import PosteriorParams, WeightedTotals, post_process, posterior_release, weighted_totals
+
+EPS = 8.0
+
+
+@functools.lru_cache(maxsize=1)
+def _lee() -> tuple[list[list[str]], list[list[str]]]:
+    import gensim
+
+    path = Path(gensim.__file__).parent / "test" / "test_data" / "lee_background.cor"
+    sents = [list(s) for s in sentences(path.read_text(encoding="utf-8"))]
+    return sents[::2], sents[1::2]  # public half, users' half
+
+
+pytestmark = pytest.mark.slow  # the channel is sampled once for the module (10-30 s)
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+    public, users = _lee()
+    vocab = NgramVocabulary.from_sentences(public, 3, 2, 20_000, unknown_words=True)
+    emb = glove_default(50_000)
+    rng = np.random.default_rng(11)
+    word = word_channel(vocab, emb, MultivariateLaplace(EPS), public_unk_words(public, vocab), draws=100, rng=rng)
+    channel = NgramChannel.build(word, vocab)
+    loc = Localizer(emb, MultivariateLaplace(EPS), rng=rng, calibrated=True)
+    reports = [[list(s) for s in r.sentences] for r in loc.privatize_many([" ".join(s) + "." for s in users] * 3)]
+    clean = [[s] for s in users] * 3
+    return vocab, word, channel, clean, reports
+
+
+def _totals(reports, vocab, candidates=False) -> WeightedTotals:
+    return weighted_totals([report_items(reports, 3, vocab.words)], vocab, 100, 3, 1.0, candidates=candidates)
+
+
+def _kl(p, q) -> float:
+    p, q = p / p.sum(), np.maximum(q, 1e-12) / np.maximum(q, 1e-12).sum()
+    nz = p > 0
+    return float(np.sum(p[nz] * np.log(p[nz] / q[nz])))
+
+
+def test_word_channel_rows_are_distributions_and_boundaries_pass_unchanged(setup):
+    vocab, word, *_ = setup
+    rows = np.asarray(word.matrix.sum(axis=1)).ravel()
+    assert np.allclose(rows, 1.0)
+    cid = {c: i for i, c in enumerate(word.classes)}
+    for t in ("<s>", "</s>"):
+        assert word.matrix[cid[t], cid[t]] == 1.0
+    assert 0.2 < float(np.median(word.keep_rate())) < 0.9  # ε = 8 keeps about half the words
+    assert word.standard_error == pytest.approx(0.5 / np.sqrt(100))
+
+
+def test_word_channel_round_trips_through_its_file(setup, tmp_path):
+    _, word, *_ = setup
+    word.save(tmp_path / "c.npz")
+    back = WordChannel.load(tmp_path / "c.npz")
+    assert back.classes == word.classes and back.draws == word.draws and back.deployment_key == word.deployment_key
+    assert (back.matrix != word.matrix).nnz == 0
+
+
+def test_ngram_channel_is_the_product_of_word_channels(setup):
+    vocab, word, channel, *_ = setup
+    cid = {c: i for i, c in enumerate(word.classes)}
+    P = word.matrix.toarray()
+    rng = np.random.default_rng(3)
+    for n in (1, 2, 3):
+        A = channel.order(n, vocab).toarray()
+        cols = channel.columns[n]
+        toks = [[cid[t] for t in vocab.items[c].split(" ")] for c in cols]
+        for _ in range(200):
+            j, k = rng.integers(0, cols.size, size=2)
+            assert A[k, j] == pytest.approx(np.prod([P[a, b] for a, b in zip(toks[j], toks[k])]))
+    other = NgramVocabulary(vocab.items[:10], vocab.alpha[:10], 3)
+    with pytest.raises(ValueError, match="another release vocabulary"):
+        channel.order(1, other)
+
+
+def test_deconvolution_recovers_most_of_what_the_devices_changed(setup):
+    """Public and users' text come from one corpus here, so the prior is already close; the
+    deconvolved words must be far closer to the clean ones than the perturbed counts are."""
+    vocab, word, channel, clean, reports = setup
+    uni = vocab.orders == 1
+    clean_y = _totals(clean, vocab).public[uni]
+    pert_y = _totals(reports, vocab).public[uni]
+    sigma = 1.0
+    noisy = pert_y + sigma * np.random.default_rng(5).standard_normal(pert_y.size)
+    prior = vocab.alpha[uni] / vocab.alpha[uni].sum()
+    d = deconvolve(noisy, channel.order(1, vocab), prior, sigma)
+    assert d.iterations > 0 and d.discrepancy < d.start_discrepancy
+    kl_dec, kl_pert, kl_prior = _kl(clean_y, d.clean), _kl(clean_y, pert_y), _kl(clean_y, prior)
+    assert kl_dec < 0.5 * kl_pert, (kl_dec, kl_pert, kl_prior)
+
+
+def test_noise_that_swamps_the_signal_leaves_the_prior(setup):
+    vocab, _, channel, _, reports = setup
+    uni = vocab.orders == 1
+    pert_y = _totals(reports, vocab).public[uni]
+    sigma = 1e6
+    noisy = pert_y + sigma * np.random.default_rng(6).standard_normal(pert_y.size)
+    prior = vocab.alpha[uni] / vocab.alpha[uni].sum()
+    d = deconvolve(noisy, channel.order(1, vocab), prior, sigma)
+    assert d.iterations == 0
+    assert np.allclose(d.clean / d.clean.sum(), prior)
+
+
+class _Normals:
+    """A RandomSource whose standard normals are given: to hold a release's noisy outputs fixed."""
+
+    def __init__(self, z: np.ndarray) -> None:
+        self.z = z
+
+    def standard_normal(self, size=None):
+        return self.z[: int(np.prod(size))].reshape(size)
+
+
+def test_the_clean_estimate_is_post_processing_of_the_noisy_totals_alone(setup):
+    """Two different datasets whose noisy totals come out equal get equal releases: the channel-aware
+    estimate reads nothing but the Gaussian mechanism's outputs and public data."""
+    vocab, _, channel, clean, reports = setup
+    p = PosteriorParams(1.0, 1e-6, discovery=False)
+    a, b = _totals(reports, vocab), _totals(reports[: len(reports) // 2], vocab)
+    z = np.random.default_rng(7).standard_normal(len(vocab))
+    ra = posterior_release(a, vocab, p, _Normals(z), channel=channel)
+    rb = posterior_release(b, vocab, p, _Normals(z + (a.public - b.public) / p.sigma), channel=channel)
+    assert np.allclose(ra.noisy_public, rb.noisy_public)
+    assert np.array_equal(ra.pseudo_counts, rb.pseudo_counts)
+    pseudo, _ = post_process(ra.noisy_public, [], np.empty(0), vocab, p.sigma, p.bins, channel)
+    assert np.array_equal(pseudo, ra.pseudo_counts)
+    # the guarantee is the Gaussian mechanism's, whatever the post-processing; the statement says what ran
+    plain = posterior_release(a, vocab, p, _Normals(z))
+    assert ra.guarantee.budget == plain.guarantee.budget
+    assert "deconvolved with the public local channel" in ra.statement and ra.channel
+    assert "local channel" not in plain.statement and not plain.channel
