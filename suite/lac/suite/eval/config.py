@@ -55,7 +55,18 @@ class EvalConfig:
     target_W: int = 100
     target_C: int = 3
     count_clip_targets: int = 10_000_000
-    # end to end
+    # end to end through the device (lac.suite.eval.e2e): presets x central ε, against the clean text
+    e2e_points: tuple[tuple[str, int, int], ...] = (
+        ("20k real users", 20_000, 1),
+        ("200k real users", 200_000, 1),
+        ("1.02M users: 340k real texts, each privatized 3 times independently", 340_000, 3),
+    )
+    e2e_presets: tuple[str, ...] = ("private", "balanced", "utility")
+    e2e_central: tuple[float, ...] = (0.1, 0.3, 1.0, 3.0)
+    e2e_embedding_vocab: int = 50_000  # the presets' embedding (GloVe 6B 50d, 50,000 words)
+    e2e_runs: int = 1  # releases per row (at these sizes the release's own noise moves perplexity by < 1%)
+    e2e_channel_draws: int = 400  # Monte-Carlo draws per word of the local channel (the curator's default)
+    # privacy accounting of the pipeline (lac.suite.eval.pipeline)
     central_epsilons: tuple[float, ...] = (0.5, 1.0, 2.0, 4.0, 8.0)
     report_words: int = 32  # reports truncated to this many words so ε0 = ℓ·ε·diam holds for all
     eps0_grid_points: int = 24
@@ -91,6 +102,9 @@ PRESETS = {
         target_points=(("20k real users", 20_000, 1),),
         target_epsilons=(1.0,),
         target_runs=1,
+        e2e_points=(("20k real users", 20_000, 1),),
+        e2e_presets=("balanced",),
+        e2e_central=(0.3, 1.0),
     ),
     "tiny": EvalConfig(
         max_users=1500,
@@ -117,5 +131,10 @@ PRESETS = {
         target_epsilons=(1.0,),
         target_runs=1,
         target_heldout=300,
+        e2e_points=(("2k real users", 2_000, 1),),
+        e2e_presets=("balanced",),
+        e2e_central=(1.0,),
+        e2e_embedding_vocab=5_000,
+        e2e_channel_draws=20,
     ),
 }

@@ -10,10 +10,10 @@ from pathlib import Path
 import numpy as np
 
 from . import data as eval_data
-from . import language_model, localizer, membership, paper_figures, pipeline, report, targets
+from . import e2e, language_model, localizer, membership, paper_figures, pipeline, report, targets
 from .config import EvalConfig
 
-SECTIONS = ("figures", "table1", "membership", "localizer", "pipeline", "targets")
+SECTIONS = ("figures", "table1", "membership", "localizer", "pipeline", "targets", "e2e")
 
 
 def _say(msg: str) -> None:
@@ -80,6 +80,8 @@ def run(cfg: EvalConfig, out: Path, preset: str = "custom", sections=SECTIONS) -
         res["pipeline"] = step("pipeline", lambda: pipeline.run(data, out, rngs["pipeline"]))
     if "targets" in sections:
         res["targets"] = step("targets", lambda: targets.run(cfg, out, rngs["targets"]))
+    if "e2e" in sections:
+        res["e2e"] = step("e2e", lambda: e2e.run_e2e(cfg, out, rngs["e2e"]))
     res["wall_time_s"] = time.perf_counter() - t0
     (out / "results.json").write_text(json.dumps(res, indent=1, default=_json_default), encoding="utf-8")
     report.write(out / "report.md", res)
