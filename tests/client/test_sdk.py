@@ -10,6 +10,7 @@ import shutil
 import subprocess
 import sys
 import textwrap
+import time
 import tomllib
 import venv
 from pathlib import Path
@@ -17,6 +18,7 @@ from pathlib import Path
 import grpc
 import numpy as np
 import pytest
+from lac_testkit import free_port
 
 import lac.client
 from lac.client import errors
@@ -395,6 +397,37 @@ def test_cli_names_the_line_without_a_supported_word(glove200, tmp_path, capsys,
     assert code == 2 and out == "" and "Traceback" not in err
     last = err.strip().splitlines()[-1]
     assert last.startswith(f"lac client privatize: error: UnsupportedText: line 3 of {messages} has no word")
+
+
+def _unreachable(glove200, address, **options):
+    """The error and the seconds of one submit to ``address``, where nothing listens."""
+    t0 = time.monotonic()
+    with (
+        lac.client.ShufflerClient.connect(address, insecure=True, **options) as c,
+        pytest.raises(lac.client.RetryableError) as err,
+    ):
+        c.submit(_report(glove200))
+    _assert_wrapped(err.value, lac.client.RetryableError, grpc.StatusCode.UNAVAILABLE)
+    return str(err.value), time.monotonic() - t0
+
+
+@pytest.mark.slow  # the default wait: 10 s
+def test_an_unreachable_shuffler_fails_within_ten_seconds_naming_it_and_why(glove200):
+    """A closed loopback port: UNAVAILABLE after the default 10 s (not minutes of retries ending in
+    DEADLINE_EXCEEDED), saying the shuffler could not be reached, where, and gRPC's reason."""
+    address = f"127.0.0.1:{free_port()}"
+    message, seconds = _unreachable(glove200, address)
+    assert seconds < 11, seconds
+    assert f"could not reach the shuffler at {address} within 10 s" in message and "Connection refused" in message
+
+
+def test_connect_timeout_is_configurable(glove200):
+    address = f"127.0.0.1:{free_port()}"
+    message, seconds = _unreachable(glove200, address, connect_timeout=0.5, attempts=5, timeout=60)
+    assert seconds < 3, seconds
+    assert f"could not reach the shuffler at {address} within 0.5 s" in message
+    with pytest.raises(ValueError, match="connect_timeout"):
+        lac.client.ShufflerClient(address, insecure=True, connect_timeout=0)
 
 
 def test_malformed_report_is_an_invalid_report_error(start_shuffler, sink):

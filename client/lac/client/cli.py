@@ -108,6 +108,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     hidden_alias(sm, "--shuffler", "server")
     sm.add_argument("--timeout", type=positive(float), default=30.0, help="seconds each call to the shuffler may take")
     sm.add_argument(
+        "--connect-timeout",
+        type=positive(float),
+        default=10.0,
+        help="seconds to wait for a connection to the shuffler before giving up (naming it and why)",
+    )
+    sm.add_argument(
         "--attempts",
         type=positive(int),
         default=5,
@@ -326,7 +332,14 @@ def _submit(args: argparse.Namespace) -> int:
     key = CuratorPublicKey.load(args.curator_key) if args.curator_key else None
     token = args.token_file.read_text().strip() if args.token_file else os.environ.get("LAC_CLIENT_TOKEN")
     with ShufflerClient(
-        args.server, key, channel_tls, token=token, insecure=args.insecure, timeout=args.timeout, attempts=args.attempts
+        args.server,
+        key,
+        channel_tls,
+        token=token,
+        insecure=args.insecure,
+        timeout=args.timeout,
+        attempts=args.attempts,
+        connect_timeout=args.connect_timeout,
     ) as client:
         deployment = client.deployment()
         if args.insecure:  # once the shuffler answered, so that a failure to reach it stays one line

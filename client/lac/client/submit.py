@@ -15,8 +15,10 @@ names the right one (FAILED_PRECONDITION with trailing metadata ``lac-shard``), 
 asks that replica and retries there once. Against an unsharded shuffler every call goes to the
 address given, as before.
 
-Failures surface as ``lac.client.errors`` (never a raw ``grpc.RpcError``): transient ones
-(UNAVAILABLE, DEADLINE_EXCEEDED) after this client's own retries as ``RetryableError``, a used-up
+Failures surface as ``lac.client.errors`` (never a raw ``grpc.RpcError``): a shuffler that cannot
+be reached within ``connect_timeout`` (10 s by default) at once as ``RetryableError`` (UNAVAILABLE)
+naming its address and gRPC's reason; other transient ones (UNAVAILABLE, DEADLINE_EXCEEDED)
+after this client's own retries as ``RetryableError``, a used-up
 quota as ``QuotaExceeded``, credentials as ``AuthenticationError``, refused input as
 ``InvalidReportError``; replicas that keep sending a client elsewhere as ``NotRetryableError``.
 """
@@ -53,6 +55,8 @@ TOKEN_ENV = "LAC_CLIENT_TOKEN"
 SHARD_KEY = "lac-shard"  # trailing metadata of a sharded replica's refusal: the replica to submit to
 MAX_ROUTES = 4096  # tokens whose replica is remembered (a simulation may play many clients)
 MAX_REPLICA_CHANNELS = 64  # open channels to replicas other than the bootstrap
+CONNECT_TIMEOUT = 10.0  # seconds: how long a call waits for a connection before the SDK gives up
+PROBE_SECONDS = 1.0  # a fail-fast call that asks gRPC why a channel in TRANSIENT_FAILURE cannot connect
 
 
 def _bearer(token: str | None) -> Metadata:
@@ -74,6 +78,27 @@ def _replicas_disagree(why: str, refusal: LacClientError) -> LacClientError:
         status_code=refusal.status_code,
         status_details=refusal.status_details,
         trailing=refusal.trailing,
+    )
+
+
+def _unreachable(channel: grpc.Channel, address: str, seconds: float, what: str) -> LacClientError:
+    """The error for a channel to ``address`` that did not connect within ``seconds``, with gRPC's reason
+    (asked with a fail-fast call when the last attempt failed; a silent one is said to be unanswered)."""
+    try:
+        probe: Any = channel.unary_unary("/grpc.health.v1.Health/Check")  # raw bytes: any answer will do
+        probe(b"", timeout=PROBE_SECONDS, wait_for_ready=False)
+        why = "it answered only after the wait"
+    except grpc.RpcError as exc:
+        code = exc.code() if callable(getattr(exc, "code", None)) else None
+        if code == grpc.StatusCode.UNAVAILABLE:
+            why = exc.details() or "unavailable"
+        else:  # still connecting: nothing refused the connection, nothing answered it either
+            why = "no answer to the connection attempt (a host that is down, or a firewall dropping it)"
+    return _grpc_errors.RetryableError(
+        f"{what} failed: UNAVAILABLE: could not reach the shuffler at {address} within {seconds:g} s: {why} "
+        f"(ShufflerClient(connect_timeout=...) waits longer)",
+        status_code=grpc.StatusCode.UNAVAILABLE,
+        status_details=why,
     )
 
 
@@ -109,8 +134,10 @@ class ShufflerClient:
     Production use needs ``curator_key`` (reports are sealed to it) and ``tls`` (the CA
     that signed the shuffler's certificate, optionally a client certificate), plus a
     ``token`` unless the client certificate identifies the client. ``insecure=True``
-    allows plaintext payloads and channels for local demos only. ``ShufflerClient.connect``
-    builds the same from file paths. ``target`` may be any replica of a sharded shuffler: each
+    allows plaintext payloads and channels for local demos only. A call gives up after
+    ``connect_timeout`` seconds without a connection (``RetryableError`` naming the address and
+    why), and each call may take ``timeout`` seconds. ``ShufflerClient.connect`` builds the same
+    from file paths. ``target`` may be any replica of a sharded shuffler: each
     token's reports go to its own replica (``replica``), found and followed as the module says.
     """
 
@@ -124,7 +151,10 @@ class ShufflerClient:
         batch_size: int = 100,
         attempts: int = 5,
         timeout: float = 30.0,
+        connect_timeout: float = CONNECT_TIMEOUT,
     ) -> None:
+        if not connect_timeout > 0:
+            raise ValueError(f"connect_timeout must be > 0 seconds, got {connect_timeout!r}")
         if not insecure and (curator_key is None or tls_config is None):
             raise ValueError(
                 "ShufflerClient needs the curator's public key and TLS settings (or insecure=True for a local demo)"
@@ -139,6 +169,7 @@ class ShufflerClient:
         self.batch_size = batch_size
         self.attempts = attempts
         self.timeout = timeout
+        self.connect_timeout = connect_timeout
         self._unsharded = False  # the bootstrap said it is not sharded: submit there without asking
         self._replica_of: OrderedDict[str | None, str] = OrderedDict()  # token -> its replica's address
         self._replicas: OrderedDict[str, tuple[grpc.Channel, shuffler_pb2_grpc.ShufflerStub]] = OrderedDict()
@@ -161,7 +192,7 @@ class ShufflerClient:
         curator's ``curator.pub``, or a loaded ``CuratorPublicKey``), ``ca`` (the CA that signed
         the shuffler's certificate), optionally ``cert``/``key`` for mutual TLS, and the bearer
         ``token`` (default: ``$LAC_CLIENT_TOKEN``). ``options`` go to the constructor
-        (``batch_size``, ``attempts``, ``timeout``)."""
+        (``batch_size``, ``attempts``, ``timeout``, ``connect_timeout``)."""
         if token is None:
             token = os.environ.get(TOKEN_ENV) or None
         if curator_key is not None and not isinstance(curator_key, CuratorPublicKey):
@@ -198,17 +229,15 @@ class ShufflerClient:
     ) -> Any:
         """``method(request)`` on ``stub`` (default: the bootstrap address) with retries of transient
         failures (exponential back-off, or the server's ``retry-after-seconds`` when it is longer, up to
-        ``MAX_RETRY_WAIT``); a final failure is raised as a ``lac.client.errors.LacClientError``."""
-        method = getattr(stub or self.stub, name)
+        ``MAX_RETRY_WAIT``); a final failure is raised as a ``lac.client.errors.LacClientError``. An
+        attempt whose channel does not connect within ``connect_timeout`` fails at once (``_attempt``)."""
+        stub = stub or self.stub
         delay = 0.2
         for attempt in range(1, self.attempts + 1):
             try:
-                return method(
-                    request,
-                    timeout=self.timeout,
-                    wait_for_ready=True,
-                    metadata=self.metadata if metadata is None else metadata,
-                )
+                return self._attempt(name, request, self.metadata if metadata is None else metadata, stub)
+            except LacClientError:  # not reached within connect_timeout: said at once, not retried
+                raise
             except grpc.RpcError as exc:
                 if exc.code() not in RETRYABLE or attempt == self.attempts:
                     raise wrap(exc, f"Shuffler.{name}") from None
@@ -216,6 +245,30 @@ class ShufflerClient:
                 time.sleep(min(max(delay, asked or 0.0), MAX_RETRY_WAIT))
                 delay *= 2
         raise AssertionError("unreachable")
+
+    def _attempt(self, name: str, request: Message, metadata: Metadata, stub: shuffler_pb2_grpc.ShufflerStub) -> Any:
+        """One call, waiting for a connection (``wait_for_ready``) at most ``connect_timeout`` seconds:
+        then it is cancelled and ``RetryableError`` (UNAVAILABLE) says the address and why. The channel's
+        state is watched without asking it to connect (the call does), so no watcher outlives it."""
+        with self._lock:
+            found = [(ch, a) for a, (ch, s) in self._replicas.items() if s is stub]
+        channel, address = found[0] if found else (self.channel, self.target)
+        settled = threading.Event()  # connected, or the call ended first
+
+        def watch(state: grpc.ChannelConnectivity) -> None:
+            if state == grpc.ChannelConnectivity.READY:
+                settled.set()
+
+        channel.subscribe(watch, try_to_connect=False)
+        try:
+            call = getattr(stub, name).future(request, timeout=self.timeout, wait_for_ready=True, metadata=metadata)
+            call.add_done_callback(lambda _: settled.set())
+            if not settled.wait(self.connect_timeout):
+                call.cancel()
+                raise _unreachable(channel, address, self.connect_timeout, f"Shuffler.{name}")
+            return call.result()
+        finally:
+            channel.unsubscribe(watch)
 
     def deployment(self) -> Deployment:
         """The curator's published local-privacy configuration, relayed by the shuffler."""
