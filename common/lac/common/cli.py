@@ -13,12 +13,17 @@ missing file) ends in one line on stderr and exit code 2, never a traceback (unl
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import math
 import sys
 from collections.abc import Callable
 from importlib.metadata import EntryPoint, entry_points
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
+
+if TYPE_CHECKING:
+    from google.protobuf.descriptor import FieldDescriptor
+    from google.protobuf.message import Message
 
 PROVIDERS = {
     "client": "lac-client",
@@ -59,6 +64,52 @@ def positive(kind: type[int] | type[float]) -> Callable[[str], float]:
 
     convert.__name__ = kind.__name__
     return convert
+
+
+def message_dict(message: Message) -> dict[str, Any]:
+    """A protobuf message as the ``--json`` of every command prints it: field names as in the .proto,
+    every field without presence included (zeros, empty lists and maps: a count of 0 is printed, not left
+    out), ``optional`` fields only when set, enums by name, and 64-bit integers as JSON numbers (protobuf's
+    JSON mapping writes them as strings; Python's ``json`` holds any integer exactly). Map keys stay
+    strings, as JSON requires; a NaN or infinite double is the string ``"NaN"``/``"Infinity"``."""
+    from google.protobuf.json_format import MessageToDict
+
+    found = MessageToDict(message, preserving_proto_field_name=True, always_print_fields_with_no_presence=True)
+    return _int64_as_numbers(message.DESCRIPTOR, found)
+
+
+def message_json(message: Message) -> str:
+    """``message_dict(message)`` as indented JSON text (non-ASCII characters such as ε kept as they are)."""
+    return json.dumps(message_dict(message), indent=2, ensure_ascii=False)
+
+
+def _int64_as_numbers(descriptor: Any, found: dict[str, Any]) -> dict[str, Any]:
+    """``found`` (``MessageToDict`` of a message whose ``Descriptor`` is ``descriptor``) with its 64-bit
+    integers, at any depth, turned from strings back into ints."""
+    for name, value in found.items():
+        field = descriptor.fields_by_name.get(name)
+        if field is None:  # not a field of this message (MessageToDict writes only fields; kept as it is)
+            continue
+        entry = field.message_type
+        if entry is not None and entry.GetOptions().map_entry:
+            value_field = entry.fields_by_name["value"]
+            found[name] = {key: _field_value(value_field, v) for key, v in value.items()}
+        elif field.is_repeated:
+            found[name] = [_field_value(field, v) for v in value]
+        else:
+            found[name] = _field_value(field, value)
+    return found
+
+
+def _field_value(field: FieldDescriptor, value: Any) -> Any:
+    from google.protobuf.descriptor import FieldDescriptor as F
+
+    if field.type in (F.TYPE_INT64, F.TYPE_UINT64, F.TYPE_SINT64, F.TYPE_FIXED64, F.TYPE_SFIXED64):
+        return int(value)
+    message = field.message_type
+    if message is not None and isinstance(value, dict) and not message.full_name.startswith("google.protobuf."):
+        return _int64_as_numbers(message, value)  # a nested message (well-known types have their own JSON)
+    return value
 
 
 def _unregister(sub: argparse._SubParsersAction[Any], name: str) -> None:

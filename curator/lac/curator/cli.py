@@ -7,11 +7,9 @@ import asyncio
 import json
 from pathlib import Path
 
-from google.protobuf.json_format import MessageToDict
-
 from lac.common import config as cfg
 from lac.common import tls
-from lac.common.cli import hidden_alias, positive
+from lac.common.cli import hidden_alias, message_json, positive
 from lac.common.v1 import curator_pb2, curator_pb2_grpc, reports_pb2
 from lac.curator.config import ENV_PREFIX, CuratorConfig
 from lac.curator.release import MECHANISMS, OFFLINE_ONLY, PublicCaps, ReleaseSpec
@@ -321,7 +319,8 @@ def _stub(args):
 
 
 def _print(args, message, text: str) -> None:
-    print(json.dumps(MessageToDict(message, preserving_proto_field_name=True), indent=2) if args.json else text)
+    """``text``, or with ``--json`` the reply (``lac.common.cli.message_json``: 64-bit integers as numbers)."""
+    print(message_json(message) if args.json else text)
 
 
 def describe(r: curator_pb2.ReleaseRecord) -> str:

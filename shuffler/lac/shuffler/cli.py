@@ -7,6 +7,7 @@ from pathlib import Path
 
 from lac.common import config as cfg
 from lac.common import tls
+from lac.common.cli import message_json
 from lac.common.v1 import shuffler_pb2, shuffler_pb2_grpc
 from lac.shuffler.config import ENV_PREFIX, ShufflerConfig
 
@@ -29,6 +30,7 @@ def register(subparsers) -> None:
             default=None,
             help="file holding an operator token (`add-client NAME --role operator`; or set LAC_OPERATOR_TOKEN)",
         )
+        q.add_argument("--json", action="store_true", help="print the reply as one JSON object")
         tls.add_client_flags(q)
         q.set_defaults(func=func)
     add = sub.add_parser(
@@ -195,6 +197,9 @@ def _call(args, method: str, request):
 
 def _status(args) -> int:
     s = _call(args, "GetStatus", shuffler_pb2.ShufflerStatusRequest())
+    if args.json:
+        print(message_json(s))
+        return 0
     print(f"authentication:     {s.auth}")
     print(f"window:             {s.window} (next in {s.seconds_to_next_window:.0f}s)")
     print(
@@ -218,6 +223,9 @@ def _status(args) -> int:
 
 def _flush(args) -> int:
     r = _call(args, "Flush", shuffler_pb2.FlushRequest())
+    if args.json:
+        print(message_json(r))
+        return 0
     print(f"released batch {r.batch_id} of {r.batch_size} reports" if r.released else r.note)
     return 0
 
