@@ -6,10 +6,12 @@ of reports uses a DP count (charged, kept for closed windows); an operator's use
 
 from __future__ import annotations
 
+import time
+
 import grpc
 import numpy as np
 import pytest
-from lac_testkit import batch_privacy, content
+from lac_testkit import DEPLOYMENT, batch_privacy, content
 
 from lac.common import envelope, tls
 from lac.common.privacy import PrivacyUnit
@@ -269,3 +271,56 @@ def test_analyst_check_uses_a_charged_dp_count_reused_for_closed_windows(pki, st
         req.expected_reports = 10**7  # the analyst's own assumption: no count needed, and the check passes
         assert stub.Release(req, timeout=60).differentially_private
         assert _spent(stub, OLD_WINDOW) == pytest.approx(3.0)
+
+
+@pytest.fixture
+def analyst_curator(pki, start_curator, curator_public_key):
+    """A TLS curator with the accuracy check on (a DP count costs ε = 2) and an analyst's stub."""
+    cert, key = pki.pem("curator")
+    cur = start_curator(
+        insecure=False, tls_cert=cert, tls_key=key, tls_client_ca=pki.ca, min_signal_share=0.25, count_epsilon=2.0
+    )
+    with tls.channel(cur.address, pki.client_tls("analyst")) as ch:
+        yield cur, curator_pb2_grpc.CuratorStub(ch)
+
+
+def _ledger(stub):
+    return {w.window: w.spent_epsilon for w in stub.GetBudget(curator_pb2.BudgetRequest(), timeout=5).windows}
+
+
+def test_a_release_over_negative_windows_is_refused_and_charges_nothing(analyst_curator, pki, curator_public_key):
+    """Windows count from 0 (the Unix epoch): a release, forced or not, or a preview over any window
+    before it is INVALID_ARGUMENT naming the window, with no DP count taken and nothing charged."""
+    cur, stub = analyst_curator
+    _ingest(cur.address, lambda c: envelope.seal(c, curator_public_key), 30, OLD_WINDOW, pki.client_tls("shuffler"))
+    before = _ledger(stub)
+    for first, last, force in ((-5, -1, False), (-1, -1, True), (-2, OLD_WINDOW, False)):
+        req = curator_pb2.ReleaseRequest(epsilon=1.0, first_window=first, last_window=last, force=force)
+        for call in (stub.Release, stub.PreviewRelease):
+            with pytest.raises(grpc.RpcError) as err:
+                call(req, timeout=30)
+            assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT, err.value.details()
+            assert f"window {first}" in err.value.details() and "0" in err.value.details()
+    assert _ledger(stub) == before and not any(w < 0 for w in _ledger(stub))
+
+
+def test_a_refused_release_charges_its_dp_count_once(analyst_curator, pki, curator_public_key):
+    """The current window (still open) and a past window with no report: the check's DP count is
+    charged once; asking again reuses it (a count of an open window says so) and spends nothing.
+    An empty window is not refused for being empty, which would disclose it un-noised: its noisy
+    count is what refuses it."""
+    cur, stub = analyst_curator
+    now = DEPLOYMENT.window(time.time())
+    _ingest(cur.address, lambda c: envelope.seal(c, curator_public_key), 30, now, pki.client_tls("shuffler"))
+    for window in (now, OLD_WINDOW):
+        req = curator_pb2.ReleaseRequest(epsilon=1.0, first_window=window, last_window=window)
+        for attempt in range(3):
+            with pytest.raises(grpc.RpcError) as err:
+                stub.Release(req, timeout=60)
+            assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION, err.value.details()
+            assert "release refused" in err.value.details() and "DP count" in err.value.details()
+            assert _ledger(stub).get(window) == pytest.approx(2.0), (window, attempt)  # one count, once
+            if attempt:
+                assert "nothing was spent" in err.value.details()
+                if window == now:
+                    assert "still open" in err.value.details()

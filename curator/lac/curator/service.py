@@ -346,6 +346,8 @@ class Curator:
         n_windows = span[1] - span[0] + 1
         if n_windows > 100_000:
             raise InvalidArgument(f"a release covers at most 100,000 windows, not {n_windows}")
+        if span[0] < 0:  # before the Unix epoch: no report is there, and charging it would be for nothing
+            raise InvalidArgument(f"the release covers window {span[0]}: accounting windows count from 0")
         d = self.deployment
         newest = self._newest_window()
         if span[1] > newest:  # no report can be there yet: charging those windows would waste their budget
@@ -381,7 +383,8 @@ class Curator:
     async def _known_reports(self, spec: ReleaseSpec, span: tuple[int, int], operator: bool) -> tuple[int | None, str]:
         """The number of reports the caller may know, and where it comes from: the request's
         assumption, the exact count (operators see it anyway) or a DP count released earlier for
-        exactly these windows, reused only if they had all closed before it was taken."""
+        exactly these windows, reused unless they have all closed since it was taken (so a refused
+        release charges its count once while a window is open, and once more after it closed)."""
         if spec.expected_reports is not None:
             return spec.expected_reports, "assumed by the request"
         if operator:
@@ -389,10 +392,12 @@ class Curator:
         kept = await self._run(self.store.noisy_count, *span)
         if kept is not None:
             value, scale, eps, at = kept
-            if (span[1] + 1) * self.deployment.window_seconds <= at:
+            closes = (span[1] + 1) * self.deployment.window_seconds
+            if closes <= at or time.time() < closes:  # taken after the windows closed, or still open now
                 when = dt.datetime.fromtimestamp(at, dt.UTC).isoformat(timespec="seconds")
+                still = "" if closes <= at else f", while window {span[1]} was still open: later reports are not in it"
                 return max(0, round(value)), (
-                    f"a DP count of {when} (ε = {eps:g}, Laplace scale {scale:.3g}: about ±{3 * scale:.3g})"
+                    f"a DP count of {when}{still} (ε = {eps:g}, Laplace scale {scale:.3g}: about ±{3 * scale:.3g})"
                 )
         return None, ""
 
