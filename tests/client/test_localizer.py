@@ -43,6 +43,52 @@ def test_report_fields(glove50k):
     assert isinstance(r.sentences, tuple) and all(isinstance(s, tuple) for s in r.sentences)
 
 
+def test_report_explains_itself_briefly(glove50k):
+    """A short repr (not the dataclass's kilobytes of guarantees) and a plain-language explain()."""
+    r = _loc(glove50k, 8.0).privatize(TEXT)
+    assert repr(r) == "PrivatizedReport(16 words, ε=8/word, glove-6b-50d/50000)"
+    one = _loc(glove50k, 8.0).privatize("hello")
+    assert repr(one) == "PrivatizedReport(1 word, ε=8/word, glove-6b-50d/50000)"
+    text = r.explain()
+    assert "each of the 16 words" in text and "ε = 8 per word" in text
+    assert "the original text never leaves the device" in text and "sealed" in text
+    assert 2 <= text.count(". ") + 1 <= 4 and len(text) < 600  # a few sentences, no formal statement
+    assert "metric" not in text and "δ" not in text
+
+
+@pytest.mark.parametrize(
+    ("texts", "match"),
+    [
+        ([b"hello world"], r"^the text is bytes: decode it to str first"),
+        ([None], r"^the text is NoneType, not str"),
+        (["hello", 3], r"^text 2 of 2 is int, not str"),
+        ("hello world", r"^privatize_many takes a list of texts"),
+        (b"hello world", r"^privatize_many takes a list of texts"),
+    ],
+)
+def test_text_that_is_not_str_is_a_clear_type_error(glove200, texts, match):
+    with pytest.raises(TypeError, match=match):
+        _loc(glove200, 1.0).privatize_many(texts)
+
+
+def test_privatize_refuses_bytes_and_none(glove200):
+    with pytest.raises(TypeError, match="decode it to str first"):
+        _loc(glove200, 1.0).privatize(b"hello")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="NoneType, not str"):
+        _loc(glove200, 1.0).privatize(None)  # type: ignore[arg-type]
+
+
+def test_maximum_text_size(glove200):
+    """MAX_TEXT_CHARS is the longest text taken; one character more is a ValueError naming the limit."""
+    from lac.client import MAX_TEXT_CHARS
+
+    loc = _loc(glove200, 1.0)
+    longest = ("the " * MAX_TEXT_CHARS)[:MAX_TEXT_CHARS]
+    assert loc.privatize(longest).n_words > 0
+    with pytest.raises(ValueError, match=r"^text 2 of 2 has 100,001 characters, more than the 100,000"):
+        loc.privatize_many(["hello", longest + "x"])
+
+
 def test_empty_text(glove200):
     """A text without words is refused (it would be an empty report); no texts give no reports."""
     with pytest.raises(UnsupportedText, match="^the text has no word to privatize"):

@@ -40,7 +40,7 @@ from lac.client.errors import (
 if TYPE_CHECKING:
     from lac.client.embedding import Embedding, glove_default
     from lac.client.formats import open_embedding
-    from lac.client.localizer import Localizer, PrivatizedReport
+    from lac.client.localizer import MAX_TEXT_CHARS, Localizer, PrivatizedReport
     from lac.client.mechanisms import MultivariateLaplace
     from lac.client.modulated import DensityModulated
     from lac.client.presets import DEFAULT_PRESET, PRESETS, Preset, get_preset
@@ -51,6 +51,7 @@ if TYPE_CHECKING:
 _LAZY = {
     "Localizer": "lac.client.localizer",
     "PrivatizedReport": "lac.client.localizer",
+    "MAX_TEXT_CHARS": "lac.client.localizer",
     "MultivariateLaplace": "lac.client.mechanisms",
     "DistanceTruncated": "lac.client.truncated",
     "KNNTruncated": "lac.client.truncated",
@@ -70,6 +71,7 @@ __all__ = [
     # privatizing
     "Localizer",
     "PrivatizedReport",
+    "MAX_TEXT_CHARS",
     "Preset",
     "PRESETS",
     "DEFAULT_PRESET",

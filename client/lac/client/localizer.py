@@ -56,6 +56,22 @@ OOV_STATEMENT = (
     "vocabulary word w, protected at ε·d(centroid, w)."
 )
 _CHUNK = 1 << 16  # words per noise + nearest-neighbour pass (bounds memory, not speed)
+MAX_TEXT_CHARS = 100_000  # the longest text privatize/privatize_many take (about 15,000 words): a ValueError beyond
+
+
+def _checked_texts(texts: list[Any]) -> None:
+    """TypeError for a text that is not a ``str`` (bytes, None, ...), ValueError for one over MAX_TEXT_CHARS."""
+    for i, text in enumerate(texts):
+        where = "the text" if len(texts) == 1 else f"text {i + 1} of {len(texts)}"
+        if isinstance(text, (bytes, bytearray)):
+            raise TypeError(f"{where} is bytes: decode it to str first, e.g. text.decode('utf-8')")
+        if not isinstance(text, str):
+            raise TypeError(f"{where} is {type(text).__name__}, not str: give the text to privatize as a str")
+        if len(text) > MAX_TEXT_CHARS:
+            raise ValueError(
+                f"{where} has {len(text):,} characters, more than the {MAX_TEXT_CHARS:,} a text may have "
+                "(lac.client.localizer.MAX_TEXT_CHARS): split it into several texts"
+            )
 
 
 @dataclass(frozen=True)
@@ -79,6 +95,22 @@ class PrivatizedReport:
     def text(self) -> str:
         """The perturbed words joined by spaces (sentence boundaries are not marked)."""
         return " ".join(" ".join(s) for s in self.sentences)
+
+    def explain(self) -> str:
+        """What was done to the text, in plain language for someone who is not a privacy expert."""
+        words = f"{self.n_words} word" + ("" if self.n_words == 1 else "s")
+        return (
+            f"On this device, each of the {words} of this report was replaced by a word drawn at random, "
+            "more likely the closer it is to the original in meaning (sometimes the word itself). "
+            f"ε = {self.epsilon_per_word:g} per word sets how random this is: the smaller ε, the more often "
+            "words are replaced by others, so no one who reads the report can be sure which words were written. "
+            "Only the replaced words are sent, sealed so that only the curator can open them; "
+            "the original text never leaves the device."
+        )
+
+    def __repr__(self) -> str:
+        words = f"{self.n_words} word" + ("" if self.n_words == 1 else "s")
+        return f"PrivatizedReport({words}, ε={self.epsilon_per_word:g}/word, {self.embedding})"
 
 
 def fit_words(sentences: list[list[str]], max_words: int | None, long_text: str = "truncate") -> list[list[list[str]]]:
@@ -366,9 +398,13 @@ class Localizer:
 
         One report per text, except with a deployment and ``long_text="split"``, where a text
         longer than the deployment's L words gives several consecutive reports. A text with no
-        word the tokeniser reads (another script, emoji only) raises ``UnsupportedText``.
+        word the tokeniser reads (another script, emoji only) raises ``UnsupportedText``; one that
+        is not a ``str`` (bytes, None) a TypeError; one over ``MAX_TEXT_CHARS`` characters a ValueError.
         """
+        if isinstance(texts, (str, bytes, bytearray)):
+            raise TypeError("privatize_many takes a list of texts: for one text use privatize(text)")
         texts = list(texts)
+        _checked_texts(texts)
         reports_words = []
         for i, text in enumerate(texts):
             sents = split_sentences(text)
