@@ -214,7 +214,12 @@ def run_command(args: argparse.Namespace) -> int:
         code = getattr(exc, "code", None)
         if callable(code) and hasattr(exc, "details"):  # a gRPC error (or the SDK's, which subclass it)
             status = getattr(code(), "name", str(code()))
-            print(f"{name}: {status}: {_one_line(exc.details() or '')}", file=sys.stderr)
+            message = f"{status}: {_one_line(exc.details() or '')}"
+            if status == "UNAVAILABLE":  # "Socket closed" may be a server that requires a client certificate
+                from lac.common.tls import missing_client_cert
+
+                message = missing_client_cert(args) or message
+            print(f"{name}: {message}", file=sys.stderr)
         elif isinstance(exc, OSError) and exc.filename and exc.strerror:  # a missing or unreadable file
             if getattr(args, "verbose", False):
                 logging.getLogger("lac").exception("%s failed", name)

@@ -43,7 +43,11 @@ def _main(args: argparse.Namespace) -> int:
     except ValueError as e:
         raise SystemExit(f"error: {e}") from None
     except grpc.RpcError as e:
-        print(f"lac health: {address}: {e.code().name}: {' '.join((e.details() or '').split())}", file=sys.stderr)
+        cause = tls.missing_client_cert(args) if e.code() == grpc.StatusCode.UNAVAILABLE else None
+        if cause:
+            print(f"lac health: {cause}", file=sys.stderr)
+        else:
+            print(f"lac health: {address}: {e.code().name}: {' '.join((e.details() or '').split())}", file=sys.stderr)
         return 2
     print(f"{address}: {'SERVING' if ok else 'NOT SERVING'}")
     return 0 if ok else 1

@@ -13,6 +13,8 @@ import datetime as dt
 import ipaddress
 import logging
 import os
+import socket
+import ssl
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -133,6 +135,25 @@ def issue(out_dir: str | Path, name: str, hosts: list[str], days: int = 397) -> 
     return out / f"{name}.pem", out / f"{name}.key"
 
 
+def check_pair(cert: Path, key: Path) -> None:
+    """ValueError unless ``cert`` is a PEM certificate and ``key`` its unencrypted private key: said in one line
+    here, where gRPC would only say that it failed to bind or to connect."""
+    try:
+        certificate = x509.load_pem_x509_certificate(cert.read_bytes())
+    except ValueError:
+        raise ValueError(f"{cert} is not a PEM certificate (`lac keys tls` writes NAME.pem)") from None
+    try:
+        private = serialization.load_pem_private_key(key.read_bytes(), password=None)
+    except (ValueError, TypeError):
+        raise ValueError(f"{key} is not an unencrypted PEM private key (`lac keys tls` writes NAME.key)") from None
+    spki = serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
+    if certificate.public_key().public_bytes(*spki) != private.public_key().public_bytes(*spki):
+        raise ValueError(
+            f"the key {key} does not belong to the certificate {cert} (their public keys differ): "
+            "give the .key written with that .pem"
+        )
+
+
 @dataclass(frozen=True)
 class ServerTls:
     """A server's certificate and key; with ``client_ca`` client certificates signed by it are
@@ -145,6 +166,7 @@ class ServerTls:
 
     def credentials(self) -> grpc.ServerCredentials:
         """gRPC server credentials; client certificates are required when ``client_ca`` is set, unless optional."""
+        check_pair(self.cert, self.key)
         ca = self.client_ca.read_bytes() if self.client_ca else None
         return grpc.ssl_server_credentials(
             [(self.key.read_bytes(), self.cert.read_bytes())],
@@ -163,6 +185,8 @@ class ClientTls:
 
     def credentials(self) -> grpc.ChannelCredentials:
         """gRPC channel credentials trusting ``ca``, presenting the client certificate if one is set."""
+        if self.cert and self.key:
+            check_pair(self.cert, self.key)
         own = (self.key.read_bytes(), self.cert.read_bytes()) if self.cert and self.key else (None, None)
         return grpc.ssl_channel_credentials(self.ca.read_bytes(), private_key=own[0], certificate_chain=own[1])
 
@@ -181,10 +205,16 @@ def server_tls(
             raise ValueError(f"{name}: both insecure mode and a TLS certificate were given; choose one")
         log.warning("%s: %s", name, INSECURE_WARNING)
         return None
+    if bool(cert) != bool(key):
+        given, missing = ("--tls-key", "--tls-cert") if key else ("--tls-cert", "--tls-key")
+        raise ValueError(
+            f"{name}: {given} was given without {missing}: TLS needs this server's certificate and its key "
+            "(`lac keys tls` writes NAME.pem and NAME.key)"
+        )
     if not (cert and key):
         raise ValueError(
-            f"{name}: TLS needs a certificate and a key (create them with `lac keys tls`), "
-            "or pass the insecure flag for a local demo"
+            f"{name}: TLS needs --tls-cert and --tls-key (create them with `lac keys tls`), "
+            "or --insecure for a local demo"
         )
     return ServerTls(Path(cert), Path(key), Path(client_ca) if client_ca else None, client_cert_optional)
 
@@ -244,3 +274,43 @@ def add_client_flags(p: argparse.ArgumentParser) -> None:
 def client_tls_from_args(args: argparse.Namespace, name: str) -> ClientTls | None:
     """The client TLS settings of the flags ``add_client_flags`` defines."""
     return client_tls(args.ca, args.cert, args.key, insecure=args.insecure, name=name)
+
+
+_HTTP2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + bytes([0, 0, 0, 4, 0, 0, 0, 0, 0])  # + an empty SETTINGS
+
+
+def requires_client_cert(address: str, ca: Path, timeout: float = 3.0) -> bool:
+    """True if the server at ``address`` completes a TLS handshake (verified against ``ca``) with a client that
+    shows no certificate, then closes the connection without answering: it requires one (mutual TLS).
+    gRPC reports that only as "Socket closed"."""
+    host, _, port = address.rpartition(":")
+    context = ssl.create_default_context(cafile=str(ca))
+    context.set_alpn_protocols(["h2"])
+    host = host.strip("[]")
+    try:
+        with (
+            socket.create_connection((host, int(port)), timeout=timeout) as raw,
+            context.wrap_socket(raw, server_hostname=host) as conn,
+        ):
+            conn.sendall(_HTTP2_PREFACE)
+            try:
+                return conn.recv(1) == b""
+            except (ssl.SSLError, ConnectionResetError):
+                return True
+    except (OSError, ValueError):  # unreachable, not TLS, a certificate that does not verify: some other cause
+        return False
+
+
+def missing_client_cert(args: argparse.Namespace) -> str | None:
+    """The real cause of an UNAVAILABLE "Socket closed" for a command given ``--ca`` but no ``--cert``: a
+    one-line message if the server requires a client certificate, else None."""
+    address = getattr(args, "server", None) or getattr(args, "address", None)
+    ca, cert, insecure = (getattr(args, flag, None) for flag in ("ca", "cert", "insecure"))
+    if not address or not ca or cert or insecure:
+        return None
+    if not requires_client_cert(address, Path(args.ca)):
+        return None
+    return (
+        f"{address} requires a client certificate (mutual TLS) and none was given: "
+        "pass --cert and --key (a certificate from `lac keys tls` signed by the server's client CA)"
+    )

@@ -183,6 +183,13 @@ class ShufflerConfig(ServiceSettings):
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        for cert, key in (("tls_cert", "tls_key"), ("curator_cert", "curator_key")):
+            if bool(getattr(self, cert)) != bool(getattr(self, key)):
+                given, missing = (key, cert) if getattr(self, key) else (cert, key)
+                raise ValueError(
+                    f"--{given.replace('_', '-')} was given without --{missing.replace('_', '-')}: "
+                    "a certificate and its key go together (`lac keys tls` writes NAME.pem and NAME.key)"
+                )
         if self.min_batch < 1:
             raise ValueError("min_batch must be at least 1")
         if not (self.release_interval_seconds > 0 and self.window_seconds > 0):
