@@ -8,6 +8,8 @@ the release and commit paths of an in-process shuffler.
 | calls per connection | ``max_concurrent_streams`` | the call waits (DEADLINE_EXCEEDED) or UNAVAILABLE |
 | commit queue | ``max_pending_bytes`` | UNAVAILABLE with retry-after-seconds |
 | commit time | ``commit_timeout_seconds`` | UNAVAILABLE with retry-after-seconds; health NOT_SERVING |
+| receiving a request | ``receive_timeout_seconds`` | UNAVAILABLE with retry-after-seconds |
+| who may send a request | the caller is authenticated before its request is received | UNAUTHENTICATED |
 """
 
 from __future__ import annotations
@@ -80,7 +82,7 @@ def test_a_message_of_many_tiny_reports_is_refused_before_it_is_parsed(start_shu
     state = tmp_path / "tiny"
     token = add_client(state / "clients.tokens", "alice")
     shf = start_shuffler(sink.address, min_batch=1000, auth="token", state_dir=state)
-    raw = b"\x0a\x00" * 5_000_000  # 10 MB: 5 million empty reports
+    raw = b"\x0a\x00" * 3_500_000  # 7 MB (under max_message_bytes, 8 MiB): 3.5 million empty reports
     md = (("authorization", f"Bearer {token}"),)
     with grpc.insecure_channel(shf.address) as ch:
         submit = ch.unary_unary("/lac.v1.Shuffler/Submit", request_serializer=None, response_deserializer=None)
@@ -217,3 +219,96 @@ def test_stalled_commit_answers_unavailable_then_the_retry_is_a_duplicate(start_
     wait_for(lambda: health(shf.address) == "SERVING")  # the slow commit finished; a test write worked
     acks = _submit(shf.address, [r])  # the client retries with the same idempotency id
     assert acks[0].status == shuffler_pb2.ACK_STATUS_DUPLICATE
+
+
+def _open_submit(channel, metadata=()):
+    """A Submit call whose request message is never sent (a client-streaming call on the unary method: the
+    server cannot tell it from a sender that has not finished its message)."""
+    call = channel.stream_unary("/lac.v1.Shuffler/Submit", request_serializer=None, response_deserializer=None)
+    never = threading.Event()
+
+    def nothing():
+        never.wait(30)
+        yield from ()
+
+    return call.future(nothing(), metadata=metadata, timeout=10), never
+
+
+def test_a_caller_is_authenticated_before_its_request_is_received(start_shuffler, sink, tmp_path):
+    """Issue 23, item 4: the shuffler read a whole message (up to 64 MiB) before it checked the token."""
+    shf = start_shuffler(sink.address, min_batch=1000, auth="token", state_dir=tmp_path / "auth-first")
+    with grpc.insecure_channel(shf.address) as ch:
+        future, never = _open_submit(ch)  # no token, and no message yet: refused at once
+        try:
+            err = _error(lambda: future.result(5))
+        finally:
+            never.set()
+    assert err.code() == grpc.StatusCode.UNAUTHENTICATED, err
+
+
+def test_a_request_not_received_in_time_is_unavailable(start_shuffler, sink, tmp_path):
+    from lac.shuffler.auth import add_client
+
+    state = tmp_path / "slow"
+    token = add_client(state / "clients.tokens", "slow")
+    shf = start_shuffler(sink.address, min_batch=1000, auth="token", state_dir=state, receive_timeout_seconds=0.5)
+    with grpc.insecure_channel(shf.address) as ch:
+        t0 = time.monotonic()
+        future, never = _open_submit(ch, (("authorization", f"Bearer {token}"),))
+        try:
+            err = _error(lambda: future.result(5))
+        finally:
+            never.set()
+        assert time.monotonic() - t0 < 3
+        assert err.code() == grpc.StatusCode.UNAVAILABLE and "receive_timeout_seconds=0.5" in err.details()
+        assert _retry_after(err) == 1
+
+
+@pytest.mark.slow
+def test_unauthenticated_large_messages_do_not_grow_the_shuffler(tmp_path):
+    """Eight concurrent 20 MiB Submits without a token (max_message_bytes raised to 64 MiB, the old default)
+    against a real ``lac shuffler serve``: refused before their bytes are received, so its RSS barely moves
+    (before the fix it grew by ~290 MiB, 16 x 63 MiB took 1.4 GiB)."""
+    from lac_testkit import ServeProc
+
+    from lac.common.v1 import reports_pb2
+
+    args = ["--insecure", "--state-dir", str(tmp_path / "state"), "--curator", "127.0.0.1:1"]
+    proc = ServeProc([*args, "--max-message-bytes", str(64 * 2**20)], tmp_path / "run")
+    try:
+        before = peak = proc.rss_bytes()
+        done = threading.Event()
+
+        def watch():
+            nonlocal peak
+            while not done.is_set():
+                peak = max(peak, proc.rss_bytes())
+                time.sleep(0.01)
+
+        watcher = threading.Thread(target=watch, daemon=True)
+        watcher.start()
+        big = shuffler_pb2.SubmitRequest(
+            reports=[shuffler_pb2.ClientReport(payload=reports_pb2.SealedPayload(data=os.urandom(20 * 2**20)))]
+        )
+        codes = []
+
+        def send():
+            options = [("grpc.max_send_message_length", 64 * 2**20), ("grpc.use_local_subchannel_pool", 1)]
+            with grpc.insecure_channel(proc.address, options=options) as ch:
+                try:
+                    shuffler_pb2_grpc.ShufflerStub(ch).Submit(big, timeout=60)
+                except grpc.RpcError as exc:
+                    codes.append(exc.code())
+
+        senders = [threading.Thread(target=send) for _ in range(8)]
+        for t in senders:
+            t.start()
+        for t in senders:
+            t.join(90)
+        time.sleep(0.5)
+        done.set()
+        watcher.join(5)
+    finally:
+        proc.stop()
+    assert codes == [grpc.StatusCode.UNAUTHENTICATED] * 8
+    assert peak - before < 64 * 2**20, f"RSS {before / 2**20:.0f} -> peak {peak / 2**20:.0f} MiB"

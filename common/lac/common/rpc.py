@@ -5,7 +5,10 @@
 * ``service_handler`` registers every method of a generated service descriptor, with the roles
   each one serves (a method without a declared role is an error at start-up, so a new RPC in a
   .proto is never served by accident). Per call, in this order: identify the caller
-  (UNAUTHENTICATED), check the role (PERMISSION_DENIED), run the method's ``before_parse`` check
+  (UNAUTHENTICATED), check the role (PERMISSION_DENIED), only then receive the request (every method
+  is registered with gRPC as request-streaming, so gRPC calls the handler before the request's bytes
+  are received: a caller without the role never makes the server hold its message; optionally
+  ``Receiving``: each request received within a timeout), run the method's ``before_parse`` check
   on the raw bytes if it has one (e.g. ``limit_repeated``: a message whose parsed form would be
   far larger than its bytes), parse the request (INVALID_ARGUMENT on malformed bytes: gRPC's own
   deserializer would answer UNKNOWN), run the method.
@@ -52,6 +55,7 @@ __all__ = [
     "ALL_ROLES",
     "count_field",
     "limit_repeated",
+    "Receiving",
 ]
 
 
@@ -237,6 +241,41 @@ def limit_repeated(number: int, limit: int, what: str) -> Callable[[bytes], None
     return check
 
 
+class Receiving:
+    """How a service receives an admitted caller's request: each message must have arrived within
+    ``timeout_seconds`` of the call asking for it, else UNAVAILABLE with ``retry-after-seconds``
+    naming ``setting``, so a slow sender holds a partial message for a bounded time."""
+
+    def __init__(self, timeout_seconds: float, setting: str):
+        if not timeout_seconds > 0:
+            raise ValueError("Receiving needs timeout_seconds > 0")
+        self.timeout_seconds, self.setting = timeout_seconds, setting
+
+    async def next(self, requests: AsyncIterator[bytes]) -> bytes | None:
+        """The next message of ``requests`` (None at the end of the stream), within the timeout."""
+        try:
+            async with asyncio.timeout(self.timeout_seconds):
+                return await anext(aiter(requests), None)
+        except TimeoutError:
+            raise errors.Unavailable(
+                f"the request was not received within {self.setting}={self.timeout_seconds:g} s "
+                f"(a sender or network this slow holds the server's memory); retry",
+                retry_after=1,
+            ) from None
+
+
+async def _next_message(requests: AsyncIterator[bytes], receiving: Receiving | None) -> bytes | None:
+    return await (receiving.next(requests) if receiving is not None else anext(aiter(requests), None))
+
+
+async def _one_message(requests: AsyncIterator[bytes], receiving: Receiving | None, method: str) -> bytes:
+    """The request of a unary-request method, received once its caller has been admitted."""
+    raw = await _next_message(requests, receiving)
+    if raw is None:
+        raise errors.InvalidArgument(f"no {method} request message was sent")
+    return raw
+
+
 def _serialize(response: Message | bytes) -> bytes:
     return response if isinstance(response, bytes) else response.SerializeToString()
 
@@ -249,6 +288,7 @@ def service_handler(
     on_malformed: Callable[[str], Awaitable[None]] | None = None,
     observe: Callable[[str, str, float], None] | None = None,
     before_parse: Mapping[str, Callable[[bytes], None]] | None = None,
+    receiving: Receiving | None = None,
 ) -> grpc.GenericRpcHandler:
     """A generic handler serving every method of ``service`` with ``impl.<Method>(request, context, caller)``.
 
@@ -258,7 +298,7 @@ def service_handler(
     request's bytes are not a valid message (e.g. to count it). ``observe(method, code, seconds)``
     is called when a call ends, with its gRPC status code name ("OK", "INVALID_ARGUMENT", ...).
     ``before_parse[method](raw)`` runs on each request's bytes of an admitted caller before they are
-    parsed (it raises a ``LacError`` to refuse them).
+    parsed (it raises a ``LacError`` to refuse them). ``receiving`` bounds how requests are received.
     """
     names = [m.name for m in service.methods]
     missing = [n for n in names if n not in roles or not hasattr(impl, n)]
@@ -277,6 +317,7 @@ def service_handler(
             auth,
             on_malformed,
             (before_parse or {}).get(m.name),
+            receiving,
         )
         if observe is not None:
             handlers[m.name] = _observed(m.name, handlers[m.name], observe)
@@ -305,6 +346,7 @@ def _method_handler(
     auth: Authenticator,
     on_malformed: Callable[[str], Awaitable[None]] | None,
     before_parse: Callable[[bytes], None] | None = None,
+    receiving: Receiving | None = None,
 ) -> grpc.RpcMethodHandler[Any, Any]:
     request_cls = GetMessageClass(m.input_type)
 
@@ -336,7 +378,7 @@ def _method_handler(
                 caller = admit(context)
 
                 async def parsed() -> AsyncIterator[Message]:
-                    async for raw in request_iterator:
+                    while (raw := await _next_message(request_iterator, receiving)) is not None:
                         yield await parse(raw)
 
                 return await fn(parsed(), context, caller)
@@ -346,28 +388,29 @@ def _method_handler(
         )
     if m.server_streaming and not m.client_streaming:
 
-        async def unary_stream(raw: bytes, context: Context) -> AsyncIterator[Any]:
+        async def unary_stream(requests: AsyncIterator[bytes], context: Context) -> AsyncIterator[Any]:
             async with _boundary(context, path):
                 caller = admit(context)
-                request = await parse(raw)
+                request = await parse(await _one_message(requests, receiving, m.name))
                 agen = fn(request, context, caller)
                 if not inspect.isasyncgen(agen):
                     raise TypeError(f"{path} must be an async generator")
                 async for item in agen:
                     yield item
 
-        return grpc.unary_stream_rpc_method_handler(
+        return grpc.stream_stream_rpc_method_handler(  # request-streaming: see the module docstring
             unary_stream, request_deserializer=None, response_serializer=_serialize
         )
     if m.client_streaming:
         raise ValueError(f"{path}: bidirectional streaming is not used by LAC")
 
-    async def unary_unary(raw: bytes, context: Context) -> Any:
+    async def unary_unary(requests: AsyncIterator[bytes], context: Context) -> Any:
         async with _boundary(context, path):
             caller = admit(context)
-            return await fn(await parse(raw), context, caller)
+            return await fn(await parse(await _one_message(requests, receiving, m.name)), context, caller)
 
-    return grpc.unary_unary_rpc_method_handler(unary_unary, request_deserializer=None, response_serializer=_serialize)
+    # request-streaming at the gRPC level, so the caller is admitted before its request is received
+    return grpc.stream_unary_rpc_method_handler(unary_unary, request_deserializer=None, response_serializer=_serialize)
 
 
 def _status_name(context: Context, failed: BaseException | None) -> str:
@@ -383,13 +426,13 @@ def _observed(
     method: str, handler: grpc.RpcMethodHandler[Any, Any], observe: Callable[[str, str, float], None]
 ) -> grpc.RpcMethodHandler[Any, Any]:
     """``handler`` reporting each call's duration and status code to ``observe``."""
-    if handler.unary_stream is not None:
-        inner_stream: Any = handler.unary_stream  # async here; grpc's stubs only know sync handlers
+    if handler.stream_stream is not None:
+        inner_stream: Any = handler.stream_stream  # async here; grpc's stubs only know sync handlers
 
-        async def unary_stream(raw: bytes, context: Context) -> AsyncIterator[Any]:
+        async def unary_stream(requests: AsyncIterator[bytes], context: Context) -> AsyncIterator[Any]:
             start, failed = time.perf_counter(), None
             try:
-                async for item in inner_stream(raw, context):
+                async for item in inner_stream(requests, context):
                     yield item
             except BaseException as exc:
                 failed = exc
@@ -397,10 +440,10 @@ def _observed(
             finally:
                 observe(method, _status_name(context, failed), time.perf_counter() - start)
 
-        return grpc.unary_stream_rpc_method_handler(
+        return grpc.stream_stream_rpc_method_handler(
             unary_stream, request_deserializer=None, response_serializer=handler.response_serializer
         )
-    inner: Any = handler.unary_unary or handler.stream_unary  # async, as above
+    inner: Any = handler.stream_unary  # async, as above
 
     async def timed(request: Any, context: Context) -> Any:
         start, failed = time.perf_counter(), None
@@ -412,5 +455,6 @@ def _observed(
         finally:
             observe(method, _status_name(context, failed), time.perf_counter() - start)
 
-    make = grpc.unary_unary_rpc_method_handler if handler.unary_unary else grpc.stream_unary_rpc_method_handler
-    return make(timed, request_deserializer=None, response_serializer=handler.response_serializer)
+    return grpc.stream_unary_rpc_method_handler(
+        timed, request_deserializer=None, response_serializer=handler.response_serializer
+    )

@@ -38,16 +38,22 @@ class ShufflerConfig(ServiceSettings):
         "INVALID_ARGUMENT (from the shuffler)",
     )
     max_message_bytes: int = setting(
-        64 * 1024**2,
-        "largest gRPC message received or sent; a larger request is "
-        "refused by gRPC itself with RESOURCE_EXHAUSTED (no "
-        "retry-after-seconds) before it is parsed",
+        8 * 1024**2,
+        "largest gRPC message received or sent (the SDK's largest Submit, 100 reports of "
+        "the largest padded size, is 6.6 MB); a larger request is refused by gRPC itself "
+        "with RESOURCE_EXHAUSTED (no retry-after-seconds) before it is parsed",
     )
     max_concurrent_streams: int = setting(
         1000,
         "most calls served at once on one client connection (HTTP/2 "
         "streams); further calls on that connection wait in the client "
         "or are refused with UNAVAILABLE (HTTP/2 REFUSED_STREAM; retry)",
+    )
+    receive_timeout_seconds: float = setting(
+        30.0,
+        "a request message not received in full within this long after its caller was "
+        "authenticated is answered UNAVAILABLE with retry-after-seconds, so a slow sender "
+        "holds the shuffler's memory for a bounded time",
     )
     max_pending_bytes: int = setting(
         256 * 1024**2,
@@ -214,6 +220,8 @@ class ShufflerConfig(ServiceSettings):
             raise ValueError(
                 "max_message_bytes must be at least 1024, max_concurrent_streams and max_pending_bytes positive"
             )
+        if not self.receive_timeout_seconds > 0:
+            raise ValueError("receive_timeout_seconds must be positive")
         if not self.commit_timeout_seconds > 0 or self.min_free_disk_bytes < 0:
             raise ValueError("commit_timeout_seconds must be positive and min_free_disk_bytes >= 0")
         shards = parse_shards(self.shards)

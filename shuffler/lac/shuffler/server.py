@@ -13,8 +13,8 @@ import grpc
 
 from lac.common import server as common_server
 from lac.common import tls
-from lac.common.errors import InvalidArgument, LacError, RejectReason
-from lac.common.rpc import Caller, Role, service_handler
+from lac.common.errors import InvalidArgument, RejectReason
+from lac.common.rpc import Caller, Receiving, Role, service_handler
 from lac.common.v1 import shuffler_pb2
 from lac.shuffler import wire
 from lac.shuffler.service import SERVICE_NAME, Shuffler, WrongShard
@@ -35,61 +35,19 @@ ROLES = {
 }
 
 
-class _BoundedReports(grpc.GenericRpcHandler):
-    """Refuses, before it is parsed, a Submit (or SubmitStream) message of a client holding more reports
-    than ``max_reports_per_request``: parsed, an empty report costs ~70 bytes of memory for its 2 bytes on
-    the wire, so a 64 MiB message of them would take gigabytes. Callers without the client role pass
-    through unscanned and are refused before parsing by ``lac.common.rpc``."""
+def _bounded_reports(shuffler: Shuffler):
+    """A ``before_parse`` check of Submit and SubmitStream messages: more reports than
+    ``max_reports_per_request`` are refused (and counted) before parsing, since parsed an empty report
+    costs ~70 bytes of memory for its 2 bytes on the wire (a large message of them would take gigabytes).
+    ``lac.common.rpc`` runs it only for callers with the client role, after receiving their message."""
+    limit = shuffler.config.max_reports_per_request
 
-    def __init__(self, inner: grpc.GenericRpcHandler, shuffler: Shuffler):
-        self.inner, self.shuffler = inner, shuffler
-        self.limit = shuffler.config.max_reports_per_request
+    def check(raw: bytes) -> None:
+        if len(raw) > SCAN_ABOVE_BYTES and wire.count_reports(raw, limit) > limit:
+            shuffler._log.count_reject(RejectReason.INVALID_ARGUMENT)
+            raise InvalidArgument(f"more than {limit} reports in one request (max_reports_per_request)")
 
-    def _too_many(self, raw: bytes) -> str | None:
-        if len(raw) <= SCAN_ABOVE_BYTES or wire.count_reports(raw, self.limit) <= self.limit:
-            return None
-        self.shuffler._log.count_reject(RejectReason.INVALID_ARGUMENT)
-        return f"more than {self.limit} reports in one request (max_reports_per_request)"
-
-    def _is_client(self, context) -> bool:
-        try:
-            return Role.CLIENT in self.shuffler.auth.identify(context).roles
-        except LacError:
-            return False
-
-    def service(self, details):
-        handler = self.inner.service(details)
-        if handler is None or details.method not in (f"/{SERVICE_NAME}/Submit", f"/{SERVICE_NAME}/SubmitStream"):
-            return handler
-        if handler.unary_unary is not None:
-            inner = handler.unary_unary
-
-            async def unary(raw: bytes, context):
-                if len(raw) > SCAN_ABOVE_BYTES and self._is_client(context):
-                    problem = self._too_many(raw)
-                    if problem:
-                        log.info("%s: INVALID_ARGUMENT: %s", details.method, problem)
-                        await context.abort(grpc.StatusCode.INVALID_ARGUMENT, problem)
-                return await inner(raw, context)
-
-            return grpc.unary_unary_rpc_method_handler(
-                unary, request_deserializer=None, response_serializer=handler.response_serializer
-            )
-        inner_stream = handler.stream_unary
-
-        async def stream(request_iterator, context):
-            async def bounded():  # iterated only once lac.common.rpc has admitted the caller
-                async for raw in request_iterator:
-                    problem = self._too_many(raw)
-                    if problem:
-                        raise InvalidArgument(problem)  # answered by lac.common.rpc like any domain error
-                    yield raw
-
-            return await inner_stream(bounded(), context)
-
-        return grpc.stream_unary_rpc_method_handler(
-            stream, request_deserializer=None, response_serializer=handler.response_serializer
-        )
+    return check
 
 
 def _name_the_right_shard(context, refusal: WrongShard) -> None:
@@ -164,8 +122,10 @@ def create_server(shuffler: Shuffler) -> tuple[grpc.aio.Server, int]:
         shuffler.auth,
         on_malformed=count_malformed,
         observe=shuffler.metrics.rpc,
+        before_parse={"Submit": _bounded_reports(shuffler), "SubmitStream": _bounded_reports(shuffler)},
+        receiving=Receiving(cfg.receive_timeout_seconds, "receive_timeout_seconds"),
     )
-    server.add_generic_rpc_handlers((_BoundedReports(handler, shuffler),))
+    server.add_generic_rpc_handlers((handler,))
     # With a client CA every caller must present a certificate (gRPC cannot ask for an optional one);
     # without, callers are identified by bearer tokens only.
     server_tls = tls.server_tls(cfg.tls_cert, cfg.tls_key, cfg.tls_client_ca, insecure=cfg.insecure, name="shuffler")
