@@ -9,6 +9,7 @@ import argparse
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -200,7 +201,8 @@ def test_sharded_profile_runs_two_replicas_that_agree(deployed):
 
 def test_dockerfile_installs_one_component():
     text = (ROOT / "docker" / "Dockerfile").read_text()
-    assert "pip install --no-cache-dir ./common ./${COMPONENT}" in text
+    assert "pip install --no-cache-dir ./common ./${COMPONENT} $extra" in text
+    assert 'if [ "${COMPONENT}" = curator ]; then extra="./client[glove] ./curator[channel]"' in text
     assert 'ENTRYPOINT ["lac"]' in text
     for mount in ("/etc/lac/keys", "/etc/lac/tls", "/keys/ca", "/keys/curator-tls", "/keys/shuffler-tls"):
         assert mount in text, f"{mount} must exist in the image, owned by the service user"
@@ -211,6 +213,8 @@ def test_dockerfile_installs_one_component():
 METRICS_SERVICES = ["curator", "shuffler", "shuffler-b"]
 DASHBOARD = ROOT / "deploy" / "grafana" / "dashboards" / "lac.json"
 PROMQL_FUNCTIONS = {"sum", "max", "min", "rate", "increase", "histogram_quantile", "by"}
+PROMQL_KEYWORDS = {"deriv", "and", "or", "unless", "on", "ignoring", "without", "group_left", "group_right"}
+SCRAPE_LABELS = {"instance", "job"}  # added by Prometheus to every scraped series
 METRIC_PREFIXES = ("lac_", "process_", "python_")
 
 
@@ -283,21 +287,23 @@ def _promql_names(expr: str) -> tuple[set[str], set[str]]:
     """(metric names, label names) an expression uses; AssertionError for any other identifier."""
     labels: set[str] = set()
     text = re.sub(r'"[^"]*"', "", expr)
-    for group in re.findall(r"by \(([^)]*)\)", text):
-        labels.update(x.strip() for x in group.split(","))
-    text = re.sub(r"by \([^)]*\)", "", text)
+    grouping = r"\b(?:by|without|on|ignoring|group_left|group_right)\s*\(([^)]*)\)"
+    for group in re.findall(grouping, text):
+        labels.update(x.strip() for x in group.split(",") if x.strip())
+    text = re.sub(grouping, "", text)
     for selector in re.findall(r"\{([^}]*)\}", text):
         labels.update(re.findall(r"([a-zA-Z_]\w*)\s*!?=~?", selector))
     text = re.sub(r"\{[^}]*\}|\[[^\]]*\]|\b\d+(\.\d+)?\b", "", text)
     words = set(re.findall(r"[a-zA-Z_:][\w:]*", text))
     metrics = {w for w in words if w.startswith(METRIC_PREFIXES)}
-    assert not words - metrics - PROMQL_FUNCTIONS, f"unknown identifiers {words - metrics - PROMQL_FUNCTIONS} in {expr}"
+    unknown = words - metrics - PROMQL_FUNCTIONS - PROMQL_KEYWORDS
+    assert not unknown, f"unknown identifiers {unknown} in {expr}"
     return metrics, labels
 
 
-def test_dashboard_queries_only_metrics_the_services_expose(start_curator, start_shuffler, curator_public_key):
-    """Every panel of the Grafana dashboard queries metric names (and labels) that a real shuffler and curator,
-    started in-process and driven through Submit -> batch -> IngestBatch -> Release, expose on /metrics."""
+def _exposed_by_services(start_curator, start_shuffler, curator_public_key) -> dict[str, set[str]]:
+    """``_exposed`` of a real shuffler and curator, started in-process and driven through Submit -> batch ->
+    IngestBatch -> Release."""
     from lac_testkit import metrics_port, run_traffic, scrape
 
     cur = start_curator(metrics_port=0)
@@ -306,6 +312,13 @@ def test_dashboard_queries_only_metrics_the_services_expose(start_curator, start
     exposed = _exposed(scrape(metrics_port(shf))[0])
     for name, labels in _exposed(scrape(metrics_port(cur))[0]).items():
         exposed.setdefault(name, set()).update(labels)
+    return exposed
+
+
+def test_dashboard_queries_only_metrics_the_services_expose(start_curator, start_shuffler, curator_public_key):
+    """Every panel of the Grafana dashboard queries metric names (and labels) that a real shuffler and curator,
+    started in-process and driven through Submit -> batch -> IngestBatch -> Release, expose on /metrics."""
+    exposed = _exposed_by_services(start_curator, start_shuffler, curator_public_key)
     dashboard = json.loads(DASHBOARD.read_text())
     titles = [p["title"] for p in dashboard["panels"]]
     assert len(set(titles)) == len(titles) and len({p["id"] for p in dashboard["panels"]}) == len(titles)
@@ -335,3 +348,69 @@ def test_dashboard_queries_only_metrics_the_services_expose(start_curator, start
         "lac_curator_storage_ok",
     ):
         assert name in used, f"the dashboard does not show {name}"
+
+
+# -- alerting rules ----------------------------------------------------------------------------------------------
+
+PROMETHEUS_DIR = ROOT / "deploy" / "prometheus"
+ALERTS = PROMETHEUS_DIR / "alerts.yml"
+
+
+def _alert_rules() -> list[dict]:
+    return [rule for group in yaml.safe_load(ALERTS.read_text())["groups"] for rule in group["rules"]]
+
+
+def test_alert_rules_are_loaded_by_the_monitoring_profile():
+    """prometheus.yml names alerts.yml relative to itself, and compose mounts it beside the config; every rule has
+    a severity, a summary and a description, and the rules cover storage, backlog, budget and quarantine."""
+    config = yaml.safe_load((PROMETHEUS_DIR / "prometheus.yml").read_text())
+    assert config["rule_files"] == ["alerts.yml"]
+    mounts = _bind_mounts("prometheus")
+    assert mounts["/etc/prometheus/prometheus.yml"].parent == mounts["/etc/prometheus/alerts.yml"].parent
+    assert mounts["/etc/prometheus/alerts.yml"] == ALERTS
+    rules = _alert_rules()
+    names = [r["alert"] for r in rules]
+    assert len(set(names)) == len(names)
+    for rule in rules:
+        assert set(rule) <= {"alert", "expr", "for", "labels", "annotations"}, rule["alert"]
+        assert rule["labels"]["severity"] in ("critical", "warning", "info"), rule["alert"]
+        assert rule["annotations"]["summary"] and rule["annotations"]["description"], rule["alert"]
+    used = set().union(*(_promql_names(r["expr"])[0] for r in rules))
+    for name in (
+        "lac_shuffler_storage_ok",
+        "lac_curator_storage_ok",
+        "lac_shuffler_batches_pending",
+        "lac_shuffler_buffered_reports",
+        "lac_curator_budget_epsilon_remaining",
+        "lac_curator_reports_rejected_total",
+    ):
+        assert name in used, f"no alert watches {name}"
+
+
+def test_alert_rules_reference_only_metrics_the_services_expose(start_curator, start_shuffler, curator_public_key):
+    """Every metric an alert's expression names is exposed by a real shuffler or curator, with the labels the
+    expression and its annotations use (plus the instance and job Prometheus adds)."""
+    exposed = _exposed_by_services(start_curator, start_shuffler, curator_public_key)
+    for rule in _alert_rules():
+        metrics, labels = _promql_names(rule["expr"])
+        assert metrics, f"{rule['alert']} names no metric"
+        missing = metrics - set(exposed)
+        assert not missing, f"{rule['alert']}: {sorted(missing)} are not exposed"
+        have = set().union(*(exposed[m] for m in metrics)) | SCRAPE_LABELS
+        templated = set(re.findall(r"\$labels\.(\w+)", json.dumps(rule["annotations"])))
+        assert labels | templated <= have, f"{rule['alert']}: labels {(labels | templated) - have} not on {metrics}"
+
+
+@pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool not installed (Debian package prometheus)")
+def test_alert_rules_pass_promtool():
+    """promtool parses the config and the rules (PromQL included) and runs the rules' unit tests, alerts.test.yml:
+    each alert fires on the series it is meant for, after its `for`, and not before."""
+    check = subprocess.run(
+        ["promtool", "check", "config", str(PROMETHEUS_DIR / "prometheus.yml")], capture_output=True, text=True
+    )
+    assert check.returncode == 0, check.stdout + check.stderr
+    assert f"SUCCESS: {len(_alert_rules())} rules found" in check.stdout
+    unit = subprocess.run(
+        ["promtool", "test", "rules", "alerts.test.yml"], capture_output=True, text=True, cwd=PROMETHEUS_DIR
+    )
+    assert unit.returncode == 0, unit.stdout + unit.stderr
