@@ -374,6 +374,20 @@ def test_mechanisms_over_rpc(start_curator, seal):
         assert stub.GetStatus(curator_pb2.CuratorStatusRequest(), timeout=5).releases == 3
 
 
+def test_the_default_release_estimates_the_clean_text_with_the_local_channel(start_curator, seal):
+    """With clean_estimate (the default) the release's statement says the clean text was estimated with the
+    deployment's local channel, at the same (ε, δ); without it, the perturbed text's statistics are released."""
+    for clean_estimate in (True, False):
+        cur = start_curator(clean_estimate=clean_estimate)
+        with grpc.insecure_channel(cur.address) as ch:
+            ingest(ch, "b1", [seal(content(t)) for t in TEXTS * 4])
+            stub = curator_pb2_grpc.CuratorStub(ch)
+            r = stub.Release(curator_pb2.ReleaseRequest(epsilon=1, delta=1e-6), timeout=120)
+            assert r.params["channel"] == float(clean_estimate) and r.differentially_private
+            assert ("deconvolved with the public local channel" in r.statement) == clean_estimate
+            assert (r.ledger_epsilon, r.ledger_delta) == (1, 1e-6)
+
+
 def test_queries(start_curator, seal):
     from lac.curator.lm import NgramModel
 

@@ -79,7 +79,10 @@ class CuratorConfig(ServiceSettings):
     clean_estimate: bool = setting(
         True,
         "the default release estimates the users' clean text from their perturbed reports with the deployment's "
-        "public local channel (post-processing; needs lac-curator[channel]; sampled once, cached in state_dir/prior)",
+        "public local channel (post-processing; needs lac-curator[channel]; sampled once per deployment and cached)",
+    )
+    channel_cache_dir: Path | None = setting(
+        None, "where the sampled local channel is cached (default: state_dir/prior; it holds public data only)"
     )
     # -- identities and roles (mTLS common names)
     key_dir: Path | None = setting(

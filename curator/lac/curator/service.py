@@ -186,7 +186,7 @@ class Curator:
         try:
             corpus = c.public_corpus or default_public_corpus()
             word = cached_word_channel(
-                c.state_dir / "prior",
+                c.channel_cache_dir or c.state_dir / "prior",
                 self.vocab,
                 c.embedding,
                 c.local_mechanism,
@@ -214,6 +214,8 @@ class Curator:
 
     async def stop(self) -> None:
         try:
+            if self._channel is not None and not self._channel.done():
+                self._channel.cancel()  # its sampling thread finishes on its own; nothing waits for it now
             await self.storage.stop()
             self.metrics.endpoint.close()
             await asyncio.to_thread(self._ingest.close)

@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from lac.common import tls
+from lac.common.paths import data_dir
 from lac.common.progress import Progress
 from lac.common.text import sentences
 from lac.common.v1 import curator_pb2, curator_pb2_grpc, shuffler_pb2, shuffler_pb2_grpc
@@ -66,7 +67,9 @@ def _run(args, workdir: Path) -> int:
     from lac.client.localizer import Localizer
     from lac.client.mechanisms import MultivariateLaplace
     from lac.client.submit import ShufflerClient
-    from lac.curator.lm import NgramModel
+    from lac.curator.lm import NgramModel, release_model
+    from lac.curator.ngrams import report_items
+    from lac.curator.release import vocab_counts
     from lac.shuffler.auth import add_clients
     from lac.suite.data import load_users, prepare_corpora
 
@@ -103,6 +106,8 @@ def _run(args, workdir: Path) -> int:
             str(workdir / "curator"),
             "--public-corpus",
             str(corpora.public_corpus),
+            "--channel-cache-dir",
+            str(data_dir() / "channels"),  # the local channel is public: sampled once per deployment, kept
             *published,
             *pki.curator_args(),
         ],
@@ -203,15 +208,24 @@ def _run(args, workdir: Path) -> int:
     )
     assert list(release.items[: len(vocab)]) == list(vocab.items), "demo and curator disagree on the release vocabulary"
 
-    release_lm = (
-        NgramModel.from_counts(list(release.items), np.asarray(release.pseudo_counts), record.max_n, partial=True)
-        if release.pseudo_counts
-        else NgramModel(list(release.items), np.asarray(release.log_probs), record.max_n)
+    release_lm = release_model(
+        list(release.items),
+        np.asarray(release.log_probs),
+        np.asarray(release.pseudo_counts) if release.pseudo_counts else None,
+        record.max_n,
     )
-    prior_lm = NgramModel.from_counts(vocab.items, vocab.alpha, cc.max_n, partial=True)
+    prior_lm = release_model(vocab.items, np.log(vocab.alpha / vocab.alpha.sum()), vocab.alpha, cc.max_n)
     clean = [s for t in texts for s in sentences(t)]
-    seen = [list(s) for r in reports for s in r.sentences]
+    seen = [[list(s) for s in r.sentences] for r in reports]
     batch = sstatus.recent_batches[0].privacy if sstatus.recent_batches else None
+    # what an exact, non-private count of the same reports would give (the demo simulates the users, so it can)
+    caps = (cc.item_clamp, cc.max_items_per_report)
+    exact_clean = vocab_counts(iter([report_items([sentences(t) for t in texts], cc.max_n, vocab.words)]), vocab, *caps)
+    exact_seen = vocab_counts(iter([report_items(seen, cc.max_n, vocab.words)]), vocab, *caps)
+
+    def exact_lm(U) -> NgramModel:
+        c = np.asarray(U.sum(axis=0)).ravel().astype(np.float64)
+        return release_model(vocab.items, np.log(np.maximum(c, 1e-300) / c.sum()), c, cc.max_n)
 
     n_words = np.array([r.n_words for r in reports])
     # word by word within each report (a truncated report keeps its first L words)
@@ -222,6 +236,7 @@ def _run(args, workdir: Path) -> int:
     ]
     changed = np.mean([a != b for a, b in pairs])
     ppl_release, ppl_prior = release_lm.perplexity(clean), prior_lm.perplexity(clean)
+    ppl_clean, ppl_seen = exact_lm(exact_clean).perplexity(clean), exact_lm(exact_seen).perplexity(clean)
     print()
     print("=" * 72)
     print("LAC demo summary")
@@ -248,32 +263,50 @@ def _run(args, workdir: Path) -> int:
         f"ρ = {record.discovery_threshold:.4g}; params "
         f"{', '.join(f'{k}={v:g}' for k, v in sorted(record.params.items()))}"
     )
-    print("utility: perplexity of a trigram language model (lower is better), the same estimator for both:")
-    print(f"  from the release, on the users' clean text      = {ppl_release:.1f}")
-    print(f"  from the release, on the perturbed text it saw  = {release_lm.perplexity(seen):.1f}")
-    print(f"  from the public prior alone, on the clean text  = {ppl_prior:.1f}")
+    aware = record.params.get("channel", 0.0) > 0
+    print(
+        "utility, end to end: perplexity of a trigram language model on the users' CLEAN text (lower is better; "
+        "the same estimator everywhere):"
+    )
+    print(f"  public prior alone                                         = {ppl_prior:.1f}")
+    what = "channel-aware: the clean text estimated" if aware else "no local channel: the perturbed text"
+    print(f"  the release ({what}){' ' * max(0, 31 - len(what))} = {ppl_release:.1f}")
+    print(f"  exact counts of the perturbed reports (non-private)        = {ppl_seen:.1f}")
+    print(f"  exact counts of the clean texts (non-private; the ceiling) = {ppl_clean:.1f}")
     swamped = preview.HasField("swamped") and preview.swamped
     if swamped:
         print(
             "  The accuracy preview predicted that the curator's noise would swamp the signal at this size (the "
             "demo forced the release)."
         )
-    if ppl_release >= ppl_prior:
+    gain = ppl_prior - ppl_release
+    if gain > 0:
+        room = ppl_prior - ppl_clean
+        share = (
+            f"{100 * gain / room:.0f}% of the way from the public prior to the clean text's own counts"
+            if room > 0
+            else ""
+        )
+        print(
+            f"  The release models the users' clean text {ppl_prior / ppl_release:.2f}x better than the public prior "
+            f"(perplexity ratio){': ' + share if share else ''}, after local perturbation ({100 * changed:.0f}% of "
+            f"the words replaced), shuffling and curator noise."
+        )
+        if aware and ppl_seen >= ppl_release:
+            print(
+                f"  Without the channel-aware estimate even exact counts of the perturbed reports ({ppl_seen:.1f}) "
+                f"would do worse: the devices' noise is undone by the curator, from public knowledge only."
+            )
+    else:
         why = (
             f"the curator's noise (σ = {record.sigma:.3g}) hides the users' own statistics"
             if swamped
-            else f"the curator's noise is small (the preview: {100 * preview.signal_share:.0f}% of the words stand out "
-            f"of it), but the devices replaced {100 * changed:.0f}% of the words before anything left them, so "
-            f"the release describes the perturbed text"
+            else f"the devices replaced {100 * changed:.0f}% of the words"
+            + ("" if aware else " and this curator has no local channel to estimate the clean text from them")
         )
         print(
             f"  At this size ({len(texts)} users) the release adds nothing over the public prior on the users' clean "
             f"text: {why}. More users or a larger ε per word (the 'utility' preset) would help."
-        )
-    else:
-        print(
-            f"  The release models the users' text {ppl_prior / ppl_release:.2f}x better than the public prior alone "
-            f"(perplexity ratio), after local perturbation, shuffling and curator noise."
         )
     for n, grams in tops.items():
         print(f"top {n}-grams: " + ", ".join(f"{g.ngram!r} {g.probability:.4f}" for g in grams))
