@@ -6,6 +6,7 @@ the release and commit paths of an in-process shuffler.
 | message size | ``max_message_bytes`` | RESOURCE_EXHAUSTED from gRPC (before parsing; no retry-after) |
 | reports per call | ``max_reports_per_request`` (Submit; a SubmitStream call in total) | INVALID_ARGUMENT from us |
 | calls per connection | ``max_concurrent_streams`` | the call waits (DEADLINE_EXCEEDED) or UNAVAILABLE |
+| open connections | ``max_connections`` | a further connection is closed at once: UNAVAILABLE |
 | commit queue | ``max_pending_bytes`` | UNAVAILABLE with retry-after-seconds |
 | commit time | ``commit_timeout_seconds`` | UNAVAILABLE with retry-after-seconds; health NOT_SERVING |
 | receiving a request | ``receive_timeout_seconds`` | UNAVAILABLE with retry-after-seconds |
@@ -128,6 +129,37 @@ def test_concurrent_calls_per_connection_are_limited(start_shuffler, sink):
 
     third = asyncio.run(main())
     assert third in (grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.UNAVAILABLE), third
+
+
+def test_connections_beyond_max_connections_are_closed_at_once(start_shuffler, sink):
+    """Issue 23, item 6: connections were bounded only by the file-descriptor limit (at 1,100 new handshakes
+    timed out); beyond max_connections a new one is closed as soon as it is accepted, and once one closes
+    another is taken."""
+    shf = start_shuffler(sink.address, min_batch=1000, max_connections=4)
+    own = [("grpc.use_local_subchannel_pool", 1)]  # one connection per channel
+    channels = [grpc.insecure_channel(shf.address, options=own) for _ in range(5)]
+    try:
+        for ch in channels[:4]:
+            shuffler_pb2_grpc.ShufflerStub(ch).GetShards(shuffler_pb2.GetShardsRequest(), timeout=5)
+        t0 = time.monotonic()
+        err = _error(
+            lambda: shuffler_pb2_grpc.ShufflerStub(channels[4]).GetShards(shuffler_pb2.GetShardsRequest(), timeout=5)
+        )
+        assert err.code() == grpc.StatusCode.UNAVAILABLE and time.monotonic() - t0 < 2, err
+        channels[0].close()
+        wait_for(lambda: _connects(shf.address, own))
+    finally:
+        for ch in channels:
+            ch.close()
+
+
+def _connects(address, options) -> bool:
+    with grpc.insecure_channel(address, options=options) as ch:
+        try:
+            shuffler_pb2_grpc.ShufflerStub(ch).GetShards(shuffler_pb2.GetShardsRequest(), timeout=2)
+        except grpc.RpcError:
+            return False
+    return True
 
 
 def test_full_commit_queue_is_unavailable_with_retry_after(start_shuffler, sink):

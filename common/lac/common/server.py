@@ -6,7 +6,10 @@ dependencies, not the client's).
 Limits enforced by gRPC itself (before a request is parsed): ``max_message_bytes`` (a larger
 request is refused with RESOURCE_EXHAUSTED, without ``retry-after-seconds``) and
 ``max_concurrent_streams`` per HTTP/2 connection (calls beyond it wait in the client until a
-stream of that connection ends, or are refused with UNAVAILABLE: HTTP/2 REFUSED_STREAM).
+stream of that connection ends, or are refused with UNAVAILABLE: HTTP/2 REFUSED_STREAM), and, if set,
+``max_connections`` open connections (gRPC closes a connection beyond it as soon as it is accepted, so
+its client fails at once with UNAVAILABLE instead of a handshake that times out; the open-file limit
+is raised to make room for them when it can be).
 
 One server per port: gRPC's default SO_REUSEPORT is turned off (with it a second server on the
 same port would start and the kernel would split the connections between two servers holding
@@ -18,9 +21,11 @@ from __future__ import annotations
 import asyncio
 import errno
 import logging
+import resource
 import signal
 import socket
 from collections.abc import Awaitable, Callable, Iterable
+from contextlib import suppress
 from pathlib import Path
 
 import grpc
@@ -39,10 +44,13 @@ class PortUnavailable(OSError):
 
 
 def new_server(
-    max_message_bytes: int = MAX_MESSAGE_BYTES, max_concurrent_streams: int | None = None
+    max_message_bytes: int = MAX_MESSAGE_BYTES,
+    max_concurrent_streams: int | None = None,
+    max_connections: int | None = None,
 ) -> grpc.aio.Server:
     """An asyncio gRPC server refusing messages over ``max_message_bytes`` (RESOURCE_EXHAUSTED) and,
-    if set, serving at most ``max_concurrent_streams`` calls at once per client connection."""
+    if set, serving at most ``max_concurrent_streams`` calls at once per client connection and at most
+    ``max_connections`` connections."""
     options = [
         ("grpc.so_reuseport", 0),
         ("grpc.max_receive_message_length", max_message_bytes),
@@ -50,7 +58,34 @@ def new_server(
     ]
     if max_concurrent_streams is not None:
         options.append(("grpc.max_concurrent_streams", max_concurrent_streams))
+    if max_connections is not None:
+        options.append(("grpc.max_allowed_incoming_connections", max_connections))
+        _make_room_for(max_connections)
     return grpc.aio.server(options=options)
+
+
+FDS_BESIDES_CONNECTIONS = 256  # the server's own files: databases, segments, logs, its outgoing channels
+
+
+def _make_room_for(connections: int) -> None:
+    """Raise the soft open-file limit so ``connections`` sockets fit beside the server's own files (up to
+    the hard limit); if they cannot, say so once: the limit would then be the file descriptors, not the
+    setting."""
+    need = connections + FDS_BESIDES_CONNECTIONS
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != resource.RLIM_INFINITY and soft < need:
+        target = need if hard == resource.RLIM_INFINITY else min(need, hard)
+        with suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+            soft = target
+    if soft != resource.RLIM_INFINITY and soft < need:
+        log.warning(
+            "the open-file limit (%d) leaves room for fewer than max_connections=%d connections: raise it "
+            "(ulimit -n %d) or lower max_connections",
+            soft,
+            connections,
+            need,
+        )
 
 
 class Health:

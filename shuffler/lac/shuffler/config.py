@@ -49,6 +49,13 @@ class ShufflerConfig(ServiceSettings):
         "streams); further calls on that connection wait in the client "
         "or are refused with UNAVAILABLE (HTTP/2 REFUSED_STREAM; retry)",
     )
+    max_connections: int = setting(
+        1000,
+        "most client connections open at once; gRPC closes a further one as soon as it is "
+        "accepted (its client gets UNAVAILABLE at once and retries), so new handshakes never "
+        "wait on exhausted file descriptors (the open-file limit is raised to fit, up to the "
+        "hard limit; a warning at start says when it cannot)",
+    )
     receive_timeout_seconds: float = setting(
         30.0,
         "a request message not received in full within this long after its caller was "
@@ -220,8 +227,8 @@ class ShufflerConfig(ServiceSettings):
             raise ValueError(
                 "max_message_bytes must be at least 1024, max_concurrent_streams and max_pending_bytes positive"
             )
-        if not self.receive_timeout_seconds > 0:
-            raise ValueError("receive_timeout_seconds must be positive")
+        if not self.receive_timeout_seconds > 0 or self.max_connections < 1:
+            raise ValueError("receive_timeout_seconds and max_connections must be positive")
         if not self.commit_timeout_seconds > 0 or self.min_free_disk_bytes < 0:
             raise ValueError("commit_timeout_seconds must be positive and min_free_disk_bytes >= 0")
         shards = parse_shards(self.shards)

@@ -110,7 +110,7 @@ class ShufflerServicer:
 def create_server(shuffler: Shuffler) -> tuple[grpc.aio.Server, int]:
     """Build (not start) the gRPC server for ``shuffler``, bound as its config says."""
     cfg = shuffler.config
-    server = common_server.new_server(cfg.max_message_bytes, cfg.max_concurrent_streams)
+    server = common_server.new_server(cfg.max_message_bytes, cfg.max_concurrent_streams, cfg.max_connections)
 
     async def count_malformed(method: str) -> None:
         await shuffler.count_reject(RejectReason.MALFORMED)
