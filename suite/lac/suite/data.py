@@ -178,8 +178,15 @@ def clean_text(text: str) -> str:
 
 def short_texts(texts: Iterable[str], min_words: int = MIN_WORDS, max_words: int = MAX_WORDS) -> list[str]:
     """``texts`` cleaned, kept if they have ``min_words``..``max_words`` words, deduplicated (by word sequence)."""
+    return [t for t, _ in short_labelled_texts(((t, "") for t in texts), min_words, max_words)]
+
+
+def short_labelled_texts(
+    pairs: Iterable[tuple[str, str]], min_words: int = MIN_WORDS, max_words: int = MAX_WORDS
+) -> list[tuple[str, str]]:
+    """(text, label) pairs filtered as ``short_texts`` filters texts (the first of equal texts kept, label and all)."""
     out, seen = [], set()
-    for t in texts:
+    for t, label in pairs:
         t = clean_text(t)
         toks = words(t)
         if not min_words <= len(toks) <= max_words:
@@ -187,7 +194,7 @@ def short_texts(texts: Iterable[str], min_words: int = MIN_WORDS, max_words: int
         key = " ".join(toks)
         if key not in seen:
             seen.add(key)
-            out.append(t)
+            out.append((t, label))
     return out
 
 
@@ -222,19 +229,36 @@ def _wordnet_glosses() -> list[tuple[str, list[str]]]:
     return _read_wordnet_glosses(WORDNET_DIR)
 
 
-@functools.lru_cache(maxsize=1)  # one parse serves both WordNet loaders
-def _read_wordnet_glosses(wordnet_dir: Path) -> list[tuple[str, list[str]]]:
-    out = []
+# The lexicographer files (WordNet's lexnames(5WN)): a synset's file number (the second field of its line in
+# data.*) names its category, e.g. 05 = noun.animal, 13 = noun.food, 38 = verb.motion.
+WORDNET_LEXNAMES = (
+    "adj.all", "adj.pert", "adv.all", "noun.Tops", "noun.act", "noun.animal", "noun.artifact", "noun.attribute",
+    "noun.body", "noun.cognition", "noun.communication", "noun.event", "noun.feeling", "noun.food", "noun.group",
+    "noun.location", "noun.motive", "noun.object", "noun.person", "noun.phenomenon", "noun.plant", "noun.possession",
+    "noun.process", "noun.quantity", "noun.relation", "noun.shape", "noun.state", "noun.substance", "noun.time",
+    "verb.body", "verb.change", "verb.cognition", "verb.communication", "verb.competition", "verb.consumption",
+    "verb.contact", "verb.creation", "verb.emotion", "verb.motion", "verb.perception", "verb.possession",
+    "verb.social", "verb.stative", "verb.weather", "adj.ppl",
+)  # fmt: skip
+
+
+def _wordnet_records(wordnet_dir: Path) -> Iterable[tuple[str, str]]:
+    """(lexicographer file name, raw gloss) of every synset of data.{noun,verb,adj,adv}."""
     for pos in ("noun", "verb", "adj", "adv"):
         path = _require(wordnet_dir / f"data.{pos}", "wordnet-base")
         with path.open(encoding="utf-8", errors="replace") as f:
             for line in f:
                 if line.startswith(" "):  # the license header
                     continue
-                _, sep, gloss = line.partition(" | ")
+                head, sep, gloss = line.partition(" | ")
                 if sep:
-                    out.append(split_gloss(gloss.strip()))
-    return out
+                    lex = int(head.split(" ", 2)[1])
+                    yield (WORDNET_LEXNAMES[lex] if lex < len(WORDNET_LEXNAMES) else str(lex)), gloss.strip()
+
+
+@functools.lru_cache(maxsize=1)  # one parse serves both WordNet loaders
+def _read_wordnet_glosses(wordnet_dir: Path) -> list[tuple[str, list[str]]]:
+    return [split_gloss(gloss) for _, gloss in _wordnet_records(wordnet_dir)]
 
 
 def wordnet_definitions() -> list[str]:
@@ -245,6 +269,12 @@ def wordnet_definitions() -> list[str]:
 def wordnet_examples() -> list[str]:
     """WordNet 3.0 example sentences, e.g. 'the dog barked all night'."""
     return short_texts(e for _, ex in _wordnet_glosses() for e in ex)
+
+
+def wordnet_topic_definitions() -> list[tuple[str, str]]:
+    """(definition, lexicographer category) of every WordNet 3.0 synset, e.g. ('a member of the genus Canis ...',
+    'noun.animal'): texts as ``wordnet_definitions`` cleans them, labelled with their synset's ``WORDNET_LEXNAMES``."""
+    return short_labelled_texts((split_gloss(g)[0], lex) for lex, g in _wordnet_records(WORDNET_DIR))
 
 
 # --- GCIDE 0.48 (Debian dict-gcide): dictd format, a gzip (dictzip) file of plain-text entries:
@@ -427,10 +457,7 @@ def gcide_entry_texts(entry: str) -> tuple[list[str], list[str]]:
         if indent == 0 and _HEAD_FORM.match(joined):
             definitions.append(_gcide_definition(joined[_gcide_header_end(joined) :]))
         elif indent >= 8 and not _SENSE_MARK.match(first):  # a citation: "Quoted text. --Author."
-            cut = list(_QUOTE_ATTRIBUTION.finditer(joined))
-            if cut and len(joined[cut[-1].end() :].split()) <= 12:
-                joined = joined[: cut[-1].start()]
-            quotations.append(clean_text(_unbrace(_BRACKET.sub("", joined))))
+            quotations.append(_gcide_quotation(joined)[0])
         elif first.startswith(("Syn:", "Syn.")):
             continue
         elif first.startswith("{"):  # a phrase and its definition: "{Dog cheap}, very cheap, ..."
@@ -439,6 +466,46 @@ def gcide_entry_texts(entry: str) -> tuple[list[str], list[str]]:
             definitions.append(_gcide_definition(joined))
     keep = lambda texts: [t for t in texts if t and not _MARKUP_LEFT.search(t)]  # noqa: E731
     return keep(definitions), keep(quotations)
+
+
+def _gcide_quotation(joined: str) -> tuple[str, str]:
+    """A citation block's quoted text (cleaned) and its attribution (the text after the last " --", if it is at
+    most 12 words; "" if there is none)."""
+    cut = list(_QUOTE_ATTRIBUTION.finditer(joined))
+    attribution = ""
+    if cut and len(joined[cut[-1].end() :].split()) <= 12:
+        joined, attribution = joined[: cut[-1].start()], joined[cut[-1].end() :]
+    return clean_text(_unbrace(_BRACKET.sub("", joined))), clean_text(attribution)
+
+
+_AUTHOR = re.compile(r"(?:[A-Z][A-Za-z']*\.?|&|de|of|the)(?: (?:[A-Z][A-Za-z']*\.?|&|de|of|the)){0,3}")
+
+
+def gcide_author(attribution: str) -> str | None:
+    """The author named by a GCIDE attribution, spelt as GCIDE abbreviates it ('Shak.', 'Milton.', 'Sir W. Scott.');
+    None for a reference that is not only a name (a work, a chapter: 'Shak. (Hamlet)', 'Bible (1551).')."""
+    a = re.sub(r"\s+\.", ".", clean_text(attribution))
+    if not _AUTHOR.fullmatch(a):
+        return None
+    return a if a.endswith(".") else a + "."
+
+
+def gcide_attributed_quotations() -> list[tuple[str, str]]:
+    """(quotation, author) of every GCIDE literary quotation whose attribution names an author (``gcide_author``),
+    cleaned and filtered as ``gcide_quotations`` (3-100 words, first of equal texts kept), e.g.
+    ('My heart accordeth with my tongue.', 'Shak.')."""
+    pairs = []
+    for entry in _gcide_entries():
+        for indent, lines, tags in _gcide_blocks(_accents(entry)):
+            joined = clean_text(" ".join(lines))
+            if any("WordNet" in t for t in tags) or "WordNet" in joined:
+                continue
+            if indent >= 8 and not _SENSE_MARK.match(lines[0].strip()):
+                text, attribution = _gcide_quotation(joined)
+                author = gcide_author(attribution)
+                if author and text and not _MARKUP_LEFT.search(text):
+                    pairs.append((text, author))
+    return short_labelled_texts(pairs)
 
 
 def _gcide_texts() -> tuple[list[str], list[str]]:
