@@ -66,6 +66,29 @@ class EvalConfig:
     e2e_embedding_vocab: int = 50_000  # the presets' embedding (GloVe 6B 50d, 50,000 words)
     e2e_runs: int = 1  # releases per row (at these sizes the release's own noise moves perplexity by < 1%)
     e2e_channel_draws: int = 400  # Monte-Carlo draws per word of the local channel (the curator's default)
+    # authorship vs topic after the Localizer (lac.suite.eval.authorship; seed 003 §6)
+    authorship_authors: int = 40  # GCIDE's most quoted authors (by quoted words)
+    authorship_snippet_words: int = 50  # words per snippet (author and topic alike)
+    authorship_known: int = 20  # known (training) snippets per author
+    authorship_unknown: int = 10  # unknown (test) snippets per author
+    authorship_topics: tuple[str, ...] = (
+        "noun.animal",
+        "noun.plant",
+        "noun.food",
+        "noun.body",
+        "noun.artifact",
+        "noun.person",
+        "noun.location",
+        "noun.substance",
+        "verb.motion",
+        "verb.communication",
+    )  # WordNet lexicographer categories
+    authorship_topic_train: int = 100  # training snippets per topic
+    authorship_topic_test: int = 30  # test snippets per topic
+    # ε per word of the sweep (the presets' ε are added)
+    authorship_epsilons: tuple[float, ...] = (3.0, 5.0, 6.0, 7.0, 8.0, 10.0, 15.0, 25.0)
+    authorship_iterations: int = 100  # Koppel et al.'s random feature subsets per unknown text
+    authorship_embedding_vocab: int = 50_000  # the presets' embedding
     # privacy accounting of the pipeline (lac.suite.eval.pipeline)
     central_epsilons: tuple[float, ...] = (0.5, 1.0, 2.0, 4.0, 8.0)
     report_words: int = 32  # reports truncated to this many words so ε0 = ℓ·ε·diam holds for all
@@ -105,6 +128,11 @@ PRESETS = {
         e2e_points=(("20k real users", 20_000, 1),),
         e2e_presets=("balanced",),
         e2e_central=(0.3, 1.0),
+        authorship_authors=20,
+        authorship_known=16,
+        authorship_unknown=10,
+        authorship_topic_train=60,
+        authorship_topic_test=20,
     ),
     "tiny": EvalConfig(
         max_users=1500,
@@ -136,5 +164,14 @@ PRESETS = {
         e2e_central=(1.0,),
         e2e_embedding_vocab=5_000,
         e2e_channel_draws=20,
+        authorship_authors=8,
+        authorship_snippet_words=40,
+        authorship_known=8,
+        authorship_unknown=6,
+        authorship_topics=("noun.animal", "noun.food", "noun.artifact", "verb.motion"),
+        authorship_topic_train=20,
+        authorship_topic_test=10,
+        authorship_epsilons=(3.0, 25.0),
+        authorship_iterations=30,
     ),
 }

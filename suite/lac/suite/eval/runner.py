@@ -9,11 +9,11 @@ from pathlib import Path
 
 import numpy as np
 
+from . import authorship, e2e, language_model, localizer, membership, paper_figures, pipeline, report, targets
 from . import data as eval_data
-from . import e2e, language_model, localizer, membership, paper_figures, pipeline, report, targets
 from .config import EvalConfig
 
-SECTIONS = ("figures", "table1", "membership", "localizer", "pipeline", "targets", "e2e")
+SECTIONS = ("figures", "table1", "membership", "localizer", "pipeline", "targets", "e2e", "authorship")
 
 
 def _say(msg: str) -> None:
@@ -82,6 +82,8 @@ def run(cfg: EvalConfig, out: Path, preset: str = "custom", sections=SECTIONS) -
         res["targets"] = step("targets", lambda: targets.run(cfg, out, rngs["targets"]))
     if "e2e" in sections:
         res["e2e"] = step("e2e", lambda: e2e.run_e2e(cfg, out, rngs["e2e"]))
+    if "authorship" in sections:
+        res["authorship"] = step("authorship", lambda: authorship.run(cfg, out, rngs["authorship"]))
     res["wall_time_s"] = time.perf_counter() - t0
     (out / "results.json").write_text(json.dumps(res, indent=1, default=_json_default), encoding="utf-8")
     report.write(out / "report.md", res)
