@@ -552,7 +552,8 @@ def test_submit_snippet_runs_as_printed(tls_services, data_dir, monkeypatch, fre
     assert not caplog.records
     monkeypatch.setenv("LAC_CLIENT_TOKEN", token)  # connect() reads the token from the environment too
     with lac.client.ShufflerClient.connect(address, curator_key="curator.pub", ca="ca.pem") as client:
-        assert client.deployment() == Deployment()
+        published = client.deployment()  # the defaults, and the ids of the curator's keys to seal to
+        assert dataclasses.replace(published, key_ids=()) == Deployment() and len(published.key_ids) == 1
         with pytest.raises(lac.client.QuotaExceeded):  # one report per client and window
             client.submit(namespace["localizer"].privatize("another message"))
     with pytest.raises(ValueError, match="TLS needs the CA"):

@@ -38,7 +38,7 @@ from google.protobuf.message import Message
 
 from lac.client import _grpc_errors
 from lac.client._grpc_errors import retry_after, trailing_of, wrap
-from lac.client.errors import LacClientError, Metadata, UnsupportedText
+from lac.client.errors import DeploymentMismatch, LacClientError, Metadata, UnsupportedText
 from lac.client.presets import DEFAULT_PRESET, Preset
 from lac.common import envelope, tls
 from lac.common.deployment import Deployment
@@ -174,6 +174,7 @@ class ShufflerClient:
         self._replica_of: OrderedDict[str | None, str] = OrderedDict()  # token -> its replica's address
         self._replicas: OrderedDict[str, tuple[grpc.Channel, shuffler_pb2_grpc.ShufflerStub]] = OrderedDict()
         self._lock = threading.Lock()
+        self._curator_key_ids: frozenset[str] | None = None  # published by the curator's deployment, once asked
 
     @classmethod
     def connect(
@@ -290,6 +291,8 @@ class ShufflerClient:
         """
         if not isinstance(reports, Iterable):  # a single PrivatizedReport
             reports = [reports]
+        if self.curator_key is not None:  # before sealing anything to it
+            self.check_curator_key([self.curator_key.key_id], token)
         acks: list[shuffler_pb2.ReportAck] = []
         chunk: list[shuffler_pb2.ClientReport] = []
         for r in reports:
@@ -305,6 +308,7 @@ class ShufflerClient:
         self, chunk: Sequence[shuffler_pb2.ClientReport], token: str | None = None
     ) -> list[shuffler_pb2.ReportAck]:
         """Submit already sealed reports (a retry reuses their idempotency ids, so it stores nothing twice)."""
+        self.check_curator_key({r.payload.key_id for r in chunk if r.payload.key_id}, token)
         metadata = _bearer(token) if token else self.metadata
         token = token or self.token
         request = shuffler_pb2.SubmitRequest(reports=list(chunk))
@@ -324,6 +328,31 @@ class ShufflerClient:
             if again is None:
                 raise
             raise _replicas_disagree(f"{shard} said it serves this client, then sent it to {again}", exc) from None
+
+    def check_curator_key(self, key_ids: Iterable[str], token: str | None = None) -> None:
+        """``DeploymentMismatch`` unless the curator can open reports sealed to ``key_ids``: its published
+        deployment lists the ids of the keys it holds (asked once, and again after a mismatch in case it
+        rotated its keys since). Not checked while the shuffler cannot relay the deployment yet, nor against
+        a curator too old to publish its key ids."""
+        wanted = frozenset(key_ids)
+        known = self._curator_key_ids
+        if not wanted or (known is not None and (not known or wanted <= known)):
+            return
+        metadata = _bearer(token) if token else self.metadata
+        try:
+            reply = self._attempt("GetDeployment", reports_pb2.DeploymentRequest(), metadata, self.stub)
+        except grpc.RpcError as exc:
+            if exc.code() in RETRYABLE:  # the shuffler has not heard from the curator yet: the curator checks
+                return
+            raise wrap(exc, "Shuffler.GetDeployment") from None
+        known = self._curator_key_ids = frozenset(reply.key_ids)
+        if known and not wanted <= known:
+            raise DeploymentMismatch(
+                f"the curator cannot open reports sealed to key id {', '.join(sorted(wanted - known))}: it holds "
+                f"key id {', '.join(reply.key_ids)} (its published deployment). This client was given another "
+                f"curator's public key, or an outdated one: get the current curator.pub from the curator's "
+                f"operator. Nothing was sent"
+            )
 
     # ------------------------------------------------------------------ sharded replicas
 

@@ -37,7 +37,9 @@ class Deployment:
     embedding's diameter for the multivariate Laplace mechanism), so one word is
     (ε·bound)-LDP and a report of at most ``max_report_words`` words is ε0-LDP with
     ε0 = L·ε·bound. The privacy unit downstream is one client over an accounting window of
-    ``window_seconds`` with at most ``reports_per_window`` reports.
+    ``window_seconds`` with at most ``reports_per_window`` reports. ``key_ids`` (not privacy
+    configuration) are the ids of the HPKE keys the curator opens reports with, its current key first:
+    the SDK seals only to one of them (empty: not published, not checked).
     """
 
     mechanism: str = "multivariate-laplace"
@@ -47,6 +49,7 @@ class Deployment:
     max_report_words: int = 40
     reports_per_window: int = 1
     window_seconds: float = 86400.0
+    key_ids: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.mechanism not in LOCAL_MECHANISMS:
@@ -61,6 +64,8 @@ class Deployment:
                 raise ValueError(f"{name} must be an integer >= 1, got {v!r}")
         if not (math.isfinite(self.window_seconds) and self.window_seconds > 0):
             raise ValueError(f"window_seconds must be finite and > 0, got {self.window_seconds!r}")
+        if not all(isinstance(k, str) and k for k in self.key_ids):
+            raise ValueError(f"key_ids must be non-empty strings, got {self.key_ids!r}")
 
     @property
     def report_epsilon0(self) -> float:

@@ -36,6 +36,7 @@ def deployment_to_proto(d: Deployment, server_version: str = "") -> reports_pb2.
         window_seconds=d.window_seconds,
         report_epsilon0=d.report_epsilon0,
         server_version=server_version,
+        key_ids=d.key_ids,
     )
 
 
@@ -53,6 +54,7 @@ def deployment_from_proto(m: reports_pb2.Deployment) -> Deployment:
             max_report_words=m.max_report_words,
             reports_per_window=m.reports_per_window,
             window_seconds=m.window_seconds,
+            key_ids=tuple(m.key_ids),
         )
     except ValueError as exc:
         raise InvalidArgument(f"invalid deployment: {exc}") from None

@@ -243,6 +243,11 @@ def _serve(args) -> int:
     from lac.curator.service import Curator
 
     config = cfg.from_args(CuratorConfig, ENV_PREFIX, args)
+    if config.key_dir is None and not (config.insecure or config.allow_plaintext_payloads):
+        raise SystemExit(  # it could open no sealed report: every one would be quarantined
+            "error: no key ring (--key-dir): this curator could open no report sealed to it and would quarantine "
+            "every one; create one with `lac keys curator --dir DIR` and pass --key-dir DIR"
+        )
     configure_logging(config.log_format, getattr(args, "verbose", False))
     vocab = public_vocabulary(
         config.public_corpus, config.max_n, config.vocab_min_count, config.vocab_max_items, config.state_dir / "prior"
@@ -498,7 +503,8 @@ def _deployment(args) -> int:
 
     m = _stub(args).GetDeployment(reports_pb2.DeploymentRequest(), timeout=30)
     served_by = f"\nserved by {m.server_version}" if m.server_version else ""  # empty from older curators
-    _print(args, m, deployment_from_proto(m).report_guarantee().statement() + served_by)
+    keys = f"\nreports are sealed to key id {', '.join(m.key_ids)}" if m.key_ids else ""
+    _print(args, m, deployment_from_proto(m).report_guarantee().statement() + keys + served_by)
     return 0
 
 

@@ -8,6 +8,8 @@ from ``lac.curator.serde``.
 
 from __future__ import annotations
 
+import dataclasses
+
 import grpc
 
 from lac.common import server as common_server
@@ -102,7 +104,10 @@ class QueryServicer:
         )
 
     async def GetDeployment(self, request, context, caller: Caller):
-        return deployment_to_proto(self.curator.deployment, server_version=server_version("curator"))
+        ring = self.curator.keyring  # its key ids, the current key first: the SDK seals to none other
+        key_ids = (ring.current, *(k for k in ring.key_ids if k != ring.current)) if ring else ()
+        d = dataclasses.replace(self.curator.deployment, key_ids=key_ids)
+        return deployment_to_proto(d, server_version=server_version("curator"))
 
     async def GetStatus(self, request, context, caller: Caller):
         s = await self.curator.status()

@@ -556,7 +556,8 @@ def authorship_data(cfg, rng: np.random.Generator) -> tuple[dict[str, LabelledSp
     """The author and topic tasks of ``lac eval`` from packages, with what they are and their sizes.
 
     Authors: GCIDE 0.48 literary quotations (Debian ``dict-gcide``) with their attributions: the
-    ``authorship_authors`` authors with the most quoted words; each author's quotations are shuffled and joined
+    ``authorship_authors`` authors with the most quoted words (an author whose quotations do not fill the snippets
+    is skipped, and said); each author's quotations are shuffled and joined
     into snippets of ``authorship_snippet_words`` words, ``authorship_unknown`` unknown (test) and
     ``authorship_known`` known (training) snippets per author. Topics: WordNet 3.0 definitions (Debian
     ``wordnet-base``) labelled with their lexicographer category, joined the same way into snippets of the
@@ -569,16 +570,26 @@ def authorship_data(cfg, rng: np.random.Generator) -> tuple[dict[str, LabelledSp
         by_author[author].append(text)
     volume = {a: sum(len(words(t)) for t in ts) for a, ts in by_author.items()}
     need = cfg.authorship_known + cfg.authorship_unknown
-    chosen = sorted(volume, key=lambda a: (-volume[a], a))[: cfg.authorship_authors]
+    chosen: list[str] = []
+    skipped: list[str] = []
     author_split = LabelledSplit([], [], [], [])
-    for a in chosen:
+    for a in sorted(volume, key=lambda a: (-volume[a], a)):
+        if len(chosen) == cfg.authorship_authors or volume[a] < need * n_words:
+            break
         sn = snippets(by_author[a], need, n_words, rng)
-        if len(sn) < need:
-            raise RuntimeError(f"GCIDE has too few quoted words of {a} for {need} snippets of {n_words} words")
+        if len(sn) < need:  # long quotations linked into few snippets: the next author instead
+            skipped.append(a)
+            continue
+        chosen.append(a)
         author_split.test_texts.extend(sn[: cfg.authorship_unknown])
         author_split.test_labels.extend([a] * cfg.authorship_unknown)
         author_split.train_texts.extend(sn[cfg.authorship_unknown :])
         author_split.train_labels.extend([a] * cfg.authorship_known)
+    if len(chosen) < cfg.authorship_authors:
+        raise RuntimeError(
+            f"GCIDE quotes only {len(chosen)} authors enough for {need} snippets of {n_words} words "
+            f"({cfg.authorship_authors} asked for)"
+        )
     by_topic: dict[str, list[str]] = defaultdict(list)
     for text, lex in defs:
         by_topic[lex].append(text)
@@ -596,6 +607,7 @@ def authorship_data(cfg, rng: np.random.Generator) -> tuple[dict[str, LabelledSp
         "quotations": len(quotes),
         "quoted_authors": len(by_author),
         "authors": [{"author": a, "quotations": len(by_author[a]), "words": volume[a]} for a in chosen],
+        "authors_skipped": skipped,
         "topic_definitions": len(defs),
         "topics": [{"topic": t, "definitions": len(by_topic[t])} for t in cfg.authorship_topics],
         "snippet_words": n_words,

@@ -69,7 +69,7 @@ class EvalConfig:
     # authorship vs topic after the Localizer (lac.suite.eval.authorship; seed 003 §6)
     authorship_authors: int = 40  # GCIDE's most quoted authors (by quoted words)
     authorship_snippet_words: int = 50  # words per snippet (author and topic alike)
-    authorship_known: int = 20  # known (training) snippets per author
+    authorship_known: int = 16  # known (training) snippets per author
     authorship_unknown: int = 10  # unknown (test) snippets per author
     authorship_topics: tuple[str, ...] = (
         "noun.animal",
@@ -129,8 +129,6 @@ PRESETS = {
         e2e_presets=("balanced",),
         e2e_central=(0.3, 1.0),
         authorship_authors=20,
-        authorship_known=16,
-        authorship_unknown=10,
         authorship_topic_train=60,
         authorship_topic_test=20,
     ),

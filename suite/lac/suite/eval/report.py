@@ -577,6 +577,11 @@ def _authorship_section(add, L: list[str], au: dict) -> None:
         f"shuffled and joined into snippets of {d['snippet_words']} words (quotations sharing a word 6-gram, one "
         f"passage cited twice, go to the same snippet): {_f(ta['train'])} known snippets ({_f(ta['train_words'])} "
         f"words) and {_f(ta['test'])} unknown ones ({_f(ta['test_words'])} words); chance {ta['chance']:.3f}."
+        + (
+            f" Skipped (their quotations, linked, fill too few snippets): {', '.join(d['authors_skipped'])}."
+            if d.get("authors_skipped")
+            else ""
+        )
     )
     add(
         f"- **Topics**: WordNet 3.0 definitions (Debian `wordnet-base`, {_f(d['topic_definitions'])} in all) labelled "
