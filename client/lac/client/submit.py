@@ -351,7 +351,8 @@ class ShufflerClient:
                 f"the curator cannot open reports sealed to key id {', '.join(sorted(wanted - known))}: it holds "
                 f"key id {', '.join(reply.key_ids)} (its published deployment). This client was given another "
                 f"curator's public key, or an outdated one: get the current curator.pub from the curator's "
-                f"operator. Nothing was sent"
+                f"operator (a key rotated in the last 5 minutes may not be relayed by the shuffler yet). Nothing "
+                f"was sent"
             )
 
     # ------------------------------------------------------------------ sharded replicas
