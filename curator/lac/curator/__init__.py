@@ -22,6 +22,7 @@ __all__ = [
     "ReleasePreview",
     "ReleaseRefused",
     "Unavailable",
+    "WindowBudget",
 ]
 _LAZY = dict.fromkeys(__all__, "lac.curator.analyst")
 
@@ -39,6 +40,7 @@ if TYPE_CHECKING:  # pragma: no cover
         ReleasePreview,
         ReleaseRefused,
         Unavailable,
+        WindowBudget,
     )
 
 

@@ -51,6 +51,7 @@ __all__ = [
     "CuratorClient",
     "ReleaseInfo",
     "ReleasePreview",
+    "WindowBudget",
     "PerplexityResult",
     "CuratorStatus",
     "AnalystError",
@@ -81,6 +82,7 @@ _KNOBS = {
 
 
 _UINT32_MAX = 2**32 - 1  # the largest k or order a TopNgramsRequest carries
+NOISE_Z = 1.96  # top()'s noise_low/noise_high: probability ∓ NOISE_Z·noise_sd (95% of a normal)
 RELEASE_ATTEMPTS = 4  # a release is sent at most this often (same request id) after UNAVAILABLE or a deadline
 _RETRYABLE = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED})
 
@@ -297,8 +299,21 @@ class ReleaseInfo:
 
 
 @dataclass(frozen=True)
+class WindowBudget:
+    """The privacy budget of one accounting window: spent and remaining (ε, δ)."""
+
+    window: int
+    spent_epsilon: float
+    spent_delta: float
+    remaining_epsilon: float
+    remaining_delta: float
+
+
+@dataclass(frozen=True)
 class ReleasePreview:
-    """A release's predicted accuracy (``CuratorClient.preview``); None where it is not known."""
+    """A release's predicted accuracy (``CuratorClient.preview``); None where it is not known.
+    ``budget_after``: each window the release covers, as the ledger would hold it after the release (a
+    remaining value below 0: it would be refused); empty for a release that is not charged."""
 
     mechanism: str
     epsilon: float
@@ -315,6 +330,7 @@ class ReleasePreview:
     epsilon_needed: float | None
     advice: str
     statement: str
+    budget_after: tuple[WindowBudget, ...] = ()
 
     @classmethod
     def from_proto(cls, p: curator_pb2.ReleasePreview) -> ReleasePreview:
@@ -337,6 +353,10 @@ class ReleasePreview:
             epsilon_needed=opt("epsilon_needed"),
             advice=p.advice,
             statement=p.statement,
+            budget_after=tuple(
+                WindowBudget(w.window, w.spent_epsilon, w.spent_delta, w.remaining_epsilon, w.remaining_delta)
+                for w in p.budget_after
+            ),
         )
 
     def __str__(self) -> str:
@@ -461,18 +481,23 @@ class CuratorClient:
             _pandas()
         return pa
 
-    def _ngram_table(self, ngrams, as_arrow: bool):
-        """The table of released n-grams (``NgramProbability`` messages): ngram, order, probability."""
+    def _ngram_table(self, ngrams, as_arrow: bool, noise: bool = False):
+        """The table of released n-grams (``NgramProbability`` messages): ngram, order, probability, and with
+        ``noise`` noise_sd, noise_low, noise_high (see ``top``)."""
         pa = self._deps(as_arrow)
         grams = [g.ngram for g in ngrams]
-        return self._table(
-            {
-                "ngram": (grams, pa.string()),
-                "order": (_orders(grams), pa.int8()),
-                "probability": ([g.probability for g in ngrams], pa.float64()),
-            },
-            as_arrow,
-        )
+        probs = np.array([g.probability for g in ngrams], dtype=np.float64)
+        columns = {
+            "ngram": (grams, pa.string()),
+            "order": (_orders(grams), pa.int8()),
+            "probability": (probs, pa.float64()),
+        }
+        if noise:
+            sd = np.array([g.noise_sd if g.HasField("noise_sd") else math.nan for g in ngrams], dtype=np.float64)
+            columns["noise_sd"] = (sd, pa.float64())
+            columns["noise_low"] = (np.maximum(probs - NOISE_Z * sd, 0.0), pa.float64())
+            columns["noise_high"] = (probs + NOISE_Z * sd, pa.float64())
+        return self._table(columns, as_arrow)
 
     def _table(
         self,
@@ -662,7 +687,8 @@ class CuratorClient:
         *,
         exclude_special: bool = False,
     ) -> pandas.DataFrame | pyarrow.Table:
-        """The ``k`` most probable n-grams of a release, most probable first: ngram, order, probability.
+        """The ``k`` most probable n-grams of a release, most probable first: ngram, order, probability,
+        noise_sd, noise_low, noise_high.
 
         ``k`` is an integer >= 1 (``ValueError`` otherwise, before any call: 0 is not read as a
         default); fewer rows come back when the release has fewer n-grams to list. ``order`` = n
@@ -671,6 +697,15 @@ class CuratorClient:
         ``exclude_special=True`` leaves out every n-gram with a special token (``<unk>``, a word
         outside the vocabulary; ``<s>``/``</s>``, sentence boundaries); the others keep their
         probabilities (not renormalised), the same as ``probability()`` gives.
+
+        ``noise_sd`` is the standard deviation of the Gaussian noise the DP mechanism added to the n-gram's
+        count, on the scale of ``probability`` (the record's public σ over the release's pseudo-count scale:
+        no other data enter), and [``noise_low``, ``noise_high``] = probability ∓ 1.96·noise_sd (the low end
+        at least 0): how far the noise alone would move it 95% of the time. It is not the whole error: the
+        posterior's shrinkage towards the public prior and the noise of the normalising total are not in it.
+        NaN where the release states no such number: mechanisms other than the posterior, a channel-aware
+        clean estimate (deconvolution amplifies the noise by an amount the release does not state), and an
+        order whose pseudo-counts were scaled up to the public prior's strength (weak data).
         """
         if isinstance(k, bool) or not isinstance(k, numbers.Integral) or k < 1:
             raise ValueError(f"k must be an integer >= 1 (how many n-grams to list), got {k!r}")
@@ -683,7 +718,7 @@ class CuratorClient:
             order=min(int(order), _UINT32_MAX),  # (refused by the curator as no such order)
             exclude_special=bool(exclude_special),
         )
-        return self._ngram_table(self._call("TopNgrams", request).ngrams, as_arrow)
+        return self._ngram_table(self._call("TopNgrams", request).ngrams, as_arrow, noise=True)
 
     def probability(
         self, release_id: str | ReleaseInfo, ngrams: str | Iterable[str], as_arrow: bool = False

@@ -59,6 +59,30 @@ class Preview:
     reports_needed: int | None  # n at which the signal share reaches the target (None: n does not help)
     epsilon_needed: float | None  # ε at which it does, with these reports (None: unknown / ε does not help)
     advice: str
+    # Each covered window after the release: (window, spent ε, spent δ, remaining ε, remaining δ), from the
+    # ledger and the release's charge (empty: not charged, or not known here); ``budget``: a window's (ε, δ).
+    budget_after: tuple[tuple[int, float, float, float, float], ...] = ()
+    budget: tuple[float, float] | None = None
+
+    def budget_statement(self) -> str:
+        """The budget after the release in words ("" when it is not charged)."""
+        if not self.budget_after or self.budget is None:
+            return ""
+        window, eps, delta, eps_left, delta_left = min(self.budget_after, key=lambda w: (w[3], w[4]))
+        which = (
+            f"window {window}"
+            if len(self.budget_after) == 1
+            else f"window {window} (the least of {len(self.budget_after)})"
+        )
+        if eps_left < -1e-9 * self.budget[0] or delta_left < -1e-9 * self.budget[1]:
+            return (
+                f" It would overspend {which}: ε {eps:g} of {self.budget[0]:g}, δ {delta:g} of {self.budget[1]:g};"
+                " it would be refused."
+            )
+        return (
+            f" Budget after it: {which} keeps ε {max(eps_left, 0.0):g} of {self.budget[0]:g}"
+            f" and δ {max(delta_left, 0.0):g} of {self.budget[1]:g}."
+        )
 
     def statement(self) -> str:
         """The preview in words, for the CLI and the refusal message."""
@@ -79,7 +103,7 @@ class Preview:
         verdict = (
             "." if self.swamped is None else " — the noise would swamp the signal." if self.swamped else " — useful."
         )
-        return head + body + verdict + (f" {self.advice}" if self.advice else "")
+        return head + body + verdict + (f" {self.advice}" if self.advice else "") + self.budget_statement()
 
 
 def refusal(preview: Preview, spent: str) -> str:

@@ -176,6 +176,12 @@ def preview_message(p: Preview) -> curator_pb2.ReleasePreview:
         target_share=p.target_share,
         advice=p.advice,
         statement=p.statement(),
+        budget_after=[
+            curator_pb2.WindowBudget(
+                window=w, spent_epsilon=e, spent_delta=d, remaining_epsilon=e_left, remaining_delta=d_left
+            )
+            for w, e, d, e_left, d_left in p.budget_after
+        ],
         **optional,
     )
 

@@ -9,6 +9,7 @@ from ``lac.curator.serde``.
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import grpc
 
@@ -89,7 +90,10 @@ class QueryServicer:
             request.release_id, serde.top_k(request), request.order, exclude_special=request.exclude_special
         )
         return curator_pb2.TopNgramsResponse(
-            ngrams=[curator_pb2.NgramProbability(ngram=g, probability=p) for g, p in top]
+            ngrams=[
+                curator_pb2.NgramProbability(ngram=g, probability=p, **({} if math.isnan(sd) else {"noise_sd": sd}))
+                for g, p, sd in top
+            ]
         )
 
     async def GetBudget(self, request, context, caller: Caller):

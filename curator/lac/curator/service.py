@@ -33,11 +33,12 @@ import asyncio
 import datetime as dt
 import json
 import logging
+import math
 import time
 import uuid
 from collections import Counter, OrderedDict
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from functools import partial
 from typing import TYPE_CHECKING
 
@@ -58,13 +59,14 @@ from lac.curator.channel import NgramChannel, cached_word_channel, public_unk_wo
 from lac.curator.config import CuratorConfig
 from lac.curator.engine import Engine, create_engine
 from lac.curator.ingest import IngestContext, IngestPool, merge_counts
-from lac.curator.lm import NgramModel
+from lac.curator.lm import NgramModel, release_model
 from lac.curator.metrics import CuratorMetrics
 from lac.curator.ngrams import NgramVocabulary
-from lac.curator.preview import Preview, predict
+from lac.curator.preview import Preview, predict, refusal
 from lac.curator.prior import default_public_corpus
 from lac.curator.release import PublicCaps, ReleaseRecord, ReleaseSpec, StoredReports
 from lac.curator.store import CuratorStore
+from lac.curator.uncertainty import noise_sd
 
 if TYPE_CHECKING:
     from lac.curator.spark import SparkIngest
@@ -415,9 +417,24 @@ class Curator:
         return max(0, round(value)), f"a DP count taken now (ε = {eps:g} charged, Laplace scale {scale:.3g})"
 
     async def preview(self, spec: ReleaseSpec, operator: bool = False) -> Preview:
-        """The release's predicted accuracy (``lac.curator.preview``): spends nothing."""
+        """The release's predicted accuracy (``lac.curator.preview``) and the budget of each window it covers
+        after it (the ledger, which GetBudget shows, plus its charge): spends nothing."""
         span, unit = await self._span(spec)
-        return self._predict(spec, unit, *await self._known_reports(spec, span, operator))
+        reports, source = await self._known_reports(spec, span, operator)
+        p = self._predict(spec, unit, reports, source)
+        if spec.data_dependent:  # never charged
+            return p
+        charge = Budget(p.epsilon, p.delta)
+        checked = not (spec.force or self.config.min_signal_share <= 0)
+        if checked and reports is None and p.reports_needed is not None:  # the check takes a DP count first
+            charge = Budget(p.epsilon + self.config.count_epsilon, p.delta)
+        spent = await self._run(self.store.spent)
+        after = []
+        for w in range(span[0], span[1] + 1):
+            was = spent.get(w, Budget(0.0))
+            eps, delta = was.epsilon + charge.epsilon, was.delta + charge.delta
+            after.append((w, eps, delta, self.budget.epsilon - eps, self.budget.delta - delta))
+        return replace(p, budget_after=tuple(after), budget=(self.budget.epsilon, self.budget.delta))
 
     async def _check_accuracy(
         self, spec: ReleaseSpec, span: tuple[int, int], unit: PrivacyUnit, operator: bool
@@ -432,10 +449,7 @@ class Curator:
             spent = f"only the DP count was charged (ε = {self.config.count_epsilon:g})"
         p = self._predict(spec, unit, reports, source)
         if p.swamped:
-            raise FailedPrecondition(
-                f"release refused: {p.statement()} ({spent}; set force to release anyway: "
-                f"`lac curator release --force`)"
-            )
+            raise FailedPrecondition(refusal(p, spent))
 
     async def release(self, spec: ReleaseSpec, operator: bool = False, request_id: str | None = None) -> ReleaseRecord:
         """Run ``spec`` over the windows it covers and charge every one of them (if it is DP).
@@ -541,10 +555,7 @@ class Curator:
                 return self._models[release_id]
             record, items, log_probs, pseudo = await self.get_release(release_id)
             max_n = record.max_n or self.vocab.max_n
-            if pseudo is not None:  # a release of counts over part of the n-grams (see NgramModel.from_counts)
-                m = await asyncio.to_thread(partial(NgramModel.from_counts, items, pseudo, max_n, partial=True))
-            else:
-                m = await asyncio.to_thread(NgramModel, items, log_probs, max_n)
+            m = await asyncio.to_thread(release_model, items, log_probs, pseudo, max_n)  # the one builder
             self._models[release_id] = m
             while len(self._models) > 4:
                 self._models.popitem(last=False)
@@ -552,13 +563,14 @@ class Curator:
 
     async def top_ngrams(
         self, release_id: str, k: int, order: int, exclude_special: bool = False
-    ) -> list[tuple[str, float]]:
+    ) -> list[tuple[str, float, float]]:
         """The ``k`` (>= 1) most probable n-grams of a release, most probable first: of order ``order``
         (0 = any) with probabilities renormalised within it, without those holding a special token
-        (``<unk>``, ``<s>``, ``</s>``) if ``exclude_special`` (the others keep their probabilities)."""
+        (``<unk>``, ``<s>``, ``</s>``) if ``exclude_special`` (the others keep their probabilities); each with
+        the standard deviation of the DP noise on its probability (``lac.curator.uncertainty``; NaN: not stated)."""
         if k < 1:
             raise InvalidArgument(f"k must be at least 1 (how many n-grams to list), got {k}")
-        record, items, log_probs, _ = await self.get_release(release_id)
+        record, items, log_probs, pseudo = await self.get_release(release_id)
         if order and not 1 <= order <= record.max_n:
             raise InvalidArgument(f"order must be 0 (any) or 1..{record.max_n}, got {order}")
         probs = np.exp(log_probs)
@@ -579,7 +591,11 @@ class Curator:
             return []
         top = candidates[np.argpartition(-probs[candidates], k - 1)[:k]]
         top = top[np.argsort(-probs[top], kind="stable")]
-        return [(items[i], float(probs[i])) for i in top]
+        sd = noise_sd(record, items, pseudo, self.vocab)[top]
+        if pseudo is not None:  # probabilities are proportional to pseudo-counts: the same share of the noise
+            with np.errstate(divide="ignore", invalid="ignore"):
+                sd = np.where(pseudo[top] > 0, sd * probs[top] / pseudo[top], math.nan)
+        return [(items[i], float(probs[i]), float(e)) for i, e in zip(top, sd, strict=True)]
 
     async def ngram_probabilities(self, release_id: str, ngrams: list[str]) -> list[tuple[str, float]]:
         if len(ngrams) > MAX_QUERY_NGRAMS:

@@ -24,6 +24,7 @@ FIGURES = (
     "fig6_membership.png",
     "localizer_tradeoff.png",
     "pipeline_end_to_end.png",
+    "e2e_frontier.png",
 )
 SECTIONS = (
     "## Data",
@@ -33,6 +34,7 @@ SECTIONS = (
     "## 4. Localizer trade-off",
     "## 5. End to end",
     "## 6. Targets",
+    "## 7. End to end: through the device",
     "## Reproducibility",
 )
 
@@ -133,3 +135,17 @@ def test_eval_is_a_lac_subcommand(capsys):
         build_parser().parse_args(["eval", "--help"])
     assert e.value.code == 0
     assert "--quick" in capsys.readouterr().out
+
+
+def test_tiny_run_measures_the_release_end_to_end_against_the_clean_text(tiny_run):
+    """Section 7: the perturbed and the channel-aware releases, the public prior and the clean counts, all
+    measured on the clean held-out text; every target says what it needs or what it measured."""
+    out, _ = tiny_run
+    e2e = json.loads((out / "results.json").read_text(encoding="utf-8"))["e2e"]
+    (pt,) = e2e["points"]
+    assert pt["clean"]["ppl"] < pt["public"]["ppl"]  # the users' own counts model their text best
+    (row,) = pt["rows"]
+    assert row["preset"] == "balanced" and 0.3 < row["words_changed"] < 0.9
+    for name in ("release-perturbed", "release-clean"):
+        assert math.isfinite(row[name]["ppl"]["median"]) and len(row[name]["kl"]) == 3
+    assert {c["text"] for c in e2e["checks"]} and all("shown" in c for c in e2e["checks"])

@@ -125,7 +125,7 @@ class ReleaseRecord(_message.Message):
     def __init__(self, release_id: _Optional[str] = ..., created_at: _Optional[str] = ..., mechanism: _Optional[str] = ..., params: _Optional[_Mapping[str, float]] = ..., sensitivity_method: _Optional[str] = ..., data_dependent: _Optional[bool] = ..., gamma: _Optional[float] = ..., sigma: _Optional[float] = ..., calibration: _Optional[str] = ..., epsilon: _Optional[float] = ..., delta: _Optional[float] = ..., n_reports: _Optional[int] = ..., vocab_size: _Optional[int] = ..., max_n: _Optional[int] = ..., statement: _Optional[str] = ..., differentially_private: _Optional[bool] = ..., laplace_scale: _Optional[float] = ..., ledger_epsilon: _Optional[float] = ..., ledger_delta: _Optional[float] = ..., first_window: _Optional[int] = ..., last_window: _Optional[int] = ..., privacy_unit: _Optional[str] = ..., reports_per_user: _Optional[int] = ..., discovery_threshold: _Optional[float] = ..., discovered: _Optional[int] = ..., request_id: _Optional[str] = ...) -> None: ...
 
 class ReleasePreview(_message.Message):
-    __slots__ = ("mechanism", "epsilon", "delta", "noise", "noise_unit", "reports", "reports_source", "resolvable", "signal_share", "swamped", "target_share", "reports_needed", "epsilon_needed", "advice", "statement")
+    __slots__ = ("mechanism", "epsilon", "delta", "noise", "noise_unit", "reports", "reports_source", "resolvable", "signal_share", "swamped", "target_share", "reports_needed", "epsilon_needed", "advice", "statement", "budget_after")
     MECHANISM_FIELD_NUMBER: _ClassVar[int]
     EPSILON_FIELD_NUMBER: _ClassVar[int]
     DELTA_FIELD_NUMBER: _ClassVar[int]
@@ -141,6 +141,7 @@ class ReleasePreview(_message.Message):
     EPSILON_NEEDED_FIELD_NUMBER: _ClassVar[int]
     ADVICE_FIELD_NUMBER: _ClassVar[int]
     STATEMENT_FIELD_NUMBER: _ClassVar[int]
+    BUDGET_AFTER_FIELD_NUMBER: _ClassVar[int]
     mechanism: str
     epsilon: float
     delta: float
@@ -156,7 +157,8 @@ class ReleasePreview(_message.Message):
     epsilon_needed: float
     advice: str
     statement: str
-    def __init__(self, mechanism: _Optional[str] = ..., epsilon: _Optional[float] = ..., delta: _Optional[float] = ..., noise: _Optional[float] = ..., noise_unit: _Optional[str] = ..., reports: _Optional[int] = ..., reports_source: _Optional[str] = ..., resolvable: _Optional[_Iterable[int]] = ..., signal_share: _Optional[float] = ..., swamped: _Optional[bool] = ..., target_share: _Optional[float] = ..., reports_needed: _Optional[int] = ..., epsilon_needed: _Optional[float] = ..., advice: _Optional[str] = ..., statement: _Optional[str] = ...) -> None: ...
+    budget_after: _containers.RepeatedCompositeFieldContainer[WindowBudget]
+    def __init__(self, mechanism: _Optional[str] = ..., epsilon: _Optional[float] = ..., delta: _Optional[float] = ..., noise: _Optional[float] = ..., noise_unit: _Optional[str] = ..., reports: _Optional[int] = ..., reports_source: _Optional[str] = ..., resolvable: _Optional[_Iterable[int]] = ..., signal_share: _Optional[float] = ..., swamped: _Optional[bool] = ..., target_share: _Optional[float] = ..., reports_needed: _Optional[int] = ..., epsilon_needed: _Optional[float] = ..., advice: _Optional[str] = ..., statement: _Optional[str] = ..., budget_after: _Optional[_Iterable[_Union[WindowBudget, _Mapping]]] = ...) -> None: ...
 
 class ListReleasesRequest(_message.Message):
     __slots__ = ()
@@ -199,12 +201,14 @@ class TopNgramsRequest(_message.Message):
     def __init__(self, release_id: _Optional[str] = ..., k: _Optional[int] = ..., order: _Optional[int] = ..., exclude_special: _Optional[bool] = ...) -> None: ...
 
 class NgramProbability(_message.Message):
-    __slots__ = ("ngram", "probability")
+    __slots__ = ("ngram", "probability", "noise_sd")
     NGRAM_FIELD_NUMBER: _ClassVar[int]
     PROBABILITY_FIELD_NUMBER: _ClassVar[int]
+    NOISE_SD_FIELD_NUMBER: _ClassVar[int]
     ngram: str
     probability: float
-    def __init__(self, ngram: _Optional[str] = ..., probability: _Optional[float] = ...) -> None: ...
+    noise_sd: float
+    def __init__(self, ngram: _Optional[str] = ..., probability: _Optional[float] = ..., noise_sd: _Optional[float] = ...) -> None: ...
 
 class TopNgramsResponse(_message.Message):
     __slots__ = ("ngrams",)

@@ -64,6 +64,8 @@ class EvalConfig:
     e2e_presets: tuple[str, ...] = ("private", "balanced", "utility")
     e2e_central: tuple[float, ...] = (0.1, 0.3, 1.0, 3.0)
     e2e_embedding_vocab: int = 50_000  # the presets' embedding (GloVe 6B 50d, 50,000 words)
+    e2e_vocab_min_count: int = 2  # the release vocabulary: the curator's defaults (public n-grams seen twice ...)
+    e2e_vocab_items: int = 50_000  # ... at most this many)
     e2e_runs: int = 1  # releases per row (at these sizes the release's own noise moves perplexity by < 1%)
     e2e_channel_draws: int = 400  # Monte-Carlo draws per word of the local channel (the curator's default)
     # authorship vs topic after the Localizer (lac.suite.eval.authorship; seed 003 §6)
@@ -162,6 +164,8 @@ PRESETS = {
         e2e_central=(1.0,),
         e2e_embedding_vocab=5_000,
         e2e_channel_draws=20,
+        e2e_vocab_min_count=100,
+        e2e_vocab_items=3_000,
         authorship_authors=8,
         authorship_snippet_words=40,
         authorship_known=8,

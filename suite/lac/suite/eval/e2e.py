@@ -101,7 +101,7 @@ def run_e2e(cfg, out, rng: RandomSource) -> dict:
     corpus_text = corpora.public_corpus.read_text(encoding="utf-8")
     cc = CuratorConfig()
     vocab = public_vocabulary(
-        corpora.public_corpus, cc.max_n, cc.vocab_min_count, cc.vocab_max_items, data_dir() / "eval-cache"
+        corpora.public_corpus, cc.max_n, cfg.e2e_vocab_min_count, cfg.e2e_vocab_items, data_dir() / "eval-cache"
     )
     caps = PublicCaps(W=cfg.target_W, C=cfg.target_C)
     words = vocab.words

@@ -31,7 +31,7 @@ from lac.common.rng import RandomSource
 from lac.common.text import sentences
 from lac.curator.baselines import k_anonymity, laplace_dp, laplace_public_dp
 from lac.curator.bayesian import BayesianParams, bayesian_dp
-from lac.curator.lm import NgramModel
+from lac.curator.lm import NgramModel, release_model
 from lac.curator.ngrams import report_items
 from lac.curator.posterior import PosteriorParams, posterior_release, weighted_totals
 from lac.curator.prior import public_vocabulary
@@ -69,13 +69,20 @@ def _exact(blocks, replicate: int) -> dict[str, float]:
 
 
 def _ppl(items, counts, test, partial=True) -> float:
-    model = NgramModel.from_counts(list(items), np.asarray(counts, dtype=np.float64), 3, partial=partial)
-    return model.perplexity(test)
+    """Perplexity of the model of a release with pseudo-counts (the curator's builder); ``partial=False``:
+    the exact model of complete counts (a non-private reference, not a release)."""
+    counts = np.asarray(counts, dtype=np.float64)
+    if not partial:
+        return NgramModel.from_counts(list(items), counts, 3).perplexity(test)
+    with np.errstate(divide="ignore"):
+        log_probs = np.log(counts / counts.sum())
+    return release_model(list(items), log_probs, counts, 3).perplexity(test)
 
 
 def _dist_ppl(items, probs, test) -> float:
+    """Perplexity of the model of a release that is a distribution only (the curator's builder)."""
     with np.errstate(divide="ignore"):
-        return NgramModel(list(items), np.log(np.asarray(probs)), 3, partial=True).perplexity(test)
+        return release_model(list(items), np.log(np.asarray(probs)), None, 3).perplexity(test)
 
 
 TARGETS = (  # (key, statement) of issue 13's targets, checked by ``checks``
