@@ -175,5 +175,6 @@ PRESETS = {
         authorship_topic_test=10,
         authorship_epsilons=(3.0, 25.0),
         authorship_iterations=30,
+        authorship_embedding_vocab=5_000,
     ),
 }
