@@ -21,7 +21,14 @@ import lac.client
 from lac.common.v1 import shuffler_pb2, shuffler_pb2_grpc
 from lac.shuffler.auth import add_clients
 from lac.shuffler.config import ShufflerConfig
-from lac.shuffler.shards import SHARD_METADATA_KEY, assign_shard, parse_shards, shard_weight
+from lac.shuffler.shards import (
+    SHARD_METADATA_KEY,
+    SHARDS_DIGEST_METADATA_KEY,
+    assign_shard,
+    parse_shards,
+    shard_weight,
+    shards_digest,
+)
 
 EXAMPLE = ("shuffler-a.example:50051", "shuffler-b.example:50051", "shuffler-c.example:50051")
 
@@ -246,10 +253,11 @@ def test_sdk_routes_each_token_to_its_replica(two_replicas):
         assert status.counters["accepted"] == expected[name] and not status.rejects.get("wrong_shard")
 
 
-def test_sdk_follows_a_refusal_to_the_named_replica(start_replica, tmp_path, caplog):
-    """A rolling reshard from [A, B] to [A, B, C]: A restarted with the new list, B not yet. A client that
-    moves from A to C bootstraps from B (old list: A), is refused by A naming C, and the SDK follows.
-    It then holds a fresh quota on C in this window — why the list may change only at a window boundary."""
+def test_sdk_refuses_replicas_midway_through_a_reshard(start_replica, tmp_path, caplog):
+    """A rolling reshard from [A, B] to [A, B, C] applied at once: A restarted with the new list, B not yet.
+    A client that moves from A to C, bootstrapping from B (old list: A), would have been refused by A naming C
+    and followed there, holding a fresh quota on C in this window; the lists differ, so the SDK now sends
+    nothing (issue 23, item 19) — the list may change only at a window boundary, on every replica."""
     pa, pb, pc = free_port(), free_port(), free_port()
     a, b, c = (f"127.0.0.1:{p}" for p in (pa, pb, pc))
     old, new = f"{a},{b}", f"{a},{b},{c}"
@@ -269,16 +277,14 @@ def test_sdk_follows_a_refusal_to_the_named_replica(start_replica, tmp_path, cap
         start_replica(pa, "127.0.0.1:1", shards=new, shard_name=a, min_batch=1000)
     assert any("SHARD LIST CHANGED" in r.getMessage() for r in caplog.records)
     start_replica(pc, "127.0.0.1:1", shards=new, shard_name=c, min_batch=1000)
-    with _sdk(b) as sdk:
-        acks = sdk.submit_prepared([report()], token=token)
-        assert [x.status for x in acks] == [shuffler_pb2.ACK_STATUS_STORED]
-        assert sdk.replica(token) == c
-    assert _status(a).rejects["wrong_shard"] == 1 and _status(c).counters["accepted"] == 1
+    with _sdk(b) as sdk, pytest.raises(lac.client.NotRetryableError, match="shard lists differ"):
+        sdk.submit_prepared([report()], token=token)
+    assert not _status(a).rejects.get("wrong_shard") and not _status(c).counters.get("accepted")
 
 
 def test_sdk_gives_up_when_replicas_disagree(start_replica, tmp_path):
-    """Misconfigured replicas whose lists name A differently ("127.0.0.1:PA" and "localhost:PA") send a
-    client back and forth: after one re-fetch the SDK raises NotRetryableError saying so."""
+    """Misconfigured replicas whose lists name A differently ("127.0.0.1:PA" and "localhost:PA") would send a
+    client back and forth: their shard-list digests differ, so the SDK raises NotRetryableError saying so."""
     pa, pb = free_port(), free_port()
     a, b, a_alias = f"127.0.0.1:{pa}", f"127.0.0.1:{pb}", f"localhost:{pa}"
     client = next(
@@ -293,7 +299,48 @@ def test_sdk_gives_up_when_replicas_disagree(start_replica, tmp_path):
         sdk.submit_prepared([report()], token=token)
     assert isinstance(err.value, grpc.RpcError) and err.value.code() == grpc.StatusCode.FAILED_PRECONDITION
     message = str(err.value)
-    assert "replicas disagree" in message and a_alias in message and b in message and "\n" not in message
+    assert "shard lists differ" in message and a in message and b in message and "\n" not in message
+    assert not _status(a).counters.get("accepted") and not _status(b).counters.get("accepted")
+
+
+def test_replicas_with_different_lists_do_not_store_a_client_twice(start_replica, tmp_path):
+    """Issue 23, item 19: replica A lists [A, B] and B lists [A', B] (A named differently), so each takes a
+    client as its own; a quota-1 client bootstrapping once at A and once at B stored 2 reports in one window.
+    Each replica publishes its list's digest: the SDK compares the replicas' and sends nothing, and a replica
+    refuses a Submit routed by another list (its own digest in the trailer), storing nothing."""
+    pa, pb = free_port(), free_port()
+    a, b, a_alias = f"127.0.0.1:{pa}", f"127.0.0.1:{pb}", f"localhost:{pa}"
+    client = next(
+        f"y{i}"
+        for i in itertools.count()
+        if assign_shard(f"token:y{i}", (a, b)) == a and assign_shard(f"token:y{i}", (a_alias, b)) == b
+    )
+    token = add_clients(tmp_path / "replicas.tokens", [client])[0]
+    start_replica(pa, "127.0.0.1:1", shards=f"{a},{b}", shard_name=a, min_batch=1000)
+    start_replica(pb, "127.0.0.1:1", shards=f"{a_alias},{b}", shard_name=b, min_batch=1000)
+    digests = {}
+    for name in (a, b):
+        with grpc.insecure_channel(name) as ch:
+            reply = shuffler_pb2_grpc.ShufflerStub(ch).GetShards(
+                shuffler_pb2.GetShardsRequest(), metadata=_bearer(token), timeout=10
+            )
+        assert reply.assigned_shard == reply.shard_name == name  # each takes this client as its own
+        digests[name] = reply.shards_digest
+    assert digests[a] == shards_digest([b, a]) and digests[b] == shards_digest([a_alias, b]) != digests[a]
+    for bootstrap in (a, b):
+        with _sdk(bootstrap) as sdk, pytest.raises(lac.client.NotRetryableError) as err:
+            sdk.submit_prepared([report()], token=token)
+        assert "shard lists differ" in str(err.value) and "nothing was sent" in str(err.value)
+    with grpc.insecure_channel(b) as ch, pytest.raises(grpc.RpcError) as refused:
+        shuffler_pb2_grpc.ShufflerStub(ch).Submit(
+            shuffler_pb2.SubmitRequest(reports=[report()]),
+            metadata=(*_bearer(token), (SHARDS_DIGEST_METADATA_KEY, digests[a])),
+            timeout=10,
+        )
+    assert refused.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+    assert (SHARDS_DIGEST_METADATA_KEY, digests[b]) in refused.value.trailing_metadata()
+    assert "--shards differ" in refused.value.details() and "nothing was stored" in refused.value.details()
+    assert _status(b).rejects["shard_list_mismatch"] == 1
     assert not _status(a).counters.get("accepted") and not _status(b).counters.get("accepted")
 
 

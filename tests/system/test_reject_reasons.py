@@ -34,6 +34,7 @@ STORED = {
     "storage_unavailable",
     "wrong_shard",
     "shards_not_effective",
+    "shard_list_mismatch",
     "invalid",
     "mechanism_not_allowed",
     "epsilon_too_large",

@@ -12,8 +12,13 @@ Sharded shufflers: when the operator runs several replicas, each client belongs 
 bootstrap: before a token's first submission the client asks it for that token's replica and
 submits there (same TLS settings and token); a replica that refuses a client it does not serve
 names the right one (FAILED_PRECONDITION with trailing metadata ``lac-shard``), and the client
-asks that replica and retries there once. Against an unsharded shuffler every call goes to the
-address given, as before.
+asks that replica and retries there once. Replicas must agree on the shard list: the client submits
+through a bootstrap whose list every replica in it reports too (the digest ``GetShards`` gives, asked
+of each replica once, with a short timeout: one that cannot answer now is asked again later), else
+raises ``NotRetryableError`` saying the lists differ, and it sends that digest with each Submit
+(metadata ``lac-shards-digest``): a replica with another list refuses it, and the client asks the
+bootstrap again once (the list may have changed at a window boundary). Against an unsharded
+shuffler every call goes to the address given, as before.
 
 Failures surface as ``lac.client.errors`` (never a raw ``grpc.RpcError``): a shuffler that cannot
 be reached within ``connect_timeout`` (10 s by default) at once as ``RetryableError`` (UNAVAILABLE)
@@ -53,8 +58,10 @@ RETRYABLE = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED}
 MAX_RETRY_WAIT = 30.0  # seconds: the longest the SDK sleeps between two attempts
 TOKEN_ENV = "LAC_CLIENT_TOKEN"
 SHARD_KEY = "lac-shard"  # trailing metadata of a sharded replica's refusal: the replica to submit to
+SHARDS_DIGEST_KEY = "lac-shards-digest"  # a Submit's: the bootstrap's shard list; a refusal's: the replica's
 MAX_ROUTES = 4096  # tokens whose replica is remembered (a simulation may play many clients)
 MAX_REPLICA_CHANNELS = 64  # open channels to replicas other than the bootstrap
+LIST_CHECK_SECONDS = 2.0  # how long the SDK waits for a replica's shard-list digest before asking it later
 CONNECT_TIMEOUT = 10.0  # seconds: how long a call waits for a connection before the SDK gives up
 PROBE_SECONDS = 1.0  # a fail-fast call that asks gRPC why a channel in TRANSIENT_FAILURE cannot connect
 
@@ -68,6 +75,25 @@ def _named_shard(error: LacClientError) -> str | None:
     if error.status_code != grpc.StatusCode.FAILED_PRECONDITION:
         return None
     return next((value for key, value in error.trailing if key == SHARD_KEY and isinstance(value, str) and value), None)
+
+
+def _refused_for_its_list(error: LacClientError) -> bool:
+    """Whether ``error`` is a replica's refusal of a Submit routed by another shard list than its own."""
+    return error.status_code == grpc.StatusCode.FAILED_PRECONDITION and any(
+        key == SHARDS_DIGEST_KEY for key, _ in error.trailing
+    )
+
+
+def _lists_differ(bootstrap: str, digest: str, replica: str, other: str) -> LacClientError:
+    """The error for a replica whose shard list is not the bootstrap's: it could take a client another
+    replica also takes (two quotas), so nothing is sent to it."""
+    return _grpc_errors.NotRetryableError(
+        f"Shuffler.Submit failed: FAILED_PRECONDITION: the shuffler replicas' shard lists differ ({bootstrap} "
+        f"has digest {digest[:16] or 'none: not sharded'}, {replica} has {other[:16] or 'none: not sharded'}): "
+        f"tell the shuffler's operator; nothing was sent",
+        status_code=grpc.StatusCode.FAILED_PRECONDITION,
+        status_details="shard lists differ",
+    )
 
 
 def _replicas_disagree(why: str, refusal: LacClientError) -> LacClientError:
@@ -172,6 +198,8 @@ class ShufflerClient:
         self.connect_timeout = connect_timeout
         self._unsharded = False  # the bootstrap said it is not sharded: submit there without asking
         self._replica_of: OrderedDict[str | None, str] = OrderedDict()  # token -> its replica's address
+        self._digest_of: dict[str, str] = {}  # replica address -> the digest of its shard list (GetShards)
+        self._bootstrap_list: tuple[tuple[str, ...], str] = ((), "")  # the bootstrap's shard list and own entry
         self._replicas: OrderedDict[str, tuple[grpc.Channel, shuffler_pb2_grpc.ShufflerStub]] = OrderedDict()
         self._lock = threading.Lock()
         self._curator_key_ids: frozenset[str] | None = None  # published by the curator's deployment, once asked
@@ -313,16 +341,21 @@ class ShufflerClient:
         token = token or self.token
         request = shuffler_pb2.SubmitRequest(reports=list(chunk))
         try:
-            return list(self._call("Submit", request, metadata, self._stub_for(token, metadata)).acks)
+            stub = self._stub_for(token, metadata)
+            return list(self._call("Submit", request, self._routed(metadata), stub).acks)
         except LacClientError as exc:
             shard, refusal = _named_shard(exc), exc
+            if shard is None and _refused_for_its_list(exc):  # routed by an outdated list: ask the bootstrap again
+                self._forget_routes()
+                stub = self._stub_for(token, metadata)
+                return list(self._call("Submit", request, self._routed(metadata), stub).acks)
             if shard is None:
                 raise
         # A replica that does not serve this client named the one that does (nothing was stored): ask that
         # replica for the assignment and retry there once, with the same idempotency ids.
         stub = self._follow(token, metadata, shard, refusal)
         try:
-            return list(self._call("Submit", request, metadata, stub).acks)
+            return list(self._call("Submit", request, self._routed(metadata), stub).acks)
         except LacClientError as exc:
             again = _named_shard(exc)
             if again is None:
@@ -375,8 +408,40 @@ class ShufflerClient:
                 return self.stub
         if address is None:
             address = self._assignment(self.target, metadata, bootstrap=True)
+            shards, own = self._bootstrap_list
+            self._check_lists([a for a in shards if a != own], metadata)
             self._remember(token, address)
         return self._stub_at(address)
+
+    def _check_lists(self, addresses: Iterable[str], metadata: Metadata) -> None:
+        """``_lists_differ`` unless each replica at ``addresses`` reports the bootstrap's shard-list digest
+        (each asked once; one that does not answer within ``LIST_CHECK_SECONDS`` is asked next time)."""
+        bootstrap = self._digest_of.get(self.target, "")
+        if not bootstrap:
+            return
+        for address in addresses:
+            if address not in self._digest_of:
+                try:
+                    reply = self._stub_at(address).GetShards(
+                        shuffler_pb2.GetShardsRequest(), metadata=metadata, timeout=LIST_CHECK_SECONDS
+                    )
+                except grpc.RpcError:  # not reachable now: it cannot store this client's reports either
+                    continue
+                self._digest_of[address] = reply.shards_digest
+            if self._digest_of[address] != bootstrap:
+                raise _lists_differ(self.target, bootstrap, address, self._digest_of[address])
+
+    def _routed(self, metadata: Metadata) -> Metadata:
+        """``metadata`` plus the bootstrap's shard-list digest (when sharded), which the replica checks."""
+        digest = self._digest_of.get(self.target, "")
+        return (*metadata, (SHARDS_DIGEST_KEY, digest)) if digest else metadata
+
+    def _forget_routes(self) -> None:
+        """Forget every replica and list learnt: the next submission asks the bootstrap again."""
+        with self._lock:
+            self._replica_of.clear()
+            self._digest_of.clear()
+            self._unsharded = False
 
     def _assignment(self, address: str, metadata: Metadata, bootstrap: bool = False) -> str:
         """Where the replica at ``address`` says the caller of ``metadata`` submits: its assigned replica,
@@ -388,6 +453,9 @@ class ShufflerClient:
             if exc.status_code != grpc.StatusCode.UNIMPLEMENTED:
                 raise
             reply = shuffler_pb2.ShardAssignment()  # a shuffler from before sharding: not sharded
+        self._digest_of[address] = reply.shards_digest
+        if bootstrap:
+            self._bootstrap_list = (tuple(reply.shards), reply.shard_name)
         if not reply.shards and bootstrap:
             with self._lock:
                 self._unsharded = True
@@ -405,6 +473,7 @@ class ShufflerClient:
         address = self._assignment(shard, metadata)
         if address != shard:
             raise _replicas_disagree(f"a replica sent this client to {shard}, which sends it to {address}", refusal)
+        self._check_lists([shard], metadata)
         self._remember(token, shard)
         return self._stub_at(shard)
 

@@ -17,8 +17,8 @@ from lac.common.errors import InvalidArgument, RejectReason
 from lac.common.rpc import Caller, Receiving, Role, service_handler
 from lac.common.v1 import shuffler_pb2
 from lac.shuffler import wire
-from lac.shuffler.service import SERVICE_NAME, Shuffler, WrongShard
-from lac.shuffler.shards import SHARD_METADATA_KEY
+from lac.shuffler.service import SERVICE_NAME, ShardListMismatch, Shuffler, WrongShard
+from lac.shuffler.shards import SHARD_METADATA_KEY, SHARDS_DIGEST_METADATA_KEY
 
 log = logging.getLogger(__name__)
 
@@ -50,10 +50,20 @@ def _bounded_reports(shuffler: Shuffler):
     return check
 
 
-def _name_the_right_shard(context, refusal: WrongShard) -> None:
-    """Put the right replica's address in the trailing metadata of a wrong-shard refusal (``lac-shard``), so
-    the SDK can follow it without parsing the message; ``lac.common.rpc`` then answers FAILED_PRECONDITION."""
-    context.set_trailing_metadata(((SHARD_METADATA_KEY, refusal.shard),))
+def _name_the_right_shard(context, refusal: WrongShard | ShardListMismatch) -> None:
+    """Put the right replica's address in the trailing metadata of a wrong-shard refusal (``lac-shard``), or this
+    replica's shard-list digest in that of a refusal for another list (``lac-shards-digest``), so the SDK can act
+    on it without parsing the message; ``lac.common.rpc`` then answers FAILED_PRECONDITION."""
+    if isinstance(refusal, WrongShard):
+        context.set_trailing_metadata(((SHARD_METADATA_KEY, refusal.shard),))
+    else:
+        context.set_trailing_metadata(((SHARDS_DIGEST_METADATA_KEY, refusal.own),))
+
+
+def _sent_digest(context) -> str | None:
+    """The shard-list digest the client's Submit carries (None: it sent none, e.g. an older SDK)."""
+    values = [v for k, v in (context.invocation_metadata() or ()) if k == SHARDS_DIGEST_METADATA_KEY]
+    return values[0] if len(values) == 1 and isinstance(values[0], str) else None
 
 
 class ShufflerServicer:
@@ -64,9 +74,9 @@ class ShufflerServicer:
 
     async def Submit(self, request, context, caller: Caller):
         try:
-            stored = await self.shuffler.submit(request.reports, caller.identity)
+            stored = await self.shuffler.submit(request.reports, caller.identity, _sent_digest(context))
             return wire.submit_response((r.idempotency_id for r in request.reports), stored)
-        except WrongShard as exc:
+        except (WrongShard, ShardListMismatch) as exc:
             _name_the_right_shard(context, exc)
             raise
 
@@ -82,8 +92,8 @@ class ShufflerServicer:
                     f"with the same idempotency ids"
                 )
             try:
-                stored = await self.shuffler.submit(request.reports, caller.identity)
-            except WrongShard as exc:  # raised by the first message, before anything is stored
+                stored = await self.shuffler.submit(request.reports, caller.identity, _sent_digest(context))
+            except (WrongShard, ShardListMismatch) as exc:  # raised by the first message, before anything is stored
                 _name_the_right_shard(context, exc)
                 raise
             acks.append(wire.submit_response((r.idempotency_id for r in request.reports), stored))

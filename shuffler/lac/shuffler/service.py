@@ -54,7 +54,7 @@ from lac.shuffler.auth import ShufflerAuth
 from lac.shuffler.config import ShufflerConfig
 from lac.shuffler.metrics import ShufflerMetrics
 from lac.shuffler.reportlog import LOG_FULL, OVER_QUOTA, ReportLog, StoredBatch
-from lac.shuffler.shards import assign_shard
+from lac.shuffler.shards import assign_shard, shards_digest
 from lac.shuffler.shuffle import geometric
 
 log = logging.getLogger(__name__)
@@ -77,6 +77,18 @@ class WrongShard(FailedPrecondition):
             f"same reports there (trailing metadata lac-shard); nothing was stored here"
         )
         self.shard = shard
+
+
+class ShardListMismatch(FailedPrecondition):
+    """A replica's refusal of a Submit routed by another shard list (``digest``) than its own (``own``)."""
+
+    def __init__(self, digest: str, own: str):
+        super().__init__(
+            f"this client was routed by a shard list (digest {digest[:16] or 'none: not sharded'}) other than "
+            f"this replica's (digest {own[:16] or 'none: not sharded'}): the shuffler replicas' --shards differ, "
+            f"tell their operator; nothing was stored here"
+        )
+        self.own = own
 
 
 def batch_guarantee(batch: StoredBatch, deployment: Deployment, config: ShufflerConfig) -> tuple[Guarantee, str]:
@@ -208,6 +220,7 @@ class Shuffler:
         self.metrics = ShufflerMetrics(self)  # served at metrics_host:metrics_port once started (operator only)
         self.note = ""
         self.shards = config.shard_list
+        self.shards_digest = shards_digest(self.shards)
         self._note_shard_change()
 
     # ------------------------------------------------------------------ shards
@@ -259,9 +272,13 @@ class Shuffler:
             return None
         return assign_shard(client_id, self.shards)
 
-    def check_shard(self, client_id: str | None, n_reports: int) -> None:
+    def check_shard(self, client_id: str | None, n_reports: int, digest: str | None = None) -> None:
         """Refuse (and count as rejects) ``n_reports`` reports of a client this replica does not serve:
+        ``ShardListMismatch`` for a client routed by another list (``digest``, None: the client sent none),
         ``WrongShard`` for another replica's client, ``Unavailable`` before the shard list applies."""
+        if digest is not None and digest != self.shards_digest:
+            self._log.count_reject(RejectReason.SHARD_LIST_MISMATCH, n_reports)
+            raise ShardListMismatch(digest, self.shards_digest)
         home = self.assigned_shard(client_id)
         if home is None:
             return
@@ -284,6 +301,7 @@ class Shuffler:
             shard_name=self.config.shard_name,
             assigned_shard=self.assigned_shard(client_id) or "",
             effective_window=self.config.shards_effective_window,
+            shards_digest=self.shards_digest,
         )
 
     # ------------------------------------------------------------------ plumbing
@@ -422,16 +440,17 @@ class Shuffler:
             out.append((r.idempotency_id, r.crowd_id or None, p.SerializeToString()))
         return out
 
-    async def submit(self, reports, client_id: str | None = None) -> list[bool]:
+    async def submit(self, reports, client_id: str | None = None, shards_digest: str | None = None) -> list[bool]:
         """Validate, store durably (group commit), return stored/duplicate per report.
 
         ``client_id`` is the authenticated client (None: anonymous, authentication disabled); a
-        sharded replica refuses a client it does not serve (``check_shard``) before anything else.
+        sharded replica refuses a client it does not serve, or one routed by another shard list
+        (``shards_digest``, as the client sent it), before anything else (``check_shard``).
         The caller must have stripped unknown fields so that only known payload fields are stored.
         """
         t0 = time.perf_counter()
         cfg = self.config
-        self.check_shard(client_id, len(reports))
+        self.check_shard(client_id, len(reports), shards_digest)
         try:
             items = self.validate(reports)
         except InvalidArgument as exc:

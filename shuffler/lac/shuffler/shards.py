@@ -23,7 +23,11 @@ fresh quota on its new shard, so the list may change only at a window boundary
 (``shards_effective_window``).
 
 The assignment needs no coordination: every replica (and the SDK, through ``GetShards``) computes it
-from the same list, and it is independent of the order in which the list is written.
+from the same list, and it is independent of the order in which the list is written. Hence the list's
+``shards_digest``: replicas given different lists would each take a client as their own (two reports in
+one window for a quota of one), so each publishes the digest of its list in ``GetShards``; the SDK
+submits only to a replica whose digest is its bootstrap replica's, and sends that digest with each
+Submit (``SHARDS_DIGEST_METADATA_KEY``), which a replica with another list refuses.
 """
 
 from __future__ import annotations
@@ -32,9 +36,17 @@ import hashlib
 import re
 from collections.abc import Iterable
 
-__all__ = ["SHARD_METADATA_KEY", "parse_shards", "shard_weight", "assign_shard"]
+__all__ = [
+    "SHARD_METADATA_KEY",
+    "SHARDS_DIGEST_METADATA_KEY",
+    "parse_shards",
+    "shards_digest",
+    "shard_weight",
+    "assign_shard",
+]
 
 SHARD_METADATA_KEY = "lac-shard"  # trailing metadata of a wrong-shard refusal: the address to submit to
+SHARDS_DIGEST_METADATA_KEY = "lac-shards-digest"  # a Submit's: the list its client was routed by
 
 _ADDRESS = re.compile(r"(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9](?:[A-Za-z0-9.-]{0,251}[A-Za-z0-9])?):([0-9]{1,5})")
 
@@ -52,6 +64,13 @@ def parse_shards(text: str) -> tuple[str, ...]:
     if repeated:
         raise ValueError(f"shards: {', '.join(repeated)} listed more than once")
     return shards
+
+
+def shards_digest(shards: Iterable[str]) -> str:
+    """SHA-256 (hex) of the shard list sorted and joined by newlines ("" for no list): equal for replicas that
+    agree on the list, whatever order each was given it in."""
+    shards = sorted(shards)
+    return hashlib.sha256("\n".join(shards).encode()).hexdigest() if shards else ""
 
 
 def shard_weight(shard: str, client_id: str) -> bytes:
