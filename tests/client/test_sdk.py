@@ -74,6 +74,7 @@ def test_all_lists_the_public_api_and_each_name_is_what_it_says():
     expected = {
         "Localizer": localizer.Localizer,
         "PrivatizedReport": localizer.PrivatizedReport,
+        "MAX_TEXT_CHARS": localizer.MAX_TEXT_CHARS,
         "MultivariateLaplace": mechanisms.MultivariateLaplace,
         "DistanceTruncated": truncated.DistanceTruncated,
         "KNNTruncated": truncated.KNNTruncated,

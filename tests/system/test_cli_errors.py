@@ -58,11 +58,17 @@ def test_curator_with_another_certificates_key_says_so(tmp_path, pki, public_cor
     assert "bind" not in err and "cannot listen" not in err
 
 
+@pytest.mark.slow
 def test_shuffler_with_another_certificates_key_says_so(tmp_path, pki):
     cert, _ = pki.pem("shuffler")
     _, other = pki.pem("curator")
     flags = ("--state-dir", str(tmp_path / "shf"), "--curator", "127.0.0.1:1", "--curator-ca", pki.ca)
     code, err = _serve("shuffler", tmp_path, *flags, "--tls-cert", cert, "--tls-key", other)
+    assert code == 2
+    assert f"the key {other} does not belong to the certificate {cert}" in _last_line(err)
+    # The certificate it shows the curator: refused at start, not left to a forwarder that could only log it.
+    own = ("--tls-cert", cert, "--tls-key", pki.pem("shuffler")[1])
+    code, err = _serve("shuffler", tmp_path, *flags, *own, "--curator-cert", cert, "--curator-key", other)
     assert code == 2
     assert f"the key {other} does not belong to the certificate {cert}" in _last_line(err)
 

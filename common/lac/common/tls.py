@@ -234,6 +234,8 @@ def client_tls(
         )
     if bool(cert) != bool(key):
         raise ValueError(f"{name}: a client certificate needs both --cert and --key")
+    if cert and key:  # said now, not at the first connection (a shuffler's forwarder would only log it)
+        check_pair(Path(cert), Path(key))
     return ClientTls(Path(ca), Path(cert) if cert else None, Path(key) if key else None)
 
 
