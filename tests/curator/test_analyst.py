@@ -503,7 +503,8 @@ def _python_blocks(markdown: str) -> list[str]:
     return re.findall(r"^```python\n(.*?)^```", markdown, flags=re.S | re.M)
 
 
-@pytest.mark.slow  # about 10 s: the whole walkthrough (a curator, 2,000 reports, releases); the RPCs are tested above
+@pytest.mark.slow  # the whole walkthrough (a curator, 2,000 reports, releases; the RPCs are tested above): about 10 s,
+# plus about half a minute the first time, when the curator samples the clients' local channel into the data dir
 def test_quickstart_runs(tmp_path, monkeypatch):
     """Every python block of docs/analyst/quickstart.md, in order, in one namespace."""
     blocks = _python_blocks(QUICKSTART.read_text(encoding="utf-8"))
@@ -529,4 +530,4 @@ def test_quickstart_runs(tmp_path, monkeypatch):
     assert len(top) == 10 and (top["order"] == 1).all()
     assert namespace["ack"].accepted == 2_000 and namespace["release"].differentially_private
     assert not namespace["work"].exists()  # the last block cleans up
-    assert elapsed < 60, f"the quickstart took {elapsed:.1f}s"  # about 10 s; generous for shared CI cores
+    assert elapsed < 150, f"the quickstart took {elapsed:.1f}s"  # generous for shared CI cores and a first sampling

@@ -34,6 +34,7 @@ import datetime as dt
 import json
 import logging
 import math
+import threading
 import time
 import uuid
 from collections import Counter, OrderedDict
@@ -103,6 +104,10 @@ def _check_mechanism(spec: ReleaseSpec) -> None:
         )
 
 
+class _ChannelCancelled(Exception):
+    """Raised inside the channel's sampling when the curator stops."""
+
+
 class Curator:
     """Library object behind the gRPC servicers: ingest, releases charged to a per-window ledger,
     free queries on releases. Replies are built by ``lac.curator.serde`` from what this returns."""
@@ -162,6 +167,7 @@ class Curator:
         self._models: OrderedDict[str, NgramModel] = OrderedDict()
         self._model_lock = asyncio.Lock()
         self._channel: asyncio.Future[NgramChannel | None] | None = None  # the local channel, once started
+        self._closing = threading.Event()
         self.metrics = CuratorMetrics(self)  # served at metrics_host:metrics_port once started (operator only)
 
     async def _run_raw(self, fn, *args):
@@ -185,6 +191,11 @@ class Curator:
         """The deployment's local channel over the release vocabulary (sampled once, then read from
         state_dir/prior), or None where it cannot be had (releases then describe the perturbed text)."""
         c = self.config
+
+        def progress(_done: int) -> None:
+            if self._closing.is_set():
+                raise _ChannelCancelled("the curator is stopping")
+
         try:
             corpus = c.public_corpus or default_public_corpus()
             word = cached_word_channel(
@@ -194,8 +205,11 @@ class Curator:
                 c.local_mechanism,
                 c.epsilon_per_word,
                 lambda: public_unk_words(split_sentences(corpus.read_text(encoding="utf-8")), self.vocab),
+                progress=progress,
             )
             channel = NgramChannel.build(word, self.vocab)
+        except _ChannelCancelled:
+            return None
         except (ImportError, LookupError, ValueError, OSError) as exc:
             log.warning(
                 "no local channel (%s): releases estimate the perturbed text, not the users' clean text; "
@@ -216,8 +230,9 @@ class Curator:
 
     async def stop(self) -> None:
         try:
+            self._closing.set()  # a channel still being sampled stops at its next chunk
             if self._channel is not None and not self._channel.done():
-                self._channel.cancel()  # its sampling thread finishes on its own; nothing waits for it now
+                self._channel.cancel()
             await self.storage.stop()
             self.metrics.endpoint.close()
             await asyncio.to_thread(self._ingest.close)
