@@ -37,9 +37,10 @@ from lac.curator.lm import release_model
 from lac.curator.ngrams import NgramVocabulary, ReportItems, report_items
 from lac.curator.prior import public_vocabulary
 from lac.curator.release import ItemReports, PublicCaps, ReleaseSpec, run, vocab_counts
-from lac.suite.data import prepare_corpora, user_texts
+from lac.suite.data import prepare_corpora
 
 from .metrics import kl, summarize
+from .targets import heldout_split
 
 ROWS = {
     "public": "public prior (no private data)",
@@ -93,10 +94,7 @@ def run_e2e(cfg, out, rng: RandomSource) -> dict:
     from lac.client.localizer import Localizer
     from lac.client.presets import get_preset
 
-    texts = user_texts(min_count=0)
-    order = rng.permutation(len(texts))
-    held = [s for i in order[: cfg.target_heldout] for s in sentences(texts[i])]
-    pool = order[cfg.target_heldout :]
+    texts, held, pool = heldout_split(cfg.target_heldout, rng)
     corpora = prepare_corpora()
     corpus_text = corpora.public_corpus.read_text(encoding="utf-8")
     cc = CuratorConfig()

@@ -150,12 +150,18 @@ def checks(points: list[dict]) -> list[dict]:
     return out
 
 
-def run(cfg, out, rng: RandomSource) -> dict:
-    """The release targets on real text: perplexity and KL of each release against the private and public baselines."""
+def heldout_split(n_heldout: int, rng: RandomSource) -> tuple[list[str], list, np.ndarray]:
+    """The user corpus's texts, the sentences of ``n_heldout`` texts held out first (never released) and
+    the order of the others (the pool users are drawn from)."""
     texts = user_texts(min_count=0)
     order = rng.permutation(len(texts))
-    held = [s for i in order[: cfg.target_heldout] for s in sentences(texts[i])]
-    pool = order[cfg.target_heldout :]
+    held = [s for i in order[:n_heldout] for s in sentences(texts[i])]
+    return texts, held, order[n_heldout:]
+
+
+def run(cfg, out, rng: RandomSource) -> dict:
+    """The release targets on real text: perplexity and KL of each release against the private and public baselines."""
+    texts, held, pool = heldout_split(cfg.target_heldout, rng)
     corpora = prepare_corpora()
     lm_vocab = public_vocabulary(corpora.public_corpus, 3, 2, cfg.lm_vocab_size, data_dir() / "eval-cache")
     full = public_vocabulary(corpora.public_corpus, 3, 2, 10**9, data_dir() / "eval-cache")
