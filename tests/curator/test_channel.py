@@ -3,6 +3,7 @@ of their perturbed reports, on real text (the Lee news corpus) perturbed by the 
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from pathlib import Path
 
@@ -13,7 +14,14 @@ from lac.client.embedding import glove_default
 from lac.client.localizer import Localizer
 from lac.client.mechanisms import MultivariateLaplace
 from lac.common.text import sentences
-from lac.curator.channel import NgramChannel, WordChannel, deconvolve, public_unk_words, word_channel
+from lac.curator.channel import (
+    MIN_KEEP_SHARE,
+    NgramChannel,
+    WordChannel,
+    deconvolve,
+    public_unk_words,
+    word_channel,
+)
 from lac.curator.ngrams import NgramVocabulary, report_items
 from lac.curator.posterior import PosteriorParams, WeightedTotals, post_process, posterior_release, weighted_totals
 
@@ -148,3 +156,15 @@ def test_the_clean_estimate_is_post_processing_of_the_noisy_totals_alone(setup):
     assert ra.guarantee.budget == plain.guarantee.budget
     assert "deconvolved with the public local channel" in ra.statement and ra.channel
     assert "local channel" not in plain.statement and not plain.channel
+
+
+def test_a_channel_that_keeps_too_few_words_releases_the_public_prior_and_says_so(setup):
+    vocab, _, channel, _, reports = setup
+    assert channel.keep > MIN_KEEP_SHARE and channel.informative(vocab)  # ε = 8 keeps about 40% of the words
+    noisy_channel = dataclasses.replace(channel, keep=0.1)
+    assert not noisy_channel.informative(vocab)
+    r = posterior_release(
+        _totals(reports, vocab, candidates=True), vocab, PosteriorParams(1.0, 1e-6), None, noisy_channel
+    )
+    assert np.array_equal(r.pseudo_counts, vocab.alpha) and r.items == vocab.items and r.discovered == 0
+    assert "too few for the users' clean statistics to be estimated" in r.statement

@@ -60,7 +60,7 @@ from scipy.special import log_ndtr, ndtri
 
 from lac.common.privacy import Adjacency, Guarantee, Model, PrivacyUnit, check_delta, check_epsilon
 from lac.common.rng import RandomSource, secure_generator
-from lac.curator.channel import NgramChannel, deconvolve
+from lac.curator.channel import MIN_KEEP_SHARE, NgramChannel, deconvolve
 from lac.curator.gaussian import analytic_sigma
 from lac.curator.ngrams import NgramVocabulary, ReportItems
 
@@ -357,6 +357,7 @@ def posterior_release(
         order = sorted(range(len(found)), key=found.__getitem__)  # release order: sorted, not the storage order
         found, found_values = [found[i] for i in order], found_values[order]
     pseudo, found_values = post_process(noisy_public, found, found_values, vocab, sigma, params.bins, channel)
+    found = found[: found_values.size]
     items = tuple(vocab.items) + tuple(found)
     counts = np.concatenate([pseudo, found_values])
     with np.errstate(divide="ignore"):
@@ -388,11 +389,16 @@ def post_process(
 ) -> tuple[np.ndarray, np.ndarray]:
     """Step 5: the released pseudo-counts of the public items and of the discovered ones, from the
     Gaussian mechanism's outputs only (the noisy totals ``noisy_public``, the discovered items and
-    their noisy totals), σ and public data (``vocab``'s counts, the public ``channel``)."""
+    their noisy totals), σ and public data (``vocab``'s counts, the public ``channel``). With a
+    channel that keeps too few words to estimate the clean text from (``NgramChannel.informative``),
+    the public counts themselves, and nothing discovered: measured end to end, anything estimated
+    from such reports describes the users' text worse than the public prior does."""
     pseudo = np.empty(len(vocab))
     orders = vocab.orders
     found_orders = np.array([it.count(" ") + 1 for it in found], dtype=np.int64)
     found_values = np.maximum(np.asarray(found_values, dtype=np.float64), 0.0)
+    if channel is not None and not channel.informative(vocab):  # the devices kept too little to estimate from
+        return vocab.alpha.astype(np.float64, copy=True), np.empty(0)
     for n in np.unique(orders).tolist():
         sel = orders == n
         alpha = vocab.alpha[sel]
@@ -429,7 +435,16 @@ def _guarantee(p: PosteriorParams, sigma: float, threshold: float, V: int, chann
         "from the noisy totals (post-processing). Floating point: noisy totals rounded to σ·2⁻¹⁰ "
         "(a mitigation, not a proof)."
     )
-    if channel is not None:
+    if channel is not None and channel.keep < MIN_KEEP_SHARE:
+        w = channel.word
+        details.append(
+            f"The devices' local channel ({w.deployment_key.split('|words:')[0]}) keeps only "
+            f"{channel.keep:.0%} of the public text's words (below {MIN_KEEP_SHARE:.0%}): too few for the "
+            f"users' clean statistics to be estimated from their perturbed reports, so the released pseudo-counts "
+            f"are the public prior's counts and nothing discovered is listed (the noisy totals are computed and "
+            f"charged, then unused; a larger ε per word would let the release say more)."
+        )
+    elif channel is not None:
         w = channel.word
         details.append(
             f"The public n-grams' pseudo-counts estimate the users' clean text: the noisy totals of their perturbed "
