@@ -154,6 +154,16 @@ def client_report(report: PrivatizedReport, curator_key: CuratorPublicKey | None
     return shuffler_pb2.ClientReport(idempotency_id=os.urandom(16), payload=payload)
 
 
+def _quiesce(channel: grpc.Channel, limit: float = 1.0) -> None:
+    """Wait (at most ``limit`` s) until gRPC's connectivity poller of ``channel`` has stopped: after the
+    last ``unsubscribe`` it runs one more 0.2 s watch, and closing the channel under it makes that thread
+    raise "Channel closed!"."""
+    state = getattr(channel, "_connectivity_state", None)  # grpc's private poller state; absent: nothing runs
+    deadline = time.monotonic() + limit
+    while state is not None and getattr(state, "polling", False) and time.monotonic() < deadline:
+        time.sleep(0.02)
+
+
 class ShufflerClient:
     """Submits reports to a shuffler over gRPC, many per call, retrying transient failures.
 
@@ -239,9 +249,9 @@ class ShufflerClient:
         """Close the channels to the bootstrap address and to every replica."""
         with self._lock:
             replicas, self._replicas = list(self._replicas.values()), OrderedDict()
-        for channel, _ in replicas:
+        for channel in [ch for ch, _ in replicas] + [self.channel]:
+            _quiesce(channel)
             channel.close()
-        self.channel.close()
 
     def __enter__(self) -> ShufflerClient:
         return self
