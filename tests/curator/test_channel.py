@@ -160,9 +160,9 @@ def test_the_clean_estimate_is_post_processing_of_the_noisy_totals_alone(setup):
 
 def test_a_channel_that_keeps_too_few_words_releases_the_public_prior_and_says_so(setup):
     vocab, _, channel, _, reports = setup
-    assert channel.keep > MIN_KEEP_SHARE and channel.informative(vocab)  # ε = 8 keeps about 40% of the words
+    assert channel.keep > MIN_KEEP_SHARE and channel.informative  # ε = 8 keeps about 40% of the words
     noisy_channel = dataclasses.replace(channel, keep=0.1)
-    assert not noisy_channel.informative(vocab)
+    assert not noisy_channel.informative
     r = posterior_release(
         _totals(reports, vocab, candidates=True), vocab, PosteriorParams(1.0, 1e-6), None, noisy_channel
     )

@@ -390,15 +390,16 @@ def post_process(
     """Step 5: the released pseudo-counts of the public items and of the discovered ones, from the
     Gaussian mechanism's outputs only (the noisy totals ``noisy_public``, the discovered items and
     their noisy totals), σ and public data (``vocab``'s counts, the public ``channel``). With a
-    channel that keeps too few words to estimate the clean text from (``NgramChannel.informative``),
+    channel that keeps too few words to estimate the clean text from (not ``NgramChannel.informative``),
     the public counts themselves, and nothing discovered: measured end to end, anything estimated
     from such reports describes the users' text worse than the public prior does."""
+    if channel is not None and not channel.informative:  # the devices kept too little to estimate from
+        channel.order(1, vocab)  # built over this vocabulary (its keep share is)
+        return vocab.alpha.astype(np.float64, copy=True), np.empty(0)
     pseudo = np.empty(len(vocab))
     orders = vocab.orders
     found_orders = np.array([it.count(" ") + 1 for it in found], dtype=np.int64)
     found_values = np.maximum(np.asarray(found_values, dtype=np.float64), 0.0)
-    if channel is not None and not channel.informative(vocab):  # the devices kept too little to estimate from
-        return vocab.alpha.astype(np.float64, copy=True), np.empty(0)
     for n in np.unique(orders).tolist():
         sel = orders == n
         alpha = vocab.alpha[sel]
@@ -435,7 +436,7 @@ def _guarantee(p: PosteriorParams, sigma: float, threshold: float, V: int, chann
         "from the noisy totals (post-processing). Floating point: noisy totals rounded to σ·2⁻¹⁰ "
         "(a mitigation, not a proof)."
     )
-    if channel is not None and channel.keep < MIN_KEEP_SHARE:
+    if channel is not None and not channel.informative:
         w = channel.word
         details.append(
             f"The devices' local channel ({w.deployment_key.split('|words:')[0]}) keeps only "

@@ -56,7 +56,7 @@ from lac.common.text import BOS, EOS, UNK
 from lac.common.text import sentences as split_sentences
 from lac.common.v1 import curator_pb2
 from lac.curator import release as releases
-from lac.curator.channel import NgramChannel, cached_word_channel, public_unk_words
+from lac.curator.channel import NgramChannel, deployment_channel
 from lac.curator.config import CuratorConfig
 from lac.curator.engine import Engine, create_engine
 from lac.curator.ingest import IngestContext, IngestPool, merge_counts
@@ -197,17 +197,15 @@ class Curator:
                 raise _ChannelCancelled("the curator is stopping")
 
         try:
-            corpus = c.public_corpus or default_public_corpus()
-            word = cached_word_channel(
+            channel = deployment_channel(
                 c.channel_cache_dir or c.state_dir / "prior",
                 self.vocab,
+                c.public_corpus or default_public_corpus(),
                 c.embedding,
                 c.local_mechanism,
                 c.epsilon_per_word,
-                lambda: public_unk_words(split_sentences(corpus.read_text(encoding="utf-8")), self.vocab),
                 progress=progress,
             )
-            channel = NgramChannel.build(word, self.vocab)
         except _ChannelCancelled:
             return None
         except (ImportError, LookupError, ValueError, OSError) as exc:
@@ -217,7 +215,7 @@ class Curator:
                 exc,
             )
             return None
-        log.info("local channel ready: %s", word.deployment_key)
+        log.info("local channel ready: %s", channel.word.deployment_key)
         return channel
 
     async def channel(self) -> NgramChannel | None:

@@ -31,10 +31,10 @@ from lac.common.paths import data_dir
 from lac.common.progress import Progress
 from lac.common.rng import RandomSource
 from lac.common.text import sentences
-from lac.curator.channel import NgramChannel, cached_word_channel, public_unk_words
+from lac.curator.channel import NgramChannel, deployment_channel
 from lac.curator.config import CuratorConfig
 from lac.curator.lm import release_model
-from lac.curator.ngrams import NgramVocabulary, ReportItems, report_items
+from lac.curator.ngrams import ReportItems, report_items
 from lac.curator.prior import public_vocabulary
 from lac.curator.release import ItemReports, PublicCaps, ReleaseSpec, run, vocab_counts
 from lac.suite.data import prepare_corpora
@@ -74,20 +74,6 @@ def _per_order_kl(p: np.ndarray, q: np.ndarray, orders: np.ndarray, smoothing: f
     return out
 
 
-def channel_for(vocab: NgramVocabulary, epsilon: float, embedding: str, corpus_text: str, draws: int) -> NgramChannel:
-    """The deployment's n-gram channel for ``vocab`` (the word channel sampled once, cached under the data dir)."""
-    word = cached_word_channel(
-        data_dir() / "eval-cache",
-        vocab,
-        embedding,
-        "multivariate-laplace",
-        epsilon,
-        lambda: public_unk_words(sentences(corpus_text), vocab),
-        draws,
-    )
-    return NgramChannel.build(word, vocab)
-
-
 def run_e2e(cfg, out, rng: RandomSource) -> dict:
     """The end-to-end rows, the targets at the balanced preset, and the frontier figure."""
     from lac.client.embedding import glove_default
@@ -96,7 +82,6 @@ def run_e2e(cfg, out, rng: RandomSource) -> dict:
 
     texts, held, pool = heldout_split(cfg.target_heldout, rng)
     corpora = prepare_corpora()
-    corpus_text = corpora.public_corpus.read_text(encoding="utf-8")
     cc = CuratorConfig()
     vocab = public_vocabulary(
         corpora.public_corpus, cc.max_n, cfg.e2e_vocab_min_count, cfg.e2e_vocab_items, data_dir() / "eval-cache"
@@ -108,10 +93,18 @@ def run_e2e(cfg, out, rng: RandomSource) -> dict:
     channels = {}
     for p in presets:
         print(f"  local channel at ε = {p.epsilon:g} per word (sampled once, cached)", flush=True)
-        channels[p.name] = channel_for(vocab, p.epsilon, embedding.name, corpus_text, cfg.e2e_channel_draws)
+        channels[p.name] = deployment_channel(
+            data_dir() / "eval-cache",
+            vocab,
+            corpora.public_corpus,
+            embedding.name,
+            "multivariate-laplace",
+            p.epsilon,
+            cfg.e2e_channel_draws,
+        )
 
     def model_ppl(items, counts) -> float:
-        return release_model(items, np.log(np.maximum(counts, 1e-300) / counts.sum()), counts, 3).perplexity(held)
+        return release_model(items, None, counts, 3).perplexity(held)
 
     def release(blocks, eps: float, channel: NgramChannel | None):
         spec = ReleaseSpec(epsilon=eps, delta=cfg.delta)
