@@ -94,6 +94,10 @@ def test_release_model_routes(lee):
     assert counted.perplexity(test) == NgramModel.from_counts(items, alpha, 3, partial=True).perplexity(test)
     assert release_model(items, lp).perplexity(test) == NgramModel(items, lp, 3).perplexity(test)
     assert release_model(["a", "a b"], np.log([0.5, 0.5])).max_n == 2  # default: the longest item
+    # pseudo-counts need no log-probabilities (they are not read); a release with neither is refused
+    assert release_model(items, None, alpha).perplexity(test) == counted.perplexity(test)
+    with pytest.raises(ValueError, match="log-probabilities or its pseudo-counts"):
+        release_model(items, None)
 
 
 @pytest.mark.parametrize("mechanism", ["laplace", "posterior"])

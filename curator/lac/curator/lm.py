@@ -667,16 +667,22 @@ class NgramModel:
 
 
 def release_model(
-    items: Sequence[str], log_probs: np.ndarray, pseudo_counts: np.ndarray | None = None, max_n: int | None = None
+    items: Sequence[str],
+    log_probs: np.ndarray | None,
+    pseudo_counts: np.ndarray | None = None,
+    max_n: int | None = None,
 ) -> NgramModel:
     """The language model of one release, the same on every route (the curator's queries, an
     offline release file, ``lac eval``): from the release's pseudo-counts when it has them (the
     posterior; exact counts), a release over part of the n-grams whose contexts' unlisted mass
     backs off (``from_counts(partial=True)``); else from the released distribution scaled by
-    ``default_total``. ``max_n``: the release's longest n-gram (default: its longest item)."""
+    ``default_total``. ``max_n``: the release's longest n-gram (default: its longest item).
+    ``log_probs`` may be None when ``pseudo_counts`` are given (they are not read then)."""
     items = list(items)
     if max_n is None:
         max_n = max((it.count(" ") + 1 for it in items), default=1)
     if pseudo_counts is not None:
         return NgramModel.from_counts(items, np.asarray(pseudo_counts, dtype=np.float64), max_n, partial=True)
+    if log_probs is None:
+        raise ValueError("a release model needs the release's log-probabilities or its pseudo-counts")
     return NgramModel(items, log_probs, max_n)

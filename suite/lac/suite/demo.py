@@ -214,7 +214,7 @@ def _run(args, workdir: Path) -> int:
         np.asarray(release.pseudo_counts) if release.pseudo_counts else None,
         record.max_n,
     )
-    prior_lm = release_model(vocab.items, np.log(vocab.alpha / vocab.alpha.sum()), vocab.alpha, cc.max_n)
+    prior_lm = release_model(vocab.items, None, vocab.alpha, cc.max_n)
     clean = [s for t in texts for s in sentences(t)]
     seen = [[list(s) for s in r.sentences] for r in reports]
     batch = sstatus.recent_batches[0].privacy if sstatus.recent_batches else None
@@ -224,8 +224,7 @@ def _run(args, workdir: Path) -> int:
     exact_seen = vocab_counts(iter([report_items(seen, cc.max_n, vocab.words)]), vocab, *caps)
 
     def exact_lm(U) -> NgramModel:
-        c = np.asarray(U.sum(axis=0)).ravel().astype(np.float64)
-        return release_model(vocab.items, np.log(np.maximum(c, 1e-300) / c.sum()), c, cc.max_n)
+        return release_model(vocab.items, None, np.asarray(U.sum(axis=0)).ravel(), cc.max_n)
 
     n_words = np.array([r.n_words for r in reports])
     # word by word within each report (a truncated report keeps its first L words)

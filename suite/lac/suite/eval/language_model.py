@@ -68,8 +68,7 @@ def row_model(name: str, counts: Counts, eps: float, cfg: EvalConfig, rng: Rando
     vocab = counts.vocab
     if name == "private":
         c = np.asarray(counts.raw.sum(axis=0)).ravel().astype(float)
-        with np.errstate(divide="ignore"):
-            return release_model(vocab.items, np.log(c / c.sum()), c, max_n=3)
+        return release_model(vocab.items, None, c, max_n=3)
     if name == "posterior":
         r = posterior(counts.U, vocab, eps, cfg, rng)
         return release_model(r.items, r.log_probs, r.pseudo_counts, max_n=3)
