@@ -20,19 +20,14 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from lac_testkit import batch_privacy, content, run_lac
+from curator_testkit import mtls_curator_with_reports
+from lac_testkit import run_lac
 
-from lac.common import envelope, tls
+from lac.common import tls
 from lac.common.v1 import curator_pb2, curator_pb2_grpc, reports_pb2
 
 ROOT = Path(__file__).resolve().parents[2]
 QUICKSTART = ROOT / "docs" / "analyst" / "quickstart.md"
-TEXTS = [
-    ["the", "dog", "sleeps", "in", "the", "sun"],
-    ["the", "fox", "is", "a", "small", "animal"],
-    ["we", "walk", "the", "dog"],
-    ["the", "sun", "is", "a", "star"],
-]
 N_REPORTS = 23  # an exact count no analyst reply may carry
 
 
@@ -42,19 +37,7 @@ def serve(start_curator, pki, curator_public_key):
     the shuffler identity); returns the ServerThread."""
 
     def start(**overrides):
-        cert, key = pki.pem("curator")
-        cur = start_curator(insecure=False, tls_cert=cert, tls_key=key, tls_client_ca=pki.ca, **overrides)
-        with tls.channel(cur.address, pki.client_tls("shuffler")) as ch:
-            reply = curator_pb2_grpc.CuratorIngestStub(ch).IngestBatch(
-                curator_pb2.IngestBatchRequest(
-                    batch_id="b1",
-                    reports=[envelope.seal(content(TEXTS[i % 4]), curator_public_key) for i in range(N_REPORTS)],
-                    privacy=batch_privacy(N_REPORTS),
-                ),
-                timeout=30,
-            )
-        assert reply.accepted == N_REPORTS
-        return cur
+        return mtls_curator_with_reports(start_curator, pki, curator_public_key, N_REPORTS, **overrides)
 
     return start
 

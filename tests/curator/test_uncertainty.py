@@ -10,19 +10,13 @@ import math
 
 import numpy as np
 import pytest
-from lac_testkit import batch_privacy, content, run_lac
+from curator_testkit import mtls_curator_with_reports
+from lac_testkit import run_lac
 
-from lac.common import envelope, tls
+from lac.common import tls
 from lac.common.v1 import curator_pb2, curator_pb2_grpc
 from lac.curator.posterior import LM_PRIOR_SHARE
 from lac.curator.uncertainty import noise_sd
-
-TEXTS = [
-    ["the", "dog", "sleeps", "in", "the", "sun"],
-    ["the", "fox", "is", "a", "small", "animal"],
-    ["we", "walk", "the", "dog"],
-    ["the", "sun", "is", "a", "star"],
-]
 
 
 @pytest.fixture
@@ -30,19 +24,7 @@ def serve(start_curator, pki, curator_public_key):
     """Factory: a curator with mutual TLS holding ``n`` sealed reports."""
 
     def start(n: int = 200, **overrides):
-        cert, key = pki.pem("curator")
-        cur = start_curator(insecure=False, tls_cert=cert, tls_key=key, tls_client_ca=pki.ca, **overrides)
-        with tls.channel(cur.address, pki.client_tls("shuffler")) as ch:
-            reply = curator_pb2_grpc.CuratorIngestStub(ch).IngestBatch(
-                curator_pb2.IngestBatchRequest(
-                    batch_id="b1",
-                    reports=[envelope.seal(content(TEXTS[i % 4]), curator_public_key) for i in range(n)],
-                    privacy=batch_privacy(n),
-                ),
-                timeout=30,
-            )
-        assert reply.accepted == n
-        return cur
+        return mtls_curator_with_reports(start_curator, pki, curator_public_key, n, **overrides)
 
     return start
 
