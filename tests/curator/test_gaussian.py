@@ -104,3 +104,54 @@ def test_calibrate_methods():
     assert calibrate(1.0, 3.0, 1e-5) == (analytic_sigma(1.0, 3.0, 1e-5), "analytic")
     with pytest.raises(ValueError, match="unknown calibration"):
         calibrate(1.0, 0.5, 1e-5, "laplace")
+
+
+def _exact_delta(mu: float, eps: float):
+    """δ(ε) of the Gaussian mechanism with Δ/σ = mu, in 80-digit arithmetic (the reference)."""
+    import mpmath
+
+    with mpmath.workdps(80):
+        mu_, eps_ = mpmath.mpf(mu), mpmath.mpf(eps)
+        a = mu_ / 2 - eps_ / mu_
+        return mpmath.ncdf(a) - mpmath.e**eps_ * mpmath.ncdf(a - mu_)
+
+
+def _direct_log_delta(mu: float, eps: float) -> float:
+    """The evaluation before the fix: the difference of two log Φ, which cancel at small ε and tiny δ."""
+    from scipy.special import log_ndtr
+
+    a = mu / 2 - eps / mu
+    la = float(log_ndtr(a))
+    t = eps + float(log_ndtr(a - mu)) - la
+    return la + math.log(-math.expm1(t))
+
+
+EXACT_EPS = [1e-6, 1e-4, 1e-2, 0.3, 1.0, 4.6, 100.0, 1e4, 1e6]  # the RPC's ε range is [1e-6, 1e6]
+EXACT_DELTAS = [0.5, 1e-5, 1e-20, 1e-50, 1e-100]  # the RPC's δ floor is 1e-100
+
+
+@pytest.mark.parametrize("delta", EXACT_DELTAS)
+def test_sigma_sound_against_exact_arithmetic_over_the_rpc_range(delta):
+    """Issue 23.17: σ never lets δ exceed what was asked, checked in 80-digit arithmetic over the whole
+    range the RPC accepts, and it is tight (within 1e-6 relative of δ)."""
+    for eps in EXACT_EPS:
+        s = analytic_sigma(1.0, eps, delta)
+        exact = _exact_delta(1.0 / s, eps)
+        assert exact <= delta, (eps, delta, float(exact / delta))
+        assert exact >= delta * (1 - 1e-6), (eps, delta, float(exact / delta))
+
+
+def test_exact_check_catches_the_cancelling_evaluation():
+    """The audit above can fail: near the root at δ = 1e-100 and ε = 1e-6 the old direct evaluation
+    accepts noise scales whose exact δ exceeds the request (the review measured δ·(1 + 3e-5)); the
+    stable evaluation refuses every one of them."""
+    eps, delta = 1e-6, 1e-100
+    root = 1.0 / analytic_sigma(1.0, eps, delta)
+    wrongly_accepted = []
+    for mu in root * (1 + np.linspace(0, 2e-6, 201)):
+        mu = float(mu)
+        exact = _exact_delta(mu, eps)
+        if exact > delta and _direct_log_delta(mu, eps) <= math.log(delta):
+            wrongly_accepted.append(float(exact / delta))
+            assert analytic_log_delta(mu, eps) > math.log(delta)
+    assert wrongly_accepted and max(wrongly_accepted) > 1 + 1e-7
