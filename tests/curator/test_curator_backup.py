@@ -130,3 +130,81 @@ def test_restore_refuses_a_manifest_naming_files_outside_the_state_directory(tmp
     )
     with pytest.raises(ValueError, match="outside the state directory"):
         restore(tmp_path / "b", tmp_path / "state")
+
+
+def _spent(address: str) -> dict[int, float]:
+    with Stubs(address) as s:
+        budget = s.query.GetBudget(curator_pb2.BudgetRequest(), timeout=10)
+    return {w.window: round(w.spent_epsilon, 9) for w in budget.windows if w.spent_epsilon}
+
+
+def test_restoring_an_older_backup_keeps_the_budget_spent_since(start_curator, tmp_path, capsys):
+    """Issue 23.7: restoring a backup older than the ledger's last charge handed budget back (ε 0.5 →
+    0.0), and a retried release with its own request id then ran and charged again. The ledger
+    journal keeps every charge: in place, after a crash between a commit and its journal line, and
+    carried to another machine."""
+    import grpc
+
+    rng = random.Random(3)
+    live = tmp_path / "live"
+    cur = start_curator(state_dir=live, allow_plaintext_payloads=True, budget_epsilon=5.0)
+    with Stubs(cur.address) as s:
+        s.ingest.IngestBatch(batch(30, rng), timeout=30)
+        assert _lac(capsys, "backup", str(tmp_path / "old"), "--state-dir", str(live))[0] == 0
+        s.query.Release(curator_pb2.ReleaseRequest(epsilon=0.5, mechanism="laplace", request_id="after"), timeout=60)
+    spent = _spent(cur.address)
+    assert spent and set(spent.values()) == {0.5}
+    cur.stop()
+
+    # 1. In place: the restored database does not know the release; the journal puts its charge back.
+    code, out = _lac(capsys, "restore", str(tmp_path / "old"), "--state-dir", str(live), "--force")
+    assert code == 0 and "keeps the 1 charge(s) made after it" in out, out
+    again = start_curator(state_dir=live, allow_plaintext_payloads=True, budget_epsilon=5.0)
+    assert _spent(again.address) == spent
+    with Stubs(again.address) as s, pytest.raises(grpc.RpcError) as err:
+        s.query.Release(curator_pb2.ReleaseRequest(epsilon=0.5, mechanism="laplace", request_id="after"), timeout=60)
+    assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+    assert "restored from an older backup" in err.value.details() and "nothing was spent" in err.value.details()
+    assert _spent(again.address) == spent  # the retry charged nothing
+    again.stop()
+
+    # 2. A crash between a release's commit and its journal line: restore keeps the charge from the database.
+    (live / "ledger.journal").unlink()
+    code, out = _lac(capsys, "restore", str(tmp_path / "old"), "--state-dir", str(live), "--force")
+    assert code == 0 and "keeps the 1 charge(s)" in out, out
+    again = start_curator(state_dir=live, allow_plaintext_payloads=True, budget_epsilon=5.0)
+    assert _spent(again.address) == spent
+    again.stop()
+
+    # 3. Another machine: without the old journal the restore says what is at stake; with it, nothing is lost.
+    code, out = _lac(capsys, "restore", str(tmp_path / "old"), "--state-dir", str(tmp_path / "new"))
+    assert code == 0 and "--carry-journal" in out, out
+    code, out = _lac(
+        capsys,
+        "restore",
+        str(tmp_path / "old"),
+        "--state-dir",
+        str(tmp_path / "newer"),
+        "--carry-journal",
+        str(live / "ledger.journal"),
+    )
+    assert code == 0 and "keeps the 1 charge(s)" in out, out
+    moved = start_curator(state_dir=tmp_path / "newer", allow_plaintext_payloads=True, budget_epsilon=5.0)
+    assert _spent(moved.address) == spent
+    moved.stop()
+
+
+def test_a_torn_journal_line_is_cut_and_its_charge_comes_back_from_the_database(tmp_path):
+    from lac.common.privacy import Budget
+    from lac.curator import journal
+
+    store = CuratorStore(tmp_path)
+    store.add_noisy_count(0, 2, 10.0, 1.0, Budget(0.01), Budget(1.0))
+    store.close()
+    path = tmp_path / journal.JOURNAL_NAME
+    (line,) = journal.read(path)
+    path.write_bytes(path.read_bytes()[:-7])  # the crash hit mid-line
+    store = CuratorStore(tmp_path)
+    assert journal.read(path) == [line]
+    assert {w: round(b.epsilon, 9) for w, b in store.spent().items()} == {0: 0.01, 1: 0.01, 2: 0.01}
+    store.close()

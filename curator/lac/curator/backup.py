@@ -14,11 +14,14 @@ whose curator is stopped (one holding its lock, ``lac.common.statelock``, is ref
 first, the database last (an interrupted restore leaves no database, so it can simply be run
 again). A restored curator holds what the backup held: batches ingested after it are missing (a
 shuffler that still has them delivers them again, and batch ids de-duplicate; a shuffler that
-does not has lost them), releases made after it are missing from the ledger, so their privacy
-spending is forgotten: restore only the latest backup, and count the releases made since
-(``lac curator releases`` on the old machine, or the analysts' records) against the budget by
-hand. Not in the backup: the key ring (``key_dir``, back it up separately and securely) and the
-public prior cache (``prior/``, rebuilt from the public corpus at start).
+does not has lost them), and so are the records of releases made after it. Their privacy
+spending is not forgotten: the ledger journal (``lac.curator.journal``), which restore never
+replaces, still holds it, and the next start puts it back into the ledger with the request ids
+(a retried release is refused, not run and charged again). Before replacing a database, restore
+first copies its charges into the journal. Restoring into another machine's state directory,
+carry the old one's ``ledger.journal`` over (``carry_journal``). Not in the backup: the key ring
+(``key_dir``, back it up separately and securely) and the public prior cache (``prior/``,
+rebuilt from the public corpus at start).
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from pathlib import Path
 from lac.common.backup import copy_file, drop_sidecars, read_backup, sha256_file, start_backup, verify, write_manifest
 from lac.common.files import fsync_dir, private_dir
 from lac.common.statelock import StateDirLock
+from lac.curator import journal
 
 __all__ = ["backup", "restore", "describe", "FORMAT"]
 
@@ -94,13 +98,16 @@ def backup(state_dir: Path, dest: Path) -> dict:
     return manifest
 
 
-def restore(source: Path, state_dir: Path, force: bool = False) -> dict:
+def restore(source: Path, state_dir: Path, force: bool = False, carry_journal: Path | None = None) -> dict:
     """Install the backup in ``source`` as the state of ``state_dir`` (its curator must be stopped).
 
     Refuses (``StateDirLocked``) a state directory a running curator holds, even with ``force``, and
     holds its lock meanwhile. Refuses one that already holds a curator database unless ``force``
     (then its database is replaced; its segment and release files that the backup does not name are
-    removed at the next start as orphans). Returns the backup's manifest."""
+    removed at the next start as orphans). The charges of the replaced database, and those of the
+    ledger journal ``carry_journal`` (another state directory's), are kept in this one's journal and
+    put back into the ledger at the next start. Returns the backup's manifest, with
+    ``kept_charges``: how many charges the journal holds that the backup's ledger does not."""
     manifest, db = read_backup(source, FORMAT)
     files = manifest["files"]
     for rel, digest in files.items():
@@ -119,7 +126,14 @@ def restore(source: Path, state_dir: Path, force: bool = False) -> dict:
             raise FileExistsError(
                 f"{target} exists; stop that curator and pass --force to replace its state with the backup"
             )
-        if target.exists():  # --force: no database while files change, so an interrupted restore is visible
+        if carry_journal is not None:
+            journal.carry(carry_journal, state_dir)
+        if target.exists():  # --force: keep its charges, then no database while files change
+            old = sqlite3.connect(target, isolation_level=None)
+            try:
+                journal.reconcile(old, state_dir)
+            finally:
+                old.close()
             target.unlink()
         drop_sidecars(state_dir, DB_NAME)
         for rel in files:
@@ -129,4 +143,10 @@ def restore(source: Path, state_dir: Path, force: bool = False) -> dict:
             fsync_dir(state_dir / sub)
         copy_file(db, target)
         fsync_dir(state_dir)
-    return manifest
+        restored = sqlite3.connect(f"file:{target}?mode=ro", uri=True)
+        try:
+            in_backup = {c.key for c in journal.database_charges(restored)}
+        finally:
+            restored.close()
+    kept = [c for c in journal.read(state_dir / journal.JOURNAL_NAME) if c.key not in in_backup]
+    return {**manifest, "kept_charges": len(kept)}

@@ -49,10 +49,18 @@ def register(subparsers) -> None:
         description="Verify a backup (manifest, SHA-256, quick_check) and install it into "
         "--state-dir, whose curator must be stopped (refused while one holds its lock). "
         "The restored state does not know what happened after the backup: batches ingested since are missing (a "
-        "shuffler still holding them delivers them again), and so are releases made "
-        "since, whose privacy spending the restored ledger forgets.",
+        "shuffler still holding them delivers them again), and so are the records of releases made since. Their "
+        "privacy spending is kept: the state directory's ledger journal (ledger.journal), which restore does not "
+        "replace, puts it back into the ledger at the next start.",
     )
     res.add_argument("dir", type=Path, help="directory written by `lac curator backup`")
+    res.add_argument(
+        "--carry-journal",
+        type=Path,
+        metavar="FILE",
+        help="also keep the charges of this ledger journal (the old state directory's ledger.journal, when "
+        "restoring on another machine), so budget spent after the backup stays spent",
+    )
     res.add_argument(
         "--force", action="store_true", help="replace an existing curator database (not while a curator runs on it)"
     )
@@ -304,12 +312,22 @@ def _restore(args) -> int:
     from lac.curator.backup import restore
 
     try:
-        m = restore(args.dir, args.state_dir, force=args.force)
+        m = restore(args.dir, args.state_dir, force=args.force, carry_journal=args.carry_journal)
     except (OSError, ValueError) as exc:
         raise SystemExit(f"error: {exc}") from None
+    kept = m["kept_charges"]
+    if kept:
+        ledger = f"the ledger journal keeps the {kept} charge(s) made after it (budget stays spent)."
+    elif args.carry_journal:
+        ledger = "the ledger journal holds no charge made after it."
+    else:
+        ledger = (
+            "the ledger journal holds no charge made after it. Restoring on another machine? Pass the old "
+            "state directory's ledger.journal with --carry-journal, or budget spent after the backup is handed back."
+        )
     print(
         f"restored the backup of {m['source']} into {args.state_dir}: {m['batches']} batches, {m['releases']} "
-        f"releases. Batches and releases made after the backup are not in it."
+        f"releases. Batches and releases made after the backup are not in it; {ledger}"
     )
     return 0
 

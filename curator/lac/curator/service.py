@@ -476,7 +476,14 @@ class Curator:
         earlier = await self._run(self.store.release_for_request, request_id, key)
         if earlier is not None:
             log.info("release request %s repeated: release %s returned again, nothing spent", request_id, earlier)
-            return (await self.get_release(earlier))[0]
+            try:
+                return (await self.get_release(earlier))[0]
+            except NotFound:  # its record went with a restore from an older backup; its charge did not
+                raise FailedPrecondition(
+                    f"request id {request_id!r} made release {earlier}, whose record was lost when this "
+                    f"curator was restored from an older backup; its privacy spending stays in the ledger and "
+                    f"nothing was spent now; use a new request id for a new release"
+                ) from None
         running = self._inflight.get(request_id)  # checked and registered with no await in between
         if running is not None:
             if running[0] != key:

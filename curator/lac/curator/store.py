@@ -12,6 +12,9 @@ Layout under ``state_dir``:
   Written with ``atomic_file`` (fsync) and the directory fsync'd before the batch's transaction
   commits; a batch is acknowledged only after that commit. Spark, DuckDB or pandas read the
   same files. ``migrate_npz`` converts the ``.npz`` segments of earlier versions.
+* ``ledger.journal``: every charge of the ledger again, appended after its commit, in a file that
+  ``lac curator restore`` does not replace (``lac.curator.journal``), so restoring an older backup
+  never hands spent budget back.
 * ``releases/<id>.npz``: the released log-probabilities and items (nothing un-noised), written
   before the release row and its ledger entries commit; at start a file without a release row
   (a crash between the two) is removed.
@@ -40,6 +43,7 @@ from lac.common.errors import AlreadyExists, DataLoss, FailedPrecondition, Rejec
 from lac.common.files import atomic_file, fsync_dir, private_dir, private_sqlite
 from lac.common.privacy import Budget
 from lac.common.storage import LowDiskSpace, free_bytes
+from lac.curator import journal
 from lac.curator import segments as seg
 from lac.curator.ledger import refuse_overspending
 from lac.curator.ngrams import ReportItems
@@ -124,6 +128,8 @@ class CuratorStore:
         self._db.executescript(_SCHEMA)
         self._migrate()
         self._remove_orphans()
+        self._journal = state_dir / journal.JOURNAL_NAME
+        journal.reconcile(self._db, state_dir)
 
     def _remove_orphans(self) -> None:
         """Files written for a batch or release whose commit never happened (crash): never acknowledged."""
@@ -322,6 +328,14 @@ class CuratorStore:
         except BaseException:
             self._rollback()
             raise
+        journal.append(
+            self._journal,
+            [
+                journal.Charge(
+                    f"count:{first_window}-{last_window}", now, first_window, last_window, charge.epsilon, charge.delta
+                )
+            ],
+        )
 
     def segment_paths(self, first_window: int | None = None, last_window: int | None = None) -> list[Path]:
         """The segment files of batches whose windows lie in [first_window, last_window], in ingest
@@ -420,7 +434,7 @@ class CuratorStore:
         spec: str = "",
     ) -> str:
         """Store a release (``record``: its serialized operator record) and, if ``charge`` is given,
-        charge it to every window in ``windows``, in one transaction that first re-checks the
+        charge it to every window in ``windows`` (consecutive), in one transaction that first re-checks the
         budget (nothing is stored or spent when it refuses). Returns the id of the release stored
         for ``request_id``: this one, or the one an earlier call with the same request id and
         ``spec`` stored (then nothing is written or spent; another ``spec``: AlreadyExists).
@@ -453,8 +467,8 @@ class CuratorStore:
             self._db.execute("INSERT INTO releases VALUES (?, ?)", (release_id, record))
             if request_id is not None:
                 self._db.execute("INSERT INTO release_requests VALUES (?, ?, ?)", (request_id, spec, release_id))
+            now = time.time()
             if charge is not None:
-                now = time.time()
                 self._db.executemany(
                     "INSERT INTO window_ledger (release_id, win, epsilon, delta, at) VALUES (?, ?, ?, ?, ?)",
                     ((release_id, w, charge.epsilon, charge.delta, now) for w in windows),
@@ -465,6 +479,15 @@ class CuratorStore:
             if not self._release_maybe_committed(release_id):
                 path.unlink(missing_ok=True)
             raise
+        if charge is not None and windows:  # after the commit: a crash before this is reconciled at start
+            journal.append(
+                self._journal,
+                [
+                    journal.Charge(
+                        release_id, now, windows[0], windows[-1], charge.epsilon, charge.delta, request_id, spec
+                    )
+                ],
+            )
         return release_id
 
     def _release_for_request(self, request_id: str, spec: str) -> str | None:

@@ -1,0 +1,156 @@
+"""The ledger journal: every charge, kept where restoring a backup cannot erase it.
+
+The privacy ledger lives in ``curator.sqlite``, which ``lac curator restore`` replaces with a
+backup's copy. Spending recorded after that backup would then be forgotten and handed back to the
+analysts, and a retried release (same request id) would run and charge again. So every charge is
+also appended to ``ledger.journal`` in the state directory (one JSON line per charge, fsync'd),
+a file restore never replaces, and the two are reconciled both ways whenever a store opens and
+before a restore replaces a database:
+
+* a charge in the database but not in the journal (the curator stopped between its commit and
+  the append) is appended;
+* a charge in the journal but not in the database (a restored older database) is put back in the
+  ledger, with its request id, so the budget never goes backwards and the retry is recognised.
+
+A charge is identified by (release id, time); a torn last line (a crash while appending) is cut
+off and its charge comes back from the database.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sqlite3
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from lac.common.files import fsync_dir
+
+log = logging.getLogger(__name__)
+
+__all__ = ["JOURNAL_NAME", "Charge", "read", "append", "database_charges", "reconcile", "carry"]
+
+JOURNAL_NAME = "ledger.journal"
+
+
+@dataclass(frozen=True)
+class Charge:
+    """One charge of (ε, δ) to each accounting window in [first_window, last_window]."""
+
+    release_id: str
+    at: float
+    first_window: int
+    last_window: int
+    epsilon: float
+    delta: float
+    request_id: str | None = None
+    spec: str = ""
+
+    @property
+    def key(self) -> tuple[str, float]:
+        return self.release_id, self.at
+
+
+def read(path: Path) -> list[Charge]:
+    """The charges in the journal at ``path`` ([] if there is none); a torn last line is cut off."""
+    if not path.exists():
+        return []
+    data = path.read_bytes()
+    end = data.rfind(b"\n") + 1
+    if end < len(data):  # a crash while appending: that charge is still in the database
+        with open(path, "r+b") as f:
+            f.truncate(end)
+            os.fsync(f.fileno())
+        log.warning("%s: cut off a torn last line (%d bytes)", path, len(data) - end)
+    charges = []
+    for n, line in enumerate(data[:end].splitlines(), 1):
+        try:
+            charges.append(Charge(**json.loads(line)))
+        except (ValueError, TypeError) as exc:
+            raise ValueError(f"{path}, line {n}: not a ledger charge ({exc}); the journal is damaged") from None
+    return charges
+
+
+def append(path: Path, charges: list[Charge]) -> None:
+    """Append ``charges`` and fsync (the file is created 0600)."""
+    try:
+        _append(path, charges)
+    except OSError as exc:  # committed in the database already: reconciled from there at the next start or restore
+        log.error("could not append %d charge(s) to the ledger journal %s: %s", len(charges), path, exc)
+
+
+def _append(path: Path, charges: list[Charge]) -> None:
+    if not charges:
+        return
+    new = not path.exists()
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    try:
+        os.write(fd, b"".join(json.dumps(asdict(c), sort_keys=True).encode() + b"\n" for c in charges))
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    if new:
+        fsync_dir(path.parent)
+
+
+def database_charges(db: sqlite3.Connection) -> list[Charge]:
+    """The charges in the ledger of the curator database ``db``."""
+    requests = {rid: (req, spec) for req, spec, rid in db.execute("SELECT * FROM release_requests")}
+    rows = db.execute(
+        "SELECT release_id, at, MIN(win), MAX(win), MAX(epsilon), MAX(delta), COUNT(*) FROM window_ledger "
+        "GROUP BY release_id, at ORDER BY MIN(id)"
+    )
+    charges = []
+    for release_id, at, lo, hi, eps, delta, _ in rows:
+        req, spec = requests.get(release_id, (None, ""))
+        charges.append(Charge(release_id, float(at), int(lo), int(hi), float(eps), float(delta), req, spec))
+    return charges
+
+
+def reconcile(db: sqlite3.Connection, state_dir: Path) -> int:
+    """Make the journal and the ledger of ``db`` hold the same charges (see the module doc); returns
+    how many journal charges were put back into the database. ``db`` is in autocommit mode
+    (``lac.common.files.private_sqlite``); this runs its own transaction."""
+    path = state_dir / JOURNAL_NAME
+    journal = read(path)
+    in_db = database_charges(db)
+    db_keys = {c.key for c in in_db}
+    journal_keys = {c.key for c in journal}
+    _append(path, [c for c in in_db if c.key not in journal_keys])
+    missing = [c for c in journal if c.key not in db_keys]
+    if missing:
+        db.execute("BEGIN IMMEDIATE")  # one transaction: all put back or none
+        try:
+            for c in missing:
+                db.executemany(
+                    "INSERT INTO window_ledger (release_id, win, epsilon, delta, at) VALUES (?, ?, ?, ?, ?)",
+                    ((c.release_id, w, c.epsilon, c.delta, c.at) for w in range(c.first_window, c.last_window + 1)),
+                )
+                if c.request_id is not None:
+                    db.execute(
+                        "INSERT OR IGNORE INTO release_requests VALUES (?, ?, ?)", (c.request_id, c.spec, c.release_id)
+                    )
+            db.execute("COMMIT")
+        except BaseException:
+            if db.in_transaction:
+                db.execute("ROLLBACK")
+            raise
+        log.warning(
+            "the ledger journal holds %d charge(s) that the database does not (it was restored from an older "
+            "backup): put back, so their budget stays spent and their request ids stay used",
+            len(missing),
+        )
+    return len(missing)
+
+
+def carry(source: Path, state_dir: Path) -> int:
+    """Append the charges of the journal ``source`` (e.g. the old machine's) that ``state_dir``'s
+    journal lacks; the next start puts them into the ledger. Returns how many were added."""
+    if not source.is_file():
+        raise FileNotFoundError(f"{source}: no ledger journal there")
+    path = state_dir / JOURNAL_NAME
+    have = {c.key for c in read(path)}
+    new = [c for c in read(source) if c.key not in have]
+    _append(path, new)
+    return len(new)
