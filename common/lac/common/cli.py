@@ -144,13 +144,21 @@ class _Version(argparse.Action):
         parser.exit()
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
+    """The ``lac`` parser with every installed command; given the ``argv`` to parse, only the command it
+    names is loaded when that is an installed one (each command imports its own component, some of them
+    scipy or matplotlib: loading all of them took over a second before any command ran)."""
     parser = Parser(prog="lac", description="LAC: learn aggregate language statistics without learning about people.")
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     parser.add_argument("--version", action=_Version, help="print the installed LAC distributions' versions and exit")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     found = set()
-    for ep in sorted(entry_points(group="lac.commands"), key=lambda e: e.name):
+    plugins = sorted(entry_points(group="lac.commands"), key=lambda e: e.name)
+    named = next((a for a in argv or () if not a.startswith("-")), None)
+    if named is not None and any(ep.name == named for ep in plugins):
+        plugins = [ep for ep in plugins if ep.name == named]
+        found = {name for name in PROVIDERS if name != named}  # the others are not needed to parse argv
+    for ep in plugins:
         if ep.name in found:  # the same command from two installed distributions: the first one wins
             continue
         found.add(ep.name)
@@ -177,7 +185,7 @@ def command_name(args: argparse.Namespace) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = build_parser()
+    parser = build_parser(sys.argv[1:] if argv is None else argv)
     args, extra = parser.parse_known_args(argv)
     if extra and not getattr(args, "_any_arguments", False):
         parser.exit(2, f"{command_name(args)}: error: unrecognized arguments: {_one_line(' '.join(extra))}\n")
