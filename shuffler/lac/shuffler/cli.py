@@ -1,4 +1,4 @@
-"""``lac shuffler serve|status|flush|add-client|backup|restore|amplification``."""
+"""``lac shuffler serve|status|flush|add-client|add-clients|rotate-client|backup|restore|amplification``."""
 
 from __future__ import annotations
 
@@ -7,7 +7,8 @@ from pathlib import Path
 
 from lac.common import config as cfg
 from lac.common import tls
-from lac.common.cli import message_json
+from lac.common.cli import message_json, positive
+from lac.common.errors import LacError
 from lac.common.v1 import shuffler_pb2, shuffler_pb2_grpc
 from lac.shuffler.config import ENV_PREFIX, ShufflerConfig
 
@@ -47,14 +48,67 @@ def register(subparsers) -> None:
         default="client",
         help="client: may submit reports (quota per window); operator: may read status and flush",
     )
-    add.add_argument("--tokens-file", type=Path, default=None, help="tokens file (default: STATE_DIR/clients.tokens)")
-    add.add_argument(
-        "--state-dir",
-        type=Path,
-        default=ShufflerConfig.state_dir,
-        help=f"shuffler state directory [default: {ShufflerConfig.state_dir}]",
+    bulk = sub.add_parser(
+        "add-clients",
+        help="register many clients at once; write their tokens as JSON lines (shown once)",
+        description="Register --count new clients (ids PREFIX1, PREFIX2, ... numbered on from the largest "
+        "existing one) or the ids in --from-file (one per line), in one locked append to the tokens file, and "
+        'write one JSON object per client, {"id", "role", "token", "expires"}, to --out (created 0600) or '
+        "stdout. Ids already registered are refused: `rotate-client` replaces a client's token.",
     )
+    which = bulk.add_mutually_exclusive_group()  # one of them: checked by the command, after the flags
+    which.add_argument("--count", type=positive(int), help="number of new clients, with generated ids")
+    which.add_argument("--from-file", type=Path, help="file of ids to register, one per line")
+    bulk.add_argument("--prefix", default="client-", help="id prefix of --count [default: client-]")
+    bulk.add_argument(
+        "--out", type=Path, default=None, help="write the tokens here (a new file, 0600) instead of stdout"
+    )
+    rot = sub.add_parser(
+        "rotate-client",
+        help="issue a client a new token; its old one keeps working for --grace, then stops",
+        description="Append the client's new token to the tokens file and give its current tokens an expiry "
+        "of now + --grace (or their own, if sooner): the client switches to the new token within the grace "
+        "period, after which the old one is refused as expired. Prints the new token (shown once).",
+    )
+    rot.add_argument("client_id", help="the id given to add-client")
+    rot.add_argument(
+        "--grace",
+        type=_duration,
+        default=86400.0,
+        metavar="DURATION",
+        help="how long the old token keeps working (0: it stops now) [default: 1d]",
+    )
+    rot.add_argument(
+        "--role",
+        choices=["client", "operator"],
+        default=None,
+        help="which token to rotate when the id has both a client and an operator token",
+    )
+    bulk.add_argument(
+        "--role",
+        choices=["client", "operator"],
+        default="client",
+        help="client: may submit reports (quota per window); operator: may read status and flush",
+    )
+    for q in (add, bulk, rot):
+        q.add_argument(
+            "--expires-in",
+            type=_duration,
+            default=None,
+            metavar="DURATION",
+            help="the new token expires after this long (e.g. 90d, 12h; units s m h d w); "
+            "then it is refused as expired [default: never]",
+        )
+        q.add_argument("--tokens-file", type=Path, default=None, help="tokens file (default: STATE_DIR/clients.tokens)")
+        q.add_argument(
+            "--state-dir",
+            type=Path,
+            default=ShufflerConfig.state_dir,
+            help=f"shuffler state directory [default: {ShufflerConfig.state_dir}]",
+        )
     add.set_defaults(func=_add_client)
+    bulk.set_defaults(func=_add_clients)
+    rot.set_defaults(func=_rotate_client)
     bak = sub.add_parser(
         "backup",
         help="copy the report log (online, consistent) and tokens file into DIR",
@@ -143,13 +197,99 @@ def _serve(args) -> int:
     return 0
 
 
-def _add_client(args) -> int:
-    from lac.shuffler.auth import add_client
+def _duration(text: str) -> float:
+    """An argparse ``type``: a duration such as 90d, 12h, 30m, 45s or 0, in seconds."""
+    import argparse
 
-    path = args.tokens_file or args.state_dir / "clients.tokens"
-    token = add_client(path, args.client_id, args.role)
-    print(f"# {args.role} {args.client_id} added to {path}; its token (not stored anywhere, shown once):")
+    from lac.shuffler.auth import parse_duration
+
+    try:
+        return parse_duration(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _expiry(args) -> float | None:
+    import time
+
+    return None if args.expires_in is None else time.time() + args.expires_in
+
+
+def _tokens_path(args) -> Path:
+    return args.tokens_file or args.state_dir / "clients.tokens"
+
+
+def _add_client(args) -> int:
+    from lac.shuffler.auth import add_client, format_time
+
+    path = _tokens_path(args)
+    expires = _expiry(args)
+    try:
+        token = add_client(path, args.client_id, args.role, expires)
+    except LacError as exc:
+        raise SystemExit(f"error: {exc}") from None
+    until = f", expires {format_time(expires)}" if expires is not None else ""
+    print(f"# {args.role} {args.client_id} added to {path}{until}; its token (not stored anywhere, shown once):")
     print(token)
+    return 0
+
+
+def _add_clients(args) -> int:
+    import contextlib
+    import json
+    import os
+    import sys
+
+    from lac.shuffler.auth import add_clients, format_time, next_ids
+
+    path = _tokens_path(args)
+    if args.from_file is None and args.count is None:
+        raise SystemExit("error: say which clients: --count N (new ids) or --from-file FILE (one id per line)")
+    if args.from_file is not None:
+        ids = [line.strip() for line in args.from_file.read_text().splitlines() if line.strip()]
+        if not ids:
+            raise SystemExit(f"error: no ids in {args.from_file}")
+    else:
+        ids = next_ids(path, args.prefix, int(args.count))
+    out = None
+    if args.out is not None:  # created first and private, so no token is ever written where others can read it
+        try:
+            out = os.fdopen(os.open(args.out, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w")
+        except FileExistsError:
+            raise SystemExit(f"error: {args.out} exists; tokens are written only to a new file") from None
+    expires = _expiry(args)
+    try:
+        tokens = add_clients(path, ids, args.role, expires, new_ids_only=True)
+    except BaseException as exc:
+        if out is not None:
+            out.close()
+            args.out.unlink()
+        if isinstance(exc, LacError):
+            raise SystemExit(f"error: {exc}") from None
+        raise
+    until = format_time(expires) if expires is not None else None
+    with out if out is not None else contextlib.nullcontext(sys.stdout) as f:
+        for client_id, token in zip(ids, tokens):
+            f.write(json.dumps({"id": client_id, "role": args.role, "token": token, "expires": until}) + "\n")
+    where = f"; tokens in {args.out}" if args.out is not None else ""
+    print(f"# {len(ids)} {args.role}(s) added to {path}{where} (shown once, stored nowhere)", file=sys.stderr)
+    return 0
+
+
+def _rotate_client(args) -> int:
+    from lac.shuffler.auth import format_time, rotate_client
+
+    path = _tokens_path(args)
+    try:
+        r = rotate_client(path, args.client_id, args.grace, _expiry(args), args.role)
+    except LacError as exc:
+        raise SystemExit(f"error: {exc}") from None
+    until = f", expires {format_time(r.expires)}" if r.expires is not None else ""
+    print(
+        f"# {r.role} {args.client_id}: new token{until}; its {r.old_tokens} previous token(s) work until "
+        f"{format_time(r.old_until)} (not stored anywhere, shown once):"
+    )
+    print(r.token)
     return 0
 
 
