@@ -326,3 +326,29 @@ def test_ingest_on_spark_stores_what_one_process_stores(
         store.close()
     assert outcome["spark"] == outcome["local"]
     assert outcome["spark"][0] == [(300, 9), (250, 5)] and len(outcome["spark"][3]) == 2
+
+
+def test_key_shipping_needs_authentication_and_encryption():
+    """Issue 23.20: which sessions may receive the curator's private keys (ingest on Spark)."""
+    from lac.curator.spark import KEY_SAFE_CONF, key_shipping_gaps
+
+    assert key_shipping_gaps("local[2]", {}) == [] and key_shipping_gaps("local", {}) == []
+    gaps = key_shipping_gaps("spark://spark-master:7077", {"spark.authenticate": "true"})
+    assert [g.split("=")[0] for g in gaps] == ["spark.network.crypto.enabled", "spark.io.encryption.enabled"]
+    assert key_shipping_gaps("yarn", dict.fromkeys(KEY_SAFE_CONF, "TRUE")) == []
+    assert len(key_shipping_gaps("k8s://https://host:443", {})) == 3
+    assert len(key_shipping_gaps("sc://host:15002", {})) == 2
+    assert key_shipping_gaps("sc://host:15002/;use_ssl=true", {}) == [
+        "token=... in the sc:// URL (the Connect server authenticates the curator)"
+    ]
+    assert key_shipping_gaps("sc://host:15002/;use_ssl=true;token=secret", {}) == []
+
+
+@pytest.mark.slow
+def test_ingest_on_spark_refuses_a_session_without_tls_or_token(spark, connect):
+    """A real Spark Connect session over plaintext gRPC with no token: the keys would travel in the clear."""
+    for master in (spark.connect_url, None):
+        with pytest.raises(ValueError, match="PRIVATE keys") as e:
+            SparkIngest(object(), connect.session, master=master)
+        assert "use_ssl=true" in str(e.value) and "token=" in str(e.value)
+    assert SparkIngest(object(), spark.session).session is spark.session  # local[2]: this machine's processes

@@ -161,7 +161,7 @@ class Curator:
             else:
                 spark = SparkEngine.start(config.spark_master)
                 self._spark, session = spark, spark.session
-            self._ingest = SparkIngest(ingest, session)
+            self._ingest = SparkIngest(ingest, session, master=config.spark_master)
         else:
             self._ingest = IngestPool(ingest, config.ingest_workers)
         self._models: OrderedDict[str, NgramModel] = OrderedDict()

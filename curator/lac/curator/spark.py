@@ -37,7 +37,15 @@ from lac.common.errors import DataLoss, Unavailable
 from lac.curator.engine import Parts
 from lac.curator.ngrams import ReportItems
 
-__all__ = ["INSTALL_HINT", "SparkEngine", "SparkIngest", "SparkUnavailable", "require_pyspark"]
+__all__ = [
+    "INSTALL_HINT",
+    "KEY_SAFE_CONF",
+    "SparkEngine",
+    "SparkIngest",
+    "SparkUnavailable",
+    "key_shipping_gaps",
+    "require_pyspark",
+]
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -65,6 +73,18 @@ def require_pyspark() -> None:
         import pyspark.sql  # noqa: F401
     except ImportError as exc:
         raise SparkUnavailable(f"the spark engine needs pyspark ({exc}): {INSTALL_HINT}") from None
+
+
+def _master(session: Any) -> str:
+    """The master URL of a classic session ("sc://" for a Connect one, whose URL it does not show)."""
+    if "connect" in type(session).__module__:
+        return "sc://"
+    return str(session.conf.get("spark.master"))
+
+
+def _conf(session: Any) -> dict[str, str]:
+    """The settings ``key_shipping_gaps`` reads."""
+    return {k: str(session.conf.get(k, "false")) for k in KEY_SAFE_CONF}
 
 
 def _collect(df: Any, what: str) -> list:
@@ -238,6 +258,32 @@ def _count_chunks(ctx: bytes, level: int, batches: Iterator[Any]) -> Iterator[An
         yield out(current, payloads)
 
 
+KEY_SAFE_CONF = {
+    "spark.authenticate": "the executors and the driver authenticate each other (a shared secret)",
+    "spark.network.crypto.enabled": "RPC traffic, which carries the tasks and so the keys, is encrypted (AES)",
+    "spark.io.encryption.enabled": "shuffle and spill files, which hold opened reports, are encrypted on disk",
+}
+"""Settings a classic session on a cluster must have on before executors get the curator's private keys."""
+
+
+def key_shipping_gaps(master: str, conf: Mapping[str, str]) -> list[str]:
+    """Why it is unsafe to ship the curator's private keys to the executors of a session on ``master``
+    whose settings are ``conf`` ([]: safe). ``local[...]``: the executors are this machine's processes,
+    reached over loopback, inside the curator's boundary. ``sc://``: the Connect URL must ask for TLS
+    (``use_ssl=true``) and carry a token. A cluster: every setting of ``KEY_SAFE_CONF`` must be true."""
+    if master == "local" or master.startswith("local["):
+        return []
+    if master.startswith("sc://"):
+        params = dict(kv.split("=", 1) for kv in master.partition("/;")[2].split(";") if "=" in kv)
+        gaps = []
+        if params.get("use_ssl", "").lower() != "true":
+            gaps.append("use_ssl=true in the sc:// URL (TLS to the Connect server)")
+        if not params.get("token"):
+            gaps.append("token=... in the sc:// URL (the Connect server authenticates the curator)")
+        return gaps
+    return [f"{k}=true ({why})" for k, why in KEY_SAFE_CONF.items() if str(conf.get(k, "false")).lower() != "true"]
+
+
 class SparkIngest:
     """Opens, validates and counts sealed reports on Spark (``lac.curator.ingest.ingest_chunk`` in
     ``mapInArrow`` over a DataFrame of (chunk, position, serialized ``SealedPayload``)), with the
@@ -250,9 +296,25 @@ class SparkIngest:
     (``spark.authenticate``, ``spark.network.crypto.enabled``, ``spark.io.encryption.enabled``;
     TLS to a Spark Connect server)."""
 
-    def __init__(self, ctx: Any, session: Any, chunk_reports: int | None = None, compress_level: int = 1):
+    def __init__(
+        self,
+        ctx: Any,
+        session: Any,
+        chunk_reports: int | None = None,
+        compress_level: int = 1,
+        master: str | None = None,
+    ):
+        """Refuses (``ValueError``) a session that would ship the keys unprotected (``key_shipping_gaps``);
+        ``master``: the URL the session was made from (needed for a Spark Connect session)."""
         from lac.curator.ingest import CHUNK_REPORTS
 
+        master = master or _master(session)
+        gaps = key_shipping_gaps(master, _conf(session))
+        if gaps:
+            raise ValueError(
+                f"ingest on Spark ships the curator's PRIVATE keys to the executors of {master}; refusing "
+                f"until the session has: {'; '.join(gaps)} (docs/operator/spark.md)"
+            )
         self.ctx, self.session = ctx, session
         self.chunk_reports = chunk_reports or CHUNK_REPORTS
         self.compress_level = compress_level
