@@ -304,3 +304,40 @@ def test_a_message_over_max_message_bytes_is_refused_by_grpc_before_it_is_read(s
         assert code == grpc.StatusCode.RESOURCE_EXHAUSTED
         del big.reports[40:]
         assert ingest.IngestBatch(big, timeout=10).accepted == 40  # under the limit: served
+
+
+def test_curator_connections_beyond_max_connections_are_closed_at_once(start_curator):
+    """Issue 23.6 for the curator: beyond max_connections a new connection is closed as soon as it is
+    accepted (UNAVAILABLE at once, not a handshake that times out), and once one closes another is taken."""
+    import time
+
+    from lac_testkit import wait_until
+
+    cur = start_curator(max_connections=3)
+    own = [("grpc.use_local_subchannel_pool", 1)]  # one connection per channel
+
+    def deployment(ch, timeout=5):
+        return curator_pb2_grpc.CuratorStub(ch).GetDeployment(reports_pb2.DeploymentRequest(), timeout=timeout)
+
+    channels = [grpc.insecure_channel(cur.address, options=own) for _ in range(4)]
+    try:
+        for ch in channels[:3]:
+            deployment(ch)
+        t0 = time.monotonic()
+        with pytest.raises(grpc.RpcError) as err:
+            deployment(channels[3])
+        assert err.value.code() == grpc.StatusCode.UNAVAILABLE and time.monotonic() - t0 < 2
+        channels[0].close()
+
+        def connects() -> bool:
+            with grpc.insecure_channel(cur.address, options=own) as ch:
+                try:
+                    deployment(ch, timeout=2)
+                except grpc.RpcError:
+                    return False
+            return True
+
+        wait_until(connects)
+    finally:
+        for ch in channels:
+            ch.close()

@@ -206,6 +206,13 @@ class CuratorConfig(ServiceSettings):
     )
     ingest_workers: int = setting(
         CORES,
+    max_connections: int = setting(
+        200,
+        "most client connections open at once (shufflers, analysts, operators); gRPC closes a further one "
+        "as soon as it is accepted (its client gets UNAVAILABLE at once and retries), so new handshakes "
+        "never wait on exhausted file descriptors (the open-file limit is raised to fit, up to the hard "
+        "limit; a warning at start says when it cannot)",
+    )
         "processes that open, validate and count ingested reports (default: "
         "every core this process may use; 1 = in the server process). Batches "
         "under 200 reports are opened in the server process",
@@ -235,9 +242,13 @@ class CuratorConfig(ServiceSettings):
             raise ValueError("replay_window_days must be positive")
         if self.quarantine_max_rows < 0:
             raise ValueError("quarantine_max_rows must be >= 0")
-        if self.max_message_bytes < 1024 or self.max_concurrent_streams < 1 or self.max_reports_per_batch < 1:
+        if (
+            self.max_message_bytes < 1024
+            or min(self.max_concurrent_streams, self.max_reports_per_batch, self.max_connections) < 1
+        ):
             raise ValueError(
-                "max_message_bytes must be at least 1024, max_concurrent_streams and max_reports_per_batch positive"
+                "max_message_bytes must be at least 1024, max_concurrent_streams, max_reports_per_batch and "
+                "max_connections positive"
             )
         if self.min_free_disk_bytes < 0:
             raise ValueError("min_free_disk_bytes must be >= 0")

@@ -162,7 +162,7 @@ def create_server(curator: Curator) -> tuple[grpc.aio.Server, int]:
             "tls_client_ca (`lac keys tls`), or insecure for a local demo"
         )
     auth = CertificateRoles(cfg.roles, insecure=cfg.insecure)
-    server = common_server.new_server(cfg.max_message_bytes, cfg.max_concurrent_streams)
+    server = common_server.new_server(cfg.max_message_bytes, cfg.max_concurrent_streams, cfg.max_connections)
     observe = curator.metrics.rpc  # latency per method and status code
     # Parsed, an empty report costs ~100 bytes of memory for its 2 bytes on the wire: count them first.
     bounded = {
