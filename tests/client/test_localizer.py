@@ -144,6 +144,66 @@ def test_privatize_many_same_distribution_as_privatize(glove200):
     assert stats.chi2_contingency(table).pvalue > P_MIN
 
 
+def test_privatize_many_reports_progress_and_returns_the_same_reports(glove50k, monkeypatch):
+    texts = [TEXT, "hello world.", "Another text; with words! And more words."] * 5
+    want = _loc(glove50k, 1e6).privatize_many(texts)
+    monkeypatch.setattr(loc_mod, "_HOOK_CHUNK", 7)  # many passes
+    monkeypatch.setattr(loc_mod, "PROGRESS_INTERVAL", 0.0)  # a call at every check
+    calls: list[tuple[int, int]] = []
+    got = _loc(glove50k, 1e6).privatize_many(texts, progress=lambda done, total: calls.append((done, total)))
+    assert got == want
+    done = [d for d, _ in calls]
+    assert {t for _, t in calls} == {len(texts)} and done == sorted(done) and calls[-1] == (len(texts), len(texts))
+    assert 0 < done[len(done) // 2] < len(texts)  # texts are counted as their words are perturbed
+
+
+def test_progress_is_called_at_a_bounded_frequency(glove200, monkeypatch):
+    clock = iter(np.arange(0.0, 1e6, 0.03))  # each look at the clock: 30 ms later
+    monkeypatch.setattr(loc_mod, "_clock", lambda: next(clock))
+    monkeypatch.setattr(loc_mod, "_HOOK_CHUNK", 3)
+    seen: list[float] = []
+    _loc(glove200, 5.0).privatize_many(["the king said"] * 200, progress=lambda d, t: seen.append(next(clock)))
+    gaps = np.diff(seen[:-1])  # the last call (the end) comes whenever the run ends
+    assert len(seen) > 5 and (gaps >= loc_mod.PROGRESS_INTERVAL).all()
+
+
+def test_a_cancelled_run_raises_cancelled_and_returns_nothing(glove200, monkeypatch):
+    import threading
+
+    import lac.client
+
+    monkeypatch.setattr(loc_mod, "_HOOK_CHUNK", 5)
+    monkeypatch.setattr(loc_mod, "PROGRESS_INTERVAL", 0.0)
+    texts = ["the king said hello to the queen"] * 40
+    loc = _loc(glove200, 5.0)
+    calls: list[int] = []
+
+    def stop_after_three(done, total):
+        calls.append(done)
+        return len(calls) < 3
+
+    with pytest.raises(lac.client.Cancelled) as err:
+        loc.privatize_many(texts, progress=stop_after_three)
+    assert isinstance(err.value, lac.client.LacClientError) and err.value.code() is None
+    assert len(calls) == 3 and err.value.done == calls[-1] < 40 and err.value.total == 40
+    assert str(err.value) == (
+        f"privatize_many was cancelled (the progress callback returned False) after {calls[-1]} of 40 texts: "
+        "nothing was returned and nothing was sent"
+    )
+    event = threading.Event()
+    event.set()
+    with pytest.raises(lac.client.Cancelled, match=r"\(the cancel event was set\) after 0 of 40 texts") as err:
+        loc.privatize_many(texts, cancel=event)
+    assert err.value.done == 0
+    event = threading.Event()  # set while the run goes on (as by another thread): stops at the next pass
+    with pytest.raises(lac.client.Cancelled) as err:
+        loc.privatize_many(texts, progress=lambda done, total: event.set() if done >= 10 else None, cancel=event)
+    assert 10 <= err.value.done < 40
+    assert loc.privatize_many(texts[:2], progress=lambda d, t: None, cancel=threading.Event())  # no cancel: reports
+    with pytest.raises(UnsupportedText):  # the texts are still checked first
+        loc.privatize_many(["the king", "🙂"], cancel=threading.Event())
+
+
 def test_perturb_ids(glove200):
     loc = _loc(glove200, 1e6)
     ids = np.array([0, 5, 199, 42, OOV])

@@ -89,6 +89,7 @@ def test_all_lists_the_public_api_and_each_name_is_what_it_says():
         "DEFAULT_PRESET": presets.DEFAULT_PRESET,
         "get_preset": presets.get_preset,
         "LacClientError": errors.LacClientError,
+        "Cancelled": errors.Cancelled,
         "RetryableError": errors.RetryableError,
         "QuotaExceeded": errors.QuotaExceeded,
         "NotRetryableError": errors.NotRetryableError,

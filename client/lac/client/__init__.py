@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from lac.client.errors import (
     AuthenticationError,
+    Cancelled,
     DeploymentMismatch,
     EmbeddingUnavailable,
     InvalidReportError,
@@ -90,6 +91,7 @@ __all__ = [
     "Deployment",
     # errors
     "LacClientError",
+    "Cancelled",
     "RetryableError",
     "QuotaExceeded",
     "NotRetryableError",

@@ -4,6 +4,7 @@ never a raw ``grpc.RpcError``.
 ::
 
     LacClientError
+    ├── Cancelled               the app cancelled a long privatize_many (progress callback or cancel event)
     ├── RetryableError          UNAVAILABLE, DEADLINE_EXCEEDED (after the client's own retries)
     │   └── QuotaExceeded       RESOURCE_EXHAUSTED: this client's reports per window are used up
     └── NotRetryableError       any other status (FAILED_PRECONDITION, INTERNAL, ...)
@@ -35,6 +36,7 @@ Metadata = tuple[tuple[str, str | bytes], ...]
 
 __all__ = [
     "LacClientError",
+    "Cancelled",
     "RetryableError",
     "QuotaExceeded",
     "NotRetryableError",
@@ -75,6 +77,17 @@ class LacClientError(Exception):
     def trailing_metadata(self) -> tuple[Any, ...]:
         """The server's trailing metadata: (key, value) pairs."""
         return self.trailing
+
+
+class Cancelled(LacClientError):
+    """The app cancelled ``Localizer.privatize_many`` (its ``progress`` callback returned False, or its
+    ``cancel`` event was set): nothing was returned and nothing was sent. ``done`` of ``total`` texts had
+    been privatized; those reports were discarded on the device, so privatizing the texts again later
+    releases nothing twice."""
+
+    def __init__(self, message: str, *, done: int = 0, total: int = 0) -> None:
+        super().__init__(message)
+        self.done, self.total = done, total
 
 
 class RetryableError(LacClientError):
