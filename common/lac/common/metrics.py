@@ -1,6 +1,6 @@
 """Prometheus metrics of the LAC services: one registry per service, RPC latency, the HTTP endpoint.
 
-Imported only by the services (``prometheus_client`` is their dependency, not the client's).
+Imported only by the services: ``prometheus_client`` comes with the ``lac-common[server]`` extra they depend on.
 
 The metrics are for the OPERATOR, like ``GetStatus``: some are exact counts derived from the data
 (reports accepted, quarantined, by reason), never noised, so they must not reach analysts. The
