@@ -1,9 +1,17 @@
-"""The shuffler's privacy randomness: uniform permutations, Bernoulli sub-sampling, geometric noise."""
+"""The shuffler's privacy randomness: uniform permutations (lac.common.rng's, as lac.shuffler.policy draws
+them), Bernoulli sub-sampling, geometric noise."""
 
 import numpy as np
 from scipy import stats
 
-from lac.shuffler.shuffle import bernoulli_mask, geometric, secure_permutation, secure_shuffle
+from lac.common.rng import secure_generator
+from lac.shuffler.policy import Row, select_batch
+from lac.shuffler.shuffle import bernoulli_mask, geometric
+
+
+def secure_permutation(n: int) -> np.ndarray:
+    """The shuffler's permutation: a fresh CSPRNG generator's, as select_batch draws it."""
+    return secure_generator().permutation(n)
 
 
 def _position_chi2(shuffle_once, n: int, trials: int) -> float:
@@ -16,12 +24,12 @@ def _position_chi2(shuffle_once, n: int, trials: int) -> float:
 def test_every_item_lands_in_every_position_uniformly():
     # n items, T shuffles: counts[item, position] ~ T/n each. Chi-square with (n-1)^2 dof;
     # false-alarm rate 1e-4 per check.
-    def via_list(n):
-        items = list(range(n))
-        secure_shuffle(items)
-        return items
+    def via_batch(n):
+        rows = [Row(seq=i, client=None, window=0, crowd=None, payload=i.to_bytes(2, "big")) for i in range(n)]
+        batch = select_batch(rows, threshold=1)
+        return [int.from_bytes(p, "big") for part in batch.parts for p in part]
 
-    for shuffle_once in (via_list, secure_permutation):
+    for shuffle_once in (via_batch, secure_permutation):
         chi2 = _position_chi2(shuffle_once, 6, 12_000)
         assert stats.chi2.sf(chi2, 25) > 1e-4
 

@@ -1,7 +1,8 @@
 """The shuffler's release policy: which buffered reports form the next batch, in what order.
 
-A pure function of the buffered rows and the configuration (randomness from the OS CSPRNG,
-``lac.shuffler.shuffle``); storage (``ReportLog``) only fetches rows and stores the result.
+A pure function of the buffered rows and the configuration (randomness from the OS CSPRNG:
+``lac.common.rng.secure_generator`` for the permutations, ``lac.shuffler.shuffle`` for sub-sampling);
+storage (``ReportLog``) only fetches rows and stores the result.
 
 In order:
 1. One report per client: the rows are put in a uniformly random order and the first report
@@ -23,7 +24,8 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from lac.shuffler.shuffle import bernoulli_mask, secure_permutation
+from lac.common.rng import secure_generator
+from lac.shuffler.shuffle import bernoulli_mask
 
 __all__ = ["Row", "Selection", "select_batch", "distinct_clients", "chunks"]
 
@@ -84,7 +86,8 @@ def select_batch(
     max_batch_bytes: int = 1 << 62,
 ) -> Selection | None:
     """The next batch from ``rows`` (see the module docstring), or None below ``threshold``."""
-    order = secure_permutation(len(rows)).tolist()
+    rng = secure_generator()  # fresh keys from the OS for every batch
+    order = rng.permutation(len(rows)).tolist()
     seen: set[bytes] = set()
     taken: list[Row] = []
     for i in order:
@@ -108,7 +111,7 @@ def select_batch(
         before = len(kept)
         kept = [r for r in kept if (r.crowd or "") not in small]
         n_crowd = before - len(kept)
-    shuffled = [kept[i].payload for i in secure_permutation(len(kept)).tolist()]
+    shuffled = [kept[i].payload for i in rng.permutation(len(kept)).tolist()]
     parts = tuple(tuple(shuffled[lo:hi]) for lo, hi in chunks(shuffled, max_batch_bytes))
     windows = [r.window for r in kept] or [r.window for r in taken]
     return Selection(
