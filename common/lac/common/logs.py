@@ -1,12 +1,27 @@
-"""Logging of the ``lac`` command: text lines (default) or JSON lines (the services' ``log_format``)."""
+"""Logging of the ``lac`` command: text lines (default) or JSON lines (the services' ``log_format``).
+
+With JSON lines on the process's stderr, every line written there is JSON, not only Python's log
+records: gRPC's C core (and any C library, a Python warning, a worker process's traceback) writes
+to file descriptor 2 directly, so ``configure`` points descriptor 2 at a pipe read by a small relay
+process (``python -m lac.common.logs``), which passes JSON lines on unchanged and writes every other
+line as a JSON record of logger ``grpc.core`` (gRPC's own line format, with its level and
+``source`` file:line) or ``stderr`` (anything else) to the original stderr. One writer keeps the
+lines whole and in order; the relay ends when the last process holding the pipe does, so what gRPC
+writes while the interpreter shuts down is relayed too. Structured values go in ``extra=`` and come
+out as keys of the object.
+"""
 
 from __future__ import annotations
 
 import datetime as dt
 import json
 import logging
+import os
+import re
+import signal
+import subprocess
 import sys
-from typing import TextIO
+from typing import Any, TextIO
 
 __all__ = ["LOG_FORMATS", "JsonFormatter", "configure"]
 
@@ -37,11 +52,91 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(out, default=str, ensure_ascii=False)
 
 
-def configure(log_format: str = "text", verbose: bool = False, stream: TextIO | None = None) -> None:
+def configure(
+    log_format: str = "text", verbose: bool = False, stream: TextIO | None = None, route_stderr: bool | None = None
+) -> None:
     """Log to ``stream`` (default stderr) as ``log_format`` lines, at DEBUG if ``verbose`` else INFO,
-    replacing the root logger's handlers."""
+    replacing the root logger's handlers. ``route_stderr`` (default: JSON lines to the process's stderr)
+    also turns everything else written to file descriptor 2 into JSON records (see the module docstring)."""
     if log_format not in LOG_FORMATS:
         raise ValueError(f"log format must be one of {', '.join(LOG_FORMATS)}, not {log_format!r}")
+    if route_stderr is None:
+        route_stderr = log_format == "json" and stream is None
+    if route_stderr:
+        _route_stderr()
     handler = logging.StreamHandler(stream if stream is not None else sys.stderr)
     handler.setFormatter(JsonFormatter() if log_format == "json" else logging.Formatter(TEXT_FORMAT))
     logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, handlers=[handler], force=True)
+
+
+# gRPC's C core (absl) logs "E1125 17:20:01.123456   4242 chttp2_server.cc:1234] message".
+_NATIVE = re.compile(r"^([IWEF])\d{4} \d{2}:\d{2}:\d{2}\.\d+\s+\d+ ([^\s\]]+:\d+)\] ?(.*)$")
+_NATIVE_LEVELS = {"I": "INFO", "W": "WARNING", "E": "ERROR", "F": "CRITICAL"}
+_ABSL_NOTICE = "WARNING: All log messages before absl::InitializeLog() is called are written to STDERR"
+_relay: subprocess.Popen[bytes] | None = None
+
+
+def native_record(line: str, now: float | None = None) -> dict[str, Any]:
+    """The JSON record of one line written to stderr outside Python's logging: logger ``grpc.core`` for
+    gRPC's C core (its level, and ``source``: file:line), else logger ``stderr`` at WARNING."""
+    when = dt.datetime.now(dt.UTC) if now is None else dt.datetime.fromtimestamp(now, dt.UTC)
+    out: dict[str, Any] = {"time": when.isoformat(timespec="milliseconds")}
+    m = _NATIVE.match(line)
+    if m is not None:
+        out.update(level=_NATIVE_LEVELS[m.group(1)], logger="grpc.core", message=m.group(3), source=m.group(2))
+    elif line.startswith(_ABSL_NOTICE):
+        out.update(level="WARNING", logger="grpc.core", message=line)
+    else:
+        out.update(level="WARNING", logger="stderr", message=line)
+    return out
+
+
+def relay_line(line: str) -> str:
+    """``line`` as the relay writes it: a JSON object as it is, anything else as ``native_record`` JSON."""
+    if line.startswith("{"):
+        try:
+            if isinstance(json.loads(line), dict):
+                return line
+        except ValueError:
+            pass
+    return json.dumps(native_record(line), ensure_ascii=False)
+
+
+def relay(source: TextIO, sink: TextIO) -> None:
+    """Copy ``source`` to ``sink`` line by line through ``relay_line`` until ``source`` ends."""
+    for raw in source:
+        line = raw.rstrip("\r\n")
+        if line.strip():
+            sink.write(relay_line(line) + "\n")
+            sink.flush()
+
+
+def _route_stderr() -> None:
+    """Point file descriptor 2 at a pipe read by the relay process (once per process)."""
+    global _relay
+    if _relay is not None:
+        return
+    sys.stderr.flush()
+    read_end, write_end = os.pipe()
+    try:
+        _relay = subprocess.Popen(
+            [sys.executable, "-m", "lac.common.logs"],
+            stdin=read_end,
+            stdout=2,  # the original stderr
+            stderr=2,
+            close_fds=True,
+            start_new_session=True,  # a Ctrl-C in a terminal reaches the server, which logs its shutdown here
+        )
+    finally:
+        os.close(read_end)
+    os.dup2(write_end, 2)
+    os.close(write_end)
+
+
+if __name__ == "__main__":  # the relay: ends when every writer of the pipe has closed it
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    relay(
+        open(0, encoding="utf-8", errors="replace", closefd=False),  # noqa: SIM115 - the process's stdin
+        open(1, "w", encoding="utf-8", errors="replace", closefd=False),  # noqa: SIM115 - and stdout
+    )

@@ -175,14 +175,14 @@ async def run_until_signalled(
         tmp = port_file.with_suffix(port_file.suffix + ".tmp")
         tmp.write_text(f"{port}\n")
         tmp.replace(port_file)
-    log.info("%s listening on port %d", name, port)
+    log.info("%s listening on port %d", name, port, extra={"service": name, "port": port})
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     await stop.wait()
-    log.info("%s stopping (grace %.1fs)", name, grace_seconds)
+    log.info("%s stopping (grace %.1fs)", name, grace_seconds, extra={"service": name})
     await server.stop(grace_seconds)
     if on_stop is not None:
         await on_stop()
-    log.info("%s stopped", name)
+    log.info("%s stopped", name, extra={"service": name})
