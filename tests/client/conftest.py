@@ -1,6 +1,9 @@
-"""Shared fixtures for the client SDK tests: real GloVe 6B 50d vocabularies, cached per session."""
+"""Shared fixtures for the client SDK tests: real GloVe 6B 50d vocabularies, cached per session, and the
+real shufflers the SDK's tests (blocking and asyncio) submit to."""
 
 from __future__ import annotations
+
+import shutil
 
 import numpy as np
 import pytest
@@ -48,3 +51,52 @@ def glove10k(glove50k) -> Embedding:
 @pytest.fixture(scope="session")
 def glove200(glove50k) -> Embedding:
     return _prefix(glove50k, 200)
+
+
+@pytest.fixture
+def token_shuffler(start_shuffler, sink, tmp_path):
+    """A real shuffler with token authentication and a quota of one report per client and window;
+    returns (the shuffler, tokens of client "alice" and operator "ops")."""
+    from lac.shuffler.auth import add_client
+
+    state = tmp_path / "token-shuffler"
+    tokens = {
+        "alice": add_client(state / "clients.tokens", "alice"),
+        "ops": add_client(state / "clients.tokens", "ops", role="operator"),
+    }
+    shf = start_shuffler(sink.address, auth="token", state_dir=state, reports_per_window=1, min_batch=1000)
+    return shf, tokens
+
+
+@pytest.fixture
+def tls_services(start_curator, start_shuffler, curator_key_dir, pki, tmp_path):
+    """Production shape on loopback: curator (mutual TLS, sealed reports only), shuffler (TLS, tokens);
+    returns (shuffler address, directory holding ca.pem and curator.pub, a client token)."""
+    from lac_testkit import wait_until
+
+    from lac.shuffler.auth import add_client
+
+    cert, key = pki.pem("curator")
+    cur = start_curator(insecure=False, tls_cert=cert, tls_key=key, tls_client_ca=pki.ca)
+    state = tmp_path / "tls-shuffler"
+    token = add_client(state / "clients.tokens", "alice")
+    cert, key = pki.pem("shuffler")
+    shf = start_shuffler(
+        cur.address,
+        insecure=False,
+        auth="token",
+        state_dir=state,
+        tls_cert=cert,
+        tls_key=key,
+        curator_ca=pki.ca,
+        allow_plaintext_payloads=False,
+        min_batch=1000,
+    )
+    # Ready for clients once it has fetched the curator's deployment (before, GetDeployment answers
+    # UNAVAILABLE with retry-after-seconds 5, and the SDK would sleep that long).
+    wait_until(lambda: shf.shuffler._deployment is not None)
+    files = tmp_path / "app"
+    files.mkdir()
+    shutil.copy(pki.ca, files / "ca.pem")
+    shutil.copy(curator_key_dir / "curator.pub", files / "curator.pub")
+    return shf.address, files, token

@@ -18,6 +18,8 @@ from pathlib import Path
 import grpc
 import numpy as np
 import pytest
+from client_testkit import assert_wrapped as _assert_wrapped
+from client_testkit import privatized as _report
 from lac_testkit import free_port
 
 import lac.client
@@ -68,7 +70,7 @@ def fresh_warnings(monkeypatch):
 
 
 def test_all_lists_the_public_api_and_each_name_is_what_it_says():
-    from lac.client import embedding, formats, localizer, mechanisms, modulated, presets, submit, truncated
+    from lac.client import aio, embedding, formats, localizer, mechanisms, modulated, presets, submit, truncated
     from lac.common import deployment
 
     expected = {
@@ -83,6 +85,7 @@ def test_all_lists_the_public_api_and_each_name_is_what_it_says():
         "glove_default": embedding.glove_default,
         "open_embedding": formats.open_embedding,
         "ShufflerClient": submit.ShufflerClient,
+        "AsyncShufflerClient": aio.AsyncShufflerClient,
         "Deployment": deployment.Deployment,
         "Preset": presets.Preset,
         "PRESETS": presets.PRESETS,
@@ -117,7 +120,7 @@ def test_importing_the_package_is_light():
     code = textwrap.dedent("""
         import sys
         import lac.client
-        heavy = {"numpy", "grpc", "lac.client.localizer", "lac.client.submit", "cryptography"}
+        heavy = {"numpy", "grpc", "lac.client.localizer", "lac.client.submit", "lac.client.aio", "cryptography"}
         print(sorted(heavy & set(sys.modules)))
         from lac.client import Localizer, LacClientError, PRESETS
         print("grpc" in sys.modules, "numpy" in sys.modules)
@@ -299,37 +302,9 @@ def test_cli_reports_a_missing_embedding_in_one_line(tmp_path, monkeypatch, caps
 # ---------------------------------------------------------------------------------------- errors from real servers
 
 
-@pytest.fixture
-def token_shuffler(start_shuffler, sink, tmp_path):
-    """A real shuffler with token authentication and a quota of one report per client and window."""
-    from lac.shuffler.auth import add_client
-
-    state = tmp_path / "token-shuffler"
-    tokens = {
-        "alice": add_client(state / "clients.tokens", "alice"),
-        "ops": add_client(state / "clients.tokens", "ops", role="operator"),
-    }
-    shf = start_shuffler(sink.address, auth="token", state_dir=state, reports_per_window=1, min_batch=1000)
-    return shf, tokens
-
-
-def _report(glove200, text="the king"):
-    return lac.client.Localizer(glove200, lac.client.MultivariateLaplace(10.0), rng=np.random.default_rng(1)).privatize(
-        text
-    )
-
-
 def _client(address, **kw):
     kw.setdefault("attempts", 1)
     return lac.client.ShufflerClient(address, insecure=True, timeout=10, **kw)
-
-
-def _assert_wrapped(exc, cls, code):
-    assert type(exc).__module__ == "lac.client._grpc_errors"
-    assert isinstance(exc, cls) and isinstance(exc, errors.LacClientError)
-    assert isinstance(exc, grpc.RpcError)  # code written against raw gRPC still catches it
-    assert exc.status_code == code == exc.code() and exc.status_details == exc.details() and exc.status_details
-    assert code.name in str(exc)
 
 
 def test_bad_or_missing_token_is_an_authentication_error(token_shuffler, glove200):
@@ -506,40 +481,6 @@ def test_any_other_status_is_not_retryable(start_curator, glove200):
 
 
 # ---------------------------------------------------------------------------------------- submit snippet, TLS
-
-
-@pytest.fixture
-def tls_services(start_curator, start_shuffler, curator_key_dir, pki, tmp_path):
-    """Production shape on loopback: curator (mutual TLS, sealed reports only), shuffler (TLS, tokens);
-    returns (shuffler address, directory holding ca.pem and curator.pub, a client token)."""
-    from lac_testkit import wait_until
-
-    from lac.shuffler.auth import add_client
-
-    cert, key = pki.pem("curator")
-    cur = start_curator(insecure=False, tls_cert=cert, tls_key=key, tls_client_ca=pki.ca)
-    state = tmp_path / "tls-shuffler"
-    token = add_client(state / "clients.tokens", "alice")
-    cert, key = pki.pem("shuffler")
-    shf = start_shuffler(
-        cur.address,
-        insecure=False,
-        auth="token",
-        state_dir=state,
-        tls_cert=cert,
-        tls_key=key,
-        curator_ca=pki.ca,
-        allow_plaintext_payloads=False,
-        min_batch=1000,
-    )
-    # Ready for clients once it has fetched the curator's deployment (before, GetDeployment answers
-    # UNAVAILABLE with retry-after-seconds 5, and the SDK would sleep that long).
-    wait_until(lambda: shf.shuffler._deployment is not None)
-    files = tmp_path / "app"
-    files.mkdir()
-    shutil.copy(pki.ca, files / "ca.pem")
-    shutil.copy(curator_key_dir / "curator.pub", files / "curator.pub")
-    return shf.address, files, token
 
 
 def test_submit_snippet_runs_as_printed(tls_services, data_dir, monkeypatch, fresh_warnings, caplog):

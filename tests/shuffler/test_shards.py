@@ -5,6 +5,7 @@ showing exactly-once delivery and the per-client quota across replicas."""
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import logging
 import math
@@ -12,6 +13,7 @@ import os
 import re
 import time
 from collections import Counter
+from typing import Any
 
 import grpc
 import pytest
@@ -157,8 +159,36 @@ def _status(address: str) -> shuffler_pb2.ShufflerStatus:
         return shuffler_pb2_grpc.ShufflerStub(ch).GetStatus(shuffler_pb2.ShufflerStatusRequest(), timeout=10)
 
 
-def _sdk(address: str) -> lac.client.ShufflerClient:
+def _sdk(address: str, aio: bool = False) -> Any:
+    """The SDK's blocking client of ``address``, or (``aio``) its asyncio client behind the same methods."""
+    if aio:
+        return _AioSdk(address)
     return lac.client.ShufflerClient(address, insecure=True, timeout=10, attempts=1)
+
+
+class _AioSdk:
+    """``lac.client.AsyncShufflerClient`` run on its own event loop behind the blocking client's methods, so
+    that the SDK tests below check both clients' routing."""
+
+    def __init__(self, address: str) -> None:
+        self._loop = asyncio.Runner()
+        self._client = lac.client.AsyncShufflerClient(address, insecure=True, timeout=10, attempts=1)
+
+    def submit_prepared(self, chunk, token=None):
+        return self._loop.run(self._client.submit_prepared(chunk, token))
+
+    def replica(self, token=None):
+        return self._loop.run(self._client.replica(token))
+
+    def __enter__(self) -> _AioSdk:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._loop.run(self._client.close())
+        self._loop.close()
+
+
+both_clients = pytest.mark.parametrize("aio", [False, True], ids=["blocking", "asyncio"])
 
 
 def test_get_shards_publishes_the_list_and_each_callers_replica(two_replicas, start_shuffler):
@@ -240,9 +270,10 @@ def test_a_shard_list_for_a_later_window_is_not_applied_before_it(start_replica,
 # ---------------------------------------------------------------------------------------- the SDK
 
 
-def test_sdk_routes_each_token_to_its_replica(two_replicas):
+@both_clients
+def test_sdk_routes_each_token_to_its_replica(two_replicas, aio):
     shards, tokens = two_replicas
-    with _sdk(shards[0]) as c:  # the bootstrap address: replica A
+    with _sdk(shards[0], aio) as c:  # the bootstrap address: replica A
         for client, token in tokens.items():
             acks = c.submit_prepared([report()], token=token)
             assert [a.status for a in acks] == [shuffler_pb2.ACK_STATUS_STORED]
@@ -253,7 +284,8 @@ def test_sdk_routes_each_token_to_its_replica(two_replicas):
         assert status.counters["accepted"] == expected[name] and not status.rejects.get("wrong_shard")
 
 
-def test_sdk_refuses_replicas_midway_through_a_reshard(start_replica, tmp_path, caplog):
+@both_clients
+def test_sdk_refuses_replicas_midway_through_a_reshard(start_replica, tmp_path, caplog, aio):
     """A rolling reshard from [A, B] to [A, B, C] applied at once: A restarted with the new list, B not yet.
     A client that moves from A to C, bootstrapping from B (old list: A), would have been refused by A naming C
     and followed there, holding a fresh quota on C in this window; the lists differ, so the SDK now sends
@@ -269,7 +301,7 @@ def test_sdk_refuses_replicas_midway_through_a_reshard(start_replica, tmp_path, 
     token = add_clients(tmp_path / "replicas.tokens", [mover])[0]
     replica_a = start_replica(pa, "127.0.0.1:1", shards=old, shard_name=a, min_batch=1000)
     start_replica(pb, "127.0.0.1:1", shards=old, shard_name=b, min_batch=1000)
-    with _sdk(b) as sdk:
+    with _sdk(b, aio) as sdk:
         assert [x.status for x in sdk.submit_prepared([report()], token=token)] == [shuffler_pb2.ACK_STATUS_STORED]
         assert sdk.replica(token) == a
     replica_a.stop()
@@ -277,12 +309,13 @@ def test_sdk_refuses_replicas_midway_through_a_reshard(start_replica, tmp_path, 
         start_replica(pa, "127.0.0.1:1", shards=new, shard_name=a, min_batch=1000)
     assert any("SHARD LIST CHANGED" in r.getMessage() for r in caplog.records)
     start_replica(pc, "127.0.0.1:1", shards=new, shard_name=c, min_batch=1000)
-    with _sdk(b) as sdk, pytest.raises(lac.client.NotRetryableError, match="shard lists differ"):
+    with _sdk(b, aio) as sdk, pytest.raises(lac.client.NotRetryableError, match="shard lists differ"):
         sdk.submit_prepared([report()], token=token)
     assert not _status(a).rejects.get("wrong_shard") and not _status(c).counters.get("accepted")
 
 
-def test_sdk_gives_up_when_replicas_disagree(start_replica, tmp_path):
+@both_clients
+def test_sdk_gives_up_when_replicas_disagree(start_replica, tmp_path, aio):
     """Misconfigured replicas whose lists name A differently ("127.0.0.1:PA" and "localhost:PA") would send a
     client back and forth: their shard-list digests differ, so the SDK raises NotRetryableError saying so."""
     pa, pb = free_port(), free_port()
@@ -295,7 +328,7 @@ def test_sdk_gives_up_when_replicas_disagree(start_replica, tmp_path):
     token = add_clients(tmp_path / "replicas.tokens", [client])[0]
     start_replica(pa, "127.0.0.1:1", shards=f"{a},{b}", shard_name=a, min_batch=1000)
     start_replica(pb, "127.0.0.1:1", shards=f"{a_alias},{b}", shard_name=b, min_batch=1000)
-    with _sdk(a) as sdk, pytest.raises(lac.client.NotRetryableError) as err:
+    with _sdk(a, aio) as sdk, pytest.raises(lac.client.NotRetryableError) as err:
         sdk.submit_prepared([report()], token=token)
     assert isinstance(err.value, grpc.RpcError) and err.value.code() == grpc.StatusCode.FAILED_PRECONDITION
     message = str(err.value)
@@ -303,7 +336,8 @@ def test_sdk_gives_up_when_replicas_disagree(start_replica, tmp_path):
     assert not _status(a).counters.get("accepted") and not _status(b).counters.get("accepted")
 
 
-def test_replicas_with_different_lists_do_not_store_a_client_twice(start_replica, tmp_path):
+@both_clients
+def test_replicas_with_different_lists_do_not_store_a_client_twice(start_replica, tmp_path, aio):
     """Issue 23, item 19: replica A lists [A, B] and B lists [A', B] (A named differently), so each takes a
     client as its own; a quota-1 client bootstrapping once at A and once at B stored 2 reports in one window.
     Each replica publishes its list's digest: the SDK compares the replicas' and sends nothing, and a replica
@@ -328,7 +362,7 @@ def test_replicas_with_different_lists_do_not_store_a_client_twice(start_replica
         digests[name] = reply.shards_digest
     assert digests[a] == shards_digest([b, a]) and digests[b] == shards_digest([a_alias, b]) != digests[a]
     for bootstrap in (a, b):
-        with _sdk(bootstrap) as sdk, pytest.raises(lac.client.NotRetryableError) as err:
+        with _sdk(bootstrap, aio) as sdk, pytest.raises(lac.client.NotRetryableError) as err:
             sdk.submit_prepared([report()], token=token)
         assert "shard lists differ" in str(err.value) and "nothing was sent" in str(err.value)
     with grpc.insecure_channel(b) as ch, pytest.raises(grpc.RpcError) as refused:

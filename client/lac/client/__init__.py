@@ -16,6 +16,9 @@ Submitting (L and the embedding from the curator's deployment, ε at most the pr
         localizer = client.localizer("balanced")
         acks = client.submit(localizer.privatize(message))
 
+From asyncio code, ``AsyncShufflerClient`` (``lac.client.aio``) takes the same arguments and awaits
+the same methods (``await client.submit(...)``).
+
 Only the exceptions load with the package; every other name loads on first use, so importing
 ``lac.client`` costs neither numpy nor grpc (``Localizer`` brings numpy, ``ShufflerClient`` grpc).
 """
@@ -39,6 +42,7 @@ from lac.client.errors import (
 )
 
 if TYPE_CHECKING:
+    from lac.client.aio import AsyncShufflerClient
     from lac.client.embedding import Embedding, glove_default
     from lac.client.formats import open_embedding
     from lac.client.localizer import MAX_TEXT_CHARS, Localizer, PrivatizedReport
@@ -61,6 +65,7 @@ _LAZY = {
     "glove_default": "lac.client.embedding",
     "open_embedding": "lac.client.formats",
     "ShufflerClient": "lac.client.submit",
+    "AsyncShufflerClient": "lac.client.aio",
     "Preset": "lac.client.presets",
     "PRESETS": "lac.client.presets",
     "DEFAULT_PRESET": "lac.client.presets",
@@ -88,6 +93,7 @@ __all__ = [
     "open_embedding",
     # submitting
     "ShufflerClient",
+    "AsyncShufflerClient",
     "Deployment",
     # errors
     "LacClientError",

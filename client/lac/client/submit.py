@@ -30,13 +30,15 @@ quota as ``QuotaExceeded``, credentials as ``AuthenticationError``, refused inpu
 
 from __future__ import annotations
 
+import functools
 import os
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Generator, Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import grpc
 from google.protobuf.message import Message
@@ -64,6 +66,7 @@ MAX_REPLICA_CHANNELS = 64  # open channels to replicas other than the bootstrap
 LIST_CHECK_SECONDS = 2.0  # how long the SDK waits for a replica's shard-list digest before asking it later
 CONNECT_TIMEOUT = 10.0  # seconds: how long a call waits for a connection before the SDK gives up
 PROBE_SECONDS = 1.0  # a fail-fast call that asks gRPC why a channel in TRANSIENT_FAILURE cannot connect
+HEALTH_CHECK = "/grpc.health.v1.Health/Check"  # the probe's method
 
 
 def _bearer(token: str | None) -> Metadata:
@@ -107,25 +110,37 @@ def _replicas_disagree(why: str, refusal: LacClientError) -> LacClientError:
     )
 
 
-def _unreachable(channel: grpc.Channel, address: str, seconds: float, what: str) -> LacClientError:
-    """The error for a channel to ``address`` that did not connect within ``seconds``, with gRPC's reason
-    (asked with a fail-fast call when the last attempt failed; a silent one is said to be unanswered)."""
-    try:
-        probe: Any = channel.unary_unary("/grpc.health.v1.Health/Check")  # raw bytes: any answer will do
-        probe(b"", timeout=PROBE_SECONDS, wait_for_ready=False)
-        why = "it answered only after the wait"
-    except grpc.RpcError as exc:
-        code = exc.code() if callable(getattr(exc, "code", None)) else None
-        if code == grpc.StatusCode.UNAVAILABLE:
-            why = exc.details() or "unavailable"
-        else:  # still connecting: nothing refused the connection, nothing answered it either
-            why = "no answer to the connection attempt (a host that is down, or a firewall dropping it)"
+def _why(exc: grpc.RpcError | None) -> str:
+    """Why a channel did not connect, from a fail-fast probe's failure (None: the probe was answered)."""
+    if exc is None:
+        return "it answered only after the wait"
+    code = exc.code() if callable(getattr(exc, "code", None)) else None
+    if code == grpc.StatusCode.UNAVAILABLE:
+        return exc.details() or "unavailable"
+    # still connecting: nothing refused the connection, nothing answered it either
+    return "no answer to the connection attempt (a host that is down, or a firewall dropping it)"
+
+
+def _not_reached(address: str, seconds: float, what: str, why: str) -> LacClientError:
+    """The error for a call whose channel to ``address`` did not connect within ``seconds``, saying ``why``."""
     return _grpc_errors.RetryableError(
         f"{what} failed: UNAVAILABLE: could not reach the shuffler at {address} within {seconds:g} s: {why} "
         f"(ShufflerClient(connect_timeout=...) waits longer)",
         status_code=grpc.StatusCode.UNAVAILABLE,
         status_details=why,
     )
+
+
+def _unreachable(channel: grpc.Channel, address: str, seconds: float, what: str) -> LacClientError:
+    """The error for a channel to ``address`` that did not connect within ``seconds``, with gRPC's reason
+    (asked with a fail-fast call when the last attempt failed; a silent one is said to be unanswered)."""
+    try:
+        probe: Any = channel.unary_unary(HEALTH_CHECK)  # raw bytes: any answer will do
+        probe(b"", timeout=PROBE_SECONDS, wait_for_ready=False)
+        failure = None
+    except grpc.RpcError as exc:
+        failure = exc
+    return _not_reached(address, seconds, what, _why(failure))
 
 
 def report_content(report: PrivatizedReport) -> reports_pb2.ReportContent:
@@ -164,18 +179,77 @@ def _quiesce(channel: grpc.Channel, limit: float = 1.0) -> None:
         time.sleep(0.02)
 
 
-class ShufflerClient:
-    """Submits reports to a shuffler over gRPC, many per call, retrying transient failures.
+# ---------------------------------------------------------------------------------------- shared logic
+#
+# Everything a client does between two I/O operations (validation, sealing, retry policy, the curator key
+# check, finding and following a token's replica, the shard-list checks) is written once, as generators
+# that yield what they need done: an RPC attempt (``_Rpc``), a pause (``_Sleep``) or CPU work
+# (``_Compute``). ``ShufflerClient`` performs them with blocking gRPC, ``lac.client.aio.AsyncShufflerClient``
+# with grpc.aio; a failed RPC is thrown back into the generator as the grpc.RpcError it raised.
 
-    Production use needs ``curator_key`` (reports are sealed to it) and ``tls`` (the CA
-    that signed the shuffler's certificate, optionally a client certificate), plus a
-    ``token`` unless the client certificate identifies the client. ``insecure=True``
-    allows plaintext payloads and channels for local demos only. A call gives up after
-    ``connect_timeout`` seconds without a connection (``RetryableError`` naming the address and
-    why), and each call may take ``timeout`` seconds. ``ShufflerClient.connect`` builds the same
-    from file paths. ``target`` may be any replica of a sharded shuffler: each
-    token's reports go to its own replica (``replica``), found and followed as the module says.
-    """
+
+@dataclass(frozen=True)
+class _Rpc:
+    """One attempt of ``Shuffler.<method>`` at ``address``: waiting at most ``connect_timeout`` for a
+    connection (then ``RetryableError`` naming the address and why), or with ``quick`` seconds a plain
+    call that fails at once without a connection (a question that may go unanswered)."""
+
+    address: str
+    method: str
+    request: Message
+    metadata: Metadata
+    quick: float | None = None
+
+
+@dataclass(frozen=True)
+class _Sleep:
+    """Wait ``seconds`` before the next attempt."""
+
+    seconds: float
+
+
+@dataclass(frozen=True)
+class _Compute:
+    """CPU work (sealing a chunk): a blocking client runs it in place, an asyncio one off the event loop."""
+
+    work: Callable[[], Any]
+
+
+_Effect = _Rpc | _Sleep | _Compute
+_T = TypeVar("_T")
+_Steps = Generator[_Effect, Any, _T]
+_Entry = TypeVar("_Entry")
+
+
+def _steps_of(steps: _Steps[_T], perform: Callable[[_Effect], Any]) -> _T:
+    """Run ``steps`` to its value, performing each effect with ``perform`` (blocking)."""
+    try:
+        effect = next(steps)
+        while True:
+            try:
+                result = perform(effect)
+            except Exception as exc:  # an RPC's failure: the steps decide (retry, wrap, give up)
+                effect = steps.throw(exc)
+            else:
+                effect = steps.send(result)
+    except StopIteration as done:
+        return done.value  # type: ignore[no-any-return]
+    finally:
+        steps.close()
+
+
+def _as_list(reports: Iterable[PrivatizedReport] | PrivatizedReport) -> Iterable[PrivatizedReport]:
+    return reports if isinstance(reports, Iterable) else [reports]  # a single PrivatizedReport
+
+
+def _sealed(chunk: list[PrivatizedReport], curator_key: CuratorPublicKey | None) -> list[shuffler_pb2.ClientReport]:
+    return [client_report(r, curator_key) for r in chunk]
+
+
+class _Submitter:
+    """What ``ShufflerClient`` and ``AsyncShufflerClient`` share: their settings, the routes learnt
+    (token -> replica, shard-list digests, the curator's key ids) and every step between two I/O
+    operations, as generators of ``_Effect`` (see above). Not used directly."""
 
     def __init__(
         self,
@@ -193,15 +267,14 @@ class ShufflerClient:
             raise ValueError(f"connect_timeout must be > 0 seconds, got {connect_timeout!r}")
         if not insecure and (curator_key is None or tls_config is None):
             raise ValueError(
-                "ShufflerClient needs the curator's public key and TLS settings (or insecure=True for a local demo)"
+                f"{type(self).__name__} needs the curator's public key and TLS settings (or insecure=True for a "
+                "local demo)"
             )
         self.curator_key = curator_key
         self.target = target
         self.tls_config = tls_config
         self.token = token
         self.metadata = _bearer(token)
-        self.channel = tls.channel(target, tls_config)  # the bootstrap: the address given
-        self.stub = shuffler_pb2_grpc.ShufflerStub(self.channel)
         self.batch_size = batch_size
         self.attempts = attempts
         self.timeout = timeout
@@ -210,180 +283,123 @@ class ShufflerClient:
         self._replica_of: OrderedDict[str | None, str] = OrderedDict()  # token -> its replica's address
         self._digest_of: dict[str, str] = {}  # replica address -> the digest of its shard list (GetShards)
         self._bootstrap_list: tuple[tuple[str, ...], str] = ((), "")  # the bootstrap's shard list and own entry
-        self._replicas: OrderedDict[str, tuple[grpc.Channel, shuffler_pb2_grpc.ShufflerStub]] = OrderedDict()
+        self._replicas: OrderedDict[str, Any] = OrderedDict()  # address -> (channel, stub) of replicas
         self._lock = threading.Lock()
         self._curator_key_ids: frozenset[str] | None = None  # published by the curator's deployment, once asked
 
-    @classmethod
-    def connect(
-        cls,
-        address: str,
-        *,
-        curator_key: str | os.PathLike[str] | CuratorPublicKey | None = None,
-        ca: str | os.PathLike[str] | None = None,
-        token: str | None = None,
-        cert: str | os.PathLike[str] | None = None,
-        key: str | os.PathLike[str] | None = None,
-        insecure: bool = False,
-        **options: Any,
-    ) -> ShufflerClient:
-        """A client of the shuffler at ``address`` ("host:port") from files: ``curator_key`` (the
-        curator's ``curator.pub``, or a loaded ``CuratorPublicKey``), ``ca`` (the CA that signed
-        the shuffler's certificate), optionally ``cert``/``key`` for mutual TLS, and the bearer
-        ``token`` (default: ``$LAC_CLIENT_TOKEN``). ``options`` go to the constructor
-        (``batch_size``, ``attempts``, ``timeout``, ``connect_timeout``)."""
+    @staticmethod
+    def _from_files(
+        curator_key: str | os.PathLike[str] | CuratorPublicKey | None,
+        ca: str | os.PathLike[str] | None,
+        token: str | None,
+        cert: str | os.PathLike[str] | None,
+        key: str | os.PathLike[str] | None,
+        insecure: bool,
+        name: str,
+    ) -> tuple[CuratorPublicKey | None, tls.ClientTls | None, str | None]:
+        """``connect``'s files read: the curator's key, the TLS settings, the token (default ``$LAC_CLIENT_TOKEN``)."""
         if token is None:
             token = os.environ.get(TOKEN_ENV) or None
         if curator_key is not None and not isinstance(curator_key, CuratorPublicKey):
             curator_key = CuratorPublicKey.load(Path(curator_key))
         channel_tls = tls.client_tls(
-            os.fspath(ca or ""),
-            os.fspath(cert or ""),
-            os.fspath(key or ""),
-            insecure=insecure,
-            name="ShufflerClient.connect",
+            os.fspath(ca or ""), os.fspath(cert or ""), os.fspath(key or ""), insecure=insecure, name=name
         )
-        return cls(address, curator_key, channel_tls, token=token, insecure=insecure, **options)
+        return curator_key, channel_tls, token
 
-    def close(self) -> None:
-        """Close the channels to the bootstrap address and to every replica."""
+    def _replica_entry(self, address: str, make: Callable[[str], _Entry]) -> tuple[_Entry, _Entry | None]:
+        """The (channel, stub) entry of a replica other than the bootstrap, made on first use, and the least
+        recently used one it evicts past ``MAX_REPLICA_CHANNELS`` (for the caller to close), if any."""
+        evicted = None
         with self._lock:
-            replicas, self._replicas = list(self._replicas.values()), OrderedDict()
-        for channel in [ch for ch, _ in replicas] + [self.channel]:
-            _quiesce(channel)
-            channel.close()
+            if address in self._replicas:
+                self._replicas.move_to_end(address)
+                return self._replicas[address], None
+            self._replicas[address] = entry = make(address)
+            if len(self._replicas) > MAX_REPLICA_CHANNELS:
+                evicted = self._replicas.popitem(last=False)[1]
+        return entry, evicted
 
-    def __enter__(self) -> ShufflerClient:
-        return self
+    # -- the steps
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def _call(
-        self,
-        name: str,
-        request: Message,
-        metadata: Metadata | None = None,
-        stub: shuffler_pb2_grpc.ShufflerStub | None = None,
-    ) -> Any:
-        """``method(request)`` on ``stub`` (default: the bootstrap address) with retries of transient
+    def _call(self, name: str, request: Message, metadata: Metadata | None = None, address: str = "") -> _Steps[Any]:
+        """``Shuffler.<name>(request)`` at ``address`` (default: the bootstrap address) with retries of transient
         failures (exponential back-off, or the server's ``retry-after-seconds`` when it is longer, up to
-        ``MAX_RETRY_WAIT``); a final failure is raised as a ``lac.client.errors.LacClientError``. An
-        attempt whose channel does not connect within ``connect_timeout`` fails at once (``_attempt``)."""
-        stub = stub or self.stub
+        ``MAX_RETRY_WAIT``); a final failure is raised as a ``lac.client.errors.LacClientError``. An attempt
+        whose channel does not connect within ``connect_timeout`` fails at once, not retried."""
+        rpc = _Rpc(address or self.target, name, request, self.metadata if metadata is None else metadata)
         delay = 0.2
         for attempt in range(1, self.attempts + 1):
             try:
-                return self._attempt(name, request, self.metadata if metadata is None else metadata, stub)
+                return (yield rpc)
             except LacClientError:  # not reached within connect_timeout: said at once, not retried
                 raise
             except grpc.RpcError as exc:
                 if exc.code() not in RETRYABLE or attempt == self.attempts:
                     raise wrap(exc, f"Shuffler.{name}") from None
                 asked = retry_after(trailing_of(exc))
-                time.sleep(min(max(delay, asked or 0.0), MAX_RETRY_WAIT))
+                yield _Sleep(min(max(delay, asked or 0.0), MAX_RETRY_WAIT))
                 delay *= 2
         raise AssertionError("unreachable")
 
-    def _attempt(self, name: str, request: Message, metadata: Metadata, stub: shuffler_pb2_grpc.ShufflerStub) -> Any:
-        """One call, waiting for a connection (``wait_for_ready``) at most ``connect_timeout`` seconds:
-        then it is cancelled and ``RetryableError`` (UNAVAILABLE) says the address and why. The channel's
-        state is watched without asking it to connect (the call does), so no watcher outlives it."""
-        with self._lock:
-            found = [(ch, a) for a, (ch, s) in self._replicas.items() if s is stub]
-        channel, address = found[0] if found else (self.channel, self.target)
-        settled = threading.Event()  # connected, or the call ended first
+    def _deployment(self) -> _Steps[Deployment]:
+        return deployment_from_proto((yield from self._call("GetDeployment", reports_pb2.DeploymentRequest())))
 
-        def watch(state: grpc.ChannelConnectivity) -> None:
-            if state == grpc.ChannelConnectivity.READY:
-                settled.set()
-
-        channel.subscribe(watch, try_to_connect=False)
-        try:
-            call = getattr(stub, name).future(request, timeout=self.timeout, wait_for_ready=True, metadata=metadata)
-            call.add_done_callback(lambda _: settled.set())
-            if not settled.wait(self.connect_timeout):
-                call.cancel()
-                raise _unreachable(channel, address, self.connect_timeout, f"Shuffler.{name}")
-            return call.result()
-        finally:
-            channel.unsubscribe(watch)
-
-    def deployment(self) -> Deployment:
-        """The curator's published local-privacy configuration, relayed by the shuffler."""
-        return deployment_from_proto(self._call("GetDeployment", reports_pb2.DeploymentRequest()))
-
-    def localizer(self, preset: str | Preset | None = DEFAULT_PRESET, **options: Any) -> Localizer:
-        """A Localizer for the curator's current deployment: ``Localizer.for_deployment(self.deployment(),
-        preset, **options)`` (ε = the smaller of the deployment's and the preset's)."""
-        from lac.client.localizer import Localizer
-
-        return Localizer.for_deployment(self.deployment(), preset, **options)
-
-    def submit(
-        self, reports: Iterable[PrivatizedReport] | PrivatizedReport, token: str | None = None
-    ) -> list[shuffler_pb2.ReportAck]:
-        """Submit ``reports`` (or one report); returns one ack per report (STORED or DUPLICATE).
-
-        ``token`` overrides this client's token for this call (e.g. a simulation playing many clients).
-        """
-        if not isinstance(reports, Iterable):  # a single PrivatizedReport
-            reports = [reports]
+    def _submit(
+        self, reports: Iterable[PrivatizedReport] | PrivatizedReport, token: str | None
+    ) -> _Steps[list[shuffler_pb2.ReportAck]]:
         if self.curator_key is not None:  # before sealing anything to it
-            self.check_curator_key([self.curator_key.key_id], token)
+            yield from self._check_curator_key([self.curator_key.key_id], token)
         acks: list[shuffler_pb2.ReportAck] = []
-        chunk: list[shuffler_pb2.ClientReport] = []
-        for r in reports:
-            chunk.append(client_report(r, self.curator_key))
+        chunk: list[PrivatizedReport] = []
+        for r in _as_list(reports):
+            chunk.append(r)
             if len(chunk) == self.batch_size:
-                acks.extend(self.submit_prepared(chunk, token))
+                sealed = yield _Compute(functools.partial(_sealed, chunk, self.curator_key))
+                acks.extend((yield from self._submit_prepared(sealed, token)))
                 chunk = []
         if chunk:
-            acks.extend(self.submit_prepared(chunk, token))
+            sealed = yield _Compute(functools.partial(_sealed, chunk, self.curator_key))
+            acks.extend((yield from self._submit_prepared(sealed, token)))
         return acks
 
-    def submit_prepared(
-        self, chunk: Sequence[shuffler_pb2.ClientReport], token: str | None = None
-    ) -> list[shuffler_pb2.ReportAck]:
-        """Submit already sealed reports (a retry reuses their idempotency ids, so it stores nothing twice)."""
-        self.check_curator_key({r.payload.key_id for r in chunk if r.payload.key_id}, token)
+    def _submit_prepared(
+        self, chunk: Sequence[shuffler_pb2.ClientReport], token: str | None
+    ) -> _Steps[list[shuffler_pb2.ReportAck]]:
+        yield from self._check_curator_key({r.payload.key_id for r in chunk if r.payload.key_id}, token)
         metadata = _bearer(token) if token else self.metadata
         token = token or self.token
         request = shuffler_pb2.SubmitRequest(reports=list(chunk))
         try:
-            stub = self._stub_for(token, metadata)
-            return list(self._call("Submit", request, self._routed(metadata), stub).acks)
+            address = yield from self._address_for(token, metadata)
+            return list((yield from self._call("Submit", request, self._routed(metadata), address)).acks)
         except LacClientError as exc:
             shard, refusal = _named_shard(exc), exc
             if shard is None and _refused_for_its_list(exc):  # routed by an outdated list: ask the bootstrap again
                 self._forget_routes()
-                stub = self._stub_for(token, metadata)
-                return list(self._call("Submit", request, self._routed(metadata), stub).acks)
+                address = yield from self._address_for(token, metadata)
+                return list((yield from self._call("Submit", request, self._routed(metadata), address)).acks)
             if shard is None:
                 raise
         # A replica that does not serve this client named the one that does (nothing was stored): ask that
         # replica for the assignment and retry there once, with the same idempotency ids.
-        stub = self._follow(token, metadata, shard, refusal)
+        address = yield from self._follow(token, metadata, shard, refusal)
         try:
-            return list(self._call("Submit", request, self._routed(metadata), stub).acks)
+            return list((yield from self._call("Submit", request, self._routed(metadata), address)).acks)
         except LacClientError as exc:
             again = _named_shard(exc)
             if again is None:
                 raise
             raise _replicas_disagree(f"{shard} said it serves this client, then sent it to {again}", exc) from None
 
-    def check_curator_key(self, key_ids: Iterable[str], token: str | None = None) -> None:
-        """``DeploymentMismatch`` unless the curator can open reports sealed to ``key_ids``: its published
-        deployment lists the ids of the keys it holds (asked once, and again after a mismatch in case it
-        rotated its keys since). Not checked while the shuffler cannot relay the deployment yet, nor against
-        a curator too old to publish its key ids."""
+    def _check_curator_key(self, key_ids: Iterable[str], token: str | None) -> _Steps[None]:
         wanted = frozenset(key_ids)
         known = self._curator_key_ids
         if not wanted or (known is not None and (not known or wanted <= known)):
             return
         metadata = _bearer(token) if token else self.metadata
         try:
-            reply = self._attempt("GetDeployment", reports_pb2.DeploymentRequest(), metadata, self.stub)
+            reply = yield _Rpc(self.target, "GetDeployment", reports_pb2.DeploymentRequest(), metadata)
         except grpc.RpcError as exc:
             if exc.code() in RETRYABLE:  # the shuffler has not heard from the curator yet: the curator checks
                 return
@@ -398,32 +414,28 @@ class ShufflerClient:
                 f"was sent"
             )
 
-    # ------------------------------------------------------------------ sharded replicas
-
-    def replica(self, token: str | None = None) -> str:
-        """The address this client (or ``token``'s client) submits to: its replica when the shuffler is
-        sharded (asked of the bootstrap address once, then remembered), else the address given."""
+    def _replica(self, token: str | None) -> _Steps[str]:
         metadata = _bearer(token) if token else self.metadata
-        self._stub_for(token or self.token, metadata)
+        yield from self._address_for(token or self.token, metadata)
         with self._lock:
             return self._replica_of.get(token or self.token, self.target)
 
-    def _stub_for(self, token: str | None, metadata: Metadata) -> shuffler_pb2_grpc.ShufflerStub:
-        """The stub of ``token``'s replica, asking the bootstrap with ``GetShards`` the first time."""
+    def _address_for(self, token: str | None, metadata: Metadata) -> _Steps[str]:
+        """The address of ``token``'s replica, asking the bootstrap with ``GetShards`` the first time."""
         with self._lock:
             address = self._replica_of.get(token)
             if address is not None:
                 self._replica_of.move_to_end(token)
             elif self._unsharded:
-                return self.stub
+                return self.target
         if address is None:
-            address = self._assignment(self.target, metadata, bootstrap=True)
+            address = yield from self._assignment(self.target, metadata, bootstrap=True)
             shards, own = self._bootstrap_list
-            self._check_lists([a for a in shards if a != own], metadata)
+            yield from self._check_lists([a for a in shards if a != own], metadata)
             self._remember(token, address)
-        return self._stub_at(address)
+        return address
 
-    def _check_lists(self, addresses: Iterable[str], metadata: Metadata) -> None:
+    def _check_lists(self, addresses: Iterable[str], metadata: Metadata) -> _Steps[None]:
         """``_lists_differ`` unless each replica at ``addresses`` reports the bootstrap's shard-list digest
         (each asked once; one that does not answer within ``LIST_CHECK_SECONDS`` is asked next time)."""
         bootstrap = self._digest_of.get(self.target, "")
@@ -432,8 +444,8 @@ class ShufflerClient:
         for address in addresses:
             if address not in self._digest_of:
                 try:
-                    reply = self._stub_at(address).GetShards(
-                        shuffler_pb2.GetShardsRequest(), metadata=metadata, timeout=LIST_CHECK_SECONDS
+                    reply = yield _Rpc(
+                        address, "GetShards", shuffler_pb2.GetShardsRequest(), metadata, quick=LIST_CHECK_SECONDS
                     )
                 except grpc.RpcError:  # not reachable now: it cannot store this client's reports either
                     continue
@@ -453,12 +465,12 @@ class ShufflerClient:
             self._digest_of.clear()
             self._unsharded = False
 
-    def _assignment(self, address: str, metadata: Metadata, bootstrap: bool = False) -> str:
+    def _assignment(self, address: str, metadata: Metadata, bootstrap: bool = False) -> _Steps[str]:
         """Where the replica at ``address`` says the caller of ``metadata`` submits: its assigned replica,
         or ``address`` itself when it serves the caller or is not sharded."""
         reply: shuffler_pb2.ShardAssignment
         try:
-            reply = self._call("GetShards", shuffler_pb2.GetShardsRequest(), metadata, self._stub_at(address))
+            reply = yield from self._call("GetShards", shuffler_pb2.GetShardsRequest(), metadata, address)
         except LacClientError as exc:
             if exc.status_code != grpc.StatusCode.UNIMPLEMENTED:
                 raise
@@ -473,19 +485,17 @@ class ShufflerClient:
             return address
         return reply.assigned_shard
 
-    def _follow(
-        self, token: str | None, metadata: Metadata, shard: str, refusal: LacClientError
-    ) -> shuffler_pb2_grpc.ShufflerStub:
+    def _follow(self, token: str | None, metadata: Metadata, shard: str, refusal: LacClientError) -> _Steps[str]:
         """After ``refusal`` naming ``shard``: re-fetch the assignment from that replica and route there."""
         with self._lock:
             self._unsharded = False  # the bootstrap may have been sharded since it said otherwise
             self._replica_of.pop(token, None)
-        address = self._assignment(shard, metadata)
+        address = yield from self._assignment(shard, metadata)
         if address != shard:
             raise _replicas_disagree(f"a replica sent this client to {shard}, which sends it to {address}", refusal)
-        self._check_lists([shard], metadata)
+        yield from self._check_lists([shard], metadata)
         self._remember(token, shard)
-        return self._stub_at(shard)
+        return shard
 
     def _remember(self, token: str | None, address: str) -> None:
         with self._lock:
@@ -494,20 +504,164 @@ class ShufflerClient:
             while len(self._replica_of) > MAX_ROUTES:
                 self._replica_of.popitem(last=False)
 
-    def _stub_at(self, address: str) -> shuffler_pb2_grpc.ShufflerStub:
-        """A stub on a channel to ``address`` (the bootstrap's own for the address given)."""
-        if address == self.target:
-            return self.stub
-        evicted = None
+
+# ---------------------------------------------------------------------------------------- blocking client
+
+
+class ShufflerClient(_Submitter):
+    """Submits reports to a shuffler over gRPC, many per call, retrying transient failures.
+
+    Production use needs ``curator_key`` (reports are sealed to it) and ``tls`` (the CA
+    that signed the shuffler's certificate, optionally a client certificate), plus a
+    ``token`` unless the client certificate identifies the client. ``insecure=True``
+    allows plaintext payloads and channels for local demos only. A call gives up after
+    ``connect_timeout`` seconds without a connection (``RetryableError`` naming the address and
+    why), and each call may take ``timeout`` seconds. ``ShufflerClient.connect`` builds the same
+    from file paths. ``target`` may be any replica of a sharded shuffler: each
+    token's reports go to its own replica (``replica``), found and followed as the module says.
+    For asyncio code, ``lac.client.AsyncShufflerClient`` does the same with the same arguments.
+    """
+
+    def __init__(
+        self,
+        target: str,
+        curator_key: CuratorPublicKey | None = None,
+        tls_config: tls.ClientTls | None = None,
+        token: str | None = None,
+        insecure: bool = False,
+        batch_size: int = 100,
+        attempts: int = 5,
+        timeout: float = 30.0,
+        connect_timeout: float = CONNECT_TIMEOUT,
+    ) -> None:
+        super().__init__(
+            target, curator_key, tls_config, token, insecure, batch_size, attempts, timeout, connect_timeout
+        )
+        self.channel = tls.channel(target, tls_config)  # the bootstrap: the address given
+        self.stub = shuffler_pb2_grpc.ShufflerStub(self.channel)
+
+    @classmethod
+    def connect(
+        cls,
+        address: str,
+        *,
+        curator_key: str | os.PathLike[str] | CuratorPublicKey | None = None,
+        ca: str | os.PathLike[str] | None = None,
+        token: str | None = None,
+        cert: str | os.PathLike[str] | None = None,
+        key: str | os.PathLike[str] | None = None,
+        insecure: bool = False,
+        **options: Any,
+    ) -> ShufflerClient:
+        """A client of the shuffler at ``address`` ("host:port") from files: ``curator_key`` (the
+        curator's ``curator.pub``, or a loaded ``CuratorPublicKey``), ``ca`` (the CA that signed
+        the shuffler's certificate), optionally ``cert``/``key`` for mutual TLS, and the bearer
+        ``token`` (default: ``$LAC_CLIENT_TOKEN``). ``options`` go to the constructor
+        (``batch_size``, ``attempts``, ``timeout``, ``connect_timeout``)."""
+        public, channel_tls, token = cls._from_files(
+            curator_key, ca, token, cert, key, insecure, f"{cls.__name__}.connect"
+        )
+        return cls(address, public, channel_tls, token=token, insecure=insecure, **options)
+
+    def close(self) -> None:
+        """Close the channels to the bootstrap address and to every replica."""
         with self._lock:
-            if address in self._replicas:
-                self._replicas.move_to_end(address)
-                return self._replicas[address][1]
-            channel = tls.channel(address, self.tls_config)
-            self._replicas[address] = (channel, shuffler_pb2_grpc.ShufflerStub(channel))
-            if len(self._replicas) > MAX_REPLICA_CHANNELS:
-                evicted = self._replicas.popitem(last=False)[1][0]
-            stub = self._replicas[address][1]
+            replicas, self._replicas = list(self._replicas.values()), OrderedDict()
+        for channel in [ch for ch, _ in replicas] + [self.channel]:
+            _quiesce(channel)
+            channel.close()
+
+    def __enter__(self) -> ShufflerClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _run(self, steps: _Steps[_T]) -> _T:
+        return _steps_of(steps, self._perform)
+
+    def _perform(self, effect: _Effect) -> Any:
+        if isinstance(effect, _Sleep):
+            time.sleep(effect.seconds)
+            return None
+        if isinstance(effect, _Compute):
+            return effect.work()
+        channel, stub = self._at(effect.address)
+        if effect.quick is not None:
+            return getattr(stub, effect.method)(effect.request, metadata=effect.metadata, timeout=effect.quick)
+        return self._attempt(effect, channel, stub)
+
+    def _at(self, address: str) -> tuple[grpc.Channel, shuffler_pb2_grpc.ShufflerStub]:
+        """The channel and stub to ``address`` (the bootstrap's own for the address given)."""
+        if address == self.target:
+            return self.channel, self.stub
+
+        def make(to: str) -> tuple[grpc.Channel, shuffler_pb2_grpc.ShufflerStub]:
+            channel = tls.channel(to, self.tls_config)
+            return channel, shuffler_pb2_grpc.ShufflerStub(channel)
+
+        entry, evicted = self._replica_entry(address, make)
         if evicted is not None:
-            evicted.close()
-        return stub
+            evicted[0].close()
+        return entry
+
+    def _attempt(self, rpc: _Rpc, channel: grpc.Channel, stub: shuffler_pb2_grpc.ShufflerStub) -> Any:
+        """One call, waiting for a connection (``wait_for_ready``) at most ``connect_timeout`` seconds:
+        then it is cancelled and ``RetryableError`` (UNAVAILABLE) says the address and why. The channel's
+        state is watched without asking it to connect (the call does), so no watcher outlives it."""
+        settled = threading.Event()  # connected, or the call ended first
+
+        def watch(state: grpc.ChannelConnectivity) -> None:
+            if state == grpc.ChannelConnectivity.READY:
+                settled.set()
+
+        channel.subscribe(watch, try_to_connect=False)
+        try:
+            call = getattr(stub, rpc.method).future(
+                rpc.request, timeout=self.timeout, wait_for_ready=True, metadata=rpc.metadata
+            )
+            call.add_done_callback(lambda _: settled.set())
+            if not settled.wait(self.connect_timeout):
+                call.cancel()
+                raise _unreachable(channel, rpc.address, self.connect_timeout, f"Shuffler.{rpc.method}")
+            return call.result()
+        finally:
+            channel.unsubscribe(watch)
+
+    def deployment(self) -> Deployment:
+        """The curator's published local-privacy configuration, relayed by the shuffler."""
+        return self._run(self._deployment())
+
+    def localizer(self, preset: str | Preset | None = DEFAULT_PRESET, **options: Any) -> Localizer:
+        """A Localizer for the curator's current deployment: ``Localizer.for_deployment(self.deployment(),
+        preset, **options)`` (ε = the smaller of the deployment's and the preset's)."""
+        from lac.client.localizer import Localizer
+
+        return Localizer.for_deployment(self.deployment(), preset, **options)
+
+    def submit(
+        self, reports: Iterable[PrivatizedReport] | PrivatizedReport, token: str | None = None
+    ) -> list[shuffler_pb2.ReportAck]:
+        """Submit ``reports`` (or one report); returns one ack per report (STORED or DUPLICATE).
+
+        ``token`` overrides this client's token for this call (e.g. a simulation playing many clients).
+        """
+        return self._run(self._submit(reports, token))
+
+    def submit_prepared(
+        self, chunk: Sequence[shuffler_pb2.ClientReport], token: str | None = None
+    ) -> list[shuffler_pb2.ReportAck]:
+        """Submit already sealed reports (a retry reuses their idempotency ids, so it stores nothing twice)."""
+        return self._run(self._submit_prepared(chunk, token))
+
+    def check_curator_key(self, key_ids: Iterable[str], token: str | None = None) -> None:
+        """``DeploymentMismatch`` unless the curator can open reports sealed to ``key_ids``: its published
+        deployment lists the ids of the keys it holds (asked once, and again after a mismatch in case it
+        rotated its keys since). Not checked while the shuffler cannot relay the deployment yet, nor against
+        a curator too old to publish its key ids."""
+        self._run(self._check_curator_key(key_ids, token))
+
+    def replica(self, token: str | None = None) -> str:
+        """The address this client (or ``token``'s client) submits to: its replica when the shuffler is
+        sharded (asked of the bootstrap address once, then remembered), else the address given."""
+        return self._run(self._replica(token))

@@ -1,0 +1,236 @@
+"""Submitting reports from asyncio code: ``AsyncShufflerClient``, the ``grpc.aio`` twin of
+``lac.client.submit.ShufflerClient``.
+
+Same arguments, same defaults (a call that cannot connect within ``connect_timeout``, 10 s, fails at
+once), same errors (``lac.client.errors``, never a raw ``grpc.RpcError``), same retries, curator key
+check and sharded-replica routing: every step between two I/O operations is the blocking client's own
+code (``lac.client.submit._Submitter``); only the RPCs, the pauses between retries and the sealing (off
+the event loop, in a thread) are done here, with ``await``::
+
+    from lac.client import AsyncShufflerClient
+
+    async with AsyncShufflerClient.connect(ADDRESS, curator_key="curator.pub", ca="ca.pem", token=TOKEN) as client:
+        localizer = await client.localizer("balanced")
+        acks = await client.submit(localizer.privatize(message))
+
+Channels are opened on first use, on the running event loop; use one client per event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections import OrderedDict
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Any
+
+import grpc
+
+from lac.client.presets import DEFAULT_PRESET, Preset
+from lac.client.submit import (
+    _T,
+    CONNECT_TIMEOUT,
+    HEALTH_CHECK,
+    PROBE_SECONDS,
+    _Compute,
+    _Effect,
+    _not_reached,
+    _Rpc,
+    _Sleep,
+    _Steps,
+    _Submitter,
+    _why,
+)
+from lac.common import tls
+from lac.common.deployment import Deployment
+from lac.common.envelope import CuratorPublicKey
+from lac.common.v1 import shuffler_pb2, shuffler_pb2_grpc
+
+if TYPE_CHECKING:
+    from lac.client.localizer import Localizer, PrivatizedReport
+
+__all__ = ["AsyncShufflerClient"]
+
+
+async def _connected(channel: grpc.aio.Channel) -> None:
+    """Return once ``channel`` is READY, without asking it to connect (the call does)."""
+    state = channel.get_state(try_to_connect=False)
+    while state != grpc.ChannelConnectivity.READY:
+        await channel.wait_for_state_change(state)
+        state = channel.get_state(try_to_connect=False)
+
+
+class AsyncShufflerClient(_Submitter):
+    """Submits reports to a shuffler with ``grpc.aio``, many per call, retrying transient failures.
+
+    The arguments, defaults and errors are ``ShufflerClient``'s: ``curator_key`` and ``tls_config``
+    (or ``insecure=True`` for a local demo), a bearer ``token``, ``batch_size`` reports per call,
+    ``attempts``, ``timeout`` per call and ``connect_timeout`` (a call that has no connection by then
+    fails with ``RetryableError`` naming the address and why). ``AsyncShufflerClient.connect`` builds
+    the same from file paths. Use it as ``async with``, or ``await client.close()``.
+    """
+
+    def __init__(
+        self,
+        target: str,
+        curator_key: CuratorPublicKey | None = None,
+        tls_config: tls.ClientTls | None = None,
+        token: str | None = None,
+        insecure: bool = False,
+        batch_size: int = 100,
+        attempts: int = 5,
+        timeout: float = 30.0,
+        connect_timeout: float = CONNECT_TIMEOUT,
+    ) -> None:
+        super().__init__(
+            target, curator_key, tls_config, token, insecure, batch_size, attempts, timeout, connect_timeout
+        )
+        self._bootstrap: tuple[grpc.aio.Channel, shuffler_pb2_grpc.ShufflerStub] | None = None  # on first use
+        self._evicted: list[grpc.aio.Channel] = []  # replica channels to close
+
+    @classmethod
+    def connect(
+        cls,
+        address: str,
+        *,
+        curator_key: str | os.PathLike[str] | CuratorPublicKey | None = None,
+        ca: str | os.PathLike[str] | None = None,
+        token: str | None = None,
+        cert: str | os.PathLike[str] | None = None,
+        key: str | os.PathLike[str] | None = None,
+        insecure: bool = False,
+        **options: Any,
+    ) -> AsyncShufflerClient:
+        """A client of the shuffler at ``address`` from files, as ``ShufflerClient.connect``: ``curator_key``
+        (``curator.pub``), ``ca``, optionally ``cert``/``key``, the bearer ``token`` (default:
+        ``$LAC_CLIENT_TOKEN``); ``options`` go to the constructor. Nothing connects until the first call."""
+        public, channel_tls, token = cls._from_files(
+            curator_key, ca, token, cert, key, insecure, f"{cls.__name__}.connect"
+        )
+        return cls(address, public, channel_tls, token=token, insecure=insecure, **options)
+
+    async def close(self) -> None:
+        """Close the channels to the bootstrap address and to every replica."""
+        with self._lock:
+            channels = [ch for ch, _ in self._replicas.values()] + self._evicted
+            self._replicas, self._evicted = OrderedDict(), []
+        if self._bootstrap is not None:
+            channels.append(self._bootstrap[0])
+            self._bootstrap = None
+        for channel in channels:
+            await channel.close()
+
+    async def __aenter__(self) -> AsyncShufflerClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    # -- the I/O of the shared steps
+
+    async def _run(self, steps: _Steps[_T]) -> _T:
+        """Run the shared ``steps`` to their value, awaiting each effect."""
+        try:
+            effect = next(steps)
+            while True:
+                try:
+                    result = await self._perform(effect)
+                except Exception as exc:  # an RPC's failure: the steps decide (retry, wrap, give up)
+                    effect = steps.throw(exc)
+                else:
+                    effect = steps.send(result)
+        except StopIteration as done:
+            return done.value  # type: ignore[no-any-return]
+        finally:
+            steps.close()
+
+    async def _perform(self, effect: _Effect) -> Any:
+        if isinstance(effect, _Sleep):
+            await asyncio.sleep(effect.seconds)
+            return None
+        if isinstance(effect, _Compute):
+            return await asyncio.to_thread(effect.work)
+        channel, stub = self._at(effect.address)
+        method = getattr(stub, effect.method)
+        if effect.quick is not None:
+            return await method(effect.request, metadata=effect.metadata, timeout=effect.quick)
+        return await self._attempt(effect, channel, method)
+
+    def _at(self, address: str) -> tuple[grpc.aio.Channel, shuffler_pb2_grpc.ShufflerStub]:
+        """The channel and stub to ``address`` (opened on first use, on the running loop)."""
+
+        def make(to: str) -> tuple[grpc.aio.Channel, shuffler_pb2_grpc.ShufflerStub]:
+            channel = tls.channel(to, self.tls_config, aio=True)
+            return channel, shuffler_pb2_grpc.ShufflerStub(channel)
+
+        if address == self.target:
+            if self._bootstrap is None:
+                self._bootstrap = make(address)
+            return self._bootstrap
+        entry, evicted = self._replica_entry(address, make)
+        if evicted is not None:
+            self._evicted.append(evicted[0])  # closed by close(): a call may still run on it
+        return entry
+
+    async def _attempt(self, rpc: _Rpc, channel: grpc.aio.Channel, method: Any) -> Any:
+        """One call, waiting for a connection (``wait_for_ready``) at most ``connect_timeout`` seconds: then
+        it is cancelled and ``RetryableError`` (UNAVAILABLE) says the address and why."""
+        call = method(rpc.request, timeout=self.timeout, wait_for_ready=True, metadata=rpc.metadata)
+        answer: asyncio.Future[Any] = asyncio.ensure_future(call)
+        ready = asyncio.ensure_future(_connected(channel))
+        try:
+            done, _ = await asyncio.wait(
+                {answer, ready}, timeout=self.connect_timeout, return_when=asyncio.FIRST_COMPLETED
+            )
+            if not done:
+                answer.cancel()  # cancels the call
+                raise await self._unreachable(channel, rpc.address, f"Shuffler.{rpc.method}")
+            return await answer
+        finally:
+            ready.cancel()
+
+    async def _unreachable(self, channel: grpc.aio.Channel, address: str, what: str) -> Exception:
+        """``ShufflerClient``'s error for a channel that did not connect in time, with gRPC's reason."""
+        probe: Any = channel.unary_unary(HEALTH_CHECK)  # raw bytes: any answer will do
+        try:
+            await probe(b"", timeout=PROBE_SECONDS, wait_for_ready=False)
+            failure = None
+        except grpc.RpcError as exc:
+            failure = exc
+        return _not_reached(address, self.connect_timeout, what, _why(failure))
+
+    # -- the API: ShufflerClient's, awaited
+
+    async def deployment(self) -> Deployment:
+        """The curator's published local-privacy configuration, relayed by the shuffler."""
+        return await self._run(self._deployment())
+
+    async def localizer(self, preset: str | Preset | None = DEFAULT_PRESET, **options: Any) -> Localizer:
+        """A Localizer for the curator's current deployment (``ShufflerClient.localizer``); the embedding
+        loads in a thread, off the event loop."""
+        from lac.client.localizer import Localizer
+
+        deployment = await self.deployment()
+        return await asyncio.to_thread(Localizer.for_deployment, deployment, preset, **options)
+
+    async def submit(
+        self, reports: Iterable[PrivatizedReport] | PrivatizedReport, token: str | None = None
+    ) -> list[shuffler_pb2.ReportAck]:
+        """Submit ``reports`` (or one report), sealed in a thread; one ack per report (STORED or DUPLICATE).
+        ``token`` overrides this client's token for this call."""
+        return await self._run(self._submit(reports, token))
+
+    async def submit_prepared(
+        self, chunk: Sequence[shuffler_pb2.ClientReport], token: str | None = None
+    ) -> list[shuffler_pb2.ReportAck]:
+        """Submit already sealed reports (a retry reuses their idempotency ids, so it stores nothing twice)."""
+        return await self._run(self._submit_prepared(chunk, token))
+
+    async def check_curator_key(self, key_ids: Iterable[str], token: str | None = None) -> None:
+        """``DeploymentMismatch`` unless the curator can open reports sealed to ``key_ids``
+        (``ShufflerClient.check_curator_key``)."""
+        await self._run(self._check_curator_key(key_ids, token))
+
+    async def replica(self, token: str | None = None) -> str:
+        """The address this client (or ``token``'s client) submits to (``ShufflerClient.replica``)."""
+        return await self._run(self._replica(token))

@@ -1,0 +1,155 @@
+"""The asyncio SDK (``lac.client.AsyncShufflerClient``) against real shufflers: the blocking client's API,
+defaults, errors and results, awaited. (Sharded replicas: ``tests/shuffler/test_shards.py`` runs its SDK
+tests with both clients.)"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import time
+
+import grpc
+import pytest
+from client_testkit import assert_wrapped, privatized
+from lac_testkit import free_port
+
+import lac.client
+from lac.client import errors
+from lac.common.v1 import shuffler_pb2
+
+STORED = shuffler_pb2.ACK_STATUS_STORED
+
+
+def _client(address, **kw):
+    kw.setdefault("attempts", 1)
+    return lac.client.AsyncShufflerClient(address, insecure=True, timeout=10, **kw)
+
+
+def test_the_same_api_as_the_blocking_client_awaited():
+    sync, aio = lac.client.ShufflerClient, lac.client.AsyncShufflerClient
+    public = {n for n in dir(sync) if not n.startswith("_")} - {"close"}
+    assert public == {n for n in dir(aio) if not n.startswith("_")} - {"close"}
+    for name in public - {"connect"}:
+        assert inspect.iscoroutinefunction(getattr(aio, name)), name
+        assert inspect.signature(getattr(aio, name)).parameters == inspect.signature(getattr(sync, name)).parameters
+    assert inspect.iscoroutinefunction(aio.close)
+    assert inspect.signature(aio).parameters == inspect.signature(sync).parameters  # same defaults, fail-fast too
+    assert inspect.signature(aio.connect).parameters == inspect.signature(sync.connect).parameters
+    with pytest.raises(ValueError, match="connect_timeout"):
+        aio("127.0.0.1:1", insecure=True, connect_timeout=0)
+    with pytest.raises(ValueError, match="AsyncShufflerClient needs the curator's public key and TLS settings"):
+        aio("127.0.0.1:1")
+
+
+def test_submits_and_raises_the_sdk_errors_of_a_real_shuffler(token_shuffler, glove200):
+    shf, tokens = token_shuffler
+    empty = privatized(glove200).__class__(
+        sentences=(), n_words=0, mechanism="x", epsilon_per_word=1.0, embedding="x", guarantee=None
+    )
+
+    async def main():
+        for token in ("not-a-token", None):
+            async with _client(shf.address, token=token) as c:
+                with pytest.raises(lac.client.AuthenticationError) as err:
+                    await c.submit([privatized(glove200)])
+            assert_wrapped(err.value, errors.NotRetryableError, grpc.StatusCode.UNAUTHENTICATED)
+            assert "bearer token" in str(err.value)
+        async with _client(shf.address, token=tokens["ops"]) as c:
+            with pytest.raises(lac.client.AuthenticationError) as err:
+                await c.submit([privatized(glove200)])
+            assert_wrapped(err.value, errors.NotRetryableError, grpc.StatusCode.PERMISSION_DENIED)
+        async with _client(shf.address, token=tokens["alice"]) as c:
+            with pytest.raises(lac.client.UnsupportedText, match="^the report has no word"):
+                await c.submit(empty)  # refused on the device: the quota is intact
+            assert [a.status for a in await c.submit(privatized(glove200))] == [STORED]
+            assert await c.replica() == shf.address  # not sharded
+            with pytest.raises(lac.client.QuotaExceeded) as err:
+                await c.submit([privatized(glove200, "a second message")])
+        assert_wrapped(err.value, lac.client.RetryableError, grpc.StatusCode.RESOURCE_EXHAUSTED)
+        assert 1 <= err.value.retry_after <= 86400 and f"retry after {err.value.retry_after:g} s" in str(err.value)
+
+    asyncio.run(main())
+    assert shf.shuffler.buffered() == 1
+
+
+def test_concurrent_submissions_through_one_client(start_shuffler, sink, tmp_path, glove200):
+    """One client, 20 simulated clients' submissions in flight at once on one event loop: each stored once."""
+    from lac.shuffler.auth import add_clients
+
+    state = tmp_path / "shuffler"
+    tokens = add_clients(state / "clients.tokens", [f"user-{i}" for i in range(20)])
+    shf = start_shuffler(sink.address, auth="token", state_dir=state, reports_per_window=1, min_batch=1000)
+    reports = [privatized(glove200, f"the king said {i}") for i in range(20)]
+
+    async def main():
+        async with _client(shf.address) as c:
+            return await asyncio.gather(*(c.submit(r, token=t) for r, t in zip(reports, tokens)))
+
+    acks = asyncio.run(main())
+    assert [a.status for chunk in acks for a in chunk] == [STORED] * 20
+    assert shf.shuffler.buffered() == 20
+
+
+def test_an_unreachable_shuffler_fails_fast_naming_it_and_why(glove200):
+    address = f"127.0.0.1:{free_port()}"
+
+    async def main():
+        async with lac.client.AsyncShufflerClient.connect(
+            address, insecure=True, connect_timeout=0.5, attempts=5, timeout=60
+        ) as c:
+            with pytest.raises(lac.client.RetryableError) as err:
+                await c.submit(privatized(glove200))
+        return err.value
+
+    t0 = time.monotonic()
+    exc = asyncio.run(main())
+    assert time.monotonic() - t0 < 3
+    assert_wrapped(exc, lac.client.RetryableError, grpc.StatusCode.UNAVAILABLE)
+    assert f"could not reach the shuffler at {address} within 0.5 s" in str(exc) and "Connection refused" in str(exc)
+
+
+def test_a_transient_failure_is_retried_then_raised(start_shuffler, monkeypatch):
+    import lac.client.submit
+
+    monkeypatch.setattr(lac.client.submit, "MAX_RETRY_WAIT", 0.1)  # the shared retry policy, not the 5 s asked
+    shf = start_shuffler("127.0.0.1:1", min_batch=1000)  # the curator is unreachable: no deployment yet
+
+    async def main():
+        async with _client(shf.address, attempts=2) as c:
+            with pytest.raises(lac.client.RetryableError) as err:
+                await c.deployment()
+        return err.value
+
+    exc = asyncio.run(main())
+    assert_wrapped(exc, errors.RetryableError, grpc.StatusCode.UNAVAILABLE)
+    assert exc.retry_after == 5 and "Shuffler.GetDeployment" in str(exc)
+
+
+def test_tls_connect_localizer_and_the_curator_key_check(tls_services, data_dir, tmp_path, monkeypatch):
+    """The README's submit lines, awaited: TLS, the curator's key, a token from the environment; a key the
+    curator does not hold is refused before anything is sealed or sent."""
+    from lac.common import envelope
+
+    address, files, token = tls_services
+    monkeypatch.setenv("LAC_CLIENT_TOKEN", token)
+    envelope.generate_key(tmp_path / "other")
+
+    async def main():
+        async with lac.client.AsyncShufflerClient.connect(
+            address, curator_key=files / "curator.pub", ca=files / "ca.pem"
+        ) as client:
+            published = await client.deployment()
+            localizer = await client.localizer("balanced")
+            acks = await client.submit(localizer.privatize("hello world. my name is Bob and I live in Paris."))
+        async with lac.client.AsyncShufflerClient.connect(
+            address, curator_key=tmp_path / "other" / "curator.pub", ca=files / "ca.pem"
+        ) as wrong:
+            with pytest.raises(lac.client.DeploymentMismatch, match="Nothing was sent"):
+                await wrong.submit(localizer.privatize("another message"))
+        return published, localizer, acks
+
+    published, localizer, acks = asyncio.run(main())
+    assert len(published.key_ids) == 1 and localizer.mechanism.epsilon == 8.0
+    assert [a.status for a in acks] == [STORED]
+    with pytest.raises(ValueError, match="TLS needs the CA"):
+        lac.client.AsyncShufflerClient.connect(address, curator_key=files / "curator.pub")
