@@ -23,6 +23,7 @@ from lac.client.embedding import Embedding
 from lac.client.localizer import OOV
 from lac.client.mechanisms import LocalMechanism
 from lac.client.nearest import NearestIndex
+from lac.common.checks import check_int
 from lac.common.rng import RandomSource, secure_generator
 
 __all__ = ["ChannelCounts", "sample_channel", "CHUNK_POINTS"]
@@ -53,8 +54,7 @@ def sample_channel(
     = -1 for the centroid): one CSR row per input, each summing to ``draws``. ``progress(k)`` is
     called after every k inputs done."""
     rows = np.asarray(rows, dtype=np.int64).reshape(-1)
-    if isinstance(draws, bool) or not isinstance(draws, (int, np.integer)) or draws < 1:
-        raise ValueError(f"draws must be an integer >= 1, got {draws!r}")
+    draws = check_int(draws, "draws")
     if rows.size and (rows.min() < OOV or rows.max() >= embedding.size):
         raise ValueError(f"rows must be embedding rows in [0, {embedding.size}) or {OOV} (out of vocabulary)")
     rng = secure_generator() if rng is None else rng

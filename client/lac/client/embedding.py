@@ -25,6 +25,7 @@ import numpy as np
 
 from lac.client.errors import DeploymentMismatch, EmbeddingUnavailable
 from lac.client.nearest import farthest_pair, sqdist64
+from lac.common.checks import check_int
 from lac.common.paths import data_dir
 from lac.common.text import words as tokenize_words
 
@@ -261,8 +262,7 @@ def glove_default(vocab_size: int = 50_000, *, cache_dir: StrPath | None = None)
     (``cache_dir`` defaults to ``data_dir()/"embeddings"``); later calls load that cache as a
     read-only memmap and need the wheel no more.
     """
-    if isinstance(vocab_size, bool) or not isinstance(vocab_size, int) or vocab_size < 1:
-        raise ValueError(f"vocab_size must be a positive int, got {vocab_size!r}")
+    vocab_size = check_int(vocab_size, "vocab_size")
     root = Path(cache_dir) if cache_dir is not None else data_dir() / "embeddings"
     path = root / "glove-6b-50d" / str(vocab_size)
     return cached(path, lambda: build_glove(vocab_size))

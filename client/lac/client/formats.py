@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from lac.client.embedding import Embedding, StrPath, cached, load
+from lac.common.checks import check_int
 from lac.common.paths import data_dir
 
 FORMATS = ("glove", "word2vec-text", "fasttext-vec", "word2vec-bin")
@@ -44,9 +45,7 @@ class EmbeddingFormatError(ValueError):
 def _check_vocab_size(vocab_size: Any) -> int | None:
     if vocab_size is None:
         return None
-    if isinstance(vocab_size, bool) or not isinstance(vocab_size, (int, np.integer)) or vocab_size < 1:
-        raise ValueError(f"vocab_size must be a positive int or None, got {vocab_size!r}")
-    return int(vocab_size)
+    return check_int(vocab_size, "vocab_size (or None)")
 
 
 def _parse_header(line: str) -> tuple[int, int] | None:

@@ -4,14 +4,15 @@ runs, and additive multivariate Laplace noise (the vocabulary mechanisms are in 
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, ClassVar, Protocol, TypeAlias, runtime_checkable
+from typing import ClassVar, Protocol, TypeAlias, runtime_checkable
 
 import numpy as np
 import numpy.typing as npt
 
+from lac.common.checks import check_int
+from lac.common.privacy import check_epsilon
 from lac.common.rng import FloatArray, RandomSource
 
 RowArray: TypeAlias = npt.NDArray[np.int64]
@@ -56,12 +57,6 @@ class LocalMechanism(Protocol):
         ...
 
 
-def _check_count(name: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
-        raise ValueError(f"{name} must be a non-negative int, got {value!r}")
-    return int(value)
-
-
 @dataclass(frozen=True)
 class MultivariateLaplace:
     """Multivariate Laplace noise in R^d with density proportional to exp(-ε‖z‖₂).
@@ -81,18 +76,12 @@ class MultivariateLaplace:
     metric: ClassVar[str] = "‖φ(w) − φ(w')‖₂"
 
     def __post_init__(self) -> None:
-        eps = self.epsilon
-        if isinstance(eps, bool) or not isinstance(eps, (int, float, np.integer, np.floating)):
-            raise TypeError(f"epsilon must be a real number, got {eps!r}")
-        eps = float(eps)
-        if not (math.isfinite(eps) and eps > 0):
-            raise ValueError(f"epsilon must be finite and > 0, got {eps!r}")
-        object.__setattr__(self, "epsilon", eps)
+        object.__setattr__(self, "epsilon", check_epsilon(self.epsilon))
 
     def sample_noise(self, n: int, dim: int, rng: RandomSource) -> FloatArray:
         """``n`` independent noise vectors of dimension ``dim`` (float64, shape (n, dim))."""
-        n = _check_count("n", n)
-        dim = _check_count("dim", dim)
+        n = check_int(n, "n", minimum=0)
+        dim = check_int(dim, "dim", minimum=0)
         if dim == 0:
             raise ValueError("dim must be >= 1")
         radius = rng.gamma(shape=dim, scale=1.0 / self.epsilon, size=n)
@@ -113,11 +102,11 @@ class MultivariateLaplace:
 
     def local_epsilon(self, n_words: int, diameter: float) -> float:
         """Worst-case pure LDP level of an ``n_words`` report: ε0 = n_words·ε·diameter."""
-        return _check_count("n_words", n_words) * self.epsilon * float(diameter)
+        return check_int(n_words, "n_words", minimum=0) * self.epsilon * float(diameter)
 
     def statement(self, n_words: int, diameter: float | None = None) -> str:
         """The guarantee, per word and composed over a report of ``n_words`` words."""
-        n = _check_count("n_words", n_words)
+        n = check_int(n_words, "n_words", minimum=0)
         eps = self.epsilon
         worst = (
             f"ε0 = n·ε·diam = {n}·{eps:g}·{diameter:.6g} = {self.local_epsilon(n, diameter):.6g}"

@@ -45,6 +45,7 @@ import numpy.typing as npt
 
 from lac.client.embedding import Embedding
 from lac.client.truncated import VocabularyMechanism, default_tau
+from lac.common.checks import check_int
 from lac.common.rng import FloatArray
 
 _ENTRIES = 1 << 22
@@ -90,9 +91,7 @@ class DensityModulated(VocabularyMechanism):
             if not (math.isfinite(sigma) and sigma > 0):
                 raise ValueError(f"sigma must be finite and > 0, got {sigma!r}")
             if centres is not None:
-                if isinstance(centres, bool) or not isinstance(centres, (int, np.integer)) or centres < 1:
-                    raise ValueError(f"centres must be a positive int or None, got {centres!r}")
-                centres = min(int(centres), embedding.size)
+                centres = min(check_int(centres, "centres (or None)"), embedding.size)
             self.sigma, self.centres = sigma, centres
             lp = kde_log_prior(embedding, sigma, centres)
         self.log_prior = lp - lp.max()

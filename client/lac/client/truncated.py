@@ -52,25 +52,17 @@ the convex hull of the vocabulary, so its distance to any word is at most the di
 from __future__ import annotations
 
 import math
-from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
 from lac.client.embedding import Embedding
 from lac.client.mechanisms import Nearest, RowArray
+from lac.common.checks import check_int
+from lac.common.privacy import check_epsilon
 from lac.common.rng import FloatArray, RandomSource
 
 _ENTRIES = 1 << 22  # distance-matrix entries per block
-
-
-def _check_eps(eps: Any) -> float:
-    if isinstance(eps, bool) or not isinstance(eps, (int, float, np.integer, np.floating)):
-        raise TypeError(f"epsilon must be a real number, got {eps!r}")
-    value = float(eps)
-    if not (math.isfinite(value) and value > 0):
-        raise ValueError(f"epsilon must be finite and > 0, got {value!r}")
-    return value
 
 
 class VocabularyMechanism:
@@ -84,7 +76,7 @@ class VocabularyMechanism:
 
     def __init__(self, embedding: Embedding, epsilon: float):
         self.embedding = embedding
-        self.epsilon = _check_eps(epsilon)
+        self.epsilon = check_epsilon(epsilon)
         self._v = np.asarray(embedding.vectors, dtype=np.float64)
         self._n2 = np.einsum("ij,ij->i", self._v, self._v)
 
@@ -219,9 +211,7 @@ class KNNTruncated(VocabularyMechanism):
 
     def __init__(self, embedding: Embedding, epsilon: float, k: int):
         super().__init__(embedding, epsilon)
-        if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or not 1 <= k <= embedding.size:
-            raise ValueError(f"k must be an int in [1, {embedding.size}], got {k!r}")
-        self.k = int(k)
+        self.k = check_int(k, "k", 1, embedding.size)
         self._r_max: float | None = None
 
     def radius(self, dist: FloatArray) -> FloatArray:

@@ -23,10 +23,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from numbers import Integral
 
 import numpy as np
 
+from lac.common.checks import check_int
 from lac.common.privacy import Adjacency, Guarantee, Model, PrivacyUnit, check_epsilon
 from lac.common.rng import RandomSource, secure_generator
 from lac.curator.bayesian import CountStats, count_stats
@@ -77,10 +77,6 @@ class BaselineRelease:
         return self.guarantee.statement() if self.guarantee is not None else self.note
 
 
-def _check_eps(epsilon) -> float:
-    return check_epsilon(epsilon)
-
-
 def _normalise(v: np.ndarray) -> np.ndarray:
     v = np.maximum(v, 0.0)
     s = v.sum()
@@ -110,7 +106,7 @@ def laplace_from_stats(
     unit: PrivacyUnit = PrivacyUnit.report(),
 ) -> BaselineRelease:
     """``laplace_dp`` on the column totals of the W-capped rows (what a streaming engine computes)."""
-    eps = _check_eps(epsilon)
+    eps = check_epsilon(epsilon)
     V = stats.c.size
     if V == 0:
         raise ValueError("the vocabulary is empty")
@@ -178,7 +174,7 @@ def laplace_public_from_stats(
     unit: PrivacyUnit = PrivacyUnit.report(),
 ) -> BaselineRelease:
     """``laplace_public_dp`` on the column totals of the W-capped rows."""
-    eps = _check_eps(epsilon)
+    eps = check_epsilon(epsilon)
     if sensitivity not in ("sound", "observed"):
         raise ValueError(f"sensitivity must be 'sound' or 'observed', got {sensitivity!r}")
     alpha = np.asarray(alpha, dtype=np.float64).reshape(-1)
@@ -237,8 +233,7 @@ def laplace_public_from_stats(
 
 def k_anonymity(U, K: int, C: int = 1) -> BaselineRelease:
     """k-anonymity baseline (§4.5): totals of items held by ≥ K users, normalised. NOT DP."""
-    if isinstance(K, bool) or not isinstance(K, Integral) or K < 1:
-        raise ValueError(f"K must be an integer >= 1, got {K!r}")
+    check_int(K, "K")
     stats = count_stats(U, C)
     if stats.c.size == 0:
         raise ValueError("the vocabulary is empty")

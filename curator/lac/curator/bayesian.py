@@ -18,11 +18,12 @@ from __future__ import annotations
 import itertools
 import math
 from dataclasses import dataclass, field
-from numbers import Integral, Real
+from numbers import Real
 
 import numpy as np
 import scipy.sparse as sp
 
+from lac.common.checks import check_int
 from lac.common.privacy import Adjacency, Guarantee, Model, PrivacyUnit, check_delta, check_epsilon
 from lac.common.rng import RandomSource, secure_generator
 from lac.curator.gaussian import METHODS as _CALIBRATIONS
@@ -53,8 +54,7 @@ _BLOCK_NNZ = 1 << 22  # rows are processed in blocks of about this many non-zero
 def _check_S_C(S: float, C: int) -> None:
     if isinstance(S, bool) or not (isinstance(S, Real) and math.isfinite(S) and S > 0):
         raise ValueError(f"S must be finite and > 0, got {S!r}")
-    if isinstance(C, bool) or not isinstance(C, Integral) or C < 1:
-        raise ValueError(f"C must be an integer >= 1, got {C!r}")
+    check_int(C, "C")
 
 
 @dataclass(frozen=True)
@@ -88,8 +88,8 @@ class BayesianParams:
             raise ValueError(f"sensitivity must be one of {SENSITIVITY_METHODS}, got {self.sensitivity!r}")
         for name in ("W", "count_clip"):
             v = getattr(self, name)
-            if v is not None and (isinstance(v, bool) or not isinstance(v, Integral) or v < 1):
-                raise ValueError(f"{name} must be an integer >= 1 or None, got {v!r}")
+            if v is not None:
+                check_int(v, f"{name} (or None)")
         if self.sensitivity == "sound":
             self.sound_caps()
         if self.calibration not in _CALIBRATIONS:

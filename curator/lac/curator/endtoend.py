@@ -43,6 +43,7 @@ from numbers import Real
 import numpy as np
 import scipy.sparse as sp
 
+from lac.common.checks import check_int
 from lac.common.privacy import Adjacency, Guarantee, Model, PrivacyUnit, check_delta, check_epsilon
 from lac.common.rng import RandomSource, secure_generator
 from lac.curator.bayesian import (
@@ -96,8 +97,7 @@ class EndToEndParams:
     def __post_init__(self) -> None:
         check_epsilon(self.epsilon)
         check_delta(self.delta, allow_zero=False)
-        if isinstance(self.validation_cap, bool) or not isinstance(self.validation_cap, int) or self.validation_cap < 1:
-            raise ValueError(f"validation_cap must be an integer >= 1, got {self.validation_cap!r}")
+        check_int(self.validation_cap, "validation_cap")
         object.__setattr__(self, "S_grid", tuple(float(s) for s in self.S_grid))
         object.__setattr__(self, "rho_grid", tuple(float(r) for r in self.rho_grid))
         if not self.S_grid or not self.rho_grid:

@@ -25,6 +25,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from typing import Any, Protocol, TypeVar
 
+from lac.common.checks import check_int
 from lac.curator.lifeline import die_with
 from lac.curator.ngrams import ReportItems
 
@@ -78,8 +79,7 @@ class LocalEngine:
     name = "local"
 
     def __init__(self, workers: int = 1):
-        if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
-            raise ValueError(f"workers must be an integer >= 1, got {workers!r}")
+        check_int(workers, "workers")
         self.workers = workers
 
     def fold(self, reports: Parts, fn: Callable[[ReportItems], P], combine: Callable[[T, P], T], initial: T) -> T:

@@ -12,6 +12,8 @@ import math
 import numpy as np
 from scipy.special import log_ndtr
 
+from lac.common.privacy import check_delta, check_epsilon
+
 __all__ = ["classic_sigma", "analytic_sigma", "calibrate", "analytic_log_delta", "METHODS"]
 
 METHODS = ("classic", "analytic", "auto")
@@ -20,10 +22,8 @@ METHODS = ("classic", "analytic", "auto")
 def _check(sensitivity: float, epsilon: float, delta: float) -> None:
     if not (math.isfinite(sensitivity) and sensitivity >= 0):
         raise ValueError(f"sensitivity must be finite and >= 0, got {sensitivity!r}")
-    if not (math.isfinite(epsilon) and epsilon > 0):
-        raise ValueError(f"epsilon must be finite and > 0, got {epsilon!r}")
-    if not (0 < delta < 1):
-        raise ValueError(f"delta must be in (0, 1), got {delta!r}")
+    check_epsilon(epsilon)
+    check_delta(delta, allow_zero=False)
 
 
 def classic_sigma(sensitivity: float, epsilon: float, delta: float) -> float:

@@ -100,6 +100,7 @@ from pathlib import Path
 
 import numpy as np
 
+from lac.common.checks import check_int
 from lac.common.files import atomic_file
 from lac.common.text import BOS, EOS, UNK
 
@@ -143,8 +144,7 @@ def _split_items(items: list) -> tuple[list[str], np.ndarray, list[str]]:
 
 
 def _check_max_n(max_n) -> None:
-    if isinstance(max_n, bool) or not isinstance(max_n, (int, np.integer)) or max_n < 1:
-        raise ValueError(f"max_n must be an integer >= 1, got {max_n!r}")
+    check_int(max_n, "max_n")
 
 
 def count_of_counts(counts: np.ndarray, kmax: int = 4) -> np.ndarray:
@@ -526,8 +526,7 @@ class NgramModel:
         """The k most probable next words after ``context`` (use ``<s>`` for a sentence start),
         with P(w | h) = c(h w) / Σ_v c(h v) for the longest suffix h of the context (≤ max_n − 1
         tokens) that has continuations with positive counts; unigrams if none has. Unsmoothed."""
-        if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
-            raise ValueError(f"k must be an integer >= 1, got {k!r}")
+        check_int(k, "k")
         found = self._cond_joint.get(self.context_used(context))
         if found is None:
             return []

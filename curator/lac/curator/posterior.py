@@ -52,12 +52,13 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from numbers import Integral, Real
+from numbers import Real
 
 import numpy as np
 import scipy.sparse as sp
 from scipy.special import log_ndtr, ndtri
 
+from lac.common.checks import check_int
 from lac.common.privacy import Adjacency, Guarantee, Model, PrivacyUnit, check_delta, check_epsilon
 from lac.common.rng import RandomSource, secure_generator
 from lac.curator.channel import MIN_KEEP_SHARE, NgramChannel, deconvolve
@@ -98,9 +99,7 @@ class PosteriorParams:
         check_epsilon(self.epsilon)
         check_delta(self.delta, allow_zero=False)
         for name in ("W", "C", "bins"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, Integral) or v < 1:
-                raise ValueError(f"{name} must be an integer >= 1, got {v!r}")
+            check_int(getattr(self, name), name)
         if isinstance(self.tau, bool) or not (isinstance(self.tau, Real) and math.isfinite(self.tau) and self.tau > 0):
             raise ValueError(f"tau must be finite and > 0, got {self.tau!r}")
         if not 0 < self.discovery_delta_share < 1:

@@ -39,20 +39,16 @@ directions of adjacency. It does not depend on the data, so calibrating the Gaus
 from __future__ import annotations
 
 import math
-from numbers import Integral, Real
+from numbers import Real
 
 import numpy as np
 import scipy.sparse as sp
 
+from lac.common.checks import check_int
+
 __all__ = ["sound_gamma", "cap_rows", "SOUND_STATEMENT"]
 
 SOUND_STATEMENT = "sound: data-independent worst case"
-
-
-def _pos_int(name: str, v) -> int:
-    if isinstance(v, bool) or not isinstance(v, Integral) or v < 1:
-        raise ValueError(f"{name} must be an integer >= 1, got {v!r}")
-    return int(v)
 
 
 def sound_caps(W: int | None, count_clip: int | None) -> tuple[int, int]:
@@ -70,8 +66,8 @@ def sound_gamma(S: float, C: int, W: int, V: int, count_clip: int, reports_per_u
     """
     if isinstance(S, bool) or not (isinstance(S, Real) and math.isfinite(S) and S > 0):
         raise ValueError(f"S must be finite and > 0, got {S!r}")
-    C, W, V = _pos_int("C", C), _pos_int("W", W), _pos_int("V", V)
-    M, m = _pos_int("count_clip", count_clip), _pos_int("reports_per_user", reports_per_user)
+    C, W, V = check_int(C, "C"), check_int(W, "W"), check_int(V, "V")
+    M, m = check_int(count_clip, "count_clip"), check_int(reports_per_user, "reports_per_user")
     beta = min(1.0, m * float(S) / C)
     K = min(m * W, V)
     X = (1.0 - 1.0 / V) * math.log1p(M)
@@ -89,7 +85,7 @@ def cap_rows(U: sp.spmatrix | sp.sparray, W: int) -> sp.csr_matrix:
     The curator's counts already keep each report's first W items in reading order (so this is
     the identity there); the mechanisms apply it anyway so their caps hold by construction.
     """
-    W = _pos_int("W", W)
+    W = check_int(W, "W")
     U = sp.csr_matrix(U)
     U.sum_duplicates()
     U.eliminate_zeros()

@@ -33,6 +33,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from functools import partial
 from typing import Any, TypeVar
 
+from lac.common.checks import check_int
 from lac.common.errors import DataLoss, Unavailable
 from lac.curator.engine import Parts
 from lac.curator.ngrams import ReportItems
@@ -141,8 +142,7 @@ class SparkEngine:
             ("first_wave", first_wave),
             ("max_result_bytes", max_result_bytes),
         ):
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise ValueError(f"{key} must be an integer >= 1, got {v!r}")
+            check_int(v, key)
         self.session = session
         self.parts_per_job = parts_per_job
         self.first_wave = first_wave

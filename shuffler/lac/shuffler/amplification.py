@@ -97,6 +97,9 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
+from lac.common.checks import check_int
+from lac.common.privacy import check_delta, check_epsilon
+
 __all__ = [
     "METHODS",
     "AmplificationResult",
@@ -171,12 +174,9 @@ class AmplificationResult:
 
 
 def _check(eps0: float, n: int, delta: float) -> None:
-    if not (isinstance(n, (int, np.integer)) and n >= 1):
-        raise ValueError(f"n must be a positive integer, got {n!r}")
-    if not (math.isfinite(eps0) and eps0 > 0):
-        raise ValueError(f"eps0 must be finite and > 0, got {eps0!r}")
-    if not (0 < delta < 1):
-        raise ValueError(f"delta must be in (0, 1), got {delta!r}")
+    check_int(n, "n")
+    check_epsilon(eps0, "eps0")
+    check_delta(delta, allow_zero=False)
 
 
 def _kl_bernoulli(x: float, log_q: float, log_1mq: float) -> float:
@@ -497,8 +497,7 @@ def subsampling_epsilon(eps0: float, q: float) -> float:
     independently with probability q) is (log(1 + q(e^eps0 - 1)), q * delta0)-DP with
     respect to adding/removing one record.  See ``subsampling_statement``.
     """
-    if not (math.isfinite(eps0) and eps0 >= 0):
-        raise ValueError(f"eps0 must be finite and >= 0, got {eps0!r}")
+    check_epsilon(eps0, "eps0", allow_zero=True)
     if not (0 <= q <= 1):
         raise ValueError(f"q must be in [0, 1], got {q!r}")
     if q == 0:
