@@ -19,7 +19,6 @@ import pytest
 from lac.shuffler.amplification import (
     AmplificationResult,
     closed_form_valid,
-    local_epsilon_metric,
     local_only_epsilon,
     numerical_delta,
     shuffle_epsilon,
@@ -427,13 +426,6 @@ def test_subsampling_formula():
     assert "5000" in subsampling_statement(5000.0, 0.5)
     with pytest.raises(ValueError):
         subsampling_epsilon(1.0, 1.5)
-
-
-def test_local_epsilon_metric():
-    assert local_epsilon_metric(0.5, 10, 4.0) == pytest.approx(20.0)
-    assert local_epsilon_metric(0.5, 0, 4.0) == 0.0
-    with pytest.raises(ValueError):
-        local_epsilon_metric(-1.0, 3, 1.0)
 
 
 # ------------------------------------------------------------------ speed

@@ -104,7 +104,6 @@ __all__ = [
     "METHODS",
     "AmplificationResult",
     "closed_form_valid",
-    "local_epsilon_metric",
     "local_only_epsilon",
     "numerical_delta",
     "shuffle_epsilon",
@@ -516,22 +515,3 @@ def subsampling_statement(eps0: float, q: float, delta0: float = 0.0) -> str:
         f"delta = q*delta0; add/remove-one neighbouring; assumes each record is kept independently "
         f"with probability q and which records were sampled stays secret]."
     )
-
-
-def local_epsilon_metric(eps_per_word: float, n_words: int, diameter: float) -> float:
-    """Worst-case pure LDP level eps0 of one LAC report.
-
-    The client's metric-DP mechanism guarantees Pr[M(w)=y] <= e^{eps d(w,w')} Pr[M(w')=y]
-    per word, d = Euclidean distance of embeddings.  Any two words are at most
-    ``diameter`` apart (the vocabulary's embedding diameter), so each word is
-    (eps * diameter)-LDP, and a report of ``n_words`` independently perturbed words
-    composes to eps0 = n_words * eps * diameter.  This eps0 is what ``shuffle_epsilon``
-    takes; it is usually large, and the amplifier accounts for it honestly.
-    """
-    if not (eps_per_word >= 0 and math.isfinite(eps_per_word)):
-        raise ValueError("eps_per_word must be finite and >= 0")
-    if not (isinstance(n_words, (int, np.integer)) and n_words >= 0):
-        raise ValueError("n_words must be a non-negative integer")
-    if not (diameter >= 0 and math.isfinite(diameter)):
-        raise ValueError("diameter must be finite and >= 0")
-    return float(n_words) * float(eps_per_word) * float(diameter)

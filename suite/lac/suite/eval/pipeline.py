@@ -6,8 +6,8 @@
     (``lac.shuffler.amplification.shuffle_epsilon``), then the default release at ε* at the curator;
 (c0) as (c) without curator noise (the shuffled batch alone is (ε*, δ)-DP).
 A report of ℓ words under per-word metric DP ε_w is ε0 = ℓ·ε_w·diam-LDP in the worst case
-(``local_epsilon_metric``); reports are truncated to ℓ = ``report_words`` words so that one ε0
-covers every report.
+(``MultivariateLaplace.local_epsilon``, the mechanism's privacy map); reports are truncated to
+ℓ = ``report_words`` words so that one ε0 covers every report.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from lac.client.localizer import Localizer
 from lac.client.mechanisms import MultivariateLaplace
 from lac.common.progress import Progress
 from lac.common.rng import RandomSource
-from lac.shuffler.amplification import local_epsilon_metric, shuffle_epsilon
+from lac.shuffler.amplification import shuffle_epsilon
 
 from . import plots
 from .data import EvalData
@@ -88,8 +88,9 @@ def run(data: EvalData, out: Path, rng: RandomSource) -> dict:
         }
         row["a_curator_only"] = kl(p, release("posterior", clean.U, clean.alpha, target, lcfg, rng, vocab=vocab), lam)
         for key, e0 in (("b_local_only", target), ("c0_shuffle_only", eps0_shuffle)):
-            loc = Localizer(emb, MultivariateLaplace(e0 / (ell * diam)), rng)
-            assert abs(local_epsilon_metric(e0 / (ell * diam), ell, diam) - e0) < 1e-9 * max(1.0, e0)
+            mechanism = MultivariateLaplace(e0 / (ell * diam))
+            loc = Localizer(emb, mechanism, rng)
+            assert abs(mechanism.local_epsilon(ell, diam) - e0) < 1e-9 * max(1.0, e0)
             pc = data.counts_for_config(vocab, lcfg, privatize_reports(loc, reports))
             row[key] = kl(p, pc.private_distribution, lam)
             if key == "c0_shuffle_only":
@@ -101,7 +102,7 @@ def run(data: EvalData, out: Path, rng: RandomSource) -> dict:
     public_kl = kl(p, release("public", None, clean.alpha, 1, cfg, rng), lam)
     practical = []
     for eps_w in (1.0, 5.0, 15.0):
-        e0 = local_epsilon_metric(eps_w, ell, diam)
+        e0 = MultivariateLaplace(eps_w).local_epsilon(ell, diam)
         practical.append({"eps_w": eps_w, "eps0": e0, **_shuffled(e0, n, cfg.delta)})
     xs = list(cfg.central_epsilons)
     fig, (a1, a2) = plots.new(2, f"End to end: n = {n} reports of ≤ {ell} words, δ = {cfg.delta:g}, {emb.name}")
