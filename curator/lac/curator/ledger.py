@@ -15,12 +15,7 @@ from collections.abc import Mapping
 from lac.common.errors import FailedPrecondition
 from lac.common.privacy import Budget
 
-__all__ = ["refuse_overspending", "remaining"]
-
-
-def remaining(spent: Mapping[int, Budget], limit: Budget) -> dict[int, Budget]:
-    """What is left of ``limit`` in each window of ``spent``."""
-    return {w: limit.minus(b) for w, b in spent.items()}
+__all__ = ["refuse_overspending"]
 
 
 def refuse_overspending(spent: Mapping[int, Budget], charge: Budget, limit: Budget) -> None:
