@@ -131,6 +131,14 @@ class ServiceSettings:
         "text",
         "log lines as 'text' or 'json' (one JSON object per line: time, level, logger, message and extra fields)",
     )
+    otlp_endpoint: str = setting(
+        "",
+        "send OpenTelemetry traces over OTLP/HTTP to this collector URL (e.g. http://127.0.0.1:4318/v1/traces; "
+        "needs lac-common[tracing]; spans hold no payload, token or identity); empty = off",
+    )
+    trace_console: bool = setting(
+        False, "print each finished trace span to stdout as one JSON object (needs lac-common[tracing])"
+    )
 
     def __post_init__(self) -> None:
         if self.log_format not in LOG_FORMATS:

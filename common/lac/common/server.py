@@ -32,6 +32,7 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
+from lac.common import tracing
 from lac.common.tls import ServerTls
 
 log = logging.getLogger(__name__)
@@ -50,7 +51,7 @@ def new_server(
 ) -> grpc.aio.Server:
     """An asyncio gRPC server refusing messages over ``max_message_bytes`` (RESOURCE_EXHAUSTED) and,
     if set, serving at most ``max_concurrent_streams`` calls at once per client connection and at most
-    ``max_connections`` connections."""
+    ``max_connections`` connections; its ``lac.v1`` calls are traced if ``lac.common.tracing`` is on."""
     options = [
         ("grpc.so_reuseport", 0),
         ("grpc.max_receive_message_length", max_message_bytes),
@@ -61,7 +62,7 @@ def new_server(
     if max_connections is not None:
         options.append(("grpc.max_allowed_incoming_connections", max_connections))
         _make_room_for(max_connections)
-    return grpc.aio.server(options=options)
+    return grpc.aio.server(options=options, interceptors=tracing.server_interceptors())
 
 
 FDS_BESIDES_CONNECTIONS = 256  # the server's own files: databases, segments, logs, its outgoing channels
@@ -185,4 +186,5 @@ async def run_until_signalled(
     await server.stop(grace_seconds)
     if on_stop is not None:
         await on_stop()
+    tracing.shutdown()  # exports the spans still buffered
     log.info("%s stopped", name, extra={"service": name})

@@ -6,7 +6,7 @@ import asyncio
 from pathlib import Path
 
 from lac.common import config as cfg
-from lac.common import tls
+from lac.common import tls, tracing
 from lac.common.cli import message_json, positive
 from lac.common.errors import LacError
 from lac.common.v1 import shuffler_pb2, shuffler_pb2_grpc
@@ -183,6 +183,7 @@ def _serve(args) -> int:
 
     config = cfg.from_args(ShufflerConfig, ENV_PREFIX, args)
     configure_logging(config.log_format, getattr(args, "verbose", False))
+    tracing.configure_service(config, "shuffler")
 
     async def main():
         shuffler = Shuffler(config)
