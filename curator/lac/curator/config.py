@@ -206,16 +206,16 @@ class CuratorConfig(ServiceSettings):
     )
     ingest_workers: int = setting(
         CORES,
+        "processes that open, validate and count ingested reports (default: "
+        "every core this process may use; 1 = in the server process). Batches "
+        "under 200 reports are opened in the server process",
+    )
     max_connections: int = setting(
         200,
         "most client connections open at once (shufflers, analysts, operators); gRPC closes a further one "
         "as soon as it is accepted (its client gets UNAVAILABLE at once and retries), so new handshakes "
         "never wait on exhausted file descriptors (the open-file limit is raised to fit, up to the hard "
         "limit; a warning at start says when it cannot)",
-    )
-        "processes that open, validate and count ingested reports (default: "
-        "every core this process may use; 1 = in the server process). Batches "
-        "under 200 reports are opened in the server process",
     )
 
     def __post_init__(self) -> None:
