@@ -49,6 +49,7 @@ def batch_privacy(n: int, deployment: Deployment = DEPLOYMENT, window: int | Non
         window_seconds=deployment.window_seconds,
         first_window=w,
         last_window=w,
+        windows_per_period=deployment.windows_per_period,
     )
 
 

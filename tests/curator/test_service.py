@@ -318,6 +318,42 @@ def test_windows_budget_per_window(start_curator, seal):
         assert ok.n_reports == len(TEXTS)
 
 
+def test_every_release_states_a_clients_loss_over_a_period(start_curator, seal):
+    """Issue 23.18: every release ends with one client's loss over a period, from the per-window budget
+    and the deployment's cap on windows per client per period, which batches must carry."""
+    from lac_testkit import batch_privacy
+
+    from lac.common.deployment import Deployment
+
+    for cap, says in ((0, "no cap on windows per client is set"), (30, "at most 30 windows")):
+        cur = start_curator(budget_epsilon=2.0, budget_delta=1e-5, max_windows_per_client_per_period=cap)
+        with grpc.insecure_channel(cur.address) as ch:
+            ingest_stub = curator_pb2_grpc.CuratorIngestStub(ch)
+            stub = curator_pb2_grpc.CuratorStub(ch)
+            published = stub.GetDeployment(reports_pb2.DeploymentRequest(), timeout=10)
+            assert (published.windows_per_period, published.period_seconds) == (cap, 365 * 86400.0)
+            reports = [seal(content(t)) for t in TEXTS]
+            if cap:  # a shuffler without the cap: refused, the batch stays with it
+                code, details = code_of(
+                    lambda: ingest_stub.IngestBatch(
+                        curator_pb2.IngestBatchRequest(
+                            batch_id="uncapped", reports=reports, privacy=batch_privacy(len(reports))
+                        ),
+                        timeout=30,
+                    )
+                )
+                assert code == grpc.StatusCode.FAILED_PRECONDITION and "max_windows_per_client_per_period" in details
+            privacy = batch_privacy(len(reports), Deployment(windows_per_period=cap))
+            ingest_stub.IngestBatch(
+                curator_pb2.IngestBatchRequest(batch_id="b", reports=reports, privacy=privacy), timeout=30
+            )
+            r = stub.Release(curator_pb2.ReleaseRequest(mechanism="laplace", epsilon=1), timeout=60)
+            assert "Over time:" in r.statement and says in r.statement
+            k = cap or 365
+            assert f"= (ε = {2 * k:g}, δ = {1e-5 * k:.3g})" in r.statement
+        cur.stop()
+
+
 def test_mechanisms_over_rpc(start_curator, seal):
     cur = start_curator()
     with grpc.insecure_channel(cur.address) as ch:
@@ -355,7 +391,7 @@ def test_mechanisms_over_rpc(start_curator, seal):
         np.testing.assert_array_equal(np.mod(np.array(full.log_probs)[finite], 2.0**-40), 0.0)
         assert _window_spent(stub, r.first_window).spent_epsilon == pytest.approx(4.0)
 
-    cur2 = start_curator(allow_data_dependent_releases=True)
+    cur2 = start_curator(allow_data_dependent_releases=True, data_dependent_releases_per_window=3)
     with grpc.insecure_channel(cur2.address) as ch:
         ingest(ch, "b1", [seal(content(t)) for t in TEXTS * 4])
         stub = curator_pb2_grpc.CuratorStub(ch)
@@ -372,6 +408,18 @@ def test_mechanisms_over_rpc(start_curator, seal):
         assert lp.data_dependent and not lp.differentially_private
         assert _window_spent(stub, r.first_window).spent_epsilon == 0  # never charged as DP
         assert stub.GetStatus(curator_pb2.CuratorStatusRequest(), timeout=5).releases == 3
+        # Issue 23.15: repeated with fresh noise and averaged, they would undo their noise: bounded per window ...
+        code, details = code_of(
+            lambda: stub.Release(
+                curator_pb2.ReleaseRequest(mechanism="bayesian", epsilon=1, delta=1e-6, sensitivity="bruteforce"),
+                timeout=60,
+            )
+        )
+        assert code == grpc.StatusCode.FAILED_PRECONDITION and "data_dependent_releases_per_window" in details
+        assert stub.GetStatus(curator_pb2.CuratorStatusRequest(), timeout=5).releases == 3
+        # ... and a DP release over those windows says its (ε, δ) is not the whole story.
+        dp = stub.Release(curator_pb2.ReleaseRequest(mechanism="laplace", epsilon=1), timeout=60)
+        assert "Caveat: the data of its windows also fed up to 3 data-dependent release(s)" in dp.statement
 
 
 def test_the_default_release_estimates_the_clean_text_with_the_local_channel(start_curator, seal):

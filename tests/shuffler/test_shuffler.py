@@ -7,6 +7,7 @@ import asyncio
 import logging
 import os
 import sqlite3
+import time
 import urllib.request
 
 import grpc
@@ -367,3 +368,60 @@ def test_shuffler_release_policy_is_a_pure_function():
     assert select_batch(rows, threshold=7) is None
     anonymous = [Row(i, None, 0, None, b"x") for i in range(3)]
     assert not select_batch(anonymous, 3).distinct_clients
+
+
+def test_windows_per_client_per_period_are_capped(tmp_path):
+    """Issue 23.18: with a cap of 2 windows per period of 4 windows, a client's third window of a period
+    is refused whole (nothing stored, reject period_cap); repeated reports in a counted window, other
+    clients and the next period are not affected, and past periods are pruned."""
+    from lac.shuffler.reportlog import OVER_PERIOD_CAP, ReportLog
+
+    log = ReportLog(tmp_path)
+    alice, bob = (log.client_key(c) for c in ("token:alice", "token:bob"))
+
+    def put(client, window):
+        return log.append_groups(
+            [([(os.urandom(16), None, b"x")], client)], window, 2, 1 << 30, period_cap=2, period_windows=4
+        )[0]
+
+    assert put(alice, 8) == [True] and put(alice, 8) == [True]  # period 2 = windows 8..11; quota 2 per window
+    assert put(alice, 10) == [True]
+    assert put(alice, 11) == OVER_PERIOD_CAP
+    assert put(bob, 11) == [True]
+    assert put(alice, 12) == [True]  # period 3: a fresh cap
+    assert log.buffered() == 5
+    assert log.counters()["reject:period_cap"] == 1
+    log.prune_quota(12, 4)
+    assert log._db.execute("SELECT DISTINCT period FROM period_windows").fetchall() == [(3,)]
+    log.close()
+
+
+@pytest.mark.slow
+def test_the_period_cap_is_enforced_on_a_real_shuffler(start_shuffler, sink, tmp_path):
+    """Over RPC: RESOURCE_EXHAUSTED naming the setting, retry-after at the next period; batches carry the cap."""
+    from lac.common.deployment import Deployment
+
+    sink.deployment = Deployment(window_seconds=1.0, period_seconds=4.0, windows_per_period=1)
+    state = tmp_path / "capped"
+    alice = add_client(state / "clients.tokens", "alice")
+    shf = start_shuffler(
+        sink.address,
+        auth="token",
+        state_dir=state,
+        min_batch=1,
+        window_seconds=1.0,
+        period_days=4 / 86400,
+        max_windows_per_client_per_period=1,
+    )
+    while not 0.05 < time.time() % 4 < 1.5:  # early in a period, so the next window is in the same one
+        time.sleep(0.05)
+    assert [a.status for a in _submit(shf.address, [report()], alice)] == [shuffler_pb2.ACK_STATUS_STORED]
+    time.sleep(1.0 - time.time() % 1 + 0.05)  # the next window, same period
+    with pytest.raises(grpc.RpcError) as err:
+        _submit(shf.address, [report()], alice)
+    assert err.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert "max_windows_per_client_per_period" in err.value.details()
+    assert 1 <= int(dict(err.value.trailing_metadata())["retry-after-seconds"]) <= 4
+    assert _status(shf.address).rejects["period_cap"] == 1
+    wait_until(lambda: sink.batches(), timeout=30)
+    assert [b.privacy.windows_per_period for b in sink.batches().values()] == [1]

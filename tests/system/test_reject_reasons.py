@@ -29,6 +29,7 @@ STORED = {
     "invalid_argument",
     "unspecified_encoding",
     "quota",
+    "period_cap",
     "log_full",
     "overloaded",
     "storage_unavailable",

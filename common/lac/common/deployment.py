@@ -12,9 +12,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from lac.common.privacy import Adjacency, Guarantee, Model, PrivacyUnit, check_epsilon
+from lac.common.privacy import Adjacency, Budget, Guarantee, Model, PeriodLoss, PrivacyUnit, check_epsilon
 
-__all__ = ["Deployment", "LOCAL_MECHANISMS", "DEFAULT_EMBEDDING", "DEFAULT_EMBEDDING_DIAMETER"]
+__all__ = ["Deployment", "windows_in_period", "LOCAL_MECHANISMS", "DEFAULT_EMBEDDING", "DEFAULT_EMBEDDING_DIAMETER"]
 
 # Mechanism names (as the client's mechanisms call themselves) <-> wire ids (LocalMechanism enum).
 LOCAL_MECHANISMS = {
@@ -27,6 +27,12 @@ DEFAULT_EMBEDDING = "glove-6b-50d/50000"
 # Exact diameter of the default embedding (GloVe 6B 50d, 50,000 most frequent single-token words);
 # a test recomputes it from the embedding.
 DEFAULT_EMBEDDING_DIAMETER = 18.916230259399217
+
+
+def windows_in_period(period_seconds: float, window_seconds: float) -> int:
+    """How many accounting windows of ``window_seconds`` a period of ``period_seconds`` holds (at least 1);
+    period p holds windows p·n .. p·n + n − 1."""
+    return max(1, int(period_seconds // window_seconds))
 
 
 @dataclass(frozen=True)
@@ -50,6 +56,8 @@ class Deployment:
     reports_per_window: int = 1
     window_seconds: float = 86400.0
     key_ids: tuple[str, ...] = ()
+    period_seconds: float = 365 * 86400.0
+    windows_per_period: int = 0
 
     def __post_init__(self) -> None:
         if self.mechanism not in LOCAL_MECHANISMS:
@@ -64,6 +72,11 @@ class Deployment:
                 raise ValueError(f"{name} must be an integer >= 1, got {v!r}")
         if not (math.isfinite(self.window_seconds) and self.window_seconds > 0):
             raise ValueError(f"window_seconds must be finite and > 0, got {self.window_seconds!r}")
+        if not (math.isfinite(self.period_seconds) and self.period_seconds >= self.window_seconds):
+            raise ValueError(f"period_seconds must be finite and at least window_seconds, got {self.period_seconds!r}")
+        v = self.windows_per_period
+        if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= self.windows_in_period:
+            raise ValueError(f"windows_per_period must be an integer in [0, {self.windows_in_period}], got {v!r}")
         if not all(isinstance(k, str) and k for k in self.key_ids):
             raise ValueError(f"key_ids must be non-empty strings, got {self.key_ids!r}")
 
@@ -75,6 +88,19 @@ class Deployment:
     def window(self, unix_time: float) -> int:
         """The accounting window containing ``unix_time``."""
         return int(unix_time // self.window_seconds)
+
+    @property
+    def windows_in_period(self) -> int:
+        """How many accounting windows one period holds (at least 1)."""
+        return windows_in_period(self.period_seconds, self.window_seconds)
+
+    def period(self, window: int) -> int:
+        """The period (counted from the Unix epoch) of accounting window ``window``."""
+        return window // self.windows_in_period
+
+    def period_loss(self, window_budget: Budget) -> PeriodLoss:
+        """What one client can lose over a period, given the curator's budget per window."""
+        return PeriodLoss(window_budget, self.windows_in_period, self.window_seconds, self.windows_per_period)
 
     def word_guarantee(self) -> Guarantee:
         """The metric-DP guarantee of one word under this deployment (ε per word, at most ε·bound-LDP)."""

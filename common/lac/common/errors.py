@@ -45,6 +45,7 @@ class RejectReason(StrEnum):
     INVALID_ARGUMENT = "invalid_argument"  # a request refused whole (no reason more precise)
     UNSPECIFIED_ENCODING = "unspecified_encoding"
     QUOTA = "quota"  # the client's reports per accounting window are used up
+    PERIOD_CAP = "period_cap"  # the client contributed to its cap of windows in this period already
     LOG_FULL = "log_full"
     OVERLOADED = "overloaded"  # too many bytes wait for a durable commit
     STORAGE_UNAVAILABLE = "storage_unavailable"

@@ -21,6 +21,7 @@ from enum import StrEnum
 from numbers import Real
 
 __all__ = [
+    "PeriodLoss",
     "Adjacency",
     "Budget",
     "Guarantee",
@@ -257,4 +258,40 @@ class Guarantee:
         return (
             f"{self.headline()} Its sensitivity and noise scale are computed from the data and are shown to "
             f"operators only."
+        )
+
+
+@dataclass(frozen=True)
+class PeriodLoss:
+    """The privacy loss of one client over a period of ``windows`` accounting windows, by basic composition
+    of the curator's per-window budget: every window it contributes to may be spent up to ``window_budget``.
+    ``cap`` (0: none) is the most windows of one period a client may contribute to (the shuffler's limit)."""
+
+    window_budget: Budget
+    windows: int
+    window_seconds: float
+    cap: int = 0
+
+    @property
+    def bound(self) -> Budget:
+        """The loss over one period (periods counted from the Unix epoch): cap (or every window) × the budget."""
+        k = self.cap or self.windows
+        return Budget(k * self.window_budget.epsilon, min(k * self.window_budget.delta, 1.0 - 1e-16))
+
+    def statement(self) -> str:
+        """The bound in words, with how it follows and what a cap would change."""
+        b, k, T = self.window_budget, self.cap, self.windows
+        period = f"a period of {_duration(T * self.window_seconds)} ({T} accounting windows, from the Unix epoch)"
+        total = f"(ε = {self.bound.epsilon:.6g}, δ = {self.bound.delta:.3g})"
+        if k:
+            return (
+                f"Over time: over {period} one client contributes to at most {k} windows (enforced by the shuffler "
+                f"for authenticated clients), so its total privacy loss over a period is at most {k} × the per-window "
+                f"budget (ε = {b.epsilon:.6g}, δ = {b.delta:.3g}) = {total} by basic composition; any stretch of "
+                f"that length overlaps two periods, so at most twice that."
+            )
+        return (
+            f"Over time: no cap on windows per client is set, so a client active in every window of {period} "
+            f"can lose up to {T} × the per-window budget (ε = {b.epsilon:.6g}, δ = {b.delta:.3g}) = {total} by "
+            f"basic composition over it; the operator can cap windows per client per period."
         )

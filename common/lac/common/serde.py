@@ -37,6 +37,8 @@ def deployment_to_proto(d: Deployment, server_version: str = "") -> reports_pb2.
         report_epsilon0=d.report_epsilon0,
         server_version=server_version,
         key_ids=d.key_ids,
+        period_seconds=d.period_seconds,
+        windows_per_period=d.windows_per_period,
     )
 
 
@@ -55,6 +57,8 @@ def deployment_from_proto(m: reports_pb2.Deployment) -> Deployment:
             reports_per_window=m.reports_per_window,
             window_seconds=m.window_seconds,
             key_ids=tuple(m.key_ids),
+            period_seconds=m.period_seconds or Deployment.period_seconds,
+            windows_per_period=m.windows_per_period,
         )
     except ValueError as exc:
         raise InvalidArgument(f"invalid deployment: {exc}") from None

@@ -76,6 +76,17 @@ class CuratorConfig(ServiceSettings):
         "quota; batches from a shuffler with another quota are refused",
     )
     window_seconds: float = setting(86400.0, "the accounting window: the privacy unit is one client over a window")
+    period_days: float = setting(
+        365.0,
+        "the period over which every release states one client's total privacy loss (periods counted from the "
+        "Unix epoch, a whole number of windows)",
+    )
+    max_windows_per_client_per_period: int = setting(
+        0,
+        "cap: one client contributes to at most this many accounting windows per period (0: no cap), enforced "
+        "by the shuffler; bounds a client's loss over a period to cap × the per-window budget. Batches from a "
+        "shuffler with another cap are refused",
+    )
     clean_estimate: bool = setting(
         True,
         "the default release estimates the users' clean text from their perturbed reports with the deployment's "
@@ -126,6 +137,13 @@ class CuratorConfig(ServiceSettings):
         "(bruteforce, claim1, laplace-public observed): such "
         "releases are NOT differentially private, labelled so, "
         "never charged as DP, and their γ and σ are operator-only",
+    )
+    data_dependent_releases_per_window: int = setting(
+        1,
+        "with allow_data_dependent_releases: at most this many data-dependent releases may cover any one "
+        "accounting window (each draws fresh noise, so repeating one and averaging would undo its noise); "
+        "they are listed in the ledger with the window, never charged as DP, and the statements of DP "
+        "releases over such windows say so",
     )
     min_signal_share: float = setting(
         0.25,
@@ -229,6 +247,7 @@ class CuratorConfig(ServiceSettings):
             "item_clamp",
             "item_count_clip",
             "endtoend_validation_cap",
+            "data_dependent_releases_per_window",
         ):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1")
@@ -278,6 +297,8 @@ class CuratorConfig(ServiceSettings):
             max_report_words=self.max_report_words,
             reports_per_window=self.reports_per_window,
             window_seconds=self.window_seconds,
+            period_seconds=self.period_days * 86400.0,
+            windows_per_period=self.max_windows_per_client_per_period,
         )
 
     @property

@@ -46,6 +46,7 @@ class Charge:
     delta: float
     request_id: str | None = None
     spec: str = ""
+    data_dependent: bool = False  # a data-dependent release (NOT DP): counted with its windows, ε = δ = 0
 
     @property
     def key(self) -> tuple[str, float]:
@@ -98,13 +99,13 @@ def database_charges(db: sqlite3.Connection) -> list[Charge]:
     """The charges in the ledger of the curator database ``db``."""
     requests = {rid: (req, spec) for req, spec, rid in db.execute("SELECT * FROM release_requests")}
     rows = db.execute(
-        "SELECT release_id, at, MIN(win), MAX(win), MAX(epsilon), MAX(delta), COUNT(*) FROM window_ledger "
+        "SELECT release_id, at, MIN(win), MAX(win), MAX(epsilon), MAX(delta), MAX(data_dependent) FROM window_ledger "
         "GROUP BY release_id, at ORDER BY MIN(id)"
     )
     charges = []
-    for release_id, at, lo, hi, eps, delta, _ in rows:
+    for release_id, at, lo, hi, eps, delta, dd in rows:
         req, spec = requests.get(release_id, (None, ""))
-        charges.append(Charge(release_id, float(at), int(lo), int(hi), float(eps), float(delta), req, spec))
+        charges.append(Charge(release_id, float(at), int(lo), int(hi), float(eps), float(delta), req, spec, bool(dd)))
     return charges
 
 
@@ -124,8 +125,12 @@ def reconcile(db: sqlite3.Connection, state_dir: Path) -> int:
         try:
             for c in missing:
                 db.executemany(
-                    "INSERT INTO window_ledger (release_id, win, epsilon, delta, at) VALUES (?, ?, ?, ?, ?)",
-                    ((c.release_id, w, c.epsilon, c.delta, c.at) for w in range(c.first_window, c.last_window + 1)),
+                    "INSERT INTO window_ledger (release_id, win, epsilon, delta, at, data_dependent) "
+                    "VALUES (?, ?, ?, ?, ?, ?)",
+                    (
+                        (c.release_id, w, c.epsilon, c.delta, c.at, int(c.data_dependent))
+                        for w in range(c.first_window, c.last_window + 1)
+                    ),
                 )
                 if c.request_id is not None:
                     db.execute(

@@ -31,7 +31,7 @@ from typing import Any, Protocol
 import numpy as np
 import scipy.sparse as sp
 
-from lac.common.privacy import Budget, Guarantee, PrivacyUnit, check_delta, check_epsilon
+from lac.common.privacy import Budget, Guarantee, PeriodLoss, PrivacyUnit, check_delta, check_epsilon
 from lac.common.rng import RandomSource
 from lac.curator import segments
 from lac.curator.baselines import (
@@ -516,6 +516,17 @@ def _baseline_release(spec: ReleaseSpec, items: tuple[str, ...], b: BaselineRele
     )
 
 
+def _data_dependent_caveat(n: int) -> str:
+    """What a DP release's statement adds when its windows had ``n`` data-dependent releases before it."""
+    if not n:
+        return ""
+    return (
+        f" Caveat: the data of its windows also fed up to {n} data-dependent release(s) (NOT differentially "
+        f"private, enabled by the operator), so the privacy loss of those windows' clients is not bounded by "
+        f"the ledger's ε and δ alone."
+    )
+
+
 @dataclass(frozen=True)
 class ReleaseRecord:
     """What the curator remembers of a release (stored as JSON; ``lac.curator.serde`` renders the
@@ -549,6 +560,7 @@ class ReleaseRecord:
     discovered: int = 0  # n-grams released by DP discovery
     request_id: str = ""  # the client's id of the request that made it (idempotent retries)
     channel: str = ""  # the deployment whose local channel estimated the users' clean text ("": the perturbed text)
+    data_dependent_before: int = 0  # data-dependent (NOT DP) releases that had covered one of its windows before it
 
     @classmethod
     def of(
@@ -560,9 +572,17 @@ class ReleaseRecord:
         windows: tuple[int, int],
         unit: PrivacyUnit,
         request_id: str = "",
+        data_dependent_before: int = 0,
+        period: PeriodLoss | None = None,
     ) -> ReleaseRecord:
+        """The record of ``release``; ``data_dependent_before``: the most data-dependent releases any of
+        its windows had before it (a DP release's statements then say its guarantee is not the whole story);
+        ``period``: one client's loss over a period, which its statements end with."""
         g = release.guarantee
         charge = release.charge
+        caveat = _data_dependent_caveat(data_dependent_before) if release.differentially_private else ""
+        if period is not None:
+            caveat += " " + period.statement()
         return cls(
             release_id=release_id,
             created_at=created_at,
@@ -586,12 +606,13 @@ class ReleaseRecord:
             last_window=windows[1],
             privacy_unit=unit.describe(),
             reports_per_user=unit.max_reports,
-            statement=release.statement,
-            public_statement=g.public_statement() if g else release.note,
+            statement=release.statement + caveat,
+            public_statement=(g.public_statement() if g else release.note) + caveat,
             threshold=release.threshold if np.isfinite(release.threshold) else 0.0,
             discovered=release.discovered,
             request_id=request_id,
             channel=release.channel,
+            data_dependent_before=data_dependent_before if release.differentially_private else 0,
         )
 
     def to_json(self) -> bytes:

@@ -269,6 +269,12 @@ class Curator:
                 f"{d.reports_per_window} per {d.window_seconds:g} s window; make them agree (the "
                 f"batch stays with the shuffler)"
             )
+        if p.windows_per_period != d.windows_per_period:
+            raise FailedPrecondition(
+                f"the shuffler caps a client at {p.windows_per_period} window(s) per period (0: no cap) but this "
+                f"curator's deployment at {d.windows_per_period}; make max_windows_per_client_per_period agree (the "
+                f"batch stays with the shuffler)"
+            )
         if not p.distinct_clients and not self.config.insecure:
             raise FailedPrecondition(
                 "the batch's reports are not bound to distinct clients (the shuffler runs without "
@@ -509,8 +515,12 @@ class Curator:
         self.storage.check()  # a release that cannot be stored is refused before it is computed or charged
         span, unit = await self._span(spec)
         windows = list(range(span[0], span[1] + 1))
-        if not spec.data_dependent:
+        dd_cap = self.config.data_dependent_releases_per_window
+        if spec.data_dependent:  # fail fast; re-checked where it is counted
+            await self._run(self.store.check_data_dependent, windows, dd_cap)
+        else:
             await self._run(self.store.check_budget, windows, spec.budget, self.budget)  # fail fast; re-checked
+        dd_before = max((await self._run(self.store.data_dependent_releases, windows)).values(), default=0)
         await self._check_accuracy(spec, span, unit, operator)
         reports = await self._run(self.reports, *span)
         channel = await self.channel() if spec.mechanism == "posterior" else None
@@ -528,6 +538,8 @@ class Curator:
             span,
             unit,
             request_id=request_id,
+            data_dependent_before=dd_before,
+            period=self.deployment.period_loss(self.budget),
         )
         stored = await self._run(
             partial(
@@ -542,6 +554,7 @@ class Curator:
                 self.budget,
                 request_id=request_id,
                 spec=key,
+                data_dependent_cap=dd_cap if r.charge is None else None,
             )
         )
         if stored != record.release_id:  # made meanwhile by another curator process on this state directory
@@ -656,7 +669,8 @@ class Curator:
         return await asyncio.to_thread(m.arpa)
 
     async def spent(self) -> dict[int, Budget]:
-        """Budget spent per window, for every window with stored reports or spending."""
+        """Budget spent per window, for every window with spending or between the first and the last that hold
+        reports (that span is disclosed un-noised: public information, README "Privacy, as implemented today")."""
         span = await self._run(self.store.windows)
         spent = await self._run(self.store.spent)
         if span is not None and span[1] - span[0] < 10_000:

@@ -383,6 +383,8 @@ class CuratorStore:
         for col in ("first_window", "last_window"):
             if col not in have:
                 self._db.execute(f"ALTER TABLE batches ADD COLUMN {col} INTEGER NOT NULL DEFAULT 0")
+        if "data_dependent" not in {r[1] for r in self._db.execute("PRAGMA table_info(window_ledger)")}:
+            self._db.execute("ALTER TABLE window_ledger ADD COLUMN data_dependent INTEGER NOT NULL DEFAULT 0")
 
     def counts(self) -> dict[str, int]:
         (batches,) = self._db.execute("SELECT COUNT(*) FROM batches").fetchone()
@@ -416,6 +418,26 @@ class CuratorStore:
             spent = {w: spent.get(w, Budget(0.0)) for w in windows}
         return spent
 
+    def data_dependent_releases(self, windows: list[int] | None = None) -> dict[int, int]:
+        """Data-dependent (NOT DP) releases per window (every window that had one, or just ``windows``)."""
+        rows = self._db.execute(
+            "SELECT win, COUNT(*) FROM window_ledger WHERE data_dependent = 1 GROUP BY win"
+        ).fetchall()
+        counts = {int(w): int(n) for w, n in rows}
+        if windows is not None:
+            counts = {w: counts.get(w, 0) for w in windows}
+        return counts
+
+    def check_data_dependent(self, windows: list[int], cap: int) -> None:
+        """FailedPrecondition if a window in ``windows`` had ``cap`` data-dependent releases already."""
+        full = sorted(w for w, n in self.data_dependent_releases(windows).items() if n >= cap)
+        if full:
+            shown = ", ".join(map(str, full[:5])) + (f" and {len(full) - 5} more" if len(full) > 5 else "")
+            raise FailedPrecondition(
+                f"window(s) {shown} had {cap} data-dependent release(s) already, the most the operator allows "
+                f"(data_dependent_releases_per_window): each draws fresh noise, so more of them could be averaged"
+            )
+
     def check_budget(self, windows: list[int], charge: Budget, limit: Budget) -> None:
         """FailedPrecondition if charging every window in ``windows`` would exceed ``limit`` in any."""
         refuse_overspending(self.spent(windows), charge, limit)
@@ -432,10 +454,13 @@ class CuratorStore:
         limit: Budget,
         request_id: str | None = None,
         spec: str = "",
+        data_dependent_cap: int | None = None,
     ) -> str:
         """Store a release (``record``: its serialized operator record) and, if ``charge`` is given,
         charge it to every window in ``windows`` (consecutive), in one transaction that first re-checks the
-        budget (nothing is stored or spent when it refuses). Returns the id of the release stored
+        budget (nothing is stored or spent when it refuses). A data-dependent release (NOT DP: no
+        ``charge``) gives ``data_dependent_cap``: it is refused in a window that had that many already,
+        else counted with every window it covers (ε = δ = 0). Returns the id of the release stored
         for ``request_id``: this one, or the one an earlier call with the same request id and
         ``spec`` stored (then nothing is written or spent; another ``spec``: AlreadyExists).
 
@@ -453,6 +478,8 @@ class CuratorStore:
                     return earlier
             if charge is not None:
                 self.check_budget(windows, charge, limit)
+            elif data_dependent_cap is not None:
+                self.check_data_dependent(windows, data_dependent_cap)
             extra: dict[str, Any] = (
                 {} if pseudo_counts is None else {"pseudo_counts": np.asarray(pseudo_counts, dtype=np.float64)}
             )
@@ -468,10 +495,12 @@ class CuratorStore:
             if request_id is not None:
                 self._db.execute("INSERT INTO release_requests VALUES (?, ?, ?)", (request_id, spec, release_id))
             now = time.time()
-            if charge is not None:
+            counted = charge if charge is not None else (None if data_dependent_cap is None else Budget(0.0))
+            if counted is not None:
                 self._db.executemany(
-                    "INSERT INTO window_ledger (release_id, win, epsilon, delta, at) VALUES (?, ?, ?, ?, ?)",
-                    ((release_id, w, charge.epsilon, charge.delta, now) for w in windows),
+                    "INSERT INTO window_ledger (release_id, win, epsilon, delta, at, data_dependent) "
+                    "VALUES (?, ?, ?, ?, ?, ?)",
+                    ((release_id, w, counted.epsilon, counted.delta, now, int(charge is None)) for w in windows),
                 )
             self._db.execute("COMMIT")
         except BaseException:
@@ -479,12 +508,20 @@ class CuratorStore:
             if not self._release_maybe_committed(release_id):
                 path.unlink(missing_ok=True)
             raise
-        if charge is not None and windows:  # after the commit: a crash before this is reconciled at start
+        if counted is not None and windows:  # after the commit: a crash before this is reconciled at start
             journal.append(
                 self._journal,
                 [
                     journal.Charge(
-                        release_id, now, windows[0], windows[-1], charge.epsilon, charge.delta, request_id, spec
+                        release_id,
+                        now,
+                        windows[0],
+                        windows[-1],
+                        counted.epsilon,
+                        counted.delta,
+                        request_id,
+                        spec,
+                        data_dependent=charge is None,
                     )
                 ],
             )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -146,6 +147,14 @@ class ShufflerConfig(ServiceSettings):
         "the accounting window of the quota (the privacy unit is one client "
         "over a window); must equal the curator's window_seconds",
     )
+    period_days: float = setting(
+        365.0, "the period of max_windows_per_client_per_period (counted from the Unix epoch); as the curator's"
+    )
+    max_windows_per_client_per_period: int = setting(
+        0,
+        "one client may store reports in at most this many accounting windows per period (0: no cap); a report "
+        "in one more window is refused (RESOURCE_EXHAUSTED, reject period_cap). Must equal the curator's",
+    )
     idempotency_window_days: float = setting(
         7.0,
         "a report's idempotency id is remembered (a retry is acknowledged "
@@ -215,6 +224,10 @@ class ShufflerConfig(ServiceSettings):
             raise ValueError("auth must be 'token' or 'none'")
         if self.reports_per_window < 1:
             raise ValueError("reports_per_window must be at least 1")
+        if not (math.isfinite(self.period_days) and self.period_days * 86400.0 >= self.window_seconds):
+            raise ValueError("period_days must be finite and at least one window")
+        if self.max_windows_per_client_per_period < 0:
+            raise ValueError("max_windows_per_client_per_period must be >= 0 (0: no cap)")
         if self.crowd_threshold < 0 or self.batch_threshold_noise < 0:
             raise ValueError("crowd_threshold and batch_threshold_noise must be >= 0")
         if not 0.0 < self.subsample_q <= 1.0:

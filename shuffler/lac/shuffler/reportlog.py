@@ -17,6 +17,8 @@ What is stored where:
   same content. The body is dropped once the curator acknowledges it.
 * ``quota``: reports per (accounting window, keyed hash of the client id); rows of past
   windows are deleted when a window ends.
+* ``period_windows``: with a cap on windows per client per period, the windows of the current
+  period each client (keyed hash) stored reports in; rows of past periods are deleted.
 * ``seen`` / ``seen_prev``: idempotency ids in two generations. ``rotate_seen`` drops the older
   one and starts a new one once a window has passed, so an id is remembered for at least one
   window and at most two, and the tables stay bounded. Nothing links an id to a report.
@@ -57,6 +59,8 @@ CREATE TABLE IF NOT EXISTS batches (batch_id TEXT PRIMARY KEY, n INTEGER NOT NUL
                                     distinct_clients INTEGER NOT NULL DEFAULT 0);
 CREATE TABLE IF NOT EXISTS window_quota (win INTEGER NOT NULL, client BLOB NOT NULL, n INTEGER NOT NULL,
                                          PRIMARY KEY (win, client)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS period_windows (period INTEGER NOT NULL, client BLOB NOT NULL, win INTEGER NOT NULL,
+                                           PRIMARY KEY (period, client, win)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS counters (name TEXT PRIMARY KEY, value INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value BLOB NOT NULL);
 """
@@ -72,6 +76,7 @@ _ADDED_COLUMNS = {
 
 # Outcomes of a group in ``append_groups`` (not counter labels: those are RejectReason.QUOTA and .LOG_FULL).
 OVER_QUOTA = "over_quota"
+OVER_PERIOD_CAP = "over_period_cap"
 LOG_FULL = "log_full"
 KEEP_DELIVERED = 50  # metadata rows of delivered batches kept for `status`
 PROBE_BYTES = 64 * 1024  # size of the write that tests whether the log is writable again
@@ -174,13 +179,16 @@ class ReportLog:
         free = self._db.execute("PRAGMA freelist_count").fetchone()[0]
         return (pages - free) * self._page_size
 
-    def append_groups(self, groups, window: int, quota: int, max_bytes: int) -> list[list[bool] | str]:
+    def append_groups(
+        self, groups, window: int, quota: int, max_bytes: int, period_cap: int = 0, period_windows: int = 1
+    ) -> list[list[bool] | str]:
         """Store the reports of many Submit calls in one fsync'd transaction.
 
         ``groups``: list of (items, client_key or None), items = [(idempotency_id, crowd, payload)].
-        A client may store at most ``quota`` reports per accounting ``window``. Returns per group a
-        list of bools (True = stored, False = duplicate), or ``OVER_QUOTA`` (nothing of that group
-        stored) or ``LOG_FULL``.
+        A client may store at most ``quota`` reports per accounting ``window``, and reports in at most
+        ``period_cap`` windows (0: no cap) of the period of ``period_windows`` windows holding ``window``.
+        Returns per group a list of bools (True = stored, False = duplicate), or ``OVER_QUOTA`` /
+        ``OVER_PERIOD_CAP`` (nothing of that group stored) or ``LOG_FULL``.
         """
         if self.used_bytes >= max_bytes:
             self.count_reject(RejectReason.LOG_FULL, sum(len(g[0]) for g in groups))
@@ -213,12 +221,26 @@ class ReportLog:
                     row = db.execute(
                         "SELECT n FROM window_quota WHERE win = ? AND client = ?", (window, client)
                     ).fetchone()
-                    if (row[0] if row else 0) + n_new > quota:
+                    over = OVER_QUOTA if (row[0] if row else 0) + n_new > quota else None
+                    if over is None and n_new and period_cap:
+                        period = window // period_windows
+                        (used,) = db.execute(
+                            "SELECT COUNT(*) FROM period_windows WHERE period = ? AND client = ? AND win != ?",
+                            (period, client, window),
+                        ).fetchone()
+                        if used >= period_cap:
+                            over = OVER_PERIOD_CAP
+                        else:
+                            db.execute(
+                                "INSERT OR IGNORE INTO period_windows VALUES (?, ?, ?)", (period, client, window)
+                            )
+                    if over is not None:
                         db.execute("ROLLBACK TO g")
                         db.execute("RELEASE g")
                         known.difference_update(f[0] for f in fresh)
-                        bumps["reject:" + RejectReason.QUOTA] += len(items)
-                        results.append(OVER_QUOTA)
+                        reason = RejectReason.QUOTA if over == OVER_QUOTA else RejectReason.PERIOD_CAP
+                        bumps["reject:" + reason] += len(items)
+                        results.append(over)
                         continue
                     if n_new:
                         db.execute(
@@ -384,10 +406,12 @@ class ReportLog:
                 )
         self.used_bytes = self._measure()
 
-    def prune_quota(self, window: int) -> None:
-        """Delete the quota counters of accounting windows before ``window``."""
+    def prune_quota(self, window: int, period_windows: int = 1) -> None:
+        """Delete the quota counters of accounting windows before ``window``, and the windows counted
+        against the cap in periods (of ``period_windows`` windows) before ``window``'s."""
         with self._tx():
             self._db.execute("DELETE FROM window_quota WHERE win < ?", (window,))
+            self._db.execute("DELETE FROM period_windows WHERE period < ?", (window // period_windows,))
 
     def count_reject(self, reason: RejectReason, n: int = 1) -> None:
         """Count ``n`` rejected reports (in memory; saved by the next write). Any thread."""

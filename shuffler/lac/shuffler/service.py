@@ -38,7 +38,7 @@ from contextlib import suppress
 import grpc
 
 from lac.common import envelope, tls
-from lac.common.deployment import Deployment
+from lac.common.deployment import Deployment, windows_in_period
 from lac.common.envelope import PayloadRejected
 from lac.common.errors import FailedPrecondition, InvalidArgument, RejectReason, ResourceExhausted, Unavailable
 from lac.common.privacy import Adjacency, Guarantee, Model, PrivacyUnit
@@ -53,7 +53,7 @@ from lac.shuffler import amplification, wire
 from lac.shuffler.auth import ShufflerAuth
 from lac.shuffler.config import ShufflerConfig
 from lac.shuffler.metrics import ShufflerMetrics
-from lac.shuffler.reportlog import LOG_FULL, OVER_QUOTA, ReportLog, StoredBatch
+from lac.shuffler.reportlog import LOG_FULL, OVER_PERIOD_CAP, OVER_QUOTA, ReportLog, StoredBatch
 from lac.shuffler.shards import assign_shard, shards_digest
 from lac.shuffler.shuffle import geometric
 
@@ -169,6 +169,7 @@ class Shuffler:
 
     def __init__(self, config: ShufflerConfig):
         self.config = config
+        self._period = windows_in_period(config.period_days * 86400.0, config.window_seconds)  # windows per period
         self._state_lock = StateDirLock(config.state_dir, "shuffler")  # one writer per state directory
         self._curator_tls = tls.client_tls(
             config.curator_ca,
@@ -350,7 +351,9 @@ class Shuffler:
 
     def _commit_groups(self, groups, window: int) -> list:
         self._check_space()
-        return self._log.append_groups(groups, window, self.config.reports_per_window, self.config.max_log_bytes)
+        cfg = self.config
+        cap = cfg.max_windows_per_client_per_period
+        return self._log.append_groups(groups, window, cfg.reports_per_window, cfg.max_log_bytes, cap, self._period)
 
     def window(self, now: float | None = None) -> int:
         """The current accounting window (unix time // window_seconds)."""
@@ -491,6 +494,17 @@ class Shuffler:
                 f"quota of {self.config.reports_per_window} report(s) per client per accounting "
                 f"window reached; retry after {wait:.0f} s (next window)",
                 retry_after=wait,
+                reason=RejectReason.QUOTA,
+            )
+        if result == OVER_PERIOD_CAP:
+            cap, period = self.config.max_windows_per_client_per_period, self._period
+            wait = ((self.window() // period + 1) * period) * self.config.window_seconds - time.time()
+            raise ResourceExhausted(
+                f"this client contributed to {cap} accounting window(s) of the current period of {period} "
+                f"window(s) already, the most the deployment allows (max_windows_per_client_per_period); retry "
+                f"after {wait:.0f} s (next period)",
+                retry_after=wait,
+                reason=RejectReason.PERIOD_CAP,
             )
         if result == LOG_FULL:
             raise Unavailable(
@@ -594,6 +608,7 @@ class Shuffler:
             window_seconds=cfg.window_seconds,
             first_window=batch.first_window,
             last_window=batch.last_window,
+            windows_per_period=cfg.max_windows_per_client_per_period,
         )
 
     # ------------------------------------------------------------------ the curator's deployment
@@ -619,6 +634,16 @@ class Shuffler:
             log.warning("could not fetch the curator's deployment (%s: %s)", exc.code().name, exc.details())
             return self._deployment
         d = deployment_from_proto(reply)
+        cap = self.config.max_windows_per_client_per_period
+        if (d.windows_per_period, d.windows_in_period) != (cap, self._period):
+            log.error(
+                "MISCONFIGURED: this shuffler caps a client at %d window(s) per period of %d windows but the curator's "
+                "deployment at %d per %d; the curator will refuse these batches until both agree",
+                cap,
+                self._period,
+                d.windows_per_period,
+                d.windows_in_period,
+            )
         if (d.reports_per_window, d.window_seconds) != (self.config.reports_per_window, self.config.window_seconds):
             log.error(
                 "MISCONFIGURED: this shuffler's quota is %d report(s) per %g s window but the curator's privacy "
@@ -646,7 +671,7 @@ class Shuffler:
         while True:
             await asyncio.sleep(interval - time.time() % interval + 0.001)
             await self.flush("end of release interval")
-            await self._run(self._log.prune_quota, self.window())
+            await self._run(self._log.prune_quota, self.window(), self._period)
             await self._run(self._log.rotate_seen, self.config.idempotency_window_days * 86400.0)
             await self._run(self._log.save_counters)
 

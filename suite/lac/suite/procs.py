@@ -46,10 +46,11 @@ def start(
     timeout: float = 120.0,
     env: dict | None = None,
     tls: ClientTls | None = None,
+    port: int = 0,
 ) -> Service:
-    """Run ``lac <name> serve <args> --port 0 --port-file ...`` and wait for SERVING health.
+    """Run ``lac <name> serve <args> --port PORT --port-file ...`` on 127.0.0.1 and wait for SERVING health.
 
-    ``tls`` is how to reach the service for the health check when it serves TLS.
+    ``tls`` is how to reach the service for the health check when it serves TLS; ``port`` 0 is any free one.
     """
     workdir.mkdir(parents=True, exist_ok=True)
     port_file = workdir / f"{name}.port"
@@ -64,7 +65,7 @@ def start(
         "--host",
         "127.0.0.1",
         "--port",
-        "0",
+        str(port),
         "--port-file",
         str(port_file),
         *args,

@@ -66,7 +66,7 @@ class ReportContent(_message.Message):
     def __init__(self, report_id: _Optional[bytes] = ..., sentences: _Optional[_Iterable[_Union[Sentence, _Mapping]]] = ..., local_privacy: _Optional[_Union[LocalPrivacy, _Mapping]] = ...) -> None: ...
 
 class Deployment(_message.Message):
-    __slots__ = ("mechanism", "epsilon_per_word", "embedding", "word_distance_bound", "max_report_words", "reports_per_window", "window_seconds", "report_epsilon0", "server_version", "key_ids")
+    __slots__ = ("mechanism", "epsilon_per_word", "embedding", "word_distance_bound", "max_report_words", "reports_per_window", "window_seconds", "report_epsilon0", "server_version", "key_ids", "period_seconds", "windows_per_period")
     MECHANISM_FIELD_NUMBER: _ClassVar[int]
     EPSILON_PER_WORD_FIELD_NUMBER: _ClassVar[int]
     EMBEDDING_FIELD_NUMBER: _ClassVar[int]
@@ -77,6 +77,8 @@ class Deployment(_message.Message):
     REPORT_EPSILON0_FIELD_NUMBER: _ClassVar[int]
     SERVER_VERSION_FIELD_NUMBER: _ClassVar[int]
     KEY_IDS_FIELD_NUMBER: _ClassVar[int]
+    PERIOD_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    WINDOWS_PER_PERIOD_FIELD_NUMBER: _ClassVar[int]
     mechanism: LocalMechanism
     epsilon_per_word: float
     embedding: str
@@ -87,14 +89,16 @@ class Deployment(_message.Message):
     report_epsilon0: float
     server_version: str
     key_ids: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, mechanism: _Optional[_Union[LocalMechanism, str]] = ..., epsilon_per_word: _Optional[float] = ..., embedding: _Optional[str] = ..., word_distance_bound: _Optional[float] = ..., max_report_words: _Optional[int] = ..., reports_per_window: _Optional[int] = ..., window_seconds: _Optional[float] = ..., report_epsilon0: _Optional[float] = ..., server_version: _Optional[str] = ..., key_ids: _Optional[_Iterable[str]] = ...) -> None: ...
+    period_seconds: float
+    windows_per_period: int
+    def __init__(self, mechanism: _Optional[_Union[LocalMechanism, str]] = ..., epsilon_per_word: _Optional[float] = ..., embedding: _Optional[str] = ..., word_distance_bound: _Optional[float] = ..., max_report_words: _Optional[int] = ..., reports_per_window: _Optional[int] = ..., window_seconds: _Optional[float] = ..., report_epsilon0: _Optional[float] = ..., server_version: _Optional[str] = ..., key_ids: _Optional[_Iterable[str]] = ..., period_seconds: _Optional[float] = ..., windows_per_period: _Optional[int] = ...) -> None: ...
 
 class DeploymentRequest(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
 
 class BatchPrivacy(_message.Message):
-    __slots__ = ("n_reports", "report_epsilon0", "delta", "central_epsilon", "amplified", "method", "subsample_q", "crowd_threshold", "statement", "distinct_clients", "reports_per_window", "window_seconds", "first_window", "last_window")
+    __slots__ = ("n_reports", "report_epsilon0", "delta", "central_epsilon", "amplified", "method", "subsample_q", "crowd_threshold", "statement", "distinct_clients", "reports_per_window", "window_seconds", "first_window", "last_window", "windows_per_period")
     N_REPORTS_FIELD_NUMBER: _ClassVar[int]
     REPORT_EPSILON0_FIELD_NUMBER: _ClassVar[int]
     DELTA_FIELD_NUMBER: _ClassVar[int]
@@ -109,6 +113,7 @@ class BatchPrivacy(_message.Message):
     WINDOW_SECONDS_FIELD_NUMBER: _ClassVar[int]
     FIRST_WINDOW_FIELD_NUMBER: _ClassVar[int]
     LAST_WINDOW_FIELD_NUMBER: _ClassVar[int]
+    WINDOWS_PER_PERIOD_FIELD_NUMBER: _ClassVar[int]
     n_reports: int
     report_epsilon0: float
     delta: float
@@ -123,4 +128,5 @@ class BatchPrivacy(_message.Message):
     window_seconds: float
     first_window: int
     last_window: int
-    def __init__(self, n_reports: _Optional[int] = ..., report_epsilon0: _Optional[float] = ..., delta: _Optional[float] = ..., central_epsilon: _Optional[float] = ..., amplified: _Optional[bool] = ..., method: _Optional[str] = ..., subsample_q: _Optional[float] = ..., crowd_threshold: _Optional[int] = ..., statement: _Optional[str] = ..., distinct_clients: _Optional[bool] = ..., reports_per_window: _Optional[int] = ..., window_seconds: _Optional[float] = ..., first_window: _Optional[int] = ..., last_window: _Optional[int] = ...) -> None: ...
+    windows_per_period: int
+    def __init__(self, n_reports: _Optional[int] = ..., report_epsilon0: _Optional[float] = ..., delta: _Optional[float] = ..., central_epsilon: _Optional[float] = ..., amplified: _Optional[bool] = ..., method: _Optional[str] = ..., subsample_q: _Optional[float] = ..., crowd_threshold: _Optional[int] = ..., statement: _Optional[str] = ..., distinct_clients: _Optional[bool] = ..., reports_per_window: _Optional[int] = ..., window_seconds: _Optional[float] = ..., first_window: _Optional[int] = ..., last_window: _Optional[int] = ..., windows_per_period: _Optional[int] = ...) -> None: ...
