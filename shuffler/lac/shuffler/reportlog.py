@@ -64,15 +64,6 @@ CREATE TABLE IF NOT EXISTS period_windows (period INTEGER NOT NULL, client BLOB 
 CREATE TABLE IF NOT EXISTS counters (name TEXT PRIMARY KEY, value INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value BLOB NOT NULL);
 """
-# Columns added after the first release of the format (ALTER TABLE on an older log).
-_ADDED_COLUMNS = {
-    "buffer": ("client BLOB", "win INTEGER NOT NULL DEFAULT 0"),
-    "batches": (
-        "first_window INTEGER NOT NULL DEFAULT 0",
-        "last_window INTEGER NOT NULL DEFAULT 0",
-        "distinct_clients INTEGER NOT NULL DEFAULT 0",
-    ),
-}
 
 # Outcomes of a group in ``append_groups`` (not counter labels: those are RejectReason.QUOTA and .LOG_FULL).
 OVER_QUOTA = "over_quota"
@@ -120,19 +111,12 @@ class ReportLog:
         self._taken: Counter[str] = Counter()
         self.state_dir = state_dir
         private_dir(state_dir)
-        if (state_dir / "reports.sqlite").exists():
-            log.warning(
-                "%s is the pre-0.2 report log format and is not read; deliver or migrate its "
-                "batches with the previous version first",
-                state_dir / "reports.sqlite",
-            )
         self.path = state_dir / "shuffler.sqlite"
         self._db = private_sqlite(self.path)
         self._db.execute("PRAGMA cache_size=-65536")  # 64 MiB: the idempotency index is random-access
         # Checkpoint the WAL into the database every ~40 MiB instead of every 4 MiB: halves ingest cost.
         self._db.execute("PRAGMA wal_autocheckpoint=10000")
         self._db.executescript(_SCHEMA)
-        self._migrate()
         self._page_size = self._db.execute("PRAGMA page_size").fetchone()[0]
         with self._tx():
             row = self._db.execute("SELECT value FROM meta WHERE name = 'client_key'").fetchone()
@@ -149,14 +133,6 @@ class ReportLog:
             self._count_buffered(client, n)
         self.used_bytes = self._measure()
         self.commits = 0  # group commits since open (one fsync each)
-
-    def _migrate(self) -> None:
-        for table, columns in _ADDED_COLUMNS.items():
-            have = {r[1] for r in self._db.execute(f"PRAGMA table_info({table})")}
-            for col in columns:
-                if col.split()[0] not in have:
-                    self._db.execute(f"ALTER TABLE {table} ADD COLUMN {col}")
-        self._db.execute("DROP TABLE IF EXISTS quota")  # per-epoch quota of the previous format
 
     def _count_buffered(self, client: bytes | None, n: int) -> None:
         self._buffered += n
