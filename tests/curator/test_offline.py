@@ -85,11 +85,11 @@ def test_release_offline_library(files, tmp_path):
     [
         ("bayesian", []),
         ("bayesian", ["--sensitivity", "bruteforce"]),
-        ("bayesian", ["--W", "3", "--count-clip", "1000", "--reports-per-user", "2"]),
+        ("bayesian", ["--max-items-per-report", "3", "--count-clip", "1000", "--reports-per-user", "2"]),
         ("endtoend", []),
-        ("laplace", ["--W", "3"]),
-        ("laplace-public", ["--W", "3"]),
-        ("kanon", ["--K", "5"]),
+        ("laplace", ["--max-items-per-report", "3"]),
+        ("laplace-public", ["--max-items-per-report", "3"]),
+        ("kanon", ["--k-anonymity", "5"]),
     ],
 )
 def test_cli_json(files, tmp_path, cli, mechanism, extra):
@@ -181,7 +181,18 @@ def test_offline_posterior_runs_without_discovery_and_says_so(files, tmp_path, c
     assert rec["sigma"] < PosteriorParams(1.0, 1e-6, W=3, discovery=True).sigma
     assert "analytic calibration for (ε, δ) = (1, 1e-06)" in rec["statement"]
     assert "δ_s" not in rec["statement"] and "every other n-gram seen" not in rec["statement"]
-    args = ("--counts", str(counts), "--public", str(public), "--epsilon", "1", "--W", "3", "--json", "--force")
+    args = (
+        "--counts",
+        str(counts),
+        "--public",
+        str(public),
+        "--epsilon",
+        "1",
+        "--max-items-per-report",
+        "3",
+        "--json",
+        "--force",
+    )
     plain = json.loads(cli(*args, "--out", str(tmp_path / "b.npz")))
     flagged = json.loads(cli(*args, "--no-discovery", "--out", str(tmp_path / "c.npz")))
     for r in (plain, flagged):
