@@ -11,22 +11,29 @@ value, so what is printed cannot drift from what is computed:
 * ``Guarantee``: model (metric-local, local, shuffled, central), (ε, δ), unit, adjacency, the
   mechanism, and whether the calibration looked at the data. A data-dependent calibration is
   never differentially private: its statement opens with "NOT differentially private".
+* ``LocalGuarantee``: what an export of privatized reports carries (metric DP per word on the
+  device, at most L words per report, k reports per client per window, shuffled, the shuffle
+  accountant's statement per window as ``WindowShuffle``): local privacy only, no central DP.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from enum import StrEnum
 from numbers import Real
+from typing import Any
 
 __all__ = [
     "PeriodLoss",
     "Adjacency",
     "Budget",
     "Guarantee",
+    "LocalGuarantee",
     "Model",
     "PrivacyUnit",
+    "VACUOUS_EPSILON",
+    "WindowShuffle",
     "check_delta",
     "check_epsilon",
     "DATA_DEPENDENT_PREFIX",
@@ -295,3 +302,189 @@ class PeriodLoss:
             f"can lose up to {T} × the per-window budget (ε = {b.epsilon:.6g}, δ = {b.delta:.3g}) = {total} by "
             f"basic composition over it; the operator can cap windows per client per period."
         )
+
+
+VACUOUS_EPSILON = 10.0
+"""A pure ε-DP bound at or above this rules out nothing in practice: from even odds, an attacker's belief
+about any yes/no question may move to e^ε / (1 + e^ε) ≥ 0.99995. Statements call such a bound vacuous."""
+
+
+def _posterior(epsilon: float) -> str:
+    """The largest belief an ε-DP bound allows from even odds, as printed."""
+    p = 1.0 / (1.0 + math.exp(-min(epsilon, 700.0)))
+    return "1 (to printed precision)" if p > 1 - 1e-9 else f"{p:.6g}"
+
+
+@dataclass(frozen=True)
+class WindowShuffle:
+    """The shuffle accountant's statements for the reports of one accounting window, as the shuffler
+    computed them per batch (``lac.shuffler.amplification``) and the curator stored them with each batch.
+
+    ``epsilon`` and ``delta`` are those of the weakest batch (the largest ε: for the default accountant the
+    smallest batch, ``smallest_batch`` reports); ``amplified`` is True when every batch's ε is below the
+    report-level ε0; ``unverified`` batches carried no statement, or one computed for a smaller ε0 than the
+    deployment's, so nothing is claimed for them beyond the local guarantee."""
+
+    window: int
+    batches: int
+    reports: int
+    smallest_batch: int
+    epsilon: float
+    delta: float
+    amplified: bool
+    method: str
+    unverified: int = 0
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "epsilon", check_epsilon(self.epsilon, allow_zero=True))
+        object.__setattr__(self, "delta", check_delta(self.delta))
+        for name in ("batches", "reports", "smallest_batch", "unverified"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+                raise ValueError(f"{name} must be an integer >= 0, got {v!r}")
+
+    def describe(self, epsilon0: float) -> str:
+        """The window's amplification in one sentence, against the report-level ``epsilon0``."""
+        batches = f"{self.batches} batch{'es' if self.batches != 1 else ''} of {self.reports} reports"
+        if self.amplified and not self.unverified:
+            verdict = (
+                f"shuffling amplifies ε0 to ({self.epsilon:.6g}, {self.delta:.3g})-DP per batch of distinct clients "
+                f"(the weakest batch, {self.smallest_batch} reports; method {self.method})"
+            )
+            if self.epsilon >= VACUOUS_EPSILON:
+                verdict += f", itself vacuous (ε ≥ {VACUOUS_EPSILON:g})"
+        else:
+            why = f"{self.unverified} without a verifiable statement" if self.unverified else "none amplified"
+            verdict = (
+                f"no amplification ({why}; smallest batch {self.smallest_batch} reports): only the local "
+                f"ε0 = {epsilon0:.6g} holds"
+            )
+        return f"window {self.window}: {batches}, {verdict}"
+
+
+@dataclass(frozen=True)
+class LocalGuarantee:
+    """The guarantee of exported privatized reports: what they are, never more.
+
+    Each row is one report as a device sent it (per-word metric DP with ``epsilon_per_word`` over the
+    deployment's embedding, at most ``max_report_words`` words), at most ``reports_per_window`` reports per
+    client per accounting window, from windows ``first_window``..``last_window``, in a fresh uniformly random
+    order with no batch, time or client attached; ``shuffles`` are the shuffle accountant's statements per
+    window. No noise was added at the curator: this is local differential privacy, not a central release,
+    and nothing is charged to the central budget. ``statement()`` is the one way it is printed.
+    """
+
+    mechanism: str
+    epsilon_per_word: float
+    embedding: str
+    word_distance_bound: float
+    max_report_words: int
+    reports_per_window: int
+    window_seconds: float
+    first_window: int
+    last_window: int
+    rows: int
+    shuffles: tuple[WindowShuffle, ...] = field(default=())
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "epsilon_per_word", check_epsilon(self.epsilon_per_word, "epsilon_per_word"))
+        object.__setattr__(self, "word_distance_bound", check_epsilon(self.word_distance_bound, "word_distance_bound"))
+        object.__setattr__(self, "shuffles", tuple(self.shuffles))
+        for name in ("max_report_words", "reports_per_window"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ValueError(f"{name} must be an integer >= 1, got {v!r}")
+        if not (math.isfinite(self.window_seconds) and self.window_seconds > 0):
+            raise ValueError(f"window_seconds must be finite and > 0, got {self.window_seconds!r}")
+        if not 0 <= self.first_window <= self.last_window:
+            raise ValueError(f"windows must satisfy 0 <= first <= last, got {self.first_window}..{self.last_window}")
+        if isinstance(self.rows, bool) or not isinstance(self.rows, int) or self.rows < 0:
+            raise ValueError(f"rows must be an integer >= 0, got {self.rows!r}")
+
+    @property
+    def windows(self) -> int:
+        """The number of accounting windows exported."""
+        return self.last_window - self.first_window + 1
+
+    @property
+    def report_epsilon0(self) -> float:
+        """Worst-case pure local DP of one report: L·ε·bound."""
+        return self.max_report_words * self.epsilon_per_word * self.word_distance_bound
+
+    @property
+    def vacuous(self) -> bool:
+        """Whether the report-level bound ε0 rules out nothing in practice (ε0 ≥ ``VACUOUS_EPSILON``)."""
+        return self.report_epsilon0 >= VACUOUS_EPSILON
+
+    @property
+    def amplified(self) -> bool:
+        """Whether the accountant found amplification in every exported window (with a statement for every batch)."""
+        return bool(self.shuffles) and all(s.amplified and not s.unverified for s in self.shuffles)
+
+    def word_guarantee(self) -> Guarantee:
+        """The per-word metric-DP guarantee every exported word carries."""
+        return Guarantee(
+            Model.METRIC_LOCAL,
+            self.epsilon_per_word,
+            0.0,
+            PrivacyUnit.word(),
+            Adjacency.REPLACE,
+            f"{self.mechanism} over {self.embedding}",
+        )
+
+    def statement(self) -> str:
+        """The export's guarantee in words: local only, per word, per report, per client, the shuffle, no central DP."""
+        L, eps, bound, eps0 = (
+            self.max_report_words,
+            self.epsilon_per_word,
+            self.word_distance_bound,
+            self.report_epsilon0,
+        )
+        k, T = self.reports_per_window, self.windows
+        span = f"window {self.first_window}" if T == 1 else f"windows {self.first_window}..{self.last_window}"
+        parts = [
+            f"Exported privatized reports of accounting {span} ({self.rows} rows): local differential privacy "
+            f"only. NOT a central differential-privacy release: the curator added no noise and charged nothing to "
+            f"the central budget; each row is one report's words as its device perturbed them.",
+            f"Per word: {self.word_guarantee().headline()}",
+            f"Per report: at most {L} words, each perturbed independently, so one report is ε0-LDP with "
+            f"ε0 = L·ε·bound = {L}·{eps:.6g}·{bound:.6g} = {eps0:.6g}.",
+        ]
+        if self.vacuous:
+            parts.append(
+                f"That report-level bound is vacuous (ε0 ≥ {VACUOUS_EPSILON:g}: from even odds an attacker's belief "
+                f"about anything in a report may reach {_posterior(eps0)}): what protects a report is the per-word "
+                f"metric guarantee, which hides a word among words near it in the embedding, not the whole text."
+            )
+        per = "report" if k == 1 else "reports"
+        parts.append(
+            f"Per client: at most {k} {per} per accounting window of {_duration(self.window_seconds)} (the "
+            f"shuffler's quota), so one client is the source of at most {k * T} of these rows. Rows carry no "
+            f"batch, time, order, position or client and come in a fresh uniformly random order, but their words "
+            f"can still link rows of one writer (style, repeated rare words)."
+        )
+        if self.shuffles:
+            shown = [s.describe(eps0) for s in self.shuffles[:5]]
+            more = len(self.shuffles) - len(shown)
+            if more:
+                rest = self.shuffles[5:]
+                n_amp = sum(s.amplified and not s.unverified for s in rest)
+                shown.append(f"and {more} more window{'s' if more != 1 else ''} ({n_amp} of them amplified)")
+            parts.append("Shuffle accountant (the shuffler's, per batch): " + "; ".join(shown) + ".")
+        else:
+            parts.append("Shuffle accountant: no statement (no batch in these windows carried one).")
+        if not any(s.amplified and not s.unverified for s in self.shuffles):
+            parts.append("Shuffling adds nothing provable here: the local guarantees above are all that holds.")
+        elif not self.amplified:
+            parts.append("In the windows without amplification only the local guarantees above hold.")
+        if k > 1:
+            parts.append(f"A client's {k} reports in one window compose: {k}× the per-report and per-word losses.")
+        return " ".join(parts)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The guarantee as a plain dict (JSON-able), with its statement."""
+        d = asdict(self)
+        d["report_epsilon0"] = self.report_epsilon0
+        d["vacuous"] = self.vacuous
+        d["statement"] = self.statement()
+        return d
