@@ -5,7 +5,8 @@ Layout under ``state_dir``:
 * ``curator.sqlite`` (WAL, ``synchronous=FULL``, mode 0600 in a 0700 directory): batches (with the
   range of accounting windows their reports were accepted in), the report ids of the replay
   window, quarantined reports, releases, the request id of each release (idempotent retries), the
-  privacy ledger (one row per release and window it covers), counters. Small rows only.
+  privacy ledger (one row per release and window it covers), counters, the exports of privatized
+  reports (who, when, which windows, how many rows, the guarantee; never charged). Small rows only.
 * ``segments/window=<w>/<batch>.parquet``: one immutable Parquet segment per ingested batch
   (``lac.curator.segments``): every distinct n-gram of every report with its raw count, in the
   report's first-occurrence order, so W, C and the vocabulary are applied at release time.
@@ -71,6 +72,9 @@ CREATE TABLE IF NOT EXISTS noisy_counts (first_window INTEGER NOT NULL, last_win
 CREATE TABLE IF NOT EXISTS release_requests (request_id TEXT PRIMARY KEY, spec TEXT NOT NULL,
                                              release_id TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS probe (id INTEGER PRIMARY KEY CHECK (id = 1), at REAL NOT NULL, pad BLOB NOT NULL);
+CREATE TABLE IF NOT EXISTS exports (export_id TEXT PRIMARY KEY, identity TEXT NOT NULL, at REAL NOT NULL,
+                                    first_window INTEGER NOT NULL, last_window INTEGER NOT NULL,
+                                    rows INTEGER NOT NULL, guarantee TEXT NOT NULL);
 """
 PROBE_BYTES = 1 << 20  # a test write: this much to a file, and a page-sized row to the database
 
@@ -355,6 +359,46 @@ class CuratorStore:
                 + (f" (and {len(missing) - 1} more)" if len(missing) > 1 else "")
             )
         return paths
+
+    def batch_privacy(self, first_window: int, last_window: int) -> list[tuple[int, int, int, bytes | None]]:
+        """(first window, last window, accepted reports, the shuffler's serialized ``BatchPrivacy`` or None) of
+        every stored batch whose windows lie in [first_window, last_window] (the batches an export reads)."""
+        return [
+            (int(a), int(b), int(n), p)
+            for a, b, n, p in self._db.execute(
+                "SELECT first_window, last_window, accepted, privacy FROM batches WHERE segment IS NOT NULL "
+                "AND first_window >= ? AND last_window <= ? ORDER BY rowid",
+                (first_window, last_window),
+            )
+        ]
+
+    def add_export(
+        self, export_id: str, identity: str, first_window: int, last_window: int, rows: int, guarantee: str
+    ) -> float:
+        """Record an export of privatized reports (committed before any row is sent); returns its time.
+        Exports are listed with the ledger but charge nothing: they are local DP, not central releases."""
+        self.check_space()
+        self._begin()
+        try:
+            now = time.time()
+            self._db.execute(
+                "INSERT INTO exports VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (export_id, identity, now, first_window, last_window, rows, guarantee),
+            )
+            self._db.execute("COMMIT")
+        except BaseException:
+            self._rollback()
+            raise
+        return now
+
+    def exports(self) -> list[tuple[str, str, float, int, int, int]]:
+        """Every export, oldest first: (export id, identity, unix time, first window, last window, rows)."""
+        return [
+            (str(e), str(i), float(t), int(a), int(b), int(n))
+            for e, i, t, a, b, n in self._db.execute(
+                "SELECT export_id, identity, at, first_window, last_window, rows FROM exports ORDER BY at, rowid"
+            )
+        ]
 
     def migrate_npz(self) -> int:
         """Convert the ``.npz`` segments of earlier versions to Parquet; returns how many. Each is
