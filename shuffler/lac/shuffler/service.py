@@ -37,7 +37,7 @@ from contextlib import suppress
 
 import grpc
 
-from lac.common import envelope, tls
+from lac.common import envelope, tls, tracing
 from lac.common.deployment import Deployment, windows_in_period
 from lac.common.envelope import PayloadRejected
 from lac.common.errors import FailedPrecondition, InvalidArgument, RejectReason, ResourceExhausted, Unavailable
@@ -74,7 +74,8 @@ class WrongShard(FailedPrecondition):
     def __init__(self, shard: str, this_replica: str):
         super().__init__(
             f"this client belongs to the shuffler replica at {shard}, not to {this_replica}: send the "
-            f"same reports there (trailing metadata lac-shard); nothing was stored here"
+            f"same reports there (trailing metadata lac-shard); nothing was stored here",
+            reason=RejectReason.WRONG_SHARD,
         )
         self.shard = shard
 
@@ -86,7 +87,8 @@ class ShardListMismatch(FailedPrecondition):
         super().__init__(
             f"this client was routed by a shard list (digest {digest[:16] or 'none: not sharded'}) other than "
             f"this replica's (digest {own[:16] or 'none: not sharded'}): the shuffler replicas' --shards differ, "
-            f"tell their operator; nothing was stored here"
+            f"tell their operator; nothing was stored here",
+            reason=RejectReason.SHARD_LIST_MISMATCH,
         )
         self.own = own
 
@@ -290,6 +292,7 @@ class Shuffler:
             raise Unavailable(
                 f"this replica's shard list applies from accounting window {start} (in {wait:.0f} s); retry then",
                 retry_after=wait,
+                reason=RejectReason.SHARDS_NOT_EFFECTIVE,
             )
         if home != self.config.shard_name:
             self._log.count_reject(RejectReason.WRONG_SHARD, n_reports)
@@ -457,7 +460,9 @@ class Shuffler:
         try:
             items = self.validate(reports)
         except InvalidArgument as exc:
-            self._log.count_reject(exc.reason if isinstance(exc, PayloadRejected) else RejectReason.INVALID_ARGUMENT)
+            reason = exc.reason if isinstance(exc, PayloadRejected) else RejectReason.INVALID_ARGUMENT
+            self._log.count_reject(reason)
+            exc.extra.setdefault("reason", reason)  # logged as reject_reason (lac.common.rpc)
             raise
         if not self.storage.ok:
             self._log.count_reject(RejectReason.STORAGE_UNAVAILABLE, len(items))
@@ -469,6 +474,7 @@ class Shuffler:
                 f"ingest queue full ({self._pending_bytes} bytes wait for a durable commit; "
                 f"max_pending_bytes={cfg.max_pending_bytes}); retry",
                 retry_after=1,
+                reason=RejectReason.OVERLOADED,
             )
         key = self._log.client_key(client_id) if client_id is not None else None
         fut = asyncio.get_running_loop().create_future()
@@ -488,6 +494,7 @@ class Shuffler:
             ) from None
         if isinstance(result, Exception):
             raise result
+        tracing.set_attributes({"lac.reports": len(items)})
         if result == OVER_QUOTA:
             wait = self.seconds_to_next_window()
             raise ResourceExhausted(
@@ -511,6 +518,7 @@ class Shuffler:
                 f"report log full ({self._log.used_bytes} of {self.config.max_log_bytes} bytes): "
                 "the curator is not taking batches; retry later",
                 retry_after=30,
+                reason=RejectReason.LOG_FULL,
             )
         return result
 
@@ -585,7 +593,20 @@ class Shuffler:
             f"{why}: released batch {released.batch_id} of {released.size} reports{parts}{dropped}; "
             f"{left} report(s) of clients already in it carried over"
         )
-        log.info("released batch %s of %d shuffled reports (%s)%s", released.batch_id, released.size, why, dropped)
+        log.info(
+            "released batch %s of %d shuffled reports (%s)%s",
+            released.batch_id,
+            released.size,
+            why,
+            dropped,
+            extra={
+                "batch_id": released.batch_id,
+                "reports": released.size,
+                "trigger": why,
+                "dropped_subsampled": released.dropped_subsampled,
+                "dropped_crowd": released.dropped_crowd,
+            },
+        )
         self._wake_forwarder.set()
         return released.batch_id, released.size
 
@@ -631,7 +652,12 @@ class Shuffler:
                 reports_pb2.DeploymentRequest(), timeout=30
             )
         except grpc.aio.AioRpcError as exc:
-            log.warning("could not fetch the curator's deployment (%s: %s)", exc.code().name, exc.details())
+            log.warning(
+                "could not fetch the curator's deployment (%s: %s)",
+                exc.code().name,
+                exc.details(),
+                extra={"method": "GetDeployment", "status_code": exc.code().name},
+            )
             return self._deployment
         d = deployment_from_proto(reply)
         cap = self.config.max_windows_per_client_per_period
@@ -705,7 +731,11 @@ class Shuffler:
                     while True:
                         sent = time.perf_counter()
                         try:
-                            reply = await ingest(body, timeout=120)
+                            # a new trace per attempt, never a child of a client's Submit: see lac.common.tracing
+                            attributes = {"lac.batch_id": batch_id, "lac.reports": batch.n, "rpc.method": "IngestBatch"}
+                            with tracing.span("shuffler.forward_batch", attributes, root=True, client=True):
+                                reply = await ingest(body, timeout=120, metadata=tracing.inject() or None)
+                                tracing.set_attributes({"lac.accepted": reply.accepted, "lac.rejected": reply.rejected})
                         except grpc.aio.AioRpcError as exc:
                             self.metrics.forward_seconds.labels(exc.code().name).observe(time.perf_counter() - sent)
                             self.forward_failures += 1
@@ -715,6 +745,12 @@ class Shuffler:
                                 exc.code().name,
                                 exc.details(),
                                 delay,
+                                extra={
+                                    "batch_id": batch_id,
+                                    "method": "IngestBatch",
+                                    "status_code": exc.code().name,
+                                    "retry_in_seconds": delay,
+                                },
                             )
                             await asyncio.sleep(delay)
                             delay = min(delay * 2, self.config.forward_retry_max_seconds)
@@ -728,6 +764,14 @@ class Shuffler:
                             reply.accepted,
                             reply.rejected,
                             ", already stored" if reply.duplicate else "",
+                            extra={
+                                "batch_id": batch_id,
+                                "method": "IngestBatch",
+                                "status_code": "OK",
+                                "accepted": reply.accepted,
+                                "rejected": reply.rejected,
+                                "duplicate": reply.duplicate,
+                            },
                         )
                         break
 
