@@ -57,7 +57,9 @@ def register(subparsers) -> None:
         "stdout. Ids already registered are refused: `rotate-client` replaces a client's token.",
     )
     which = bulk.add_mutually_exclusive_group()  # one of them: checked by the command, after the flags
-    which.add_argument("--count", type=positive(int), help="number of new clients, with generated ids")
+    which.add_argument(
+        "--count", type=positive(int), help="number of new clients, with generated ids (this or --from-file)"
+    )
     which.add_argument("--from-file", type=Path, help="file of ids to register, one per line")
     bulk.add_argument("--prefix", default="client-", help="id prefix of --count [default: client-]")
     bulk.add_argument(
