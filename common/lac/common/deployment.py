@@ -30,8 +30,8 @@ DEFAULT_EMBEDDING_DIAMETER = 18.916230259399217
 
 
 def windows_in_period(period_seconds: float, window_seconds: float) -> int:
-    """How many accounting windows of ``window_seconds`` a period of ``period_seconds`` holds (at least 1);
-    period p holds windows p·n .. p·n + n − 1."""
+    """How many accounting windows of ``window_seconds`` a period of ``period_seconds`` holds (at least 1: a
+    period shorter than a window is one window); period p holds windows p·n .. p·n + n − 1."""
     return max(1, int(period_seconds // window_seconds))
 
 
@@ -72,8 +72,8 @@ class Deployment:
                 raise ValueError(f"{name} must be an integer >= 1, got {v!r}")
         if not (math.isfinite(self.window_seconds) and self.window_seconds > 0):
             raise ValueError(f"window_seconds must be finite and > 0, got {self.window_seconds!r}")
-        if not (math.isfinite(self.period_seconds) and self.period_seconds >= self.window_seconds):
-            raise ValueError(f"period_seconds must be finite and at least window_seconds, got {self.period_seconds!r}")
+        if not (math.isfinite(self.period_seconds) and self.period_seconds > 0):
+            raise ValueError(f"period_seconds must be finite and > 0, got {self.period_seconds!r}")
         v = self.windows_per_period
         if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= self.windows_in_period:
             raise ValueError(f"windows_per_period must be an integer in [0, {self.windows_in_period}], got {v!r}")
