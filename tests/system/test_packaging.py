@@ -120,7 +120,8 @@ def test_client_installs_alone(tmp_path, start_shuffler, sink):
     met: numpy (74 MB, of it 25 MB OpenBLAS and 17 MB numpy's own tests), grpcio (19 MB) and cryptography
     (16 MB) alone come to 109 MB; the bound below keeps anything else from creeping in."""
     py = _install_alone(tmp_path, "client")
-    subprocess.run([py, "-c", "import lac.client.localizer, lac.client.submit, lac.common.health"], check=True)
+    imports = "import lac.client.localizer, lac.client.submit, lac.client.aio, lac.common.health"
+    subprocess.run([py, "-c", imports], check=True)
     assert not CLIENT_FORBIDDEN & _installed(py), CLIENT_FORBIDDEN & _installed(py)
     lac = str(tmp_path / "venv" / "bin" / "lac")
     for argv in (["--version"], ["health", "--help"], ["client", "--help"], ["keys", "--help"], ["--help"]):
