@@ -2,6 +2,7 @@
 """All-core ingest: opening (HPKE), validating and counting sealed reports with 1, 2 and every core.
 
     python benchmarks/bench_ingest.py [--reports 200000] [--texts users|fortunes] [--workers 1,2,N] [--repeat 3]
+    python benchmarks/bench_ingest.py --sizes 200,1000,5000,20000,100000 [--repeat 5]
 
 Real reports: the simulated users' texts (``lac.suite.data.user_texts``, ~390k distinct short real
 texts, one per user, in a fixed random order) or the BSD fortunes (the demo's users), tokenised
@@ -14,6 +15,13 @@ combined into the batch's, as the store does before writing the segment). The re
 equal across worker counts. Writing the segment (Parquet, one file, serial) is timed once, apart.
 The CPU time of all processes (Linux /proc) shows what the pool costs beyond the work itself: on a
 busy machine it is the figure to trust, the wall-clock ratio needs the cores free.
+
+``--sizes``: batches of each size (the first reports of the same set), each timed with one in-process
+worker (the baseline of the row), with the pool of every core kept warm (started before, as the curator
+starts it with the server; forced to pool even below ``MIN_POOL_BATCH``), with a cold pool (a fresh
+pool whose workers start with this batch: what a first batch paid when workers started on first use),
+and with the curator's policy (the warm pool from ``MIN_POOL_BATCH`` reports, in process below).
+Measurements alternate between the variants, best of ``--repeat``.
 """
 
 from __future__ import annotations
@@ -24,51 +32,57 @@ import tempfile
 import time
 from pathlib import Path
 
-import numpy as np
+from benchkit import cpu_seconds, real_reports, sealed_payloads
 
 from lac.common import envelope
-from lac.common.deployment import Deployment
-from lac.common.serde import mechanism_id
-from lac.common.text import sentences
-from lac.common.v1 import reports_pb2
 from lac.curator import segments
 from lac.curator.config import CORES, CuratorConfig
 from lac.curator.ingest import MIN_POOL_BATCH, IngestContext, IngestPool, merge_counts
-from lac.suite.data import load_users, user_texts
 
 
-def reports(texts: list[str], n: int, max_words: int) -> list[list[list[str]]]:
-    """``n`` reports of at most ``max_words`` words from ``texts``, in order (repeated as needed)."""
-    out: list[list[list[str]]] = []
-    while True:
-        for text in texts:
-            report: list[list[str]] = []
-            words = 0
-            for s in sentences(text):
-                while s:
-                    take = s[: max_words - words]
-                    report.append(take)
-                    words += len(take)
-                    s = s[len(take) :]
-                    if words == max_words:
-                        out.append(report)
-                        report, words = [], 0
-                        if len(out) == n:
-                            return out
-            if report:
-                out.append(report)
-                if len(out) == n:
-                    return out
+def _batch_seconds(pool: IngestPool, payloads: list[bytes]) -> float:
+    """Seconds to count one batch as the curator does: the pool's chunks, then merged."""
+    t0 = time.perf_counter()
+    chunks = pool.run(payloads)
+    merge_counts(chunks, range(sum(len(c.ids) for c in chunks)))
+    return time.perf_counter() - t0
 
 
-def cpu_seconds(pids: list[int]) -> float:
-    """CPU time of this process and of ``pids`` (Linux /proc; the workers are not our children)."""
-    total = time.process_time()
-    for pid in pids:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    return total
+def by_size(ctx: IngestContext, payloads: list[bytes], sizes: list[int], repeat: int) -> None:
+    """Per batch size: one in-process worker against a warm pool, a cold pool and the curator's policy."""
+    one = IngestPool(ctx, 1)
+    warm = IngestPool(ctx, CORES, min_pool_batch=1)  # always pooled, workers started before timing
+    policy = IngestPool(ctx, CORES)  # the curator's: pooled from MIN_POOL_BATCH reports, warm
+    try:
+        warm.start()
+        policy.start()
+        print(f"batches of the first n reports; {CORES} workers; MIN_POOL_BATCH = {MIN_POOL_BATCH:,}")
+        print(
+            "| reports | 1 worker, in process | warm pool | vs 1 worker | cold pool (first batch) | vs 1 worker "
+            "| curator's policy | vs 1 worker |"
+        )
+        print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+        for n in sizes:
+            batch = payloads[:n]
+            best = {"one": float("inf"), "warm": float("inf"), "policy": float("inf")}
+            for _ in range(repeat):  # interleaved, so that other work on the machine hits each alike
+                for name, pool in (("one", one), ("warm", warm), ("policy", policy)):
+                    best[name] = min(best[name], _batch_seconds(pool, batch))
+            cold_pool = IngestPool(ctx, CORES, min_pool_batch=1)
+            try:
+                cold = _batch_seconds(cold_pool, batch)
+            finally:
+                cold_pool.close()
+            base = best["one"]
+            print(
+                f"| {n:,} | {1e3 * base:,.0f} ms | {1e3 * best['warm']:,.0f} ms | {base / best['warm']:.2f}x | "
+                f"{1e3 * cold:,.0f} ms | {base / cold:.2f}x | {1e3 * best['policy']:,.0f} ms "
+                f"({'pool' if policy.pooled(n) else 'in process'}) | {base / best['policy']:.2f}x |"
+            )
+    finally:
+        for pool in (one, warm, policy):
+            pool.close()
+    print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
 
 
 def main() -> None:
@@ -77,29 +91,19 @@ def main() -> None:
     ap.add_argument("--texts", choices=("users", "fortunes"), default="users")
     ap.add_argument("--workers", default=f"1,2,{CORES}", help="comma-separated worker counts (1 = in process)")
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--sizes", default="", help="comma-separated batch sizes: the pool against one worker at each")
     a = ap.parse_args()
+    sizes = sorted({int(n) for n in a.sizes.split(",") if n})
+    if sizes:
+        a.reports = max(sizes)
     counts = sorted({int(w) for w in a.workers.split(",")})
-    d = Deployment()
-    lp = reports_pb2.LocalPrivacy(
-        mechanism=mechanism_id(d.mechanism), epsilon_per_word=d.epsilon_per_word, embedding=d.embedding
-    )
-    source = user_texts(0) if a.texts == "users" else load_users()
-    source = [source[i] for i in np.random.default_rng(0).permutation(len(source))]  # the sources mixed
-    texts = reports(source, a.reports, d.max_report_words)
+    texts = real_reports(a.reports, a.texts)
     with tempfile.TemporaryDirectory() as kd:
         envelope.generate_key(kd)
         ring = envelope.CuratorKeyRing.load(kd)
     key = ring.public_key()
     t0 = time.perf_counter()
-    payloads = [
-        envelope.seal(
-            reports_pb2.ReportContent(
-                report_id=os.urandom(16), local_privacy=lp, sentences=[reports_pb2.Sentence(tokens=s) for s in r]
-            ),
-            key,
-        ).SerializeToString()
-        for r in texts
-    ]
+    payloads = sealed_payloads(texts, key)
     t_seal = time.perf_counter() - t0
     n = len(payloads)
     n_words = sum(len(s) for r in texts for s in r)
@@ -110,6 +114,8 @@ def main() -> None:
         f"{CORES} core(s) available, load average {os.getloadavg()[0]:.2f}"
     )
     ctx = IngestContext.of(CuratorConfig(), ring, 3)
+    if sizes:
+        return by_size(ctx, payloads, sizes, a.repeat)
     base = None
     reference = None
     print("| workers | chunks | time | reports/s | reports/s per core | vs 1 worker | CPU per report, all processes |")

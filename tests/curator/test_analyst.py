@@ -249,7 +249,9 @@ def test_distribution_queries_equal_the_rpcs(raw, pki, tmp_path):
         "remaining_delta",
         "budget_epsilon",
         "budget_delta",
+        "exports",
     ]
+    assert (budget["exports"] == 0).all()  # no export of privatized reports (tests/curator/test_export.py)
     assert budget["window"].dtype == np.int64 and str(budget["window_start"].dtype) == "datetime64[us, UTC]"
     assert [
         tuple(r)

@@ -15,14 +15,14 @@ import grpc
 import numpy as np
 import pytest
 from curator_testkit import Stubs, batch, serve_curator
-from lac_testkit import DEPLOYMENT, batch_privacy, content
+from lac_testkit import DEPLOYMENT, batch_privacy, content, wait_until
 
 from lac.common import envelope
 from lac.common.text import sentences
 from lac.common.v1 import curator_pb2, curator_pb2_grpc, reports_pb2
 from lac.curator import segments as seg
 from lac.curator.config import CuratorConfig
-from lac.curator.ingest import IngestContext, OpenedChunk, count_chunk, merge_counts, open_chunk
+from lac.curator.ingest import IngestContext, IngestPool, OpenedChunk, count_chunk, merge_counts, open_chunk
 from lac.curator.ngrams import report_items
 from lac.curator.store import CuratorStore
 
@@ -197,6 +197,27 @@ def test_a_dead_worker_fails_the_batch_retryably(start_curator, curator_public_k
         reply = ingest(ch, "b2", batch)
         assert (reply.accepted, reply.rejected, reply.duplicate) == (300, 0, False)
         assert set(pool.worker_pids()).isdisjoint(pids)
+
+
+def test_the_workers_start_with_the_curator_and_stay(start_curator, curator_public_key, text):
+    """No batch waits for worker processes: the curator starts its pool with the server, and the same
+    workers count every pooled batch; below ``min_pool_batch`` a batch is opened in process."""
+    seal = lambda c: envelope.seal(c, curator_public_key)  # noqa: E731
+    rng = np.random.default_rng(5)
+    cur = start_curator(ingest_workers=2)
+    pool = cur.curator._ingest
+    wait_until(lambda: len(pool.worker_pids()) == 2)  # before any batch
+    pids = set(pool.worker_pids())
+    assert set(pool.start()) <= pids  # started already: no new process
+    with grpc.insecure_channel(cur.address) as ch:
+        for i in range(2):
+            assert ingest(ch, f"b{i}", [seal(c) for c in good_reports(text, rng, 250)]).accepted == 250
+    assert set(pool.worker_pids()) == pids
+    assert pool.pooled(200) and not pool.pooled(199)
+    with pytest.raises(ValueError, match="min_pool_batch"):
+        IngestPool(pool.ctx, 2, min_pool_batch=0)
+    one = IngestPool(pool.ctx, 1)
+    assert one.start() == [] and one.worker_pids() == []
 
 
 def _descendants(root: int) -> set[int]:

@@ -33,6 +33,7 @@ N_REPORTS = 23
 def pki(tmp_path):
     p = LocalDeployment.create(tmp_path / "keys")
     tls.issue(p.root / "tls", "intruder", ["localhost", "127.0.0.1"])  # signed by the CA, in no role
+    tls.issue(p.root / "tls", "exporter", ["localhost", "127.0.0.1"])  # the curator's export_identities
     return p
 
 
@@ -67,6 +68,9 @@ def _curator_calls(stub, ingest, release_id):
             curator_pb2.PerplexityRequest(release_id=release_id, text="The dog."), timeout=10
         ),
         "ExportArpa": lambda: list(stub.ExportArpa(curator_pb2.ExportArpaRequest(release_id=release_id), timeout=30)),
+        "ExportReports": lambda: list(
+            stub.ExportReports(curator_pb2.ExportReportsRequest(first_window=0, last_window=0), timeout=30)
+        ),
     }
 
 
@@ -99,6 +103,7 @@ CURATOR_ALLOWED = {
         "Perplexity",
         "ExportArpa",
     },
+    "exporter": {"ExportReports"},  # only with the operator's grant (export_identities); analysts need it too
     "intruder": set(),
     "curator": set(),
 }
@@ -107,7 +112,14 @@ CURATOR_ALLOWED = {
 @pytest.fixture
 def curator(start_curator, pki, curator_public_key):
     cert, key = pki._pem("curator")
-    cur = start_curator(insecure=False, tls_cert=cert, tls_key=key, tls_client_ca=pki.ca, budget_epsilon=100.0)
+    cur = start_curator(
+        insecure=False,
+        tls_cert=cert,
+        tls_key=key,
+        tls_client_ca=pki.ca,
+        budget_epsilon=100.0,
+        export_identities="exporter",
+    )
     with tls.channel(cur.address, pki.client_tls("shuffler")) as ch:
         curator_pb2_grpc.CuratorIngestStub(ch).IngestBatch(
             curator_pb2.IngestBatchRequest(

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from lac.client.errors import LacClientError, UnsupportedText
 from lac.client.presets import DEFAULT_PRESET, PRESETS
-from lac.common.cli import hidden_alias, positive
+from lac.common.cli import positive
 
 if TYPE_CHECKING:
     import numpy as np
@@ -105,7 +105,6 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "several reports (each one report of this client's quota per accounting window)",
     )
     sm.add_argument("--server", default="127.0.0.1:50051", help="shuffler address host:port")
-    hidden_alias(sm, "--shuffler", "server")
     sm.add_argument("--timeout", type=positive(float), default=30.0, help="seconds each call to the shuffler may take")
     sm.add_argument(
         "--connect-timeout",

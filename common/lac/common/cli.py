@@ -31,6 +31,7 @@ PROVIDERS = {
     "curator": "lac-curator",
     "data": "lac-privacy-suite (the suite: pip install .)",
     "demo": "lac-privacy-suite (the suite: pip install .)",
+    "dev": "lac-privacy-suite (the suite: pip install .)",
     "eval": "lac-privacy-suite (the suite: pip install .)",
 }
 
@@ -41,11 +42,6 @@ class Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.prog}: error: {_one_line(message)}\n")
-
-
-def hidden_alias(parser: argparse.ArgumentParser, flag: str, dest: str, **kwargs: Any) -> None:
-    """Accept an old spelling ``flag`` of the option stored in ``dest`` without listing it in ``--help``."""
-    parser.add_argument(flag, dest=dest, default=argparse.SUPPRESS, help=argparse.SUPPRESS, **kwargs)
 
 
 def positive(kind: type[int] | type[float]) -> Callable[[str], float]:

@@ -27,17 +27,14 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
     p = sub.add_parser(
         "health", help="check that a LAC service is serving (exit 0 if so, 1 if not, 2 if it cannot be asked)"
     )
-    p.add_argument("--server", default=None, help="the service's address host:port")
-    p.add_argument("address", nargs="?", default=None, help=argparse.SUPPRESS)  # the older spelling
+    p.add_argument("--server", required=True, help="the service's address host:port")
     p.add_argument("--timeout", type=float, default=3.0, help="seconds to wait for the answer")
     tls.add_client_flags(p)
     p.set_defaults(func=_main)
 
 
 def _main(args: argparse.Namespace) -> int:
-    if (args.server is None) == (args.address is None):
-        raise SystemExit("error: give the service's address once, as --server HOST:PORT")
-    address = args.server or args.address
+    address = args.server
     try:
         ok = check(address, tls.client_tls_from_args(args, "lac health"), args.timeout)
     except ValueError as e:

@@ -1,6 +1,6 @@
 """The servicer boundary shared by the LAC services: who is calling, may they, and the status.
 
-* Roles (client, ingest, analyst, operator) come from configuration: an mTLS certificate's
+* Roles (client, ingest, analyst, operator, export) come from configuration: an mTLS certificate's
   common name or a bearer token maps to a ``Caller`` with a set of roles.
 * ``service_handler`` registers every method of a generated service descriptor, with the roles
   each one serves (a method without a declared role is an error at start-up, so a new RPC in a
@@ -64,6 +64,7 @@ class Role(StrEnum):
     INGEST = "ingest"  # delivers shuffled batches (curator; the shuffler's identity)
     ANALYST = "analyst"  # releases and queries DP outputs (curator)
     OPERATOR = "operator"  # runs the service: exact counts, quarantine, ledger, flush
+    EXPORT = "export"  # reads privatized reports of closed windows (curator; off unless the operator grants it)
 
 
 ALL_ROLES = frozenset(Role)
@@ -168,12 +169,16 @@ async def _abort(context: Context, method: str, exc: errors.LacError) -> None:
     message = str(exc)
     if len(message) > MAX_DETAILS_CHARS:  # a message quoting a huge input: gRPC refuses over-long metadata
         message = message[:MAX_DETAILS_CHARS] + f"... ({len(message) - MAX_DETAILS_CHARS} more characters)"
-    log.info("%s: %s: %s", method, code.name, message)
+    fields = {"method": method, "status_code": code.name}
+    reason = getattr(exc, "reason", None) or exc.extra.get("reason")
+    if reason is not None:
+        fields["reject_reason"] = str(reason)
+    log.info("%s: %s: %s", method, code.name, message, extra=fields)
     await context.abort(code, message)
 
 
 async def _internal(context: Context, method: str) -> None:
-    log.exception("internal error in %s", method)
+    log.exception("internal error in %s", method, extra={"method": method, "status_code": "INTERNAL"})
     await context.abort(grpc.StatusCode.INTERNAL, f"internal error in {method}; the service log has the details")
 
 

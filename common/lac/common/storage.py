@@ -22,6 +22,7 @@ from contextlib import suppress
 from typing import Any, TypeVar
 
 from lac.common.errors import Unavailable
+from lac.common.retry import Backoff, jittered
 
 __all__ = ["LowDiskSpace", "StorageFailed", "StorageGuard", "storage_failure_reason", "free_bytes"]
 
@@ -43,6 +44,7 @@ STORAGE_CODES = {
 }
 PROBE_MIN_SECONDS, PROBE_MAX_SECONDS = 0.5, 10.0  # back-off of the test writes while the storage fails
 STABLE_SECONDS = 60.0  # healthy this long after a recovery: the next failure starts the back-off anew
+PROBES = Backoff(PROBE_MIN_SECONDS, PROBE_MAX_SECONDS)  # ceilings; each wait is jittered below its ceiling
 SPACE_CHECK_SECONDS = 1.0  # how often free space is checked while healthy
 
 
@@ -177,11 +179,7 @@ class StorageGuard:
         if self.error is None:
             now = time.monotonic()
             # Failing again soon after a recovery: test less often, so a flapping disk cannot flood the log.
-            self.delay = (
-                PROBE_MIN_SECONDS
-                if now - self._recovered_at > STABLE_SECONDS
-                else min(self.delay * 2, PROBE_MAX_SECONDS)
-            )
+            self.delay = PROBE_MIN_SECONDS if now - self._recovered_at > STABLE_SECONDS else PROBES.grow(self.delay)
             self.error = f"{reason} in {op}: {exc}"
             self._failed_at = now
             self._ok.clear()
@@ -193,6 +191,7 @@ class StorageGuard:
                 op,
                 exc,
                 self.consequence,
+                extra={"storage": self.what, "failure_reason": reason, "operation": op},
             )
             self._wake.set()
             with suppress(RuntimeError):  # no running loop: started by the next call that has one
@@ -211,7 +210,7 @@ class StorageGuard:
                     except Exception as exc:
                         self.failed("free space check", storage_failure_reason(exc) or type(exc).__name__, exc)
                 continue
-            await asyncio.sleep(self.delay)
+            await asyncio.sleep(jittered(self.delay))  # full jitter below the ceiling callers are told
             try:
                 await self._probe()
             except asyncio.CancelledError:
@@ -219,11 +218,15 @@ class StorageGuard:
             except Exception as exc:
                 if not isinstance(exc, StorageFailed):  # a StorageFailed was counted by ``run`` already
                     self.failures[storage_failure_reason(exc) or type(exc).__name__] += 1
-                self.delay = min(self.delay * 2, PROBE_MAX_SECONDS)
+                self.delay = PROBES.grow(self.delay)
                 continue
             now = time.monotonic()
             log.warning(
-                "%s writable again after %.1f s (was: %s); serving", self.what, now - self._failed_at, self.error
+                "%s writable again after %.1f s (was: %s); serving",
+                self.what,
+                now - self._failed_at,
+                self.error,
+                extra={"storage": self.what, "failed_seconds": round(now - self._failed_at, 3)},
             )
             self.error, self._recovered_at = None, now
             self._ok.set()

@@ -46,6 +46,7 @@ if TYPE_CHECKING:  # pragma: no cover
     import pyarrow
 
     from lac.common.deployment import Deployment
+    from lac.common.privacy import LocalGuarantee
 
 __all__ = [
     "CuratorClient",
@@ -62,6 +63,9 @@ __all__ = [
     "InvalidArgument",
     "Unavailable",
     "PARQUET_RECORD_KEY",
+    "Budget",
+    "ExportedReports",
+    "read_export",
 ]
 
 EXTRA = "lac-curator[analyst]"
@@ -297,6 +301,35 @@ class ReleaseInfo:
             f"  {self.statement}"
         )
 
+    def _repr_html_(self) -> str:
+        """The record as a small HTML table with its statement (what a notebook shows)."""
+        from lac.curator.notebook import release_html
+
+        return release_html(self)
+
+    def plot_top(
+        self,
+        k: int = 20,
+        *,
+        order: int = 0,
+        exclude_special: bool = False,
+        ax: Any = None,
+        client: CuratorClient | None = None,
+    ) -> Any:
+        """Plot the ``k`` most probable n-grams (``CuratorClient.top``) as bars with their 95% noise intervals
+        (matplotlib, the analyst extra); returns the axes. The n-grams are asked of ``client``, by default
+        the client this record came from."""
+        from lac.curator.notebook import plot_top
+
+        client = client or self.__dict__.get("_client")
+        if client is None:
+            raise ValueError("this release record did not come from a CuratorClient: pass client=")
+        table = client.top(self, k, order, as_arrow=True, exclude_special=exclude_special)
+        return plot_top(table, self, ax)
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {k: v for k, v in self.__dict__.items() if k != "_client"}  # the client it came from stays behind
+
 
 @dataclass(frozen=True)
 class WindowBudget:
@@ -307,6 +340,50 @@ class WindowBudget:
     spent_delta: float
     remaining_epsilon: float
     remaining_delta: float
+
+
+@dataclass(frozen=True)
+class Budget:
+    """The privacy budget of every accounting window with stored reports or spending
+    (``CuratorClient.budget_summary``): the per-window budget, each window's spent and remaining (ε, δ),
+    and what it guarantees (``statement``). In a notebook it shows as a table; ``plot()`` draws it."""
+
+    windows: tuple[WindowBudget, ...]
+    budget_epsilon: float
+    budget_delta: float
+    window_seconds: float
+    reports_per_window: int
+
+    @property
+    def statement(self) -> str:
+        """What the per-window budget guarantees, in words."""
+        return (
+            f"Each accounting window ({self.window_seconds:g} s, at most {self.reports_per_window} report(s) per "
+            f"client) has a privacy budget of (ε, δ) = ({self.budget_epsilon:g}, {self.budget_delta:g}): all the "
+            "releases covering a window together are (ε, δ)-differentially private for one client's reports in it "
+            "(basic composition), and a release that would overspend a window is refused."
+        )
+
+    def __str__(self) -> str:
+        lines = [
+            f"window {w.window}: spent ({w.spent_epsilon:g}, {w.spent_delta:g}), remaining "
+            f"({w.remaining_epsilon:g}, {w.remaining_delta:g})"
+            for w in self.windows
+        ]
+        return "\n".join([*lines, self.statement])
+
+    def _repr_html_(self) -> str:
+        """The windows as a small HTML table with the statement (what a notebook shows)."""
+        from lac.curator.notebook import budget_html
+
+        return budget_html(self)
+
+    def plot(self, ax: Any = None) -> Any:
+        """Bars of the ε spent and remaining per window, up to the budget (matplotlib, the analyst extra);
+        returns the axes."""
+        from lac.curator.notebook import plot_budget
+
+        return plot_budget(self, ax)
 
 
 @dataclass(frozen=True)
@@ -362,6 +439,12 @@ class ReleasePreview:
     def __str__(self) -> str:
         return self.statement
 
+    def _repr_html_(self) -> str:
+        """The preview as a small HTML table, the budget after it and its statement (what a notebook shows)."""
+        from lac.curator.notebook import preview_html
+
+        return preview_html(self)
+
 
 @dataclass(frozen=True)
 class PerplexityResult:
@@ -386,6 +469,67 @@ class CuratorStatus:
     budget_epsilon: float
     budget_delta: float
     replay_window_days: float
+
+
+@dataclass(frozen=True)
+class ExportedReports:
+    """An export of privatized reports (``CuratorClient.export_reports``): its id, its typed guarantee
+    (``lac.common.privacy.LocalGuarantee``: local DP only, no central DP; ``statement`` prints it), the
+    number of rows, and the rows as a ``pyarrow.Table`` (column ``words``, list<string>) or the Parquet
+    file they were written to. The table's and the file's schema metadata carry the guarantee too."""
+
+    export_id: str
+    guarantee: LocalGuarantee
+    rows: int
+    table: pyarrow.Table | None = None
+    path: Path | None = None
+
+    @property
+    def statement(self) -> str:
+        """The export's guarantee in words (rendered from ``guarantee``)."""
+        return self.guarantee.statement()
+
+    def texts(self) -> list[str]:
+        """Each row's words joined by spaces (reads the Parquet file if the rows were written to one)."""
+        table = self.table
+        if table is None:
+            assert self.path is not None
+            table = _pyarrow().parquet.read_table(self.path)
+        return [" ".join(ws) for ws in table.column("words").to_pylist()]
+
+
+def read_export(stream: Iterable[curator_pb2.ExportChunk], path: str | os.PathLike | None = None) -> ExportedReports:
+    """The ``ExportReports`` reply stream as ``ExportedReports``: a table in memory, or with ``path`` written
+    chunk by chunk (bounded memory) to a Parquet file, atomically. gRPC errors propagate (``grpc.RpcError``)."""
+    from lac.curator import export, serde
+
+    pa = _pyarrow()
+    pq = pa.parquet
+    chunks = iter(stream)
+    head = next(chunks, None)
+    if head is None or not head.HasField("guarantee"):
+        raise AnalystError("DATA_LOSS", "the curator's export stream carried no guarantee")
+    guarantee = serde.local_guarantee_from_proto(head.guarantee)
+    schema = export.SCHEMA.with_metadata(export.parquet_metadata(guarantee, head.export_id))
+    rows = 0
+    if path is None:
+        tables = []
+        for c in chunks:
+            t = export.read_ipc(c.arrow_ipc)
+            rows += t.num_rows
+            tables.append(t)
+        table = pa.concat_tables([t.cast(export.SCHEMA) for t in tables]) if tables else export.SCHEMA.empty_table()
+        table = table.replace_schema_metadata(schema.metadata)
+        return ExportedReports(head.export_id, guarantee, rows, table=table)
+    from lac.common.files import atomic_file
+
+    out = Path(path)
+    with atomic_file(out) as f, pq.ParquetWriter(f, schema, compression="zstd") as writer:
+        for c in chunks:
+            t = export.read_ipc(c.arrow_ipc)
+            rows += t.num_rows
+            writer.write_table(t.cast(export.SCHEMA).replace_schema_metadata(schema.metadata))
+    return ExportedReports(head.export_id, guarantee, rows, path=out)
 
 
 # -- optional dependencies ------------------------------------------------------------------------
@@ -560,7 +704,8 @@ class CuratorClient:
         req = self._release_request(epsilon, delta, mechanism, first_window, last_window, knobs, "release")
         req.request_id = request_id or new_request_id()
         try:
-            return ReleaseInfo.from_proto(release_with_retries(self._stub.Release, req, self.release_timeout))
+            record = release_with_retries(self._stub.Release, req, self.release_timeout)
+            return self._own(ReleaseInfo.from_proto(record))
         except grpc.RpcError as exc:
             raise _error(exc) from None
 
@@ -579,6 +724,11 @@ class CuratorClient:
         the curator already holds, if any, and otherwise says how many reports the release needs."""
         req = self._release_request(epsilon, delta, mechanism, first_window, last_window, knobs, "preview")
         return ReleasePreview.from_proto(self._call("PreviewRelease", req))
+
+    def _own(self, record: ReleaseInfo) -> ReleaseInfo:
+        """``record``, remembering this client for its ``plot_top`` (not a field: not compared, printed or saved)."""
+        object.__setattr__(record, "_client", self)
+        return record
 
     @staticmethod
     def _release_request(epsilon, delta, mechanism, first_window, last_window, knobs, what: str):
@@ -604,7 +754,7 @@ class CuratorClient:
         rid = self._id(release_id)
         for r in self._call("ListReleases", curator_pb2.ListReleasesRequest()).releases:
             if r.release_id == rid:
-                return ReleaseInfo.from_proto(r)
+                return self._own(ReleaseInfo.from_proto(r))
         raise NotFound("NOT_FOUND", f"no release {rid!r}")
 
     def releases(self, as_arrow: bool = False) -> pandas.DataFrame | pyarrow.Table:
@@ -768,7 +918,8 @@ class CuratorClient:
     def budget(self, as_arrow: bool = False) -> pandas.DataFrame | pyarrow.Table:
         """The privacy budget per accounting window (windows with stored reports or spending), one row
         each: window, window_start, window_end (UTC), spent_epsilon, spent_delta, remaining_epsilon,
-        remaining_delta, budget_epsilon, budget_delta (the per-window budget; basic composition)."""
+        remaining_delta, budget_epsilon, budget_delta (the per-window budget; basic composition), exports (how
+        many exports of privatized reports covered the window: listed, never charged; see ``exports``)."""
         pa = self._deps(as_arrow)
         b = self._call("GetBudget", curator_pb2.BudgetRequest())
         ws = b.window_seconds
@@ -790,9 +941,43 @@ class CuratorClient:
                 "remaining_delta": ([w.remaining_delta for w in b.windows], f64),
                 "budget_epsilon": ([b.budget_epsilon] * n, f64),
                 "budget_delta": ([b.budget_delta] * n, f64),
+                "exports": ([w.exports for w in b.windows], pa.int64()),
             },
             as_arrow,
             attrs={"window_seconds": ws, "reports_per_window": b.reports_per_window},
+        )
+
+    def budget_summary(self) -> Budget:
+        """The privacy budget per accounting window as a ``Budget`` (a table and its statement in a notebook,
+        ``.plot()`` for a chart); ``budget`` gives the same windows as a DataFrame."""
+        b = self._call("GetBudget", curator_pb2.BudgetRequest())
+        return Budget(
+            windows=tuple(
+                WindowBudget(w.window, w.spent_epsilon, w.spent_delta, w.remaining_epsilon, w.remaining_delta)
+                for w in b.windows
+            ),
+            budget_epsilon=b.budget_epsilon,
+            budget_delta=b.budget_delta,
+            window_seconds=b.window_seconds,
+            reports_per_window=b.reports_per_window,
+        )
+
+    def exports(self, as_arrow: bool = False) -> pandas.DataFrame | pyarrow.Table:
+        """Every export of privatized reports the curator's ledger lists (never charged), oldest first:
+        export_id, identity (the exporter's certificate common name), exported_at (UTC), first_window,
+        last_window, rows."""
+        pa = self._deps(as_arrow)
+        e = self._call("GetBudget", curator_pb2.BudgetRequest()).exports
+        return self._table(
+            {
+                "export_id": ([x.export_id for x in e], pa.string()),
+                "identity": ([x.identity for x in e], pa.string()),
+                "exported_at": ([_timestamp(x.exported_at) for x in e], pa.timestamp("us", tz="UTC")),
+                "first_window": ([x.first_window for x in e], pa.int64()),
+                "last_window": ([x.last_window for x in e], pa.int64()),
+                "rows": ([x.rows for x in e], pa.int64()),
+            },
+            as_arrow,
         )
 
     def deployment(self) -> Deployment:
@@ -854,6 +1039,32 @@ class CuratorClient:
                 raise _error(exc) from None
 
         return self._write(path, write)
+
+    def export_reports(
+        self, windows: int | tuple[int, int] | range, path: str | os.PathLike | None = None
+    ) -> ExportedReports:
+        """The privatized reports of closed accounting ``windows`` (one window, an inclusive (first, last) pair,
+        or a range), if the curator's operator granted this identity export (``export_identities``; off by
+        default): one row per report, its words only, in a fresh uniformly random order. Returns
+        ``ExportedReports`` with the rows as a ``pyarrow.Table``, or, with ``path``, written to that Parquet file
+        (streamed, bounded memory). Its ``guarantee``/``statement`` says what the rows are: local DP only (per-word
+        metric DP, at most L words per report, k reports per client per window, shuffled), no central DP; the
+        curator records the export with its ledger and charges nothing. Open windows: ``AnalystError``
+        (FAILED_PRECONDITION); unknown ones: ``InvalidArgument``; no grant: ``PermissionDenied``."""
+        if isinstance(windows, range):
+            if not len(windows) or windows.step != 1:
+                raise ValueError("windows: a non-empty range of consecutive windows")
+            first, last = windows[0], windows[-1]
+        elif isinstance(windows, tuple):
+            first, last = windows
+        else:
+            first = last = int(windows)
+        _pyarrow()
+        request = curator_pb2.ExportReportsRequest(first_window=int(first), last_window=int(last))
+        try:
+            return read_export(self._stub.ExportReports(request, timeout=self.release_timeout), path)
+        except grpc.RpcError as exc:
+            raise _error(exc) from None
 
     def export_parquet(self, release_id: str | ReleaseInfo, path: str | os.PathLike) -> Path:
         """Write the released distribution to a Parquet file (atomically) readable by pyarrow, pandas,

@@ -1,4 +1,4 @@
-"""``lac curator serve|release|status|budget|deployment|query|backup|restore ...``."""
+"""``lac curator serve|release|status|budget|deployment|export|query|backup|restore ...``."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import json
 from pathlib import Path
 
 from lac.common import config as cfg
-from lac.common import tls
-from lac.common.cli import hidden_alias, message_json, positive
+from lac.common import tls, tracing
+from lac.common.cli import message_json, positive
 from lac.common.v1 import curator_pb2, curator_pb2_grpc, reports_pb2
 from lac.curator.config import ENV_PREFIX, CuratorConfig
 from lac.curator.release import MECHANISMS, OFFLINE_ONLY, PublicCaps, ReleaseSpec
@@ -109,7 +109,6 @@ def register(subparsers) -> None:
         default=None,
         help=f"BayesianDP's decay slope S [default: {ReleaseSpec.S:g}]",
     )
-    hidden_alias(r, "--S", "s", type=float)
     r.add_argument("--rho", type=float, default=None, help=f"private/public weight ρ [default: {ReleaseSpec.rho:g}]")
     r.add_argument(
         "--sensitivity",
@@ -178,9 +177,7 @@ def register(subparsers) -> None:
     off.add_argument(
         "--max-items-per-report", dest="w", type=int, default=PublicCaps.W, help="W: public cap on items per report"
     )
-    hidden_alias(off, "--W", "w", type=int)
     off.add_argument("--item-clamp", dest="c", type=int, default=PublicCaps.C, help="C: per-report, per-item clamp")
-    hidden_alias(off, "--C", "c", type=int)
     off.add_argument(
         "--count-clip",
         type=int,
@@ -196,13 +193,22 @@ def register(subparsers) -> None:
     off.add_argument(
         "--k-anonymity", dest="k", type=int, default=ReleaseSpec.K, help="K: k-anonymity threshold (kanon)"
     )
-    hidden_alias(off, "--K", "k", type=int)
     off.add_argument(
         "--out", default=None, help="where to write the released distribution (.npz; default next to COUNTS)"
     )
     client_parser("status", "operator: stored batches, reports per window, quarantine, the ledger", _status)
     client_parser("budget", "the privacy budget per accounting window (spent, remaining)", _budget)
     client_parser("deployment", "the local-privacy configuration published to clients", _deployment)
+    ex = client_parser(
+        "export",
+        "exporter: write the privatized reports of closed windows to a Parquet file (one row per report, its "
+        "words only, shuffled); needs the operator's grant (export_identities); local DP only, not charged",
+        _export,
+    )
+    ex.add_argument("--window", type=int, default=None, help="the closed accounting window to export")
+    ex.add_argument("--first-window", type=int, default=None, help="first window of a range (with --last-window)")
+    ex.add_argument("--last-window", type=int, default=None, help="last window of a range (with --first-window)")
+    ex.add_argument("--out", required=True, help="the Parquet file to write (atomically)")
 
     q = sub.add_parser("query", help="queries on existing releases (post-processing: no budget is spent)")
     qsub = q.add_subparsers(dest="query_command", metavar="QUERY", required=True)
@@ -257,6 +263,7 @@ def _serve(args) -> int:
             "every one; create one with `lac keys curator --dir DIR` and pass --key-dir DIR"
         )
     configure_logging(config.log_format, getattr(args, "verbose", False))
+    tracing.configure_service(config, "curator")
     vocab = public_vocabulary(
         config.public_corpus, config.max_n, config.vocab_min_count, config.vocab_max_items, config.state_dir / "prior"
     )
@@ -483,6 +490,7 @@ def _windows(ws) -> str:
         "\n".join(
             f"  window {w.window}: spent ({w.spent_epsilon:g}, {w.spent_delta:g}), remaining "
             f"({w.remaining_epsilon:g}, {w.remaining_delta:g})"
+            + (f"; exported {w.exports}x (not charged)" if w.exports else "")
             for w in ws
         )
         or "  no windows yet"
@@ -504,6 +512,18 @@ def _status(args) -> int:
     return 0
 
 
+def _exports(exports) -> str:
+    """The ledger's exports of privatized reports (listed, never charged), or nothing when there are none."""
+    if not exports:
+        return ""
+    lines = [
+        f"  {e.exported_at}: {e.identity or '(no identity: insecure curator)'} exported windows "
+        f"{e.first_window}..{e.last_window}, {e.rows} rows (export {e.export_id})"
+        for e in exports
+    ]
+    return "\nexports of privatized reports (local DP only, not charged):\n" + "\n".join(lines)
+
+
 def _budget(args) -> int:
     b = _stub(args).GetBudget(curator_pb2.BudgetRequest(), timeout=30)
     _print(
@@ -511,8 +531,30 @@ def _budget(args) -> int:
         b,
         f"privacy budget per accounting window of {b.window_seconds:g} s (ε, δ) = "
         f"({b.budget_epsilon:g}, {b.budget_delta:g}); privacy unit: one client over a window, at most "
-        f"{b.reports_per_window} report(s) per window\n{_windows(b.windows)}",
+        f"{b.reports_per_window} report(s) per window\n{_windows(b.windows)}" + _exports(b.exports),
     )
+    return 0
+
+
+def _export(args) -> int:
+    from lac.curator.analyst import read_export
+
+    if args.window is not None and (args.first_window is not None or args.last_window is not None):
+        raise SystemExit("lac curator export: give --window, or --first-window and --last-window, not both")
+    if args.window is not None:
+        first = last = args.window
+    elif args.first_window is not None and args.last_window is not None:
+        first, last = args.first_window, args.last_window
+    else:
+        raise SystemExit("lac curator export: give --window W, or --first-window A and --last-window B")
+    request = curator_pb2.ExportReportsRequest(first_window=first, last_window=last)
+    got = read_export(_stub(args).ExportReports(request, timeout=3600), args.out)
+    if args.json:
+        print(
+            json.dumps({"out": str(got.path), "export_id": got.export_id, "rows": got.rows, **got.guarantee.to_dict()})
+        )
+    else:
+        print(f"wrote {got.path}: {got.rows} privatized reports (export {got.export_id})\n{got.statement}")
     return 0
 
 

@@ -115,6 +115,12 @@ class CuratorConfig(ServiceSettings):
         "(everything an analyst may, plus status: exact counts, "
         "quarantine, ledger)",
     )
+    export_identities: str = setting(
+        "",
+        "comma-separated mTLS common names allowed to export the privatized reports of closed windows "
+        "(ExportReports: local DP only, no central DP; recorded in the ledger, not charged). Empty (the "
+        "default): export is off for everyone, analysts and operators included",
+    )
     insecure: bool = setting(
         False,
         "INSECURE local demos and tests: serve plaintext gRPC without TLS; no caller "
@@ -200,6 +206,13 @@ class CuratorConfig(ServiceSettings):
         "streams); further calls on that connection wait in the client or "
         "are refused with UNAVAILABLE (HTTP/2 REFUSED_STREAM; retry)",
     )
+    max_connections: int = setting(
+        200,
+        "most client connections open at once (shufflers, analysts, operators); gRPC closes a further one "
+        "as soon as it is accepted (its client gets UNAVAILABLE at once and retries), so new handshakes "
+        "never wait on exhausted file descriptors (the open-file limit is raised to fit, up to the hard "
+        "limit; a warning at start says when it cannot)",
+    )
     max_reports_per_batch: int = setting(
         1_000_000,
         "most reports in one IngestBatch, counted before the message is "
@@ -227,13 +240,6 @@ class CuratorConfig(ServiceSettings):
         "processes that open, validate and count ingested reports (default: "
         "every core this process may use; 1 = in the server process). Batches "
         "under 200 reports are opened in the server process",
-    )
-    max_connections: int = setting(
-        200,
-        "most client connections open at once (shufflers, analysts, operators); gRPC closes a further one "
-        "as soon as it is accepted (its client gets UNAVAILABLE at once and retries), so new handshakes "
-        "never wait on exhausted file descriptors (the open-file limit is raised to fit, up to the hard "
-        "limit; a warning at start says when it cannot)",
     )
 
     def __post_init__(self) -> None:
@@ -308,4 +314,5 @@ class CuratorConfig(ServiceSettings):
             Role.INGEST: parse_names(self.ingest_identities),
             Role.ANALYST: parse_names(self.analyst_identities),
             Role.OPERATOR: parse_names(self.operator_identities),
+            Role.EXPORT: parse_names(self.export_identities),
         }

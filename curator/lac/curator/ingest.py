@@ -15,10 +15,15 @@ Spark executor can run them):
   which needs its database), identical to ``report_items`` over their sentences at once, so the
   batch's segment is byte-identical however the batch was split.
 
-``IngestPool`` runs them on ``workers`` processes (forkserver, created on first use): a batch is
-split into chunks, the chunks' results come back in batch order. The key ring reaches each
-worker once, through the pool's initializer, which also ties the worker's life to the curator's
-(``lac.curator.lifeline``: a killed curator leaves no worker holding its keys).
+``IngestPool`` runs them on ``workers`` processes (forkserver): a batch is split into chunks, the
+chunks' results come back in batch order. The curator starts the workers with the server
+(``IngestPool.start``, off the event loop) and keeps them, so no batch waits for processes to start;
+a batch of fewer than ``MIN_POOL_BATCH`` reports is opened in the calling process, where the pool's
+round trip (pickling the payloads and the counts, merging the chunks) costs more than the second
+core saves (measured: ``benchmarks/bench_ingest.py --sizes``). The key ring reaches each worker
+once, through the pool's initializer, which also ties the worker's life to the curator's
+(``lac.curator.lifeline``: a killed curator leaves no worker holding its keys); a worker keeps
+nothing else between chunks.
 """
 
 from __future__ import annotations
@@ -32,7 +37,7 @@ import os
 import signal
 import threading
 from collections.abc import Sequence
-from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures import CancelledError, Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -71,7 +76,10 @@ log = logging.getLogger(__name__)
 
 MAX_DETAIL = 500
 MIN_POOL_BATCH = 200
-"""Smaller batches are opened in the calling process: the pool's round trip would cost more."""
+"""Smaller batches are opened in the calling process: the warm pool's round trip would cost more. Measured
+with 2 workers on 2 cores (2026-11-25, BENCHMARKS.md): the warm pool beat one in-process worker from 100
+reports on (1.26x; 1.43x at 200) while the second core was free, and lost (0.80-0.95x up to 2,000) while
+another job held it; a cold pool lost up to 5,000."""
 CHUNK_REPORTS = 2000
 """A pooled batch is split into chunks of at most about this many reports, a multiple of the workers."""
 _RESERVED_TOKENS = frozenset({BOS, EOS, UNK})
@@ -224,7 +232,11 @@ def count_chunk(opened: OpenedChunk, max_n: int) -> CountedChunk:
     columns = [names.take(pa.array(digits[:, j], mask=digits[:, j] == 0)) for j in reversed(range(max_n))]
     spelled = pc.binary_join_element_wise(*columns, " ", null_handling="skip") if digits.size else names[:0]
     return CountedChunk(
-        opened.ids, ReportItems(items.indptr, items.item_ids, items.counts, spelled), digits, names, opened.quarantined
+        opened.ids,
+        ReportItems(items.indptr, items.item_ids, items.counts, spelled, items.texts),
+        digits,
+        names,
+        opened.quarantined,
     )
 
 
@@ -249,6 +261,7 @@ def merge_counts(chunks: Sequence[CountedChunk], keep: Sequence[int]) -> ReportI
         raise ValueError("kept positions must increase and lie within the chunks")
     if len(chunks) == 1 and kept.size == sizes[0]:  # every report kept: nothing to merge
         return chunks[0].items
+    texts = _kept_texts(chunks, kept)
     offsets = np.concatenate([[0], np.cumsum(sizes, dtype=np.int64)])
     chunk_of = np.searchsorted(offsets, kept, side="right") - 1
     # Per chunk: the kept rows' entries (None: all), row lengths, words in order.
@@ -273,7 +286,7 @@ def merge_counts(chunks: Sequence[CountedChunk], keep: Sequence[int]) -> ReportI
     indptr = np.zeros(kept.size + 1, dtype=np.int64)
     np.cumsum(np.concatenate(lens) if lens else np.zeros(0, np.int64), out=indptr[1:])
     if indptr[-1] == 0:
-        return ReportItems(indptr, np.empty(0, np.int32), np.empty(0, np.int32), pa.array([], pa.string()))
+        return ReportItems(indptr, np.empty(0, np.int32), np.empty(0, np.int32), pa.array([], pa.string()), texts)
     # The words of all chunks in order; Arrow numbers distinct values in order of first appearance.
     encoded = pa.concat_arrays([c.words.take(o) for c, o in zip(chunks, orders)]).dictionary_encode()
     codes = encoded.indices.to_numpy() + 3
@@ -326,7 +339,16 @@ def merge_counts(chunks: Sequence[CountedChunk], keep: Sequence[int]) -> ReportI
             ids.append(to_global[c.items.item_ids[at]])
         start += len(c.digits) if u is None else u.size
     counts = np.concatenate([c.items.counts if at is None else c.items.counts[at] for c, at in zip(chunks, entries)])
-    return ReportItems(indptr, np.concatenate(ids).astype(np.int32), counts.astype(np.int32), items)
+    return ReportItems(indptr, np.concatenate(ids).astype(np.int32), counts.astype(np.int32), items, texts)
+
+
+def _kept_texts(chunks: Sequence[CountedChunk], kept: np.ndarray) -> pa.ListArray | None:
+    """The words of the kept reports (positions over the chunks' reports), None if a chunk kept none."""
+    parts = [c.items.texts for c in chunks]
+    if any(p is None for p in parts):
+        return None
+    whole = pa.concat_arrays(parts) if parts else pa.array([], pa.list_(pa.string()))
+    return whole.take(pa.array(kept, pa.int64()))
 
 
 # -- the worker processes ----------------------------------------------------------------------
@@ -342,6 +364,13 @@ def _install(ctx: IngestContext, owner: int) -> None:
     _keyring(ctx)
 
 
+def _ready() -> int:
+    """A no-op task that makes the pool start a worker (its initializer loads the key ring); its pid."""
+    if _WORKER_CTX is None:
+        raise RuntimeError("the ingest worker was not initialised")
+    return os.getpid()
+
+
 def _work(payloads: list[bytes]) -> CountedChunk:
     if _WORKER_CTX is None:
         raise RuntimeError("the ingest worker was not initialised")
@@ -355,13 +384,16 @@ def _split(n: int, parts: int) -> list[tuple[int, int]]:
 
 class IngestPool:
     """Runs ``ingest_chunk`` over batches: in the calling process for ``workers`` = 1 or a batch of
-    fewer than ``MIN_POOL_BATCH`` reports, else on a pool of ``workers`` processes (forkserver:
-    safe next to gRPC's threads), created on first use and again after a worker died."""
+    fewer than ``min_pool_batch`` reports (default ``MIN_POOL_BATCH``), else on a pool of ``workers``
+    processes (forkserver: safe next to gRPC's threads), started by ``start`` (the curator calls it
+    when it starts) or on first use, kept warm between batches, and started again after a worker died."""
 
-    def __init__(self, ctx: IngestContext, workers: int):
+    def __init__(self, ctx: IngestContext, workers: int, min_pool_batch: int = MIN_POOL_BATCH):
         if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
             raise ValueError(f"workers must be an integer >= 1, got {workers!r}")
-        self.ctx, self.workers = ctx, workers
+        if isinstance(min_pool_batch, bool) or not isinstance(min_pool_batch, int) or min_pool_batch < 1:
+            raise ValueError(f"min_pool_batch must be an integer >= 1, got {min_pool_batch!r}")
+        self.ctx, self.workers, self.min_pool_batch = ctx, workers, min_pool_batch
         self._pool: ProcessPoolExecutor | None = None
         self._lock = threading.Lock()
         self._closed = False
@@ -371,7 +403,25 @@ class IngestPool:
 
     def pooled(self, n_reports: int) -> bool:
         """Whether a batch of ``n_reports`` goes to the worker processes."""
-        return self.workers > 1 and n_reports >= MIN_POOL_BATCH
+        return self.workers > 1 and n_reports >= self.min_pool_batch
+
+    def start(self) -> list[int]:
+        """Start every worker now (blocking: run it off the event loop) so that no batch waits for them;
+        the workers' process ids ([] with one worker, where no process can be started, or when the pool was
+        closed or broken meanwhile: the next batch starts it again). Never raises."""
+        if self.workers == 1:
+            return []
+        pool = None
+        try:
+            pool = self._get_pool()
+            return [f.result() for f in [pool.submit(_ready) for _ in range(self.workers)]]
+        except BrokenProcessPool as exc:
+            self._broken(pool, exc)
+        except OSError as exc:
+            self._in_process(pool, exc)
+        except (Unavailable, CancelledError):  # closed while starting: the curator is stopping
+            pass
+        return []
 
     def _get_pool(self) -> ProcessPoolExecutor:
         with self._lock:
@@ -408,12 +458,16 @@ class IngestPool:
         except BrokenProcessPool as exc:
             raise self._broken(pool, exc) from exc
         except OSError as exc:  # e.g. no /dev/shm for the pool's queues, or no process can be forked
-            log.error("cannot start ingest worker processes (%s): batches are opened in the server process", exc)
-            with self._lock:
-                self.workers, self._pool = 1, None
-            if pool is not None:
-                pool.shutdown(wait=False, cancel_futures=True)
+            self._in_process(pool, exc)
             return None, []
+
+    def _in_process(self, pool: ProcessPoolExecutor | None, exc: OSError) -> None:
+        """No worker process can be started here: open every later batch in the calling process."""
+        log.error("cannot start ingest worker processes (%s): batches are opened in the server process", exc)
+        with self._lock:
+            self.workers, self._pool = 1, None
+        if pool is not None:
+            pool.shutdown(wait=False, cancel_futures=True)
 
     def run(self, payloads: Sequence[bytes]) -> list[CountedChunk]:
         """The batch's chunks counted, in batch order (blocking). ``Unavailable`` if a worker died."""

@@ -521,12 +521,15 @@ class ReportItems:
 
     ``item_ids`` index ``items`` (a dictionary local to these reports); row r is
     ``item_ids[indptr[r]:indptr[r+1]]``. Words outside ``words`` were read as ``<unk>``.
+    ``texts`` (None: not kept) is each report's words in order, its sentences concatenated, as the
+    report had them (a pyarrow list<string> array, one entry per report): what an export reads.
     """
 
     indptr: np.ndarray  # int64, n_reports + 1
     item_ids: np.ndarray  # int32
     counts: np.ndarray  # int32, raw (no cap, no clamp)
     items: tuple[str, ...]
+    texts: pa.ListArray | None = None
 
     @property
     def n_reports(self) -> int:
@@ -562,9 +565,13 @@ def keyed_report_items(
     keep = slen > 0
     slen, rep_of_sent = slen[keep], rep_of_sent[keep]
     flat = [t for s in sents for t in s]
+    n_words = np.bincount(rep_of_sent, weights=slen, minlength=n_rep).astype(np.int64)
+    offsets = np.zeros(n_rep + 1, dtype=np.int32)
+    np.cumsum(n_words, out=offsets[1:])
+    texts = pa.ListArray.from_arrays(pa.array(offsets, pa.int32()), pa.array(flat, pa.string()))
     if not flat:
         return (
-            ReportItems(np.zeros(n_rep + 1, np.int64), np.empty(0, np.int32), np.empty(0, np.int32), ()),
+            ReportItems(np.zeros(n_rep + 1, np.int64), np.empty(0, np.int32), np.empty(0, np.int32), (), texts),
             np.empty(0, np.int64),
             3,
             ("", BOS, EOS),
@@ -627,7 +634,7 @@ def keyed_report_items(
     indptr = np.zeros(n_rep + 1, dtype=np.int64)
     np.cumsum(np.bincount(grep, minlength=n_rep), out=indptr[1:])
     return (
-        ReportItems(indptr, item_ids.astype(np.int32).reshape(-1), gcount.astype(np.int32), tuple(items)),
+        ReportItems(indptr, item_ids.astype(np.int32).reshape(-1), gcount.astype(np.int32), tuple(items), texts),
         uniq,
         B,
         tuple(names),

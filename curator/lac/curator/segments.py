@@ -8,10 +8,17 @@ one row per (report, distinct n-gram) with columns
     ngram  string  dictionary-encoded: tokens joined by spaces, as ``lac.curator.ngrams.ngrams``
     count  int32   raw occurrences in the report (no cap, no clamp)
 
+and, in segments written since the export of privatized reports (``lac.curator.export``),
+
+    words  list<string>  the report's words in order (its sentences concatenated), on the row
+                         of its first n-gram (pos 0), null on its other rows
+
 and the batch id, its windows, n (orders) and the format version in the file's key-value
-metadata. Every n-gram of a report is kept, also those outside the public vocabulary (DP
-discovery needs them); words are stored as the report had them, and read as ``<unk>`` against a
-vocabulary's word list only when a release reads them (``read_blocks``). The same table is
+metadata. The ``words`` column is additive: readers of the n-grams never read it, and segments
+without it hold the same n-grams (they cannot be exported). Every n-gram of a report is kept,
+also those outside the public vocabulary (DP discovery needs them); words are stored as the
+report had them, and read as ``<unk>`` against a vocabulary's word list only when a release
+reads them (``read_blocks``). The same table is
 what a DP library with per-record ids takes as input (Tumult's ``AddRowsWithID``, PipelineDP's
 privacy id): ``report`` plus the file is the record id.
 """
@@ -32,7 +39,7 @@ from lac.common.files import atomic_file
 from lac.common.text import BOS, EOS, UNK
 from lac.curator.ngrams import NgramVocabulary, ReportItems
 
-__all__ = ["FORMAT", "SCHEMA", "write", "read", "read_blocks", "map_words", "metadata", "table"]
+__all__ = ["FORMAT", "SCHEMA", "WORDS", "write", "read", "read_blocks", "map_words", "metadata", "table", "has_words"]
 
 FORMAT = "lac-segment/2"
 MAX_POS = np.iinfo(np.int16).max
@@ -44,6 +51,9 @@ SCHEMA = pa.schema(
         pa.field("count", pa.int32(), nullable=False),
     ]
 )
+WORDS = pa.field("words", pa.list_(pa.string()), nullable=True)
+"""The optional column of each report's words (on its first row)."""
+_NGRAM_COLUMNS = ["report", "ngram", "count"]
 
 
 def table(items: ReportItems, meta: dict | None = None) -> pa.Table:
@@ -57,9 +67,37 @@ def table(items: ReportItems, meta: dict | None = None) -> pa.Table:
     names = items.items if isinstance(items.items, pa.Array) else pa.array(items.items, pa.string())  # (ingest: Arrow)
     ngram = pa.DictionaryArray.from_arrays(pa.array(items.item_ids, pa.int32()), names)
     schema = SCHEMA.with_metadata({"lac": json.dumps({"format": FORMAT, "n_reports": items.n_reports, **(meta or {})})})
-    return pa.Table.from_arrays(
-        [pa.array(report), pa.array(pos), ngram, pa.array(items.counts, pa.int32())], schema=schema
-    )
+    columns = [pa.array(report), pa.array(pos), ngram, pa.array(items.counts, pa.int32())]
+    if items.texts is not None:
+        schema = schema.append(WORDS)
+        columns.append(_words_column(items.texts, items.indptr))
+    return pa.Table.from_arrays(columns, schema=schema)
+
+
+def _words_column(texts: pa.ListArray, indptr: np.ndarray) -> pa.ListArray:
+    """``texts`` (one list per report) laid out on the segment's rows: a report's words on its first
+    row, null elsewhere (a report without n-grams has no row, and no words)."""
+    if len(texts) != indptr.size - 1:
+        raise ValueError(f"{len(texts)} texts for {indptr.size - 1} reports")
+    n_rows = int(indptr[-1])
+    lens = np.diff(indptr)
+    has = np.flatnonzero(lens > 0)
+    per_report = np.diff(texts.offsets.to_numpy()).astype(np.int64)
+    if per_report[lens == 0].any():
+        raise ValueError("a report with words has no n-grams")
+    row_len = np.zeros(n_rows, dtype=np.int64)
+    row_len[indptr[has]] = per_report[has]
+    offsets = np.zeros(n_rows + 1, dtype=np.int32)
+    np.cumsum(row_len, out=offsets[1:])
+    valid = np.zeros(n_rows, dtype=bool)
+    valid[indptr[has]] = True
+    values = texts.flatten()  # the reports without rows have no words, so this is every value in order
+    return pa.ListArray.from_arrays(pa.array(offsets, pa.int32()), values, mask=pa.array(~valid))
+
+
+def has_words(path: Path) -> bool:
+    """Whether the segment at ``path`` keeps its reports' words (written since export existed)."""
+    return WORDS.name in pq.read_schema(path).names
 
 
 def write(path: Path, items: ReportItems, meta: dict | None = None) -> None:
@@ -79,7 +117,7 @@ def metadata(path: Path) -> dict:
 
 def read(path: Path) -> ReportItems:
     """A segment back as ``ReportItems`` (rows in report, then first-occurrence order)."""
-    t = pq.read_table(path, read_dictionary=["ngram"])
+    t = pq.read_table(path, columns=_NGRAM_COLUMNS, read_dictionary=["ngram"])
     info = json.loads((t.schema.metadata or {})[b"lac"])
     if info.get("format") != FORMAT:
         raise ValueError(f"{path}: unsupported segment format {info.get('format')!r}")

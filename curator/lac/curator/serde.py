@@ -7,10 +7,12 @@ pre-noise values, which no reply carries).
 
 from __future__ import annotations
 
+import datetime as dt
+from collections.abc import Mapping
 from typing import Any
 
 from lac.common.errors import InvalidArgument
-from lac.common.privacy import Budget, check_delta
+from lac.common.privacy import Budget, LocalGuarantee, WindowShuffle, check_delta
 from lac.common.rpc import Caller, Role
 from lac.common.v1 import curator_pb2
 from lac.curator.preview import Preview
@@ -23,6 +25,12 @@ __all__ = [
     "record_message",
     "preview_message",
     "window_budgets",
+    "export_windows",
+    "export_header",
+    "export_records",
+    "exports_per_window",
+    "local_guarantee_message",
+    "local_guarantee_from_proto",
     "is_operator",
     "EPSILON_RANGE",
     "MIN_DELTA",
@@ -186,7 +194,10 @@ def preview_message(p: Preview) -> curator_pb2.ReleasePreview:
     )
 
 
-def window_budgets(spent: dict[int, Budget], limit: Budget) -> list[curator_pb2.WindowBudget]:
+def window_budgets(
+    spent: dict[int, Budget], limit: Budget, exports: Mapping[int, int] | None = None
+) -> list[curator_pb2.WindowBudget]:
+    """The budget of each window of ``spent``, with the number of exports of its reports (``exports``)."""
     out = []
     for w in sorted(spent):
         left = limit.minus(spent[w])
@@ -197,6 +208,105 @@ def window_budgets(spent: dict[int, Budget], limit: Budget) -> list[curator_pb2.
                 spent_delta=spent[w].delta,
                 remaining_epsilon=left.epsilon,
                 remaining_delta=left.delta,
+                exports=(exports or {}).get(w, 0),
             )
         )
+    return out
+
+
+def export_windows(r: curator_pb2.ExportReportsRequest) -> tuple[int, int]:
+    """The windows an export asks for; InvalidArgument unless both are given."""
+    if not (r.HasField("first_window") and r.HasField("last_window")):
+        raise InvalidArgument(
+            "give first_window and last_window (equal for one window) of the closed windows to export"
+        )
+    return int(r.first_window), int(r.last_window)
+
+
+def local_guarantee_message(g: LocalGuarantee) -> curator_pb2.LocalGuarantee:
+    """The typed guarantee on the wire, with its statement."""
+    return curator_pb2.LocalGuarantee(
+        mechanism=g.mechanism,
+        epsilon_per_word=g.epsilon_per_word,
+        embedding=g.embedding,
+        word_distance_bound=g.word_distance_bound,
+        max_report_words=g.max_report_words,
+        reports_per_window=g.reports_per_window,
+        window_seconds=g.window_seconds,
+        first_window=g.first_window,
+        last_window=g.last_window,
+        rows=g.rows,
+        shuffles=[
+            curator_pb2.WindowShuffle(
+                window=s.window,
+                batches=s.batches,
+                reports=s.reports,
+                smallest_batch=s.smallest_batch,
+                epsilon=s.epsilon,
+                delta=s.delta,
+                amplified=s.amplified,
+                method=s.method,
+                unverified=s.unverified,
+            )
+            for s in g.shuffles
+        ],
+        statement=g.statement(),
+    )
+
+
+def local_guarantee_from_proto(m: curator_pb2.LocalGuarantee) -> LocalGuarantee:
+    """The typed guarantee back from the wire (ValueError if its fields are not a valid guarantee)."""
+    return LocalGuarantee(
+        mechanism=m.mechanism,
+        epsilon_per_word=m.epsilon_per_word,
+        embedding=m.embedding,
+        word_distance_bound=m.word_distance_bound,
+        max_report_words=m.max_report_words,
+        reports_per_window=m.reports_per_window,
+        window_seconds=m.window_seconds,
+        first_window=m.first_window,
+        last_window=m.last_window,
+        rows=m.rows,
+        shuffles=tuple(
+            WindowShuffle(
+                s.window,
+                s.batches,
+                s.reports,
+                s.smallest_batch,
+                s.epsilon,
+                s.delta,
+                s.amplified,
+                s.method,
+                s.unverified,
+            )
+            for s in m.shuffles
+        ),
+    )
+
+
+def export_header(export_id: str, g: LocalGuarantee) -> curator_pb2.ExportChunk:
+    """The first message of an export: its id and guarantee."""
+    return curator_pb2.ExportChunk(export_id=export_id, guarantee=local_guarantee_message(g))
+
+
+def _rfc3339(unix: float) -> str:
+    return dt.datetime.fromtimestamp(unix, dt.UTC).isoformat(timespec="seconds")
+
+
+def export_records(rows: list[tuple[str, str, float, int, int, int]]) -> list[curator_pb2.ExportRecord]:
+    """The ledger's exports (``CuratorStore.exports``) as messages."""
+    return [
+        curator_pb2.ExportRecord(
+            export_id=e, identity=who, exported_at=_rfc3339(at), first_window=a, last_window=b, rows=n
+        )
+        for e, who, at, a, b, n in rows
+    ]
+
+
+def exports_per_window(rows: list[tuple[str, str, float, int, int, int]]) -> dict[int, int]:
+    """How many exports covered each window."""
+    out: dict[int, int] = {}
+    for _, _, _, a, b, _ in rows:
+        for w in range(a, b + 1):
+            out[w] = out.get(w, 0) + 1
     return out

@@ -8,6 +8,7 @@ from ``lac.curator.serde``.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import math
 
@@ -19,7 +20,7 @@ from lac.common.rpc import Caller, CertificateRoles, Role, limit_repeated, servi
 from lac.common.serde import deployment_to_proto
 from lac.common.v1 import curator_pb2
 from lac.common.version import server_version
-from lac.curator import serde
+from lac.curator import export, serde
 from lac.curator.service import ARPA_CHUNK_CHARS, Curator
 
 INGEST = curator_pb2.DESCRIPTOR.services_by_name["CuratorIngest"]
@@ -42,6 +43,8 @@ QUERY_ROLES = {
     "ExportArpa": _READERS,
     "GetDeployment": {Role.INGEST, Role.ANALYST, Role.OPERATOR},
     "GetStatus": {Role.OPERATOR},
+    # reaches the handler for these roles; it serves only identities in export_identities (lac.curator.export)
+    "ExportReports": {Role.ANALYST, Role.OPERATOR, Role.EXPORT},
 }
 
 
@@ -99,12 +102,14 @@ class QueryServicer:
     async def GetBudget(self, request, context, caller: Caller):
         d = self.curator.deployment
         budget = self.curator.budget
+        exports = await self.curator.exports()
         return curator_pb2.BudgetStatus(
             budget_epsilon=budget.epsilon,
             budget_delta=budget.delta,
-            windows=serde.window_budgets(await self.curator.spent(), budget),
+            windows=serde.window_budgets(await self.curator.spent(), budget, serde.exports_per_window(exports)),
             window_seconds=d.window_seconds,
             reports_per_window=d.reports_per_window,
+            exports=serde.export_records(exports),
         )
 
     async def GetDeployment(self, request, context, caller: Caller):
@@ -151,6 +156,17 @@ class QueryServicer:
         text = await self.curator.arpa(request.release_id)
         for i in range(0, len(text), ARPA_CHUNK_CHARS):
             yield curator_pb2.ArpaChunk(text=text[i : i + ARPA_CHUNK_CHARS])
+
+    async def ExportReports(self, request, context, caller: Caller):
+        first, last = serde.export_windows(request)
+        export_id, guarantee, rows = await self.curator.export_reports(first, last, caller.identity, caller.roles)
+        try:
+            yield serde.export_header(export_id, guarantee)
+            chunks = rows.chunks()
+            while (data := await asyncio.to_thread(export.next_ipc, chunks)) is not None:
+                yield curator_pb2.ExportChunk(arrow_ipc=data)
+        finally:
+            rows.close()
 
 
 def create_server(curator: Curator) -> tuple[grpc.aio.Server, int]:

@@ -45,16 +45,18 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from lac.common import envelope
+from lac.common import envelope, tracing
 from lac.common.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound
-from lac.common.privacy import Budget, PrivacyUnit
+from lac.common.privacy import Budget, LocalGuarantee, PrivacyUnit
 from lac.common.rng import RandomSource, secure_generator
+from lac.common.rpc import Role
 from lac.common.server import Health
 from lac.common.statelock import StateDirLock
 from lac.common.storage import StorageGuard
 from lac.common.text import BOS, EOS, UNK
 from lac.common.text import sentences as split_sentences
 from lac.common.v1 import curator_pb2
+from lac.curator import export
 from lac.curator import release as releases
 from lac.curator.channel import NgramChannel, deployment_channel
 from lac.curator.config import CuratorConfig
@@ -124,6 +126,7 @@ class Curator:
             validation_cap=config.endtoend_validation_cap,
         )
         self.store = CuratorStore(config.state_dir, config.quarantine_max_rows, config.min_free_disk_bytes)
+        export.clear_spool(config.state_dir)  # what an export running when the curator stopped left
         self.health = Health(SERVICE_NAMES)
         self.storage = StorageGuard(
             "curator storage (segments and SQLite)",
@@ -164,6 +167,7 @@ class Curator:
             self._ingest = SparkIngest(ingest, session, master=config.spark_master)
         else:
             self._ingest = IngestPool(ingest, config.ingest_workers)
+        self._ingest_started: asyncio.Future[list[int]] | None = None  # the workers' start (start())
         self._models: OrderedDict[str, NgramModel] = OrderedDict()
         self._model_lock = asyncio.Lock()
         self._channel: asyncio.Future[NgramChannel | None] | None = None  # the local channel, once started
@@ -182,6 +186,8 @@ class Curator:
         """Start the background parts (on the running event loop): the storage watch (free space, test
         writes after a failure) and the metrics endpoint, if configured."""
         self.storage.start()
+        if isinstance(self._ingest, IngestPool):  # the ingest workers start now and stay: no batch waits for them
+            self._ingest_started = asyncio.ensure_future(asyncio.to_thread(self._ingest.start))
         if self.config.clean_estimate:
             self._channel = asyncio.ensure_future(asyncio.to_thread(self._load_channel))
         if self.config.metrics_port is not None:
@@ -234,6 +240,8 @@ class Curator:
             await self.storage.stop()
             self.metrics.endpoint.close()
             await asyncio.to_thread(self._ingest.close)
+            if self._ingest_started is not None:  # ended by close (it never raises)
+                await asyncio.wait({self._ingest_started})
             await self._run(self.store.close)
             self._db.shutdown()
             for engine in (self.engine, self._spark):  # the Spark sessions this curator started
@@ -298,7 +306,9 @@ class Curator:
                 f"{self.config.max_reports_per_batch} (max_reports_per_batch)"
             )
         self.storage.check()  # failing storage: UNAVAILABLE at once, the shuffler keeps the batch and retries
+        tracing.set_attributes({"lac.batch_id": request.batch_id, "lac.reports": len(request.reports)})
         if await self._run(self.store.has_batch, request.batch_id):
+            tracing.set_attributes({"lac.duplicate": True})
             return curator_pb2.IngestBatchResponse(batch_id=request.batch_id, duplicate=True)
         windows = self._batch_windows(request)
         payloads = await asyncio.to_thread(lambda: [p.SerializeToString() for p in request.reports])
@@ -316,6 +326,7 @@ class Curator:
                 per_reason[reason],
                 reason,
                 detail,
+                extra={"batch_id": request.batch_id, "reject_reason": str(reason), "reports": per_reason[reason]},
             )
         window = self.config.replay_window_days * 86400.0
         privacy = request.privacy.SerializeToString() if request.HasField("privacy") else None
@@ -341,7 +352,16 @@ class Curator:
             result.rejected,
             result.rejects or "",
             request.privacy.statement or "no amplification statement",
+            extra={
+                "batch_id": request.batch_id,
+                "first_window": windows[0],
+                "last_window": windows[1],
+                "accepted": result.accepted,
+                "rejected": result.rejected,
+                "rejects": dict(result.rejects or {}),
+            },
         )
+        tracing.set_attributes({"lac.accepted": result.accepted, "lac.rejected": result.rejected})
         return curator_pb2.IngestBatchResponse(
             batch_id=request.batch_id, accepted=result.accepted, rejected=result.rejected
         )
@@ -481,7 +501,12 @@ class Curator:
         key = spec_key(spec)
         earlier = await self._run(self.store.release_for_request, request_id, key)
         if earlier is not None:
-            log.info("release request %s repeated: release %s returned again, nothing spent", request_id, earlier)
+            log.info(
+                "release request %s repeated: release %s returned again, nothing spent",
+                request_id,
+                earlier,
+                extra={"release_id": earlier},
+            )
             try:
                 return (await self.get_release(earlier))[0]
             except NotFound:  # its record went with a restore from an older backup; its charge did not
@@ -565,6 +590,23 @@ class Curator:
             spec.mechanism,
             *span,
             record.statement if r.differentially_private else "NOT differentially private (not charged)",
+            extra={
+                "release_id": record.release_id,
+                "mechanism": spec.mechanism,
+                "first_window": span[0],
+                "last_window": span[1],
+                "differentially_private": r.differentially_private,
+            },
+        )
+        tracing.set_attributes(
+            {
+                "lac.release_id": record.release_id,
+                "lac.mechanism": spec.mechanism,
+                "lac.epsilon": record.epsilon,
+                "lac.delta": record.delta,
+                "lac.first_window": span[0],
+                "lac.last_window": span[1],
+            }
         )
         return record
 
@@ -667,6 +709,55 @@ class Curator:
     async def arpa(self, release_id: str) -> str:
         m = await self.model(release_id)
         return await asyncio.to_thread(m.arpa)
+
+    async def export_reports(
+        self, first_window: int, last_window: int, identity: str | None, roles: frozenset[Role]
+    ) -> tuple[str, LocalGuarantee, export.ShuffledReports]:
+        """Export the privatized reports of the closed windows ``first_window``..``last_window``
+        (``lac.curator.export``): (export id, its guarantee, the rows in a fresh uniformly random order; close
+        it when done). The export is recorded with the ledger (``identity``, the time, the windows, the rows)
+        before this returns, so before any row is sent; it charges nothing."""
+        export.check_grant(self.config.roles[Role.EXPORT], roles)
+        export.check_windows(first_window, last_window, self.deployment)
+        batches = await self._run(self.store.batch_privacy, first_window, last_window)
+        if not batches:
+            raise InvalidArgument(f"no reports are stored in windows {first_window}..{last_window}")
+        paths = await self._run(self.store.segment_paths, first_window, last_window)
+        rng = self._rng if self._rng is not None else secure_generator()
+        expected = sum(n for _, _, n, _ in batches)
+        rows = await asyncio.to_thread(
+            export.ShuffledReports, paths, rng, expected, self.config.state_dir / export.SPOOL_DIR
+        )
+        try:
+            shuffles = export.window_shuffles(batches, first_window, last_window, self.deployment)
+            guarantee = export.local_guarantee(self.deployment, first_window, last_window, rows.rows, shuffles)
+            export_id = uuid.uuid4().hex
+            who = identity.removeprefix("mtls:") if identity else ""
+            await self._run(
+                self.store.add_export,
+                export_id,
+                who,
+                first_window,
+                last_window,
+                rows.rows,
+                export.guarantee_json(guarantee),
+            )
+        except BaseException:
+            rows.close()
+            raise
+        log.info(
+            "export %s of windows %d..%d to %s: %d privatized reports (local DP only, not charged)",
+            export_id,
+            first_window,
+            last_window,
+            who or "an unidentified caller (insecure curator)",
+            rows.rows,
+        )
+        return export_id, guarantee, rows
+
+    async def exports(self) -> list[tuple[str, str, float, int, int, int]]:
+        """Every export of privatized reports, oldest first (``CuratorStore.exports``)."""
+        return await self._run(self.store.exports)
 
     async def spent(self) -> dict[int, Budget]:
         """Budget spent per window, for every window with spending or between the first and the last that hold

@@ -221,32 +221,36 @@ class BudgetRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class WindowBudget(_message.Message):
-    __slots__ = ("window", "spent_epsilon", "spent_delta", "remaining_epsilon", "remaining_delta")
+    __slots__ = ("window", "spent_epsilon", "spent_delta", "remaining_epsilon", "remaining_delta", "exports")
     WINDOW_FIELD_NUMBER: _ClassVar[int]
     SPENT_EPSILON_FIELD_NUMBER: _ClassVar[int]
     SPENT_DELTA_FIELD_NUMBER: _ClassVar[int]
     REMAINING_EPSILON_FIELD_NUMBER: _ClassVar[int]
     REMAINING_DELTA_FIELD_NUMBER: _ClassVar[int]
+    EXPORTS_FIELD_NUMBER: _ClassVar[int]
     window: int
     spent_epsilon: float
     spent_delta: float
     remaining_epsilon: float
     remaining_delta: float
-    def __init__(self, window: _Optional[int] = ..., spent_epsilon: _Optional[float] = ..., spent_delta: _Optional[float] = ..., remaining_epsilon: _Optional[float] = ..., remaining_delta: _Optional[float] = ...) -> None: ...
+    exports: int
+    def __init__(self, window: _Optional[int] = ..., spent_epsilon: _Optional[float] = ..., spent_delta: _Optional[float] = ..., remaining_epsilon: _Optional[float] = ..., remaining_delta: _Optional[float] = ..., exports: _Optional[int] = ...) -> None: ...
 
 class BudgetStatus(_message.Message):
-    __slots__ = ("budget_epsilon", "budget_delta", "windows", "window_seconds", "reports_per_window")
+    __slots__ = ("budget_epsilon", "budget_delta", "windows", "window_seconds", "reports_per_window", "exports")
     BUDGET_EPSILON_FIELD_NUMBER: _ClassVar[int]
     BUDGET_DELTA_FIELD_NUMBER: _ClassVar[int]
     WINDOWS_FIELD_NUMBER: _ClassVar[int]
     WINDOW_SECONDS_FIELD_NUMBER: _ClassVar[int]
     REPORTS_PER_WINDOW_FIELD_NUMBER: _ClassVar[int]
+    EXPORTS_FIELD_NUMBER: _ClassVar[int]
     budget_epsilon: float
     budget_delta: float
     windows: _containers.RepeatedCompositeFieldContainer[WindowBudget]
     window_seconds: float
     reports_per_window: int
-    def __init__(self, budget_epsilon: _Optional[float] = ..., budget_delta: _Optional[float] = ..., windows: _Optional[_Iterable[_Union[WindowBudget, _Mapping]]] = ..., window_seconds: _Optional[float] = ..., reports_per_window: _Optional[int] = ...) -> None: ...
+    exports: _containers.RepeatedCompositeFieldContainer[ExportRecord]
+    def __init__(self, budget_epsilon: _Optional[float] = ..., budget_delta: _Optional[float] = ..., windows: _Optional[_Iterable[_Union[WindowBudget, _Mapping]]] = ..., window_seconds: _Optional[float] = ..., reports_per_window: _Optional[int] = ..., exports: _Optional[_Iterable[_Union[ExportRecord, _Mapping]]] = ...) -> None: ...
 
 class CuratorStatusRequest(_message.Message):
     __slots__ = ()
@@ -353,3 +357,87 @@ class ArpaChunk(_message.Message):
     TEXT_FIELD_NUMBER: _ClassVar[int]
     text: str
     def __init__(self, text: _Optional[str] = ...) -> None: ...
+
+class ExportReportsRequest(_message.Message):
+    __slots__ = ("first_window", "last_window")
+    FIRST_WINDOW_FIELD_NUMBER: _ClassVar[int]
+    LAST_WINDOW_FIELD_NUMBER: _ClassVar[int]
+    first_window: int
+    last_window: int
+    def __init__(self, first_window: _Optional[int] = ..., last_window: _Optional[int] = ...) -> None: ...
+
+class WindowShuffle(_message.Message):
+    __slots__ = ("window", "batches", "reports", "smallest_batch", "epsilon", "delta", "amplified", "method", "unverified")
+    WINDOW_FIELD_NUMBER: _ClassVar[int]
+    BATCHES_FIELD_NUMBER: _ClassVar[int]
+    REPORTS_FIELD_NUMBER: _ClassVar[int]
+    SMALLEST_BATCH_FIELD_NUMBER: _ClassVar[int]
+    EPSILON_FIELD_NUMBER: _ClassVar[int]
+    DELTA_FIELD_NUMBER: _ClassVar[int]
+    AMPLIFIED_FIELD_NUMBER: _ClassVar[int]
+    METHOD_FIELD_NUMBER: _ClassVar[int]
+    UNVERIFIED_FIELD_NUMBER: _ClassVar[int]
+    window: int
+    batches: int
+    reports: int
+    smallest_batch: int
+    epsilon: float
+    delta: float
+    amplified: bool
+    method: str
+    unverified: int
+    def __init__(self, window: _Optional[int] = ..., batches: _Optional[int] = ..., reports: _Optional[int] = ..., smallest_batch: _Optional[int] = ..., epsilon: _Optional[float] = ..., delta: _Optional[float] = ..., amplified: _Optional[bool] = ..., method: _Optional[str] = ..., unverified: _Optional[int] = ...) -> None: ...
+
+class LocalGuarantee(_message.Message):
+    __slots__ = ("mechanism", "epsilon_per_word", "embedding", "word_distance_bound", "max_report_words", "reports_per_window", "window_seconds", "first_window", "last_window", "rows", "shuffles", "statement")
+    MECHANISM_FIELD_NUMBER: _ClassVar[int]
+    EPSILON_PER_WORD_FIELD_NUMBER: _ClassVar[int]
+    EMBEDDING_FIELD_NUMBER: _ClassVar[int]
+    WORD_DISTANCE_BOUND_FIELD_NUMBER: _ClassVar[int]
+    MAX_REPORT_WORDS_FIELD_NUMBER: _ClassVar[int]
+    REPORTS_PER_WINDOW_FIELD_NUMBER: _ClassVar[int]
+    WINDOW_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    FIRST_WINDOW_FIELD_NUMBER: _ClassVar[int]
+    LAST_WINDOW_FIELD_NUMBER: _ClassVar[int]
+    ROWS_FIELD_NUMBER: _ClassVar[int]
+    SHUFFLES_FIELD_NUMBER: _ClassVar[int]
+    STATEMENT_FIELD_NUMBER: _ClassVar[int]
+    mechanism: str
+    epsilon_per_word: float
+    embedding: str
+    word_distance_bound: float
+    max_report_words: int
+    reports_per_window: int
+    window_seconds: float
+    first_window: int
+    last_window: int
+    rows: int
+    shuffles: _containers.RepeatedCompositeFieldContainer[WindowShuffle]
+    statement: str
+    def __init__(self, mechanism: _Optional[str] = ..., epsilon_per_word: _Optional[float] = ..., embedding: _Optional[str] = ..., word_distance_bound: _Optional[float] = ..., max_report_words: _Optional[int] = ..., reports_per_window: _Optional[int] = ..., window_seconds: _Optional[float] = ..., first_window: _Optional[int] = ..., last_window: _Optional[int] = ..., rows: _Optional[int] = ..., shuffles: _Optional[_Iterable[_Union[WindowShuffle, _Mapping]]] = ..., statement: _Optional[str] = ...) -> None: ...
+
+class ExportChunk(_message.Message):
+    __slots__ = ("export_id", "guarantee", "arrow_ipc")
+    EXPORT_ID_FIELD_NUMBER: _ClassVar[int]
+    GUARANTEE_FIELD_NUMBER: _ClassVar[int]
+    ARROW_IPC_FIELD_NUMBER: _ClassVar[int]
+    export_id: str
+    guarantee: LocalGuarantee
+    arrow_ipc: bytes
+    def __init__(self, export_id: _Optional[str] = ..., guarantee: _Optional[_Union[LocalGuarantee, _Mapping]] = ..., arrow_ipc: _Optional[bytes] = ...) -> None: ...
+
+class ExportRecord(_message.Message):
+    __slots__ = ("export_id", "identity", "exported_at", "first_window", "last_window", "rows")
+    EXPORT_ID_FIELD_NUMBER: _ClassVar[int]
+    IDENTITY_FIELD_NUMBER: _ClassVar[int]
+    EXPORTED_AT_FIELD_NUMBER: _ClassVar[int]
+    FIRST_WINDOW_FIELD_NUMBER: _ClassVar[int]
+    LAST_WINDOW_FIELD_NUMBER: _ClassVar[int]
+    ROWS_FIELD_NUMBER: _ClassVar[int]
+    export_id: str
+    identity: str
+    exported_at: str
+    first_window: int
+    last_window: int
+    rows: int
+    def __init__(self, export_id: _Optional[str] = ..., identity: _Optional[str] = ..., exported_at: _Optional[str] = ..., first_window: _Optional[int] = ..., last_window: _Optional[int] = ..., rows: _Optional[int] = ...) -> None: ...

@@ -173,6 +173,11 @@ class CuratorStub:
                 request_serializer=lac_dot_v1_dot_curator__pb2.ExportArpaRequest.SerializeToString,
                 response_deserializer=lac_dot_v1_dot_curator__pb2.ArpaChunk.FromString,
                 _registered_method=True)
+        self.ExportReports = channel.unary_stream(
+                '/lac.v1.Curator/ExportReports',
+                request_serializer=lac_dot_v1_dot_curator__pb2.ExportReportsRequest.SerializeToString,
+                response_deserializer=lac_dot_v1_dot_curator__pb2.ExportChunk.FromString,
+                _registered_method=True)
 
 
 class CuratorServicer:
@@ -266,6 +271,19 @@ class CuratorServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ExportReports(self, request, context):
+        """Exporter (an mTLS identity the operator lists in export_identities; off by default, and analysts
+        and operators too need the grant): the privatized reports of closed accounting windows as a data
+        set, one row per report holding its words only, in a fresh uniformly random order. The first
+        message carries the export's id and its LocalGuarantee (local DP only: NOT a central release; not
+        charged to the budget, but recorded with the ledger before any row is sent); every later message
+        carries rows. Open window: FAILED_PRECONDITION; a window with no reports, or before 0:
+        INVALID_ARGUMENT; export off or not granted: PERMISSION_DENIED.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_CuratorServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -328,6 +346,11 @@ def add_CuratorServicer_to_server(servicer, server):
                     servicer.ExportArpa,
                     request_deserializer=lac_dot_v1_dot_curator__pb2.ExportArpaRequest.FromString,
                     response_serializer=lac_dot_v1_dot_curator__pb2.ArpaChunk.SerializeToString,
+            ),
+            'ExportReports': grpc.unary_stream_rpc_method_handler(
+                    servicer.ExportReports,
+                    request_deserializer=lac_dot_v1_dot_curator__pb2.ExportReportsRequest.FromString,
+                    response_serializer=lac_dot_v1_dot_curator__pb2.ExportChunk.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -659,6 +682,33 @@ class Curator:
             '/lac.v1.Curator/ExportArpa',
             lac_dot_v1_dot_curator__pb2.ExportArpaRequest.SerializeToString,
             lac_dot_v1_dot_curator__pb2.ArpaChunk.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ExportReports(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/lac.v1.Curator/ExportReports',
+            lac_dot_v1_dot_curator__pb2.ExportReportsRequest.SerializeToString,
+            lac_dot_v1_dot_curator__pb2.ExportChunk.FromString,
             options,
             channel_credentials,
             insecure,

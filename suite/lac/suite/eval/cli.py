@@ -5,8 +5,6 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from lac.common.cli import hidden_alias
-
 from .config import PRESETS
 from .runner import SECTIONS
 
@@ -37,9 +35,7 @@ def register(subparsers) -> None:
     p.add_argument("--vocab-size", type=int, default=None, help="public trigrams in the release vocabulary")
     p.add_argument("--lm-vocab-size", type=int, default=None, help="public n-grams (orders 1-3) for Table 1")
     p.add_argument("--item-cap", dest="W", type=int, default=None, help="W: per-user item cap (figures 1-6)")
-    hidden_alias(p, "--W", "W", type=int)
     p.add_argument("--decay-slope", dest="S", type=float, default=None, help="BayesianDP decay slope S")
-    hidden_alias(p, "--S", "S", type=float)
     p.add_argument("--rho", type=float, default=None, help="BayesianDP weight ρ")
     p.add_argument("--delta", type=float, default=None, help="δ of (ε, δ) mechanisms")
     p.add_argument("--epsilons", type=_floats, default=None, help="ε grid of figure 1 (comma-separated)")

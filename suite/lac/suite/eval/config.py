@@ -91,6 +91,25 @@ class EvalConfig:
     authorship_epsilons: tuple[float, ...] = (3.0, 5.0, 6.0, 7.0, 8.0, 10.0, 15.0, 25.0)
     authorship_iterations: int = 100  # Koppel et al.'s random feature subsets per unknown text
     authorship_embedding_vocab: int = 50_000  # the presets' embedding
+    # a classifier trained on privatized text, tested on clean text (lac.suite.eval.downstream; seed 002)
+    downstream_topics: tuple[str, ...] = (
+        "noun.animal",
+        "noun.plant",
+        "noun.food",
+        "noun.body",
+        "noun.artifact",
+        "noun.person",
+        "noun.location",
+        "noun.substance",
+        "verb.motion",
+        "verb.communication",
+    )  # WordNet lexicographer categories
+    downstream_words: int = 30  # words per text (one report: at most the deployment's L = 40)
+    downstream_train: int = 180  # training texts per topic (verb.motion has enough words for 250 texts in all)
+    downstream_test: int = 60  # clean test texts per topic
+    downstream_epsilons: tuple[float, ...] = (3.0, 5.0, 6.0, 7.0, 8.0, 10.0, 15.0, 25.0)  # presets' ε added
+    downstream_embedding_vocab: int = 50_000  # the presets' embedding
+    downstream_export_preset: str = "balanced"  # the setting trained through the export path
     # privacy accounting of the pipeline (lac.suite.eval.pipeline)
     central_epsilons: tuple[float, ...] = (0.5, 1.0, 2.0, 4.0, 8.0)
     report_words: int = 32  # reports truncated to this many words so ε0 = ℓ·ε·diam holds for all
@@ -133,6 +152,9 @@ PRESETS = {
         authorship_authors=20,
         authorship_topic_train=60,
         authorship_topic_test=20,
+        downstream_train=120,
+        downstream_test=40,
+        downstream_epsilons=(3.0, 5.0, 8.0, 10.0, 15.0, 25.0),
     ),
     "tiny": EvalConfig(
         max_users=1500,
@@ -176,5 +198,10 @@ PRESETS = {
         authorship_epsilons=(3.0, 25.0),
         authorship_iterations=30,
         authorship_embedding_vocab=5_000,
+        downstream_topics=("noun.animal", "noun.food", "noun.artifact", "verb.motion"),
+        downstream_train=30,
+        downstream_test=10,
+        downstream_epsilons=(3.0, 25.0),
+        downstream_embedding_vocab=5_000,
     ),
 }

@@ -9,11 +9,22 @@ from pathlib import Path
 
 import numpy as np
 
-from . import authorship, e2e, language_model, localizer, membership, paper_figures, pipeline, report, targets
+from . import (
+    authorship,
+    downstream,
+    e2e,
+    language_model,
+    localizer,
+    membership,
+    paper_figures,
+    pipeline,
+    report,
+    targets,
+)
 from . import data as eval_data
 from .config import EvalConfig
 
-SECTIONS = ("figures", "table1", "membership", "localizer", "pipeline", "targets", "e2e", "authorship")
+SECTIONS = ("figures", "table1", "membership", "localizer", "pipeline", "targets", "e2e", "authorship", "downstream")
 
 
 def _say(msg: str) -> None:
@@ -84,6 +95,8 @@ def run(cfg: EvalConfig, out: Path, preset: str = "custom", sections=SECTIONS) -
         res["e2e"] = step("e2e", lambda: e2e.run_e2e(cfg, out, rngs["e2e"]))
     if "authorship" in sections:
         res["authorship"] = step("authorship", lambda: authorship.run(cfg, out, rngs["authorship"]))
+    if "downstream" in sections:
+        res["downstream"] = step("downstream", lambda: downstream.run(cfg, out, rngs["downstream"]))
     res["wall_time_s"] = time.perf_counter() - t0
     (out / "results.json").write_text(json.dumps(res, indent=1, default=_json_default), encoding="utf-8")
     report.write(out / "report.md", res)

@@ -1,0 +1,372 @@
+"""Export of privatized reports (issue 22, item 2): the words kept in segments, the uniform order with
+bounded memory, the typed guarantee, the grant per identity over real mTLS, the errors, the ledger, the
+CLI, and backup/restore carrying the exports."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import time
+from collections import Counter
+
+import grpc
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+from lac_testkit import DEPLOYMENT, Pki, batch_privacy, content, run_lac
+
+from lac.common import envelope, tls
+from lac.common.errors import FailedPrecondition, InvalidArgument, PermissionDenied
+from lac.common.privacy import VACUOUS_EPSILON, LocalGuarantee
+from lac.common.rpc import Role
+from lac.common.v1 import curator_pb2, curator_pb2_grpc
+from lac.curator import export
+from lac.curator import segments as seg
+from lac.curator.analyst import CuratorClient
+from lac.curator.ngrams import ReportItems, report_items
+from lac.curator.store import CuratorStore
+
+TEXTS = [
+    ["the", "dog", "sleeps", "in", "the", "sun"],
+    ["the", "fox", "is", "a", "small", "animal"],
+    ["we", "walk", "the", "dog"],
+    ["the", "sun", "is", "a", "star"],
+]
+CLOSED = DEPLOYMENT.window(time.time()) - 2  # a window that closed two days ago (the default window is a day)
+IDENTITIES = ("shuffler", "analyst", "operator", "exporter", "intruder")
+
+
+def _segments(root, reports_per_segment, rng, words=True):
+    """Segments of random reports (1-2 sentences of 1-6 words), numbered words so rows are distinct."""
+    paths, k = [], 0
+    for i, n in enumerate(reports_per_segment):
+        reps = []
+        for _ in range(n):
+            reps.append([[f"w{k}", *(f"x{int(x)}" for x in rng.integers(0, 50, size=int(rng.integers(0, 5))))]])
+            k += 1
+        items = report_items(reps, 3)
+        if not words:
+            items = ReportItems(items.indptr, items.item_ids, items.counts, items.items)
+        path = root / f"window=0/s{i}.parquet"
+        seg.write(path, items, {"batch_id": f"b{i}"})
+        paths.append(path)
+    return paths
+
+
+def _rows(shuffled: export.ShuffledReports) -> list[tuple[str, ...]]:
+    return [tuple(w) for col in shuffled.chunks(chunk_bytes=64) for w in col.to_pylist()]
+
+
+# -- storage and the order of the rows ---------------------------------------------------------------
+
+
+def test_segments_keep_each_reports_words_once_and_releases_do_not_read_them(tmp_path):
+    reps = [[["a", "b", "a"], ["c"]], [], [["d"]], [[]]]
+    path = tmp_path / "s.parquet"
+    seg.write(path, report_items(reps, 3), {"batch_id": "b"})
+    col = pq.read_table(path, columns=["words"]).column("words").to_pylist()
+    assert [w for w in col if w is not None] == [["a", "b", "a", "c"], ["d"]]  # empty reports have no row
+    assert seg.has_words(path)
+    back = seg.read(path)  # the n-grams as before
+    assert back.texts is None and back.n_reports == 4 and "a b a" in back.items
+
+
+@pytest.mark.parametrize("bucket_rows", [10_000, 7])  # one bucket in memory; several spooled to disk
+def test_every_row_exactly_once_in_a_fresh_order(tmp_path, bucket_rows):
+    rng = np.random.default_rng(3)
+    paths = _segments(tmp_path, [40, 1, 25, 0, 30], rng)
+    stored = [tuple(w) for p in paths for w in pq.read_table(p).column("words").to_pylist() if w is not None]
+    orders = []
+    for _ in range(2):
+        with export.ShuffledReports(paths, rng, len(stored), tmp_path / "spool", bucket_rows) as s:
+            assert s.rows == len(stored) and (s.buckets > 1) == (bucket_rows == 7)
+            rows = _rows(s)
+        assert Counter(rows) == Counter(stored)
+        orders.append(rows)
+    assert orders[0] != stored and orders[0] != orders[1]
+    spool = tmp_path / "spool"
+    assert not spool.exists() or not any(spool.iterdir())  # the spool is gone after each export
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("bucket_rows", [100, 2])
+def test_the_order_is_a_uniform_permutation(tmp_path, bucket_rows):
+    """All 4! orders of 4 reports in 2 segments (two batches) are equally likely, spooled or not:
+    chi-square over 4,800 exports; and the two reports of one batch are adjacent 1/2 of the time, as in a
+    uniform permutation (a per-segment shuffle in a random segment order would make it always)."""
+    rng = np.random.default_rng(11)
+    paths = _segments(tmp_path, [2, 2], rng)
+    trials = 4800
+    seen: Counter = Counter()
+    adjacent = 0
+    for _ in range(trials):
+        with export.ShuffledReports(paths, rng, 4, tmp_path / "spool", bucket_rows) as s:
+            order = tuple(int(r[0][1:]) for r in _rows(s))
+        seen[order] += 1
+        adjacent += abs(order.index(0) - order.index(1)) == 1
+    assert set(seen) == set(itertools.permutations(range(4)))
+    expected = trials / 24
+    chi2 = sum((seen[p] - expected) ** 2 / expected for p in itertools.permutations(range(4)))
+    assert chi2 < 49.7  # 23 degrees of freedom: the 0.999 quantile is 49.73
+    assert abs(adjacent / trials - 0.5) < 4 * math.sqrt(0.25 / trials)
+
+
+def test_segments_without_words_are_refused(tmp_path):
+    paths = _segments(tmp_path, [3], np.random.default_rng(1), words=False)
+    with pytest.raises(FailedPrecondition, match="before this curator kept"):
+        export.ShuffledReports(paths, np.random.default_rng(1), 3, tmp_path / "spool")
+
+
+# -- the guarantee -----------------------------------------------------------------------------------
+
+
+def _privacy(n, *, window=CLOSED, amplified=False, eps=None, eps0=DEPLOYMENT.report_epsilon0):
+    p = batch_privacy(n, window=window)
+    p.report_epsilon0 = eps0
+    p.amplified = amplified
+    p.central_epsilon = eps0 if eps is None else eps
+    p.delta = 1e-6 if amplified else 0.0
+    p.method = "numerical" if amplified else "none"
+    return p.SerializeToString()
+
+
+def test_the_guarantee_is_local_only_and_says_when_its_bounds_are_vacuous():
+    batches = [(CLOSED, CLOSED, 500, _privacy(500)), (CLOSED, CLOSED, 40, _privacy(40))]
+    g = export.local_guarantee(
+        DEPLOYMENT, CLOSED, CLOSED, 540, export.window_shuffles(batches, CLOSED, CLOSED, DEPLOYMENT)
+    )
+    (w,) = g.shuffles
+    assert (w.batches, w.reports, w.smallest_batch, w.amplified) == (2, 540, 40, False)
+    assert g.report_epsilon0 == pytest.approx(40 * 8 * DEPLOYMENT.word_distance_bound) and g.vacuous
+    text = g.statement()
+    for phrase in (
+        "local differential privacy only",
+        "NOT a central differential-privacy release",
+        "charged nothing",
+        "ε = 8 per unit of distance",
+        "at most 40 words",
+        "vacuous",
+        "at most 1 report per accounting window",
+        "no amplification",
+        "uniformly random order",
+    ):
+        assert phrase in text, phrase
+    # small ε per word and short reports: ε0 below the vacuous level, amplified by the shuffler's accountant
+    small = DEPLOYMENT.__class__(epsilon_per_word=0.05, max_report_words=2, word_distance_bound=2.0)
+    batches = [(CLOSED, CLOSED, 10_000, _privacy(10_000, amplified=True, eps=0.02, eps0=small.report_epsilon0))]
+    g = export.local_guarantee(small, CLOSED, CLOSED, 10_000, export.window_shuffles(batches, CLOSED, CLOSED, small))
+    assert g.report_epsilon0 < VACUOUS_EPSILON and not g.vacuous and g.amplified
+    assert "vacuous" not in g.statement() and "(0.02, 1e-06)-DP" in g.statement()
+    # a statement computed for a smaller ε0 than the deployment's overstates the amplification: not counted
+    batches = [(CLOSED, CLOSED, 10_000, _privacy(10_000, amplified=True, eps=0.02, eps0=0.01))]
+    (w,) = export.window_shuffles(batches, CLOSED, CLOSED, small)
+    assert not w.amplified and w.unverified == 1 and w.epsilon == small.report_epsilon0
+
+
+def test_the_grant_and_the_windows_are_checked():
+    with pytest.raises(PermissionDenied, match="off on this curator.*export_identities"):
+        export.check_grant(frozenset(), frozenset(Role))
+    with pytest.raises(PermissionDenied, match="grants it by adding"):
+        export.check_grant(frozenset({"exporter"}), frozenset({Role.ANALYST}))
+    export.check_grant(frozenset({"exporter"}), frozenset({Role.EXPORT}))
+    now = (CLOSED + 2.5) * DEPLOYMENT.window_seconds
+    for first, last in ((-1, 3), (5, 4), (CLOSED, CLOSED + 3)):
+        with pytest.raises(InvalidArgument):
+            export.check_windows(first, last, DEPLOYMENT, now)
+    with pytest.raises(FailedPrecondition, match="still open"):
+        export.check_windows(CLOSED, CLOSED + 2, DEPLOYMENT, now)
+    export.check_windows(CLOSED, CLOSED + 1, DEPLOYMENT, now)
+
+
+# -- over a real mTLS server ---------------------------------------------------------------------------
+
+
+@pytest.fixture
+def exporting_curator(start_curator, tmp_path, curator_public_key):
+    """A curator with mTLS (export granted to "exporter") holding 30 sealed reports of a closed window in two
+    batches and 3 of the current (open) window; returns (server, pki)."""
+    pki = Pki(tmp_path / "pki", ("curator", *IDENTITIES))
+    cert, key = pki.pem("curator")
+    cur = start_curator(insecure=False, tls_cert=cert, tls_key=key, tls_client_ca=pki.ca, export_identities="exporter")
+    with tls.channel(cur.address, pki.client_tls("shuffler")) as ch:
+        stub = curator_pb2_grpc.CuratorIngestStub(ch)
+        for batch_id, n, window in (("b1", 18, CLOSED), ("b2", 12, CLOSED), ("b3", 3, None)):
+            reply = stub.IngestBatch(
+                curator_pb2.IngestBatchRequest(
+                    batch_id=batch_id,
+                    reports=[envelope.seal(content(TEXTS[i % 4]), curator_public_key) for i in range(n)],
+                    privacy=batch_privacy(n, window=window),
+                ),
+                timeout=30,
+            )
+            assert reply.accepted == n
+    return cur, pki
+
+
+def _client(cur, pki, who):
+    cert, key = pki.pem(who)
+    return CuratorClient(cur.address, ca=pki.ca, cert=cert, key=key)
+
+
+def test_every_identity_against_export(exporting_curator):
+    """Only the granted identity exports; the analyst and the operator need the grant too; the ingest identity
+    and an identity in no role are refused before the request is read."""
+    cur, pki = exporting_curator
+    codes = {}
+    for who in IDENTITIES:
+        with tls.channel(cur.address, pki.client_tls(who)) as ch:
+            try:
+                stream = curator_pb2_grpc.CuratorStub(ch).ExportReports(
+                    curator_pb2.ExportReportsRequest(first_window=CLOSED, last_window=CLOSED), timeout=30
+                )
+                codes[who] = (grpc.StatusCode.OK, len(list(stream)))
+            except grpc.RpcError as exc:
+                codes[who] = (exc.code(), exc.details())
+    assert codes["exporter"][0] == grpc.StatusCode.OK and codes["exporter"][1] >= 2
+    for who in ("shuffler", "analyst", "operator", "intruder"):
+        assert codes[who][0] == grpc.StatusCode.PERMISSION_DENIED, (who, codes[who])
+    assert "export_identities" in codes["analyst"][1] and "export_identities" in codes["operator"][1]
+
+
+def test_export_end_to_end_with_its_guarantee_and_the_ledger(exporting_curator, tmp_path):
+    cur, pki = exporting_curator
+    with _client(cur, pki, "exporter") as c:
+        got = c.export_reports(CLOSED)
+        written = c.export_reports((CLOSED, CLOSED), path=tmp_path / "reports.parquet")
+    assert got.rows == 30 and got.table.num_rows == 30 and got.table.column_names == ["words"]
+    assert Counter(tuple(w) for w in got.table.column("words").to_pylist()) == Counter(
+        tuple(TEXTS[i % 4]) for i in [*range(18), *range(12)]
+    )
+    assert isinstance(got.guarantee, LocalGuarantee) and got.statement == got.guarantee.statement()
+    assert "NOT a central differential-privacy release" in got.statement and got.guarantee.rows == 30
+    (w,) = got.guarantee.shuffles
+    assert (w.window, w.batches, w.reports) == (CLOSED, 2, 30)
+    meta = pq.read_schema(written.path).metadata
+    assert json.loads(meta[b"lac.export.guarantee"])["rows"] == 30
+    assert meta[b"lac.export.statement"].decode() == written.statement
+    assert pq.read_table(written.path).num_rows == 30 and sorted(written.texts()) == sorted(got.texts())
+    with _client(cur, pki, "operator") as c:  # listed with the ledger, nothing charged
+        exports = c.exports(as_arrow=True).to_pylist()
+        budget = c.budget(as_arrow=True).to_pylist()
+    assert [(e["identity"], e["first_window"], e["last_window"], e["rows"]) for e in exports] == [
+        ("exporter", CLOSED, CLOSED, 30)
+    ] * 2
+    row = next(b for b in budget if b["window"] == CLOSED)
+    assert row["exports"] == 2 and row["spent_epsilon"] == 0.0
+
+
+def test_export_errors_have_their_status_codes(exporting_curator):
+    cur, pki = exporting_curator
+    current = DEPLOYMENT.window(time.time())
+    with tls.channel(cur.address, pki.client_tls("exporter")) as ch:
+        stub = curator_pb2_grpc.CuratorStub(ch)
+        for request, code, fragment in (
+            (dict(first_window=CLOSED, last_window=current), grpc.StatusCode.FAILED_PRECONDITION, "still open"),
+            (dict(first_window=-3, last_window=CLOSED), grpc.StatusCode.INVALID_ARGUMENT, "count from 0"),
+            (dict(first_window=CLOSED - 5, last_window=CLOSED - 4), grpc.StatusCode.INVALID_ARGUMENT, "no reports"),
+            (dict(first_window=CLOSED), grpc.StatusCode.INVALID_ARGUMENT, "last_window"),
+            (dict(first_window=CLOSED, last_window=current + 9), grpc.StatusCode.INVALID_ARGUMENT, "after the current"),
+        ):
+            with pytest.raises(grpc.RpcError) as exc:
+                list(stub.ExportReports(curator_pb2.ExportReportsRequest(**request), timeout=30))
+            assert exc.value.code() == code and fragment in exc.value.details(), (request, exc.value.details())
+    assert not cur.curator.store.exports()  # a refused export is not recorded
+
+
+def test_export_is_off_by_default(start_curator):
+    cur = start_curator()  # insecure (every caller has every role), export_identities empty
+    with grpc.insecure_channel(cur.address) as ch:
+        with pytest.raises(grpc.RpcError) as exc:
+            list(
+                curator_pb2_grpc.CuratorStub(ch).ExportReports(
+                    curator_pb2.ExportReportsRequest(first_window=CLOSED, last_window=CLOSED), timeout=30
+                )
+            )
+    assert exc.value.code() == grpc.StatusCode.PERMISSION_DENIED and "--export-identities" in exc.value.details()
+
+
+def test_cli_export_prints_the_guarantee_and_budget_lists_it(exporting_curator, tmp_path, capsys):
+    cur, pki = exporting_curator
+    out = tmp_path / "cli.parquet"
+    cert, key = pki.pem("exporter")
+    tls_flags = ["--server", cur.address, "--ca", pki.ca, "--cert", cert, "--key", key]
+    code, stdout, err = run_lac(capsys, "curator", "export", "--window", str(CLOSED), "--out", str(out), *tls_flags)
+    assert code == 0, err
+    assert f"wrote {out}: 30 privatized reports" in stdout and "local differential privacy only" in stdout
+    assert pq.read_table(out).num_rows == 30
+    code, stdout, err = run_lac(capsys, "curator", "budget", *tls_flags[:2], "--ca", pki.ca, *_pem(pki, "analyst"))
+    assert code == 0, err
+    assert "exported 1x (not charged)" in stdout and f"exporter exported windows {CLOSED}..{CLOSED}, 30 rows" in stdout
+    code, _, err = run_lac(capsys, "curator", "export", "--window", str(CLOSED), "--out", str(out), *_all(cur, pki))
+    assert code == 2 and "PERMISSION_DENIED" in err
+
+
+def _pem(pki, who):
+    cert, key = pki.pem(who)
+    return ["--cert", cert, "--key", key]
+
+
+def _all(cur, pki):
+    return ["--server", cur.address, "--ca", pki.ca, *_pem(pki, "analyst")]
+
+
+def test_backup_and_restore_carry_the_exports(tmp_path):
+    from lac.curator.backup import backup, restore
+
+    state = tmp_path / "state"
+    store = CuratorStore(state)
+    store.add_export("e1", "exporter", 3, 4, 17, json.dumps({"rows": 17}))
+    store.close()
+    backup(state, tmp_path / "bak")
+    restore(tmp_path / "bak", tmp_path / "restored")
+    store = CuratorStore(tmp_path / "restored")
+    try:
+        assert [(e, who, a, b, n) for e, who, _, a, b, n in store.exports()] == [("e1", "exporter", 3, 4, 17)]
+    finally:
+        store.close()
+
+
+def test_a_curator_start_clears_an_interrupted_exports_spool(tmp_path):
+    left = tmp_path / export.SPOOL_DIR / "export-x"
+    left.mkdir(parents=True)
+    (left / "0.arrow").write_bytes(b"rows")
+    export.clear_spool(tmp_path)
+    assert not (tmp_path / export.SPOOL_DIR).exists()
+
+
+def test_the_guarantee_survives_the_wire():
+    from lac.curator import serde
+
+    batches = [(CLOSED, CLOSED + 1, 9, _privacy(9)), (CLOSED + 1, CLOSED + 1, 4, None)]
+    g = export.local_guarantee(
+        DEPLOYMENT, CLOSED, CLOSED + 1, 13, export.window_shuffles(batches, CLOSED, CLOSED + 1, DEPLOYMENT)
+    )
+    m = serde.local_guarantee_message(g)
+    back = serde.local_guarantee_from_proto(curator_pb2.LocalGuarantee.FromString(m.SerializeToString()))
+    assert back == g and m.statement == g.statement()
+    assert [(s.window, s.batches, s.unverified) for s in g.shuffles] == [(CLOSED, 1, 0), (CLOSED + 1, 2, 1)]
+
+
+def test_the_docs_example_runs(exporting_curator, tmp_path, monkeypatch):
+    """The first Python block of docs/analyst/export.md, against this curator and its exporter certificate."""
+    import re
+    from pathlib import Path
+
+    cur, pki = exporting_curator
+    page = (Path(__file__).resolve().parents[2] / "docs" / "analyst" / "export.md").read_text(encoding="utf-8")
+    code = re.findall(r"```python\n(.*?)```", page, re.S)[0]
+    cert, key = pki.pem("exporter")
+    for old, new in (
+        ('"localhost:50052"', repr(cur.address)),
+        ('"ca.pem"', repr(pki.ca)),
+        ('"exporter.pem"', repr(cert)),
+        ('"exporter.key"', repr(key)),
+        ("20_400", str(CLOSED)),
+    ):
+        assert old in code, old
+        code = code.replace(old, new)
+    monkeypatch.chdir(tmp_path)
+    scope: dict = {}
+    exec(compile(code, "export.md", "exec"), scope)
+    assert scope["got"].rows == 30 and (tmp_path / "window-20400.parquet").is_file()
