@@ -12,7 +12,8 @@ from lac.common import tls, tracing
 from lac.common.cli import message_json, positive
 from lac.common.v1 import curator_pb2, curator_pb2_grpc, reports_pb2
 from lac.curator.config import ENV_PREFIX, CuratorConfig
-from lac.curator.release import MECHANISMS, OFFLINE_ONLY, PublicCaps, ReleaseSpec
+from lac.curator import mechanisms
+from lac.curator.release import PublicCaps, ReleaseSpec
 
 
 def register(subparsers) -> None:
@@ -88,19 +89,25 @@ def register(subparsers) -> None:
         "budget of every window it covers); with --counts, run offline on files instead",
         _release,
     )
-    r.add_argument("--epsilon", type=float, default=None, help="ε of this release (not for kanon)")
+    r.add_argument(
+        "--epsilon",
+        type=float,
+        default=None,
+        help=f"ε of this release (not for {', '.join(m for m in mechanisms.names() if not mechanisms.get(m).takes_epsilon)})",
+    )
     r.add_argument(
         "--delta",
         type=float,
         default=None,
-        help=f"δ of this release (posterior, bayesian, endtoend; > 0) [default: {ReleaseSpec.delta:g}]; "
-        "laplace and laplace-public are pure ε-DP: δ = 0",
+        help=f"δ of this release ({', '.join(m for m in mechanisms.names() if mechanisms.get(m).with_delta)}; > 0) "
+        f"[default: {ReleaseSpec.delta:g}]; "
+        f"{' and '.join(m for m in mechanisms.over_rpc() if not mechanisms.get(m).with_delta)} are pure ε-DP: δ = 0",
     )
     r.add_argument(
         "--mechanism",
-        choices=[*MECHANISMS, *OFFLINE_ONLY],
+        choices=mechanisms.names(),
         default=ReleaseSpec.mechanism,
-        help="kanon is NOT differentially private and runs offline only (--counts)",
+        help=f"{', '.join(mechanisms.offline_only())} is NOT differentially private and runs offline only (--counts)",
     )
     r.add_argument(
         "--decay-slope",
@@ -371,7 +378,7 @@ def describe(r: curator_pb2.ReleaseRecord) -> str:
 def _release(args) -> int:
     if args.counts is not None:
         return _release_offline(args)
-    if args.mechanism in OFFLINE_ONLY:
+    if not mechanisms.get(args.mechanism).over_rpc:
         raise SystemExit(
             f"lac curator release: {args.mechanism} is NOT differentially private and runs offline only (--counts)"
         )
@@ -416,7 +423,7 @@ def _release_offline(args) -> int:
 
     if args.public is None:
         raise SystemExit("lac curator release: --counts needs --public")
-    if args.epsilon is None and args.mechanism != "kanon":
+    if args.epsilon is None and mechanisms.get(args.mechanism).takes_epsilon:
         raise SystemExit("lac curator release: --epsilon is required")
     if args.expected_reports is not None and args.expected_reports < 1:
         raise SystemExit("lac curator release: --expected-reports must be >= 1")

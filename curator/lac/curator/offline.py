@@ -46,6 +46,7 @@ import scipy.sparse as sp
 from lac.common.files import atomic_file
 from lac.common.privacy import PrivacyUnit
 from lac.common.rng import RandomSource
+from lac.curator import mechanisms
 from lac.curator.config import CuratorConfig
 from lac.curator.ngrams import NgramVocabulary
 from lac.curator.preview import Preview, predict, refusal
@@ -127,7 +128,7 @@ def load_public(path: str | os.PathLike, items: tuple[str, ...]) -> np.ndarray:
 
 def offline_spec(spec: ReleaseSpec) -> ReleaseSpec:
     """``spec`` as it runs on a counts matrix: the posterior without discovery (nothing to discover)."""
-    return replace(spec, discovery=False) if spec.mechanism == "posterior" else spec
+    return replace(spec, discovery=False) if "discovery" in mechanisms.get(spec.mechanism).knobs else spec
 
 
 def _inputs(

@@ -30,10 +30,9 @@ from functools import partial
 import numpy as np
 
 from lac.common.privacy import PrivacyUnit
-from lac.curator.gaussian import calibrate
+from lac.curator import mechanisms
+from lac.curator.mechanisms import LogitNoise, NoiseQuery
 from lac.curator.ngrams import NgramVocabulary
-from lac.curator.posterior import PosteriorParams
-from lac.curator.sound import sound_gamma
 
 __all__ = ["SNR", "Preview", "predict", "mean_sentence_words", "refusal"]
 
@@ -181,7 +180,6 @@ def predict(
 ) -> Preview:
     """Predict the release of ``mechanism`` at (ε, δ) over ``vocab`` with public caps W, C and
     ``unit`` (its m reports per user) for ``reports`` reports (see the module docstring)."""
-    m = unit.max_reports
     L = mean_sentence_words(vocab)
     shares = _word_shares(vocab)
     pi_star = _pi_needed(shares, target_share)
@@ -194,8 +192,31 @@ def predict(
         reports_source=reports_source,
         target_share=target_share,
     )
-    if mechanism in ("bayesian", "endtoend"):
-        if data_dependent:
+    noise_model = (
+        mechanisms.get(mechanism).noise(
+            NoiseQuery(
+                epsilon,
+                delta,
+                vocab,
+                W,
+                C,
+                unit,
+                discovery=discovery,
+                S=S,
+                rho=rho,
+                count_clip=count_clip,
+                calibration=calibration,
+                data_dependent=data_dependent,
+                words_per_report=L,
+            )
+        )
+        if mechanism in mechanisms.REGISTRY
+        else None
+    )
+    if noise_model is None:
+        raise ValueError(f"no preview for mechanism {mechanism!r}")
+    if isinstance(noise_model, LogitNoise):
+        if math.isnan(noise_model.sigma):
             return preview(
                 noise=float("nan"),
                 noise_unit="logits; data-dependent, known only after the release",
@@ -206,18 +227,11 @@ def predict(
                 epsilon_needed=None,
                 advice="",
             )
-        gamma = sound_gamma(S, C, W, len(vocab), count_clip, m)
-        eps_rel = epsilon * 2 / 3 if mechanism == "endtoend" else epsilon  # EndToEndDP keeps 2/3 for the release
-        sigma = calibrate(rho * gamma, eps_rel, delta, calibration)[0]
+        sigma = noise_model.sigma
         logits_swamped = sigma > _MAX_LOGIT_SIGMA
-        need = _epsilon_for(lambda e: calibrate(rho * gamma, e, delta, calibration)[0], _MAX_LOGIT_SIGMA, epsilon)
+        need = _epsilon_for(noise_model.sigma_at, _MAX_LOGIT_SIGMA, epsilon)
         advice = (
-            (
-                "BayesianDP's sound noise does not shrink with more reports; use the default mechanism "
-                "(posterior)" + (f" or ε ≥ {need:.3g}" if need else "") + "."
-            )
-            if logits_swamped
-            else ""
+            (noise_model.remedy + (f" or ε ≥ {need:.3g}" if need else "") + ".") if logits_swamped else ""
         )
         return preview(
             noise=sigma,
@@ -229,28 +243,9 @@ def predict(
             epsilon_needed=need,
             advice=advice,
         )
-    if mechanism == "posterior":
-
-        def noise_at(e: float) -> float:
-            return PosteriorParams(e, delta, W=W, C=C, discovery=discovery and e > 2 * delta, unit=unit).sigma
-
-        noise, unit_name = noise_at(epsilon), "normalised report weights"
-        per_report = math.sqrt(L / vocab.max_n)  # expected weight of an item with π_j = 1, per report
-        fixed = False
-    elif mechanism == "laplace":
-
-        def noise_at(e: float) -> float:
-            return math.sqrt(2.0) * m * W * C / e
-
-        noise, unit_name, per_report, fixed = noise_at(epsilon), "counts", L, False
-    elif mechanism == "laplace-public":
-
-        def noise_at(e: float) -> float:
-            return math.sqrt(2.0) * 2.0 / e
-
-        noise, unit_name, per_report, fixed = noise_at(epsilon), "probabilities", 1.0, True
-    else:
-        raise ValueError(f"no preview for mechanism {mechanism!r}")
+    noise_at, unit_name = noise_model.noise_at, noise_model.unit
+    per_report, fixed = noise_model.per_report, noise_model.fixed
+    noise = noise_at(epsilon)
     if fixed:  # the signal is a probability vector: n does not enter
         resolvable, share = _resolvable(vocab, per_report, noise)
         reports_needed = None
@@ -275,15 +270,7 @@ def predict(
             helps.append(f"at least {reports_needed:,} reports")
         if eps_needed is not None:
             helps.append(f"ε ≥ {eps_needed:.3g}")
-        if mechanism == "posterior" and m > 1:
-            helps.append(
-                f"covering fewer accounting windows (one user may send {m} reports over these, and σ grows "
-                f"with that number)"
-            )
-        if mechanism == "laplace":
-            helps.append("the default mechanism (posterior), whose noise does not grow with W·C")
-        if mechanism == "laplace-public":
-            helps.append("the default mechanism (posterior)")
+        helps.extend(noise_model.remedies)
         advice = (
             f"For {100 * target_share:.0f}% of the words to stand out it needs " + " or ".join(helps) + "."
             if helps

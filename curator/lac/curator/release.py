@@ -33,36 +33,16 @@ import scipy.sparse as sp
 
 from lac.common.privacy import Budget, Guarantee, PeriodLoss, PrivacyUnit, check_delta, check_epsilon
 from lac.common.rng import RandomSource
-from lac.curator import segments
-from lac.curator.baselines import (
-    BaselineRelease,
-    k_anonymity,
-    laplace_dp,
-    laplace_from_stats,
-    laplace_public_dp,
-    laplace_public_from_stats,
-)
-from lac.curator.bayesian import (
-    LOG_THETA_GRID,
-    SENSITIVITY_METHODS,
-    BayesianParams,
-    BayesianRelease,
-    CountStats,
-    bayesian_dp,
-    bayesian_from_stats,
-    bruteforce_sq_dists,
-    count_stats,
-)
+from lac.curator import mechanisms, segments
+from lac.curator.baselines import BaselineRelease
+from lac.curator.bayesian import LOG_THETA_GRID, SENSITIVITY_METHODS, CountStats, bruteforce_sq_dists, count_stats
 from lac.curator.channel import NgramChannel
-from lac.curator.endtoend import EndToEndParams, end_to_end_dp
 from lac.curator.engine import LOCAL, Engine
 from lac.curator.gaussian import METHODS as CALIBRATIONS
 from lac.curator.ngrams import NgramVocabulary, ReportItems, cap_and_clamp
-from lac.curator.posterior import PosteriorParams, WeightedTotals, posterior_release, weighted_totals
+from lac.curator.posterior import WeightedTotals, weighted_totals
 
 __all__ = [
-    "MECHANISMS",
-    "OFFLINE_ONLY",
     "ReleaseSpec",
     "PublicCaps",
     "Release",
@@ -74,10 +54,6 @@ __all__ = [
     "MatrixReports",
     "vocab_counts",
 ]
-
-MECHANISMS = ("posterior", "bayesian", "endtoend", "laplace", "laplace-public")
-OFFLINE_ONLY = ("kanon",)  # NOT differentially private: never over RPC
-_WITH_DELTA = ("posterior", "bayesian", "endtoend")
 
 
 @dataclass(frozen=True)
@@ -122,20 +98,28 @@ class ReleaseSpec:
             or self.expected_reports < 1
         ):
             raise ValueError(f"expected_reports must be an integer >= 1, got {self.expected_reports!r}")
-        if self.mechanism not in MECHANISMS + OFFLINE_ONLY:
-            raise ValueError(f"unknown mechanism {self.mechanism!r}; available: {', '.join(MECHANISMS)}")
-        if self.mechanism != "kanon":
+        if self.mechanism not in mechanisms.REGISTRY:
+            raise ValueError(
+                f"unknown mechanism {self.mechanism!r}; available: {', '.join(mechanisms.over_rpc())}"
+            )
+        m = mechanisms.get(self.mechanism)
+        if m.takes_epsilon:
             check_epsilon(self.epsilon)
-        if self.mechanism in _WITH_DELTA:
+        if m.with_delta:
             check_delta(self.delta, allow_zero=False)
         if self.sensitivity not in SENSITIVITY_METHODS:
             raise ValueError(f"unknown sensitivity {self.sensitivity!r}; available: {', '.join(SENSITIVITY_METHODS)}")
         if self.public_sensitivity not in ("sound", "observed"):
             raise ValueError(f"unknown public_sensitivity {self.public_sensitivity!r}; available: sound, observed")
-        if self.sensitivity != "sound" and self.mechanism not in ("bayesian", "endtoend"):
-            raise ValueError(f"sensitivity {self.sensitivity!r} applies to bayesian and endtoend only")
-        if self.public_sensitivity != "sound" and self.mechanism != "laplace-public":
-            raise ValueError(f"public_sensitivity {self.public_sensitivity!r} applies to laplace-public only")
+        if self.sensitivity != "sound" and "sensitivity" not in m.knobs:
+            raise ValueError(
+                f"sensitivity {self.sensitivity!r} applies to {' and '.join(mechanisms.with_knob('sensitivity'))} only"
+            )
+        if self.public_sensitivity != "sound" and "public_sensitivity" not in m.knobs:
+            raise ValueError(
+                f"public_sensitivity {self.public_sensitivity!r} applies to "
+                f"{' and '.join(mechanisms.with_knob('public_sensitivity'))} only"
+            )
         if self.calibration not in CALIBRATIONS:
             raise ValueError(f"unknown calibration {self.calibration!r}; available: {', '.join(CALIBRATIONS)}")
         if isinstance(self.S, bool) or not (isinstance(self.S, Real) and math.isfinite(self.S) and self.S > 0):
@@ -146,20 +130,17 @@ class ReleaseSpec:
             raise ValueError("give both first_window and last_window, or neither")
         if self.first_window is not None and self.first_window > self.last_window:
             raise ValueError("first_window must not be after last_window")
+        m.validate(self)
 
     @property
     def data_dependent(self) -> bool:
         """True when the requested calibration looks at the data (NOT differentially private)."""
-        if self.mechanism in ("bayesian", "endtoend"):
-            return self.sensitivity != "sound"
-        if self.mechanism == "laplace-public":
-            return self.public_sensitivity != "sound"
-        return self.mechanism == "kanon"
+        return mechanisms.get(self.mechanism).data_dependent(self)
 
     @property
     def budget(self) -> Budget:
         """The (ε, δ) this release spends from each window it covers when it is DP."""
-        return Budget(self.epsilon, self.delta if self.mechanism in _WITH_DELTA else 0.0)
+        return mechanisms.get(self.mechanism).charge(self)
 
 
 class Reports(Protocol):
@@ -293,7 +274,7 @@ class Release:
         return g.budget if g is not None and g.differentially_private else None
 
 
-def _rounded(log_probs: np.ndarray) -> np.ndarray:
+def rounded(log_probs: np.ndarray) -> np.ndarray:
     """Log-probabilities on multiples of 2⁻⁴⁰ (a floating-point mitigation, not a proof)."""
     lp = np.asarray(log_probs, dtype=np.float64)
     finite = np.isfinite(lp)
@@ -318,12 +299,12 @@ def block_max_sq_dist(block: ReportItems, vocab: NgramVocabulary, C: int, W: int
     return float(sq.max()) if sq.size else 0.0
 
 
-def _add_totals(acc: WeightedTotals, part: WeightedTotals) -> WeightedTotals:
+def add_totals(acc: WeightedTotals, part: WeightedTotals) -> WeightedTotals:
     acc += part
     return acc
 
 
-def _max(acc: float, part: float) -> float:
+def max_of(acc: float, part: float) -> float:
     return max(acc, part)
 
 
@@ -331,7 +312,7 @@ def _add_stats(acc: CountStats | None, part: CountStats) -> CountStats:
     return part if acc is None else acc + part
 
 
-def _stream_stats(reports: Reports, vocab: NgramVocabulary, C: int, W: int, engine: Engine) -> CountStats:
+def stream_stats(reports: Reports, vocab: NgramVocabulary, C: int, W: int, engine: Engine) -> CountStats:
     stats = engine.fold(reports, partial(block_stats, vocab=vocab, C=C, W=W), _add_stats, None)
     if stats is None:  # no block at all
         stats = CountStats(np.zeros(len(vocab)), np.zeros(len(vocab), dtype=np.int64), 0, C)
@@ -350,159 +331,24 @@ def run(
 ) -> Release:
     """Run ``spec`` on ``reports`` (a ``Reports`` source, or a per-report counts matrix over ``vocab``).
 
-    Stored and in-memory reports are streamed through ``engine`` (``lac.curator.engine``): every
-    mechanism but EndToEndDP reads them block by block; an offline matrix is used as given. With
-    the deployment's local ``channel``, the default mechanism estimates the users' clean
-    statistics (post-processing, ``lac.curator.posterior.clean_estimate``)."""
+    The mechanism (``lac.curator.mechanisms``) runs it: stored and in-memory reports are streamed
+    through ``engine`` (``lac.curator.engine``): every mechanism but EndToEndDP and k-anonymity
+    reads them block by block; an offline matrix is used as given. With the deployment's local
+    ``channel``, the default mechanism estimates the users' clean statistics (post-processing,
+    ``lac.curator.posterior.clean_estimate``)."""
     if sp.issparse(reports):
         reports = MatrixReports(sp.csr_matrix(reports), vocab)
-    W, C = caps.W, caps.C
-    items = tuple(vocab.items)
-    if spec.mechanism == "posterior":
-        pp = PosteriorParams(epsilon=spec.epsilon, delta=spec.delta, W=W, C=C, discovery=spec.discovery, unit=unit)
-        totals = engine.fold(
-            reports,
-            partial(block_totals, vocab=vocab, W=W, C=C, tau=pp.tau, candidates=spec.discovery),
-            _add_totals,
-            WeightedTotals(np.zeros(len(vocab))),
-        )
-        pr = posterior_release(totals, vocab, pp, rng=rng, channel=channel)
-        return Release(
-            "posterior",
-            pr.items,
-            _rounded(pr.log_probs),
-            pr.pseudo_counts,
-            pr.guarantee,
-            "",
-            "sound",
-            0.0,
-            pr.sigma,
-            "analytic",
-            0.0,
-            pr.n_reports,
-            len(pr.items),
-            params=dict(C=C, W=W, tau=pp.tau, discovery=float(pp.discovery), channel=float(bool(pr.channel))),
-            threshold=pr.threshold,
-            discovered=pr.discovered,
-            channel=pr.channel,
-        )
-    alpha = vocab.alpha
-    streamed = not isinstance(reports, MatrixReports) and spec.mechanism in ("bayesian", "laplace", "laplace-public")
-    if streamed:
-        stats = _stream_stats(reports, vocab, C, W, engine)
-        common: dict[str, Any] = dict(vocab_size=len(items), n_reports=stats.n_users)
-        if spec.mechanism == "bayesian":
-            p = _bayesian_params(spec, caps, unit)
-            max_sq = None
-            if spec.sensitivity == "bruteforce":
-                max_sq = engine.fold(
-                    reports, partial(block_max_sq_dist, vocab=vocab, C=C, W=W, stats=stats, S=p.S), _max, 0.0
-                )
-            r = bayesian_from_stats(stats, alpha, p, rng=rng, max_sq_dist=max_sq)
-            return _bayesian_release(r, p, items, caps, common)
-        if spec.mechanism == "laplace":
-            b = laplace_from_stats(stats, W=W, C=C, epsilon=spec.epsilon, rng=rng, unit=unit)
-        else:
-            b = laplace_public_from_stats(
-                stats, alpha, W=W, C=C, epsilon=spec.epsilon, sensitivity=spec.public_sensitivity, rng=rng, unit=unit
-            )
-        return _baseline_release(spec, items, b, common)
-    U = reports.vocab_counts(C, W)
-    common = dict(vocab_size=len(items), n_reports=int(U.shape[0]))
-    if spec.mechanism == "bayesian":
-        p = _bayesian_params(spec, caps, unit)
-        r = bayesian_dp(U, alpha, p, rng=rng)
-        return _bayesian_release(r, p, items, caps, common)
-    if spec.mechanism == "endtoend":
-        ep = EndToEndParams(
-            epsilon=spec.epsilon,
-            delta=spec.delta,
-            C=C,
-            sensitivity=spec.sensitivity,
-            calibration=spec.calibration,
-            W=W,
-            count_clip=caps.count_clip,
-            validation_cap=caps.validation_cap,
-            unit=unit,
-        )
-        e = end_to_end_dp(U, alpha, ep, rng=rng)
-        er = e.release
-        return Release(
-            "endtoend",
-            items,
-            _rounded(er.log_theta),
-            None,
-            e.guarantee,
-            "",
-            er.sensitivity_method,
-            er.gamma,
-            er.sigma,
-            er.calibration,
-            e.laplace_scale,
-            params=dict(
-                S=e.S,
-                C=C,
-                rho=e.rho,
-                W=W,
-                count_clip=caps.count_clip,
-                epsilon_select=e.epsilon_select,
-                epsilon_release=e.epsilon_release,
-            ),
-            **common,
-        )
-    if spec.mechanism == "laplace":
-        b = laplace_dp(U, W=W, C=C, epsilon=spec.epsilon, rng=rng, unit=unit)
-    elif spec.mechanism == "laplace-public":
-        b = laplace_public_dp(
-            U, alpha, W=W, C=C, epsilon=spec.epsilon, sensitivity=spec.public_sensitivity, rng=rng, unit=unit
-        )
-    else:
-        b = k_anonymity(U, K=spec.K, C=C)
-    return _baseline_release(spec, items, b, common)
+    return mechanisms.get(spec.mechanism).run(reports, vocab, spec, caps, unit, rng, engine, channel)
 
 
-def _bayesian_params(spec: ReleaseSpec, caps: PublicCaps, unit: PrivacyUnit) -> BayesianParams:
-    return BayesianParams(
-        epsilon=spec.epsilon,
-        delta=spec.delta,
-        S=spec.S,
-        C=caps.C,
-        rho=spec.rho,
-        sensitivity=spec.sensitivity,
-        calibration=spec.calibration,
-        W=caps.W,
-        count_clip=caps.count_clip,
-        unit=unit,
-    )
-
-
-def _bayesian_release(
-    r: BayesianRelease, p: BayesianParams, items: tuple[str, ...], caps: PublicCaps, common: dict
-) -> Release:
-    return Release(
-        "bayesian",
-        items,
-        _rounded(r.log_theta),
-        None,
-        r.guarantee,
-        "",
-        r.sensitivity_method,
-        r.gamma,
-        r.sigma,
-        r.calibration,
-        0.0,
-        params=dict(S=p.S, C=caps.C, rho=p.rho, W=caps.W, count_clip=caps.count_clip),
-        **common,
-    )
-
-
-def _baseline_release(spec: ReleaseSpec, items: tuple[str, ...], b: BaselineRelease, common: dict) -> Release:
+def baseline_release(spec: ReleaseSpec, items: tuple[str, ...], b: BaselineRelease, common: dict[str, Any]) -> Release:
+    """The release of a baseline (``lac.curator.baselines``): its probabilities as rounded log-probabilities."""
     with np.errstate(divide="ignore"):
         log_probs = np.log(b.probs)
     return Release(
         spec.mechanism,
         items,
-        _rounded(log_probs),
+        rounded(log_probs),
         None,
         b.guarantee,
         b.note,

@@ -16,7 +16,8 @@ from lac.common.privacy import Budget, LocalGuarantee, WindowShuffle, check_delt
 from lac.common.rpc import Caller, Role
 from lac.common.v1 import curator_pb2
 from lac.curator.preview import Preview
-from lac.curator.release import MECHANISMS, ReleaseRecord, ReleaseSpec
+from lac.curator import mechanisms
+from lac.curator.release import ReleaseRecord, ReleaseSpec
 
 __all__ = [
     "release_spec",
@@ -43,7 +44,7 @@ __all__ = [
 EPSILON_RANGE = (1e-6, 1e6)
 MIN_DELTA = 1e-100
 # The mechanisms that spend no δ, so the only ones a request with δ = 0 may name.
-PURE_MECHANISMS = tuple(m for m in MECHANISMS if ReleaseSpec(1.0, mechanism=m).budget.delta == 0)
+PURE_MECHANISMS = tuple(m for m in mechanisms.over_rpc() if not mechanisms.get(m).with_delta)
 MAX_REQUEST_ID_CHARS = 128
 # The k of a TopNgramsRequest without one (k had no presence before: a client's k = 0 arrived unset).
 DEFAULT_TOP_K = 10
@@ -65,7 +66,7 @@ def release_spec(r: curator_pb2.ReleaseRequest) -> ReleaseSpec:
                 check_delta(r.delta)
             except ValueError as exc:
                 raise InvalidArgument(str(exc)) from None
-        elif r.delta == 0 and mechanism in MECHANISMS:
+        elif r.delta == 0 and mechanism in mechanisms.over_rpc():
             raise InvalidArgument(
                 f"delta = 0 is pure ε-DP, which mechanism {mechanism!r} cannot give (its Gaussian noise needs "
                 f"delta > 0; leave delta unset for the default {ReleaseSpec.delta:g}); pure ε-DP mechanisms: "
@@ -92,17 +93,17 @@ def release_spec(r: curator_pb2.ReleaseRequest) -> ReleaseSpec:
         spec = ReleaseSpec(epsilon=r.epsilon, **given)
     except ValueError as exc:
         raise InvalidArgument(str(exc)) from None
-    if spec.mechanism not in MECHANISMS:
+    if not mechanisms.get(spec.mechanism).over_rpc:
         raise InvalidArgument(
-            f"mechanism {spec.mechanism!r} is not available over RPC; available: {', '.join(MECHANISMS)}"
+            f"mechanism {spec.mechanism!r} is not available over RPC; available: {', '.join(mechanisms.over_rpc())}"
         )
     lo, hi = EPSILON_RANGE
     if not lo <= spec.epsilon <= hi:
         raise InvalidArgument(f"epsilon must be in [{lo:g}, {hi:g}] over RPC, got {spec.epsilon!r}")
     if spec.budget.delta and spec.delta < MIN_DELTA:
         raise InvalidArgument(f"delta must be in [{MIN_DELTA:g}, 1) over RPC, got {spec.delta!r}")
-    if (r.s or r.rho) and spec.mechanism not in ("bayesian", "endtoend"):
-        raise InvalidArgument("S and rho apply to bayesian and endtoend only")
+    if (r.s or r.rho) and not {"S", "rho"} <= mechanisms.get(spec.mechanism).knobs:
+        raise InvalidArgument(f"S and rho apply to {' and '.join(mechanisms.with_knob('S'))} only")
     return spec
 
 

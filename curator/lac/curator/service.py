@@ -56,7 +56,7 @@ from lac.common.storage import StorageGuard
 from lac.common.text import BOS, EOS, UNK
 from lac.common.text import sentences as split_sentences
 from lac.common.v1 import curator_pb2
-from lac.curator import export
+from lac.curator import export, mechanisms
 from lac.curator import release as releases
 from lac.curator.channel import NgramChannel, deployment_channel
 from lac.curator.config import CuratorConfig
@@ -100,9 +100,9 @@ def _out_of_range(spec: ReleaseSpec, exc: ArithmeticError) -> InvalidArgument:
 
 
 def _check_mechanism(spec: ReleaseSpec) -> None:
-    if spec.mechanism not in releases.MECHANISMS:
+    if not mechanisms.get(spec.mechanism).over_rpc:
         raise InvalidArgument(
-            f"mechanism {spec.mechanism!r} is not available over RPC; available: {', '.join(releases.MECHANISMS)}"
+            f"mechanism {spec.mechanism!r} is not available over RPC; available: {', '.join(mechanisms.over_rpc())}"
         )
 
 
@@ -548,7 +548,7 @@ class Curator:
         dd_before = max((await self._run(self.store.data_dependent_releases, windows)).values(), default=0)
         await self._check_accuracy(spec, span, unit, operator)
         reports = await self._run(self.reports, *span)
-        channel = await self.channel() if spec.mechanism == "posterior" else None
+        channel = await self.channel() if "channel" in mechanisms.get(spec.mechanism).knobs else None
         try:
             r = await asyncio.to_thread(
                 releases.run, reports, self.vocab, spec, self.caps, unit, self._rng, self.engine, channel

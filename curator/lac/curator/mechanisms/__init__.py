@@ -1,0 +1,194 @@
+"""The central mechanisms, one module each, behind one protocol and one registry.
+
+Each module of this package exposes one object, ``MECHANISM``, in the shape of OpenDP's
+measurement: validated, frozen parameters (``lac.curator.release.ReleaseSpec`` checked against the
+mechanism's ``knobs``) and a privacy map (``charge``: the (ε, δ) a spec spends; ``noise``: the
+per-item noise the accuracy preview reads), with ``run`` turning reports into a
+``lac.curator.release.Release`` that carries its typed ``Guarantee``.
+
+Everything that dispatches on a mechanism's name (``ReleaseSpec``, ``release.run``, the RPC
+translations in ``lac.curator.serde``, the preview, the CLI, ``lac eval``) asks this registry.
+Adding a mechanism is one new module here (found at import, ordered by its ``rank``) or, from
+outside the package, one ``register`` call.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
+
+from lac.common.privacy import Budget, PrivacyUnit
+from lac.common.rng import RandomSource
+from lac.curator.ngrams import NgramVocabulary
+
+if TYPE_CHECKING:
+    from lac.curator.channel import NgramChannel
+    from lac.curator.engine import Engine
+    from lac.curator.release import PublicCaps, Release, ReleaseSpec, Reports
+
+__all__ = [
+    "Mechanism",
+    "NoiseQuery",
+    "LogitNoise",
+    "ItemNoise",
+    "KNOBS",
+    "REGISTRY",
+    "register",
+    "unregister",
+    "get",
+    "names",
+    "over_rpc",
+    "offline_only",
+    "with_knob",
+]
+
+# The request knobs a mechanism may take (``ReleaseSpec`` fields): a knob given a non-default value
+# for a mechanism that does not list it is refused.
+KNOBS = frozenset({"sensitivity", "public_sensitivity", "S", "rho", "calibration", "discovery", "K", "channel"})
+
+
+@dataclass(frozen=True)
+class NoiseQuery:
+    """What the accuracy preview knows of a release: public caps, the request and the privacy unit."""
+
+    epsilon: float
+    delta: float
+    vocab: NgramVocabulary
+    W: int
+    C: int
+    unit: PrivacyUnit
+    discovery: bool = True
+    S: float = 0.01
+    rho: float = 0.5
+    count_clip: int = 1_000_000
+    calibration: str = "auto"
+    data_dependent: bool = False
+    words_per_report: float = 1.0  # L: the public corpus's mean sentence length (``lac.curator.preview``)
+
+
+@dataclass(frozen=True)
+class LogitNoise:
+    """Gaussian noise on the logits (BayesianDP, EndToEndDP): it does not shrink with more reports.
+    ``sigma`` is NaN when the calibration is data-dependent (known only after the release)."""
+
+    sigma: float
+    sigma_at: Callable[[float], float]  # σ as a function of ε (what ε would bring σ down)
+    remedy: str  # the advice when σ swamps the logits
+
+
+@dataclass(frozen=True)
+class ItemNoise:
+    """Per-item noise of standard deviation ``noise_at(ε)`` in ``unit``; an item of share π expects
+    π·``per_report`` per report (``fixed``: π·``per_report`` once, whatever the number of reports)."""
+
+    noise_at: Callable[[float], float]
+    unit: str
+    per_report: float
+    fixed: bool
+    remedies: tuple[str, ...] = ()  # what else helps when the release is swamped
+
+
+class Mechanism(Protocol):
+    """One central mechanism: its name, where it runs, its knobs, its privacy map and its run."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def rank(self) -> int:
+        """Its place in listings (lower first)."""
+    @property
+    def over_rpc(self) -> bool:
+        """False: offline only (never over RPC)."""
+    @property
+    def takes_epsilon(self) -> bool:
+        """False: ε means nothing to it (k-anonymity)."""
+    @property
+    def with_delta(self) -> bool:
+        """True: it spends a δ > 0 (False: pure ε-DP, or no guarantee)."""
+    @property
+    def knobs(self) -> frozenset[str]:
+        """The request knobs (``KNOBS``) that apply to it."""
+
+    def validate(self, spec: ReleaseSpec) -> None:
+        """Mechanism-specific checks of a spec beyond the knobs (ValueError)."""
+
+    def data_dependent(self, spec: ReleaseSpec) -> bool:
+        """True when the requested calibration looks at the data (NOT differentially private)."""
+
+    def charge(self, spec: ReleaseSpec) -> Budget:
+        """The (ε, δ) a DP release of ``spec`` spends from each window it covers."""
+
+    def noise(self, q: NoiseQuery) -> LogitNoise | ItemNoise | None:
+        """The noise the accuracy preview predicts from (None: nothing to predict)."""
+
+    def run(
+        self,
+        reports: Reports,
+        vocab: NgramVocabulary,
+        spec: ReleaseSpec,
+        caps: PublicCaps,
+        unit: PrivacyUnit,
+        rng: RandomSource | None,
+        engine: Engine,
+        channel: NgramChannel | None,
+    ) -> Release:
+        """The release of ``spec`` over ``reports``."""
+
+
+REGISTRY: dict[str, Mechanism] = {}
+
+
+def register(mechanism: Mechanism) -> Mechanism:
+    """Add ``mechanism`` to the registry (ValueError if its name is taken)."""
+    if mechanism.name in REGISTRY:
+        raise ValueError(f"mechanism {mechanism.name!r} is already registered")
+    unknown = set(mechanism.knobs) - KNOBS
+    if unknown:
+        raise ValueError(f"mechanism {mechanism.name!r}: unknown knobs {sorted(unknown)}")
+    REGISTRY[mechanism.name] = mechanism
+    ordered = sorted(REGISTRY.values(), key=lambda m: m.rank)
+    REGISTRY.clear()
+    REGISTRY.update((m.name, m) for m in ordered)
+    return mechanism
+
+
+def unregister(name: str) -> None:
+    """Remove a mechanism (tests)."""
+    REGISTRY.pop(name, None)
+
+
+def get(name: str) -> Mechanism:
+    """The mechanism called ``name`` (KeyError if none)."""
+    return REGISTRY[name]
+
+
+def names() -> tuple[str, ...]:
+    """Every registered mechanism, in listing order."""
+    return tuple(REGISTRY)
+
+
+def over_rpc() -> tuple[str, ...]:
+    """The mechanisms a request over RPC may name."""
+    return tuple(n for n, m in REGISTRY.items() if m.over_rpc)
+
+
+def offline_only() -> tuple[str, ...]:
+    """The mechanisms that run offline only (NOT differentially private)."""
+    return tuple(n for n, m in REGISTRY.items() if not m.over_rpc)
+
+
+def with_knob(knob: str) -> tuple[str, ...]:
+    """The mechanisms ``knob`` applies to."""
+    return tuple(n for n, m in REGISTRY.items() if knob in m.knobs)
+
+
+def _load_builtin() -> None:
+    for info in pkgutil.iter_modules(__path__):
+        if not info.name.startswith("_"):
+            register(importlib.import_module(f"{__name__}.{info.name}").MECHANISM)
+
+
+_load_builtin()

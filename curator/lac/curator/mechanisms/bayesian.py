@@ -1,0 +1,127 @@
+"""BayesianDP (``lac.curator.bayesian``): Gaussian noise on the logits of a Dirichlet posterior mean,
+with the sound sensitivity from the public caps or the papers' data-dependent ones."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import partial
+from typing import Any
+
+from lac.common.privacy import Budget, PrivacyUnit
+from lac.common.rng import RandomSource
+from lac.curator import release
+from lac.curator.bayesian import BayesianParams, BayesianRelease, bayesian_dp, bayesian_from_stats
+from lac.curator.channel import NgramChannel
+from lac.curator.engine import Engine
+from lac.curator.gaussian import calibrate
+from lac.curator.mechanisms import LogitNoise, NoiseQuery
+from lac.curator.ngrams import NgramVocabulary
+from lac.curator.sound import sound_gamma
+
+__all__ = ["MECHANISM", "BayesianDP", "params", "logit_noise"]
+
+
+def params(spec: release.ReleaseSpec, caps: release.PublicCaps, unit: PrivacyUnit) -> BayesianParams:
+    """The BayesianDP parameters of ``spec`` under ``caps``."""
+    return BayesianParams(
+        epsilon=spec.epsilon,
+        delta=spec.delta,
+        S=spec.S,
+        C=caps.C,
+        rho=spec.rho,
+        sensitivity=spec.sensitivity,
+        calibration=spec.calibration,
+        W=caps.W,
+        count_clip=caps.count_clip,
+        unit=unit,
+    )
+
+
+def logit_noise(q: NoiseQuery, selection_share: float = 0.0) -> LogitNoise:
+    """The sound σ on the logits of a release that spends ``selection_share`` of ε elsewhere (NaN
+    when the sensitivity is data-dependent)."""
+    if q.data_dependent:
+        return LogitNoise(float("nan"), lambda e: float("nan"), "")
+    gamma = sound_gamma(q.S, q.C, q.W, len(q.vocab), q.count_clip, q.unit.max_reports)
+    eps_rel = q.epsilon - q.epsilon * selection_share  # what the release step spends
+    sigma = calibrate(q.rho * gamma, eps_rel, q.delta, q.calibration)[0]
+    return LogitNoise(
+        sigma,
+        lambda e: calibrate(q.rho * gamma, e, q.delta, q.calibration)[0],
+        "BayesianDP's sound noise does not shrink with more reports; use the default mechanism (posterior)",
+    )
+
+
+def bayesian_release(
+    r: BayesianRelease, p: BayesianParams, items: tuple[str, ...], caps: release.PublicCaps, common: dict[str, Any]
+) -> release.Release:
+    return release.Release(
+        "bayesian",
+        items,
+        release.rounded(r.log_theta),
+        None,
+        r.guarantee,
+        "",
+        r.sensitivity_method,
+        r.gamma,
+        r.sigma,
+        r.calibration,
+        0.0,
+        params=dict(S=p.S, C=caps.C, rho=p.rho, W=caps.W, count_clip=caps.count_clip),
+        **common,
+    )
+
+
+@dataclass(frozen=True)
+class BayesianDP:
+    name: str = "bayesian"
+    rank: int = 20
+    over_rpc: bool = True
+    takes_epsilon: bool = True
+    with_delta: bool = True
+    knobs: frozenset[str] = frozenset({"sensitivity", "S", "rho", "calibration"})
+
+    def validate(self, spec: release.ReleaseSpec) -> None:
+        pass
+
+    def data_dependent(self, spec: release.ReleaseSpec) -> bool:
+        return spec.sensitivity != "sound"
+
+    def charge(self, spec: release.ReleaseSpec) -> Budget:
+        return Budget(spec.epsilon, spec.delta)
+
+    def noise(self, q: NoiseQuery) -> LogitNoise:
+        return logit_noise(q)
+
+    def run(
+        self,
+        reports: release.Reports,
+        vocab: NgramVocabulary,
+        spec: release.ReleaseSpec,
+        caps: release.PublicCaps,
+        unit: PrivacyUnit,
+        rng: RandomSource | None,
+        engine: Engine,
+        channel: NgramChannel | None,
+    ) -> release.Release:
+        W, C = caps.W, caps.C
+        items = tuple(vocab.items)
+        p = params(spec, caps, unit)
+        if not isinstance(reports, release.MatrixReports):  # streamed, block by block
+            stats = release.stream_stats(reports, vocab, C, W, engine)
+            max_sq = None
+            if spec.sensitivity == "bruteforce":
+                max_sq = engine.fold(
+                    reports,
+                    partial(release.block_max_sq_dist, vocab=vocab, C=C, W=W, stats=stats, S=p.S),
+                    release.max_of,
+                    0.0,
+                )
+            r = bayesian_from_stats(stats, vocab.alpha, p, rng=rng, max_sq_dist=max_sq)
+            return bayesian_release(r, p, items, caps, dict(vocab_size=len(items), n_reports=stats.n_users))
+        U = reports.vocab_counts(C, W)
+        r = bayesian_dp(U, vocab.alpha, p, rng=rng)
+        return bayesian_release(r, p, items, caps, dict(vocab_size=len(items), n_reports=int(U.shape[0])))
+
+
+MECHANISM = BayesianDP()

@@ -1,0 +1,95 @@
+"""EndToEndDP (``lac.curator.endtoend``): BayesianDP with S and ρ tuned privately on a validation
+split, ε split between the selection (``SELECTION_SHARE``) and the release."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from lac.common.privacy import Budget, PrivacyUnit
+from lac.common.rng import RandomSource
+from lac.curator import release
+from lac.curator.channel import NgramChannel
+from lac.curator.endtoend import SELECTION_SHARE, EndToEndParams, end_to_end_dp
+from lac.curator.engine import Engine
+from lac.curator.mechanisms import LogitNoise, NoiseQuery
+from lac.curator.mechanisms.bayesian import logit_noise
+from lac.curator.ngrams import NgramVocabulary
+
+__all__ = ["MECHANISM", "EndToEndDP"]
+
+
+@dataclass(frozen=True)
+class EndToEndDP:
+    name: str = "endtoend"
+    rank: int = 30
+    over_rpc: bool = True
+    takes_epsilon: bool = True
+    with_delta: bool = True
+    knobs: frozenset[str] = frozenset({"sensitivity", "S", "rho", "calibration"})
+
+    def validate(self, spec: release.ReleaseSpec) -> None:
+        pass
+
+    def data_dependent(self, spec: release.ReleaseSpec) -> bool:
+        return spec.sensitivity != "sound"
+
+    def charge(self, spec: release.ReleaseSpec) -> Budget:
+        return Budget(spec.epsilon, spec.delta)
+
+    def noise(self, q: NoiseQuery) -> LogitNoise:
+        return logit_noise(q, SELECTION_SHARE)  # the release step keeps what the selection does not spend
+
+    def run(
+        self,
+        reports: release.Reports,
+        vocab: NgramVocabulary,
+        spec: release.ReleaseSpec,
+        caps: release.PublicCaps,
+        unit: PrivacyUnit,
+        rng: RandomSource | None,
+        engine: Engine,
+        channel: NgramChannel | None,
+    ) -> release.Release:
+        W, C = caps.W, caps.C
+        items = tuple(vocab.items)
+        U = reports.vocab_counts(C, W)
+        ep = EndToEndParams(
+            epsilon=spec.epsilon,
+            delta=spec.delta,
+            C=C,
+            sensitivity=spec.sensitivity,
+            calibration=spec.calibration,
+            W=W,
+            count_clip=caps.count_clip,
+            validation_cap=caps.validation_cap,
+            unit=unit,
+        )
+        e = end_to_end_dp(U, vocab.alpha, ep, rng=rng)
+        er = e.release
+        return release.Release(
+            self.name,
+            items,
+            release.rounded(er.log_theta),
+            None,
+            e.guarantee,
+            "",
+            er.sensitivity_method,
+            er.gamma,
+            er.sigma,
+            er.calibration,
+            e.laplace_scale,
+            params=dict(
+                S=e.S,
+                C=C,
+                rho=e.rho,
+                W=W,
+                count_clip=caps.count_clip,
+                epsilon_select=e.epsilon_select,
+                epsilon_release=e.epsilon_release,
+            ),
+            vocab_size=len(items),
+            n_reports=int(U.shape[0]),
+        )
+
+
+MECHANISM = EndToEndDP()

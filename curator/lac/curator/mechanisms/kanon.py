@@ -1,0 +1,57 @@
+"""k-anonymity (``lac.curator.baselines``): NOT differentially private, offline only."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from lac.common.privacy import Budget, PrivacyUnit
+from lac.common.rng import RandomSource
+from lac.curator import release
+from lac.curator.baselines import k_anonymity
+from lac.curator.channel import NgramChannel
+from lac.curator.engine import Engine
+from lac.curator.mechanisms import NoiseQuery
+from lac.curator.ngrams import NgramVocabulary
+
+__all__ = ["MECHANISM", "KAnonymity"]
+
+
+@dataclass(frozen=True)
+class KAnonymity:
+    name: str = "kanon"
+    rank: int = 90
+    over_rpc: bool = False  # NOT differentially private: never over RPC
+    takes_epsilon: bool = False
+    with_delta: bool = False
+    knobs: frozenset[str] = frozenset({"K"})
+
+    def validate(self, spec: release.ReleaseSpec) -> None:
+        pass
+
+    def data_dependent(self, spec: release.ReleaseSpec) -> bool:
+        return True
+
+    def charge(self, spec: release.ReleaseSpec) -> Budget:
+        return Budget(spec.epsilon, 0.0)  # never charged: its release has no guarantee
+
+    def noise(self, q: NoiseQuery) -> None:
+        return None
+
+    def run(
+        self,
+        reports: release.Reports,
+        vocab: NgramVocabulary,
+        spec: release.ReleaseSpec,
+        caps: release.PublicCaps,
+        unit: PrivacyUnit,
+        rng: RandomSource | None,
+        engine: Engine,
+        channel: NgramChannel | None,
+    ) -> release.Release:
+        items = tuple(vocab.items)
+        U = reports.vocab_counts(caps.C, caps.W)
+        b = k_anonymity(U, K=spec.K, C=caps.C)
+        return release.baseline_release(spec, items, b, dict(vocab_size=len(items), n_reports=int(U.shape[0])))
+
+
+MECHANISM = KAnonymity()

@@ -1,0 +1,74 @@
+"""Laplace noise on the clamped counts, ℓ1 sensitivity W·C per report (``lac.curator.baselines``)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from lac.common.privacy import Budget, PrivacyUnit
+from lac.common.rng import RandomSource
+from lac.curator import release
+from lac.curator.baselines import laplace_dp, laplace_from_stats
+from lac.curator.channel import NgramChannel
+from lac.curator.engine import Engine
+from lac.curator.mechanisms import ItemNoise, NoiseQuery
+from lac.curator.ngrams import NgramVocabulary
+
+__all__ = ["MECHANISM", "Laplace"]
+
+
+@dataclass(frozen=True)
+class Laplace:
+    name: str = "laplace"
+    rank: int = 40
+    over_rpc: bool = True
+    takes_epsilon: bool = True
+    with_delta: bool = False  # pure ε-DP
+    knobs: frozenset[str] = frozenset()
+
+    def validate(self, spec: release.ReleaseSpec) -> None:
+        pass
+
+    def data_dependent(self, spec: release.ReleaseSpec) -> bool:
+        return False
+
+    def charge(self, spec: release.ReleaseSpec) -> Budget:
+        return Budget(spec.epsilon, 0.0)
+
+    def noise(self, q: NoiseQuery) -> ItemNoise:
+        m = q.unit.max_reports
+
+        def noise_at(e: float) -> float:  # the Laplace scale m·W·C/ε, as a standard deviation
+            return math.sqrt(2.0) * m * q.W * q.C / e
+
+        return ItemNoise(
+            noise_at,
+            "counts",
+            q.words_per_report,
+            False,
+            ("the default mechanism (posterior), whose noise does not grow with W·C",),
+        )
+
+    def run(
+        self,
+        reports: release.Reports,
+        vocab: NgramVocabulary,
+        spec: release.ReleaseSpec,
+        caps: release.PublicCaps,
+        unit: PrivacyUnit,
+        rng: RandomSource | None,
+        engine: Engine,
+        channel: NgramChannel | None,
+    ) -> release.Release:
+        W, C = caps.W, caps.C
+        items = tuple(vocab.items)
+        if not isinstance(reports, release.MatrixReports):  # streamed, block by block
+            stats = release.stream_stats(reports, vocab, C, W, engine)
+            b = laplace_from_stats(stats, W=W, C=C, epsilon=spec.epsilon, rng=rng, unit=unit)
+            return release.baseline_release(spec, items, b, dict(vocab_size=len(items), n_reports=stats.n_users))
+        U = reports.vocab_counts(C, W)
+        b = laplace_dp(U, W=W, C=C, epsilon=spec.epsilon, rng=rng, unit=unit)
+        return release.baseline_release(spec, items, b, dict(vocab_size=len(items), n_reports=int(U.shape[0])))
+
+
+MECHANISM = Laplace()

@@ -1,0 +1,100 @@
+"""The default mechanism: Gaussian noise on normalised report weights, the public prior's
+posterior, DP discovery of n-grams outside the public vocabulary (``lac.curator.posterior``)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import partial
+
+import numpy as np
+
+from lac.common.privacy import Budget, PrivacyUnit
+from lac.common.rng import RandomSource
+from lac.curator import release
+from lac.curator.channel import NgramChannel
+from lac.curator.engine import Engine
+from lac.curator.mechanisms import ItemNoise, NoiseQuery
+from lac.curator.ngrams import NgramVocabulary
+from lac.curator.posterior import PosteriorParams, WeightedTotals, posterior_release
+
+__all__ = ["MECHANISM", "Posterior"]
+
+
+@dataclass(frozen=True)
+class Posterior:
+    name: str = "posterior"
+    rank: int = 10
+    over_rpc: bool = True
+    takes_epsilon: bool = True
+    with_delta: bool = True
+    knobs: frozenset[str] = frozenset({"discovery", "channel"})
+
+    def validate(self, spec: release.ReleaseSpec) -> None:
+        pass
+
+    def data_dependent(self, spec: release.ReleaseSpec) -> bool:
+        return False
+
+    def charge(self, spec: release.ReleaseSpec) -> Budget:
+        return Budget(spec.epsilon, spec.delta)
+
+    def noise(self, q: NoiseQuery) -> ItemNoise:
+        def noise_at(e: float) -> float:
+            return PosteriorParams(e, q.delta, W=q.W, C=q.C, discovery=q.discovery and e > 2 * q.delta, unit=q.unit).sigma
+
+        m = q.unit.max_reports
+        remedies = (
+            (
+                f"covering fewer accounting windows (one user may send {m} reports over these, and σ grows "
+                f"with that number)",
+            )
+            if m > 1
+            else ()
+        )
+        # expected weight of an item with π_j = 1, per report
+        per_report = math.sqrt(q.words_per_report / q.vocab.max_n)
+        return ItemNoise(noise_at, "normalised report weights", per_report, False, remedies)
+
+    def run(
+        self,
+        reports: release.Reports,
+        vocab: NgramVocabulary,
+        spec: release.ReleaseSpec,
+        caps: release.PublicCaps,
+        unit: PrivacyUnit,
+        rng: RandomSource | None,
+        engine: Engine,
+        channel: NgramChannel | None,
+    ) -> release.Release:
+        W, C = caps.W, caps.C
+        pp = PosteriorParams(epsilon=spec.epsilon, delta=spec.delta, W=W, C=C, discovery=spec.discovery, unit=unit)
+        totals = engine.fold(
+            reports,
+            partial(release.block_totals, vocab=vocab, W=W, C=C, tau=pp.tau, candidates=spec.discovery),
+            release.add_totals,
+            WeightedTotals(np.zeros(len(vocab))),
+        )
+        pr = posterior_release(totals, vocab, pp, rng=rng, channel=channel)
+        return release.Release(
+            self.name,
+            pr.items,
+            release.rounded(pr.log_probs),
+            pr.pseudo_counts,
+            pr.guarantee,
+            "",
+            "sound",
+            0.0,
+            pr.sigma,
+            "analytic",
+            0.0,
+            pr.n_reports,
+            len(pr.items),
+            params=dict(C=C, W=W, tau=pp.tau, discovery=float(pp.discovery), channel=float(bool(pr.channel))),
+            threshold=pr.threshold,
+            discovered=pr.discovered,
+            channel=pr.channel,
+        )
+
+
+MECHANISM = Posterior()
