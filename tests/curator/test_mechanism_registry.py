@@ -21,8 +21,8 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from lac.common.privacy import PrivacyUnit
-from lac.curator import release
+from lac.common.privacy import Budget, PrivacyUnit
+from lac.curator import mechanisms, release
 from lac.curator.channel import NgramChannel, WordChannel
 from lac.curator.ngrams import NgramVocabulary, report_items
 from lac.curator.release import ItemReports, MatrixReports, PublicCaps, ReleaseSpec
@@ -187,3 +187,197 @@ def test_every_variant_ran_as_asked(golden):
     assert meta["kanon"]["charge"] is None and not meta["kanon"]["differentially_private"]
     assert meta["laplace-public-observed"]["charge"] is None
     assert meta["laplace"]["charge"] == [1.5, 0.0]
+
+
+# --- the registry -------------------------------------------------------------------------------
+
+
+def test_the_registry_lists_exactly_the_mechanisms():
+    assert mechanisms.names() == ("posterior", "bayesian", "endtoend", "laplace", "laplace-public", "kanon")
+    assert mechanisms.over_rpc() == ("posterior", "bayesian", "endtoend", "laplace", "laplace-public")
+    assert mechanisms.offline_only() == ("kanon",)
+    assert mechanisms.with_knob("sensitivity") == ("bayesian", "endtoend")
+    assert mechanisms.with_knob("public_sensitivity") == ("laplace-public",)
+    for name, m in mechanisms.REGISTRY.items():
+        assert m.name == name and m.knobs <= mechanisms.KNOBS
+    with pytest.raises(ValueError, match="already registered"):
+        mechanisms.register(mechanisms.get("laplace"))
+
+
+def test_the_rpc_translation_reads_the_registry():
+    from lac.curator import serde
+
+    assert serde.PURE_MECHANISMS == ("laplace", "laplace-public")
+
+
+# --- privacy maps, to the digit -----------------------------------------------------------------
+
+UNIT3 = PrivacyUnit.user(3)
+
+
+def _query(**kw) -> mechanisms.NoiseQuery:
+    base = dict(epsilon=1.5, delta=1e-6, vocab=_vocab(), W=CAPS.W, C=CAPS.C, unit=UNIT3, words_per_report=5.0)
+    return mechanisms.NoiseQuery(**{**base, **kw})
+
+
+@pytest.mark.parametrize(
+    "name, charge, data_dependent",
+    [
+        ("posterior", (1.5, 1e-6), False),
+        ("bayesian", (1.5, 1e-6), False),
+        ("endtoend", (1.5, 1e-6), False),
+        ("laplace", (1.5, 0.0), False),  # pure ε-DP: δ = 0 whatever δ the spec carries
+        ("laplace-public", (1.5, 0.0), False),
+        ("kanon", (1.5, 0.0), True),  # never charged: its release has no guarantee
+    ],
+)
+def test_charge_per_mechanism(name, charge, data_dependent):
+    spec = ReleaseSpec(epsilon=1.5, delta=1e-6, mechanism=name)
+    assert (spec.budget.epsilon, spec.budget.delta) == charge
+    assert mechanisms.get(name).charge(spec) == spec.budget
+    assert spec.data_dependent is data_dependent
+    assert mechanisms.get(name).with_delta is (charge[1] > 0)
+
+
+def test_data_dependent_variants_are_flagged_by_their_mechanism():
+    for name in ("bayesian", "endtoend"):
+        assert ReleaseSpec(1.0, mechanism=name, sensitivity="bruteforce").data_dependent
+        assert ReleaseSpec(1.0, mechanism=name, sensitivity="claim1").data_dependent
+    assert ReleaseSpec(1.0, mechanism="laplace-public", public_sensitivity="observed").data_dependent
+
+
+def test_laplace_noise_is_its_scale_m_w_c_over_epsilon():
+    n = mechanisms.get("laplace").noise(_query())
+    assert isinstance(n, mechanisms.ItemNoise)
+    # scale b = m·W·C/ε = 3·20·2/1.5 = 80; standard deviation √2·b
+    assert n.noise_at(1.5) == math.sqrt(2.0) * 80.0 == 113.13708498984761
+    assert (n.unit, n.per_report, n.fixed) == ("counts", 5.0, False)
+    # the release's scale is W·C/ε per report (m = 1): 20·2/1.5
+    assert _golden_meta()["laplace"]["laplace_scale"] == 26.666666666666668 == 40 / 1.5
+
+
+def test_laplace_public_noise_is_two_over_epsilon():
+    n = mechanisms.get("laplace-public").noise(_query())
+    assert isinstance(n, mechanisms.ItemNoise)
+    assert n.noise_at(1.5) == math.sqrt(2.0) * 2.0 / 1.5 == 1.885618083164127
+    assert (n.unit, n.per_report, n.fixed) == ("probabilities", 1.0, True)
+    assert _golden_meta()["laplace-public-sound"]["laplace_scale"] == 1.3333333333333333 == 2 / 1.5
+
+
+def test_posterior_noise_is_its_params_sigma():
+    from lac.curator.posterior import PosteriorParams
+
+    n = mechanisms.get("posterior").noise(_query())
+    assert isinstance(n, mechanisms.ItemNoise)
+    assert n.noise_at(1.5) == 8.986970429352231
+    assert n.noise_at(1.5) == PosteriorParams(1.5, 1e-6, W=CAPS.W, C=CAPS.C, discovery=True, unit=UNIT3).sigma
+    assert n.per_report == math.sqrt(5.0 / 2) and n.unit == "normalised report weights"
+    assert len(n.remedies) == 1 and "3 reports" in n.remedies[0]
+    assert mechanisms.get("posterior").noise(_query(unit=PrivacyUnit.report())).remedies == ()
+
+
+def test_bayesian_and_endtoend_noise_on_the_logits():
+    from lac.curator.endtoend import SELECTION_SHARE
+
+    b = mechanisms.get("bayesian").noise(_query())
+    e = mechanisms.get("endtoend").noise(_query())
+    assert isinstance(b, mechanisms.LogitNoise) and isinstance(e, mechanisms.LogitNoise)
+    assert b.sigma == 11.950621164450316
+    assert e.sigma == 17.38516857066525
+    # EndToEndDP's release step spends what its selection (SELECTION_SHARE of ε) leaves
+    assert e.sigma == b.sigma_at(1.5 - 1.5 * SELECTION_SHARE)
+    assert b.sigma_at(3.0) == e.sigma_at(3.0) == 6.353214457409594
+    assert math.isnan(mechanisms.get("bayesian").noise(_query(data_dependent=True)).sigma)
+
+
+def test_kanon_has_no_noise_and_no_preview():
+    from lac.curator.preview import predict
+
+    assert mechanisms.get("kanon").noise(_query()) is None
+    with pytest.raises(ValueError, match="no preview for mechanism 'kanon'"):
+        predict("kanon", 1.0, 0.0, _vocab(), W=20, C=2, unit=PrivacyUnit.report(), reports=10)
+
+
+def _golden_meta() -> dict:
+    return json.loads(GOLDEN_JSON.read_text(encoding="utf-8"))
+
+
+# --- adding a mechanism is one module -----------------------------------------------------------
+
+
+class _Uniform:
+    """A toy mechanism, all in one object: the uniform distribution over the vocabulary (no data read)."""
+
+    name = "toy-uniform"
+    rank = 60
+    over_rpc = True
+    takes_epsilon = True
+    with_delta = False
+    knobs = frozenset({"public_sensitivity"})
+
+    def validate(self, spec):
+        if spec.epsilon > 100:
+            raise ValueError("toy-uniform: epsilon must be at most 100")
+
+    def data_dependent(self, spec):
+        return False
+
+    def charge(self, spec):
+        return Budget(spec.epsilon, 0.0)
+
+    def noise(self, q):
+        return mechanisms.ItemNoise(lambda e: 1.0 / e, "probabilities", 1.0, True)
+
+    def run(self, reports, vocab, spec, caps, unit, rng, engine, channel):
+        n = len(vocab)
+        return release.Release(
+            self.name,
+            tuple(vocab.items),
+            np.full(n, -math.log(n)),
+            None,
+            None,
+            "uniform",
+            "none",
+            0.0,
+            0.0,
+            "",
+            0.0,
+            0,
+            n,
+        )
+
+
+@pytest.fixture
+def toy():
+    mechanisms.register(_Uniform())
+    try:
+        yield
+    finally:
+        mechanisms.unregister("toy-uniform")
+
+
+def test_a_new_mechanism_is_one_registered_object(toy):
+    assert mechanisms.names()[-2:] == ("toy-uniform", "kanon")
+    assert "toy-uniform" in mechanisms.over_rpc()
+    spec = ReleaseSpec(epsilon=2.0, mechanism="toy-uniform", public_sensitivity="observed")
+    assert spec.budget == Budget(2.0, 0.0) and not spec.data_dependent
+    with pytest.raises(ValueError, match="at most 100"):
+        ReleaseSpec(epsilon=200.0, mechanism="toy-uniform")
+    with pytest.raises(ValueError, match="applies to bayesian and endtoend only"):
+        ReleaseSpec(epsilon=2.0, mechanism="toy-uniform", sensitivity="bruteforce")
+    vocab = _vocab()
+    r = release.run(sp.csr_matrix((3, len(vocab))), vocab, spec, CAPS)
+    assert r.mechanism == "toy-uniform" and r.items == tuple(vocab.items)
+    np.testing.assert_allclose(np.exp(r.log_probs).sum(), 1.0)
+    from lac.curator.preview import predict
+
+    p = predict("toy-uniform", 2.0, 0.0, vocab, W=20, C=2, unit=PrivacyUnit.report(), reports=10)
+    assert p.noise == 0.5 and p.noise_unit == "probabilities"
+
+
+def test_unknown_mechanism_message_is_unchanged():
+    with pytest.raises(
+        ValueError,
+        match=r"unknown mechanism 'nope'; available: posterior, bayesian, endtoend, laplace, laplace-public$",
+    ):
+        ReleaseSpec(epsilon=1.0, mechanism="nope")

@@ -11,8 +11,8 @@ from lac.common import config as cfg
 from lac.common import tls, tracing
 from lac.common.cli import message_json, positive
 from lac.common.v1 import curator_pb2, curator_pb2_grpc, reports_pb2
-from lac.curator.config import ENV_PREFIX, CuratorConfig
 from lac.curator import mechanisms
+from lac.curator.config import ENV_PREFIX, CuratorConfig
 from lac.curator.release import PublicCaps, ReleaseSpec
 
 
@@ -89,19 +89,16 @@ def register(subparsers) -> None:
         "budget of every window it covers); with --counts, run offline on files instead",
         _release,
     )
-    r.add_argument(
-        "--epsilon",
-        type=float,
-        default=None,
-        help=f"ε of this release (not for {', '.join(m for m in mechanisms.names() if not mechanisms.get(m).takes_epsilon)})",
-    )
+    no_epsilon = [n for n in mechanisms.names() if not mechanisms.get(n).takes_epsilon]
+    with_delta = [n for n in mechanisms.names() if mechanisms.get(n).with_delta]
+    pure = [n for n in mechanisms.over_rpc() if not mechanisms.get(n).with_delta]
+    r.add_argument("--epsilon", type=float, default=None, help=f"ε of this release (not for {', '.join(no_epsilon)})")
     r.add_argument(
         "--delta",
         type=float,
         default=None,
-        help=f"δ of this release ({', '.join(m for m in mechanisms.names() if mechanisms.get(m).with_delta)}; > 0) "
-        f"[default: {ReleaseSpec.delta:g}]; "
-        f"{' and '.join(m for m in mechanisms.over_rpc() if not mechanisms.get(m).with_delta)} are pure ε-DP: δ = 0",
+        help=f"δ of this release ({', '.join(with_delta)}; > 0) [default: {ReleaseSpec.delta:g}]; "
+        f"{' and '.join(pure)} are pure ε-DP: δ = 0",
     )
     r.add_argument(
         "--mechanism",

@@ -230,9 +230,7 @@ def predict(
         sigma = noise_model.sigma
         logits_swamped = sigma > _MAX_LOGIT_SIGMA
         need = _epsilon_for(noise_model.sigma_at, _MAX_LOGIT_SIGMA, epsilon)
-        advice = (
-            (noise_model.remedy + (f" or ε ≥ {need:.3g}" if need else "") + ".") if logits_swamped else ""
-        )
+        advice = (noise_model.remedy + (f" or ε ≥ {need:.3g}" if need else "") + ".") if logits_swamped else ""
         return preview(
             noise=sigma,
             noise_unit="on the logits, independent of the number of reports",

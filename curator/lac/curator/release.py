@@ -99,9 +99,7 @@ class ReleaseSpec:
         ):
             raise ValueError(f"expected_reports must be an integer >= 1, got {self.expected_reports!r}")
         if self.mechanism not in mechanisms.REGISTRY:
-            raise ValueError(
-                f"unknown mechanism {self.mechanism!r}; available: {', '.join(mechanisms.over_rpc())}"
-            )
+            raise ValueError(f"unknown mechanism {self.mechanism!r}; available: {', '.join(mechanisms.over_rpc())}")
         m = mechanisms.get(self.mechanism)
         if m.takes_epsilon:
             check_epsilon(self.epsilon)

@@ -15,8 +15,8 @@ from lac.common.errors import InvalidArgument
 from lac.common.privacy import Budget, LocalGuarantee, WindowShuffle, check_delta
 from lac.common.rpc import Caller, Role
 from lac.common.v1 import curator_pb2
-from lac.curator.preview import Preview
 from lac.curator import mechanisms
+from lac.curator.preview import Preview
 from lac.curator.release import ReleaseRecord, ReleaseSpec
 
 __all__ = [

@@ -99,15 +99,19 @@ class Mechanism(Protocol):
     @property
     def rank(self) -> int:
         """Its place in listings (lower first)."""
+
     @property
     def over_rpc(self) -> bool:
         """False: offline only (never over RPC)."""
+
     @property
     def takes_epsilon(self) -> bool:
         """False: ε means nothing to it (k-anonymity)."""
+
     @property
     def with_delta(self) -> bool:
         """True: it spends a δ > 0 (False: pure ε-DP, or no guarantee)."""
+
     @property
     def knobs(self) -> frozenset[str]:
         """The request knobs (``KNOBS``) that apply to it."""

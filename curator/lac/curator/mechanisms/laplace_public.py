@@ -58,7 +58,9 @@ class LaplacePublic:
         eps, sens = spec.epsilon, spec.public_sensitivity
         if not isinstance(reports, release.MatrixReports):  # streamed, block by block
             stats = release.stream_stats(reports, vocab, C, W, engine)
-            b = laplace_public_from_stats(stats, vocab.alpha, W=W, C=C, epsilon=eps, sensitivity=sens, rng=rng, unit=unit)
+            b = laplace_public_from_stats(
+                stats, vocab.alpha, W=W, C=C, epsilon=eps, sensitivity=sens, rng=rng, unit=unit
+            )
             return release.baseline_release(spec, items, b, dict(vocab_size=len(items), n_reports=stats.n_users))
         U = reports.vocab_counts(C, W)
         b = laplace_public_dp(U, vocab.alpha, W=W, C=C, epsilon=eps, sensitivity=sens, rng=rng, unit=unit)

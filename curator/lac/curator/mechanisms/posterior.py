@@ -41,7 +41,9 @@ class Posterior:
 
     def noise(self, q: NoiseQuery) -> ItemNoise:
         def noise_at(e: float) -> float:
-            return PosteriorParams(e, q.delta, W=q.W, C=q.C, discovery=q.discovery and e > 2 * q.delta, unit=q.unit).sigma
+            return PosteriorParams(
+                e, q.delta, W=q.W, C=q.C, discovery=q.discovery and e > 2 * q.delta, unit=q.unit
+            ).sigma
 
         m = q.unit.max_reports
         remedies = (
