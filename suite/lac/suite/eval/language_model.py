@@ -14,11 +14,12 @@ import numpy as np
 
 from lac.common.progress import Progress
 from lac.common.rng import RandomSource
+from lac.curator import mechanisms
 from lac.curator.lm import NgramModel, release_model
 
 from .config import EvalConfig
 from .data import Counts, EvalData
-from .mechanisms import LABELS, posterior, release
+from .mechanisms import LABELS, SPECS, release, release_of
 from .metrics import summarize
 
 PAPER = {  # Reddit, 60K n-grams (Table 1)
@@ -69,8 +70,8 @@ def row_model(name: str, counts: Counts, eps: float, cfg: EvalConfig, rng: Rando
     if name == "private":
         c = np.asarray(counts.raw.sum(axis=0)).ravel().astype(float)
         return release_model(vocab.items, None, c, max_n=3)
-    if name == "posterior":
-        r = posterior(counts.U, vocab, eps, cfg, rng)
+    if name in SPECS:  # one release of a registered mechanism, as the curator makes it
+        r = release_of(name, counts.U, vocab, eps, cfg, rng, K=K)
         return release_model(r.items, r.log_probs, r.pseudo_counts, max_n=3)
     with np.errstate(divide="ignore"):
         probs = release(name, counts.U, counts.alpha, eps, cfg, rng, K=K)
@@ -91,14 +92,16 @@ def run(data: EvalData) -> dict:
     bar = Progress("table1 perplexity", len(ROWS))
     rows = []
     for name in ROWS:
-        runs = 1 if name in ("private", "public", "kanon") else cfg.table_runs
+        mechanism = mechanisms.get(SPECS[name]["mechanism"]) if name in SPECS else None
+        noisy = mechanism is not None and mechanism.takes_epsilon  # else one deterministic run
+        runs = cfg.table_runs if noisy else 1
         ppl = []
         for _ in range(runs):
             model = row_model(name, counts, eps, cfg, rng, K)
             ppl.append(model.perplexity(test))
         bar.update()
-        label = LABELS[name][0] + (f", ε = {eps:g}" if name not in ("private", "public", "kanon") else "")
-        if name == "kanon":
+        label = LABELS[name][0] + (f", ε = {eps:g}" if noisy else "")
+        if mechanism is not None and "K" in mechanism.knobs:
             label += f", K = {K}"
         rows.append(
             {

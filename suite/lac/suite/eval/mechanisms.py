@@ -1,19 +1,21 @@
-"""Thin adapters from the library's mechanisms (lac.curator) to released probability vectors.
+"""Thin adapters from the evaluation's rows to the curator's releases (``lac.curator.release.run``
+over the registered mechanisms, ``lac.curator.mechanisms``) and their probability vectors.
 
-Every call is one real release of the library; ``rng`` is a seeded evaluation generator.
+Every call is one real release made by the server's path; ``rng`` is a seeded evaluation generator.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
+import scipy.sparse as sp
 
 from lac.common.rng import RandomSource
-from lac.curator.baselines import k_anonymity, laplace_dp, laplace_public_dp
-from lac.curator.bayesian import BayesianParams, bayesian_dp
-from lac.curator.endtoend import EndToEndParams, end_to_end_dp
+from lac.curator import mechanisms
+from lac.curator.bayesian import BayesianParams
 from lac.curator.ngrams import NgramVocabulary
-from lac.curator.posterior import PosteriorParams, PosteriorRelease, posterior_release, weighted_totals
-from lac.curator.release import MatrixReports
+from lac.curator.release import MatrixReports, PublicCaps, Release, ReleaseSpec, run
 
 from .config import EvalConfig
 
@@ -48,11 +50,50 @@ def bayes_params(cfg: EvalConfig, eps: float, sound: bool) -> BayesianParams:
     return BayesianParams(epsilon=eps, delta=cfg.delta, S=cfg.S, C=cfg.C, rho=cfg.rho, sensitivity="bruteforce")
 
 
-def posterior(U, vocab: NgramVocabulary, eps: float, cfg: EvalConfig, rng: RandomSource) -> PosteriorRelease:
+# eval row -> the curator's release request (``lac.curator.release.ReleaseSpec`` keywords besides ε):
+# every row but "public" is one release of a registered mechanism (``lac.curator.mechanisms``).
+SPECS: dict[str, dict[str, Any]] = {
+    "posterior": dict(mechanism="posterior", discovery=False),  # U holds no n-gram to discover
+    "bayes": dict(mechanism="bayesian", sensitivity="bruteforce"),
+    "bayes-sound": dict(mechanism="bayesian"),
+    "endtoend": dict(mechanism="endtoend", sensitivity="bruteforce"),
+    "laplace": dict(mechanism="laplace"),
+    "laplace-public": dict(mechanism="laplace-public"),
+    "laplace-public-obs": dict(mechanism="laplace-public", public_sensitivity="observed"),
+    "kanon": dict(mechanism="kanon"),
+}
+
+
+def spec(name: str, eps: float, cfg: EvalConfig, K: int | None = None) -> ReleaseSpec:
+    """The release request of eval row ``name`` at ε (the evaluation's δ, S and ρ)."""
+    if name not in SPECS:
+        raise ValueError(f"unknown mechanism {name!r}")
+    kw = dict(SPECS[name])
+    if not mechanisms.get(kw["mechanism"]).takes_epsilon:
+        eps = 1.0  # ignored (k-anonymity)
+    return ReleaseSpec(epsilon=eps, delta=cfg.delta, S=cfg.S, rho=cfg.rho, K=int(K or cfg.table_k), **kw)
+
+
+def caps(cfg: EvalConfig) -> PublicCaps:
+    return PublicCaps(W=cfg.W, C=cfg.C, count_clip=cfg.count_clip)
+
+
+def release_of(
+    name: str, U, vocab: NgramVocabulary, eps: float, cfg: EvalConfig, rng: RandomSource, K: int | None = None
+) -> Release:
+    """The release of row ``name`` over the vocabulary's columns of U, through the curator's release path."""
+    return run(MatrixReports(sp.csr_matrix(U), vocab), vocab, spec(name, eps, cfg, K), caps(cfg), rng=rng)
+
+
+def posterior(U, vocab: NgramVocabulary, eps: float, cfg: EvalConfig, rng: RandomSource) -> Release:
     """The LAC default over the vocabulary's columns of U (no discovery: U holds no other n-gram)."""
-    p = PosteriorParams(epsilon=eps, delta=cfg.delta, W=cfg.W, C=cfg.C, discovery=False)
-    totals = weighted_totals(MatrixReports(U, vocab).blocks(), vocab, p.W, p.C, p.tau, candidates=False)
-    return posterior_release(totals, vocab, p, rng)
+    return release_of("posterior", U, vocab, eps, cfg, rng)
+
+
+def _stand_in(alpha: np.ndarray) -> NgramVocabulary:
+    """A vocabulary over U's columns when the caller has none (the mechanisms read only its α)."""
+    a = np.asarray(alpha, dtype=np.float64)
+    return NgramVocabulary(tuple(f"c{j}" for j in range(a.size)), a, 1)
 
 
 def release(
@@ -65,31 +106,19 @@ def release(
     K: int | None = None,
     vocab: NgramVocabulary | None = None,
 ) -> np.ndarray:
-    """Probability vector released by mechanism ``name`` (see ``LABELS``; "posterior" needs ``vocab``)."""
-    if name == "posterior":
-        if vocab is None:
-            raise ValueError("the posterior release needs the vocabulary")
-        if alpha is not vocab.alpha:  # e.g. a noisy public prior (figure 4)
-            vocab = NgramVocabulary(vocab.items, np.asarray(alpha, dtype=np.float64), vocab.max_n)
-        c = posterior(U, vocab, eps, cfg, rng).pseudo_counts
-        return c / c.sum() if c.sum() > 0 else np.full(c.size, 1.0 / c.size)
-    if name in ("bayes", "bayes-sound"):
-        r = bayesian_dp(U, alpha, bayes_params(cfg, eps, name == "bayes-sound"), rng=rng)
-        return np.exp(r.log_theta)
-    if name == "endtoend":
-        p = EndToEndParams(epsilon=eps, delta=cfg.delta, C=cfg.C, sensitivity="bruteforce")
-        return np.exp(end_to_end_dp(U, alpha, p, rng=rng).release.log_theta)
-    if name == "laplace":
-        return np.asarray(laplace_dp(U, W=cfg.W, C=cfg.C, epsilon=eps, rng=rng).probs)
-    if name == "laplace-public":
-        return np.asarray(laplace_public_dp(U, alpha, W=cfg.W, C=cfg.C, epsilon=eps, rng=rng).probs)
-    if name == "laplace-public-obs":
-        return np.asarray(
-            laplace_public_dp(U, alpha, W=cfg.W, C=cfg.C, epsilon=eps, sensitivity="observed", rng=rng).probs
-        )
-    if name == "kanon":
-        return np.asarray(k_anonymity(U, K=int(K or cfg.table_k), C=cfg.C).probs)
-    if name == "public":
+    """Probability vector released by row ``name`` (see ``LABELS``; "posterior" needs ``vocab``):
+    one release of the curator's path (``lac.curator.release.run``), as the server makes it."""
+    if name == "public":  # not a mechanism: the public counts alone
         a = np.asarray(alpha, dtype=np.float64)
         return a / a.sum()
-    raise ValueError(f"unknown mechanism {name!r}")
+    if "discovery" in mechanisms.get(spec(name, eps, cfg, K).mechanism).knobs and vocab is None:
+        raise ValueError(f"the {name} release needs the vocabulary")
+    if vocab is None:
+        vocab = _stand_in(alpha)
+    elif alpha is not vocab.alpha:  # e.g. a noisy public prior (figure 4)
+        vocab = NgramVocabulary(vocab.items, np.asarray(alpha, dtype=np.float64), vocab.max_n)
+    r = release_of(name, U, vocab, eps, cfg, rng, K)
+    if r.pseudo_counts is not None:
+        c = np.asarray(r.pseudo_counts, dtype=np.float64)
+        return c / c.sum() if c.sum() > 0 else np.full(c.size, 1.0 / c.size)
+    return np.exp(r.log_probs)
