@@ -32,11 +32,11 @@ def main() -> None:
 
     from lac.common.paths import data_dir
     from lac.common.text import sentences
-    from lac.curator.channel import NgramChannel, cached_word_channel, public_unk_words
-    from lac.curator.config import CuratorConfig
-    from lac.curator.ngrams import report_items
-    from lac.curator.prior import public_vocabulary
-    from lac.curator.release import ItemReports, PublicCaps, ReleaseSpec, run
+    from lac.curator.release.channel import NgramChannel, cached_word_channel, public_unk_words
+    from lac.curator.release.core import ItemReports, PublicCaps, ReleaseSpec, run
+    from lac.curator.release.ngrams import report_items
+    from lac.curator.release.prior import public_vocabulary
+    from lac.curator.service.config import CuratorConfig
     from lac.suite.data import prepare_corpora, user_texts
 
     cc = CuratorConfig()

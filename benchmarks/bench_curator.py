@@ -18,7 +18,7 @@ import time
 import numpy as np
 import scipy.sparse as sp
 
-from lac.curator.bayesian import BayesianParams, bayesian_dp, decay_weights, log_mean_center
+from lac.curator.release.bayesian import BayesianParams, bayesian_dp, decay_weights, log_mean_center
 
 
 def zipf_users(n_users: int, n_items: int, per_user: int, rng: np.random.Generator) -> sp.csr_matrix:

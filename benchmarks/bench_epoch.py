@@ -305,7 +305,7 @@ def main() -> None:
             cpu2 = (_cpu(shuffler), _cpu(curator), time.process_time())
             shuffled = watch.shuffled_at or ingested
             stored = watch.stored_at or time.perf_counter()
-            from lac.curator.analyst import CuratorClient
+            from lac.curator.analyst.client import CuratorClient
 
             with CuratorClient(curator.address, insecure=True, release_timeout=3600) as analyst:
                 r0 = time.perf_counter()

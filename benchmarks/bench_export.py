@@ -10,7 +10,7 @@ reports of one closed window (one segment each, the curator's format). Timed, be
 
 * baseline: every segment's ``words`` column read with ``pyarrow.parquet.read_table`` and its nulls
   dropped (what any reader of the files pays; nothing shuffled, nothing sent);
-* library: ``lac.curator.export.ShuffledReports`` (step 1: read and spool to B buckets; step 2: permute
+* library: ``lac.curator.store.export.ShuffledReports`` (step 1: read and spool to B buckets; step 2: permute
   each bucket) and every chunk serialized as the Arrow IPC message the server sends;
 * end to end: a real curator server (in this process, plaintext gRPC on 127.0.0.1:0) streaming
   ``ExportReports`` to ``CuratorClient.export_reports(window, path=...)``, which writes the Parquet file.
@@ -41,8 +41,8 @@ def make_store(state: Path, reports: int, per_batch: int, window: int) -> list[P
     """The synthetic batches stored as a curator stores them; returns their segments."""
     from lac.common.deployment import Deployment
     from lac.common.v1 import reports_pb2
-    from lac.curator.ngrams import ReportItems
-    from lac.curator.store import CuratorStore
+    from lac.curator.release.ngrams import ReportItems
+    from lac.curator.store.store import CuratorStore
 
     rng = np.random.default_rng(1)
     names = np.array([f"w{j}" for j in range(N_WORDS)], dtype=object)
@@ -96,7 +96,7 @@ def baseline(paths: list[Path]) -> int:
 
 def library(paths: list[Path], expected: int, spool: Path) -> tuple[int, int]:
     from lac.common.rng import secure_generator
-    from lac.curator import export
+    from lac.curator.store import export
 
     rows = 0
     with export.ShuffledReports(paths, secure_generator(), expected, spool) as s:
@@ -110,10 +110,10 @@ class Server:
     """A real curator server on its own event loop thread."""
 
     def __init__(self, state: Path):
-        from lac.curator.config import CuratorConfig
-        from lac.curator.ngrams import NgramVocabulary
-        from lac.curator.server import create_server
-        from lac.curator.service import Curator
+        from lac.curator.release.ngrams import NgramVocabulary
+        from lac.curator.service.config import CuratorConfig
+        from lac.curator.service.server import create_server
+        from lac.curator.service.service import Curator
 
         self.loop = asyncio.new_event_loop()
         threading.Thread(target=self.loop.run_forever, daemon=True).start()
@@ -147,7 +147,7 @@ def main() -> None:
     args = ap.parse_args()
 
     from lac.common.deployment import Deployment
-    from lac.curator.analyst import CuratorClient
+    from lac.curator.analyst.client import CuratorClient
 
     window = Deployment().window(time.time()) - 2
     with tempfile.TemporaryDirectory() as tmp:

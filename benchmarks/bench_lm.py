@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Held-out perplexity and build time of the release language model (``lac.curator.lm``) on real
+"""Held-out perplexity and build time of the release language model (``lac.curator.lm.model``) on real
 text: the Lee news corpus shipped with gensim, first 90% of the sentences to train, last 10% to
 test, training words seen once read as ``<unk>`` (in training and test alike).
 
@@ -7,7 +7,7 @@ Rows: our interpolated Kneser–Ney from exact counts (a non-private baseline; m
 the same through the ARPA file in KenLM (if ``kenlm`` is installed), nltk's
 ``KneserNeyInterpolated`` (order 3, its standard padding pipeline; slow: it scans for
 continuation counts, a few minutes per discount), and the former constant-λ = 0.9 model
-(``lac.curator.lm`` at commit 8523f57, read with ``git show``).
+(``lac.curator.lm.model`` at commit 8523f57, read with ``git show``).
 
     python benchmarks/bench_lm.py [--nltk-discounts 0.1 0.75] [--nltk-sentences N]
 """
@@ -26,8 +26,8 @@ from pathlib import Path
 import numpy as np
 
 from lac.common.text import sentences
-from lac.curator.lm import UNK, NgramModel
-from lac.curator.ngrams import ngrams
+from lac.curator.lm.model import UNK, NgramModel
+from lac.curator.release.ngrams import ngrams
 
 OLD_COMMIT = "8523f57"
 
@@ -49,7 +49,7 @@ def old_model_class():
     root = Path(__file__).resolve().parent.parent
     try:
         src = subprocess.run(
-            ["git", "show", f"{OLD_COMMIT}:curator/lac/curator/lm.py"],
+            ["git", "show", f"{OLD_COMMIT}:curator/lac/curator/lm/model.py"],
             cwd=root,
             check=True,
             capture_output=True,

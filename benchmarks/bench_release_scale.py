@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Release at scale over stored Parquet segments: streaming (``lac.curator.engine``) vs the
+"""Release at scale over stored Parquet segments: streaming (``lac.curator.release.engine``) vs the
 in-memory path (every segment read into one counts matrix, then the mechanism) — SYNTHETIC Zipf
 data, a speed and memory benchmark only, not language.
 
@@ -7,7 +7,7 @@ data, a speed and memory benchmark only, not language.
 
 The data: each report holds ~Poisson(per_user) distinct items drawn Zipf(1.1)-like from a vocabulary
 of ``--items`` unigram items, written as segments of ``--reports-per-segment`` reports (the
-curator's format, ``lac.curator.segments``). Each engine runs in its own process; its peak memory
+curator's format, ``lac.curator.store.segments``). Each engine runs in its own process; its peak memory
 is the largest total RSS of that process and all its descendants (worker processes, Spark's JVM
 and Python workers), sampled every 0.1 s (pages shared between processes count once per process, so
 this is an upper bound): BayesianDP with the brute-force γ (two passes), BayesianDP sound (one pass) and the
@@ -36,7 +36,7 @@ ENGINES = ("stream", "stream:N (N worker processes)", "memory", "spark")
 
 
 def vocabulary(n_items: int):
-    from lac.curator.ngrams import NgramVocabulary
+    from lac.curator.release.ngrams import NgramVocabulary
 
     rng = np.random.default_rng(7)
     return NgramVocabulary(tuple(f"w{j}" for j in range(n_items)), rng.poisson(5.0, n_items) + 1.0, 1)
@@ -44,8 +44,8 @@ def vocabulary(n_items: int):
 
 def write_segments(root: Path, users: int, items: int, per_user: float, per_segment: int) -> list[Path]:
     """Synthetic segments (one file per ``per_segment`` reports), generated segment by segment."""
-    from lac.curator import segments
-    from lac.curator.ngrams import ReportItems
+    from lac.curator.release.ngrams import ReportItems
+    from lac.curator.store import segments
 
     rng = np.random.default_rng(1)
     p = 1.0 / np.arange(1, items + 1) ** 1.1
@@ -71,8 +71,8 @@ def write_segments(root: Path, users: int, items: int, per_user: float, per_segm
 def run_engine(engine: str, root: Path, items: int, master: str, mechanisms: str = MECHANISMS) -> dict:
     """One engine's releases over the segments under ``root`` (in this process)."""
     from lac.common.privacy import PrivacyUnit
-    from lac.curator.engine import LOCAL
-    from lac.curator.release import PublicCaps, ReleaseSpec, StoredReports, run
+    from lac.curator.release.core import PublicCaps, ReleaseSpec, StoredReports, run
+    from lac.curator.release.engine import LOCAL
 
     vocab = vocabulary(items)
     paths = sorted(root.rglob("*.parquet"))
@@ -87,11 +87,11 @@ def run_engine(engine: str, root: Path, items: int, master: str, mechanisms: str
     out = {"engine": engine}
     eng = LOCAL
     if engine.startswith("stream:"):  # stream:N = N worker processes
-        from lac.curator.engine import LocalEngine
+        from lac.curator.release.engine import LocalEngine
 
         eng = LocalEngine(workers=int(engine.split(":")[1]))
     if engine == "spark":
-        from lac.curator.spark import SparkEngine
+        from lac.curator.release.spark import SparkEngine
 
         eng = SparkEngine.start(master)
     for name, spec in specs.items():

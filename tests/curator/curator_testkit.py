@@ -11,9 +11,9 @@ from lac_testkit import ServeProc, batch_privacy, content
 
 from lac.common import envelope
 from lac.common.v1 import curator_pb2, curator_pb2_grpc
-from lac.curator import segments
-from lac.curator.ngrams import NgramVocabulary, report_items
-from lac.curator.release import StoredReports
+from lac.curator.release.core import StoredReports
+from lac.curator.release.ngrams import NgramVocabulary, report_items
+from lac.curator.store import segments
 
 WORDS = (
     "the",

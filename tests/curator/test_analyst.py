@@ -101,7 +101,7 @@ def test_import_is_cheap_and_works_without_pandas(serve, pki):
 
         sys.meta_path.insert(0, NoPandas())
         import lac.curator
-        heavy = {{"lac.curator.analyst", "grpc", "pandas", "pyarrow"}} & set(sys.modules)
+        heavy = {{"lac.curator.analyst.client", "grpc", "pandas", "pyarrow"}} & set(sys.modules)
         assert not heavy, heavy
         from lac.curator import CuratorClient, AnalystError
         with CuratorClient({cur.address!r}, ca={pki.ca!r}, cert={cert!r}, key={key!r}) as c:
@@ -406,7 +406,7 @@ def test_delta_zero_is_pure_dp_or_refused(serve, pki, capsys):
 def test_an_explicit_delta_of_zero_is_told_from_unset_on_the_wire():
     """``optional double delta``: the same field number and encoding as before, so an older client's request
     (which never sent a zero δ) still gets the release default; a zero sent explicitly is δ = 0."""
-    from lac.curator.serde import release_spec
+    from lac.curator.service.serde import release_spec
 
     unset = curator_pb2.ReleaseRequest(epsilon=1.0).SerializeToString()
     assert release_spec(curator_pb2.ReleaseRequest.FromString(unset)).delta == 1e-6
@@ -471,7 +471,7 @@ def test_top_leaves_out_special_tokens_and_refuses_k_below_one(raw, pki, capsys)
 
 def test_an_unset_k_is_told_from_zero_on_the_wire():
     """``optional uint32 k``: same field and encoding, so an older client's k = 0 (never sent) is unset."""
-    from lac.curator.serde import DEFAULT_TOP_K, top_k
+    from lac.curator.service.serde import DEFAULT_TOP_K, top_k
 
     old = curator_pb2.TopNgramsRequest(release_id="r").SerializeToString()
     assert top_k(curator_pb2.TopNgramsRequest.FromString(old)) == DEFAULT_TOP_K == 10

@@ -6,8 +6,8 @@ import scipy.sparse as sp
 from scipy import stats
 
 from lac.common.privacy import PrivacyUnit
-from lac.curator.baselines import k_anonymity, laplace_dp, laplace_public_dp
-from lac.curator.sound import cap_rows
+from lac.curator.release.baselines import k_anonymity, laplace_dp, laplace_public_dp
+from lac.curator.release.sound import cap_rows
 
 FALSE_ALARM = 1e-3  # per KS test
 

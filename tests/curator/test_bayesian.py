@@ -5,7 +5,7 @@ import pytest
 import scipy.sparse as sp
 from scipy.special import logsumexp
 
-from lac.curator.bayesian import (
+from lac.curator.release.bayesian import (
     BayesianParams,
     bayesian_dp,
     bruteforce_gamma,
@@ -16,7 +16,7 @@ from lac.curator.bayesian import (
     prior_mean,
     snap_grid,
 )
-from lac.curator.gaussian import analytic_sigma, classic_sigma
+from lac.curator.release.gaussian import analytic_sigma, classic_sigma
 
 # ---------- dense references (literal definitions, O(users x vocabulary)) ----------
 

@@ -1,4 +1,4 @@
-"""Channel-aware estimation (``lac.curator.channel``): the users' clean statistics from a DP release
+"""Channel-aware estimation (``lac.curator.release.channel``): the users' clean statistics from a DP release
 of their perturbed reports, on real text (the Lee news corpus) perturbed by the SDK's real mechanism."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from lac.client.embedding import glove_default
 from lac.client.localizer import Localizer
 from lac.client.mechanisms import MultivariateLaplace
 from lac.common.text import sentences
-from lac.curator.channel import (
+from lac.curator.release.channel import (
     MIN_KEEP_SHARE,
     NgramChannel,
     WordChannel,
@@ -22,8 +22,14 @@ from lac.curator.channel import (
     public_unk_words,
     word_channel,
 )
-from lac.curator.ngrams import NgramVocabulary, report_items
-from lac.curator.posterior import PosteriorParams, WeightedTotals, post_process, posterior_release, weighted_totals
+from lac.curator.release.ngrams import NgramVocabulary, report_items
+from lac.curator.release.posterior import (
+    PosteriorParams,
+    WeightedTotals,
+    post_process,
+    posterior_release,
+    weighted_totals,
+)
 
 EPS = 8.0
 

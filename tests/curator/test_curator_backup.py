@@ -13,8 +13,8 @@ from lac_testkit import batch_privacy, content, wait_until
 
 from lac.common import envelope
 from lac.common.v1 import curator_pb2
-from lac.curator import segments as seg
-from lac.curator.store import CuratorStore
+from lac.curator.store import segments as seg
+from lac.curator.store.store import CuratorStore
 
 
 def _lac(capsys, *argv) -> tuple[int, str]:
@@ -115,7 +115,7 @@ def test_backup_of_a_live_curator_restores_the_same_state(start_curator, tmp_pat
 
 def test_restore_refuses_a_manifest_naming_files_outside_the_state_directory(tmp_path):
     from lac.common.backup import sha256_file, write_manifest
-    from lac.curator.backup import FORMAT, restore
+    from lac.curator.service.backup import FORMAT, restore
 
     (tmp_path / "b").mkdir()
     (tmp_path / "b" / "curator.sqlite").write_bytes(b"")
@@ -196,7 +196,7 @@ def test_restoring_an_older_backup_keeps_the_budget_spent_since(start_curator, t
 
 def test_a_torn_journal_line_is_cut_and_its_charge_comes_back_from_the_database(tmp_path):
     from lac.common.privacy import Budget
-    from lac.curator import journal
+    from lac.curator.store import journal
 
     store = CuratorStore(tmp_path)
     store.add_noisy_count(0, 2, 10.0, 1.0, Budget(0.01), Budget(1.0))

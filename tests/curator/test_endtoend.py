@@ -4,9 +4,9 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from lac.curator.bayesian import BayesianParams, bayesian_dp, decay_weights, log_mean_center, prior_mean
-from lac.curator.endtoend import EndToEndParams, cross_entropy_score, end_to_end_dp
-from lac.curator.sound import SOUND_STATEMENT
+from lac.curator.release.bayesian import BayesianParams, bayesian_dp, decay_weights, log_mean_center, prior_mean
+from lac.curator.release.endtoend import EndToEndParams, cross_entropy_score, end_to_end_dp
+from lac.curator.release.sound import SOUND_STATEMENT
 
 
 def _data(seed=0, n=200, V=30, W=4, C=1):

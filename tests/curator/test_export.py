@@ -21,11 +21,11 @@ from lac.common.errors import FailedPrecondition, InvalidArgument, PermissionDen
 from lac.common.privacy import VACUOUS_EPSILON, LocalGuarantee
 from lac.common.rpc import Role
 from lac.common.v1 import curator_pb2, curator_pb2_grpc
-from lac.curator import export
-from lac.curator import segments as seg
-from lac.curator.analyst import CuratorClient
-from lac.curator.ngrams import ReportItems, report_items
-from lac.curator.store import CuratorStore
+from lac.curator.analyst.client import CuratorClient
+from lac.curator.release.ngrams import ReportItems, report_items
+from lac.curator.store import export
+from lac.curator.store import segments as seg
+from lac.curator.store.store import CuratorStore
 
 TEXTS = [
     ["the", "dog", "sleeps", "in", "the", "sun"],
@@ -312,7 +312,7 @@ def _all(cur, pki):
 
 
 def test_backup_and_restore_carry_the_exports(tmp_path):
-    from lac.curator.backup import backup, restore
+    from lac.curator.service.backup import backup, restore
 
     state = tmp_path / "state"
     store = CuratorStore(state)
@@ -336,7 +336,7 @@ def test_a_curator_start_clears_an_interrupted_exports_spool(tmp_path):
 
 
 def test_the_guarantee_survives_the_wire():
-    from lac.curator import serde
+    from lac.curator.service import serde
 
     batches = [(CLOSED, CLOSED + 1, 9, _privacy(9)), (CLOSED + 1, CLOSED + 1, 4, None)]
     g = export.local_guarantee(

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 from scipy.special import ndtr
 
-from lac.curator.gaussian import analytic_log_delta, analytic_sigma, calibrate, classic_sigma
+from lac.curator.release.gaussian import analytic_log_delta, analytic_sigma, calibrate, classic_sigma
 
 EPS_SMALL = [1e-3, 0.01, 0.1, 0.3, 0.5, 0.9, 0.999]
 DELTAS = [1e-2, 1e-5, 1e-8, 1e-12]

@@ -1,4 +1,4 @@
-"""All-core ingest (lac.curator.ingest): the same accepted reports, quarantine and segment bytes on
+"""All-core ingest (lac.curator.store.ingest): the same accepted reports, quarantine and segment bytes on
 one process or a pool of workers, and a dead worker fails the batch retryably without storing any
 of it."""
 
@@ -20,11 +20,11 @@ from lac_testkit import DEPLOYMENT, batch_privacy, content, wait_until
 from lac.common import envelope
 from lac.common.text import sentences
 from lac.common.v1 import curator_pb2, curator_pb2_grpc, reports_pb2
-from lac.curator import segments as seg
-from lac.curator.config import CuratorConfig
-from lac.curator.ingest import IngestContext, IngestPool, OpenedChunk, count_chunk, merge_counts, open_chunk
-from lac.curator.ngrams import report_items
-from lac.curator.store import CuratorStore
+from lac.curator.release.ngrams import report_items
+from lac.curator.service.config import CuratorConfig
+from lac.curator.store import segments as seg
+from lac.curator.store.ingest import IngestContext, IngestPool, OpenedChunk, count_chunk, merge_counts, open_chunk
+from lac.curator.store.store import CuratorStore
 
 WINDOW = DEPLOYMENT.window(time.time())
 
@@ -278,7 +278,7 @@ def test_a_killed_curator_takes_its_release_workers_with_it(tmp_path):
     when their parent is SIGKILLed, end within seconds, and so do the forkserver and tracker."""
     script = (
         "import time, types\n"
-        "from lac.curator.engine import LocalEngine\n"
+        "from lac.curator.release.engine import LocalEngine\n"
         "parts = types.SimpleNamespace(parts=lambda: [120, 120], load=time.sleep)\n"
         "LocalEngine(2).fold(parts, repr, lambda acc, r: acc, None)\n"
     )

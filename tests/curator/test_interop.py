@@ -13,8 +13,8 @@ import pipeline_dp
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
-from lac.curator import segments
-from lac.curator.ngrams import report_items
+from lac.curator.release.ngrams import report_items
+from lac.curator.store import segments
 
 REPORTS = [
     [["the", "cat", "sat"], ["the", "dog"]],

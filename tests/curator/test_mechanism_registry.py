@@ -22,10 +22,11 @@ import pytest
 import scipy.sparse as sp
 
 from lac.common.privacy import Budget, PrivacyUnit
-from lac.curator import mechanisms, release
-from lac.curator.channel import NgramChannel, WordChannel
-from lac.curator.ngrams import NgramVocabulary, report_items
-from lac.curator.release import ItemReports, MatrixReports, PublicCaps, ReleaseSpec
+from lac.curator import mechanisms
+from lac.curator.release import core as release
+from lac.curator.release.channel import NgramChannel, WordChannel
+from lac.curator.release.core import ItemReports, MatrixReports, PublicCaps, ReleaseSpec
+from lac.curator.release.ngrams import NgramVocabulary, report_items
 
 DATA = Path(__file__).parent / "data"
 GOLDEN_NPZ = DATA / "mechanism_golden.npz"
@@ -205,7 +206,7 @@ def test_the_registry_lists_exactly_the_mechanisms():
 
 
 def test_the_rpc_translation_reads_the_registry():
-    from lac.curator import serde
+    from lac.curator.service import serde
 
     assert serde.PURE_MECHANISMS == ("laplace", "laplace-public")
 
@@ -265,7 +266,7 @@ def test_laplace_public_noise_is_two_over_epsilon():
 
 
 def test_posterior_noise_is_its_params_sigma():
-    from lac.curator.posterior import PosteriorParams
+    from lac.curator.release.posterior import PosteriorParams
 
     n = mechanisms.get("posterior").noise(_query())
     assert isinstance(n, mechanisms.ItemNoise)
@@ -277,7 +278,7 @@ def test_posterior_noise_is_its_params_sigma():
 
 
 def test_bayesian_and_endtoend_noise_on_the_logits():
-    from lac.curator.endtoend import SELECTION_SHARE
+    from lac.curator.release.endtoend import SELECTION_SHARE
 
     b = mechanisms.get("bayesian").noise(_query())
     e = mechanisms.get("endtoend").noise(_query())
@@ -291,7 +292,7 @@ def test_bayesian_and_endtoend_noise_on_the_logits():
 
 
 def test_kanon_has_no_noise_and_no_preview():
-    from lac.curator.preview import predict
+    from lac.curator.release.preview import predict
 
     assert mechanisms.get("kanon").noise(_query()) is None
     with pytest.raises(ValueError, match="no preview for mechanism 'kanon'"):
@@ -369,7 +370,7 @@ def test_a_new_mechanism_is_one_registered_object(toy):
     r = release.run(sp.csr_matrix((3, len(vocab))), vocab, spec, CAPS)
     assert r.mechanism == "toy-uniform" and r.items == tuple(vocab.items)
     np.testing.assert_allclose(np.exp(r.log_probs).sum(), 1.0)
-    from lac.curator.preview import predict
+    from lac.curator.release.preview import predict
 
     p = predict("toy-uniform", 2.0, 0.0, vocab, W=20, C=2, unit=PrivacyUnit.report(), reports=10)
     assert p.noise == 0.5 and p.noise_unit == "probabilities"

@@ -6,9 +6,15 @@ import scipy.sparse as sp
 from lac_testkit import run_lac
 
 from lac.common.privacy import PrivacyUnit
-from lac.curator.ngrams import NgramVocabulary
-from lac.curator.offline import ReleaseRefused, default_out_path, default_vocab_path, load_public, release_offline
-from lac.curator.release import PublicCaps, ReleaseSpec
+from lac.curator.release.core import PublicCaps, ReleaseSpec
+from lac.curator.release.ngrams import NgramVocabulary
+from lac.curator.release.offline import (
+    ReleaseRefused,
+    default_out_path,
+    default_vocab_path,
+    load_public,
+    release_offline,
+)
 
 ITEMS = ("the", "cat", "sat", "the cat", "cat sat", "on", "mat", "the mat")
 
@@ -156,7 +162,7 @@ def test_cli_without_counts_still_uses_server(capsys, monkeypatch):
     """No --counts: the RPC path is taken (fails fast to connect to a closed port)."""
     import functools
 
-    from lac.curator import analyst
+    from lac.curator.analyst import client as analyst
 
     waits: list[float] = []  # the retries' back-off, recorded instead of slept
     monkeypatch.setattr(
@@ -172,7 +178,7 @@ def test_cli_without_counts_still_uses_server(capsys, monkeypatch):
 def test_offline_posterior_runs_without_discovery_and_says_so(files, tmp_path, cli):
     """A counts matrix holds no n-gram outside the vocabulary: no δ/2 goes to discovery, and the
     statement and record say what was spent (all of (ε, δ) on the Gaussian counts)."""
-    from lac.curator.posterior import PosteriorParams
+    from lac.curator.release.posterior import PosteriorParams
 
     counts, public, _ = files
     rec = release_offline(counts, public, ReleaseSpec(epsilon=1.0, force=True), PublicCaps(W=3), out=tmp_path / "a.npz")
@@ -201,7 +207,7 @@ def test_offline_posterior_runs_without_discovery_and_says_so(files, tmp_path, c
 
 def test_offline_accuracy_check_refuses_a_swamped_release_unless_forced(files, tmp_path, capsys, cli):
     """The curator's accuracy check, with its message, before an offline release; --force releases anyway."""
-    from lac.curator.preview import predict, refusal
+    from lac.curator.release.preview import predict, refusal
 
     counts, public, _ = files
     out = tmp_path / "r.npz"

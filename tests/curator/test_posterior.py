@@ -1,4 +1,4 @@
-"""The default release mechanism (lac.curator.posterior): its sensitivity, noise, discovery
+"""The default release mechanism (lac.curator.release.posterior): its sensitivity, noise, discovery
 threshold and privacy map, each checked against an independent computation.
 
 Statistical checks use fixed seeds; each KS / binomial check has false-alarm rate 1e-4 under a
@@ -14,9 +14,9 @@ from scipy import stats
 from scipy.special import log_ndtr
 
 from lac.common.privacy import PrivacyUnit
-from lac.curator.gaussian import analytic_sigma
-from lac.curator.ngrams import NgramVocabulary, report_items
-from lac.curator.posterior import (
+from lac.curator.release.gaussian import analytic_sigma
+from lac.curator.release.ngrams import NgramVocabulary, report_items
+from lac.curator.release.posterior import (
     PosteriorParams,
     WeightedTotals,
     discovery_threshold,
@@ -46,7 +46,7 @@ def _dense_totals(reports, W, C, tau, keys):
     """y per item string from first principles: each report's first W items, clamped, normalised."""
     from collections import Counter
 
-    from lac.curator.ngrams import ngrams
+    from lac.curator.release.ngrams import ngrams
 
     out = Counter()
     for rep in reports:

@@ -14,8 +14,8 @@ from lac_testkit import batch_privacy, content
 from lac.common import envelope
 from lac.common.privacy import Budget
 from lac.common.v1 import curator_pb2, curator_pb2_grpc
-from lac.curator.analyst import CuratorClient, release_with_retries
-from lac.curator.store import CuratorStore
+from lac.curator.analyst.client import CuratorClient, release_with_retries
+from lac.curator.store.store import CuratorStore
 
 R = curator_pb2.ReleaseRequest
 

@@ -1,5 +1,5 @@
 """One language model per release, whatever the route: an offline release file and the curator's
-queries over the same release give the same model (``lac.curator.lm.release_model``)."""
+queries over the same release give the same model (``lac.curator.lm.model.release_model``)."""
 
 from __future__ import annotations
 
@@ -13,12 +13,12 @@ import scipy.sparse as sp
 
 from lac.common.privacy import Budget, PrivacyUnit
 from lac.common.text import sentences
-from lac.curator.config import CuratorConfig
-from lac.curator.lm import NgramModel, release_model
-from lac.curator.ngrams import NgramVocabulary, count_reports
-from lac.curator.offline import default_vocab_path, load_counts, offline_spec, release_offline
-from lac.curator.release import PublicCaps, ReleaseRecord, ReleaseSpec, run
-from lac.curator.service import Curator
+from lac.curator.lm.model import NgramModel, release_model
+from lac.curator.release.core import PublicCaps, ReleaseRecord, ReleaseSpec, run
+from lac.curator.release.ngrams import NgramVocabulary, count_reports
+from lac.curator.release.offline import default_vocab_path, load_counts, offline_spec, release_offline
+from lac.curator.service.config import CuratorConfig
+from lac.curator.service.service import Curator
 
 
 @pytest.fixture(scope="module")

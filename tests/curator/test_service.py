@@ -12,10 +12,10 @@ import pytest
 
 from lac.common import envelope
 from lac.common.v1 import curator_pb2, curator_pb2_grpc, reports_pb2
-from lac.curator import segments as seg
-from lac.curator.ngrams import NgramVocabulary, ReportItems, report_items, user_counts
-from lac.curator.release import StoredReports
-from lac.curator.store import CuratorStore, Quarantined
+from lac.curator.release.core import StoredReports
+from lac.curator.release.ngrams import NgramVocabulary, ReportItems, report_items, user_counts
+from lac.curator.store import segments as seg
+from lac.curator.store.store import CuratorStore, Quarantined
 
 TEXTS = [
     ["the", "dog", "sleeps", "in", "the", "sun"],
@@ -213,10 +213,10 @@ def test_release_counts_match_the_text_path(start_curator, seal, public_corpus):
     and released log-probabilities = the library's pre-noise mean + N(0, σ²) noise (KS)."""
     from scipy import stats
 
-    from lac.curator.bayesian import BayesianParams, bayesian_dp
-    from lac.curator.config import CuratorConfig
-    from lac.curator.ngrams import user_counts
-    from lac.curator.prior import public_vocabulary
+    from lac.curator.release.bayesian import BayesianParams, bayesian_dp
+    from lac.curator.release.ngrams import user_counts
+    from lac.curator.release.prior import public_vocabulary
+    from lac.curator.service.config import CuratorConfig
 
     cur = start_curator(max_items_per_report=4, item_clamp=2)
     with grpc.insecure_channel(cur.address) as ch:
@@ -437,7 +437,7 @@ def test_the_default_release_estimates_the_clean_text_with_the_local_channel(sta
 
 
 def test_queries(start_curator, seal):
-    from lac.curator.lm import NgramModel
+    from lac.curator.lm.model import NgramModel
 
     cur = start_curator()
     with grpc.insecure_channel(cur.address) as ch:
@@ -483,7 +483,7 @@ def test_cli_release_status_and_queries(start_curator, seal, tmp_path, capsys):
     import json
 
     from lac.common.cli import main
-    from lac.curator.lm import NgramModel
+    from lac.curator.lm.model import NgramModel
 
     def run(*argv):
         with pytest.raises(SystemExit) as e:

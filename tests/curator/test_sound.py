@@ -5,14 +5,14 @@ import pytest
 import scipy.sparse as sp
 
 from lac.common.privacy import PrivacyUnit
-from lac.curator.bayesian import (
+from lac.curator.release.bayesian import (
     BayesianParams,
     bayesian_dp,
     bruteforce_gamma,
     decay_weights,
     log_mean_center,
 )
-from lac.curator.sound import SOUND_STATEMENT, cap_rows, sound_gamma
+from lac.curator.release.sound import SOUND_STATEMENT, cap_rows, sound_gamma
 
 
 def _r(dense: np.ndarray, S: float, C: int, M: float = np.inf) -> np.ndarray:

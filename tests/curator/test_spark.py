@@ -1,4 +1,4 @@
-"""Releases on Apache Spark (``lac.curator.spark``) with a real local Spark (``local[2]``): every
+"""Releases on Apache Spark (``lac.curator.release.spark``) with a real local Spark (``local[2]``): every
 mechanism gives the same release, bit for bit, as ``LocalEngine`` on the same segments, through a
 classic session and through a Spark Connect session; the curator service selects Spark from its
 flags. One Spark session for the module (startup takes seconds); it also serves Spark Connect."""
@@ -24,12 +24,12 @@ from lac.common.errors import DataLoss
 from lac.common.privacy import PrivacyUnit
 from lac.common.text import sentences
 from lac.common.v1 import curator_pb2, curator_pb2_grpc
-from lac.curator import segments
-from lac.curator.engine import LOCAL
-from lac.curator.ngrams import NgramVocabulary, ReportItems
-from lac.curator.release import PublicCaps, ReleaseSpec, StoredReports, block_stats, run
-from lac.curator.spark import SparkEngine, SparkIngest
-from lac.curator.store import CuratorStore
+from lac.curator.release.core import PublicCaps, ReleaseSpec, StoredReports, block_stats, run
+from lac.curator.release.engine import LOCAL
+from lac.curator.release.ngrams import NgramVocabulary, ReportItems
+from lac.curator.release.spark import SparkEngine, SparkIngest
+from lac.curator.store import segments
+from lac.curator.store.store import CuratorStore
 
 CAPS = PublicCaps(W=7, C=2, count_clip=50)
 
@@ -168,8 +168,8 @@ def test_serve_flags_select_spark(spark, start_curator, tmp_path, public_corpus,
     Spark (the running session), and the brute-force γ over RPC equals LocalEngine's on its segments."""
     from lac.common import config as cfg
     from lac.common.cli import build_parser, main
-    from lac.curator.config import ENV_PREFIX, CuratorConfig
-    from lac.curator.prior import public_vocabulary
+    from lac.curator.release.prior import public_vocabulary
+    from lac.curator.service.config import ENV_PREFIX, CuratorConfig
 
     args = build_parser().parse_args(
         [
@@ -244,7 +244,7 @@ def test_serve_flags_select_spark(spark, start_curator, tmp_path, public_corpus,
 
 
 def test_engine_settings_are_checked():
-    from lac.curator.config import CuratorConfig
+    from lac.curator.service.config import CuratorConfig
 
     with pytest.raises(ValueError, match="spark_master"):
         CuratorConfig(engine="spark")
@@ -330,7 +330,7 @@ def test_ingest_on_spark_stores_what_one_process_stores(
 
 def test_key_shipping_needs_authentication_and_encryption():
     """Issue 23.20: which sessions may receive the curator's private keys (ingest on Spark)."""
-    from lac.curator.spark import KEY_SAFE_CONF, key_shipping_gaps
+    from lac.curator.release.spark import KEY_SAFE_CONF, key_shipping_gaps
 
     assert key_shipping_gaps("local[2]", {}) == [] and key_shipping_gaps("local", {}) == []
     gaps = key_shipping_gaps("spark://spark-master:7077", {"spark.authenticate": "true"})

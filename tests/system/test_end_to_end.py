@@ -29,10 +29,10 @@ def test_pipeline_release_matches_library(tmp_path, data):
     from lac.client.localizer import Localizer
     from lac.client.mechanisms import MultivariateLaplace
     from lac.client.submit import ShufflerClient
-    from lac.curator.bayesian import BayesianParams, bayesian_dp
-    from lac.curator.config import CuratorConfig
-    from lac.curator.ngrams import user_counts
-    from lac.curator.prior import public_vocabulary
+    from lac.curator.release.bayesian import BayesianParams, bayesian_dp
+    from lac.curator.release.ngrams import user_counts
+    from lac.curator.release.prior import public_vocabulary
+    from lac.curator.service.config import CuratorConfig
     from lac.shuffler.auth import add_clients
 
     emb, corpora, texts = data
@@ -142,7 +142,7 @@ def test_pipeline_release_matches_library(tmp_path, data):
         ),
         rng=np.random.default_rng(0),
     )
-    from lac.curator.posterior import PosteriorParams
+    from lac.curator.release.posterior import PosteriorParams
 
     assert default.mechanism == "posterior" and default.n_reports == 0  # an analyst never sees the exact count
     assert default.sigma == PosteriorParams(0.5, 1e-6, W=cc.max_items_per_report, C=cc.item_clamp).sigma

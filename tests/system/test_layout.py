@@ -8,6 +8,9 @@ from collections import Counter
 from pathlib import Path
 
 TESTS = Path(__file__).resolve().parents[1]
+CURATOR = TESTS.parent / "curator" / "lac" / "curator"
+# The curator's wings (docs/design.md, "Layout"): a newcomer sees them from the listing.
+CURATOR_WINGS = {"analyst", "lm", "mechanisms", "release", "service", "store"}
 ROLES = ("common", "client", "shuffler", "curator")
 # The peer a role's tests may import besides lac.common and the role itself: the one they drive as a real
 # counterpart (the client's tests register a token on a real shuffler; the shuffler's use the SDK as caller;
@@ -52,3 +55,15 @@ def test_role_tests_import_only_their_role():
                 if parts[0] == "lac" and (len(parts) < 2 or parts[1] not in allowed):
                     bad.append(f"{path.relative_to(TESTS)}:{line}: {module}")
     assert not bad, bad
+
+
+def test_the_curator_is_in_wings():
+    """``lac/curator/`` holds its wings and nothing flat beside the package's ``__init__`` (which re-exports
+    the analyst's client); each wing is a package whose docstring says what it holds."""
+    listing = {p.name for p in CURATOR.iterdir() if p.name != "__pycache__"}
+    assert listing == {"__init__.py", "py.typed", *CURATOR_WINGS}
+    for wing in CURATOR_WINGS:
+        init = CURATOR / wing / "__init__.py"
+        assert init.is_file(), wing
+        assert ast.get_docstring(ast.parse(init.read_text(encoding="utf-8"))), wing
+        assert list((CURATOR / wing).glob("*.py")) != [init], f"{wing} holds no module"

@@ -37,7 +37,7 @@ def test_distribution_names():
 CASES = {
     # component: (import check, packages that must NOT be installed); the client: test_client_installs_alone
     "shuffler": ("import lac.shuffler.server", {"scipy", "lac-client", "lac-curator"}),
-    "curator": ("import lac.curator.server, lac.curator.bayesian", {"lac-client", "lac-shuffler"}),
+    "curator": ("import lac.curator.service.server, lac.curator.release.bayesian", {"lac-client", "lac-shuffler"}),
 }
 
 

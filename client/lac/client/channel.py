@@ -8,7 +8,7 @@ the outputs are counted. Each estimated probability p has standard error √(p(1
 0.5/√draws. Out-of-vocabulary inputs are perturbed from the embedding's centroid, as on the device.
 
 Nothing here reads private data: the curator uses the channel to estimate its users' clean
-statistics from a DP release (post-processing, ``lac.curator.channel``).
+statistics from a DP release (post-processing, ``lac.curator.release.channel``).
 """
 
 from __future__ import annotations

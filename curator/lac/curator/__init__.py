@@ -1,6 +1,6 @@
 """LAC curator: n-gram aggregation, central-DP releases, the curator service, and the analyst API.
 
-``from lac.curator import CuratorClient`` gives the analyst's client (``lac.curator.analyst``). It is
+``from lac.curator import CuratorClient`` gives the analyst's client (``lac.curator.analyst.client``). It is
 imported lazily, on first access, so ``import lac.curator`` stays cheap (no gRPC, pandas or pyarrow).
 """
 
@@ -25,10 +25,10 @@ __all__ = [
     "Unavailable",
     "WindowBudget",
 ]
-_LAZY = dict.fromkeys(__all__, "lac.curator.analyst")
+_LAZY = dict.fromkeys(__all__, "lac.curator.analyst.client")
 
 if TYPE_CHECKING:  # pragma: no cover
-    from lac.curator.analyst import (
+    from lac.curator.analyst.client import (
         AnalystError,
         BudgetExhausted,
         CuratorClient,

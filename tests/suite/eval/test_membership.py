@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from lac.curator.baselines import laplace_dp
-from lac.curator.gaussian import analytic_sigma
+from lac.curator.release.baselines import laplace_dp
+from lac.curator.release.gaussian import analytic_sigma
 from lac.suite.eval import report
 from lac.suite.eval.membership import audit, overall_check, row_confidence
 from lac.suite.eval.metrics import audit_verdict, epsilon_lower_bound, max_certifiable_epsilon, trials_needed

@@ -1,13 +1,13 @@
 """The central mechanisms, one module each, behind one protocol and one registry.
 
 Each module of this package exposes one object, ``MECHANISM``, in the shape of OpenDP's
-measurement: validated, frozen parameters (``lac.curator.release.ReleaseSpec`` checked against the
+measurement: validated, frozen parameters (``lac.curator.release.core.ReleaseSpec`` checked against the
 mechanism's ``knobs``) and a privacy map (``charge``: the (ε, δ) a spec spends; ``noise``: the
 per-item noise the accuracy preview reads), with ``run`` turning reports into a
-``lac.curator.release.Release`` that carries its typed ``Guarantee``.
+``lac.curator.release.core.Release`` that carries its typed ``Guarantee``.
 
 Everything that dispatches on a mechanism's name (``ReleaseSpec``, ``release.run``, the RPC
-translations in ``lac.curator.serde``, the preview, the CLI, ``lac eval``) asks this registry.
+translations in ``lac.curator.service.serde``, the preview, the CLI, ``lac eval``) asks this registry.
 Adding a mechanism is one new module here (found at import, ordered by its ``rank``) or, from
 outside the package, one ``register`` call.
 """
@@ -22,12 +22,12 @@ from typing import TYPE_CHECKING, Protocol
 
 from lac.common.privacy import Budget, PrivacyUnit
 from lac.common.rng import RandomSource
-from lac.curator.ngrams import NgramVocabulary
+from lac.curator.release.ngrams import NgramVocabulary
 
 if TYPE_CHECKING:
-    from lac.curator.channel import NgramChannel
-    from lac.curator.engine import Engine
-    from lac.curator.release import PublicCaps, Release, ReleaseSpec, Reports
+    from lac.curator.release.channel import NgramChannel
+    from lac.curator.release.core import PublicCaps, Release, ReleaseSpec, Reports
+    from lac.curator.release.engine import Engine
 
 __all__ = [
     "Mechanism",
@@ -66,7 +66,7 @@ class NoiseQuery:
     count_clip: int = 1_000_000
     calibration: str = "auto"
     data_dependent: bool = False
-    words_per_report: float = 1.0  # L: the public corpus's mean sentence length (``lac.curator.preview``)
+    words_per_report: float = 1.0  # L: the public corpus's mean sentence length (``lac.curator.release.preview``)
 
 
 @dataclass(frozen=True)

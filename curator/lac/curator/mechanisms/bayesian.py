@@ -1,4 +1,4 @@
-"""BayesianDP (``lac.curator.bayesian``): Gaussian noise on the logits of a Dirichlet posterior mean,
+"""BayesianDP (``lac.curator.release.bayesian``): Gaussian noise on the logits of a Dirichlet posterior mean,
 with the sound sensitivity from the public caps or the papers' data-dependent ones."""
 
 from __future__ import annotations
@@ -9,14 +9,14 @@ from typing import Any
 
 from lac.common.privacy import Budget, PrivacyUnit
 from lac.common.rng import RandomSource
-from lac.curator import release
-from lac.curator.bayesian import BayesianParams, BayesianRelease, bayesian_dp, bayesian_from_stats
-from lac.curator.channel import NgramChannel
-from lac.curator.engine import Engine
-from lac.curator.gaussian import calibrate
 from lac.curator.mechanisms import LogitNoise, NoiseQuery
-from lac.curator.ngrams import NgramVocabulary
-from lac.curator.sound import sound_gamma
+from lac.curator.release import core as release
+from lac.curator.release.bayesian import BayesianParams, BayesianRelease, bayesian_dp, bayesian_from_stats
+from lac.curator.release.channel import NgramChannel
+from lac.curator.release.engine import Engine
+from lac.curator.release.gaussian import calibrate
+from lac.curator.release.ngrams import NgramVocabulary
+from lac.curator.release.sound import sound_gamma
 
 __all__ = ["MECHANISM", "BayesianDP", "params", "logit_noise"]
 

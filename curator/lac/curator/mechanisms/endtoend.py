@@ -1,4 +1,4 @@
-"""EndToEndDP (``lac.curator.endtoend``): BayesianDP with S and ρ tuned privately on a validation
+"""EndToEndDP (``lac.curator.release.endtoend``): BayesianDP with S and ρ tuned privately on a validation
 split, ε split between the selection (``SELECTION_SHARE``) and the release."""
 
 from __future__ import annotations
@@ -7,13 +7,13 @@ from dataclasses import dataclass
 
 from lac.common.privacy import Budget, PrivacyUnit
 from lac.common.rng import RandomSource
-from lac.curator import release
-from lac.curator.channel import NgramChannel
-from lac.curator.endtoend import SELECTION_SHARE, EndToEndParams, end_to_end_dp
-from lac.curator.engine import Engine
 from lac.curator.mechanisms import LogitNoise, NoiseQuery
 from lac.curator.mechanisms.bayesian import logit_noise
-from lac.curator.ngrams import NgramVocabulary
+from lac.curator.release import core as release
+from lac.curator.release.channel import NgramChannel
+from lac.curator.release.endtoend import SELECTION_SHARE, EndToEndParams, end_to_end_dp
+from lac.curator.release.engine import Engine
+from lac.curator.release.ngrams import NgramVocabulary
 
 __all__ = ["MECHANISM", "EndToEndDP"]
 

@@ -1,4 +1,4 @@
-"""k-anonymity (``lac.curator.baselines``): NOT differentially private, offline only."""
+"""k-anonymity (``lac.curator.release.baselines``): NOT differentially private, offline only."""
 
 from __future__ import annotations
 
@@ -6,12 +6,12 @@ from dataclasses import dataclass
 
 from lac.common.privacy import Budget, PrivacyUnit
 from lac.common.rng import RandomSource
-from lac.curator import release
-from lac.curator.baselines import k_anonymity
-from lac.curator.channel import NgramChannel
-from lac.curator.engine import Engine
 from lac.curator.mechanisms import NoiseQuery
-from lac.curator.ngrams import NgramVocabulary
+from lac.curator.release import core as release
+from lac.curator.release.baselines import k_anonymity
+from lac.curator.release.channel import NgramChannel
+from lac.curator.release.engine import Engine
+from lac.curator.release.ngrams import NgramVocabulary
 
 __all__ = ["MECHANISM", "KAnonymity"]
 

@@ -1,4 +1,4 @@
-"""Laplace noise on the clamped counts, ℓ1 sensitivity W·C per report (``lac.curator.baselines``)."""
+"""Laplace noise on the clamped counts, ℓ1 sensitivity W·C per report (``lac.curator.release.baselines``)."""
 
 from __future__ import annotations
 
@@ -7,12 +7,12 @@ from dataclasses import dataclass
 
 from lac.common.privacy import Budget, PrivacyUnit
 from lac.common.rng import RandomSource
-from lac.curator import release
-from lac.curator.baselines import laplace_dp, laplace_from_stats
-from lac.curator.channel import NgramChannel
-from lac.curator.engine import Engine
 from lac.curator.mechanisms import ItemNoise, NoiseQuery
-from lac.curator.ngrams import NgramVocabulary
+from lac.curator.release import core as release
+from lac.curator.release.baselines import laplace_dp, laplace_from_stats
+from lac.curator.release.channel import NgramChannel
+from lac.curator.release.engine import Engine
+from lac.curator.release.ngrams import NgramVocabulary
 
 __all__ = ["MECHANISM", "Laplace"]
 

@@ -1,5 +1,5 @@
 """Laplace noise on the normalised counts blended with the public prior, ℓ1 sensitivity 2 (sound)
-or the data-dependent observed one (``lac.curator.baselines``)."""
+or the data-dependent observed one (``lac.curator.release.baselines``)."""
 
 from __future__ import annotations
 
@@ -8,12 +8,12 @@ from dataclasses import dataclass
 
 from lac.common.privacy import Budget, PrivacyUnit
 from lac.common.rng import RandomSource
-from lac.curator import release
-from lac.curator.baselines import laplace_public_dp, laplace_public_from_stats
-from lac.curator.channel import NgramChannel
-from lac.curator.engine import Engine
 from lac.curator.mechanisms import ItemNoise, NoiseQuery
-from lac.curator.ngrams import NgramVocabulary
+from lac.curator.release import core as release
+from lac.curator.release.baselines import laplace_public_dp, laplace_public_from_stats
+from lac.curator.release.channel import NgramChannel
+from lac.curator.release.engine import Engine
+from lac.curator.release.ngrams import NgramVocabulary
 
 __all__ = ["MECHANISM", "LaplacePublic"]
 

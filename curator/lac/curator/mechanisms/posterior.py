@@ -1,5 +1,5 @@
 """The default mechanism: Gaussian noise on normalised report weights, the public prior's
-posterior, DP discovery of n-grams outside the public vocabulary (``lac.curator.posterior``)."""
+posterior, DP discovery of n-grams outside the public vocabulary (``lac.curator.release.posterior``)."""
 
 from __future__ import annotations
 
@@ -11,12 +11,12 @@ import numpy as np
 
 from lac.common.privacy import Budget, PrivacyUnit
 from lac.common.rng import RandomSource
-from lac.curator import release
-from lac.curator.channel import NgramChannel
-from lac.curator.engine import Engine
 from lac.curator.mechanisms import ItemNoise, NoiseQuery
-from lac.curator.ngrams import NgramVocabulary
-from lac.curator.posterior import PosteriorParams, WeightedTotals, posterior_release
+from lac.curator.release import core as release
+from lac.curator.release.channel import NgramChannel
+from lac.curator.release.engine import Engine
+from lac.curator.release.ngrams import NgramVocabulary
+from lac.curator.release.posterior import PosteriorParams, WeightedTotals, posterior_release
 
 __all__ = ["MECHANISM", "Posterior"]
 

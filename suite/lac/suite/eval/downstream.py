@@ -2,7 +2,7 @@
 
 Seed 002 (§2, §5.2) asks what an analyst can still learn from the shuffled privatized reports, e.g. a
 classifier trained on them. This section measures it with the real Localizer and, in one setting, with the
-real export path (``lac.curator.export``):
+real export path (``lac.curator.store.export``):
 
 - **task**: topic classification of short texts (WordNet 3.0 definitions labelled with their lexicographer
   category, the authorship section's topic set, ``authorship.labelled_sets``), joined into texts of
@@ -129,9 +129,9 @@ class _Curator:
     """A real curator server in this process (own event loop thread, plaintext gRPC on 127.0.0.1:0)."""
 
     def __init__(self, config) -> None:
-        from lac.curator.ngrams import NgramVocabulary
-        from lac.curator.server import create_server
-        from lac.curator.service import Curator
+        from lac.curator.release.ngrams import NgramVocabulary
+        from lac.curator.service.server import create_server
+        from lac.curator.service.service import Curator
 
         self.loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self.loop.run_forever, daemon=True)
@@ -169,8 +169,8 @@ def export_round_trip(
     from lac.common import envelope
     from lac.common.deployment import Deployment
     from lac.common.v1 import curator_pb2, curator_pb2_grpc, reports_pb2
-    from lac.curator.analyst import CuratorClient
-    from lac.curator.config import CuratorConfig
+    from lac.curator.analyst.client import CuratorClient
+    from lac.curator.service.config import CuratorConfig
     from lac.shuffler.amplification import shuffle_epsilon
 
     eps = localizer.mechanism.epsilon

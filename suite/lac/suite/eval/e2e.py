@@ -8,7 +8,7 @@ defaults: the 50,000 most frequent public n-grams of orders 1–3). Held-out tex
 first and never released. A point with ``k`` > 1 privatizes every real text k times
 independently, as k distinct users with the same clean text: labelled replication, not new text.
 
-Rows (perplexity of the release's language model, ``lac.curator.lm.release_model``, on the
+Rows (perplexity of the release's language model, ``lac.curator.lm.model.release_model``, on the
 held-out clean sentences; KL(clean ‖ release) per order over the public vocabulary, p = the
 users' clean counts after the caps W and C):
 * public prior: the public counts alone (no private data);
@@ -31,12 +31,12 @@ from lac.common.paths import data_dir
 from lac.common.progress import Progress
 from lac.common.rng import RandomSource
 from lac.common.text import sentences
-from lac.curator.channel import NgramChannel, deployment_channel
-from lac.curator.config import CuratorConfig
-from lac.curator.lm import release_model
-from lac.curator.ngrams import ReportItems, report_items
-from lac.curator.prior import public_vocabulary
-from lac.curator.release import ItemReports, PublicCaps, ReleaseSpec, run, vocab_counts
+from lac.curator.lm.model import release_model
+from lac.curator.release.channel import NgramChannel, deployment_channel
+from lac.curator.release.core import ItemReports, PublicCaps, ReleaseSpec, run, vocab_counts
+from lac.curator.release.ngrams import ReportItems, report_items
+from lac.curator.release.prior import public_vocabulary
+from lac.curator.service.config import CuratorConfig
 from lac.suite.data import prepare_corpora
 
 from .metrics import kl, summarize

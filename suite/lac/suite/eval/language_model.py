@@ -1,9 +1,9 @@
 """Table 1 of Ramadan et al.: perplexity of trigram language models built from each release.
 
 The release vocabulary here is the curator's (public n-grams of orders 1–3), since the model
-(``lac.curator.lm.NgramModel``, interpolated Kneser–Ney) conditions trigrams on their bigram
+(``lac.curator.lm.model.NgramModel``, interpolated Kneser–Ney) conditions trigrams on their bigram
 prefixes and backs off through them; the language model is post-processing of the release and
-costs no privacy. Every row's model is built by ``lac.curator.lm.release_model``, the builder of
+costs no privacy. Every row's model is built by ``lac.curator.lm.model.release_model``, the builder of
 the curator's queries and of offline release files: from pseudo-counts where the release has them
 (exact counts, the posterior), else from the released distribution.
 """
@@ -15,7 +15,7 @@ import numpy as np
 from lac.common.progress import Progress
 from lac.common.rng import RandomSource
 from lac.curator import mechanisms
-from lac.curator.lm import NgramModel, release_model
+from lac.curator.lm.model import NgramModel, release_model
 
 from .config import EvalConfig
 from .data import Counts, EvalData
@@ -51,7 +51,7 @@ def heldout_in_vocabulary(model_words: frozenset[str], sentences: list[list[str]
 
 def trigram_coverage(items: set[str], sentences: list[list[str]]) -> tuple[int, int, int]:
     """(trigram events, events whose trigram is in the vocabulary, sentences fully covered)."""
-    from lac.curator.ngrams import ngrams
+    from lac.curator.release.ngrams import ngrams
 
     events = covered = full = 0
     for s in sentences:

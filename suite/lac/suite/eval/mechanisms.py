@@ -1,4 +1,4 @@
-"""Thin adapters from the evaluation's rows to the curator's releases (``lac.curator.release.run``
+"""Thin adapters from the evaluation's rows to the curator's releases (``lac.curator.release.core.run``
 over the registered mechanisms, ``lac.curator.mechanisms``) and their probability vectors.
 
 Every call is one real release made by the server's path; ``rng`` is a seeded evaluation generator.
@@ -13,9 +13,9 @@ import scipy.sparse as sp
 
 from lac.common.rng import RandomSource
 from lac.curator import mechanisms
-from lac.curator.bayesian import BayesianParams
-from lac.curator.ngrams import NgramVocabulary
-from lac.curator.release import MatrixReports, PublicCaps, Release, ReleaseSpec, run
+from lac.curator.release.bayesian import BayesianParams
+from lac.curator.release.core import MatrixReports, PublicCaps, Release, ReleaseSpec, run
+from lac.curator.release.ngrams import NgramVocabulary
 
 from .config import EvalConfig
 
@@ -50,7 +50,7 @@ def bayes_params(cfg: EvalConfig, eps: float, sound: bool) -> BayesianParams:
     return BayesianParams(epsilon=eps, delta=cfg.delta, S=cfg.S, C=cfg.C, rho=cfg.rho, sensitivity="bruteforce")
 
 
-# eval row -> the curator's release request (``lac.curator.release.ReleaseSpec`` keywords besides ε):
+# eval row -> the curator's release request (``lac.curator.release.core.ReleaseSpec`` keywords besides ε):
 # every row but "public" is one release of a registered mechanism (``lac.curator.mechanisms``).
 SPECS: dict[str, dict[str, Any]] = {
     "posterior": dict(mechanism="posterior", discovery=False),  # U holds no n-gram to discover
@@ -107,7 +107,7 @@ def release(
     vocab: NgramVocabulary | None = None,
 ) -> np.ndarray:
     """Probability vector released by row ``name`` (see ``LABELS``; "posterior" needs ``vocab``):
-    one release of the curator's path (``lac.curator.release.run``), as the server makes it."""
+    one release of the curator's path (``lac.curator.release.core.run``), as the server makes it."""
     if name == "public":  # not a mechanism: the public counts alone
         a = np.asarray(alpha, dtype=np.float64)
         return a / a.sum()

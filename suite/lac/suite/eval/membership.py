@@ -27,10 +27,10 @@ import numpy as np
 
 from lac.common.progress import Progress
 from lac.common.rng import RandomSource
-from lac.curator.baselines import laplace_dp
-from lac.curator.bayesian import bayesian_dp
-from lac.curator.posterior import PosteriorParams, weighted_totals
-from lac.curator.release import MatrixReports
+from lac.curator.release.baselines import laplace_dp
+from lac.curator.release.bayesian import bayesian_dp
+from lac.curator.release.core import MatrixReports
+from lac.curator.release.posterior import PosteriorParams, weighted_totals
 
 from . import plots
 from .data import EvalData

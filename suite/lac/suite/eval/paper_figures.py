@@ -8,7 +8,7 @@ import numpy as np
 
 from lac.common.progress import Progress
 from lac.common.rng import RandomSource
-from lac.curator.endtoend import EndToEndParams, end_to_end_dp
+from lac.curator.release.endtoend import EndToEndParams, end_to_end_dp
 
 from . import plots
 from .data import EvalData, trigram_vocabulary

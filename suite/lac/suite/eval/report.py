@@ -119,7 +119,7 @@ def write(path, res: dict) -> None:
 
     add("## How to read the privacy numbers\n")
     add(
-        "- **Gaussian posterior (LAC default)**: `lac.curator.posterior` — Gaussian noise on each report's "
+        "- **Gaussian posterior (LAC default)**: `lac.curator.release.posterior` — Gaussian noise on each report's "
         "ℓ2-normalised counts (sensitivity 1 per report, data-independent), the public counts entering only "
         "afterwards as an empirical-Bayes prior (post-processing); a real (ε, δ) guarantee. In sections 1–5 it "
         "releases the public vocabulary only (no discovery); section 6 runs it as the curator does, with discovery."
@@ -130,7 +130,8 @@ def write(path, res: dict) -> None:
         "and the noise scale itself depends on the data — the claimed ε is not a proven DP guarantee."
     )
     add(
-        f"- **BayesianDP (sound γ)**: data-independent worst-case sensitivity (`lac.curator.sound`) from public caps "
+        f"- **BayesianDP (sound γ)**: data-independent worst-case sensitivity (`lac.curator.release.sound`) "
+        f"from public caps "
         f"W = {cfg['W']}, C = {cfg['C']}, item totals clipped at {cfg['count_clip']:,}; a real "
         f"(ε, δ = {cfg['delta']:g}) guarantee."
     )
@@ -235,7 +236,8 @@ def write(path, res: dict) -> None:
     if t:
         add("## 2. Language modelling (paper Table 1)\n")
         add(
-            f"Trigram models (`lac.curator.lm.NgramModel`: interpolated modified Kneser–Ney over pseudo-counts — the "
+            f"Trigram models (`lac.curator.lm.model.NgramModel`: interpolated modified Kneser–Ney over "
+            f"pseudo-counts — the "
             f"exact counts, the posterior's pseudo-counts, or a released distribution scaled by `default_total`) "
             f"built from releases over the curator's vocabulary: "
             f"the {_f(t['vocab_size'])} most frequent public n-grams of orders 1–3, W = {t['W']}, "
@@ -462,7 +464,8 @@ def _targets_section(add, L: list[str], tg: dict) -> None:
         f"released; perplexity is measured on them (all held-out sentences; words outside the release's word list "
         f"read as `<unk>`). Release vocabulary: the {_f(tg['lm_vocab_size'])} most frequent public n-grams of orders "
         f"1–3 ({_f(tg['words'])} words); W = {tg['W']}, C = {tg['C']}, δ = {tg['delta']:g}; {tg['runs']} release(s) "
-        f"per DP row (median [min, max]). Every row's model is `lac.curator.lm.NgramModel` (interpolated modified "
+        f"per DP row (median [min, max]). Every row's model is `lac.curator.lm.model.NgramModel` "
+        f"(interpolated modified "
         f"Kneser–Ney), built as the curator builds it for analysts. A point marked 'replicated' copies each real "
         f"user k times as k distinct users: labelled synthetic scale, not new text.\n"
     )
@@ -516,7 +519,7 @@ def _e2e_section(add, L: list[str], e2: dict) -> None:
     add(
         f"Each user's text goes through the Localizer (multivariate Laplace over {e2['embedding']}, the preset's ε "
         f"per word), is counted as the curator counts it and released by the curator's release path "
-        f"(`lac.curator.release.run`, default mechanism, δ = {e2['delta']:g}, W = {e2['W']}, C = {e2['C']}); "
+        f"(`lac.curator.release.core.run`, default mechanism, δ = {e2['delta']:g}, W = {e2['W']}, C = {e2['C']}); "
         f"{_f(e2['heldout_texts'])} held-out texts ({_f(e2['heldout_sentences'])} sentences) of the simulated-user "
         f"corpus are the clean test text. The channel-aware release estimates the users' clean statistics with the "
         f"deployment's public local channel ({e2['channel_draws']} Monte-Carlo draws per word): post-processing, the "

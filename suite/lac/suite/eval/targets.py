@@ -6,7 +6,7 @@ text = one user), disjoint from the public corpus (Wikipedia + Lee) that gives t
 texts are split off first and never released. A point with ``replicate`` k > 1 copies every real
 user k times as k distinct users (labelled so): totals and counts scale by k exactly.
 
-Rows (perplexity of a trigram LM on the held-out sentences, ``lac.curator.lm`` for every row; a
+Rows (perplexity of a trigram LM on the held-out sentences, ``lac.curator.lm.model`` for every row; a
 release covers part of the n-grams, so its LM lets each context's unlisted mass back off):
 * private baseline: exact counts of the training users over the public vocabulary (the paper's
   Table 1 setting: the same n-grams a public-vocabulary release has);
@@ -29,13 +29,13 @@ from lac.common.privacy import PrivacyUnit
 from lac.common.progress import Progress
 from lac.common.rng import RandomSource
 from lac.common.text import sentences
-from lac.curator.baselines import k_anonymity, laplace_dp, laplace_public_dp
-from lac.curator.bayesian import BayesianParams, bayesian_dp
-from lac.curator.lm import NgramModel, release_model
-from lac.curator.ngrams import report_items
-from lac.curator.posterior import PosteriorParams, posterior_release, weighted_totals
-from lac.curator.prior import public_vocabulary
-from lac.curator.release import vocab_counts
+from lac.curator.lm.model import NgramModel, release_model
+from lac.curator.release.baselines import k_anonymity, laplace_dp, laplace_public_dp
+from lac.curator.release.bayesian import BayesianParams, bayesian_dp
+from lac.curator.release.core import vocab_counts
+from lac.curator.release.ngrams import report_items
+from lac.curator.release.posterior import PosteriorParams, posterior_release, weighted_totals
+from lac.curator.release.prior import public_vocabulary
 from lac.suite.data import prepare_corpora, user_texts
 
 from .data import trigram_vocabulary

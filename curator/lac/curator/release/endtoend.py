@@ -46,7 +46,7 @@ import scipy.sparse as sp
 from lac.common.checks import check_int
 from lac.common.privacy import Adjacency, Guarantee, Model, PrivacyUnit, check_delta, check_epsilon
 from lac.common.rng import RandomSource, secure_generator
-from lac.curator.bayesian import (
+from lac.curator.release.bayesian import (
     SENSITIVITY_METHODS,
     BayesianParams,
     BayesianRelease,
@@ -58,8 +58,8 @@ from lac.curator.bayesian import (
     log_mean_center,
     prior_mean,
 )
-from lac.curator.gaussian import METHODS as _CALIBRATIONS
-from lac.curator.sound import SOUND_STATEMENT, cap_rows, sound_caps, sound_gamma
+from lac.curator.release.gaussian import METHODS as _CALIBRATIONS
+from lac.curator.release.sound import SOUND_STATEMENT, cap_rows, sound_caps, sound_gamma
 
 __all__ = [
     "EndToEndParams",

@@ -5,10 +5,10 @@ one row per (report, distinct n-gram) with columns
 
     report int32   the report's index within the batch (reports never span files)
     pos    int16   the n-gram's rank within the report, in order of first occurrence
-    ngram  string  dictionary-encoded: tokens joined by spaces, as ``lac.curator.ngrams.ngrams``
+    ngram  string  dictionary-encoded: tokens joined by spaces, as ``lac.curator.release.ngrams.ngrams``
     count  int32   raw occurrences in the report (no cap, no clamp)
 
-and, in segments written since the export of privatized reports (``lac.curator.export``),
+and, in segments written since the export of privatized reports (``lac.curator.store.export``),
 
     words  list<string>  the report's words in order (its sentences concatenated), on the row
                          of its first n-gram (pos 0), null on its other rows
@@ -37,7 +37,7 @@ import pyarrow.parquet as pq
 from lac.common.errors import DataLoss
 from lac.common.files import atomic_file
 from lac.common.text import BOS, EOS, UNK
-from lac.curator.ngrams import NgramVocabulary, ReportItems
+from lac.curator.release.ngrams import NgramVocabulary, ReportItems
 
 __all__ = ["FORMAT", "SCHEMA", "WORDS", "write", "read", "read_blocks", "map_words", "metadata", "table", "has_words"]
 
@@ -58,7 +58,7 @@ _NGRAM_COLUMNS = ["report", "ngram", "count"]
 
 def table(items: ReportItems, meta: dict | None = None) -> pa.Table:
     """The segment table of ``items`` (with ``meta`` in its schema metadata); ``items.items`` may
-    also be a pyarrow string array (``lac.curator.ingest.merge_counts`` gives one)."""
+    also be a pyarrow string array (``lac.curator.store.ingest.merge_counts`` gives one)."""
     lens = np.diff(items.indptr)
     if lens.size and lens.max() > MAX_POS + 1:
         raise ValueError(f"a report has {int(lens.max())} distinct n-grams, more than a segment holds ({MAX_POS + 1})")

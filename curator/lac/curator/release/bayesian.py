@@ -8,7 +8,7 @@ holding item j, V = vocabulary size,
   h ~ N(μ_ps, σ² I),  θ = softmax(h)              (eq. 4)
 γ is the ℓ2 sensitivity of w ⊙ x̂ to removing one user; μ_ps moves by ρ·γ, so σ is calibrated
 for sensitivity ρ·γ. The "bruteforce" and "claim1" γ methods look at the observed data (see
-``BayesianRelease``) and are NOT differentially private; "sound" (lac.curator.sound) is a
+``BayesianRelease``) and are NOT differentially private; "sound" (lac.curator.release.sound) is a
 data-independent worst case from public parameters (C, S, W, |V|, the clip M on item totals and
 the reports one user can contribute), and the mechanism enforces those caps itself.
 """
@@ -26,9 +26,9 @@ import scipy.sparse as sp
 from lac.common.checks import check_int
 from lac.common.privacy import Adjacency, Guarantee, Model, PrivacyUnit, check_delta, check_epsilon
 from lac.common.rng import RandomSource, secure_generator
-from lac.curator.gaussian import METHODS as _CALIBRATIONS
-from lac.curator.gaussian import calibrate
-from lac.curator.sound import SOUND_STATEMENT, cap_rows, sound_caps, sound_gamma
+from lac.curator.release.gaussian import METHODS as _CALIBRATIONS
+from lac.curator.release.gaussian import calibrate
+from lac.curator.release.sound import SOUND_STATEMENT, cap_rows, sound_caps, sound_gamma
 
 __all__ = [
     "BayesianParams",
@@ -336,7 +336,7 @@ def _guarantee(p: BayesianParams, gamma: float, sigma: float, calibration: str, 
             details=(
                 noise,
                 f"γ is {SOUND_STATEMENT} over all data sets with at most W={p.W} items per report, item totals "
-                f"clipped at M={p.count_clip} before the log and {m} report(s) per user (lac.curator.sound; "
+                f"clipped at M={p.count_clip} before the log and {m} report(s) per user (lac.curator.release.sound; "
                 f"the mechanism enforces these caps itself).",
                 _FLOAT_NOTE,
             ),

@@ -5,7 +5,7 @@ w₁..w₂ protects each client's whole contribution to those windows at its (ε
 (ε, δ) from the budget of every window it covers; the total privacy loss of any one window's
 data is then the sum over the releases covering it, and a release is refused if that sum
 would exceed the per-window budget in any window. Persistence lives in
-``lac.curator.store``; this module is the rule.
+``lac.curator.store.store``; this module is the rule.
 """
 
 from __future__ import annotations

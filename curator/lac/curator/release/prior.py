@@ -3,7 +3,7 @@
 The word list is closed on the public corpus: words seen fewer than ``min_count`` times there
 are read as ``<unk>`` (in the corpus and in reports alike), so the ``<unk>`` unigram and the
 n-grams with ``<unk>`` carry the mass of rare words. Private n-grams outside the public set are
-released only through DP discovery (``lac.curator.posterior``), never by construction.
+released only through DP discovery (``lac.curator.release.posterior``), never by construction.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from pathlib import Path
 from lac.common.files import private_dir
 from lac.common.paths import data_dir
 from lac.common.text import sentences
-from lac.curator.ngrams import NgramVocabulary
+from lac.curator.release.ngrams import NgramVocabulary
 
 log = logging.getLogger(__name__)
 

@@ -303,7 +303,7 @@ class ReleaseInfo:
 
     def _repr_html_(self) -> str:
         """The record as a small HTML table with its statement (what a notebook shows)."""
-        from lac.curator.notebook import release_html
+        from lac.curator.analyst.notebook import release_html
 
         return release_html(self)
 
@@ -319,7 +319,7 @@ class ReleaseInfo:
         """Plot the ``k`` most probable n-grams (``CuratorClient.top``) as bars with their 95% noise intervals
         (matplotlib, the analyst extra); returns the axes. The n-grams are asked of ``client``, by default
         the client this record came from."""
-        from lac.curator.notebook import plot_top
+        from lac.curator.analyst.notebook import plot_top
 
         client = client or self.__dict__.get("_client")
         if client is None:
@@ -374,14 +374,14 @@ class Budget:
 
     def _repr_html_(self) -> str:
         """The windows as a small HTML table with the statement (what a notebook shows)."""
-        from lac.curator.notebook import budget_html
+        from lac.curator.analyst.notebook import budget_html
 
         return budget_html(self)
 
     def plot(self, ax: Any = None) -> Any:
         """Bars of the ε spent and remaining per window, up to the budget (matplotlib, the analyst extra);
         returns the axes."""
-        from lac.curator.notebook import plot_budget
+        from lac.curator.analyst.notebook import plot_budget
 
         return plot_budget(self, ax)
 
@@ -441,14 +441,14 @@ class ReleasePreview:
 
     def _repr_html_(self) -> str:
         """The preview as a small HTML table, the budget after it and its statement (what a notebook shows)."""
-        from lac.curator.notebook import preview_html
+        from lac.curator.analyst.notebook import preview_html
 
         return preview_html(self)
 
 
 @dataclass(frozen=True)
 class PerplexityResult:
-    """Perplexity of a text under a release's smoothed back-off model (``lac.curator.lm``)."""
+    """Perplexity of a text under a release's smoothed back-off model (``lac.curator.lm.model``)."""
 
     perplexity: float
     n_sentences: int
@@ -501,7 +501,8 @@ class ExportedReports:
 def read_export(stream: Iterable[curator_pb2.ExportChunk], path: str | os.PathLike | None = None) -> ExportedReports:
     """The ``ExportReports`` reply stream as ``ExportedReports``: a table in memory, or with ``path`` written
     chunk by chunk (bounded memory) to a Parquet file, atomically. gRPC errors propagate (``grpc.RpcError``)."""
-    from lac.curator import export, serde
+    from lac.curator.service import serde
+    from lac.curator.store import export
 
     pa = _pyarrow()
     pq = pa.parquet
@@ -719,7 +720,7 @@ class CuratorClient:
         **knobs: Any,
     ) -> ReleasePreview:
         """What ``release`` with the same arguments would give: its noise and the predicted share of
-        the text's words that stand out of it (``lac.curator.preview``). Reads no report, spends
+        the text's words that stand out of it (``lac.curator.release.preview``). Reads no report, spends
         nothing. ``expected_reports=N`` assumes N reports; without it the prediction uses a DP count
         the curator already holds, if any, and otherwise says how many reports the release needs."""
         req = self._release_request(epsilon, delta, mechanism, first_window, last_window, knobs, "preview")

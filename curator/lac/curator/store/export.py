@@ -51,7 +51,7 @@ from lac.common.privacy import LocalGuarantee, WindowShuffle
 from lac.common.rng import RandomSource
 from lac.common.rpc import Role
 from lac.common.v1 import reports_pb2
-from lac.curator import segments as seg
+from lac.curator.store import segments as seg
 
 __all__ = [
     "SCHEMA",

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:  # pragma: no cover
     from matplotlib.axes import Axes
 
-    from lac.curator.analyst import Budget, ReleaseInfo, ReleasePreview, WindowBudget
+    from lac.curator.analyst.client import Budget, ReleaseInfo, ReleasePreview, WindowBudget
 
 __all__ = ["html_table", "release_html", "preview_html", "budget_html", "plot_top", "plot_budget"]
 

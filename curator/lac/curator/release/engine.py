@@ -1,5 +1,5 @@
 """Where a release's aggregations run: over the stored reports one segment at a time on this
-machine (``LocalEngine``, the default) or on Apache Spark (``lac.curator.spark``, optional).
+machine (``LocalEngine``, the default) or on Apache Spark (``lac.curator.release.spark``, optional).
 
 Every aggregation a release needs is a fold over segments: a module-level function of one
 segment's ``ReportItems`` (picklable, so an executor can run it) gives a partial result, and
@@ -8,7 +8,7 @@ in any order; the posterior's real-valued weights are summed in the same order b
 so all engines give bit-identical releases. Memory on the driver is a few partial results plus
 the accumulator; the segments themselves are never all in memory.
 
-The folds (see ``lac.curator.release.run``):
+The folds (see ``lac.curator.release.core.run``):
 
 * posterior: ``WeightedTotals`` (one pass);
 * BayesianDP and the Laplace baselines: ``CountStats`` of the W-capped, C-clamped counts over
@@ -26,8 +26,8 @@ from concurrent.futures import ProcessPoolExecutor
 from typing import Any, Protocol, TypeVar
 
 from lac.common.checks import check_int
-from lac.curator.lifeline import die_with
-from lac.curator.ngrams import ReportItems
+from lac.curator.release.lifeline import die_with
+from lac.curator.release.ngrams import ReportItems
 
 __all__ = ["Engine", "LocalEngine", "LOCAL", "Parts", "ENGINES", "create_engine"]
 
@@ -73,7 +73,7 @@ def _apply(part: Any) -> Any:
 class LocalEngine:
     """This machine. ``workers`` = 1: this process, one part at a time (bounded memory); more:
     a pool of that many worker processes (forkserver: safe next to gRPC's threads; each ends with
-    this process, ``lac.curator.lifeline``) each loading and mapping whole parts, the results
+    this process, ``lac.curator.release.lifeline``) each loading and mapping whole parts, the results
     combined here in part order."""
 
     name = "local"
@@ -90,7 +90,7 @@ class LocalEngine:
                 acc = combine(acc, fn(reports.load(part)))
             return acc
         ctx = multiprocessing.get_context("forkserver")
-        ctx.set_forkserver_preload(["lac.curator.release"])
+        ctx.set_forkserver_preload(["lac.curator.release.core"])
         payload = pickle.dumps((fn, reports.load), protocol=pickle.HIGHEST_PROTOCOL)
         with ProcessPoolExecutor(
             min(self.workers, len(parts)), mp_context=ctx, initializer=_install, initargs=(payload, os.getpid())
@@ -111,7 +111,7 @@ ENGINES = ("local", "spark")
 
 def create_engine(kind: str = "local", spark_master: str = "", workers: int = 1) -> Engine:
     """The engine an operator selected: ``local`` (``workers`` processes) or ``spark`` on
-    ``spark_master`` (``lac.curator.spark``; needs the ``spark`` extra)."""
+    ``spark_master`` (``lac.curator.release.spark``; needs the ``spark`` extra)."""
     if kind == "local":
         return LOCAL if workers == 1 else LocalEngine(workers)
     if kind == "spark":
@@ -120,7 +120,7 @@ def create_engine(kind: str = "local", spark_master: str = "", workers: int = 1)
                 "the spark engine needs a master: local[N], spark://host:port, yarn, ... or "
                 "sc://host:port (Spark Connect)"
             )
-        from lac.curator.spark import SparkEngine
+        from lac.curator.release.spark import SparkEngine
 
         return SparkEngine.start(spark_master)
     raise ValueError(f"unknown engine {kind!r}; available: {', '.join(ENGINES)}")

@@ -8,13 +8,13 @@ Layout under ``state_dir``:
   privacy ledger (one row per release and window it covers), counters, the exports of privatized
   reports (who, when, which windows, how many rows, the guarantee; never charged). Small rows only.
 * ``segments/window=<w>/<batch>.parquet``: one immutable Parquet segment per ingested batch
-  (``lac.curator.segments``): every distinct n-gram of every report with its raw count, in the
+  (``lac.curator.store.segments``): every distinct n-gram of every report with its raw count, in the
   report's first-occurrence order, so W, C and the vocabulary are applied at release time.
   Written with ``atomic_file`` (fsync) and the directory fsync'd before the batch's transaction
   commits; a batch is acknowledged only after that commit. Spark, DuckDB or pandas read the
   same files. ``migrate_npz`` converts the ``.npz`` segments of earlier versions.
 * ``ledger.journal``: every charge of the ledger again, appended after its commit, in a file that
-  ``lac curator restore`` does not replace (``lac.curator.journal``), so restoring an older backup
+  ``lac curator restore`` does not replace (``lac.curator.store.journal``), so restoring an older backup
   never hands spent budget back.
 * ``releases/<id>.npz``: the released log-probabilities and items (nothing un-noised), written
   before the release row and its ledger entries commit; at start a file without a release row
@@ -44,10 +44,10 @@ from lac.common.errors import AlreadyExists, DataLoss, FailedPrecondition, Rejec
 from lac.common.files import atomic_file, fsync_dir, private_dir, private_sqlite
 from lac.common.privacy import Budget
 from lac.common.storage import LowDiskSpace, free_bytes
-from lac.curator import journal
-from lac.curator import segments as seg
-from lac.curator.ledger import refuse_overspending
-from lac.curator.ngrams import ReportItems
+from lac.curator.release.ngrams import ReportItems
+from lac.curator.store import journal
+from lac.curator.store import segments as seg
+from lac.curator.store.ledger import refuse_overspending
 
 log = logging.getLogger(__name__)
 

@@ -61,9 +61,9 @@ from scipy.special import log_ndtr, ndtri
 from lac.common.checks import check_int
 from lac.common.privacy import Adjacency, Guarantee, Model, PrivacyUnit, check_delta, check_epsilon
 from lac.common.rng import RandomSource, secure_generator
-from lac.curator.channel import MIN_KEEP_SHARE, NgramChannel, deconvolve
-from lac.curator.gaussian import analytic_sigma
-from lac.curator.ngrams import NgramVocabulary, ReportItems
+from lac.curator.release.channel import MIN_KEEP_SHARE, NgramChannel, deconvolve
+from lac.curator.release.gaussian import analytic_sigma
+from lac.curator.release.ngrams import NgramVocabulary, ReportItems
 
 __all__ = [
     "PosteriorParams",
@@ -298,7 +298,7 @@ def empirical_bayes(noisy: np.ndarray, prior_mean: np.ndarray, sigma: float, bin
 def clean_estimate(noisy: np.ndarray, alpha: np.ndarray, sigma: float, bins: int, A: sp.csr_matrix) -> np.ndarray:
     """One order's clean totals from the noisy totals of its perturbed public n-grams, A the
     order's channel (observed × clean): the empirical-Bayes posterior under the pushed-through
-    prior A·π, deconvolved from the prior π (``lac.curator.channel.deconvolve``), then scaled to
+    prior A·π, deconvolved from the prior π (``lac.curator.release.channel.deconvolve``), then scaled to
     the posterior's mass (the EM's mass on the public items is inflated by leaks from n-grams the
     public vocabulary does not list, whose chance of being seen intact is small)."""
     prior = alpha / alpha.sum() if alpha.sum() > 0 else np.full(alpha.size, 1.0 / max(alpha.size, 1))
@@ -328,7 +328,7 @@ def posterior_release(
 ) -> PosteriorRelease:
     """Steps 3–5 on exact totals (see the module docstring for the guarantee).
 
-    With the public local ``channel`` (``lac.curator.channel``), step 5 estimates the users'
+    With the public local ``channel`` (``lac.curator.release.channel``), step 5 estimates the users'
     *clean* n-gram statistics from the noisy totals of their perturbed reports: per order, the
     empirical-Bayes posterior under the public prior pushed through the channel, deconvolved by
     the channel (EM from the public prior, stopped by the discrepancy principle) and kept at the

@@ -29,8 +29,8 @@ import numpy as np
 from lac.common.checks import check_int
 from lac.common.privacy import Adjacency, Guarantee, Model, PrivacyUnit, check_epsilon
 from lac.common.rng import RandomSource, secure_generator
-from lac.curator.bayesian import CountStats, count_stats
-from lac.curator.sound import cap_rows
+from lac.curator.release.bayesian import CountStats, count_stats
+from lac.curator.release.sound import cap_rows
 
 __all__ = [
     "BaselineRelease",

@@ -3,7 +3,7 @@
 Both services are registered from their generated descriptors with the roles each method
 serves (``INGEST_ROLES``, ``QUERY_ROLES``); ``lac.common.rpc`` identifies the caller by its
 mTLS certificate, checks the role and parses the request before a method runs; replies come
-from ``lac.curator.serde``.
+from ``lac.curator.service.serde``.
 """
 
 from __future__ import annotations
@@ -20,8 +20,9 @@ from lac.common.rpc import Caller, CertificateRoles, Role, limit_repeated, servi
 from lac.common.serde import deployment_to_proto
 from lac.common.v1 import curator_pb2
 from lac.common.version import server_version
-from lac.curator import export, serde
-from lac.curator.service import ARPA_CHUNK_CHARS, Curator
+from lac.curator.service import serde
+from lac.curator.service.service import ARPA_CHUNK_CHARS, Curator
+from lac.curator.store import export
 
 INGEST = curator_pb2.DESCRIPTOR.services_by_name["CuratorIngest"]
 QUERY = curator_pb2.DESCRIPTOR.services_by_name["Curator"]
@@ -43,7 +44,7 @@ QUERY_ROLES = {
     "ExportArpa": _READERS,
     "GetDeployment": {Role.INGEST, Role.ANALYST, Role.OPERATOR},
     "GetStatus": {Role.OPERATOR},
-    # reaches the handler for these roles; it serves only identities in export_identities (lac.curator.export)
+    # reaches the handler for these roles; it serves only identities in export_identities (lac.curator.store.export)
     "ExportReports": {Role.ANALYST, Role.OPERATOR, Role.EXPORT},
 }
 

@@ -1,4 +1,4 @@
-"""Releases on Apache Spark: ``SparkEngine`` runs a release's folds (``lac.curator.engine``) on a
+"""Releases on Apache Spark: ``SparkEngine`` runs a release's folds (``lac.curator.release.engine``) on a
 Spark cluster, with the DataFrame API only, so it works with a classic session and with a Spark
 Connect one (``sc://...``). Optional: ``pip install 'lac-curator[spark]'`` (on the driver and on
 every executor: the executors' Python imports ``lac.curator`` to run LAC's own kernels).
@@ -12,11 +12,11 @@ Partials are collected in waves of consecutive parts small enough for the driver
 (``max_result_bytes``), so the driver holds one wave of partials plus the accumulator.
 
 Only aggregations run on the cluster. The noise is drawn on the driver after the folds
-(``lac.curator.release.run``) and the privacy ledger is committed by the curator service on the
+(``lac.curator.release.core.run``) and the privacy ledger is committed by the curator service on the
 driver, in one transaction with the release record: executors never see a noise draw or the budget.
 
 ``SparkIngest`` (optional, ``ingest_engine = "spark"``) opens, validates and counts ingested
-batches on the executors (``lac.curator.ingest``); the driver still drops replays and commits the
+batches on the executors (``lac.curator.store.ingest``); the driver still drops replays and commits the
 segment. See docs/operator/spark.md for installing, shared storage and what executors are trusted with.
 """
 
@@ -31,12 +31,14 @@ import warnings
 import zlib
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from functools import partial
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from lac.common.checks import check_int
 from lac.common.errors import DataLoss, Unavailable
-from lac.curator.engine import Parts
-from lac.curator.ngrams import ReportItems
+from lac.curator.release.ngrams import ReportItems
+
+if TYPE_CHECKING:  # the engine selects this module (create_engine); this module never imports it back
+    from lac.curator.release.engine import Parts
 
 __all__ = [
     "INSTALL_HINT",
@@ -235,7 +237,7 @@ def _count_chunks(ctx: bytes, level: int, batches: Iterator[Any]) -> Iterator[An
     sorted by chunk and position, a partition holding whole chunks; one output row per chunk."""
     import pyarrow as pa
 
-    from lac.curator.ingest import ingest_chunk
+    from lac.curator.store.ingest import ingest_chunk
 
     context = pickle.loads(ctx)
 
@@ -285,9 +287,9 @@ def key_shipping_gaps(master: str, conf: Mapping[str, str]) -> list[str]:
 
 
 class SparkIngest:
-    """Opens, validates and counts sealed reports on Spark (``lac.curator.ingest.ingest_chunk`` in
+    """Opens, validates and counts sealed reports on Spark (``lac.curator.store.ingest.ingest_chunk`` in
     ``mapInArrow`` over a DataFrame of (chunk, position, serialized ``SealedPayload``)), with the
-    interface of ``lac.curator.ingest.IngestPool``: the chunks come back in batch order and
+    interface of ``lac.curator.store.ingest.IngestPool``: the chunks come back in batch order and
     ``merge_counts`` makes the same segment as single-node ingest, byte for byte.
 
     The executors get the curator's PRIVATE HPKE keys (in ``ctx``, shipped with the task) and see
@@ -306,7 +308,7 @@ class SparkIngest:
     ):
         """Refuses (``ValueError``) a session that would ship the keys unprotected (``key_shipping_gaps``);
         ``master``: the URL the session was made from (needed for a Spark Connect session)."""
-        from lac.curator.ingest import CHUNK_REPORTS
+        from lac.curator.store.ingest import CHUNK_REPORTS
 
         master = master or _master(session)
         gaps = key_shipping_gaps(master, _conf(session))
@@ -325,7 +327,7 @@ class SparkIngest:
 
     def run(self, payloads: Sequence[bytes]) -> list[Any]:
         """The batch's ``CountedChunk``s, in batch order (blocking: one Spark job)."""
-        from lac.curator.ingest import ingest_chunk
+        from lac.curator.store.ingest import ingest_chunk
 
         n = len(payloads)
         if n == 0:

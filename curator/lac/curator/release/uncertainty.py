@@ -2,7 +2,7 @@
 
 The posterior release adds Gaussian noise of standard deviation σ (in its record, a function of public
 configuration) to every n-gram's weighted total, and its pseudo-counts are computed from those noisy totals
-(``lac.curator.posterior``). Where a pseudo-count is on the same scale as its noisy total, σ is the noise's
+(``lac.curator.release.posterior``). Where a pseudo-count is on the same scale as its noisy total, σ is the noise's
 standard deviation on the pseudo-count, and σ·p/c (p the released probability, c the pseudo-count) on the
 probability. That holds for an order whose pseudo-counts were not scaled up to the public prior's strength
 (``posterior.lm_strength``; detected here exactly: their public items then sum to ``LM_PRIOR_SHARE`` of the prior's
@@ -16,9 +16,9 @@ import math
 
 import numpy as np
 
-from lac.curator.ngrams import NgramVocabulary
-from lac.curator.posterior import LM_PRIOR_SHARE
-from lac.curator.release import ReleaseRecord
+from lac.curator.release.core import ReleaseRecord
+from lac.curator.release.ngrams import NgramVocabulary
+from lac.curator.release.posterior import LM_PRIOR_SHARE
 
 __all__ = ["noise_sd"]
 

@@ -7,7 +7,7 @@
 * ``Reports``: where the reports come from: ``StoredReports`` (the curator's segments, read one at a
   time), ``ItemReports`` (in memory) or ``MatrixReports`` (an offline counts matrix over the
   vocabulary). Mechanisms over the public vocabulary read its per-report counts; the default
-  mechanism (``lac.curator.posterior``) reads every n-gram of every report.
+  mechanism (``lac.curator.release.posterior``) reads every n-gram of every report.
 * ``run``: reports + public vocabulary + spec + caps + privacy unit -> ``Release`` (the released
   items, log-probabilities and pseudo-counts, and the typed ``Guarantee`` its statement is
   rendered from).
@@ -33,14 +33,21 @@ import scipy.sparse as sp
 
 from lac.common.privacy import Budget, Guarantee, PeriodLoss, PrivacyUnit, check_delta, check_epsilon
 from lac.common.rng import RandomSource
-from lac.curator import mechanisms, segments
-from lac.curator.baselines import BaselineRelease
-from lac.curator.bayesian import LOG_THETA_GRID, SENSITIVITY_METHODS, CountStats, bruteforce_sq_dists, count_stats
-from lac.curator.channel import NgramChannel
-from lac.curator.engine import LOCAL, Engine
-from lac.curator.gaussian import METHODS as CALIBRATIONS
-from lac.curator.ngrams import NgramVocabulary, ReportItems, cap_and_clamp
-from lac.curator.posterior import WeightedTotals, weighted_totals
+from lac.curator import mechanisms
+from lac.curator.release.baselines import BaselineRelease
+from lac.curator.release.bayesian import (
+    LOG_THETA_GRID,
+    SENSITIVITY_METHODS,
+    CountStats,
+    bruteforce_sq_dists,
+    count_stats,
+)
+from lac.curator.release.channel import NgramChannel
+from lac.curator.release.engine import LOCAL, Engine
+from lac.curator.release.gaussian import METHODS as CALIBRATIONS
+from lac.curator.release.ngrams import NgramVocabulary, ReportItems, cap_and_clamp
+from lac.curator.release.posterior import WeightedTotals, weighted_totals
+from lac.curator.store import segments
 
 __all__ = [
     "ReleaseSpec",
@@ -89,7 +96,9 @@ class ReleaseSpec:
     K: int = 50  # k-anonymity threshold (offline only)
     discovery: bool = True  # posterior: DP discovery of n-grams outside the public vocabulary
     force: bool = False  # release even if the accuracy check predicts the noise would swamp the signal
-    expected_reports: int | None = None  # the number of reports the accuracy check assumes (lac.curator.preview)
+    expected_reports: int | None = (
+        None  # the number of reports the accuracy check assumes (lac.curator.release.preview)
+    )
 
     def __post_init__(self) -> None:
         if self.expected_reports is not None and (
@@ -173,7 +182,7 @@ def vocab_counts(blocks: Iterator[ReportItems], vocab: NgramVocabulary, C: int, 
 
 @dataclass(frozen=True)
 class StoredReports:
-    """The curator's segments (``lac.curator.segments``), read one file at a time."""
+    """The curator's segments (``lac.curator.store.segments``), read one file at a time."""
 
     paths: Sequence[Path]
     vocab: NgramVocabulary
@@ -194,7 +203,7 @@ class StoredReports:
 
 @dataclass(frozen=True)
 class ItemReports:
-    """Reports already extracted in memory (``lac.curator.ngrams.report_items`` with the vocabulary's words)."""
+    """Reports already extracted in memory (``lac.curator.release.ngrams.report_items`` with the vocabulary's words)."""
 
     items: Sequence[ReportItems]
     vocab: NgramVocabulary
@@ -330,17 +339,17 @@ def run(
     """Run ``spec`` on ``reports`` (a ``Reports`` source, or a per-report counts matrix over ``vocab``).
 
     The mechanism (``lac.curator.mechanisms``) runs it: stored and in-memory reports are streamed
-    through ``engine`` (``lac.curator.engine``): every mechanism but EndToEndDP and k-anonymity
+    through ``engine`` (``lac.curator.release.engine``): every mechanism but EndToEndDP and k-anonymity
     reads them block by block; an offline matrix is used as given. With the deployment's local
     ``channel``, the default mechanism estimates the users' clean statistics (post-processing,
-    ``lac.curator.posterior.clean_estimate``)."""
+    ``lac.curator.release.posterior.clean_estimate``)."""
     if sp.issparse(reports):
         reports = MatrixReports(sp.csr_matrix(reports), vocab)
     return mechanisms.get(spec.mechanism).run(reports, vocab, spec, caps, unit, rng, engine, channel)
 
 
 def baseline_release(spec: ReleaseSpec, items: tuple[str, ...], b: BaselineRelease, common: dict[str, Any]) -> Release:
-    """The release of a baseline (``lac.curator.baselines``): its probabilities as rounded log-probabilities."""
+    """The release of a baseline (``lac.curator.release.baselines``): its probabilities as rounded log-probabilities."""
     with np.errstate(divide="ignore"):
         log_probs = np.log(b.probs)
     return Release(
@@ -373,7 +382,7 @@ def _data_dependent_caveat(n: int) -> str:
 
 @dataclass(frozen=True)
 class ReleaseRecord:
-    """What the curator remembers of a release (stored as JSON; ``lac.curator.serde`` renders the
+    """What the curator remembers of a release (stored as JSON; ``lac.curator.service.serde`` renders the
     analyst's and the operator's views of it)."""
 
     release_id: str

@@ -5,7 +5,7 @@ Ingest rules
 ------------
 * A batch is identified by its ``batch_id``: a redelivered batch is acknowledged as a duplicate
   and stored once.
-* Every payload is opened, validated and counted by ``lac.curator.ingest`` on ``ingest_workers``
+* Every payload is opened, validated and counted by ``lac.curator.store.ingest`` on ``ingest_workers``
   processes. A report that cannot be opened or is invalid is quarantined (sealed bytes, reason,
   detail) and counted by reason (``lac.common.errors.RejectReason``); it never fails the batch.
   Reasons come from the envelope's error (else "malformed") or are "invalid" (validation) /
@@ -56,23 +56,24 @@ from lac.common.storage import StorageGuard
 from lac.common.text import BOS, EOS, UNK
 from lac.common.text import sentences as split_sentences
 from lac.common.v1 import curator_pb2
-from lac.curator import export, mechanisms
-from lac.curator import release as releases
-from lac.curator.channel import NgramChannel, deployment_channel
-from lac.curator.config import CuratorConfig
-from lac.curator.engine import Engine, create_engine
-from lac.curator.ingest import IngestContext, IngestPool, merge_counts
-from lac.curator.lm import NgramModel, release_model
-from lac.curator.metrics import CuratorMetrics
-from lac.curator.ngrams import NgramVocabulary
-from lac.curator.preview import Preview, predict, refusal
-from lac.curator.prior import default_public_corpus
-from lac.curator.release import PublicCaps, ReleaseRecord, ReleaseSpec, StoredReports
-from lac.curator.store import CuratorStore
-from lac.curator.uncertainty import noise_sd
+from lac.curator import mechanisms
+from lac.curator.lm.model import NgramModel, release_model
+from lac.curator.release import core as releases
+from lac.curator.release.channel import NgramChannel, deployment_channel
+from lac.curator.release.core import PublicCaps, ReleaseRecord, ReleaseSpec, StoredReports
+from lac.curator.release.engine import Engine, create_engine
+from lac.curator.release.ngrams import NgramVocabulary
+from lac.curator.release.preview import Preview, predict, refusal
+from lac.curator.release.prior import default_public_corpus
+from lac.curator.release.uncertainty import noise_sd
+from lac.curator.service.config import CuratorConfig
+from lac.curator.service.metrics import CuratorMetrics
+from lac.curator.store import export
+from lac.curator.store.ingest import IngestContext, IngestPool, merge_counts
+from lac.curator.store.store import CuratorStore
 
 if TYPE_CHECKING:
-    from lac.curator.spark import SparkIngest
+    from lac.curator.release.spark import SparkIngest
 
 log = logging.getLogger(__name__)
 
@@ -112,7 +113,7 @@ class _ChannelCancelled(Exception):
 
 class Curator:
     """Library object behind the gRPC servicers: ingest, releases charged to a per-window ledger,
-    free queries on releases. Replies are built by ``lac.curator.serde`` from what this returns."""
+    free queries on releases. Replies are built by ``lac.curator.service.serde`` from what this returns."""
 
     def __init__(self, config: CuratorConfig, vocab: NgramVocabulary, rng: RandomSource | None = None):
         self.config = config
@@ -151,13 +152,13 @@ class Curator:
                 "never charged to the budget)"
             )
         self._db = ThreadPoolExecutor(max_workers=1, thread_name_prefix="curator-store")
-        # where releases' aggregations run (lac.curator.engine); noise and ledger stay here
+        # where releases' aggregations run (lac.curator.release.engine); noise and ledger stay here
         self.engine = create_engine(config.engine, config.spark_master, config.release_workers)
         ingest = IngestContext.of(config, self.keyring, vocab.max_n)
         self._spark: Engine | None = None  # a Spark session started for ingest alone (engine local, ingest spark)
         self._ingest: SparkIngest | IngestPool
         if config.ingest_engine == "spark":
-            from lac.curator.spark import SparkEngine, SparkIngest
+            from lac.curator.release.spark import SparkEngine, SparkIngest
 
             if isinstance(self.engine, SparkEngine):
                 session = self.engine.session
@@ -456,7 +457,7 @@ class Curator:
         return max(0, round(value)), f"a DP count taken now (ε = {eps:g} charged, Laplace scale {scale:.3g})"
 
     async def preview(self, spec: ReleaseSpec, operator: bool = False) -> Preview:
-        """The release's predicted accuracy (``lac.curator.preview``) and the budget of each window it covers
+        """The release's predicted accuracy (``lac.curator.release.preview``) and the budget of each window it covers
         after it (the ledger, which GetBudget shows, plus its charge): spends nothing."""
         span, unit = await self._span(spec)
         reports, source = await self._known_reports(spec, span, operator)
@@ -642,7 +643,8 @@ class Curator:
         """The ``k`` (>= 1) most probable n-grams of a release, most probable first: of order ``order``
         (0 = any) with probabilities renormalised within it, without those holding a special token
         (``<unk>``, ``<s>``, ``</s>``) if ``exclude_special`` (the others keep their probabilities); each with
-        the standard deviation of the DP noise on its probability (``lac.curator.uncertainty``; NaN: not stated)."""
+        the standard deviation of the DP noise on its probability (``lac.curator.release.uncertainty``; NaN: not
+        stated)."""
         if k < 1:
             raise InvalidArgument(f"k must be at least 1 (how many n-grams to list), got {k}")
         record, items, log_probs, pseudo = await self.get_release(release_id)
@@ -714,7 +716,7 @@ class Curator:
         self, first_window: int, last_window: int, identity: str | None, roles: frozenset[Role]
     ) -> tuple[str, LocalGuarantee, export.ShuffledReports]:
         """Export the privatized reports of the closed windows ``first_window``..``last_window``
-        (``lac.curator.export``): (export id, its guarantee, the rows in a fresh uniformly random order; close
+        (``lac.curator.store.export``): (export id, its guarantee, the rows in a fresh uniformly random order; close
         it when done). The export is recorded with the ledger (``identity``, the time, the windows, the rows)
         before this returns, so before any row is sent; it charges nothing."""
         export.check_grant(self.config.roles[Role.EXPORT], roles)

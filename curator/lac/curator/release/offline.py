@@ -16,7 +16,7 @@ Differences from a release by the curator
 -----------------------------------------
 * No discovery: a counts matrix holds no n-gram outside the vocabulary, so the posterior runs
   without DP discovery and all of δ goes to its Gaussian counts (the statement says so).
-* The accuracy check (``lac.curator.preview``) runs as the curator runs it, with the number of
+* The accuracy check (``lac.curator.release.preview``) runs as the curator runs it, with the number of
   reports known exactly (the rows of the counts) unless ``ReleaseSpec.expected_reports`` assumes
   one: a release predicted to be swamped by its noise is refused (``ReleaseRefused``, the
   curator's message) unless ``ReleaseSpec.force``.
@@ -28,7 +28,7 @@ The released distribution is written atomically to ``--out`` (default: next to t
 ``pseudo_counts`` (float64, the posterior's released counts; only for releases that have them),
 ``items`` (the vocabulary, UTF-8 joined by newlines, as uint8) and ``record`` (the JSON release
 record, UTF-8 as uint8). ``release_offline`` returns the same record as a dict.
-``lac.curator.lm.NgramModel.from_release_file`` builds its language model as the curator does.
+``lac.curator.lm.model.NgramModel.from_release_file`` builds its language model as the curator does.
 """
 
 from __future__ import annotations
@@ -47,10 +47,10 @@ from lac.common.files import atomic_file
 from lac.common.privacy import PrivacyUnit
 from lac.common.rng import RandomSource
 from lac.curator import mechanisms
-from lac.curator.config import CuratorConfig
-from lac.curator.ngrams import NgramVocabulary
-from lac.curator.preview import Preview, predict, refusal
-from lac.curator.release import PublicCaps, ReleaseSpec, run
+from lac.curator.release.core import PublicCaps, ReleaseSpec, run
+from lac.curator.release.ngrams import NgramVocabulary
+from lac.curator.release.preview import Preview, predict, refusal
+from lac.curator.service.config import CuratorConfig
 
 __all__ = [
     "load_counts",

@@ -15,7 +15,7 @@ first, the database last (an interrupted restore leaves no database, so it can s
 again). A restored curator holds what the backup held: batches ingested after it are missing (a
 shuffler that still has them delivers them again, and batch ids de-duplicate; a shuffler that
 does not has lost them), and so are the records of releases made after it. Their privacy
-spending is not forgotten: the ledger journal (``lac.curator.journal``), which restore never
+spending is not forgotten: the ledger journal (``lac.curator.store.journal``), which restore never
 replaces, still holds it, and the next start puts it back into the ledger with the request ids
 (a retried release is refused, not run and charged again). Before replacing a database, restore
 first copies its charges into the journal. Restoring into another machine's state directory,
@@ -32,7 +32,7 @@ from pathlib import Path
 from lac.common.backup import copy_file, drop_sidecars, read_backup, sha256_file, start_backup, verify, write_manifest
 from lac.common.files import fsync_dir, private_dir
 from lac.common.statelock import StateDirLock
-from lac.curator import journal
+from lac.curator.store import journal
 
 __all__ = ["backup", "restore", "describe", "FORMAT"]
 

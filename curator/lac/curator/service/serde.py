@@ -16,8 +16,8 @@ from lac.common.privacy import Budget, LocalGuarantee, WindowShuffle, check_delt
 from lac.common.rpc import Caller, Role
 from lac.common.v1 import curator_pb2
 from lac.curator import mechanisms
-from lac.curator.preview import Preview
-from lac.curator.release import ReleaseRecord, ReleaseSpec
+from lac.curator.release.core import ReleaseRecord, ReleaseSpec
+from lac.curator.release.preview import Preview
 
 __all__ = [
     "release_spec",

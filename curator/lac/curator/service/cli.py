@@ -12,8 +12,8 @@ from lac.common import tls, tracing
 from lac.common.cli import message_json, positive
 from lac.common.v1 import curator_pb2, curator_pb2_grpc, reports_pb2
 from lac.curator import mechanisms
-from lac.curator.config import ENV_PREFIX, CuratorConfig
-from lac.curator.release import PublicCaps, ReleaseSpec
+from lac.curator.release.core import PublicCaps, ReleaseSpec
+from lac.curator.service.config import ENV_PREFIX, CuratorConfig
 
 
 def register(subparsers) -> None:
@@ -256,9 +256,9 @@ def _serve(args) -> int:
     from lac.common.logs import configure as configure_logging
     from lac.common.server import PortUnavailable, run_until_signalled
     from lac.common.statelock import StateDirLocked
-    from lac.curator.prior import public_vocabulary
-    from lac.curator.server import create_server
-    from lac.curator.service import Curator
+    from lac.curator.release.prior import public_vocabulary
+    from lac.curator.service.server import create_server
+    from lac.curator.service.service import Curator
 
     config = cfg.from_args(CuratorConfig, ENV_PREFIX, args)
     if config.key_dir is None and not (config.insecure or config.allow_plaintext_payloads):
@@ -287,7 +287,7 @@ def _serve(args) -> int:
 
 def _migrate_segments(args) -> int:
     from lac.common.statelock import StateDirLock, StateDirLocked
-    from lac.curator.store import CuratorStore
+    from lac.curator.store.store import CuratorStore
 
     if not (args.state_dir / "curator.sqlite").is_file():
         raise SystemExit(f"error: {args.state_dir} holds no curator store (curator.sqlite); check --state-dir")
@@ -306,7 +306,7 @@ def _migrate_segments(args) -> int:
 
 
 def _backup(args) -> int:
-    from lac.curator.backup import backup
+    from lac.curator.service.backup import backup
 
     try:
         m = backup(args.state_dir, args.dir)
@@ -320,7 +320,7 @@ def _backup(args) -> int:
 
 
 def _restore(args) -> int:
-    from lac.curator.backup import restore
+    from lac.curator.service.backup import restore
 
     try:
         m = restore(args.dir, args.state_dir, force=args.force, carry_journal=args.carry_journal)
@@ -407,7 +407,7 @@ def _release(args) -> int:
         preview = _stub(args).PreviewRelease(req, timeout=60)
         _print(args, preview, f"dry run (nothing spent): {preview.statement}")
         return 0
-    from lac.curator.analyst import new_request_id, release_with_retries
+    from lac.curator.analyst.client import new_request_id, release_with_retries
 
     req.request_id = args.request_id or new_request_id()
     record = release_with_retries(_stub(args).Release, req, timeout=600)
@@ -416,7 +416,7 @@ def _release(args) -> int:
 
 
 def _release_offline(args) -> int:
-    from lac.curator.offline import preview_offline, release_offline
+    from lac.curator.release.offline import preview_offline, release_offline
 
     if args.public is None:
         raise SystemExit("lac curator release: --counts needs --public")
@@ -541,7 +541,7 @@ def _budget(args) -> int:
 
 
 def _export(args) -> int:
-    from lac.curator.analyst import read_export
+    from lac.curator.analyst.client import read_export
 
     if args.window is not None and (args.first_window is not None or args.last_window is not None):
         raise SystemExit("lac curator export: give --window, or --first-window and --last-window, not both")

@@ -154,7 +154,7 @@ class CuratorConfig(ServiceSettings):
     min_signal_share: float = setting(
         0.25,
         "a release whose predicted signal share (the share of the text's words "
-        "expected to stand out of its noise; see lac.curator.preview) is below "
+        "expected to stand out of its noise; see lac.curator.release.preview) is below "
         "this is refused unless forced; 0 disables the check",
     )
     count_epsilon: float = setting(
