@@ -208,3 +208,25 @@ def test_a_torn_journal_line_is_cut_and_its_charge_comes_back_from_the_database(
     assert journal.read(path) == [line]
     assert {w: round(b.epsilon, 9) for w, b in store.spent().items()} == {0: 0.01, 1: 0.01, 2: 0.01}
     store.close()
+
+
+def test_restoring_an_older_backup_keeps_the_exports_made_since(tmp_path):
+    """Exports are listed with the ledger (who, when, which windows): a restore of an older backup keeps the
+    ones made after it, like charges, through the ledger journal."""
+    from lac.curator.service.backup import backup, restore
+
+    state = tmp_path / "state"
+    store = CuratorStore(state)
+    store.add_export("e-before", "exporter", 3, 4, 10, "{}")
+    store.close()
+    backup(state, tmp_path / "old")
+    store = CuratorStore(state)
+    store.add_export("e-after", "exporter", 5, 5, 7, "{}")
+    store.close()
+    restore(tmp_path / "old", state, force=True)
+    store = CuratorStore(state)
+    assert [(e[0], e[1], e[3], e[4], e[5]) for e in store.exports()] == [
+        ("e-before", "exporter", 3, 4, 10),
+        ("e-after", "exporter", 5, 5, 7),
+    ]
+    store.close()

@@ -1,4 +1,4 @@
-"""The ledger journal: every charge, kept where restoring a backup cannot erase it.
+"""The ledger journal: every charge (and every export), kept where restoring a backup cannot erase it.
 
 The privacy ledger lives in ``curator.sqlite``, which ``lac curator restore`` replaces with a
 backup's copy. Spending recorded after that backup would then be forgotten and handed back to the
@@ -22,6 +22,7 @@ import json
 import logging
 import os
 import sqlite3
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -29,7 +30,18 @@ from lac.common.files import fsync_dir
 
 log = logging.getLogger(__name__)
 
-__all__ = ["JOURNAL_NAME", "Charge", "read", "append", "database_charges", "reconcile", "carry"]
+__all__ = [
+    "JOURNAL_NAME",
+    "Charge",
+    "ExportRecord",
+    "read",
+    "read_exports",
+    "append",
+    "database_charges",
+    "database_exports",
+    "reconcile",
+    "carry",
+]
 
 JOURNAL_NAME = "ledger.journal"
 
@@ -53,8 +65,38 @@ class Charge:
         return self.release_id, self.at
 
 
+@dataclass(frozen=True)
+class ExportRecord:
+    """One export of privatized reports (listed with the ledger, never charged): kept like a charge so that
+    restoring an older backup does not forget who exported what."""
+
+    export_id: str
+    identity: str
+    at: float
+    first_window: int
+    last_window: int
+    rows: int
+    guarantee: str
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return "export", self.export_id
+
+
+Entry = Charge | ExportRecord
+
+
 def read(path: Path) -> list[Charge]:
     """The charges in the journal at ``path`` ([] if there is none); a torn last line is cut off."""
+    return [e for e in _entries(path) if isinstance(e, Charge)]
+
+
+def read_exports(path: Path) -> list[ExportRecord]:
+    """The exports in the journal at ``path``."""
+    return [e for e in _entries(path) if isinstance(e, ExportRecord)]
+
+
+def _entries(path: Path) -> list[Entry]:
     if not path.exists():
         return []
     data = path.read_bytes()
@@ -64,24 +106,25 @@ def read(path: Path) -> list[Charge]:
             f.truncate(end)
             os.fsync(f.fileno())
         log.warning("%s: cut off a torn last line (%d bytes)", path, len(data) - end)
-    charges = []
+    entries: list[Entry] = []
     for n, line in enumerate(data[:end].splitlines(), 1):
         try:
-            charges.append(Charge(**json.loads(line)))
+            fields = json.loads(line)
+            entries.append(ExportRecord(**fields) if "export_id" in fields else Charge(**fields))
         except (ValueError, TypeError) as exc:
-            raise ValueError(f"{path}, line {n}: not a ledger charge ({exc}); the journal is damaged") from None
-    return charges
+            raise ValueError(f"{path}, line {n}: not a ledger entry ({exc}); the journal is damaged") from None
+    return entries
 
 
-def append(path: Path, charges: list[Charge]) -> None:
-    """Append ``charges`` and fsync (the file is created 0600)."""
+def append(path: Path, charges: Sequence[Entry]) -> None:
+    """Append ``charges`` (or export records) and fsync (the file is created 0600)."""
     try:
         _append(path, charges)
     except OSError as exc:  # committed in the database already: reconciled from there at the next start or restore
         log.error("could not append %d charge(s) to the ledger journal %s: %s", len(charges), path, exc)
 
 
-def _append(path: Path, charges: list[Charge]) -> None:
+def _append(path: Path, charges: Sequence[Entry]) -> None:
     if not charges:
         return
     new = not path.exists()
@@ -109,11 +152,44 @@ def database_charges(db: sqlite3.Connection) -> list[Charge]:
     return charges
 
 
+def database_exports(db: sqlite3.Connection) -> list[ExportRecord]:
+    """The exports the curator database ``db`` lists."""
+    if not db.execute("SELECT 1 FROM sqlite_master WHERE name = 'exports'").fetchone():
+        return []
+    rows = db.execute(
+        "SELECT export_id, identity, at, first_window, last_window, rows, guarantee FROM exports ORDER BY at, rowid"
+    )
+    return [ExportRecord(str(e), str(i), float(t), int(a), int(b), int(n), str(g)) for e, i, t, a, b, n, g in rows]
+
+
+def _reconcile_exports(db: sqlite3.Connection, path: Path) -> None:
+    journal = read_exports(path)
+    in_db = database_exports(db)
+    have = {e.key for e in journal}
+    _append(path, [e for e in in_db if e.key not in have])
+    known = {e.key for e in in_db}
+    missing = [e for e in journal if e.key not in known]
+    if missing and db.execute("SELECT 1 FROM sqlite_master WHERE name = 'exports'").fetchone():
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            db.executemany(
+                "INSERT OR IGNORE INTO exports VALUES (?, ?, ?, ?, ?, ?, ?)",
+                ((e.export_id, e.identity, e.at, e.first_window, e.last_window, e.rows, e.guarantee) for e in missing),
+            )
+            db.execute("COMMIT")
+        except BaseException:
+            if db.in_transaction:
+                db.execute("ROLLBACK")
+            raise
+        log.warning("the ledger journal lists %d export(s) that the database does not: put back", len(missing))
+
+
 def reconcile(db: sqlite3.Connection, state_dir: Path) -> int:
     """Make the journal and the ledger of ``db`` hold the same charges (see the module doc); returns
     how many journal charges were put back into the database. ``db`` is in autocommit mode
     (``lac.common.files.private_sqlite``); this runs its own transaction."""
     path = state_dir / JOURNAL_NAME
+    _reconcile_exports(db, path)
     journal = read(path)
     in_db = database_charges(db)
     db_keys = {c.key for c in in_db}
@@ -155,7 +231,7 @@ def carry(source: Path, state_dir: Path) -> int:
     if not source.is_file():
         raise FileNotFoundError(f"{source}: no ledger journal there")
     path = state_dir / JOURNAL_NAME
-    have = {c.key for c in read(path)}
-    new = [c for c in read(source) if c.key not in have]
+    have = {e.key for e in _entries(path)}
+    new = [e for e in _entries(source) if e.key not in have]
     _append(path, new)
-    return len(new)
+    return sum(isinstance(e, Charge) for e in new)

@@ -389,6 +389,9 @@ class CuratorStore:
         except BaseException:
             self._rollback()
             raise
+        journal.append(
+            self._journal, [journal.ExportRecord(export_id, identity, now, first_window, last_window, rows, guarantee)]
+        )
         return now
 
     def exports(self) -> list[tuple[str, str, float, int, int, int]]:
