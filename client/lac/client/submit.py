@@ -47,7 +47,7 @@ from lac.client import _grpc_errors
 from lac.client._grpc_errors import retry_after, trailing_of, wrap
 from lac.client.errors import DeploymentMismatch, LacClientError, Metadata, UnsupportedText
 from lac.client.presets import DEFAULT_PRESET, Preset
-from lac.common import envelope, tls
+from lac.common import envelope, retry, tls
 from lac.common.deployment import Deployment
 from lac.common.envelope import CuratorPublicKey
 from lac.common.serde import deployment_from_proto, mechanism_id
@@ -57,6 +57,7 @@ if TYPE_CHECKING:
     from lac.client.localizer import Localizer, PrivatizedReport
 
 RETRYABLE = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED}
+FIRST_RETRY_WAIT = 0.2  # seconds: the back-off's first ceiling (then doubling; waits are drawn below it)
 MAX_RETRY_WAIT = 30.0  # seconds: the longest the SDK sleeps between two attempts
 TOKEN_ENV = "LAC_CLIENT_TOKEN"
 SHARD_KEY = "lac-shard"  # trailing metadata of a sharded replica's refusal: the replica to submit to
@@ -67,6 +68,11 @@ LIST_CHECK_SECONDS = 2.0  # how long the SDK waits for a replica's shard-list di
 CONNECT_TIMEOUT = 10.0  # seconds: how long a call waits for a connection before the SDK gives up
 PROBE_SECONDS = 1.0  # a fail-fast call that asks gRPC why a channel in TRANSIENT_FAILURE cannot connect
 HEALTH_CHECK = "/grpc.health.v1.Health/Check"  # the probe's method
+
+
+def _backoff() -> retry.Backoff:
+    """The SDK's back-off between attempts (read when a call starts, so ``MAX_RETRY_WAIT`` may be changed)."""
+    return retry.Backoff(initial=min(FIRST_RETRY_WAIT, MAX_RETRY_WAIT), maximum=MAX_RETRY_WAIT)
 
 
 def _bearer(token: str | None) -> Metadata:
@@ -324,11 +330,12 @@ class _Submitter:
 
     def _call(self, name: str, request: Message, metadata: Metadata | None = None, address: str = "") -> _Steps[Any]:
         """``Shuffler.<name>(request)`` at ``address`` (default: the bootstrap address) with retries of transient
-        failures (exponential back-off, or the server's ``retry-after-seconds`` when it is longer, up to
-        ``MAX_RETRY_WAIT``); a final failure is raised as a ``lac.client.errors.LacClientError``. An attempt
-        whose channel does not connect within ``connect_timeout`` fails at once, not retried."""
+        failures (``lac.common.retry``'s policy: exponential back-off with full jitter, the server's
+        ``retry-after-seconds`` a floor, all up to ``MAX_RETRY_WAIT``); a final failure is raised as a
+        ``lac.client.errors.LacClientError``. An attempt whose channel does not connect within
+        ``connect_timeout`` fails at once, not retried."""
         rpc = _Rpc(address or self.target, name, request, self.metadata if metadata is None else metadata)
-        delay = 0.2
+        backoff = _backoff()
         for attempt in range(1, self.attempts + 1):
             try:
                 return (yield rpc)
@@ -337,9 +344,7 @@ class _Submitter:
             except grpc.RpcError as exc:
                 if exc.code() not in RETRYABLE or attempt == self.attempts:
                     raise wrap(exc, f"Shuffler.{name}") from None
-                asked = retry_after(trailing_of(exc))
-                yield _Sleep(min(max(delay, asked or 0.0), MAX_RETRY_WAIT))
-                delay *= 2
+                yield _Sleep(backoff.delay(attempt, retry_after(trailing_of(exc))))
         raise AssertionError("unreachable")
 
     def _deployment(self) -> _Steps[Deployment]:

@@ -31,13 +31,14 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import math
 import time
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import suppress
 
 import grpc
 
-from lac.common import envelope, tls, tracing
+from lac.common import envelope, retry, tls, tracing
 from lac.common.deployment import Deployment, windows_in_period
 from lac.common.envelope import PayloadRejected
 from lac.common.errors import FailedPrecondition, InvalidArgument, RejectReason, ResourceExhausted, Unavailable
@@ -64,6 +65,9 @@ MAX_IDEMPOTENCY_BYTES = 64
 MAX_KEY_ID_CHARS = 256
 MAX_CROWD_ID_CHARS = 256
 DEPLOYMENT_REFRESH_SECONDS = 300.0
+RESTART_BACKOFF = retry.Backoff(initial=0.5, maximum=30.0)  # a failed background loop's restarts
+FORWARD_RETRY_FIRST_SECONDS = 0.5  # the forwarder's first back-off ceiling (then doubling)
+FORWARD_RETRY_MIN_SECONDS = 0.01  # the back-off ceiling used when forward_retry_max_seconds is not positive
 SERVICE_NAME = shuffler_pb2.DESCRIPTOR.services_by_name["Shuffler"].full_name
 _INGEST_METHOD = "/lac.v1.CuratorIngest/IngestBatch"
 
@@ -382,8 +386,8 @@ class Shuffler:
     async def _supervised(self, loop) -> None:
         """Run a background loop forever: an unexpected error is logged and the loop restarted,
         never silently lost; after a storage failure (already logged) it restarts once the log
-        is writable again."""
-        delay = 0.5
+        is writable again. Restarts wait ``RESTART_BACKOFF`` (full jitter below 0.5, 1, 2... up to 30 s)."""
+        ceiling = RESTART_BACKOFF.initial
         while True:
             started = time.monotonic()
             try:
@@ -395,10 +399,11 @@ class Shuffler:
                 continue
             except Exception:
                 if time.monotonic() - started > STABLE_SECONDS:
-                    delay = 0.5
+                    ceiling = RESTART_BACKOFF.initial
+                delay = retry.jittered(ceiling)
                 log.exception("background task %s failed; restarting in %.1fs", loop.__name__, delay)
                 await asyncio.sleep(delay)
-                delay = min(delay * 2, 30.0)
+                ceiling = RESTART_BACKOFF.grow(ceiling)
 
     async def stop(self) -> None:
         self.metrics.endpoint.close()
@@ -701,8 +706,16 @@ class Shuffler:
             await self._run(self._log.rotate_seen, self.config.idempotency_window_days * 86400.0)
             await self._run(self._log.save_counters)
 
+    def _forward_backoff(self) -> retry.Backoff:
+        """The forwarder's back-off (deployment fetches and deliveries alike): waits drawn below 0.5, 1, 2...
+        s up to ``forward_retry_max_seconds`` (full jitter, ``lac.common.retry``)."""
+        longest = self.config.forward_retry_max_seconds
+        longest = longest if math.isfinite(longest) and longest > 0 else FORWARD_RETRY_MIN_SECONDS
+        return retry.Backoff(initial=min(FORWARD_RETRY_FIRST_SECONDS, longest), maximum=longest)
+
     async def _forward_loop(self) -> None:
-        delay = 0.5
+        backoff = self._forward_backoff()
+        ceiling = backoff.initial  # of the next wait; back to the first after a delivery
         async with tls.channel(self.config.curator, self._curator_tls, aio=True) as channel:
             # Raw bytes: the batch was serialized once at release and is sent exactly as stored.
             ingest: grpc.aio.UnaryUnaryMultiCallable[bytes, curator_pb2.IngestBatchResponse] = channel.unary_unary(
@@ -713,8 +726,8 @@ class Shuffler:
             while True:
                 await self._refresh_deployment(channel)
                 if self._deployment is None:
-                    await asyncio.sleep(delay)
-                    delay = min(delay * 2, self.config.forward_retry_max_seconds)
+                    await asyncio.sleep(retry.jittered(ceiling))
+                    ceiling = backoff.grow(ceiling)
                     continue
                 await self._wake_forwarder.wait()
                 self._wake_forwarder.clear()
@@ -739,6 +752,7 @@ class Shuffler:
                         except grpc.aio.AioRpcError as exc:
                             self.metrics.forward_seconds.labels(exc.code().name).observe(time.perf_counter() - sent)
                             self.forward_failures += 1
+                            delay = retry.jittered(ceiling)
                             log.warning(
                                 "curator did not take batch %s (%s: %s); retrying in %.1fs",
                                 batch_id,
@@ -753,10 +767,10 @@ class Shuffler:
                                 },
                             )
                             await asyncio.sleep(delay)
-                            delay = min(delay * 2, self.config.forward_retry_max_seconds)
+                            ceiling = backoff.grow(ceiling)
                             continue
                         self.metrics.forward_seconds.labels("OK").observe(time.perf_counter() - sent)
-                        delay = 0.5
+                        ceiling = backoff.initial
                         await self._durably(self._log.delivered, batch_id)
                         log.info(
                             "curator acknowledged batch %s (%d accepted, %d rejected%s)",

@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any
 import grpc
 import numpy as np
 
-from lac.common import tls
+from lac.common import retry, tls
 from lac.common.v1 import curator_pb2, curator_pb2_grpc, reports_pb2
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -89,6 +89,12 @@ _UINT32_MAX = 2**32 - 1  # the largest k or order a TopNgramsRequest carries
 NOISE_Z = 1.96  # top()'s noise_low/noise_high: probability ∓ NOISE_Z·noise_sd (95% of a normal)
 RELEASE_ATTEMPTS = 4  # a release is sent at most this often (same request id) after UNAVAILABLE or a deadline
 _RETRYABLE = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED})
+RELEASE_BACKOFF = retry.Backoff(initial=1.0, maximum=300.0)  # waits up to 1, 2, 4... s; a retry-after up to 300 s
+
+
+def _retryable(exc: BaseException) -> bool:
+    """Whether a Release attempt's failure is worth another attempt (UNAVAILABLE, DEADLINE_EXCEEDED)."""
+    return isinstance(exc, grpc.RpcError) and callable(getattr(exc, "code", None)) and exc.code() in _RETRYABLE
 
 
 def new_request_id() -> str:
@@ -116,21 +122,20 @@ def release_with_retries(
     sleep: Callable[[float], None] = time.sleep,
 ):
     """``call(request, timeout=timeout)`` (a ``Release`` stub method), sent again with the same request id
-    after UNAVAILABLE or DEADLINE_EXCEEDED, waiting the server's ``retry-after-seconds`` and at least
-    1, 2, 4... s: the curator returns the release an earlier attempt made (spent once), awaits one still
-    running, or makes it. Other errors, and the last attempt's, are raised (``grpc.RpcError``)."""
+    after UNAVAILABLE or DEADLINE_EXCEEDED, waiting the server's ``retry-after-seconds`` at least, else up to
+    1, 2, 4... s (``lac.common.retry``: full jitter): the curator returns the release an earlier attempt
+    made (spent once), awaits one still running, or makes it. Other errors, and the last attempt's, are
+    raised (``grpc.RpcError``)."""
     if not request.request_id:
         raise ValueError("release_with_retries needs a request with a request_id (new_request_id())")
-    delay = 1.0
-    for attempt in range(1, attempts + 1):
-        try:
-            return call(request, timeout=timeout)
-        except grpc.RpcError as exc:
-            if attempt == attempts or not callable(getattr(exc, "code", None)) or exc.code() not in _RETRYABLE:
-                raise
-            sleep(max(delay, _retry_after(exc)))
-            delay *= 2
-    raise AssertionError("unreachable")
+    return retry.call(
+        lambda: call(request, timeout=timeout),
+        attempts=attempts,
+        retryable=_retryable,
+        backoff=RELEASE_BACKOFF,
+        retry_after=lambda exc: _retry_after(exc) if isinstance(exc, grpc.RpcError) else None,
+        sleep=sleep,
+    )
 
 
 # -- errors ---------------------------------------------------------------------------------------
