@@ -9,6 +9,7 @@ after ``spark.read.parquet(<segments directory>)``.
 
 from __future__ import annotations
 
+import numpy as np
 import pipeline_dp
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
@@ -92,3 +93,54 @@ def test_pipelinedp_counts_reports_per_ngram_from_the_segments(tmp_path):
     assert all(abs(released[p] - exact[p]) < 0.05 for p in public)
     noisy = run(0.5)  # the real setting: Laplace noise of scale 8 / 0.5 per partition
     assert set(noisy) == set(public) and any(abs(noisy[p] - exact[p]) > 0.05 for p in public)
+
+
+def _map_words_reference(items, words):
+    """map_words spelled out in plain Python: unknown words read as <unk>, equal n-grams merged per report
+    at their first occurrence, the mapped n-grams numbered in sorted order."""
+    from lac.common.text import BOS, EOS, UNK
+
+    known = words | {BOS, EOS, UNK}
+    mapped = [" ".join(w if w in known else UNK for w in it.split(" ")) for it in items.items]
+    if mapped == list(items.items):
+        return items.indptr, items.item_ids, items.counts, items.items
+    names = sorted(set(mapped))
+    index = {name: i for i, name in enumerate(names)}
+    indptr, ids, counts = [0], [], []
+    for r in range(items.n_reports):
+        merged: dict[int, int] = {}
+        for j in range(items.indptr[r], items.indptr[r + 1]):
+            k = index[mapped[items.item_ids[j]]]
+            merged[k] = merged.get(k, 0) + int(items.counts[j])
+        ids += merged
+        counts += merged.values()
+        indptr.append(len(ids))
+    return np.array(indptr), np.array(ids), np.array(counts), tuple(names)
+
+
+def test_map_words_matches_its_plain_python_reading():
+    """The vectorized map_words (Arrow) against the plain reading, on random reports with unknown,
+    special and non-ASCII words (sorted order must be code-point order)."""
+    from lac.curator.release.ngrams import ReportItems
+    from lac.curator.store.segments import map_words
+
+    rng = np.random.default_rng(5)
+    vocab = [f"w{i}" for i in range(60)] + ["é", "ünï", "z"]
+    other = [f"x{i}" for i in range(40)] + ["ß", "日本", "a", "<s>", "</s>", "<unk>"]
+    pool = vocab + other
+    for _ in range(100):
+        items = sorted(
+            {" ".join(rng.choice(pool, size=int(rng.integers(1, 4)))) for _ in range(int(rng.integers(1, 80)))}
+        )
+        lens = rng.integers(0, min(len(items), 12) + 1, size=int(rng.integers(0, 15)))
+        ids = [rng.choice(len(items), size=int(k), replace=False) for k in lens]
+        block = ReportItems(
+            np.concatenate([[0], np.cumsum(lens)]).astype(np.int64),
+            np.concatenate(ids).astype(np.int32) if ids else np.empty(0, np.int32),
+            rng.integers(1, 5, size=int(lens.sum())).astype(np.int32),
+            tuple(items),
+        )
+        got = map_words(block, frozenset(vocab))
+        want = _map_words_reference(block, frozenset(vocab))
+        assert np.array_equal(got.indptr, want[0]) and np.array_equal(got.item_ids, want[1])
+        assert np.array_equal(got.counts, want[2]) and got.items == want[3]

@@ -25,6 +25,7 @@ privacy id): ``report`` plus the file is the record id.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 from collections.abc import Iterator
@@ -32,6 +33,7 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from lac.common.errors import DataLoss
@@ -136,15 +138,29 @@ def read(path: Path) -> ReportItems:
     )
 
 
+@functools.lru_cache(maxsize=4)
+def _known_words(words: frozenset[str]) -> pa.Array:
+    """The words read as themselves (the vocabulary's and the special tokens), as an Arrow value set."""
+    return pa.array(sorted(words | {BOS, EOS, UNK}), pa.string())
+
+
 def map_words(items: ReportItems, words: frozenset[str]) -> ReportItems:
     """Read every word outside ``words`` as ``<unk>``: n-grams that become equal are merged within
-    each report (counts added, kept at the first occurrence of either)."""
-    specials = {BOS, EOS, UNK}
-    if not set(" ".join(items.items).split(" ")) - words - specials:  # every word known: nothing to map
+    each report (counts added, kept at the first occurrence of either). Vectorized with Arrow: the
+    items' words are split, looked up and joined back, and the mapped items numbered in sorted order
+    (UTF-8 byte order is code-point order, as ``sorted`` gives)."""
+    tokens = pc.split_pattern(pa.array(items.items, pa.string()), " ")
+    flat = tokens.flatten()
+    known = pc.is_in(flat, value_set=_known_words(words))
+    if pc.all(known).as_py() is not False:  # every word known (or no item): nothing to map
         return items
-    mapped = [" ".join(w if w in words or w in specials else UNK for w in it.split(" ")) for it in items.items]
-    names, local = np.unique(np.array(mapped, dtype=object), return_inverse=True)
-    ids = local.reshape(-1)[items.item_ids]
+    mapped = pc.binary_join(
+        pa.ListArray.from_arrays(tokens.offsets, pc.if_else(known, flat, pa.scalar(UNK, pa.string()))), " "
+    )
+    distinct = pc.unique(mapped)
+    names = distinct.take(pc.sort_indices(distinct))
+    local = pc.index_in(mapped, value_set=names).to_numpy()
+    ids = local[items.item_ids]
     n = items.n_reports
     lens = np.diff(items.indptr)
     row = np.repeat(np.arange(n), lens)
@@ -159,7 +175,7 @@ def map_words(items: ReportItems, words: frozenset[str]) -> ReportItems:
     by_pos = np.argsort(g_pos, kind="stable")  # positions grow with the row: this is (row, first occurrence)
     indptr = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(np.bincount(g_row, minlength=n), out=indptr[1:])
-    return ReportItems(indptr, g_id[by_pos].astype(np.int32), summed[by_pos].astype(np.int32), tuple(names.tolist()))
+    return ReportItems(indptr, g_id[by_pos].astype(np.int32), summed[by_pos].astype(np.int32), tuple(names.to_pylist()))
 
 
 def read_blocks(paths: list[Path], vocab: NgramVocabulary | None = None) -> Iterator[ReportItems]:
