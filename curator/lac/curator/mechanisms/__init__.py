@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from lac.curator.release.engine import Engine
 
 __all__ = [
+    "Defaults",
     "Mechanism",
     "NoiseQuery",
     "LogitNoise",
@@ -140,6 +141,20 @@ class Mechanism(Protocol):
         channel: NgramChannel | None,
     ) -> Release:
         """The release of ``spec`` over ``reports``."""
+
+
+class Defaults:
+    """What a mechanism's object inherits unless it says otherwise: no checks beyond the knobs, and a DP
+    release spends (ε, δ) from each window it covers, δ = 0 for a pure ε-DP mechanism (``with_delta``)."""
+
+    with_delta: bool
+
+    def validate(self, spec: ReleaseSpec) -> None:
+        """No mechanism-specific checks."""
+
+    def charge(self, spec: ReleaseSpec) -> Budget:
+        """(ε, δ), or (ε, 0) when the mechanism is pure ε-DP."""
+        return Budget(spec.epsilon, spec.delta if self.with_delta else 0.0)
 
 
 REGISTRY: dict[str, Mechanism] = {}

@@ -7,9 +7,9 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
-from lac.common.privacy import Budget, PrivacyUnit
+from lac.common.privacy import PrivacyUnit
 from lac.common.rng import RandomSource
-from lac.curator.mechanisms import LogitNoise, NoiseQuery
+from lac.curator.mechanisms import Defaults, LogitNoise, NoiseQuery
 from lac.curator.release import core as release
 from lac.curator.release.bayesian import BayesianParams, BayesianRelease, bayesian_dp, bayesian_from_stats
 from lac.curator.release.channel import NgramChannel
@@ -73,7 +73,7 @@ def bayesian_release(
 
 
 @dataclass(frozen=True)
-class BayesianDP:
+class BayesianDP(Defaults):
     name: str = "bayesian"
     rank: int = 20
     over_rpc: bool = True
@@ -81,14 +81,8 @@ class BayesianDP:
     with_delta: bool = True
     knobs: frozenset[str] = frozenset({"sensitivity", "S", "rho", "calibration"})
 
-    def validate(self, spec: release.ReleaseSpec) -> None:
-        pass
-
     def data_dependent(self, spec: release.ReleaseSpec) -> bool:
         return spec.sensitivity != "sound"
-
-    def charge(self, spec: release.ReleaseSpec) -> Budget:
-        return Budget(spec.epsilon, spec.delta)
 
     def noise(self, q: NoiseQuery) -> LogitNoise:
         return logit_noise(q)

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from lac.common.privacy import Budget, PrivacyUnit
+from lac.common.privacy import PrivacyUnit
 from lac.common.rng import RandomSource
-from lac.curator.mechanisms import LogitNoise, NoiseQuery
+from lac.curator.mechanisms import Defaults, LogitNoise, NoiseQuery
 from lac.curator.mechanisms.bayesian import logit_noise
 from lac.curator.release import core as release
 from lac.curator.release.channel import NgramChannel
@@ -19,7 +19,7 @@ __all__ = ["MECHANISM", "EndToEndDP"]
 
 
 @dataclass(frozen=True)
-class EndToEndDP:
+class EndToEndDP(Defaults):
     name: str = "endtoend"
     rank: int = 30
     over_rpc: bool = True
@@ -27,14 +27,8 @@ class EndToEndDP:
     with_delta: bool = True
     knobs: frozenset[str] = frozenset({"sensitivity", "S", "rho", "calibration"})
 
-    def validate(self, spec: release.ReleaseSpec) -> None:
-        pass
-
     def data_dependent(self, spec: release.ReleaseSpec) -> bool:
         return spec.sensitivity != "sound"
-
-    def charge(self, spec: release.ReleaseSpec) -> Budget:
-        return Budget(spec.epsilon, spec.delta)
 
     def noise(self, q: NoiseQuery) -> LogitNoise:
         return logit_noise(q, SELECTION_SHARE)  # the release step keeps what the selection does not spend

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from lac.common.privacy import Budget, PrivacyUnit
+from lac.common.privacy import PrivacyUnit
 from lac.common.rng import RandomSource
-from lac.curator.mechanisms import NoiseQuery
+from lac.curator.mechanisms import Defaults, NoiseQuery
 from lac.curator.release import core as release
 from lac.curator.release.baselines import k_anonymity
 from lac.curator.release.channel import NgramChannel
@@ -17,7 +17,7 @@ __all__ = ["MECHANISM", "KAnonymity"]
 
 
 @dataclass(frozen=True)
-class KAnonymity:
+class KAnonymity(Defaults):
     name: str = "kanon"
     rank: int = 90
     over_rpc: bool = False  # NOT differentially private: never over RPC
@@ -25,14 +25,8 @@ class KAnonymity:
     with_delta: bool = False
     knobs: frozenset[str] = frozenset({"K"})
 
-    def validate(self, spec: release.ReleaseSpec) -> None:
-        pass
-
     def data_dependent(self, spec: release.ReleaseSpec) -> bool:
         return True
-
-    def charge(self, spec: release.ReleaseSpec) -> Budget:
-        return Budget(spec.epsilon, 0.0)  # never charged: its release has no guarantee
 
     def noise(self, q: NoiseQuery) -> None:
         return None

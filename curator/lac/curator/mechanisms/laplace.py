@@ -5,9 +5,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from lac.common.privacy import Budget, PrivacyUnit
+from lac.common.privacy import PrivacyUnit
 from lac.common.rng import RandomSource
-from lac.curator.mechanisms import ItemNoise, NoiseQuery
+from lac.curator.mechanisms import Defaults, ItemNoise, NoiseQuery
 from lac.curator.release import core as release
 from lac.curator.release.baselines import laplace_dp, laplace_from_stats
 from lac.curator.release.channel import NgramChannel
@@ -18,7 +18,7 @@ __all__ = ["MECHANISM", "Laplace"]
 
 
 @dataclass(frozen=True)
-class Laplace:
+class Laplace(Defaults):
     name: str = "laplace"
     rank: int = 40
     over_rpc: bool = True
@@ -26,14 +26,8 @@ class Laplace:
     with_delta: bool = False  # pure ε-DP
     knobs: frozenset[str] = frozenset()
 
-    def validate(self, spec: release.ReleaseSpec) -> None:
-        pass
-
     def data_dependent(self, spec: release.ReleaseSpec) -> bool:
         return False
-
-    def charge(self, spec: release.ReleaseSpec) -> Budget:
-        return Budget(spec.epsilon, 0.0)
 
     def noise(self, q: NoiseQuery) -> ItemNoise:
         m = q.unit.max_reports
@@ -60,15 +54,16 @@ class Laplace:
         engine: Engine,
         channel: NgramChannel | None,
     ) -> release.Release:
-        W, C = caps.W, caps.C
-        items = tuple(vocab.items)
-        if not isinstance(reports, release.MatrixReports):  # streamed, block by block
-            stats = release.stream_stats(reports, vocab, C, W, engine)
-            b = laplace_from_stats(stats, W=W, C=C, epsilon=spec.epsilon, rng=rng, unit=unit)
-            return release.baseline_release(spec, items, b, dict(vocab_size=len(items), n_reports=stats.n_users))
-        U = reports.vocab_counts(C, W)
-        b = laplace_dp(U, W=W, C=C, epsilon=spec.epsilon, rng=rng, unit=unit)
-        return release.baseline_release(spec, items, b, dict(vocab_size=len(items), n_reports=int(U.shape[0])))
+        W, C, eps = caps.W, caps.C, spec.epsilon
+        return release.counted_baseline(
+            reports,
+            vocab,
+            spec,
+            caps,
+            engine,
+            lambda stats: laplace_from_stats(stats, W=W, C=C, epsilon=eps, rng=rng, unit=unit),
+            lambda U: laplace_dp(U, W=W, C=C, epsilon=eps, rng=rng, unit=unit),
+        )
 
 
 MECHANISM = Laplace()

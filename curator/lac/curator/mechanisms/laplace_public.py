@@ -6,9 +6,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from lac.common.privacy import Budget, PrivacyUnit
+from lac.common.privacy import PrivacyUnit
 from lac.common.rng import RandomSource
-from lac.curator.mechanisms import ItemNoise, NoiseQuery
+from lac.curator.mechanisms import Defaults, ItemNoise, NoiseQuery
 from lac.curator.release import core as release
 from lac.curator.release.baselines import laplace_public_dp, laplace_public_from_stats
 from lac.curator.release.channel import NgramChannel
@@ -19,7 +19,7 @@ __all__ = ["MECHANISM", "LaplacePublic"]
 
 
 @dataclass(frozen=True)
-class LaplacePublic:
+class LaplacePublic(Defaults):
     name: str = "laplace-public"
     rank: int = 50
     over_rpc: bool = True
@@ -27,14 +27,8 @@ class LaplacePublic:
     with_delta: bool = False  # pure ε-DP
     knobs: frozenset[str] = frozenset({"public_sensitivity"})
 
-    def validate(self, spec: release.ReleaseSpec) -> None:
-        pass
-
     def data_dependent(self, spec: release.ReleaseSpec) -> bool:
         return spec.public_sensitivity != "sound"
-
-    def charge(self, spec: release.ReleaseSpec) -> Budget:
-        return Budget(spec.epsilon, 0.0)
 
     def noise(self, q: NoiseQuery) -> ItemNoise:
         def noise_at(e: float) -> float:  # the Laplace scale 2/ε on a probability vector, as a standard deviation
@@ -53,18 +47,18 @@ class LaplacePublic:
         engine: Engine,
         channel: NgramChannel | None,
     ) -> release.Release:
-        W, C = caps.W, caps.C
-        items = tuple(vocab.items)
-        eps, sens = spec.epsilon, spec.public_sensitivity
-        if not isinstance(reports, release.MatrixReports):  # streamed, block by block
-            stats = release.stream_stats(reports, vocab, C, W, engine)
-            b = laplace_public_from_stats(
-                stats, vocab.alpha, W=W, C=C, epsilon=eps, sensitivity=sens, rng=rng, unit=unit
-            )
-            return release.baseline_release(spec, items, b, dict(vocab_size=len(items), n_reports=stats.n_users))
-        U = reports.vocab_counts(C, W)
-        b = laplace_public_dp(U, vocab.alpha, W=W, C=C, epsilon=eps, sensitivity=sens, rng=rng, unit=unit)
-        return release.baseline_release(spec, items, b, dict(vocab_size=len(items), n_reports=int(U.shape[0])))
+        W, C, eps, sens, alpha = caps.W, caps.C, spec.epsilon, spec.public_sensitivity, vocab.alpha
+        return release.counted_baseline(
+            reports,
+            vocab,
+            spec,
+            caps,
+            engine,
+            lambda stats: laplace_public_from_stats(
+                stats, alpha, W=W, C=C, epsilon=eps, sensitivity=sens, rng=rng, unit=unit
+            ),
+            lambda U: laplace_public_dp(U, alpha, W=W, C=C, epsilon=eps, sensitivity=sens, rng=rng, unit=unit),
+        )
 
 
 MECHANISM = LaplacePublic()

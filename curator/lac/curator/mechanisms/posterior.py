@@ -9,9 +9,9 @@ from functools import partial
 
 import numpy as np
 
-from lac.common.privacy import Budget, PrivacyUnit
+from lac.common.privacy import PrivacyUnit
 from lac.common.rng import RandomSource
-from lac.curator.mechanisms import ItemNoise, NoiseQuery
+from lac.curator.mechanisms import Defaults, ItemNoise, NoiseQuery
 from lac.curator.release import core as release
 from lac.curator.release.channel import NgramChannel
 from lac.curator.release.engine import Engine
@@ -22,7 +22,7 @@ __all__ = ["MECHANISM", "Posterior"]
 
 
 @dataclass(frozen=True)
-class Posterior:
+class Posterior(Defaults):
     name: str = "posterior"
     rank: int = 10
     over_rpc: bool = True
@@ -30,14 +30,8 @@ class Posterior:
     with_delta: bool = True
     knobs: frozenset[str] = frozenset({"discovery", "channel"})
 
-    def validate(self, spec: release.ReleaseSpec) -> None:
-        pass
-
     def data_dependent(self, spec: release.ReleaseSpec) -> bool:
         return False
-
-    def charge(self, spec: release.ReleaseSpec) -> Budget:
-        return Budget(spec.epsilon, spec.delta)
 
     def noise(self, q: NoiseQuery) -> ItemNoise:
         def noise_at(e: float) -> float:

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from functools import partial
 from numbers import Real
@@ -346,6 +346,25 @@ def run(
     if sp.issparse(reports):
         reports = MatrixReports(sp.csr_matrix(reports), vocab)
     return mechanisms.get(spec.mechanism).run(reports, vocab, spec, caps, unit, rng, engine, channel)
+
+
+def counted_baseline(
+    reports: Reports,
+    vocab: NgramVocabulary,
+    spec: ReleaseSpec,
+    caps: PublicCaps,
+    engine: Engine,
+    from_stats: Callable[[CountStats], BaselineRelease],
+    from_counts: Callable[[sp.csr_matrix], BaselineRelease],
+) -> Release:
+    """A baseline over the vocabulary's per-report counts (first W items, clamped at C): from column totals
+    streamed block by block through ``engine``, or from an offline counts matrix as given."""
+    items = tuple(vocab.items)
+    if not isinstance(reports, MatrixReports):
+        stats = stream_stats(reports, vocab, caps.C, caps.W, engine)
+        return baseline_release(spec, items, from_stats(stats), dict(vocab_size=len(items), n_reports=stats.n_users))
+    U = reports.vocab_counts(caps.C, caps.W)
+    return baseline_release(spec, items, from_counts(U), dict(vocab_size=len(items), n_reports=int(U.shape[0])))
 
 
 def baseline_release(spec: ReleaseSpec, items: tuple[str, ...], b: BaselineRelease, common: dict[str, Any]) -> Release:
