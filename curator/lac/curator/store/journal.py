@@ -35,7 +35,6 @@ __all__ = [
     "Charge",
     "ExportRecord",
     "read",
-    "read_exports",
     "append",
     "database_charges",
     "database_exports",
@@ -89,11 +88,6 @@ Entry = Charge | ExportRecord
 def read(path: Path) -> list[Charge]:
     """The charges in the journal at ``path`` ([] if there is none); a torn last line is cut off."""
     return [e for e in _entries(path) if isinstance(e, Charge)]
-
-
-def read_exports(path: Path) -> list[ExportRecord]:
-    """The exports in the journal at ``path``."""
-    return [e for e in _entries(path) if isinstance(e, ExportRecord)]
 
 
 def _entries(path: Path) -> list[Entry]:
@@ -152,9 +146,13 @@ def database_charges(db: sqlite3.Connection) -> list[Charge]:
     return charges
 
 
+def _has_exports_table(db: sqlite3.Connection) -> bool:
+    return db.execute("SELECT 1 FROM sqlite_master WHERE name = 'exports'").fetchone() is not None
+
+
 def database_exports(db: sqlite3.Connection) -> list[ExportRecord]:
     """The exports the curator database ``db`` lists."""
-    if not db.execute("SELECT 1 FROM sqlite_master WHERE name = 'exports'").fetchone():
+    if not _has_exports_table(db):  # a database from before exports
         return []
     rows = db.execute(
         "SELECT export_id, identity, at, first_window, last_window, rows, guarantee FROM exports ORDER BY at, rowid"
@@ -162,67 +160,52 @@ def database_exports(db: sqlite3.Connection) -> list[ExportRecord]:
     return [ExportRecord(str(e), str(i), float(t), int(a), int(b), int(n), str(g)) for e, i, t, a, b, n, g in rows]
 
 
-def _reconcile_exports(db: sqlite3.Connection, path: Path) -> None:
-    journal = read_exports(path)
-    in_db = database_exports(db)
-    have = {e.key for e in journal}
-    _append(path, [e for e in in_db if e.key not in have])
-    known = {e.key for e in in_db}
-    missing = [e for e in journal if e.key not in known]
-    if missing and db.execute("SELECT 1 FROM sqlite_master WHERE name = 'exports'").fetchone():
-        db.execute("BEGIN IMMEDIATE")
-        try:
-            db.executemany(
-                "INSERT OR IGNORE INTO exports VALUES (?, ?, ?, ?, ?, ?, ?)",
-                ((e.export_id, e.identity, e.at, e.first_window, e.last_window, e.rows, e.guarantee) for e in missing),
-            )
-            db.execute("COMMIT")
-        except BaseException:
-            if db.in_transaction:
-                db.execute("ROLLBACK")
-            raise
-        log.warning("the ledger journal lists %d export(s) that the database does not: put back", len(missing))
-
-
 def reconcile(db: sqlite3.Connection, state_dir: Path) -> int:
-    """Make the journal and the ledger of ``db`` hold the same charges (see the module doc); returns
+    """Make the journal and ``db`` hold the same charges and export records (see the module doc); returns
     how many journal charges were put back into the database. ``db`` is in autocommit mode
     (``lac.common.files.private_sqlite``); this runs its own transaction."""
     path = state_dir / JOURNAL_NAME
-    _reconcile_exports(db, path)
-    journal = read(path)
-    in_db = database_charges(db)
-    db_keys = {c.key for c in in_db}
-    journal_keys = {c.key for c in journal}
-    _append(path, [c for c in in_db if c.key not in journal_keys])
-    missing = [c for c in journal if c.key not in db_keys]
-    if missing:
-        db.execute("BEGIN IMMEDIATE")  # one transaction: all put back or none
-        try:
-            for c in missing:
-                db.executemany(
-                    "INSERT INTO window_ledger (release_id, win, epsilon, delta, at, data_dependent) "
-                    "VALUES (?, ?, ?, ?, ?, ?)",
-                    (
-                        (c.release_id, w, c.epsilon, c.delta, c.at, int(c.data_dependent))
-                        for w in range(c.first_window, c.last_window + 1)
-                    ),
+    journal = _entries(path)
+    in_db: list[Entry] = [*database_charges(db), *database_exports(db)]
+    journal_keys = {e.key for e in journal}
+    _append(path, [e for e in in_db if e.key not in journal_keys])
+    db_keys = {e.key for e in in_db}
+    charges = [e for e in journal if e.key not in db_keys and isinstance(e, Charge)]
+    exports = [e for e in journal if e.key not in db_keys and isinstance(e, ExportRecord)]
+    if not (charges or exports):
+        return 0
+    db.execute("BEGIN IMMEDIATE")  # one transaction: all put back or none
+    try:
+        for c in charges:
+            db.executemany(
+                "INSERT INTO window_ledger (release_id, win, epsilon, delta, at, data_dependent) "
+                "VALUES (?, ?, ?, ?, ?, ?)",
+                (
+                    (c.release_id, w, c.epsilon, c.delta, c.at, int(c.data_dependent))
+                    for w in range(c.first_window, c.last_window + 1)
+                ),
+            )
+            if c.request_id is not None:
+                db.execute(
+                    "INSERT OR IGNORE INTO release_requests VALUES (?, ?, ?)", (c.request_id, c.spec, c.release_id)
                 )
-                if c.request_id is not None:
-                    db.execute(
-                        "INSERT OR IGNORE INTO release_requests VALUES (?, ?, ?)", (c.request_id, c.spec, c.release_id)
-                    )
-            db.execute("COMMIT")
-        except BaseException:
-            if db.in_transaction:
-                db.execute("ROLLBACK")
-            raise
-        log.warning(
-            "the ledger journal holds %d charge(s) that the database does not (it was restored from an older "
-            "backup): put back, so their budget stays spent and their request ids stay used",
-            len(missing),
-        )
-    return len(missing)
+        if exports and _has_exports_table(db):
+            db.executemany(
+                "INSERT OR IGNORE INTO exports VALUES (?, ?, ?, ?, ?, ?, ?)",
+                ((e.export_id, e.identity, e.at, e.first_window, e.last_window, e.rows, e.guarantee) for e in exports),
+            )
+        db.execute("COMMIT")
+    except BaseException:
+        if db.in_transaction:
+            db.execute("ROLLBACK")
+        raise
+    log.warning(
+        "the ledger journal holds %d charge(s) and %d export record(s) that the database does not (it was restored "
+        "from an older backup): put back, so their budget stays spent and their request ids stay used",
+        len(charges),
+        len(exports),
+    )
+    return len(charges)
 
 
 def carry(source: Path, state_dir: Path) -> int:
