@@ -13,7 +13,7 @@ import pytest
 from lac.common import envelope
 from lac.common.v1 import curator_pb2, curator_pb2_grpc, reports_pb2
 from lac.curator.release.core import StoredReports
-from lac.curator.release.ngrams import NgramVocabulary, ReportItems, report_items, user_counts
+from lac.curator.release.ngrams import NgramVocabulary, ReportItems, item_names, report_items, user_counts
 from lac.curator.store import segments as seg
 from lac.curator.store.store import CuratorStore, Quarantined
 
@@ -55,7 +55,7 @@ def test_segments_reproduce_user_counts(C, W, tmp_path):
     # every n-gram is stored, in first-occurrence order, with raw counts
     back = seg.read(paths[0])
     direct = report_items(reports[:120], 3)
-    assert back.items == direct.items and (back.item_ids == direct.item_ids).all()
+    assert item_names(back.items) == direct.items and (back.item_ids == direct.item_ids).all()
     assert (back.counts == direct.counts).all() and (back.indptr == direct.indptr).all()
     assert seg.metadata(paths[0])["batch_id"] == "0"
 
@@ -72,9 +72,10 @@ def test_segments_read_words_against_the_vocabulary(tmp_path):
     seg.write(path, report_items(reports, 2))
     ((first, second),) = [(b.item_ids[b.indptr[0] : b.indptr[1]], b) for b in seg.read_blocks([path], vocab)]
     b = second
-    row0 = {b.items[i]: int(c) for i, c in zip(first, b.counts[b.indptr[0] : b.indptr[1]])}
+    names = item_names(b.items)
+    row0 = {names[i]: int(c) for i, c in zip(first, b.counts[b.indptr[0] : b.indptr[1]])}
     assert row0 == {"the": 2, "<s> the": 1, "<unk>": 2, "the <unk>": 2, "<unk> the": 1, "</s>": 1, "<unk> </s>": 1}
-    assert [b.items[i] for i in first][:4] == ["the", "<s> the", "<unk>", "the <unk>"]  # first occurrences
+    assert [names[i] for i in first][:4] == ["the", "<s> the", "<unk>", "the <unk>"]  # first occurrences
     direct = report_items(reports, 2, vocab.words)
     assert {
         direct.items[i]: int(c) for i, c in zip(direct.item_ids[: direct.indptr[1]], direct.counts[: direct.indptr[1]])
@@ -531,12 +532,13 @@ def test_npz_segments_migrate_to_parquet(tmp_path, capsys):
     )
     new = store.segment_paths()[0]
     items = seg.read(new)
+    names = item_names(items.items)
     old = tmp_path / "segments" / "old.npz"
     np.savez(
         old,
         format=np.int64(1),
-        items=np.frombuffer("\n".join(items.items).encode(), np.uint8),
-        n_items=np.int64(len(items.items)),
+        items=np.frombuffer("\n".join(names).encode(), np.uint8),
+        n_items=np.int64(len(names)),
         indptr=items.indptr,
         indices=items.item_ids,
         data=items.counts,
@@ -551,7 +553,8 @@ def test_npz_segments_migrate_to_parquet(tmp_path, capsys):
     (path,) = store.segment_paths()
     back = seg.read(path)
     assert path.suffix == ".parquet" and not old.exists()
-    assert back.items == items.items and (back.counts == items.counts).all() and (back.indptr == items.indptr).all()
+    assert item_names(back.items) == names
+    assert (back.counts == items.counts).all() and (back.indptr == items.indptr).all()
     assert seg.metadata(path)["migrated_from"] == "old.npz"
 
 

@@ -165,12 +165,13 @@ class NgramVocabulary:
     def _arrow_items(self) -> pa.Array:
         return pa.array(self.items, pa.string())
 
-    def columns(self, items: Sequence[str]) -> np.ndarray:
-        """int64 column of each of ``items``, -1 for those outside the vocabulary."""
+    def columns(self, items: Sequence[str] | pa.Array) -> np.ndarray:
+        """int64 column of each of ``items`` (str, or Arrow strings), -1 for those outside the vocabulary."""
         if DICT_LOOKUP_FACTOR * len(items) < len(self.items):  # few items: cheaper than hashing every item
             index = self.index
-            return np.fromiter((index.get(it, -1) for it in items), dtype=np.int64, count=len(items))
-        found = pc.index_in(pa.array(items, pa.string()), value_set=self._arrow_items)
+            names = items.to_pylist() if isinstance(items, pa.Array) else items
+            return np.fromiter((index.get(it, -1) for it in names), dtype=np.int64, count=len(items))
+        found = pc.index_in(item_array(items), value_set=self._arrow_items)
         return found.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
 
     @classmethod
@@ -528,12 +529,22 @@ class ReportItems:
     indptr: np.ndarray  # int64, n_reports + 1
     item_ids: np.ndarray  # int32
     counts: np.ndarray  # int32, raw (no cap, no clamp)
-    items: tuple[str, ...]
+    items: tuple[str, ...] | pa.Array  # Arrow strings as segments and ingest hold them (``item_array``/``item_names``)
     texts: pa.ListArray | None = None
 
     @property
     def n_reports(self) -> int:
         return self.indptr.size - 1
+
+
+def item_array(items: Sequence[str] | pa.Array) -> pa.Array:
+    """``ReportItems.items`` as an Arrow string array (the same object when it is one)."""
+    return items if isinstance(items, pa.Array) else pa.array(items, pa.string())
+
+
+def item_names(items: Sequence[str] | pa.Array) -> tuple[str, ...]:
+    """``ReportItems.items`` as a tuple of ``str``."""
+    return tuple(items.to_pylist()) if isinstance(items, pa.Array) else tuple(items)
 
 
 def report_items(

@@ -51,10 +51,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from numbers import Real
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 import scipy.sparse as sp
 from scipy.special import log_ndtr, ndtri
 
@@ -63,7 +65,7 @@ from lac.common.privacy import Adjacency, Guarantee, Model, PrivacyUnit, check_d
 from lac.common.rng import RandomSource, secure_generator
 from lac.curator.release.channel import MIN_KEEP_SHARE, NgramChannel, deconvolve
 from lac.curator.release.gaussian import analytic_sigma
-from lac.curator.release.ngrams import NgramVocabulary, ReportItems
+from lac.curator.release.ngrams import NgramVocabulary, ReportItems, item_array
 
 __all__ = [
     "PosteriorParams",
@@ -145,18 +147,52 @@ def discovery_threshold(sigma: float, m: int, K: int, delta_select: float) -> fl
     return rho
 
 
-@dataclass
 class WeightedTotals:
-    """y over the public vocabulary and over the other items seen (the candidates)."""
+    """y over the public vocabulary and over the other items seen (the candidates).
 
-    public: np.ndarray  # float64, one per vocabulary item
-    candidates: dict[str, float] = field(default_factory=dict)
-    n_reports: int = 0  # exact: library/operator only
+    The candidates are kept as Arrow strings with their values, in parts (each part's items distinct),
+    and summed only when read: an item's total is its parts' values added in order, exactly what
+    adding them one dict entry at a time gave, in the order of first appearance."""
+
+    def __init__(self, public: np.ndarray, candidates: dict[str, float] | None = None, n_reports: int = 0):
+        self.public = public  # float64, one per vocabulary item
+        self.n_reports = n_reports  # exact: library/operator only
+        self._parts: list[tuple[pa.Array, np.ndarray]] = []
+        if candidates:
+            self.candidates = candidates
+
+    def add_candidates(self, items: pa.Array, values: np.ndarray) -> None:
+        """Add one part: distinct ``items`` (Arrow strings) with their values."""
+        if len(items):
+            self._parts.append((items, np.asarray(values, dtype=np.float64)))
+
+    def candidate_arrays(self) -> tuple[pa.Array, np.ndarray]:
+        """The candidates (Arrow strings, in order of first appearance) and their totals."""
+        if not self._parts:
+            return pa.array([], pa.string()), np.empty(0)
+        if len(self._parts) > 1:
+            encoded = pc.dictionary_encode(pa.chunked_array([items for items, _ in self._parts])).combine_chunks()
+            values = np.concatenate([v for _, v in self._parts])
+            # bincount adds in input order from 0.0: ((0 + v1) + v2) + ..., as the dict did
+            totals = np.bincount(encoded.indices.to_numpy(), weights=values, minlength=len(encoded.dictionary))
+            self._parts = [(encoded.dictionary, totals)]
+        return self._parts[0]
+
+    @property
+    def candidates(self) -> dict[str, float]:
+        """The candidates as a dict (item -> total), in order of first appearance."""
+        items, values = self.candidate_arrays()
+        return dict(zip(items.to_pylist(), values.tolist()))
+
+    @candidates.setter
+    def candidates(self, totals: dict[str, float]) -> None:
+        self._parts = []
+        self.add_candidates(pa.array(list(totals), pa.string()), np.fromiter(totals.values(), np.float64, len(totals)))
 
     def __iadd__(self, other: WeightedTotals) -> WeightedTotals:
         self.public += other.public
-        for k, v in other.candidates.items():
-            self.candidates[k] = self.candidates.get(k, 0.0) + v
+        if other._parts:
+            self._parts.append(other.candidate_arrays())  # summed first, as other's dict was
         self.n_reports += other.n_reports
         return self
 
@@ -176,7 +212,8 @@ def weighted_totals(
         out.n_reports += n
         if b.item_ids.size == 0:
             continue
-        cols = vocab.columns(b.items)
+        names = item_array(b.items)
+        cols = vocab.columns(names)
         pub = cols >= 0
         row = np.repeat(np.arange(n), np.diff(b.indptr))
         ids, c = b.item_ids, b.counts
@@ -192,10 +229,8 @@ def weighted_totals(
         local = np.bincount(ids, weights=v, minlength=len(b.items))
         np.add.at(out.public, cols[pub], local[pub])
         if candidates:
-            cand = out.candidates
-            for i in np.flatnonzero(~pub & (local > 0)).tolist():
-                it = b.items[i]
-                cand[it] = cand.get(it, 0.0) + float(local[i])
+            found = np.flatnonzero(~pub & (local > 0))
+            out.add_candidates(names.take(found), local[found])
     return out
 
 
@@ -348,11 +383,10 @@ def posterior_release(
     threshold = math.inf
     if params.discovery:
         threshold = discovery_threshold(sigma, m, K, params.delta_select)
-        names = list(totals.candidates)
-        values = np.fromiter(totals.candidates.values(), dtype=np.float64, count=len(names))
+        names, values = totals.candidate_arrays()
         noisy = np.rint((values + sigma * rng.standard_normal(values.size)) / grid) * grid
         passed = np.flatnonzero(noisy > threshold)
-        found, found_values = [names[i] for i in passed.tolist()], noisy[passed]
+        found, found_values = names.take(passed).to_pylist(), noisy[passed]
         order = sorted(range(len(found)), key=found.__getitem__)  # release order: sorted, not the storage order
         found, found_values = [found[i] for i in order], found_values[order]
     pseudo, found_values = post_process(noisy_public, found, found_values, vocab, sigma, params.bins, channel)
@@ -369,7 +403,7 @@ def posterior_release(
         sigma=sigma,
         threshold=threshold,
         discovered=len(found),
-        candidates=len(totals.candidates),
+        candidates=len(totals.candidate_arrays()[0]),
         n_reports=totals.n_reports,
         params=params,
         guarantee=_guarantee(params, sigma, threshold, len(vocab), channel),
