@@ -11,6 +11,7 @@ import grpc
 import pytest
 from lac_testkit import content, wait_until
 
+from lac.client import ShufflerClient
 from lac.common import envelope, tracing
 from lac.common.v1 import curator_pb2, curator_pb2_grpc, shuffler_pb2, shuffler_pb2_grpc
 from lac.shuffler.auth import add_client
@@ -51,9 +52,14 @@ def test_a_batch_is_followed_from_the_app_to_the_curator(
         with pytest.raises(grpc.RpcError) as refused:
             stub.Submit(shuffler_pb2.SubmitRequest(reports=[report]), metadata=(("authorization", "Bearer nope"),))
         assert refused.value.code() == grpc.StatusCode.UNAUTHENTICATED
-        with tracing.span("app.submit", client=True):  # the app's own span; its context goes in traceparent
-            metadata = (("authorization", f"Bearer {token}"), *tracing.inject())
-            stub.Submit(shuffler_pb2.SubmitRequest(reports=[report]), metadata=metadata, timeout=10)
+    # the app's own span around an SDK call: the SDK sends its context in traceparent
+    with (
+        tracing.span("app.submit", client=True),
+        ShufflerClient(
+            shf.address, curator_key=curator_public_key, token=token, insecure=True, attempts=1, timeout=10
+        ) as client,
+    ):
+        client.submit_prepared([report])
     with grpc.insecure_channel(cur.address) as ch:
         stub = curator_pb2_grpc.CuratorStub(ch)
         wait_until(lambda: stub.GetStatus(curator_pb2.CuratorStatusRequest(), timeout=5).reports == 1)
@@ -113,6 +119,15 @@ def test_only_allowed_attributes_and_off_by_default():
 
     tracing.configure("lac-test", exporter=InMemorySpanExporter())
     try:
+        assert tracing.inject() == ()  # on, but no current span: the SDK sends nothing
+        from opentelemetry import baggage, context
+
+        token = context.attach(baggage.set_baggage("user", "alice"))
+        try:
+            with tracing.span("app", client=True):
+                assert [k for k, _ in tracing.inject()] == ["traceparent"]  # never the app's baggage
+        finally:
+            context.detach(token)
         with pytest.raises(ValueError, match="client_id"), tracing.span("x", {"client_id": "alice"}):
             pass
         with tracing.span("y"), pytest.raises(ValueError, match="payload"):

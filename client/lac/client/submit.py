@@ -47,7 +47,7 @@ from lac.client import _grpc_errors
 from lac.client._grpc_errors import retry_after, trailing_of, wrap
 from lac.client.errors import DeploymentMismatch, LacClientError, Metadata, UnsupportedText
 from lac.client.presets import DEFAULT_PRESET, Preset
-from lac.common import envelope, retry, tls
+from lac.common import envelope, retry, tls, tracing
 from lac.common.deployment import Deployment
 from lac.common.envelope import CuratorPublicKey
 from lac.common.serde import deployment_from_proto, mechanism_id
@@ -334,7 +334,9 @@ class _Submitter:
         ``retry-after-seconds`` a floor, all up to ``MAX_RETRY_WAIT``); a final failure is raised as a
         ``lac.client.errors.LacClientError``. An attempt whose channel does not connect within
         ``connect_timeout`` fails at once, not retried."""
-        rpc = _Rpc(address or self.target, name, request, self.metadata if metadata is None else metadata)
+        # the app's current OpenTelemetry span, if any, becomes the parent of the shuffler's span of this call
+        metadata = (*(self.metadata if metadata is None else metadata), *tracing.inject())
+        rpc = _Rpc(address or self.target, name, request, metadata)
         backoff = _backoff()
         for attempt in range(1, self.attempts + 1):
             try:

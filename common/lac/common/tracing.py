@@ -6,8 +6,8 @@
 What is traced, so that a batch's path can be followed:
 
 * every ``lac.v1`` RPC a server answers (``server_interceptors``): one SERVER span named after the method,
-  a child of the caller's span when the call carries a W3C ``traceparent`` header (an app traced with
-  OpenTelemetry's gRPC instrumentation sends it), with the status code;
+  a child of the caller's span when the call carries a W3C ``traceparent`` header (the SDK sends the
+  context of the app's current OpenTelemetry span with every call, ``inject``), with the status code;
 * the shuffler's delivery of a batch: a root span (``shuffler.forward_batch``) whose context travels to the
   curator in the IngestBatch call, so the curator's ingest of that batch is its child.
 
@@ -174,10 +174,13 @@ def span(
 
 
 def inject() -> tuple[tuple[str, str], ...]:
-    """gRPC metadata carrying the current span's context (``traceparent``) to the server called; () when off."""
-    if _tracer is None:
+    """gRPC metadata carrying the current span's W3C context (``traceparent``, ``tracestate``; never baggage) to
+    the server called: this process's span, or an app's own OpenTelemetry span around an SDK call. () without
+    a current span or without OpenTelemetry installed."""
+    try:
+        from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+    except ImportError:
         return ()
-    from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
     carrier: dict[str, str] = {}
     TraceContextTextMapPropagator().inject(carrier)
