@@ -5,7 +5,7 @@ import pytest
 import scipy.sparse as sp
 
 from lac.common.text import BOS, EOS, sentences
-from lac.curator.release.ngrams import NgramVocabulary, count_reports, ngrams, user_counts
+from lac.curator.release.ngrams import NgramVocabulary, _ngrams, count_reports, ngrams, report_items, user_counts
 
 PUBLIC = (
     "The cat sat on the mat. The dog sat on the log! Did the cat see the dog? "
@@ -230,3 +230,19 @@ def test_key_table_matches_binary_search():
             (pos < keys.size) & (keys[np.minimum(pos, max(keys.size - 1, 0))] == q) if keys.size else False, pos, -1
         )
         np.testing.assert_array_equal(table.find(q), want)
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_report_items_match_enumerating_each_report(seed):
+    """Per report, its items in order of first occurrence in ``ngrams``'s enumeration, with their counts;
+    the dictionary holds each item once (whatever its internal order)."""
+    rng = np.random.default_rng(seed)
+    max_n = int(rng.integers(1, 5))
+    reps = random_reports(rng, int(rng.integers(0, 40)))
+    got = report_items(reps, max_n)
+    assert len(set(got.items)) == len(got.items)
+    for r, rep in enumerate(reps):
+        want = Counter(g for s in rep for g in _ngrams(list(map(str, s)), max_n))  # (the tokens may be <s>, </s>)
+        row = slice(got.indptr[r], got.indptr[r + 1])
+        assert [got.items[i] for i in got.item_ids[row]] == list(want)  # Counter keeps first-occurrence order
+        assert got.counts[row].tolist() == list(want.values())

@@ -608,32 +608,35 @@ def keyed_report_items(
     wid[np.arange(tok.size) + np.repeat(starts + 1 - (np.cumsum(slen) - slen), slen)] = tok
     pos_in_sent = np.arange(wid.size, dtype=np.int64) - np.repeat(starts, lens)
     rep_of_pos = np.repeat(rep_of_sent, lens)
-    keys, ords, reps = [], [], []
+    # every n-gram's key, laid out [position, order - 1]: flattened row-major, entry i is ordinal i of ``ngrams``
+    all_keys = np.zeros((wid.size, max_n), dtype=np.int64)
+    valid = np.zeros((wid.size, max_n), dtype=bool)
     key = np.zeros(wid.size, dtype=np.int64)
     for k in range(1, max_n + 1):
         if k == 1:
             key = wid.copy()
-            valid = pos_in_sent > 0  # the bare <s> unigram is never an item
+            valid[:, 0] = pos_in_sent > 0  # the bare <s> unigram is never an item
         else:
             prev = np.zeros(wid.size, dtype=np.int64)
             prev[1:] = key[:-1]
             key = prev * B + wid
-            valid = pos_in_sent >= k - 1
-        at = np.flatnonzero(valid)
-        keys.append(key[at])
-        ords.append(at * max_n + (k - 1))  # the enumeration order of ``ngrams``
-        reps.append(rep_of_pos[at])
-    key, ordinal, rep = np.concatenate(keys), np.concatenate(ords), np.concatenate(reps)
-    order = np.lexsort((ordinal, key, rep))  # by report, then item, then first occurrence
-    key, ordinal, rep = key[order], ordinal[order], rep[order]
-    first = np.ones(key.size, dtype=bool)
-    first[1:] = (key[1:] != key[:-1]) | (rep[1:] != rep[:-1])
+            valid[:, k - 1] = pos_in_sent >= k - 1
+        all_keys[:, k - 1] = key
+    ordinal = np.flatnonzero(valid.ravel())
+    key = all_keys.ravel()[ordinal]
+    rep = rep_of_pos[ordinal // max_n]
+    uniq, inverse = np.unique(key, return_inverse=True)  # items in key order; inverse: each n-gram's item id
+    inverse = inverse.reshape(-1)
+    pair = rep * uniq.size + inverse  # (report, item) as one int64; ordinals grow with the report
+    order = np.argsort(pair, kind="stable")  # by report, then item, then first occurrence
+    pair = pair[order]
+    first = np.ones(pair.size, dtype=bool)
+    first[1:] = pair[1:] != pair[:-1]
     gstart = np.flatnonzero(first)
-    gcount = np.diff(np.append(gstart, key.size))
-    gkey, gord, grep = key[gstart], ordinal[gstart], rep[gstart]
-    by_occurrence = np.lexsort((gord, grep))
-    gkey, gcount, grep = gkey[by_occurrence], gcount[by_occurrence], grep[by_occurrence]
-    uniq, item_ids = np.unique(gkey, return_inverse=True)
+    gcount = np.diff(np.append(gstart, pair.size))
+    by_occurrence = np.argsort(ordinal[order][gstart])  # a report's items by first occurrence, reports in order
+    item_ids = inverse[order][gstart][by_occurrence]
+    gcount, grep = gcount[by_occurrence], rep[order][gstart][by_occurrence]
     names = ["", *vocab_words]  # id -> word (ids start at 1)
     items = []
     for k in uniq.tolist() if spell else ():
