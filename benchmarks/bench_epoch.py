@@ -50,9 +50,10 @@ from pathlib import Path
 import grpc
 from benchkit import cpu_seconds, load, real_reports, sealed_payloads
 
+from lac.analyst import CuratorClient, Unavailable
 from lac.common import envelope
 from lac.common.paths import data_dir
-from lac.common.v1 import curator_pb2, curator_pb2_grpc, reports_pb2, shuffler_pb2, shuffler_pb2_grpc
+from lac.common.v1 import curator_pb2, reports_pb2, shuffler_pb2, shuffler_pb2_grpc
 from lac.shuffler.auth import add_clients
 from lac.suite import procs
 from lac.suite.data import prepare_corpora
@@ -111,9 +112,8 @@ class Watch:
         self.n = n
         self.operator = (("authorization", f"Bearer {operator_token}"),)
         self.shuffler_channel = grpc.insecure_channel(shuffler.address)
-        self.curator_channel = grpc.insecure_channel(curator.address)
         self.shuffler = shuffler_pb2_grpc.ShufflerStub(self.shuffler_channel)
-        self.curator = curator_pb2_grpc.CuratorStub(self.curator_channel)
+        self.curator = CuratorClient(curator.address, insecure=True)  # the operator's view (insecure curator)
         self.shuffled_at: float | None = None
         self.stored_at: float | None = None
         self.batches = 0
@@ -146,10 +146,8 @@ class Watch:
                         self.shuffled_at = time.perf_counter()
                         self.batches = s.batches_pending + s.batches_forwarded
             try:
-                c = self.curator.GetStatus(curator_pb2.CuratorStatusRequest(), timeout=60)
-            except grpc.RpcError as exc:
-                if exc.code() not in (grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.UNAVAILABLE):
-                    raise
+                c = self.curator.call("GetStatus", curator_pb2.CuratorStatusRequest(), timeout=60)
+            except Unavailable:  # UNAVAILABLE or DEADLINE_EXCEEDED
                 continue
             if c.reports + sum(c.rejects.values()) >= self.n:
                 self.stored_at = time.perf_counter()
@@ -168,7 +166,7 @@ class Watch:
     def close(self) -> None:
         self._stop.set()
         self.shuffler_channel.close()
-        self.curator_channel.close()
+        self.curator.close()
 
 
 def _pids(service) -> list[int]:
@@ -305,8 +303,6 @@ def main() -> None:
             cpu2 = (_cpu(shuffler), _cpu(curator), time.process_time())
             shuffled = watch.shuffled_at or ingested
             stored = watch.stored_at or time.perf_counter()
-            from lac.curator.analyst.client import CuratorClient
-
             with CuratorClient(curator.address, insecure=True, release_timeout=3600) as analyst:
                 r0 = time.perf_counter()
                 record = analyst.release(1.0, 1e-6)

@@ -95,13 +95,14 @@ def baseline(paths: list[Path]) -> int:
 
 
 def library(paths: list[Path], expected: int, spool: Path) -> tuple[int, int]:
+    from lac.common.exports import ipc_bytes
     from lac.common.rng import secure_generator
     from lac.curator.store import export
 
     rows = 0
     with export.ShuffledReports(paths, secure_generator(), expected, spool) as s:
         for col in s.chunks():
-            export.ipc_bytes(col)  # the message the server sends
+            ipc_bytes(col)  # the message the server sends
             rows += len(col)
         return rows, s.buckets
 
@@ -146,8 +147,8 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3)
     args = ap.parse_args()
 
+    from lac.analyst import CuratorClient
     from lac.common.deployment import Deployment
-    from lac.curator.analyst.client import CuratorClient
 
     window = Deployment().window(time.time()) - 2
     with tempfile.TemporaryDirectory() as tmp:

@@ -4,6 +4,6 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/os_packages.sh
 python -m pip install --quiet --upgrade pip
-python -m pip install --quiet ./common "./client[glove]" ./shuffler ./curator .
+python -m pip install --quiet ./common "./client[glove]" ./shuffler ./analyst ./curator .
 lac data
 lac demo "$@"

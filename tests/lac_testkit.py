@@ -424,3 +424,34 @@ def fill(directory) -> None:
                 assert exc.errno == errno.ENOSPC
     finally:
         os.close(fd)
+
+
+SEALED_TEXTS = [  # the sealed reports of ``mtls_curator_with_reports``: sentences of the conftest's public text
+    ["the", "dog", "sleeps", "in", "the", "sun"],
+    ["the", "fox", "is", "a", "small", "animal"],
+    ["we", "walk", "the", "dog"],
+    ["the", "sun", "is", "a", "star"],
+]
+
+
+def mtls_curator_with_reports(start_curator, pki, curator_public_key, n: int, **overrides):
+    """A curator with mutual TLS (``start_curator`` fixture) holding ``n`` HPKE-sealed reports of
+    ``SEALED_TEXTS``, ingested as the shuffler identity in one batch; returns the ServerThread."""
+    from lac.common import envelope, tls
+    from lac.common.v1 import curator_pb2_grpc
+
+    cert, key = pki.pem("curator")
+    cur = start_curator(insecure=False, tls_cert=cert, tls_key=key, tls_client_ca=pki.ca, **overrides)
+    with tls.channel(cur.address, pki.client_tls("shuffler")) as ch:
+        reply = curator_pb2_grpc.CuratorIngestStub(ch).IngestBatch(
+            curator_pb2.IngestBatchRequest(
+                batch_id="b1",
+                reports=[
+                    envelope.seal(content(SEALED_TEXTS[i % len(SEALED_TEXTS)]), curator_public_key) for i in range(n)
+                ],
+                privacy=batch_privacy(n),
+            ),
+            timeout=30,
+        )
+    assert reply.accepted == n
+    return cur

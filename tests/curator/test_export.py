@@ -16,12 +16,12 @@ import pyarrow.parquet as pq
 import pytest
 from lac_testkit import DEPLOYMENT, Pki, batch_privacy, content, run_lac
 
+from lac.analyst.client import CuratorClient
 from lac.common import envelope, tls
 from lac.common.errors import FailedPrecondition, InvalidArgument, PermissionDenied
 from lac.common.privacy import VACUOUS_EPSILON, LocalGuarantee
 from lac.common.rpc import Role
 from lac.common.v1 import curator_pb2, curator_pb2_grpc
-from lac.curator.analyst.client import CuratorClient
 from lac.curator.release.ngrams import ReportItems, item_names, report_items
 from lac.curator.store import export
 from lac.curator.store import segments as seg
@@ -336,7 +336,7 @@ def test_a_curator_start_clears_an_interrupted_exports_spool(tmp_path):
 
 
 def test_the_guarantee_survives_the_wire():
-    from lac.curator.service import serde
+    from lac.common import serde
 
     batches = [(CLOSED, CLOSED + 1, 9, _privacy(9)), (CLOSED + 1, CLOSED + 1, 4, None)]
     g = export.local_guarantee(

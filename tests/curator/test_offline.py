@@ -162,7 +162,7 @@ def test_cli_without_counts_still_uses_server(capsys, monkeypatch):
     """No --counts: the RPC path is taken (fails fast to connect to a closed port)."""
     import functools
 
-    from lac.curator.analyst import client as analyst
+    from lac.analyst import client as analyst
 
     waits: list[float] = []  # the retries' back-off, recorded instead of slept
     monkeypatch.setattr(

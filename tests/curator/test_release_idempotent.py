@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 from lac_testkit import batch_privacy, content
 
+from lac.analyst.client import CuratorClient, release_with_retries
 from lac.common import envelope
 from lac.common.privacy import Budget
 from lac.common.v1 import curator_pb2, curator_pb2_grpc
-from lac.curator.analyst.client import CuratorClient, release_with_retries
 from lac.curator.store.store import CuratorStore
 
 R = curator_pb2.ReleaseRequest

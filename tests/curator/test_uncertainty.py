@@ -10,8 +10,7 @@ import math
 
 import numpy as np
 import pytest
-from curator_testkit import mtls_curator_with_reports
-from lac_testkit import run_lac
+from lac_testkit import mtls_curator_with_reports, run_lac
 
 from lac.common import tls
 from lac.common.v1 import curator_pb2, curator_pb2_grpc
@@ -30,7 +29,7 @@ def serve(start_curator, pki, curator_public_key):
 
 
 def _client(cur, pki):
-    from lac.curator import CuratorClient
+    from lac.analyst import CuratorClient
 
     cert, key = pki.pem("analyst")
     return CuratorClient(cur.address, ca=pki.ca, cert=cert, key=key)
@@ -116,7 +115,7 @@ def test_no_noise_is_stated_where_the_release_states_none(serve, pki):
 def test_preview_gives_the_budget_after_the_release(serve, pki, capsys):
     """Each covered window's spent and remaining (ε, δ) after the release, from the ledger GetBudget shows plus
     the release's charge, including a DP count the accuracy check would take first; an overspend says so."""
-    from lac.curator import WindowBudget
+    from lac.analyst import WindowBudget
 
     cur = serve(n=40, budget_epsilon=10.0, budget_delta=1e-5, min_signal_share=0.25, count_epsilon=2.0)
     with _client(cur, pki) as c:

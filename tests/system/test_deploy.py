@@ -202,7 +202,8 @@ def test_sharded_profile_runs_two_replicas_that_agree(deployed):
 def test_dockerfile_installs_one_component():
     text = (ROOT / "docker" / "Dockerfile").read_text()
     assert "pip install --no-cache-dir ./common ./${COMPONENT} $extra" in text
-    assert 'if [ "${COMPONENT}" = curator ]; then extra="./client[glove] ./curator[channel]"' in text
+    assert 'if [ "${COMPONENT}" = curator ]; then extra="./client[glove] ./analyst ./curator[channel]"' in text
+    assert "COPY analyst ./analyst" in text  # lac-curator depends on lac-analyst
     assert 'ENTRYPOINT ["lac"]' in text
     for mount in ("/etc/lac/keys", "/etc/lac/tls", "/keys/ca", "/keys/curator-tls", "/keys/shuffler-tls"):
         assert mount in text, f"{mount} must exist in the image, owned by the service user"

@@ -47,7 +47,7 @@ def test_mkdocs_build_strict(tmp_path):
     client = _text(site, "reference/client")
     for name in ("Localizer", "ShufflerClient", "from_preset", "RetryableError", "EmbeddingUnavailable"):
         assert name in client, name
-    curator = _text(site, "reference/curator")
+    curator = _text(site, "reference/analyst")
     for name in ("CuratorClient", "export_parquet", "next_word", "BudgetExhausted"):
         assert name in curator, name
     assert "Guarantee" in _text(site, "reference/privacy") and "PrivacyUnit" in _text(site, "reference/privacy")

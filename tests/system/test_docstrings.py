@@ -11,7 +11,7 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("common", "client", "shuffler", "curator", "suite")
+PACKAGES = ("common", "client", "shuffler", "curator", "analyst", "suite")
 MIN_SHARE = 0.85
 
 

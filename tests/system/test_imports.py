@@ -10,7 +10,7 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("common", "client", "shuffler", "curator", "suite")
+PACKAGES = ("common", "client", "shuffler", "curator", "analyst", "suite")
 
 
 def _modules() -> dict[str, Path]:

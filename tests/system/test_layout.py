@@ -10,12 +10,19 @@ from pathlib import Path
 TESTS = Path(__file__).resolve().parents[1]
 CURATOR = TESTS.parent / "curator" / "lac" / "curator"
 # The curator's wings (docs/design.md, "Layout"): a newcomer sees them from the listing.
-CURATOR_WINGS = {"analyst", "lm", "mechanisms", "release", "service", "store"}
-ROLES = ("common", "client", "shuffler", "curator")
+CURATOR_WINGS = {"lm", "mechanisms", "release", "service", "store"}
+ROLES = ("common", "client", "shuffler", "curator", "analyst")
 # The peer a role's tests may import besides lac.common and the role itself: the one they drive as a real
 # counterpart (the client's tests register a token on a real shuffler; the shuffler's use the SDK as caller;
-# the curator's sample the local channel with the SDK's real mechanism).
-PEERS = {"common": (), "client": ("shuffler",), "shuffler": ("client",), "curator": ("client",)}
+# the curator's sample the local channel with the SDK's real mechanism and call it with the analyst's client, which
+# its `lac curator` commands use; the analyst's run a real curator).
+PEERS = {
+    "common": (),
+    "client": ("shuffler",),
+    "shuffler": ("client",),
+    "curator": ("client", "analyst"),
+    "analyst": ("curator",),
+}
 
 
 def _modules() -> list[Path]:
@@ -58,8 +65,8 @@ def test_role_tests_import_only_their_role():
 
 
 def test_the_curator_is_in_wings():
-    """``lac/curator/`` holds its wings and nothing flat beside the package's ``__init__`` (which re-exports
-    the analyst's client); each wing is a package whose docstring says what it holds."""
+    """``lac/curator/`` holds its wings and nothing flat beside the package's ``__init__`` (the analyst's client
+    is its own distribution, ``lac-analyst``); each wing is a package whose docstring says what it holds."""
     listing = {p.name for p in CURATOR.iterdir() if p.name != "__pycache__"}
     assert listing == {"__init__.py", "py.typed", *CURATOR_WINGS}
     for wing in CURATOR_WINGS:

@@ -22,7 +22,7 @@ def test_distribution_names():
 
     names = {
         d: tomllib.loads((ROOT / d / "pyproject.toml").read_text())["project"]["name"]
-        for d in (".", "common", "client", "shuffler", "curator")
+        for d in (".", "common", "client", "shuffler", "curator", "analyst")
     }
     assert names == {
         ".": "lac-privacy-suite",
@@ -30,6 +30,7 @@ def test_distribution_names():
         "client": "lac-client",
         "shuffler": "lac-shuffler",
         "curator": "lac-curator",
+        "analyst": "lac-analyst",
     }
     assert PROVIDERS["demo"].startswith("lac-privacy-suite ")
 
@@ -41,12 +42,17 @@ CASES = {
 }
 
 
+# What a component needs from this repository besides lac-common (its other lac-* dependencies).
+LOCAL_DEPENDENCIES = {"curator": ("analyst",)}
+
+
 def _install_alone(tmp_path, component, env=None, source=None) -> str:
     """A fresh virtualenv with common and ``component`` (from ``source`` if given) installed; returns its python."""
     venv.create(tmp_path / "venv", with_pip=True)
     py = str(tmp_path / "venv" / "bin" / "python")
+    local = [str(ROOT / d) for d in LOCAL_DEPENDENCIES.get(component, ())]
     subprocess.run(
-        [py, "-m", "pip", "install", "--quiet", str(ROOT / "common"), str(source or ROOT / component)],
+        [py, "-m", "pip", "install", "--quiet", str(ROOT / "common"), *local, str(source or ROOT / component)],
         check=True,
         capture_output=True,
         timeout=900,
@@ -151,6 +157,39 @@ def test_client_with_the_embedding_installs_alone(tmp_path):
     assert _site_packages_mb(tmp_path / "venv") <= 200
 
 
+# What an analyst's install (common + analyst[frames]) must never pull: the server kit, scipy, the roles' code.
+ANALYST_FORBIDDEN = {
+    "scipy",
+    "pyarrow",
+    "matplotlib",
+    "lac-curator",
+    "lac-shuffler",
+    "lac-client",
+    "grpcio-reflection",
+    "prometheus-client",
+    "prometheus_client",
+}
+
+
+@pytest.mark.slow
+def test_analyst_installs_alone(tmp_path):
+    """An analyst's install (common + analyst[frames], pandas included): no server code or kit, no scipy, no
+    pyarrow; the client and its DataFrames import; issue 24's target of 200 MB is met (BENCHMARKS.md, "Install
+    sizes")."""
+    py = _install_alone(tmp_path, "analyst", source=f"{ROOT / 'analyst'}[frames]")
+    assert not ANALYST_FORBIDDEN & _installed(py), ANALYST_FORBIDDEN & _installed(py)
+    assert "pandas" in _installed(py)
+    check = (
+        "import sys\n"
+        "import lac.analyst, pandas\n"
+        "from lac.analyst.client import STRING, _frame\n"
+        "assert list(_frame({'ngram': (['a b'], STRING)}).columns) == ['ngram']\n"
+        "assert not {'lac.curator', 'lac.shuffler', 'scipy', 'pyarrow'} & set(sys.modules)\n"
+    )
+    subprocess.run([py, "-c", check], check=True, timeout=120)
+    assert _site_packages_mb(tmp_path / "venv") <= 200
+
+
 @pytest.mark.slow
 def test_client_installs_without_a_c_compiler(tmp_path):
     """The fused kernel is optional: with no working compiler the SDK installs and runs on BLAS, exactly."""
@@ -178,6 +217,7 @@ DISTRIBUTIONS = {
     "client": "lac_client",
     "shuffler": "lac_shuffler",
     "curator": "lac_curator",
+    "analyst": "lac_analyst",
 }  # folder: wheel name
 
 

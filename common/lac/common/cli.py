@@ -21,6 +21,8 @@ from collections.abc import Callable
 from importlib.metadata import EntryPoint, entry_points
 from typing import TYPE_CHECKING, Any, NoReturn
 
+from lac.common.errors import RemoteError
+
 if TYPE_CHECKING:
     from google.protobuf.descriptor import FieldDescriptor
     from google.protobuf.message import Message
@@ -216,9 +218,13 @@ def run_command(args: argparse.Namespace) -> int:
         return 2
     except Exception as exc:
         code = getattr(exc, "code", None)
-        if callable(code) and hasattr(exc, "details"):  # a gRPC error (or the SDK's, which subclass it)
-            status = getattr(code(), "name", str(code()))
-            message = f"{status}: {_one_line(exc.details() or '')}"
+        status: str | None = None
+        if isinstance(exc, RemoteError):  # a client library's typed error (lac.analyst)
+            status, details = exc.code, exc.details
+        elif callable(code) and hasattr(exc, "details"):  # a gRPC error (or the SDK's, which subclass it)
+            status, details = getattr(code(), "name", str(code())), exc.details() or ""
+        if status is not None:
+            message = f"{status}: {_one_line(details)}"
             if status == "UNAVAILABLE":  # "Socket closed" may be a server that requires a client certificate
                 from lac.common.tls import missing_client_cert
 

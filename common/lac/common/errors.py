@@ -21,6 +21,9 @@ __all__ = [
     "Unavailable",
     "DataLoss",
     "RejectReason",
+    "ErrorReason",
+    "RemoteError",
+    "ERROR_REASON_KEY",
 ]
 
 
@@ -62,15 +65,36 @@ class RejectReason(StrEnum):
     REPLAYED_REPORT_ID = "replayed_report_id"  # dropped, not quarantined (its first copy is stored)
 
 
+ERROR_REASON_KEY = "lac-error-reason"  # the trailing metadata key that carries an ``ErrorReason``
+
+
+class ErrorReason(StrEnum):
+    """Why a call failed, when its status code alone does not say it: sent as ``ERROR_REASON_KEY`` trailing
+    metadata so that a client (``lac.analyst``) tells these errors apart by it, never by the message text.
+    The values are a wire contract: never change one."""
+
+    BUDGET_EXHAUSTED = "budget_exhausted"  # FAILED_PRECONDITION: a release would overspend a window's budget
+    RELEASE_REFUSED = "release_refused"  # FAILED_PRECONDITION: the accuracy check predicts the noise swamps the signal
+
+
 class LacError(Exception):
     """Base of errors a service reports to its caller with a precise status.
 
-    ``retry_after`` (seconds) is sent as ``retry-after-seconds`` trailing metadata when set.
+    ``retry_after`` (seconds) is sent as ``retry-after-seconds`` trailing metadata when set, ``error_reason``
+    as ``lac-error-reason`` (``ERROR_REASON_KEY``).
     """
 
-    def __init__(self, message: str, *, retry_after: float | None = None, **extra: Any):
+    def __init__(
+        self,
+        message: str,
+        *,
+        retry_after: float | None = None,
+        error_reason: ErrorReason | None = None,
+        **extra: Any,
+    ):
         super().__init__(message)
         self.retry_after = retry_after
+        self.error_reason = error_reason
         self.extra = extra
 
 
@@ -108,3 +132,14 @@ class Unavailable(LacError):
 
 class DataLoss(LacError):
     """Stored data that should exist is missing or corrupt."""
+
+
+class RemoteError(Exception):
+    """An error a LAC service returned, as a client library raises it (``lac.analyst.AnalystError``): ``code``
+    is the gRPC status name, ``details`` the service's message. ``lac.common.cli`` prints it as a one-line
+    ``CODE: details``, the same as a raw gRPC error."""
+
+    def __init__(self, code: str, details: str):
+        super().__init__(f"{code}: {details}")
+        self.code = code
+        self.details = details

@@ -164,8 +164,13 @@ MAX_DETAILS_CHARS = 2000  # of a status message (sent as metadata: at most 16 Ki
 
 async def _abort(context: Context, method: str, exc: errors.LacError) -> None:
     code = status_of(exc)
+    trailing = []
     if exc.retry_after is not None:
-        context.set_trailing_metadata((("retry-after-seconds", str(max(1, math.ceil(exc.retry_after)))),))
+        trailing.append(("retry-after-seconds", str(max(1, math.ceil(exc.retry_after)))))
+    if exc.error_reason is not None:
+        trailing.append((errors.ERROR_REASON_KEY, str(exc.error_reason)))
+    if trailing:
+        context.set_trailing_metadata(tuple(trailing))
     message = str(exc)
     if len(message) > MAX_DETAILS_CHARS:  # a message quoting a huge input: gRPC refuses over-long metadata
         message = message[:MAX_DETAILS_CHARS] + f"... ({len(message) - MAX_DETAILS_CHARS} more characters)"

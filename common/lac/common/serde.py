@@ -1,10 +1,12 @@
-"""Proto ⇄ domain translations of the messages every hop shares (``reports.proto``)."""
+"""Proto ⇄ domain translations of the messages more than one role reads: the deployment (``reports.proto``,
+every hop) and an export's local guarantee (``curator.proto``: the curator writes it, the analyst reads it)."""
 
 from __future__ import annotations
 
 from lac.common.deployment import LOCAL_MECHANISMS, Deployment
 from lac.common.errors import InvalidArgument
-from lac.common.v1 import reports_pb2
+from lac.common.privacy import LocalGuarantee, WindowShuffle
+from lac.common.v1 import curator_pb2, reports_pb2
 
 _MECHANISM_NAMES = {v: k for k, v in LOCAL_MECHANISMS.items()}
 
@@ -62,3 +64,64 @@ def deployment_from_proto(m: reports_pb2.Deployment) -> Deployment:
         )
     except ValueError as exc:
         raise InvalidArgument(f"invalid deployment: {exc}") from None
+
+
+def local_guarantee_message(g: LocalGuarantee) -> curator_pb2.LocalGuarantee:
+    """The typed guarantee on the wire, with its statement."""
+    return curator_pb2.LocalGuarantee(
+        mechanism=g.mechanism,
+        epsilon_per_word=g.epsilon_per_word,
+        embedding=g.embedding,
+        word_distance_bound=g.word_distance_bound,
+        max_report_words=g.max_report_words,
+        reports_per_window=g.reports_per_window,
+        window_seconds=g.window_seconds,
+        first_window=g.first_window,
+        last_window=g.last_window,
+        rows=g.rows,
+        shuffles=[
+            curator_pb2.WindowShuffle(
+                window=s.window,
+                batches=s.batches,
+                reports=s.reports,
+                smallest_batch=s.smallest_batch,
+                epsilon=s.epsilon,
+                delta=s.delta,
+                amplified=s.amplified,
+                method=s.method,
+                unverified=s.unverified,
+            )
+            for s in g.shuffles
+        ],
+        statement=g.statement(),
+    )
+
+
+def local_guarantee_from_proto(m: curator_pb2.LocalGuarantee) -> LocalGuarantee:
+    """The typed guarantee back from the wire (ValueError if its fields are not a valid guarantee)."""
+    return LocalGuarantee(
+        mechanism=m.mechanism,
+        epsilon_per_word=m.epsilon_per_word,
+        embedding=m.embedding,
+        word_distance_bound=m.word_distance_bound,
+        max_report_words=m.max_report_words,
+        reports_per_window=m.reports_per_window,
+        window_seconds=m.window_seconds,
+        first_window=m.first_window,
+        last_window=m.last_window,
+        rows=m.rows,
+        shuffles=tuple(
+            WindowShuffle(
+                s.window,
+                s.batches,
+                s.reports,
+                s.smallest_batch,
+                s.epsilon,
+                s.delta,
+                s.amplified,
+                s.method,
+                s.unverified,
+            )
+            for s in m.shuffles
+        ),
+    )

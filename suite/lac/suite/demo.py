@@ -19,11 +19,12 @@ from pathlib import Path
 
 import numpy as np
 
+from lac.analyst import CuratorClient
 from lac.common import tls
 from lac.common.paths import data_dir
 from lac.common.progress import Progress
 from lac.common.text import sentences
-from lac.common.v1 import curator_pb2, curator_pb2_grpc, shuffler_pb2, shuffler_pb2_grpc
+from lac.common.v1 import curator_pb2, shuffler_pb2, shuffler_pb2_grpc
 from lac.suite import procs
 
 
@@ -159,10 +160,9 @@ def _run(args, workdir: Path) -> int:
         stored = sum(a.status == shuffler_pb2.ACK_STATUS_STORED for a in acks)
 
         print("[4/6] waiting for the shuffled batch to reach the curator", flush=True)
-        with tls.channel(curator.address, pki.client_tls("operator")) as ch:
-            ops = curator_pb2_grpc.CuratorStub(ch)
+        with CuratorClient.with_tls(curator.address, pki.client_tls("operator"), timeout=10) as ops:
             deadline = time.monotonic() + 120
-            while (status := ops.GetStatus(curator_pb2.CuratorStatusRequest(), timeout=10)).reports < stored:
+            while (status := ops.status()).reports < stored:
                 if time.monotonic() > deadline:
                     raise TimeoutError(f"curator holds {status.reports} of {stored} reports after 120s")
                 time.sleep(0.2)
@@ -178,18 +178,20 @@ def _run(args, workdir: Path) -> int:
             f"δ = {args.delta:g})",
             flush=True,
         )
-        with tls.channel(curator.address, analyst) as ch:
-            cstub = curator_pb2_grpc.CuratorStub(ch)
+        with CuratorClient.with_tls(curator.address, analyst) as c:
             # the demo knows how many reports it sent: it may assume that number (an analyst's own knowledge)
-            request = curator_pb2.ReleaseRequest(epsilon=args.epsilon, delta=args.delta, expected_reports=len(reports))
-            preview = cstub.PreviewRelease(request, timeout=60)  # free: no report is read, nothing is spent
+            preview = c.preview(args.epsilon, args.delta, expected_reports=len(reports))  # free: nothing is spent
             print(f"      accuracy preview: {preview.statement}", flush=True)
-            request.force = True  # the demo shows its release whatever the preview says (and says so below)
-            record = cstub.Release(request, timeout=600)
-            release = cstub.GetRelease(curator_pb2.GetReleaseRequest(release_id=record.release_id), timeout=60)
+            # the demo shows its release whatever the preview says (and says so below); the record as the curator
+            # sent it (its discovery numbers, which ReleaseInfo does not keep)
+            request = curator_pb2.ReleaseRequest(
+                epsilon=args.epsilon, delta=args.delta, expected_reports=len(reports), force=True
+            )
+            record = c.send_release(request)
+            release = c.call("GetRelease", curator_pb2.GetReleaseRequest(release_id=record.release_id))
             tops = {
-                n: cstub.TopNgrams(
-                    curator_pb2.TopNgramsRequest(release_id=record.release_id, k=args.top, order=n), timeout=30
+                n: c.call(
+                    "TopNgrams", curator_pb2.TopNgramsRequest(release_id=record.release_id, k=args.top, order=n)
                 ).ngrams
                 for n in range(1, record.max_n + 1)
             }
@@ -272,7 +274,7 @@ def _run(args, workdir: Path) -> int:
     print(f"  the release ({what}){' ' * max(0, 31 - len(what))} = {ppl_release:.1f}")
     print(f"  exact counts of the perturbed reports (non-private)        = {ppl_seen:.1f}")
     print(f"  exact counts of the clean texts (non-private; the ceiling) = {ppl_clean:.1f}")
-    swamped = preview.HasField("swamped") and preview.swamped
+    swamped = bool(preview.swamped)
     if swamped:
         print(
             "  The accuracy preview predicted that the curator's noise would swamp the signal at this size (the "

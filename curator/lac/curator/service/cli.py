@@ -7,10 +7,11 @@ import asyncio
 import json
 from pathlib import Path
 
+from lac.analyst.client import CuratorClient, new_request_id, read_export
 from lac.common import config as cfg
 from lac.common import tls, tracing
 from lac.common.cli import message_json, positive
-from lac.common.v1 import curator_pb2, curator_pb2_grpc, reports_pb2
+from lac.common.v1 import curator_pb2, reports_pb2
 from lac.curator import mechanisms
 from lac.curator.release.core import PublicCaps, ReleaseSpec
 from lac.curator.service.config import ENV_PREFIX, CuratorConfig
@@ -343,13 +344,14 @@ def _restore(args) -> int:
     return 0
 
 
-def _stub(args):
-    """The query service, over mTLS (--ca/--cert/--key) or, for demos, --insecure."""
+def _client(args) -> CuratorClient:
+    """The analyst's client of the curator service (``lac.analyst``: its errors typed by status code), over mTLS
+    (--ca/--cert/--key) or, for demos, --insecure."""
     try:
         channel_tls = tls.client_tls_from_args(args, "lac curator")
     except ValueError as e:
         raise SystemExit(f"error: {e}") from None
-    return curator_pb2_grpc.CuratorStub(tls.channel(args.server, channel_tls))
+    return CuratorClient.with_tls(args.server, channel_tls)
 
 
 def _print(args, message, text: str) -> None:
@@ -404,13 +406,11 @@ def _release(args) -> int:
         req.expected_reports = args.expected_reports
     req.force = args.force
     if args.dry_run:
-        preview = _stub(args).PreviewRelease(req, timeout=60)
+        preview = _client(args).call("PreviewRelease", req, timeout=60)
         _print(args, preview, f"dry run (nothing spent): {preview.statement}")
         return 0
-    from lac.curator.analyst.client import new_request_id, release_with_retries
-
     req.request_id = args.request_id or new_request_id()
-    record = release_with_retries(_stub(args).Release, req, timeout=600)
+    record = _client(args).send_release(req, timeout=600)
     _print(args, record, describe(record))
     return 0
 
@@ -464,7 +464,7 @@ def _release_offline(args) -> int:
 
 
 def _releases(args) -> int:
-    reply = _stub(args).ListReleases(curator_pb2.ListReleasesRequest(), timeout=30)
+    reply = _client(args).call("ListReleases", curator_pb2.ListReleasesRequest(), timeout=30)
     _print(args, reply, "\n".join(describe(r) for r in reply.releases) or "no releases")
     return 0
 
@@ -484,7 +484,7 @@ def _top(args) -> int:
     request = curator_pb2.TopNgramsRequest(
         release_id=args.release_id, k=min(args.k, 2**32 - 1), order=args.order, exclude_special=args.exclude_special
     )
-    reply = _stub(args).TopNgrams(request, timeout=30)
+    reply = _client(args).call("TopNgrams", request, timeout=30)
     _print(args, reply, "\n".join(f"{g.probability:10.6f}  {g.ngram}" for g in reply.ngrams))
     return 0
 
@@ -502,7 +502,7 @@ def _windows(ws) -> str:
 
 
 def _status(args) -> int:
-    s = _stub(args).GetStatus(curator_pb2.CuratorStatusRequest(), timeout=30)
+    s = _client(args).call("GetStatus", curator_pb2.CuratorStatusRequest(), timeout=30)
     rejects = ", ".join(f"{k}={v}" for k, v in sorted(s.rejects.items())) or "none"
     by_window = ", ".join(f"{w}: {n}" for w, n in sorted(s.reports_by_window.items())) or "none"
     _print(
@@ -529,7 +529,7 @@ def _exports(exports) -> str:
 
 
 def _budget(args) -> int:
-    b = _stub(args).GetBudget(curator_pb2.BudgetRequest(), timeout=30)
+    b = _client(args).call("GetBudget", curator_pb2.BudgetRequest(), timeout=30)
     _print(
         args,
         b,
@@ -541,8 +541,6 @@ def _budget(args) -> int:
 
 
 def _export(args) -> int:
-    from lac.curator.analyst.client import read_export
-
     if args.window is not None and (args.first_window is not None or args.last_window is not None):
         raise SystemExit("lac curator export: give --window, or --first-window and --last-window, not both")
     if args.window is not None:
@@ -552,7 +550,7 @@ def _export(args) -> int:
     else:
         raise SystemExit("lac curator export: give --window W, or --first-window A and --last-window B")
     request = curator_pb2.ExportReportsRequest(first_window=first, last_window=last)
-    got = read_export(_stub(args).ExportReports(request, timeout=3600), args.out)
+    got = read_export(_client(args).stream("ExportReports", request, timeout=3600), args.out)
     if args.json:
         print(
             json.dumps({"out": str(got.path), "export_id": got.export_id, "rows": got.rows, **got.guarantee.to_dict()})
@@ -565,7 +563,7 @@ def _export(args) -> int:
 def _deployment(args) -> int:
     from lac.common.serde import deployment_from_proto
 
-    m = _stub(args).GetDeployment(reports_pb2.DeploymentRequest(), timeout=30)
+    m = _client(args).call("GetDeployment", reports_pb2.DeploymentRequest(), timeout=30)
     served_by = f"\nserved by {m.server_version}" if m.server_version else ""  # empty from older curators
     keys = f"\nreports are sealed to key id {', '.join(m.key_ids)}" if m.key_ids else ""
     _print(args, m, deployment_from_proto(m).report_guarantee().statement() + keys + served_by)
@@ -573,16 +571,18 @@ def _deployment(args) -> int:
 
 
 def _prob(args) -> int:
-    reply = _stub(args).NgramProbabilities(
-        curator_pb2.NgramProbabilitiesRequest(release_id=args.release_id, ngrams=args.ngrams), timeout=60
+    reply = _client(args).call(
+        "NgramProbabilities",
+        curator_pb2.NgramProbabilitiesRequest(release_id=args.release_id, ngrams=args.ngrams),
+        timeout=60,
     )
     _print(args, reply, "\n".join(f"{g.probability:.6g}\t{g.ngram}" for g in reply.ngrams))
     return 0
 
 
 def _next(args) -> int:
-    reply = _stub(args).NextWord(
-        curator_pb2.NextWordRequest(release_id=args.release_id, context=args.context, k=args.k), timeout=60
+    reply = _client(args).call(
+        "NextWord", curator_pb2.NextWordRequest(release_id=args.release_id, context=args.context, k=args.k), timeout=60
     )
     _print(
         args,
@@ -598,7 +598,9 @@ def _perplexity(args) -> int:
     if text.startswith("@"):
         with open(text[1:], encoding="utf-8") as f:
             text = f.read()
-    reply = _stub(args).Perplexity(curator_pb2.PerplexityRequest(release_id=args.release_id, text=text), timeout=600)
+    reply = _client(args).call(
+        "Perplexity", curator_pb2.PerplexityRequest(release_id=args.release_id, text=text), timeout=600
+    )
     _print(
         args,
         reply,
@@ -613,7 +615,7 @@ def _arpa(args) -> int:
 
     from lac.common.files import atomic_file
 
-    chunks = _stub(args).ExportArpa(curator_pb2.ExportArpaRequest(release_id=args.release_id), timeout=600)
+    chunks = _client(args).stream("ExportArpa", curator_pb2.ExportArpaRequest(release_id=args.release_id), timeout=600)
     if args.out == "-":
         for c in chunks:
             sys.stdout.write(c.text)

@@ -12,8 +12,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from lac.common.errors import InvalidArgument
-from lac.common.privacy import Budget, LocalGuarantee, WindowShuffle, check_delta
+from lac.common.privacy import Budget, LocalGuarantee, check_delta
 from lac.common.rpc import Caller, Role
+from lac.common.serde import local_guarantee_message
 from lac.common.v1 import curator_pb2
 from lac.curator import mechanisms
 from lac.curator.release.core import ReleaseRecord, ReleaseSpec
@@ -30,8 +31,6 @@ __all__ = [
     "export_header",
     "export_records",
     "exports_per_window",
-    "local_guarantee_message",
-    "local_guarantee_from_proto",
     "is_operator",
     "EPSILON_RANGE",
     "MIN_DELTA",
@@ -222,67 +221,6 @@ def export_windows(r: curator_pb2.ExportReportsRequest) -> tuple[int, int]:
             "give first_window and last_window (equal for one window) of the closed windows to export"
         )
     return int(r.first_window), int(r.last_window)
-
-
-def local_guarantee_message(g: LocalGuarantee) -> curator_pb2.LocalGuarantee:
-    """The typed guarantee on the wire, with its statement."""
-    return curator_pb2.LocalGuarantee(
-        mechanism=g.mechanism,
-        epsilon_per_word=g.epsilon_per_word,
-        embedding=g.embedding,
-        word_distance_bound=g.word_distance_bound,
-        max_report_words=g.max_report_words,
-        reports_per_window=g.reports_per_window,
-        window_seconds=g.window_seconds,
-        first_window=g.first_window,
-        last_window=g.last_window,
-        rows=g.rows,
-        shuffles=[
-            curator_pb2.WindowShuffle(
-                window=s.window,
-                batches=s.batches,
-                reports=s.reports,
-                smallest_batch=s.smallest_batch,
-                epsilon=s.epsilon,
-                delta=s.delta,
-                amplified=s.amplified,
-                method=s.method,
-                unverified=s.unverified,
-            )
-            for s in g.shuffles
-        ],
-        statement=g.statement(),
-    )
-
-
-def local_guarantee_from_proto(m: curator_pb2.LocalGuarantee) -> LocalGuarantee:
-    """The typed guarantee back from the wire (ValueError if its fields are not a valid guarantee)."""
-    return LocalGuarantee(
-        mechanism=m.mechanism,
-        epsilon_per_word=m.epsilon_per_word,
-        embedding=m.embedding,
-        word_distance_bound=m.word_distance_bound,
-        max_report_words=m.max_report_words,
-        reports_per_window=m.reports_per_window,
-        window_seconds=m.window_seconds,
-        first_window=m.first_window,
-        last_window=m.last_window,
-        rows=m.rows,
-        shuffles=tuple(
-            WindowShuffle(
-                s.window,
-                s.batches,
-                s.reports,
-                s.smallest_batch,
-                s.epsilon,
-                s.delta,
-                s.amplified,
-                s.method,
-                s.unverified,
-            )
-            for s in m.shuffles
-        ),
-    )
 
 
 def export_header(export_id: str, g: LocalGuarantee) -> curator_pb2.ExportChunk:

@@ -46,7 +46,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from lac.common import envelope, tracing
-from lac.common.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound
+from lac.common.errors import AlreadyExists, ErrorReason, FailedPrecondition, InvalidArgument, NotFound
+from lac.common.exports import guarantee_json
 from lac.common.privacy import Budget, LocalGuarantee, PrivacyUnit
 from lac.common.rng import RandomSource, secure_generator
 from lac.common.rpc import Role
@@ -489,7 +490,7 @@ class Curator:
             spent = f"only the DP count was charged (ε = {self.config.count_epsilon:g})"
         p = self._predict(spec, unit, reports, source)
         if p.swamped:
-            raise FailedPrecondition(refusal(p, spent))
+            raise FailedPrecondition(refusal(p, spent), error_reason=ErrorReason.RELEASE_REFUSED)
 
     async def release(self, spec: ReleaseSpec, operator: bool = False, request_id: str | None = None) -> ReleaseRecord:
         """Run ``spec`` over the windows it covers and charge every one of them (if it is DP).
@@ -742,7 +743,7 @@ class Curator:
                 first_window,
                 last_window,
                 rows.rows,
-                export.guarantee_json(guarantee),
+                guarantee_json(guarantee),
             )
         except BaseException:
             rows.close()

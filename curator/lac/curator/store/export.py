@@ -31,13 +31,12 @@ ends (and at the next start after a crash).
 
 from __future__ import annotations
 
-import json
 import math
 import shutil
 import tempfile
 import time
 from collections import defaultdict
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -46,6 +45,7 @@ import pyarrow.parquet as pq
 
 from lac.common.deployment import Deployment
 from lac.common.errors import FailedPrecondition, InvalidArgument, PermissionDenied
+from lac.common.exports import SCHEMA, ipc_bytes
 from lac.common.files import private_dir
 from lac.common.privacy import LocalGuarantee, WindowShuffle
 from lac.common.rng import RandomSource
@@ -54,26 +54,19 @@ from lac.common.v1 import reports_pb2
 from lac.curator.store import segments as seg
 
 __all__ = [
-    "SCHEMA",
     "BUCKET_ROWS",
     "SPOOL_DIR",
     "MAX_WINDOWS",
-    "PARQUET_GUARANTEE_KEY",
-    "PARQUET_STATEMENT_KEY",
     "ShuffledReports",
     "check_grant",
     "check_windows",
     "clear_spool",
-    "guarantee_json",
-    "ipc_bytes",
     "local_guarantee",
     "next_ipc",
-    "parquet_metadata",
-    "read_ipc",
     "window_shuffles",
 ]
 
-SCHEMA = pa.schema([pa.field("words", pa.list_(pa.string()), nullable=False)])
+
 """The exported rows: one per report, its words only."""
 BUCKET_ROWS = 100_000
 """Rows per spool bucket (expected): what step 2 holds in memory (~10 MB at ten words a report)."""
@@ -84,8 +77,6 @@ CHUNK_BYTES = 1 << 20
 """About this many bytes of Arrow data per streamed message."""
 SPOOL_DIR = "export-spool"
 MAX_WINDOWS = 100_000
-PARQUET_GUARANTEE_KEY = "lac.export.guarantee"  # Parquet key-value metadata: the LocalGuarantee as JSON
-PARQUET_STATEMENT_KEY = "lac.export.statement"  # ... and its statement
 
 
 def check_grant(export_identities: frozenset[str], roles: frozenset[Role]) -> None:
@@ -190,23 +181,10 @@ def local_guarantee(
     )
 
 
-def ipc_bytes(words: pa.Array) -> bytes:
-    """One Arrow IPC stream (schema, one record batch) of ``words`` as ``SCHEMA``."""
-    sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, SCHEMA) as w:
-        w.write_batch(pa.record_batch([words], schema=SCHEMA))
-    return sink.getvalue().to_pybytes()
-
-
 def next_ipc(chunks: Iterator[pa.Array]) -> bytes | None:
     """The next array of ``chunks`` as ``ipc_bytes``, None at the end (one step, for a worker thread)."""
     col = next(chunks, None)
     return None if col is None else ipc_bytes(col)
-
-
-def read_ipc(data: bytes) -> pa.Table:
-    """The rows of one ``ipc_bytes`` message (InvalidArgument-free: a malformed one raises pyarrow's error)."""
-    return pa.ipc.open_stream(pa.py_buffer(data)).read_all()
 
 
 def _segment_words(path: Path) -> Iterator[pa.Array]:
@@ -320,17 +298,3 @@ class ShuffledReports:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def guarantee_json(g: LocalGuarantee) -> str:
-    """The guarantee as JSON (what the ledger and the Parquet metadata keep)."""
-    return json.dumps(g.to_dict(), ensure_ascii=False, sort_keys=True)
-
-
-def parquet_metadata(g: LocalGuarantee, export_id: str) -> Mapping[bytes, bytes]:
-    """The key-value metadata an exported Parquet file carries: the guarantee (JSON), its statement, the id."""
-    return {
-        PARQUET_GUARANTEE_KEY.encode(): guarantee_json(g).encode(),
-        PARQUET_STATEMENT_KEY.encode(): g.statement().encode(),
-        b"lac.export.id": export_id.encode(),
-    }

@@ -12,14 +12,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from lac.common.errors import FailedPrecondition
+from lac.common.errors import ErrorReason, FailedPrecondition
 from lac.common.privacy import Budget
 
 __all__ = ["refuse_overspending"]
 
 
 def refuse_overspending(spent: Mapping[int, Budget], charge: Budget, limit: Budget) -> None:
-    """FailedPrecondition naming the windows where ``spent + charge`` would exceed ``limit``.
+    """FailedPrecondition (``ErrorReason.BUDGET_EXHAUSTED``) naming the windows where ``spent + charge``
+    would exceed ``limit``.
 
     The message holds only public quantities: the request, the per-window budget and what
     earlier releases (public requests) spent.
@@ -31,5 +32,6 @@ def refuse_overspending(spent: Mapping[int, Budget], charge: Budget, limit: Budg
     more = f" and {len(over) - 5} more" if len(over) > 5 else ""
     raise FailedPrecondition(
         f"privacy budget exhausted: this release would spend {charge} in each window it "
-        f"covers; the budget is {limit} per window; over it in {shown}{more}"
+        f"covers; the budget is {limit} per window; over it in {shown}{more}",
+        error_reason=ErrorReason.BUDGET_EXHAUSTED,
     )

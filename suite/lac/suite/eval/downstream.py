@@ -165,11 +165,11 @@ def export_round_trip(
     shuffle accountant's statement), export each window over gRPC with ``CuratorClient.export_reports`` and
     return the exported rows (words joined by spaces) per label, with the exports' guarantee statement and
     the curator's ledger of exports."""
+    from lac.analyst import CuratorClient
     from lac.client.submit import report_content
     from lac.common import envelope
     from lac.common.deployment import Deployment
     from lac.common.v1 import curator_pb2, curator_pb2_grpc, reports_pb2
-    from lac.curator.analyst.client import CuratorClient
     from lac.curator.service.config import CuratorConfig
     from lac.shuffler.amplification import shuffle_epsilon
 

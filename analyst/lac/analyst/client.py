@@ -2,7 +2,7 @@
 
 Three lines from a running curator to a DataFrame of the top n-grams::
 
-    from lac.curator import CuratorClient
+    from lac.analyst import CuratorClient
     with CuratorClient("localhost:50052", ca="ca.pem", cert="analyst.pem", key="analyst.key") as c:
         top = c.top(c.release(epsilon=1.0).release_id, k=20)
 
@@ -12,25 +12,30 @@ configuration). What an analyst may see is decided by the curator, per caller: a
 record carries no report count, and for a data-dependent release no sensitivity or noise scale, so
 nothing here has a column for them.
 
-Errors of the service arrive as ``AnalystError`` (``.code``: the gRPC status name, ``.details``: the
-curator's message), or one of its subclasses ``BudgetExhausted``, ``NotFound``, ``PermissionDenied``,
-``InvalidArgument``, ``Unavailable``; no raw gRPC exception escapes.
+Errors of the service arrive as ``AnalystError`` (``.status``: the gRPC status code, ``.code``: its name,
+``.details``: the curator's message), or one of its subclasses, chosen by the status code (and, for the two
+kinds of FAILED_PRECONDITION, the ``lac-error-reason`` trailing metadata the curator sends), never by the
+message text: ``PermissionDenied``, ``NotFound``, ``InvalidArgument``, ``FailedPrecondition`` (and its
+``BudgetExhausted``, ``ReleaseRefused``), ``ResourceExhausted``, ``Unavailable``. No raw gRPC exception
+escapes.
 
-DataFrames need the optional extra ``lac-curator[analyst]`` (pandas and pyarrow); they are imported on
-first use, so ``import lac.curator`` stays cheap and works without them. Arrow tables
-(``as_arrow=True``) need pyarrow only.
+DataFrames need pandas (``lac-analyst[frames]``), Arrow tables (``as_arrow=True``), Parquet files and exports
+of privatized reports need pyarrow (``lac-analyst[arrow]``), plots matplotlib (``lac-analyst[plots]``);
+``lac-analyst[notebook]`` takes all three. Each is imported on first use, so ``import lac.analyst`` works
+without them.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import importlib.util
 import json
 import math
 import numbers
 import os
 import time
 import uuid
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -39,6 +44,7 @@ import grpc
 import numpy as np
 
 from lac.common import retry, tls
+from lac.common.errors import ERROR_REASON_KEY, ErrorReason, RemoteError
 from lac.common.v1 import curator_pb2, curator_pb2_grpc, reports_pb2
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -56,19 +62,25 @@ __all__ = [
     "PerplexityResult",
     "CuratorStatus",
     "AnalystError",
+    "FailedPrecondition",
     "BudgetExhausted",
     "ReleaseRefused",
     "NotFound",
     "PermissionDenied",
     "InvalidArgument",
+    "ResourceExhausted",
     "Unavailable",
     "PARQUET_RECORD_KEY",
     "Budget",
     "ExportedReports",
     "read_export",
+    "error_from_rpc",
+    "new_request_id",
+    "release_with_retries",
 ]
 
-EXTRA = "lac-curator[analyst]"
+EXTRA_FRAMES = "lac-analyst[frames]"  # pandas
+EXTRA_ARROW = "lac-analyst[arrow]"  # pyarrow
 PARQUET_RECORD_KEY = "lac.release"  # Parquet key-value metadata: the release record as JSON
 PARQUET_FORMAT_KEY = "lac.format"
 PARQUET_FORMAT = "lac-release/1"
@@ -141,43 +153,67 @@ def release_with_retries(
 # -- errors ---------------------------------------------------------------------------------------
 
 
-class AnalystError(Exception):
+class AnalystError(RemoteError):
     """An error reported by the curator (or the transport to it).
 
-    ``code`` is the gRPC status name (e.g. ``"FAILED_PRECONDITION"``), ``details`` the curator's
-    message, which quotes only public quantities (requests, configuration, budgets).
+    ``status`` is the gRPC status code (``grpc.StatusCode``; None when the transport gave none), ``code`` its
+    name (e.g. ``"FAILED_PRECONDITION"``), ``details`` the curator's message, which quotes only public
+    quantities (requests, configuration, budgets), and ``reason`` the machine-readable
+    ``lac.common.errors.ErrorReason`` the curator sent with it, if any. The subclass is chosen by ``status``
+    and ``reason`` only (``error_from_rpc``), never by the message text.
     """
 
-    def __init__(self, code: str, details: str):
-        super().__init__(f"{code}: {details}")
-        self.code = code
-        self.details = details
+    def __init__(
+        self,
+        code: str,
+        details: str,
+        *,
+        status: grpc.StatusCode | None = None,
+        reason: ErrorReason | None = None,
+    ):
+        super().__init__(code, details)
+        self.status = status if status is not None else getattr(grpc.StatusCode, code, None)
+        self.reason = reason
 
 
-class BudgetExhausted(AnalystError):
+class PermissionDenied(AnalystError):
+    """PERMISSION_DENIED or UNAUTHENTICATED: the certificate's identity lacks the role the call needs (or
+    identifies no one)."""
+
+
+class NotFound(AnalystError):
+    """NOT_FOUND: an unknown release id."""
+
+
+class InvalidArgument(AnalystError):
+    """INVALID_ARGUMENT: a malformed or out-of-range request (unknown mechanism, bad ε or δ, bad n-gram
+    order, unknown windows...)."""
+
+
+class FailedPrecondition(AnalystError):
+    """FAILED_PRECONDITION: the curator is not in a state that allows the request (no reports yet, open
+    windows to export, data-dependent releases disabled...). Two kinds have their own subclass:
+    ``BudgetExhausted`` and ``ReleaseRefused``."""
+
+
+class BudgetExhausted(FailedPrecondition):
     """The release would overspend the privacy budget of an accounting window it covers (nothing was
     spent); ``details`` names the windows, what they spent and what remains."""
 
 
-class ReleaseRefused(AnalystError):
+class ReleaseRefused(FailedPrecondition):
     """The accuracy check predicted that the release's noise would swamp the signal; ``details`` says
     what would help. Retry with ``force=True`` to release anyway (see ``CuratorClient.preview``)."""
 
 
-class NotFound(AnalystError):
-    """An unknown release id."""
-
-
-class PermissionDenied(AnalystError):
-    """The certificate's identity lacks the role the call needs (or identifies no one)."""
-
-
-class InvalidArgument(AnalystError):
-    """A malformed or out-of-range request (unknown mechanism, bad ε or δ, bad n-gram order...)."""
+class ResourceExhausted(AnalystError):
+    """RESOURCE_EXHAUSTED: a limit of the curator is reached (e.g. too many concurrent calls, a message too
+    large); retry later or ask for less."""
 
 
 class Unavailable(AnalystError):
-    """The curator is unreachable (down, wrong address, or the TLS handshake was refused); retry later."""
+    """UNAVAILABLE or DEADLINE_EXCEEDED: the curator is unreachable (down, wrong address, or the TLS
+    handshake was refused) or did not answer in time; retry later."""
 
 
 _BY_CODE: dict[grpc.StatusCode, type[AnalystError]] = {
@@ -185,24 +221,42 @@ _BY_CODE: dict[grpc.StatusCode, type[AnalystError]] = {
     grpc.StatusCode.PERMISSION_DENIED: PermissionDenied,
     grpc.StatusCode.UNAUTHENTICATED: PermissionDenied,
     grpc.StatusCode.INVALID_ARGUMENT: InvalidArgument,
+    grpc.StatusCode.FAILED_PRECONDITION: FailedPrecondition,
+    grpc.StatusCode.RESOURCE_EXHAUSTED: ResourceExhausted,
     grpc.StatusCode.UNAVAILABLE: Unavailable,
+    grpc.StatusCode.DEADLINE_EXCEEDED: Unavailable,
+}
+_BY_REASON: dict[ErrorReason, type[AnalystError]] = {
+    ErrorReason.BUDGET_EXHAUSTED: BudgetExhausted,
+    ErrorReason.RELEASE_REFUSED: ReleaseRefused,
 }
 
 
-def _error(exc: grpc.RpcError) -> AnalystError:
-    """The ``AnalystError`` for a failed RPC."""
+def _error_reason(exc: grpc.RpcError) -> ErrorReason | None:
+    """The ``lac-error-reason`` trailing metadata of a failed call (None if absent or unknown to this client)."""
+    try:
+        metadata: Any = exc.trailing_metadata() or ()  # (key, value) pairs
+        for key, value in metadata:
+            if key == ERROR_REASON_KEY:
+                return ErrorReason(value)
+    except (AttributeError, TypeError, ValueError):
+        pass
+    return None
+
+
+def error_from_rpc(exc: grpc.RpcError) -> AnalystError:
+    """The ``AnalystError`` for a failed RPC: its class from the status code and the ``lac-error-reason``
+    trailing metadata (``lac.common.errors.ErrorReason``), never from the message."""
     code = exc.code() if callable(getattr(exc, "code", None)) else None
     details = exc.details() if callable(getattr(exc, "details", None)) else None
     details = details or str(exc)
     if not isinstance(code, grpc.StatusCode):
         return AnalystError("UNKNOWN", details)
-    if code == grpc.StatusCode.FAILED_PRECONDITION and details.startswith("release refused"):
-        cls: type[AnalystError] = ReleaseRefused
-    elif code == grpc.StatusCode.FAILED_PRECONDITION and "budget" in details.lower():
-        cls = BudgetExhausted
-    else:
-        cls = _BY_CODE.get(code, AnalystError)
-    return cls(code.name, details)
+    reason = _error_reason(exc)
+    cls = _BY_CODE.get(code, AnalystError)
+    if code == grpc.StatusCode.FAILED_PRECONDITION and reason is not None:
+        cls = _BY_REASON.get(reason, cls)
+    return cls(code.name, details, status=code, reason=reason)
 
 
 # -- records --------------------------------------------------------------------------------------
@@ -308,7 +362,7 @@ class ReleaseInfo:
 
     def _repr_html_(self) -> str:
         """The record as a small HTML table with its statement (what a notebook shows)."""
-        from lac.curator.analyst.notebook import release_html
+        from lac.analyst.notebook import release_html
 
         return release_html(self)
 
@@ -322,14 +376,15 @@ class ReleaseInfo:
         client: CuratorClient | None = None,
     ) -> Any:
         """Plot the ``k`` most probable n-grams (``CuratorClient.top``) as bars with their 95% noise intervals
-        (matplotlib, the analyst extra); returns the axes. The n-grams are asked of ``client``, by default
-        the client this record came from."""
-        from lac.curator.analyst.notebook import plot_top
+        (matplotlib: ``lac-analyst[plots]``; with pandas or pyarrow); returns the axes. The n-grams are asked
+        of ``client``, by default the client this record came from."""
+        from lac.analyst.notebook import plot_top
 
         client = client or self.__dict__.get("_client")
         if client is None:
             raise ValueError("this release record did not come from a CuratorClient: pass client=")
-        table = client.top(self, k, order, as_arrow=True, exclude_special=exclude_special)
+        as_arrow = importlib.util.find_spec("pandas") is None  # a DataFrame, or an Arrow table without pandas
+        table = client.top(self, k, order, as_arrow=as_arrow, exclude_special=exclude_special)
         return plot_top(table, self, ax)
 
     def __getstate__(self) -> dict[str, Any]:
@@ -379,14 +434,14 @@ class Budget:
 
     def _repr_html_(self) -> str:
         """The windows as a small HTML table with the statement (what a notebook shows)."""
-        from lac.curator.analyst.notebook import budget_html
+        from lac.analyst.notebook import budget_html
 
         return budget_html(self)
 
     def plot(self, ax: Any = None) -> Any:
-        """Bars of the ε spent and remaining per window, up to the budget (matplotlib, the analyst extra);
+        """Bars of the ε spent and remaining per window, up to the budget (matplotlib: ``lac-analyst[plots]``);
         returns the axes."""
-        from lac.curator.analyst.notebook import plot_budget
+        from lac.analyst.notebook import plot_budget
 
         return plot_budget(self, ax)
 
@@ -446,7 +501,7 @@ class ReleasePreview:
 
     def _repr_html_(self) -> str:
         """The preview as a small HTML table, the budget after it and its statement (what a notebook shows)."""
-        from lac.curator.analyst.notebook import preview_html
+        from lac.analyst.notebook import preview_html
 
         return preview_html(self)
 
@@ -505,17 +560,18 @@ class ExportedReports:
 
 def read_export(stream: Iterable[curator_pb2.ExportChunk], path: str | os.PathLike | None = None) -> ExportedReports:
     """The ``ExportReports`` reply stream as ``ExportedReports``: a table in memory, or with ``path`` written
-    chunk by chunk (bounded memory) to a Parquet file, atomically. gRPC errors propagate (``grpc.RpcError``)."""
-    from lac.curator.service import serde
-    from lac.curator.store import export
-
+    chunk by chunk (bounded memory) to a Parquet file, atomically. The stream's errors propagate
+    (``CuratorClient.stream`` raises them as ``AnalystError``)."""
     pa = _pyarrow()
+    from lac.common import exports as export
+    from lac.common.serde import local_guarantee_from_proto
+
     pq = pa.parquet
     chunks = iter(stream)
     head = next(chunks, None)
     if head is None or not head.HasField("guarantee"):
         raise AnalystError("DATA_LOSS", "the curator's export stream carried no guarantee")
-    guarantee = serde.local_guarantee_from_proto(head.guarantee)
+    guarantee = local_guarantee_from_proto(head.guarantee)
     schema = export.SCHEMA.with_metadata(export.parquet_metadata(guarantee, head.export_id))
     rows = 0
     if path is None:
@@ -546,7 +602,7 @@ def _pyarrow():
         import pyarrow
         import pyarrow.parquet
     except ImportError as exc:
-        raise ImportError(f"Arrow tables and Parquet files need pyarrow: pip install '{EXTRA}'") from exc
+        raise ImportError(f"Arrow tables, Parquet files and exports need pyarrow: pip install '{EXTRA_ARROW}'") from exc
     return pyarrow
 
 
@@ -555,10 +611,56 @@ def _pandas():
         import pandas
     except ImportError as exc:
         raise ImportError(
-            f"DataFrames need pandas: pip install '{EXTRA}' (or pass as_arrow=True for an Arrow "
-            "table, which needs pyarrow only)"
+            f"DataFrames need pandas: pip install '{EXTRA_FRAMES}' (or pass as_arrow=True for an Arrow "
+            f"table, which needs pyarrow only: '{EXTRA_ARROW}')"
         ) from exc
     return pandas
+
+
+# The column types of the tables (``CuratorClient._table``), as Arrow and as pandas build them.
+STRING, INT8, INT64, FLOAT64, BOOL = "string", "int8", "int64", "float64", "bool"
+TIMESTAMP = "timestamp[us, UTC]"  # values: datetime (UTC) or None
+PARAMS = "map<string, float64>"  # values: (name, value) pairs; a DataFrame holds a dict per row
+
+
+def _arrow_table(columns: Mapping[str, tuple[Any, str]], metadata: Mapping[str, str] | None = None) -> pyarrow.Table:
+    """A typed Arrow table of ``columns`` (name -> (values, column type)) with the schema ``metadata``."""
+    pa = _pyarrow()
+    types = {
+        STRING: pa.string(),
+        INT8: pa.int8(),
+        INT64: pa.int64(),
+        FLOAT64: pa.float64(),
+        BOOL: pa.bool_(),
+        TIMESTAMP: pa.timestamp("us", tz="UTC"),
+        PARAMS: pa.map_(pa.string(), pa.float64()),
+    }
+    schema = pa.schema(
+        [pa.field(name, types[kind]) for name, (_, kind) in columns.items()],
+        metadata={k.encode(): v.encode() for k, v in (metadata or {}).items()} or None,
+    )
+    arrays = [pa.array(values, type=types[kind]) for values, kind in columns.values()]
+    return pa.Table.from_arrays(arrays, schema=schema)
+
+
+def _frame(columns: Mapping[str, tuple[Any, str]], attrs: Mapping[str, Any] | None = None) -> pandas.DataFrame:
+    """A DataFrame of ``columns`` (name -> (values, column type)) with the dtypes an Arrow table of them
+    converts to (strings as pandas' ``str``, int8, int64, float64, bool, ``datetime64[us, UTC]``, a dict
+    per row of a map), built without pyarrow; ``attrs`` in ``df.attrs``."""
+    pd = _pandas()
+
+    def series(values: Any, kind: str) -> Any:
+        if kind == STRING:
+            return pd.Series(list(values), dtype="str")
+        if kind == TIMESTAMP:
+            return pd.Series(pd.to_datetime(list(values), utc=True)).astype("datetime64[us, UTC]")
+        if kind == PARAMS:
+            return pd.Series([dict(v) for v in values], dtype=object)
+        return pd.Series(np.asarray(values, dtype=kind))
+
+    df = pd.DataFrame({name: series(values, kind) for name, (values, kind) in columns.items()})
+    df.attrs.update(attrs or {})
+    return df
 
 
 def _orders(ngrams: Iterable[str]) -> list[int]:
@@ -596,6 +698,19 @@ class CuratorClient:
         channel_tls = tls.client_tls(
             str(ca or ""), str(cert or ""), str(key or ""), insecure=insecure, name="CuratorClient"
         )
+        self._open(target, channel_tls, timeout, release_timeout)
+
+    @classmethod
+    def with_tls(
+        cls, target: str, channel_tls: tls.ClientTls | None, *, timeout: float = 60.0, release_timeout: float = 600.0
+    ) -> CuratorClient:
+        """A client over transport settings already checked (``lac.common.tls.client_tls``; None: plaintext,
+        for a curator started with ``--insecure``), as the ``lac curator`` commands hold them."""
+        self = cls.__new__(cls)
+        self._open(target, channel_tls, timeout, release_timeout)
+        return self
+
+    def _open(self, target: str, channel_tls: tls.ClientTls | None, timeout: float, release_timeout: float) -> None:
         self.target = target
         self.timeout = timeout
         self.release_timeout = release_timeout
@@ -615,59 +730,79 @@ class CuratorClient:
     def __repr__(self) -> str:
         return f"CuratorClient({self.target!r})"
 
-    # -- plumbing
+    # -- the RPCs themselves (typed errors), and plumbing
 
-    def _call(self, method: str, request, timeout: float | None = None):
+    def call(self, method: str, request: Any, timeout: float | None = None) -> Any:
+        """The lower level: one unary RPC of ``lac.v1.Curator`` (``method``, e.g. ``"GetBudget"``, with its
+        request message), returning the reply message as the curator sent it; a failure raises the
+        ``AnalystError`` of its status code. ``timeout`` defaults to ``self.timeout``. The other methods are
+        built on it; ``lac curator`` uses it to print the replies themselves (``--json``)."""
         try:
             return getattr(self._stub, method)(request, timeout=timeout or self.timeout)
         except grpc.RpcError as exc:
-            raise _error(exc) from None
+            raise error_from_rpc(exc) from None
+
+    def stream(self, method: str, request: Any, timeout: float | None = None) -> Iterator[Any]:
+        """One server-streaming RPC (``"ExportArpa"``, ``"ExportReports"``): its reply messages, a failure at any
+        point raised as ``AnalystError``. ``timeout`` (the whole stream) defaults to ``self.release_timeout``."""
+        try:
+            yield from getattr(self._stub, method)(request, timeout=timeout or self.release_timeout)
+        except grpc.RpcError as exc:
+            raise error_from_rpc(exc) from None
+
+    def send_release(
+        self, request: curator_pb2.ReleaseRequest, timeout: float | None = None
+    ) -> curator_pb2.ReleaseRecord:
+        """The lower level of ``release``: send a ``ReleaseRequest`` (given a fresh ``request_id`` if it has
+        none) with ``release_with_retries`` and return the curator's ``ReleaseRecord`` message (an operator's
+        holds the report count, which ``ReleaseInfo`` does not keep). Failures raise ``AnalystError``."""
+        if not request.request_id:
+            request.request_id = new_request_id()
+        try:
+            return release_with_retries(self._stub.Release, request, timeout or self.release_timeout)
+        except grpc.RpcError as exc:
+            raise error_from_rpc(exc) from None
 
     @staticmethod
-    def _deps(as_arrow: bool):
-        """pyarrow, after checking that what the result needs is installed (before any RPC)."""
-        pa = _pyarrow()
-        if not as_arrow:
+    def _deps(as_arrow: bool) -> None:
+        """Check that what the result needs is installed (before any RPC): pyarrow for an Arrow table,
+        pandas for a DataFrame."""
+        if as_arrow:
+            _pyarrow()
+        else:
             _pandas()
-        return pa
 
     def _ngram_table(self, ngrams, as_arrow: bool, noise: bool = False):
         """The table of released n-grams (``NgramProbability`` messages): ngram, order, probability, and with
         ``noise`` noise_sd, noise_low, noise_high (see ``top``)."""
-        pa = self._deps(as_arrow)
         grams = [g.ngram for g in ngrams]
         probs = np.array([g.probability for g in ngrams], dtype=np.float64)
         columns = {
-            "ngram": (grams, pa.string()),
-            "order": (_orders(grams), pa.int8()),
-            "probability": (probs, pa.float64()),
+            "ngram": (grams, STRING),
+            "order": (_orders(grams), INT8),
+            "probability": (probs, FLOAT64),
         }
         if noise:
             sd = np.array([g.noise_sd if g.HasField("noise_sd") else math.nan for g in ngrams], dtype=np.float64)
-            columns["noise_sd"] = (sd, pa.float64())
-            columns["noise_low"] = (np.maximum(probs - NOISE_Z * sd, 0.0), pa.float64())
-            columns["noise_high"] = (probs + NOISE_Z * sd, pa.float64())
+            columns["noise_sd"] = (sd, FLOAT64)
+            columns["noise_low"] = (np.maximum(probs - NOISE_Z * sd, 0.0), FLOAT64)
+            columns["noise_high"] = (probs + NOISE_Z * sd, FLOAT64)
         return self._table(columns, as_arrow)
 
     def _table(
         self,
-        columns: Mapping[str, tuple[Any, Any]],
+        columns: Mapping[str, tuple[Any, str]],
         as_arrow: bool,
         metadata: Mapping[str, str] | None = None,
         attrs: Mapping[str, Any] | None = None,
     ):
-        """A typed Arrow table of ``columns`` (name -> (values, arrow type)), or its DataFrame."""
-        pa = self._deps(as_arrow)
-        schema = pa.schema(
-            [pa.field(name, typ) for name, (_, typ) in columns.items()],
-            metadata={k.encode(): v.encode() for k, v in (metadata or {}).items()} or None,
-        )
-        table = pa.Table.from_arrays([pa.array(values, type=typ) for values, typ in columns.values()], schema=schema)
+        """A typed Arrow table of ``columns`` (name -> (values, column type: ``STRING``, ``INT8``...)) with the
+        schema ``metadata``, or a DataFrame of the same columns and dtypes (built without pyarrow) with
+        ``attrs``."""
+        self._deps(as_arrow)
         if as_arrow:
-            return table
-        df = table.to_pandas(maps_as_pydicts="strict")
-        df.attrs.update(attrs or {})
-        return df
+            return _arrow_table(columns, metadata)
+        return _frame(columns, attrs)
 
     @staticmethod
     def _id(release: str | ReleaseInfo) -> str:
@@ -699,8 +834,8 @@ class CuratorClient:
         NOT differentially private and only run if the operator enabled them), ``calibration``,
         ``public_sensitivity``, ``force`` and ``expected_reports`` (see ``preview``). Raises
         ``BudgetExhausted`` when a window's budget would be overspent (nothing is spent then),
-        ``FailedPrecondition`` when the accuracy check predicts the noise would swamp the signal
-        (unless ``force=True``), ``InvalidArgument`` for a bad request.
+        ``ReleaseRefused`` (a ``FailedPrecondition``) when the accuracy check predicts the noise would swamp
+        the signal (unless ``force=True``), ``InvalidArgument`` for a bad request.
 
         The call is idempotent: it carries ``request_id`` (default: a fresh random one) and is sent
         again with it after UNAVAILABLE or an expired deadline (``RELEASE_ATTEMPTS`` in all), so a
@@ -709,11 +844,7 @@ class CuratorClient:
         """
         req = self._release_request(epsilon, delta, mechanism, first_window, last_window, knobs, "release")
         req.request_id = request_id or new_request_id()
-        try:
-            record = release_with_retries(self._stub.Release, req, self.release_timeout)
-            return self._own(ReleaseInfo.from_proto(record))
-        except grpc.RpcError as exc:
-            raise _error(exc) from None
+        return self._own(ReleaseInfo.from_proto(self.send_release(req)))
 
     def preview(
         self,
@@ -729,7 +860,7 @@ class CuratorClient:
         nothing. ``expected_reports=N`` assumes N reports; without it the prediction uses a DP count
         the curator already holds, if any, and otherwise says how many reports the release needs."""
         req = self._release_request(epsilon, delta, mechanism, first_window, last_window, knobs, "preview")
-        return ReleasePreview.from_proto(self._call("PreviewRelease", req))
+        return ReleasePreview.from_proto(self.call("PreviewRelease", req))
 
     def _own(self, record: ReleaseInfo) -> ReleaseInfo:
         """``record``, remembering this client for its ``plot_top`` (not a field: not compared, printed or saved)."""
@@ -758,7 +889,7 @@ class CuratorClient:
     def release_info(self, release_id: str | ReleaseInfo) -> ReleaseInfo:
         """The record of one release (``NotFound`` for an unknown id)."""
         rid = self._id(release_id)
-        for r in self._call("ListReleases", curator_pb2.ListReleasesRequest()).releases:
+        for r in self.call("ListReleases", curator_pb2.ListReleasesRequest()).releases:
             if r.release_id == rid:
                 return self._own(ReleaseInfo.from_proto(r))
         raise NotFound("NOT_FOUND", f"no release {rid!r}")
@@ -769,11 +900,11 @@ class CuratorClient:
         covered), privacy_unit, reports_per_user, sensitivity_method, calibration, gamma, sigma,
         laplace_scale (0 when the curator does not show them), ledger_epsilon, ledger_delta (spent from
         each covered window), vocab_size, max_n, params (the public knobs and caps) and statement."""
-        pa = self._deps(as_arrow)
+        self._deps(as_arrow)
         recs = [
-            ReleaseInfo.from_proto(r) for r in self._call("ListReleases", curator_pb2.ListReleasesRequest()).releases
+            ReleaseInfo.from_proto(r) for r in self.call("ListReleases", curator_pb2.ListReleasesRequest()).releases
         ]
-        f64, i64, s, b = pa.float64(), pa.int64(), pa.string(), pa.bool_()
+        f64, i64, s, b = FLOAT64, INT64, STRING, BOOL
 
         def col(name):
             return [getattr(r, name) for r in recs]
@@ -781,7 +912,7 @@ class CuratorClient:
         return self._table(
             {
                 "release_id": (col("release_id"), s),
-                "created_at": (col("created_at"), pa.timestamp("us", tz="UTC")),
+                "created_at": (col("created_at"), TIMESTAMP),
                 "mechanism": (col("mechanism"), s),
                 "epsilon": (col("epsilon"), f64),
                 "delta": (col("delta"), f64),
@@ -800,7 +931,7 @@ class CuratorClient:
                 "ledger_delta": (col("ledger_delta"), f64),
                 "vocab_size": (col("vocab_size"), i64),
                 "max_n": (col("max_n"), i64),
-                "params": ([list(p.items()) for p in col("params")], pa.map_(s, f64)),
+                "params": ([list(p.items()) for p in col("params")], PARAMS),
                 "statement": (col("statement"), s),
             },
             as_arrow,
@@ -809,20 +940,20 @@ class CuratorClient:
     # -- the released distribution
 
     def _release_table(self, release_id: str | ReleaseInfo, probability: bool, as_arrow: bool):
-        pa = self._deps(as_arrow)
-        reply = self._call(
+        self._deps(as_arrow)
+        reply = self.call(
             "GetRelease", curator_pb2.GetReleaseRequest(release_id=self._id(release_id)), self.release_timeout
         )
         record = ReleaseInfo.from_proto(reply.record)
         items = list(reply.items)
         log_probs = np.asarray(reply.log_probs, dtype=np.float64)
         columns = {
-            "ngram": (items, pa.string()),
-            "order": (_orders(items), pa.int8()),
-            "log_prob": (log_probs, pa.float64()),
+            "ngram": (items, STRING),
+            "order": (_orders(items), INT8),
+            "log_prob": (log_probs, FLOAT64),
         }
         if probability:
-            columns["probability"] = (np.exp(log_probs), pa.float64())
+            columns["probability"] = (np.exp(log_probs), FLOAT64)
         meta = {PARQUET_RECORD_KEY: record.to_json(), PARQUET_FORMAT_KEY: PARQUET_FORMAT}
         return self._table(columns, as_arrow, meta, {PARQUET_RECORD_KEY: record.to_dict()}), record
 
@@ -874,7 +1005,7 @@ class CuratorClient:
             order=min(int(order), _UINT32_MAX),  # (refused by the curator as no such order)
             exclude_special=bool(exclude_special),
         )
-        return self._ngram_table(self._call("TopNgrams", request).ngrams, as_arrow, noise=True)
+        return self._ngram_table(self.call("TopNgrams", request).ngrams, as_arrow, noise=True)
 
     def probability(
         self, release_id: str | ReleaseInfo, ngrams: str | Iterable[str], as_arrow: bool = False
@@ -883,7 +1014,7 @@ class CuratorClient:
         (normalised spacing), order, probability (joint within its order; 0 outside the vocabulary)."""
         self._deps(as_arrow)  # a missing dependency fails before the RPC
         asked = [ngrams] if isinstance(ngrams, str) else list(ngrams)
-        reply = self._call(
+        reply = self.call(
             "NgramProbabilities", curator_pb2.NgramProbabilitiesRequest(release_id=self._id(release_id), ngrams=asked)
         )
         return self._ngram_table(reply.ngrams, as_arrow)
@@ -895,16 +1026,16 @@ class CuratorClient:
         ``"<s>"`` = sentence start), most probable first: context_used (the suffix of the context the
         release conditions on, shorter when it backs off; empty = unigrams), word, probability
         (P(word | context_used) from the released joint)."""
-        pa = self._deps(as_arrow)
-        reply = self._call(
+        self._deps(as_arrow)
+        reply = self.call(
             "NextWord", curator_pb2.NextWordRequest(release_id=self._id(release_id), context=context, k=int(k))
         )
         n = len(reply.words)
         return self._table(
             {
-                "context_used": ([reply.context_used] * n, pa.string()),
-                "word": ([w.ngram for w in reply.words], pa.string()),
-                "probability": ([w.probability for w in reply.words], pa.float64()),
+                "context_used": ([reply.context_used] * n, STRING),
+                "word": ([w.ngram for w in reply.words], STRING),
+                "probability": ([w.probability for w in reply.words], FLOAT64),
             },
             as_arrow,
         )
@@ -912,7 +1043,7 @@ class CuratorClient:
     def perplexity(self, release_id: str | ReleaseInfo, text: str) -> PerplexityResult:
         """Perplexity of ``text`` (split into sentences and words by the LAC tokeniser) under the
         release's smoothed back-off trigram model, with the token and out-of-vocabulary counts."""
-        r = self._call(
+        r = self.call(
             "Perplexity",
             curator_pb2.PerplexityRequest(release_id=self._id(release_id), text=text),
             self.release_timeout,
@@ -926,19 +1057,19 @@ class CuratorClient:
         each: window, window_start, window_end (UTC), spent_epsilon, spent_delta, remaining_epsilon,
         remaining_delta, budget_epsilon, budget_delta (the per-window budget; basic composition), exports (how
         many exports of privatized reports covered the window: listed, never charged; see ``exports``)."""
-        pa = self._deps(as_arrow)
-        b = self._call("GetBudget", curator_pb2.BudgetRequest())
+        self._deps(as_arrow)
+        b = self.call("GetBudget", curator_pb2.BudgetRequest())
         ws = b.window_seconds
         utc = dt.UTC
 
         def at(seconds: float) -> dt.datetime:
             return dt.datetime.fromtimestamp(seconds, utc)
 
-        f64, n = pa.float64(), len(b.windows)
-        ts = pa.timestamp("us", tz="UTC")
+        f64, n = FLOAT64, len(b.windows)
+        ts = TIMESTAMP
         return self._table(
             {
-                "window": ([w.window for w in b.windows], pa.int64()),
+                "window": ([w.window for w in b.windows], INT64),
                 "window_start": ([at(w.window * ws) for w in b.windows], ts),
                 "window_end": ([at((w.window + 1) * ws) for w in b.windows], ts),
                 "spent_epsilon": ([w.spent_epsilon for w in b.windows], f64),
@@ -947,7 +1078,7 @@ class CuratorClient:
                 "remaining_delta": ([w.remaining_delta for w in b.windows], f64),
                 "budget_epsilon": ([b.budget_epsilon] * n, f64),
                 "budget_delta": ([b.budget_delta] * n, f64),
-                "exports": ([w.exports for w in b.windows], pa.int64()),
+                "exports": ([w.exports for w in b.windows], INT64),
             },
             as_arrow,
             attrs={"window_seconds": ws, "reports_per_window": b.reports_per_window},
@@ -956,7 +1087,7 @@ class CuratorClient:
     def budget_summary(self) -> Budget:
         """The privacy budget per accounting window as a ``Budget`` (a table and its statement in a notebook,
         ``.plot()`` for a chart); ``budget`` gives the same windows as a DataFrame."""
-        b = self._call("GetBudget", curator_pb2.BudgetRequest())
+        b = self.call("GetBudget", curator_pb2.BudgetRequest())
         return Budget(
             windows=tuple(
                 WindowBudget(w.window, w.spent_epsilon, w.spent_delta, w.remaining_epsilon, w.remaining_delta)
@@ -972,16 +1103,16 @@ class CuratorClient:
         """Every export of privatized reports the curator's ledger lists (never charged), oldest first:
         export_id, identity (the exporter's certificate common name), exported_at (UTC), first_window,
         last_window, rows."""
-        pa = self._deps(as_arrow)
-        e = self._call("GetBudget", curator_pb2.BudgetRequest()).exports
+        self._deps(as_arrow)
+        e = self.call("GetBudget", curator_pb2.BudgetRequest()).exports
         return self._table(
             {
-                "export_id": ([x.export_id for x in e], pa.string()),
-                "identity": ([x.identity for x in e], pa.string()),
-                "exported_at": ([_timestamp(x.exported_at) for x in e], pa.timestamp("us", tz="UTC")),
-                "first_window": ([x.first_window for x in e], pa.int64()),
-                "last_window": ([x.last_window for x in e], pa.int64()),
-                "rows": ([x.rows for x in e], pa.int64()),
+                "export_id": ([x.export_id for x in e], STRING),
+                "identity": ([x.identity for x in e], STRING),
+                "exported_at": ([_timestamp(x.exported_at) for x in e], TIMESTAMP),
+                "first_window": ([x.first_window for x in e], INT64),
+                "last_window": ([x.last_window for x in e], INT64),
+                "rows": ([x.rows for x in e], INT64),
             },
             as_arrow,
         )
@@ -993,7 +1124,7 @@ class CuratorClient:
         from lac.common.errors import LacError
         from lac.common.serde import deployment_from_proto
 
-        m = self._call("GetDeployment", reports_pb2.DeploymentRequest())
+        m = self.call("GetDeployment", reports_pb2.DeploymentRequest())
         try:
             return deployment_from_proto(m)
         except LacError as exc:
@@ -1002,12 +1133,12 @@ class CuratorClient:
     def server_version(self) -> str:
         """The curator's name and version as it publishes them with its deployment, e.g.
         ``"lac-curator 0.1.0"`` (empty from curators older than this field)."""
-        return str(self._call("GetDeployment", reports_pb2.DeploymentRequest()).server_version)
+        return str(self.call("GetDeployment", reports_pb2.DeploymentRequest()).server_version)
 
     def status(self) -> CuratorStatus:
         """Operators only (an analyst's certificate gets ``PermissionDenied``): stored batches and
         reports (exact), releases, quarantined reports, rejects by reason, reports per window."""
-        s = self._call("GetStatus", curator_pb2.CuratorStatusRequest())
+        s = self.call("GetStatus", curator_pb2.CuratorStatusRequest())
         return CuratorStatus(
             batches=s.batches,
             reports=s.reports,
@@ -1033,16 +1164,11 @@ class CuratorClient:
     def arpa(self, release_id: str | ReleaseInfo, path: str | os.PathLike) -> Path:
         """Write the release as an ARPA back-off language model (for KenLM, SRILM) to ``path``
         (atomically: a reader sees the old file or the complete new one); returns the path."""
-        chunks = self._stub.ExportArpa(
-            curator_pb2.ExportArpaRequest(release_id=self._id(release_id)), timeout=self.release_timeout
-        )
+        chunks = self.stream("ExportArpa", curator_pb2.ExportArpaRequest(release_id=self._id(release_id)))
 
         def write(f):
-            try:
-                for c in chunks:
-                    f.write(c.text.encode("utf-8"))
-            except grpc.RpcError as exc:
-                raise _error(exc) from None
+            for c in chunks:
+                f.write(c.text.encode("utf-8"))
 
         return self._write(path, write)
 
@@ -1067,10 +1193,7 @@ class CuratorClient:
             first = last = int(windows)
         _pyarrow()
         request = curator_pb2.ExportReportsRequest(first_window=int(first), last_window=int(last))
-        try:
-            return read_export(self._stub.ExportReports(request, timeout=self.release_timeout), path)
-        except grpc.RpcError as exc:
-            raise _error(exc) from None
+        return read_export(self.stream("ExportReports", request), path)
 
     def export_parquet(self, release_id: str | ReleaseInfo, path: str | os.PathLike) -> Path:
         """Write the released distribution to a Parquet file (atomically) readable by pyarrow, pandas,

@@ -3,8 +3,8 @@ each with its guarantee statement) and matplotlib plots (top n-grams with their 
 budget per accounting window).
 
 Every value that reaches HTML is escaped (``html.escape``), so a statement, an n-gram or an advice string
-can never add markup. matplotlib is imported only when a plot is drawn; it comes with the analyst extra
-(``pip install "lac-curator[analyst]"``).
+can never add markup. matplotlib is imported only when a plot is drawn; it comes with the extra
+``lac-analyst[plots]`` (or ``lac-analyst[notebook]``).
 """
 
 from __future__ import annotations
@@ -17,11 +17,11 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:  # pragma: no cover
     from matplotlib.axes import Axes
 
-    from lac.curator.analyst.client import Budget, ReleaseInfo, ReleasePreview, WindowBudget
+    from lac.analyst.client import Budget, ReleaseInfo, ReleasePreview, WindowBudget
 
 __all__ = ["html_table", "release_html", "preview_html", "budget_html", "plot_top", "plot_budget"]
 
-EXTRA = "lac-curator[analyst]"
+EXTRA = "lac-analyst[plots]"
 _STYLE = "border-collapse:collapse;text-align:left"
 
 

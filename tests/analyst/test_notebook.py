@@ -1,4 +1,4 @@
-"""Notebook output (``lac.curator.analyst.notebook``): the HTML of releases, previews and budgets is well formed and
+"""Notebook output (``lac.analyst.notebook``): the HTML of releases, previews and budgets is well formed and
 escaped and carries the guarantee statement; the top n-grams (with their noise intervals) and the budget per
 window plot with matplotlib's Agg backend, from a real curator over mutual TLS."""
 
@@ -10,11 +10,11 @@ from html.parser import HTMLParser
 import matplotlib
 import pandas as pd
 import pytest
-from curator_testkit import mtls_curator_with_reports
+from lac_testkit import mtls_curator_with_reports
 
+from lac.analyst.client import Budget, CuratorClient, ReleaseInfo, ReleasePreview, WindowBudget
+from lac.analyst.notebook import plot_top
 from lac.common.v1 import curator_pb2
-from lac.curator.analyst.client import Budget, CuratorClient, ReleaseInfo, ReleasePreview, WindowBudget
-from lac.curator.analyst.notebook import plot_top
 
 matplotlib.use("Agg")  # no display: render to memory
 import matplotlib.pyplot as plt

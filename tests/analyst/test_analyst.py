@@ -1,4 +1,4 @@
-"""The analyst API (``lac.curator.CuratorClient``) against a real curator over mutual TLS on loopback:
+"""The analyst API (``lac.analyst.CuratorClient``) against a real curator over mutual TLS on loopback:
 DataFrame columns and dtypes, values equal to the raw RPCs', the Parquet export, the exception tree,
 no exact report count anywhere, and the notebook-style quickstart (every python block executed)."""
 
@@ -20,8 +20,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from curator_testkit import mtls_curator_with_reports
-from lac_testkit import run_lac
+from lac_testkit import mtls_curator_with_reports, run_lac
 
 from lac.common import tls
 from lac.common.v1 import curator_pb2, curator_pb2_grpc, reports_pb2
@@ -43,7 +42,7 @@ def serve(start_curator, pki, curator_public_key):
 
 
 def _client(cur, pki, who="analyst"):
-    from lac.curator import CuratorClient
+    from lac.analyst import CuratorClient
 
     cert, key = pki.pem(who)
     return CuratorClient(cur.address, ca=pki.ca, cert=cert, key=key)
@@ -71,7 +70,7 @@ def test_three_lines_give_a_dataframe_of_the_top_ngrams(serve, pki):
     cur = serve()
     ca, (cert, key) = pki.ca, pki.pem("analyst")
     # The README's three lines, with this deployment's address and files.
-    from lac.curator import CuratorClient
+    from lac.analyst import CuratorClient
 
     with CuratorClient(cur.address, ca=ca, cert=cert, key=key) as c:
         top = c.top(c.release(epsilon=1.0).release_id, k=20)
@@ -84,45 +83,104 @@ def test_three_lines_give_a_dataframe_of_the_top_ngrams(serve, pki):
     assert (top["order"] == top["ngram"].str.split().str.len()).all()
 
 
+_BLOCK = """
+import sys
+
+class Block:  # as if {name} were not installed
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] == {name!r}:
+            raise ModuleNotFoundError(f"No module named {{name!r}}", name=name)
+
+sys.meta_path.insert(0, Block())
+"""
+
+
+def _run_without(package: str, body: str) -> None:
+    script = _BLOCK.format(name=package) + textwrap.dedent(body)
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "ok"
+
+
 def test_import_is_cheap_and_works_without_pandas(serve, pki):
-    """``import lac.curator`` loads neither the client nor gRPC, pandas or pyarrow; without pandas the
-    client imports, Arrow tables work and a DataFrame call names the extra to install."""
+    """``import lac.analyst`` loads no server code, pandas or pyarrow; without pandas the client imports,
+    Arrow tables work and a DataFrame call names the extra to install."""
     cur = serve()
     cert, key = pki.pem("analyst")
     with _client(cur, pki) as c:
         rid = c.release(epsilon=1.0).release_id
-    script = textwrap.dedent(f"""
-        import sys
-
-        class NoPandas:  # as if pandas were not installed
-            def find_spec(self, name, path=None, target=None):
-                if name.split(".")[0] == "pandas":
-                    raise ModuleNotFoundError(f"No module named {{name!r}}", name=name)
-
-        sys.meta_path.insert(0, NoPandas())
-        import lac.curator
-        heavy = {{"lac.curator.analyst.client", "grpc", "pandas", "pyarrow"}} & set(sys.modules)
+    _run_without(
+        "pandas",
+        f"""
+        import lac.analyst
+        heavy = {{"lac.curator", "lac.shuffler", "scipy", "pandas", "pyarrow"}} & set(sys.modules)
         assert not heavy, heavy
-        from lac.curator import CuratorClient, AnalystError
+        from lac.analyst import CuratorClient, AnalystError
         with CuratorClient({cur.address!r}, ca={pki.ca!r}, cert={cert!r}, key={key!r}) as c:
             table = c.top({rid!r}, k=5, as_arrow=True)
             assert table.num_rows == 5 and table.column_names[:3] == ["ngram", "order", "probability"], table
             try:
                 c.top({rid!r}, k=5)
             except ImportError as exc:
-                assert "lac-curator[analyst]" in str(exc), exc
+                assert "lac-analyst[frames]" in str(exc), exc
             else:
                 raise AssertionError("no ImportError without pandas")
         print("ok")
-    """)
-    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == "ok"
+        """,
+    )
+
+
+def _same_frame(got: pd.DataFrame, want: pd.DataFrame) -> None:
+    """The same values and dtypes (a string column's storage, python or pyarrow, is pandas' choice: not compared)."""
+    assert {c: str(t) for c, t in got.dtypes.items()} == {c: str(t) for c, t in want.dtypes.items()}
+    pd.testing.assert_frame_equal(got, want, check_dtype=False, check_column_type=False, check_index_type=False)
+
+
+def test_dataframes_need_no_pyarrow(serve, pki):
+    """Without pyarrow (``lac-analyst[frames]``: the analyst's small install) every table comes as a DataFrame
+    with the dtypes the Arrow path gives; Arrow tables and Parquet files name the extra to install."""
+    cur = serve(budget_epsilon=100.0)
+    cert, key = pki.pem("analyst")
+    with _client(cur, pki) as c:
+        rid = c.release(epsilon=1.0).release_id
+        want = {name: getattr(c, name)(rid) for name in ("top", "ngrams")}
+        want["releases"], want["budget"] = c.releases(), c.budget()
+        for name, frame in want.items():  # the same columns and dtypes as the Arrow tables converted by pyarrow
+            arrow = getattr(c, name)(*([rid] if name in ("top", "ngrams") else []), as_arrow=True)
+            _same_frame(frame, arrow.to_pandas(maps_as_pydicts="strict"))
+    path = tempfile.mkdtemp()
+    _run_without(
+        "pyarrow",
+        f"""
+        import pickle
+        from lac.analyst import CuratorClient
+        with CuratorClient({cur.address!r}, ca={pki.ca!r}, cert={cert!r}, key={key!r}) as c:
+            got = {{"top": c.top({rid!r}), "ngrams": c.ngrams({rid!r}), "releases": c.releases(), "budget": c.budget()}}
+            for call in (lambda: c.top({rid!r}, as_arrow=True), lambda: c.export_parquet({rid!r}, {path!r} + "/x")):
+                try:
+                    call()
+                except ImportError as exc:
+                    assert "lac-analyst[arrow]" in str(exc), exc
+                else:
+                    raise AssertionError("no ImportError without pyarrow")
+        assert "pyarrow" not in sys.modules
+        with open({path!r} + "/got.pickle", "wb") as f:
+            pickle.dump(got, f)
+        print("ok")
+        """,
+    )
+    import pickle
+
+    with open(Path(path) / "got.pickle", "rb") as f:
+        got = pickle.load(f)
+    for name, frame in want.items():
+        _same_frame(got[name], frame)
+        assert got[name].attrs.keys() == frame.attrs.keys(), name
 
 
 def test_releases_frame_equals_the_rpc_and_holds_no_report_count(raw, pki):
     cur, stub = raw
-    from lac.curator import ReleaseInfo
+    from lac.analyst import ReleaseInfo
 
     with _client(cur, pki) as c:
         first = c.release(epsilon=1.0)
@@ -299,7 +357,7 @@ def test_parquet_round_trip(raw, pki, tmp_path):
 
 
 def test_errors_map_to_the_exception_tree(serve, pki, tmp_path):
-    from lac.curator import AnalystError, BudgetExhausted, InvalidArgument, NotFound, PermissionDenied, Unavailable
+    from lac.analyst import AnalystError, BudgetExhausted, InvalidArgument, NotFound, PermissionDenied, Unavailable
 
     cur = serve(budget_epsilon=1.5)
     with _client(cur, pki) as c:
@@ -339,7 +397,7 @@ def test_errors_map_to_the_exception_tree(serve, pki, tmp_path):
     with _client(cur, pki, "operator") as ops:
         status = ops.status()  # the operator sees exact counts
         assert status.reports == N_REPORTS and status.releases == 1
-    from lac.curator import CuratorClient
+    from lac.analyst import CuratorClient
 
     with CuratorClient(cur.address, ca=pki.ca) as anonymous:  # TLS without a client certificate
         with pytest.raises(Unavailable) as refused:
@@ -350,7 +408,7 @@ def test_errors_map_to_the_exception_tree(serve, pki, tmp_path):
 
 
 def test_preview_and_refusal(serve, pki):
-    from lac.curator import ReleasePreview, ReleaseRefused
+    from lac.analyst import ReleasePreview, ReleaseRefused
 
     cur = serve(budget_epsilon=10.0, min_signal_share=0.25, count_epsilon=2.0)  # a precise count: a stable verdict
     with _client(cur, pki) as c:
@@ -370,7 +428,7 @@ def test_preview_and_refusal(serve, pki):
 def test_delta_zero_is_pure_dp_or_refused(serve, pki, capsys):
     """δ = 0 is what the analyst gets where the mechanism is pure ε-DP (laplace, laplace-public), and refused,
     with nothing spent, where it is not; an unset δ keeps the release default."""
-    from lac.curator import InvalidArgument
+    from lac.analyst import InvalidArgument
 
     cur = serve(budget_epsilon=10.0)
     with _client(cur, pki) as c:
