@@ -5,7 +5,7 @@ import pytest
 import scipy.sparse as sp
 
 from lac.common.text import BOS, EOS, sentences
-from lac.curator.release.ngrams import NgramVocabulary, count_reports, ngrams, user_counts
+from lac.curator.base.ngrams import NgramVocabulary, count_reports, ngrams, user_counts
 
 PUBLIC = (
     "The cat sat on the mat. The dog sat on the log! Did the cat see the dog? "
@@ -218,7 +218,7 @@ def test_user_counts_edge_cases():
 
 
 def test_key_table_matches_binary_search():
-    from lac.curator.release.ngrams import _KeyTable
+    from lac.curator.base.ngrams import _KeyTable
 
     rng = np.random.default_rng(0)
     for m in (0, 1, 2, 7, 1000, 50000):

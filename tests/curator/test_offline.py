@@ -6,9 +6,10 @@ import scipy.sparse as sp
 from lac_testkit import run_lac
 
 from lac.common.privacy import PrivacyUnit
-from lac.curator.release.core import PublicCaps, ReleaseSpec
-from lac.curator.release.ngrams import NgramVocabulary
-from lac.curator.release.offline import (
+from lac.curator.base.ngrams import NgramVocabulary
+from lac.curator.mechanisms import ReleaseSpec
+from lac.curator.release.core import PublicCaps
+from lac.curator.runner.offline import (
     ReleaseRefused,
     default_out_path,
     default_vocab_path,
@@ -207,7 +208,7 @@ def test_offline_posterior_runs_without_discovery_and_says_so(files, tmp_path, c
 
 def test_offline_accuracy_check_refuses_a_swamped_release_unless_forced(files, tmp_path, capsys, cli):
     """The curator's accuracy check, with its message, before an offline release; --force releases anyway."""
-    from lac.curator.release.preview import predict, refusal
+    from lac.curator.runner.preview import predict, refusal
 
     counts, public, _ = files
     out = tmp_path / "r.npz"

@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from lac.common.checks import check_int
 from lac.common.errors import DataLoss, Unavailable
-from lac.curator.release.ngrams import ReportItems
+from lac.curator.base.ngrams import ReportItems
 
 if TYPE_CHECKING:  # the engine selects this module (create_engine); this module never imports it back
     from lac.curator.release.engine import Parts

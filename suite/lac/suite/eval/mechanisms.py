@@ -13,9 +13,11 @@ import scipy.sparse as sp
 
 from lac.common.rng import RandomSource
 from lac.curator import mechanisms
+from lac.curator.base.ngrams import NgramVocabulary
+from lac.curator.mechanisms import ReleaseSpec
 from lac.curator.release.bayesian import BayesianParams
-from lac.curator.release.core import MatrixReports, PublicCaps, Release, ReleaseSpec, run
-from lac.curator.release.ngrams import NgramVocabulary
+from lac.curator.release.core import MatrixReports, PublicCaps, Release
+from lac.curator.runner.run import run
 
 from .config import EvalConfig
 

@@ -29,13 +29,13 @@ from lac.common.privacy import PrivacyUnit
 from lac.common.progress import Progress
 from lac.common.rng import RandomSource
 from lac.common.text import sentences
+from lac.curator.base.ngrams import report_items
+from lac.curator.base.prior import public_vocabulary
 from lac.curator.lm.model import NgramModel, release_model
 from lac.curator.release.baselines import k_anonymity, laplace_dp, laplace_public_dp
 from lac.curator.release.bayesian import BayesianParams, bayesian_dp
 from lac.curator.release.core import vocab_counts
-from lac.curator.release.ngrams import report_items
 from lac.curator.release.posterior import PosteriorParams, posterior_release, weighted_totals
-from lac.curator.release.prior import public_vocabulary
 from lac.suite.data import prepare_corpora, user_texts
 
 from .data import trigram_vocabulary
