@@ -230,3 +230,21 @@ def test_key_table_matches_binary_search():
             (pos < keys.size) & (keys[np.minimum(pos, max(keys.size - 1, 0))] == q) if keys.size else False, pos, -1
         )
         np.testing.assert_array_equal(table.find(q), want)
+
+
+@pytest.mark.parametrize(
+    "call, name",
+    [
+        (lambda v: ngrams(["a"], max_n=0), "max_n"),
+        (lambda v: NgramVocabulary.from_sentences([["a"]], max_n=1, min_count=0), "min_count"),
+        (lambda v: NgramVocabulary.from_sentences([["a"]], max_n=1, max_items=-1), "max_items"),
+        (lambda v: count_reports([[["a"]]], v, 0, None), "C"),
+        (lambda v: count_reports([[["a"]]], v, 1, True), "W"),
+        (lambda v: count_reports([[["a"]]], v, 1, 2, chunk_size=0), "chunk_size"),
+    ],
+)
+def test_whole_number_arguments_are_checked_by_check_int(call, name):
+    """Whole-number arguments go through ``lac.common.checks.check_int`` (one message for all)."""
+    vocab = NgramVocabulary.from_sentences([["a", "b"]], max_n=1)
+    with pytest.raises(ValueError, match=f"^{name} must be an integer >= "):
+        call(vocab)

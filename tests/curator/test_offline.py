@@ -243,3 +243,15 @@ def test_offline_accuracy_check_refuses_a_swamped_release_unless_forced(files, t
     release_offline(counts, public, ReleaseSpec(epsilon=0.001), PublicCaps(), out=out, min_signal_share=0)  # no check
     kanon = release_offline(counts, public, ReleaseSpec(epsilon=1, mechanism="kanon", K=2), PublicCaps(), out=out)
     assert kanon["preview"] is None  # not DP, nothing to predict: never refused
+
+
+def test_caps_and_expected_reports_are_whole_numbers():
+    """``PublicCaps`` and ``ReleaseSpec.expected_reports`` are checked by ``check_int`` (numpy integers read as int)."""
+    caps = PublicCaps(W=np.int64(3))
+    assert caps.W == 3 and type(caps.W) is int
+    assert type(ReleaseSpec(epsilon=1.0, expected_reports=np.int32(5)).expected_reports) is int
+    for bad in (0, True, 2.0):
+        with pytest.raises(ValueError, match="^C must be an integer >= 1"):
+            PublicCaps(C=bad)
+        with pytest.raises(ValueError, match="^expected_reports must be an integer >= 1"):
+            ReleaseSpec(epsilon=1.0, expected_reports=bad)

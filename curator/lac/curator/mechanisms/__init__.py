@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from numbers import Real
 from typing import Protocol
 
+from lac.common.checks import check_int
 from lac.common.privacy import Budget, PrivacyUnit, check_delta, check_epsilon
 from lac.common.rng import RandomSource
 from lac.curator.base.ngrams import NgramVocabulary
@@ -228,12 +229,8 @@ class ReleaseSpec:
     expected_reports: int | None = None  # the number of reports the accuracy check assumes (lac.curator.runner.preview)
 
     def __post_init__(self) -> None:
-        if self.expected_reports is not None and (
-            isinstance(self.expected_reports, bool)
-            or not isinstance(self.expected_reports, int)
-            or self.expected_reports < 1
-        ):
-            raise ValueError(f"expected_reports must be an integer >= 1, got {self.expected_reports!r}")
+        if self.expected_reports is not None:
+            object.__setattr__(self, "expected_reports", check_int(self.expected_reports, "expected_reports"))
         if self.mechanism not in REGISTRY:
             raise ValueError(f"unknown mechanism {self.mechanism!r}; available: {', '.join(over_rpc())}")
         m = get(self.mechanism)

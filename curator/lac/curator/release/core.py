@@ -31,6 +31,7 @@ from typing import Any, Protocol
 import numpy as np
 import scipy.sparse as sp
 
+from lac.common.checks import check_int
 from lac.common.privacy import Budget, Guarantee
 from lac.curator.base.ngrams import NgramVocabulary, ReportItems, cap_and_clamp
 from lac.curator.release.baselines import BaselineRelease
@@ -62,9 +63,7 @@ class PublicCaps:
 
     def __post_init__(self) -> None:
         for name in ("W", "C", "count_clip", "validation_cap"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise ValueError(f"{name} must be an integer >= 1, got {v!r}")
+            object.__setattr__(self, name, check_int(getattr(self, name), name))
 
 
 class Reports(Protocol):

@@ -48,6 +48,7 @@ import pyarrow.compute as pc
 from google.protobuf.message import DecodeError
 
 from lac.common import envelope
+from lac.common.checks import check_int
 from lac.common.errors import LacError, RejectReason, Unavailable
 from lac.common.serde import mechanism_id
 from lac.common.text import BOS, EOS, UNK
@@ -389,10 +390,8 @@ class IngestPool:
     when it starts) or on first use, kept warm between batches, and started again after a worker died."""
 
     def __init__(self, ctx: IngestContext, workers: int, min_pool_batch: int = MIN_POOL_BATCH):
-        if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
-            raise ValueError(f"workers must be an integer >= 1, got {workers!r}")
-        if isinstance(min_pool_batch, bool) or not isinstance(min_pool_batch, int) or min_pool_batch < 1:
-            raise ValueError(f"min_pool_batch must be an integer >= 1, got {min_pool_batch!r}")
+        workers = check_int(workers, "workers")
+        min_pool_batch = check_int(min_pool_batch, "min_pool_batch")
         self.ctx, self.workers, self.min_pool_batch = ctx, workers, min_pool_batch
         self._pool: ProcessPoolExecutor | None = None
         self._lock = threading.Lock()
