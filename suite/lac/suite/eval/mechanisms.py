@@ -15,7 +15,6 @@ from lac.common.rng import RandomSource
 from lac.curator import mechanisms
 from lac.curator.base.ngrams import NgramVocabulary
 from lac.curator.mechanisms import ReleaseSpec
-from lac.curator.release.bayesian import BayesianParams
 from lac.curator.release.core import MatrixReports, PublicCaps, Release
 from lac.curator.runner.run import run
 
@@ -34,22 +33,6 @@ LABELS = {
     "public": ("public baseline", "no private data"),
     "private": ("private baseline", "NOT private (exact counts)"),
 }
-
-
-def bayes_params(cfg: EvalConfig, eps: float, sound: bool) -> BayesianParams:
-    """BayesianDP parameters at ε: the sound sensitivity (public caps) or the paper's brute force."""
-    if sound:
-        return BayesianParams(
-            epsilon=eps,
-            delta=cfg.delta,
-            S=cfg.S,
-            C=cfg.C,
-            rho=cfg.rho,
-            sensitivity="sound",
-            W=cfg.W,
-            count_clip=cfg.count_clip,
-        )
-    return BayesianParams(epsilon=eps, delta=cfg.delta, S=cfg.S, C=cfg.C, rho=cfg.rho, sensitivity="bruteforce")
 
 
 # eval row -> the curator's release request (``lac.curator.release.core.ReleaseSpec`` keywords besides ε):
@@ -119,7 +102,12 @@ def release(
         vocab = _stand_in(alpha)
     elif alpha is not vocab.alpha:  # e.g. a noisy public prior (figure 4)
         vocab = NgramVocabulary(vocab.items, np.asarray(alpha, dtype=np.float64), vocab.max_n)
-    r = release_of(name, U, vocab, eps, cfg, rng, K)
+    return probabilities(release_of(name, U, vocab, eps, cfg, rng, K))
+
+
+def probabilities(r: Release) -> np.ndarray:
+    """The probability vector a release publishes: its pseudo-counts normalised (uniform when they sum to 0),
+    or its probabilities (a release that is a distribution only)."""
     if r.pseudo_counts is not None:
         c = np.asarray(r.pseudo_counts, dtype=np.float64)
         return c / c.sum() if c.sum() > 0 else np.full(c.size, 1.0 / c.size)
