@@ -8,7 +8,7 @@ in any order; the posterior's real-valued weights are summed in the same order b
 so all engines give bit-identical releases. Memory on the driver is a few partial results plus
 the accumulator; the segments themselves are never all in memory.
 
-The folds (see ``lac.curator.release.core.run``):
+The folds (``lac.curator.release.core``; a release runs them through ``lac.curator.runner.run.run``):
 
 * posterior: ``WeightedTotals`` (one pass);
 * BayesianDP and the Laplace baselines: ``CountStats`` of the W-capped, C-clamped counts over

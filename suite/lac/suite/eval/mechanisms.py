@@ -1,4 +1,4 @@
-"""Thin adapters from the evaluation's rows to the curator's releases (``lac.curator.release.core.run``
+"""Thin adapters from the evaluation's rows to the curator's releases (``lac.curator.runner.run.run``
 over the registered mechanisms, ``lac.curator.mechanisms``) and their probability vectors.
 
 Every call is one real release made by the server's path; ``rng`` is a seeded evaluation generator.
@@ -35,7 +35,7 @@ LABELS = {
 }
 
 
-# eval row -> the curator's release request (``lac.curator.release.core.ReleaseSpec`` keywords besides ε):
+# eval row -> the curator's release request (``lac.curator.mechanisms.ReleaseSpec`` keywords besides ε):
 # every row but "public" is one release of a registered mechanism (``lac.curator.mechanisms``).
 SPECS: dict[str, dict[str, Any]] = {
     "posterior": dict(mechanism="posterior", discovery=False),  # U holds no n-gram to discover
@@ -92,7 +92,7 @@ def release(
     vocab: NgramVocabulary | None = None,
 ) -> np.ndarray:
     """Probability vector released by row ``name`` (see ``LABELS``; "posterior" needs ``vocab``):
-    one release of the curator's path (``lac.curator.release.core.run``), as the server makes it."""
+    one release of the curator's path (``lac.curator.runner.run.run``), as the server makes it."""
     if name == "public":  # not a mechanism: the public counts alone
         a = np.asarray(alpha, dtype=np.float64)
         return a / a.sum()
