@@ -32,10 +32,12 @@ def main() -> None:
 
     from lac.common.paths import data_dir
     from lac.common.text import sentences
+    from lac.curator.base.ngrams import report_items
+    from lac.curator.base.prior import public_vocabulary
+    from lac.curator.mechanisms import ReleaseSpec
     from lac.curator.release.channel import NgramChannel, cached_word_channel, public_unk_words
-    from lac.curator.release.core import ItemReports, PublicCaps, ReleaseSpec, run
-    from lac.curator.release.ngrams import report_items
-    from lac.curator.release.prior import public_vocabulary
+    from lac.curator.release.core import ItemReports, PublicCaps
+    from lac.curator.runner.run import run
     from lac.curator.service.config import CuratorConfig
     from lac.suite.data import prepare_corpora, user_texts
 

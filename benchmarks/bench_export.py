@@ -41,7 +41,7 @@ def make_store(state: Path, reports: int, per_batch: int, window: int) -> list[P
     """The synthetic batches stored as a curator stores them; returns their segments."""
     from lac.common.deployment import Deployment
     from lac.common.v1 import reports_pb2
-    from lac.curator.release.ngrams import ReportItems
+    from lac.curator.base.ngrams import ReportItems
     from lac.curator.store.store import CuratorStore
 
     rng = np.random.default_rng(1)
@@ -111,7 +111,7 @@ class Server:
     """A real curator server on its own event loop thread."""
 
     def __init__(self, state: Path):
-        from lac.curator.release.ngrams import NgramVocabulary
+        from lac.curator.base.ngrams import NgramVocabulary
         from lac.curator.service.config import CuratorConfig
         from lac.curator.service.server import create_server
         from lac.curator.service.service import Curator

@@ -26,8 +26,8 @@ from pathlib import Path
 import numpy as np
 
 from lac.common.text import sentences
+from lac.curator.base.ngrams import ngrams
 from lac.curator.lm.model import UNK, NgramModel
-from lac.curator.release.ngrams import ngrams
 
 OLD_COMMIT = "8523f57"
 

@@ -36,7 +36,7 @@ ENGINES = ("stream", "stream:N (N worker processes)", "memory", "spark")
 
 
 def vocabulary(n_items: int):
-    from lac.curator.release.ngrams import NgramVocabulary
+    from lac.curator.base.ngrams import NgramVocabulary
 
     rng = np.random.default_rng(7)
     return NgramVocabulary(tuple(f"w{j}" for j in range(n_items)), rng.poisson(5.0, n_items) + 1.0, 1)
@@ -44,7 +44,7 @@ def vocabulary(n_items: int):
 
 def write_segments(root: Path, users: int, items: int, per_user: float, per_segment: int) -> list[Path]:
     """Synthetic segments (one file per ``per_segment`` reports), generated segment by segment."""
-    from lac.curator.release.ngrams import ReportItems
+    from lac.curator.base.ngrams import ReportItems
     from lac.curator.store import segments
 
     rng = np.random.default_rng(1)
@@ -71,8 +71,10 @@ def write_segments(root: Path, users: int, items: int, per_user: float, per_segm
 def run_engine(engine: str, root: Path, items: int, master: str, mechanisms: str = MECHANISMS) -> dict:
     """One engine's releases over the segments under ``root`` (in this process)."""
     from lac.common.privacy import PrivacyUnit
-    from lac.curator.release.core import PublicCaps, ReleaseSpec, StoredReports, run
+    from lac.curator.mechanisms import ReleaseSpec
+    from lac.curator.release.core import PublicCaps, StoredReports
     from lac.curator.release.engine import LOCAL
+    from lac.curator.runner.run import run
 
     vocab = vocabulary(items)
     paths = sorted(root.rglob("*.parquet"))

@@ -80,7 +80,7 @@ def curator_public_key(curator_key_dir):
 @pytest.fixture
 def start_curator(tmp_path, public_corpus, curator_key_dir):
     """Factory: start an in-process curator on 127.0.0.1:0 with a tiny public prior."""
-    from lac.curator.release.prior import public_vocabulary
+    from lac.curator.base.prior import public_vocabulary
     from lac.curator.service.config import CuratorConfig
     from lac.curator.service.server import create_server
     from lac.curator.service.service import Curator

@@ -11,8 +11,8 @@ from lac_testkit import ServeProc, batch_privacy, content
 
 from lac.common import envelope
 from lac.common.v1 import curator_pb2, curator_pb2_grpc
+from lac.curator.base.ngrams import NgramVocabulary, report_items
 from lac.curator.release.core import StoredReports
-from lac.curator.release.ngrams import NgramVocabulary, report_items
 from lac.curator.store import segments
 
 WORDS = (

@@ -14,6 +14,7 @@ from lac.client.embedding import glove_default
 from lac.client.localizer import Localizer
 from lac.client.mechanisms import MultivariateLaplace
 from lac.common.text import sentences
+from lac.curator.base.ngrams import NgramVocabulary, report_items
 from lac.curator.release.channel import (
     MIN_KEEP_SHARE,
     NgramChannel,
@@ -22,7 +23,6 @@ from lac.curator.release.channel import (
     public_unk_words,
     word_channel,
 )
-from lac.curator.release.ngrams import NgramVocabulary, report_items
 from lac.curator.release.posterior import (
     PosteriorParams,
     WeightedTotals,

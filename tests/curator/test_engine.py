@@ -8,10 +8,12 @@ import pytest
 from curator_testkit import random_stored
 
 from lac.common.privacy import PrivacyUnit
+from lac.curator.mechanisms import ReleaseSpec
 from lac.curator.release.bayesian import BayesianParams, bayesian_dp
-from lac.curator.release.core import PublicCaps, ReleaseSpec, run, vocab_counts
+from lac.curator.release.core import PublicCaps, vocab_counts
 from lac.curator.release.engine import LOCAL
 from lac.curator.release.posterior import weighted_totals
+from lac.curator.runner.run import run
 
 
 @pytest.fixture(scope="module")

@@ -22,7 +22,7 @@ from lac.common.errors import FailedPrecondition, InvalidArgument, PermissionDen
 from lac.common.privacy import VACUOUS_EPSILON, LocalGuarantee
 from lac.common.rpc import Role
 from lac.common.v1 import curator_pb2, curator_pb2_grpc
-from lac.curator.release.ngrams import ReportItems, item_names, report_items
+from lac.curator.base.ngrams import ReportItems, item_names, report_items
 from lac.curator.store import export
 from lac.curator.store import segments as seg
 from lac.curator.store.store import CuratorStore

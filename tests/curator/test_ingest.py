@@ -20,7 +20,7 @@ from lac_testkit import DEPLOYMENT, batch_privacy, content, wait_until
 from lac.common import envelope
 from lac.common.text import sentences
 from lac.common.v1 import curator_pb2, curator_pb2_grpc, reports_pb2
-from lac.curator.release.ngrams import report_items
+from lac.curator.base.ngrams import report_items
 from lac.curator.service.config import CuratorConfig
 from lac.curator.store import segments as seg
 from lac.curator.store.ingest import IngestContext, IngestPool, OpenedChunk, count_chunk, merge_counts, open_chunk

@@ -14,7 +14,7 @@ import pipeline_dp
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
-from lac.curator.release.ngrams import report_items
+from lac.curator.base.ngrams import report_items
 from lac.curator.store import segments
 
 REPORTS = [
@@ -121,7 +121,7 @@ def _map_words_reference(items, words):
 def test_map_words_matches_its_plain_python_reading():
     """The vectorized map_words (Arrow) against the plain reading, on random reports with unknown,
     special and non-ASCII words (sorted order must be code-point order)."""
-    from lac.curator.release.ngrams import ReportItems, item_names
+    from lac.curator.base.ngrams import ReportItems, item_names
     from lac.curator.store.segments import map_words
 
     rng = np.random.default_rng(5)

@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 
 from lac.common.text import sentences
+from lac.curator.base.ngrams import NgramVocabulary, ngrams
 from lac.curator.lm.model import UNK, NgramModel, count_of_counts, default_total, estimate_discounts
-from lac.curator.release.ngrams import NgramVocabulary, ngrams
 
 SENTENCES = [
     s.split()

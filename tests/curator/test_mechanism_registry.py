@@ -1,13 +1,13 @@
 """The central mechanisms as one protocol and registry (``lac.curator.mechanisms``).
 
-* Bit-identical releases: every mechanism and its variants run through ``release.run`` on a fixed
+* Bit-identical releases: every mechanism and its variants run through ``runner.run`` on a fixed
   small dataset with a seeded generator, compared with golden values recorded before the
   mechanisms moved into the registry (``tests/curator/data/mechanism_golden.{npz,json}``;
   regenerate with ``LAC_REGEN_GOLDEN=1`` only when a release is meant to change).
 * The registry lists exactly the mechanisms; ``over_rpc`` leaves out k-anonymity.
 * Privacy maps per mechanism: the charge and the preview's noise, to the digit.
 * Adding a mechanism is one module: a toy mechanism registered here is accepted by ``ReleaseSpec``
-  and dispatched by ``release.run``.
+  and dispatched by ``runner.run``.
 """
 
 from __future__ import annotations
@@ -23,10 +23,12 @@ import scipy.sparse as sp
 
 from lac.common.privacy import Budget, PrivacyUnit
 from lac.curator import mechanisms
+from lac.curator.base.ngrams import NgramVocabulary, report_items
+from lac.curator.mechanisms import ReleaseSpec
 from lac.curator.release import core as release
 from lac.curator.release.channel import NgramChannel, WordChannel
-from lac.curator.release.core import ItemReports, MatrixReports, PublicCaps, ReleaseSpec
-from lac.curator.release.ngrams import NgramVocabulary, report_items
+from lac.curator.release.core import ItemReports, MatrixReports, PublicCaps
+from lac.curator.runner import run as runner
 
 DATA = Path(__file__).parent / "data"
 GOLDEN_NPZ = DATA / "mechanism_golden.npz"
@@ -106,7 +108,7 @@ def _channel(vocab: NgramVocabulary) -> NgramChannel:
     return NgramChannel.build(word, vocab)
 
 
-def _run(case: str, run=release.run) -> release.Release:
+def _run(case: str, run=runner.run) -> release.Release:
     kw, kind, with_channel = CASES[case]
     vocab = _vocab()
     items = ItemReports([report_items([[s] for s in _sents(_USERS)], vocab.max_n, vocab.words)], vocab)
@@ -292,7 +294,7 @@ def test_bayesian_and_endtoend_noise_on_the_logits():
 
 
 def test_kanon_has_no_noise_and_no_preview():
-    from lac.curator.release.preview import predict
+    from lac.curator.runner.preview import predict
 
     assert mechanisms.get("kanon").noise(_query()) is None
     with pytest.raises(ValueError, match="no preview for mechanism 'kanon'"):
@@ -367,10 +369,10 @@ def test_a_new_mechanism_is_one_registered_object(toy):
     with pytest.raises(ValueError, match="applies to bayesian and endtoend only"):
         ReleaseSpec(epsilon=2.0, mechanism="toy-uniform", sensitivity="bruteforce")
     vocab = _vocab()
-    r = release.run(sp.csr_matrix((3, len(vocab))), vocab, spec, CAPS)
+    r = runner.run(sp.csr_matrix((3, len(vocab))), vocab, spec, CAPS)
     assert r.mechanism == "toy-uniform" and r.items == tuple(vocab.items)
     np.testing.assert_allclose(np.exp(r.log_probs).sum(), 1.0)
-    from lac.curator.release.preview import predict
+    from lac.curator.runner.preview import predict
 
     p = predict("toy-uniform", 2.0, 0.0, vocab, W=20, C=2, unit=PrivacyUnit.report(), reports=10)
     assert p.noise == 0.5 and p.noise_unit == "probabilities"

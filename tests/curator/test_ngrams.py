@@ -5,7 +5,7 @@ import pytest
 import scipy.sparse as sp
 
 from lac.common.text import BOS, EOS, sentences
-from lac.curator.release.ngrams import NgramVocabulary, _ngrams, count_reports, ngrams, report_items, user_counts
+from lac.curator.base.ngrams import NgramVocabulary, _ngrams, count_reports, ngrams, report_items, user_counts
 
 PUBLIC = (
     "The cat sat on the mat. The dog sat on the log! Did the cat see the dog? "
@@ -218,7 +218,7 @@ def test_user_counts_edge_cases():
 
 
 def test_key_table_matches_binary_search():
-    from lac.curator.release.ngrams import _KeyTable
+    from lac.curator.base.ngrams import _KeyTable
 
     rng = np.random.default_rng(0)
     for m in (0, 1, 2, 7, 1000, 50000):
@@ -246,3 +246,21 @@ def test_report_items_match_enumerating_each_report(seed):
         row = slice(got.indptr[r], got.indptr[r + 1])
         assert [got.items[i] for i in got.item_ids[row]] == list(want)  # Counter keeps first-occurrence order
         assert got.counts[row].tolist() == list(want.values())
+
+
+@pytest.mark.parametrize(
+    "call, name",
+    [
+        (lambda v: ngrams(["a"], max_n=0), "max_n"),
+        (lambda v: NgramVocabulary.from_sentences([["a"]], max_n=1, min_count=0), "min_count"),
+        (lambda v: NgramVocabulary.from_sentences([["a"]], max_n=1, max_items=-1), "max_items"),
+        (lambda v: count_reports([[["a"]]], v, 0, None), "C"),
+        (lambda v: count_reports([[["a"]]], v, 1, True), "W"),
+        (lambda v: count_reports([[["a"]]], v, 1, 2, chunk_size=0), "chunk_size"),
+    ],
+)
+def test_whole_number_arguments_are_checked_by_check_int(call, name):
+    """Whole-number arguments go through ``lac.common.checks.check_int`` (one message for all)."""
+    vocab = NgramVocabulary.from_sentences([["a", "b"]], max_n=1)
+    with pytest.raises(ValueError, match=f"^{name} must be an integer >= "):
+        call(vocab)

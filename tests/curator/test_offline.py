@@ -6,9 +6,10 @@ import scipy.sparse as sp
 from lac_testkit import run_lac
 
 from lac.common.privacy import PrivacyUnit
-from lac.curator.release.core import PublicCaps, ReleaseSpec
-from lac.curator.release.ngrams import NgramVocabulary
-from lac.curator.release.offline import (
+from lac.curator.base.ngrams import NgramVocabulary
+from lac.curator.mechanisms import ReleaseSpec
+from lac.curator.release.core import PublicCaps
+from lac.curator.runner.offline import (
     ReleaseRefused,
     default_out_path,
     default_vocab_path,
@@ -207,7 +208,7 @@ def test_offline_posterior_runs_without_discovery_and_says_so(files, tmp_path, c
 
 def test_offline_accuracy_check_refuses_a_swamped_release_unless_forced(files, tmp_path, capsys, cli):
     """The curator's accuracy check, with its message, before an offline release; --force releases anyway."""
-    from lac.curator.release.preview import predict, refusal
+    from lac.curator.runner.preview import predict, refusal
 
     counts, public, _ = files
     out = tmp_path / "r.npz"
@@ -242,3 +243,15 @@ def test_offline_accuracy_check_refuses_a_swamped_release_unless_forced(files, t
     release_offline(counts, public, ReleaseSpec(epsilon=0.001), PublicCaps(), out=out, min_signal_share=0)  # no check
     kanon = release_offline(counts, public, ReleaseSpec(epsilon=1, mechanism="kanon", K=2), PublicCaps(), out=out)
     assert kanon["preview"] is None  # not DP, nothing to predict: never refused
+
+
+def test_caps_and_expected_reports_are_whole_numbers():
+    """``PublicCaps`` and ``ReleaseSpec.expected_reports`` are checked by ``check_int`` (numpy integers read as int)."""
+    caps = PublicCaps(W=np.int64(3))
+    assert caps.W == 3 and type(caps.W) is int
+    assert type(ReleaseSpec(epsilon=1.0, expected_reports=np.int32(5)).expected_reports) is int
+    for bad in (0, True, 2.0):
+        with pytest.raises(ValueError, match="^C must be an integer >= 1"):
+            PublicCaps(C=bad)
+        with pytest.raises(ValueError, match="^expected_reports must be an integer >= 1"):
+            ReleaseSpec(epsilon=1.0, expected_reports=bad)

@@ -14,8 +14,8 @@ from scipy import stats
 from scipy.special import log_ndtr
 
 from lac.common.privacy import PrivacyUnit
+from lac.curator.base.ngrams import NgramVocabulary, report_items
 from lac.curator.release.gaussian import analytic_sigma
-from lac.curator.release.ngrams import NgramVocabulary, report_items
 from lac.curator.release.posterior import (
     PosteriorParams,
     WeightedTotals,
@@ -46,7 +46,7 @@ def _dense_totals(reports, W, C, tau, keys):
     """y per item string from first principles: each report's first W items, clamped, normalised."""
     from collections import Counter
 
-    from lac.curator.release.ngrams import ngrams
+    from lac.curator.base.ngrams import ngrams
 
     out = Counter()
     for rep in reports:

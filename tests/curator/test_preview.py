@@ -16,8 +16,8 @@ from lac_testkit import DEPLOYMENT, batch_privacy, content
 from lac.common import envelope, tls
 from lac.common.privacy import PrivacyUnit
 from lac.common.v1 import curator_pb2, curator_pb2_grpc
-from lac.curator.release.ngrams import NgramVocabulary
-from lac.curator.release.preview import SNR, mean_sentence_words, predict
+from lac.curator.base.ngrams import NgramVocabulary
+from lac.curator.runner.preview import SNR, mean_sentence_words, predict
 
 WORDS = [
     "the",

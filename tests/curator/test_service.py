@@ -12,8 +12,8 @@ import pytest
 
 from lac.common import envelope
 from lac.common.v1 import curator_pb2, curator_pb2_grpc, reports_pb2
+from lac.curator.base.ngrams import NgramVocabulary, ReportItems, item_names, report_items, user_counts
 from lac.curator.release.core import StoredReports
-from lac.curator.release.ngrams import NgramVocabulary, ReportItems, item_names, report_items, user_counts
 from lac.curator.store import segments as seg
 from lac.curator.store.store import CuratorStore, Quarantined
 
@@ -214,9 +214,9 @@ def test_release_counts_match_the_text_path(start_curator, seal, public_corpus):
     and released log-probabilities = the library's pre-noise mean + N(0, σ²) noise (KS)."""
     from scipy import stats
 
+    from lac.curator.base.ngrams import user_counts
+    from lac.curator.base.prior import public_vocabulary
     from lac.curator.release.bayesian import BayesianParams, bayesian_dp
-    from lac.curator.release.ngrams import user_counts
-    from lac.curator.release.prior import public_vocabulary
     from lac.curator.service.config import CuratorConfig
 
     cur = start_curator(max_items_per_report=4, item_clamp=2)

@@ -24,10 +24,12 @@ from lac.common.errors import DataLoss
 from lac.common.privacy import PrivacyUnit
 from lac.common.text import sentences
 from lac.common.v1 import curator_pb2, curator_pb2_grpc
-from lac.curator.release.core import PublicCaps, ReleaseSpec, StoredReports, block_stats, run
+from lac.curator.base.ngrams import NgramVocabulary, ReportItems
+from lac.curator.mechanisms import ReleaseSpec
+from lac.curator.release.core import PublicCaps, StoredReports, block_stats
 from lac.curator.release.engine import LOCAL
-from lac.curator.release.ngrams import NgramVocabulary, ReportItems
 from lac.curator.release.spark import SparkEngine, SparkIngest
+from lac.curator.runner.run import run
 from lac.curator.store import segments
 from lac.curator.store.store import CuratorStore
 
@@ -168,7 +170,7 @@ def test_serve_flags_select_spark(spark, start_curator, tmp_path, public_corpus,
     Spark (the running session), and the brute-force γ over RPC equals LocalEngine's on its segments."""
     from lac.common import config as cfg
     from lac.common.cli import build_parser, main
-    from lac.curator.release.prior import public_vocabulary
+    from lac.curator.base.prior import public_vocabulary
     from lac.curator.service.config import ENV_PREFIX, CuratorConfig
 
     args = build_parser().parse_args(

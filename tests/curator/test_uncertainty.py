@@ -15,7 +15,7 @@ from lac_testkit import mtls_curator_with_reports, run_lac
 from lac.common import tls
 from lac.common.v1 import curator_pb2, curator_pb2_grpc
 from lac.curator.release.posterior import LM_PRIOR_SHARE
-from lac.curator.release.uncertainty import noise_sd
+from lac.curator.runner.uncertainty import noise_sd
 
 
 @pytest.fixture

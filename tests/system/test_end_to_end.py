@@ -29,9 +29,9 @@ def test_pipeline_release_matches_library(tmp_path, data):
     from lac.client.localizer import Localizer
     from lac.client.mechanisms import MultivariateLaplace
     from lac.client.submit import ShufflerClient
+    from lac.curator.base.ngrams import user_counts
+    from lac.curator.base.prior import public_vocabulary
     from lac.curator.release.bayesian import BayesianParams, bayesian_dp
-    from lac.curator.release.ngrams import user_counts
-    from lac.curator.release.prior import public_vocabulary
     from lac.curator.service.config import CuratorConfig
     from lac.shuffler.auth import add_clients
 

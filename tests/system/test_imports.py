@@ -2,7 +2,8 @@
 it back (directly or through others). Imports inside functions (deliberately lazy) and under
 ``TYPE_CHECKING`` are not load-time imports and are not counted. The curator is held to more: no
 circle among its modules even counting the imports inside functions (only ``TYPE_CHECKING`` ones, which
-never run, are left out), so its wings read one way."""
+never run, are left out), and its wings are layered in one declared order (``CURATOR_WING_ORDER``,
+docs/design.md): a wing imports only wings below it, again counting the imports inside functions."""
 
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("common", "client", "shuffler", "curator", "analyst", "suite")
+# The curator's wings, bottom first (docs/design.md, "Layout"): a wing may import only the wings before it.
+CURATOR_WING_ORDER = ("base", "store", "release", "mechanisms", "runner", "lm", "service")
 
 
 def _modules() -> dict[str, Path]:
@@ -134,3 +137,69 @@ def test_no_circle_among_the_curators_modules_even_lazily():
 def test_the_checker_finds_a_cycle():
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
     assert _cycles({"a": {"b"}, "b": set()}) == []
+
+
+def _curator_wing(module: str) -> str | None:
+    """The wing of a curator module (``lac.curator.<wing>...``); None for the package's own ``__init__``."""
+    parts = module.split(".")
+    return parts[2] if len(parts) > 2 and parts[:2] == ["lac", "curator"] else None
+
+
+def _wing_graph() -> dict[str, set[str]]:
+    """Which curator wings each curator wing imports (imports inside functions too, not TYPE_CHECKING)."""
+    modules = _modules()
+    known = set(modules)
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        wing = _curator_wing(name)
+        if wing is None:
+            continue
+        deps = graph.setdefault(wing, set())
+        for m in _load_time_imports(path, name, known, lazy=True):
+            other = _curator_wing(m)
+            if other is not None and other != wing:
+                deps.add(other)
+    return graph
+
+
+def _layering_violations(graph: dict[str, set[str]], order: tuple[str, ...]) -> list[str]:
+    """Every edge of ``graph`` that does not point down ``order`` (bottom first), and every wing not in ``order``."""
+    rank = {w: i for i, w in enumerate(order)}
+    out = [f"{w}: not in the declared order" for w in sorted(graph) if w not in rank]
+    for wing, deps in sorted(graph.items()):
+        for dep in sorted(deps):
+            if wing in rank and dep in rank and rank[dep] >= rank[wing]:
+                out.append(f"{wing} -> {dep}")
+    return out
+
+
+def test_the_curators_wings_are_layered():
+    """base -> store -> release -> mechanisms -> runner -> lm -> service, read bottom up: e.g. the algorithms
+    (release) read the store's segments, the mechanisms are built from the algorithms, the runner runs a request
+    through the mechanisms' registry, and only the service sees everything."""
+    graph = _wing_graph()
+    assert set(graph) == set(CURATOR_WING_ORDER)
+    assert "store" in graph["release"] and "mechanisms" in graph["runner"]  # the checker sees the edges it orders
+    assert _layering_violations(graph, CURATOR_WING_ORDER) == []
+
+
+def test_the_layering_check_finds_an_upward_import():
+    order = ("base", "store", "release")
+    assert _layering_violations({"base": set(), "store": {"base"}, "release": {"store", "base"}}, order) == []
+    assert _layering_violations({"base": {"release"}, "store": {"base"}, "release": set()}, order) == [
+        "base -> release"
+    ]
+    # a cycle between two wings breaks the order whichever is declared first
+    assert _layering_violations({"base": set(), "store": {"release"}, "release": {"store"}}, order) == [
+        "store -> release"
+    ]
+    assert _layering_violations({"base": set(), "extra": {"base"}}, order) == ["extra: not in the declared order"]
+
+
+def test_the_wing_graph_counts_imports_inside_functions():
+    """The service's CLI imports the runner's offline path inside a function only; the graph has that edge."""
+    modules = _modules()
+    path = modules["lac.curator.service.cli"]
+    eager = _load_time_imports(path, "lac.curator.service.cli", set(modules))
+    lazy = _load_time_imports(path, "lac.curator.service.cli", set(modules), lazy=True)
+    assert "lac.curator.runner.offline" in lazy - eager

@@ -180,9 +180,9 @@ def _numbers(message) -> list[float]:
 def test_no_reply_carries_pre_noise_or_exact_counts_to_an_analyst(curator, pki, public_corpus):
     """Finding 1: the pre-noise mean was returned to any certificate. Now no RPC returns it to
     anyone, and an analyst's replies hold no exact data statistic (computed here from the library)."""
+    from lac.curator.base.ngrams import user_counts
+    from lac.curator.base.prior import public_vocabulary
     from lac.curator.release.bayesian import BayesianParams, bayesian_dp
-    from lac.curator.release.ngrams import user_counts
-    from lac.curator.release.prior import public_vocabulary
     from lac.curator.service.config import CuratorConfig
 
     cur, rid = curator

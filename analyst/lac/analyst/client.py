@@ -856,7 +856,7 @@ class CuratorClient:
         **knobs: Any,
     ) -> ReleasePreview:
         """What ``release`` with the same arguments would give: its noise and the predicted share of
-        the text's words that stand out of it (``lac.curator.release.preview``). Reads no report, spends
+        the text's words that stand out of it (``lac.curator.runner.preview``). Reads no report, spends
         nothing. ``expected_reports=N`` assumes N reports; without it the prediction uses a DP count
         the curator already holds, if any, and otherwise says how many reports the release needs."""
         req = self._release_request(epsilon, delta, mechanism, first_window, last_window, knobs, "preview")

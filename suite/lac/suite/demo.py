@@ -68,9 +68,9 @@ def _run(args, workdir: Path) -> int:
     from lac.client.localizer import Localizer
     from lac.client.mechanisms import MultivariateLaplace
     from lac.client.submit import ShufflerClient
+    from lac.curator.base.ngrams import report_items
     from lac.curator.lm.model import NgramModel, release_model
     from lac.curator.release.core import vocab_counts
-    from lac.curator.release.ngrams import report_items
     from lac.shuffler.auth import add_clients
     from lac.suite.data import load_users, prepare_corpora
 
@@ -201,7 +201,7 @@ def _run(args, workdir: Path) -> int:
         curator.stop()
 
     print("[6/6] comparing with the non-private distributions", flush=True)
-    from lac.curator.release.prior import public_vocabulary
+    from lac.curator.base.prior import public_vocabulary
     from lac.curator.service.config import CuratorConfig
 
     cc = CuratorConfig()  # the curator above ran with these release defaults

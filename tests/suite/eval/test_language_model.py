@@ -9,9 +9,11 @@ import pytest
 
 from lac.common.privacy import PrivacyUnit
 from lac.common.text import sentences
+from lac.curator.base.ngrams import NgramVocabulary
 from lac.curator.lm.model import release_model
-from lac.curator.release.core import PublicCaps, ReleaseSpec, run
-from lac.curator.release.ngrams import NgramVocabulary
+from lac.curator.mechanisms import ReleaseSpec
+from lac.curator.release.core import PublicCaps
+from lac.curator.runner.run import run
 from lac.suite.eval.config import EvalConfig
 from lac.suite.eval.data import count
 from lac.suite.eval.language_model import row_model

@@ -1,6 +1,6 @@
 """A language model over released n-gram counts (post-processing of a release: costs no privacy).
 
-Input: n-gram *items* as in ``lac.curator.release.ngrams`` (tokens joined by single spaces, sentences
+Input: n-gram *items* as in ``lac.curator.base.ngrams`` (tokens joined by single spaces, sentences
 padded ``<s> w1 .. wk </s>``, ``<s>`` never an item on its own) with one real-valued,
 non-negative *pseudo-count* per item (``NgramModel.from_counts``), or a released joint
 distribution over the items of every order (``NgramModel(items, log_probs, max_n, total=...)``:

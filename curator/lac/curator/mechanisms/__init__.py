@@ -1,12 +1,13 @@
-"""The central mechanisms, one module each, behind one protocol and one registry.
+"""The central mechanisms, one module each, behind one protocol and one registry, and the request they run.
 
 Each module of this package exposes one object, ``MECHANISM``, in the shape of OpenDP's
-measurement: validated, frozen parameters (``lac.curator.release.core.ReleaseSpec`` checked against the
-mechanism's ``knobs``) and a privacy map (``charge``: the (ε, δ) a spec spends; ``noise``: the
+measurement: validated, frozen parameters (``ReleaseSpec``, defined here: the request, checked against
+the mechanism's ``knobs``) and a privacy map (``charge``: the (ε, δ) a spec spends; ``noise``: the
 per-item noise the accuracy preview reads), with ``run`` turning reports into a
-``lac.curator.release.core.Release`` that carries its typed ``Guarantee``.
+``lac.curator.release.core.Release`` that carries its typed ``Guarantee``. The mechanisms are built from
+the algorithms of ``lac.curator.release``.
 
-Everything that dispatches on a mechanism's name (``ReleaseSpec``, ``release.run``, the RPC
+Everything that dispatches on a mechanism's name (``ReleaseSpec``, ``lac.curator.runner.run``, the RPC
 translations in ``lac.curator.service.serde``, the preview, the CLI, ``lac eval``) asks this registry.
 Adding a mechanism is one new module here (found at import, ordered by its ``rank``) or, from
 outside the package, one ``register`` call.
@@ -15,21 +16,25 @@ outside the package, one ``register`` call.
 from __future__ import annotations
 
 import importlib
+import math
 import pkgutil
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from numbers import Real
+from typing import Protocol
 
-from lac.common.privacy import Budget, PrivacyUnit
+from lac.common.checks import check_int
+from lac.common.privacy import Budget, PrivacyUnit, check_delta, check_epsilon
 from lac.common.rng import RandomSource
-from lac.curator.release.ngrams import NgramVocabulary
-
-if TYPE_CHECKING:
-    from lac.curator.release.channel import NgramChannel
-    from lac.curator.release.core import PublicCaps, Release, ReleaseSpec, Reports
-    from lac.curator.release.engine import Engine
+from lac.curator.base.ngrams import NgramVocabulary
+from lac.curator.release.bayesian import SENSITIVITY_METHODS
+from lac.curator.release.channel import NgramChannel
+from lac.curator.release.core import PublicCaps, Release, Reports
+from lac.curator.release.engine import Engine
+from lac.curator.release.gaussian import METHODS as CALIBRATIONS
 
 __all__ = [
+    "ReleaseSpec",
     "Defaults",
     "Mechanism",
     "NoiseQuery",
@@ -67,7 +72,7 @@ class NoiseQuery:
     count_clip: int = 1_000_000
     calibration: str = "auto"
     data_dependent: bool = False
-    words_per_report: float = 1.0  # L: the public corpus's mean sentence length (``lac.curator.release.preview``)
+    words_per_report: float = 1.0  # L: the public corpus's mean sentence length (``lac.curator.runner.preview``)
 
 
 @dataclass(frozen=True)
@@ -202,6 +207,71 @@ def offline_only() -> tuple[str, ...]:
 def with_knob(knob: str) -> tuple[str, ...]:
     """The mechanisms ``knob`` applies to."""
     return tuple(n for n, m in REGISTRY.items() if knob in m.knobs)
+
+
+@dataclass(frozen=True)
+class ReleaseSpec:
+    """One release request. Defaults here are the release defaults everywhere."""
+
+    epsilon: float
+    delta: float = 1e-6
+    mechanism: str = "posterior"
+    sensitivity: str = "sound"
+    S: float = 0.01
+    rho: float = 0.5
+    calibration: str = "auto"
+    public_sensitivity: str = "sound"
+    first_window: int | None = None
+    last_window: int | None = None
+    K: int = 50  # k-anonymity threshold (offline only)
+    discovery: bool = True  # posterior: DP discovery of n-grams outside the public vocabulary
+    force: bool = False  # release even if the accuracy check predicts the noise would swamp the signal
+    expected_reports: int | None = None  # the number of reports the accuracy check assumes (lac.curator.runner.preview)
+
+    def __post_init__(self) -> None:
+        if self.expected_reports is not None:
+            object.__setattr__(self, "expected_reports", check_int(self.expected_reports, "expected_reports"))
+        if self.mechanism not in REGISTRY:
+            raise ValueError(f"unknown mechanism {self.mechanism!r}; available: {', '.join(over_rpc())}")
+        m = get(self.mechanism)
+        if m.takes_epsilon:
+            check_epsilon(self.epsilon)
+        if m.with_delta:
+            check_delta(self.delta, allow_zero=False)
+        if self.sensitivity not in SENSITIVITY_METHODS:
+            raise ValueError(f"unknown sensitivity {self.sensitivity!r}; available: {', '.join(SENSITIVITY_METHODS)}")
+        if self.public_sensitivity not in ("sound", "observed"):
+            raise ValueError(f"unknown public_sensitivity {self.public_sensitivity!r}; available: sound, observed")
+        if self.sensitivity != "sound" and "sensitivity" not in m.knobs:
+            raise ValueError(
+                f"sensitivity {self.sensitivity!r} applies to {' and '.join(with_knob('sensitivity'))} only"
+            )
+        if self.public_sensitivity != "sound" and "public_sensitivity" not in m.knobs:
+            raise ValueError(
+                f"public_sensitivity {self.public_sensitivity!r} applies to "
+                f"{' and '.join(with_knob('public_sensitivity'))} only"
+            )
+        if self.calibration not in CALIBRATIONS:
+            raise ValueError(f"unknown calibration {self.calibration!r}; available: {', '.join(CALIBRATIONS)}")
+        if isinstance(self.S, bool) or not (isinstance(self.S, Real) and math.isfinite(self.S) and self.S > 0):
+            raise ValueError(f"S must be a finite number > 0, got {self.S!r}")
+        if isinstance(self.rho, bool) or not (isinstance(self.rho, Real) and 0 < self.rho <= 1):
+            raise ValueError(f"rho must be in (0, 1], got {self.rho!r}")
+        if (self.first_window is None) != (self.last_window is None):
+            raise ValueError("give both first_window and last_window, or neither")
+        if self.first_window is not None and self.first_window > self.last_window:
+            raise ValueError("first_window must not be after last_window")
+        m.validate(self)
+
+    @property
+    def data_dependent(self) -> bool:
+        """True when the requested calibration looks at the data (NOT differentially private)."""
+        return get(self.mechanism).data_dependent(self)
+
+    @property
+    def budget(self) -> Budget:
+        """The (ε, δ) this release spends from each window it covers when it is DP."""
+        return get(self.mechanism).charge(self)
 
 
 def _load_builtin() -> None:

@@ -9,19 +9,19 @@ from typing import Any
 
 from lac.common.privacy import PrivacyUnit
 from lac.common.rng import RandomSource
-from lac.curator.mechanisms import Defaults, LogitNoise, NoiseQuery
+from lac.curator.base.ngrams import NgramVocabulary
+from lac.curator.mechanisms import Defaults, LogitNoise, NoiseQuery, ReleaseSpec
 from lac.curator.release import core as release
 from lac.curator.release.bayesian import BayesianParams, BayesianRelease, bayesian_dp, bayesian_from_stats
 from lac.curator.release.channel import NgramChannel
 from lac.curator.release.engine import Engine
 from lac.curator.release.gaussian import calibrate
-from lac.curator.release.ngrams import NgramVocabulary
 from lac.curator.release.sound import sound_gamma
 
 __all__ = ["MECHANISM", "BayesianDP", "params", "logit_noise"]
 
 
-def params(spec: release.ReleaseSpec, caps: release.PublicCaps, unit: PrivacyUnit) -> BayesianParams:
+def params(spec: ReleaseSpec, caps: release.PublicCaps, unit: PrivacyUnit) -> BayesianParams:
     """The BayesianDP parameters of ``spec`` under ``caps``."""
     return BayesianParams(
         epsilon=spec.epsilon,
@@ -81,7 +81,7 @@ class BayesianDP(Defaults):
     with_delta: bool = True
     knobs: frozenset[str] = frozenset({"sensitivity", "S", "rho", "calibration"})
 
-    def data_dependent(self, spec: release.ReleaseSpec) -> bool:
+    def data_dependent(self, spec: ReleaseSpec) -> bool:
         return spec.sensitivity != "sound"
 
     def noise(self, q: NoiseQuery) -> LogitNoise:
@@ -91,7 +91,7 @@ class BayesianDP(Defaults):
         self,
         reports: release.Reports,
         vocab: NgramVocabulary,
-        spec: release.ReleaseSpec,
+        spec: ReleaseSpec,
         caps: release.PublicCaps,
         unit: PrivacyUnit,
         rng: RandomSource | None,

@@ -7,13 +7,13 @@ from dataclasses import dataclass
 
 from lac.common.privacy import PrivacyUnit
 from lac.common.rng import RandomSource
-from lac.curator.mechanisms import Defaults, LogitNoise, NoiseQuery
+from lac.curator.base.ngrams import NgramVocabulary
+from lac.curator.mechanisms import Defaults, LogitNoise, NoiseQuery, ReleaseSpec
 from lac.curator.mechanisms.bayesian import logit_noise
 from lac.curator.release import core as release
 from lac.curator.release.channel import NgramChannel
 from lac.curator.release.endtoend import SELECTION_SHARE, EndToEndParams, end_to_end_dp
 from lac.curator.release.engine import Engine
-from lac.curator.release.ngrams import NgramVocabulary
 
 __all__ = ["MECHANISM", "EndToEndDP"]
 
@@ -27,7 +27,7 @@ class EndToEndDP(Defaults):
     with_delta: bool = True
     knobs: frozenset[str] = frozenset({"sensitivity", "S", "rho", "calibration"})
 
-    def data_dependent(self, spec: release.ReleaseSpec) -> bool:
+    def data_dependent(self, spec: ReleaseSpec) -> bool:
         return spec.sensitivity != "sound"
 
     def noise(self, q: NoiseQuery) -> LogitNoise:
@@ -37,7 +37,7 @@ class EndToEndDP(Defaults):
         self,
         reports: release.Reports,
         vocab: NgramVocabulary,
-        spec: release.ReleaseSpec,
+        spec: ReleaseSpec,
         caps: release.PublicCaps,
         unit: PrivacyUnit,
         rng: RandomSource | None,

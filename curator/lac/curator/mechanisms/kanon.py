@@ -6,12 +6,12 @@ from dataclasses import dataclass
 
 from lac.common.privacy import PrivacyUnit
 from lac.common.rng import RandomSource
-from lac.curator.mechanisms import Defaults, NoiseQuery
+from lac.curator.base.ngrams import NgramVocabulary
+from lac.curator.mechanisms import Defaults, NoiseQuery, ReleaseSpec
 from lac.curator.release import core as release
 from lac.curator.release.baselines import k_anonymity
 from lac.curator.release.channel import NgramChannel
 from lac.curator.release.engine import Engine
-from lac.curator.release.ngrams import NgramVocabulary
 
 __all__ = ["MECHANISM", "KAnonymity"]
 
@@ -25,7 +25,7 @@ class KAnonymity(Defaults):
     with_delta: bool = False
     knobs: frozenset[str] = frozenset({"K"})
 
-    def data_dependent(self, spec: release.ReleaseSpec) -> bool:
+    def data_dependent(self, spec: ReleaseSpec) -> bool:
         return True
 
     def noise(self, q: NoiseQuery) -> None:
@@ -35,7 +35,7 @@ class KAnonymity(Defaults):
         self,
         reports: release.Reports,
         vocab: NgramVocabulary,
-        spec: release.ReleaseSpec,
+        spec: ReleaseSpec,
         caps: release.PublicCaps,
         unit: PrivacyUnit,
         rng: RandomSource | None,
@@ -45,7 +45,9 @@ class KAnonymity(Defaults):
         items = tuple(vocab.items)
         U = reports.vocab_counts(caps.C, caps.W)
         b = k_anonymity(U, K=spec.K, C=caps.C)
-        return release.baseline_release(spec, items, b, dict(vocab_size=len(items), n_reports=int(U.shape[0])))
+        return release.baseline_release(
+            spec.mechanism, items, b, dict(vocab_size=len(items), n_reports=int(U.shape[0]))
+        )
 
 
 MECHANISM = KAnonymity()

@@ -7,12 +7,12 @@ from dataclasses import dataclass
 
 from lac.common.privacy import PrivacyUnit
 from lac.common.rng import RandomSource
-from lac.curator.mechanisms import Defaults, ItemNoise, NoiseQuery
+from lac.curator.base.ngrams import NgramVocabulary
+from lac.curator.mechanisms import Defaults, ItemNoise, NoiseQuery, ReleaseSpec
 from lac.curator.release import core as release
 from lac.curator.release.baselines import laplace_dp, laplace_from_stats
 from lac.curator.release.channel import NgramChannel
 from lac.curator.release.engine import Engine
-from lac.curator.release.ngrams import NgramVocabulary
 
 __all__ = ["MECHANISM", "Laplace"]
 
@@ -26,7 +26,7 @@ class Laplace(Defaults):
     with_delta: bool = False  # pure ε-DP
     knobs: frozenset[str] = frozenset()
 
-    def data_dependent(self, spec: release.ReleaseSpec) -> bool:
+    def data_dependent(self, spec: ReleaseSpec) -> bool:
         return False
 
     def noise(self, q: NoiseQuery) -> ItemNoise:
@@ -47,7 +47,7 @@ class Laplace(Defaults):
         self,
         reports: release.Reports,
         vocab: NgramVocabulary,
-        spec: release.ReleaseSpec,
+        spec: ReleaseSpec,
         caps: release.PublicCaps,
         unit: PrivacyUnit,
         rng: RandomSource | None,
@@ -58,7 +58,7 @@ class Laplace(Defaults):
         return release.counted_baseline(
             reports,
             vocab,
-            spec,
+            spec.mechanism,
             caps,
             engine,
             lambda stats: laplace_from_stats(stats, W=W, C=C, epsilon=eps, rng=rng, unit=unit),

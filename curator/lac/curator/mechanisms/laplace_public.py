@@ -8,12 +8,12 @@ from dataclasses import dataclass
 
 from lac.common.privacy import PrivacyUnit
 from lac.common.rng import RandomSource
-from lac.curator.mechanisms import Defaults, ItemNoise, NoiseQuery
+from lac.curator.base.ngrams import NgramVocabulary
+from lac.curator.mechanisms import Defaults, ItemNoise, NoiseQuery, ReleaseSpec
 from lac.curator.release import core as release
 from lac.curator.release.baselines import laplace_public_dp, laplace_public_from_stats
 from lac.curator.release.channel import NgramChannel
 from lac.curator.release.engine import Engine
-from lac.curator.release.ngrams import NgramVocabulary
 
 __all__ = ["MECHANISM", "LaplacePublic"]
 
@@ -27,7 +27,7 @@ class LaplacePublic(Defaults):
     with_delta: bool = False  # pure ε-DP
     knobs: frozenset[str] = frozenset({"public_sensitivity"})
 
-    def data_dependent(self, spec: release.ReleaseSpec) -> bool:
+    def data_dependent(self, spec: ReleaseSpec) -> bool:
         return spec.public_sensitivity != "sound"
 
     def noise(self, q: NoiseQuery) -> ItemNoise:
@@ -40,7 +40,7 @@ class LaplacePublic(Defaults):
         self,
         reports: release.Reports,
         vocab: NgramVocabulary,
-        spec: release.ReleaseSpec,
+        spec: ReleaseSpec,
         caps: release.PublicCaps,
         unit: PrivacyUnit,
         rng: RandomSource | None,
@@ -51,7 +51,7 @@ class LaplacePublic(Defaults):
         return release.counted_baseline(
             reports,
             vocab,
-            spec,
+            spec.mechanism,
             caps,
             engine,
             lambda stats: laplace_public_from_stats(

@@ -11,11 +11,11 @@ import numpy as np
 
 from lac.common.privacy import PrivacyUnit
 from lac.common.rng import RandomSource
-from lac.curator.mechanisms import Defaults, ItemNoise, NoiseQuery
+from lac.curator.base.ngrams import NgramVocabulary
+from lac.curator.mechanisms import Defaults, ItemNoise, NoiseQuery, ReleaseSpec
 from lac.curator.release import core as release
 from lac.curator.release.channel import NgramChannel
 from lac.curator.release.engine import Engine
-from lac.curator.release.ngrams import NgramVocabulary
 from lac.curator.release.posterior import PosteriorParams, WeightedTotals, posterior_release
 
 __all__ = ["MECHANISM", "Posterior"]
@@ -30,7 +30,7 @@ class Posterior(Defaults):
     with_delta: bool = True
     knobs: frozenset[str] = frozenset({"discovery", "channel"})
 
-    def data_dependent(self, spec: release.ReleaseSpec) -> bool:
+    def data_dependent(self, spec: ReleaseSpec) -> bool:
         return False
 
     def noise(self, q: NoiseQuery) -> ItemNoise:
@@ -56,7 +56,7 @@ class Posterior(Defaults):
         self,
         reports: release.Reports,
         vocab: NgramVocabulary,
-        spec: release.ReleaseSpec,
+        spec: ReleaseSpec,
         caps: release.PublicCaps,
         unit: PrivacyUnit,
         rng: RandomSource | None,

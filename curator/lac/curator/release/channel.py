@@ -38,7 +38,7 @@ import scipy.sparse as sp
 
 from lac.common.files import atomic_file, private_dir
 from lac.common.text import BOS, EOS, UNK, sentences
-from lac.curator.release.ngrams import NgramVocabulary
+from lac.curator.base.ngrams import NgramVocabulary
 
 log = logging.getLogger(__name__)
 

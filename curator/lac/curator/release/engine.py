@@ -8,7 +8,7 @@ in any order; the posterior's real-valued weights are summed in the same order b
 so all engines give bit-identical releases. Memory on the driver is a few partial results plus
 the accumulator; the segments themselves are never all in memory.
 
-The folds (see ``lac.curator.release.core.run``):
+The folds (``lac.curator.release.core``; a release runs them through ``lac.curator.runner.run.run``):
 
 * posterior: ``WeightedTotals`` (one pass);
 * BayesianDP and the Laplace baselines: ``CountStats`` of the W-capped, C-clamped counts over
@@ -26,8 +26,8 @@ from concurrent.futures import ProcessPoolExecutor
 from typing import Any, Protocol, TypeVar
 
 from lac.common.checks import check_int
-from lac.curator.release.lifeline import die_with
-from lac.curator.release.ngrams import ReportItems
+from lac.curator.base.lifeline import die_with
+from lac.curator.base.ngrams import ReportItems
 
 __all__ = ["Engine", "LocalEngine", "LOCAL", "Parts", "ENGINES", "create_engine"]
 
@@ -73,7 +73,7 @@ def _apply(part: Any) -> Any:
 class LocalEngine:
     """This machine. ``workers`` = 1: this process, one part at a time (bounded memory); more:
     a pool of that many worker processes (forkserver: safe next to gRPC's threads; each ends with
-    this process, ``lac.curator.release.lifeline``) each loading and mapping whole parts, the results
+    this process, ``lac.curator.base.lifeline``) each loading and mapping whole parts, the results
     combined here in part order."""
 
     name = "local"

@@ -63,9 +63,9 @@ from scipy.special import log_ndtr, ndtri
 from lac.common.checks import check_int
 from lac.common.privacy import Adjacency, Guarantee, Model, PrivacyUnit, check_delta, check_epsilon
 from lac.common.rng import RandomSource, secure_generator
+from lac.curator.base.ngrams import NgramVocabulary, ReportItems, item_array
 from lac.curator.release.channel import MIN_KEEP_SHARE, NgramChannel, deconvolve
 from lac.curator.release.gaussian import analytic_sigma
-from lac.curator.release.ngrams import NgramVocabulary, ReportItems, item_array
 
 __all__ = [
     "PosteriorParams",

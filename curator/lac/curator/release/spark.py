@@ -12,7 +12,7 @@ Partials are collected in waves of consecutive parts small enough for the driver
 (``max_result_bytes``), so the driver holds one wave of partials plus the accumulator.
 
 Only aggregations run on the cluster. The noise is drawn on the driver after the folds
-(``lac.curator.release.core.run``) and the privacy ledger is committed by the curator service on the
+(``lac.curator.runner.run.run``) and the privacy ledger is committed by the curator service on the
 driver, in one transaction with the release record: executors never see a noise draw or the budget.
 
 ``SparkIngest`` (optional, ``ingest_engine = "spark"``) opens, validates and counts ingested
@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from lac.common.checks import check_int
 from lac.common.errors import DataLoss, Unavailable
-from lac.curator.release.ngrams import ReportItems
+from lac.curator.base.ngrams import ReportItems
 
 if TYPE_CHECKING:  # the engine selects this module (create_engine); this module never imports it back
     from lac.curator.release.engine import Parts

@@ -13,7 +13,8 @@ from lac.common import tls, tracing
 from lac.common.cli import message_json, positive
 from lac.common.v1 import curator_pb2, reports_pb2
 from lac.curator import mechanisms
-from lac.curator.release.core import PublicCaps, ReleaseSpec
+from lac.curator.mechanisms import ReleaseSpec
+from lac.curator.release.core import PublicCaps
 from lac.curator.service.config import ENV_PREFIX, CuratorConfig
 
 
@@ -257,7 +258,7 @@ def _serve(args) -> int:
     from lac.common.logs import configure as configure_logging
     from lac.common.server import PortUnavailable, run_until_signalled
     from lac.common.statelock import StateDirLocked
-    from lac.curator.release.prior import public_vocabulary
+    from lac.curator.base.prior import public_vocabulary
     from lac.curator.service.server import create_server
     from lac.curator.service.service import Curator
 
@@ -416,7 +417,7 @@ def _release(args) -> int:
 
 
 def _release_offline(args) -> int:
-    from lac.curator.release.offline import preview_offline, release_offline
+    from lac.curator.runner.offline import preview_offline, release_offline
 
     if args.public is None:
         raise SystemExit("lac curator release: --counts needs --public")

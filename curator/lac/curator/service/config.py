@@ -16,6 +16,7 @@ from pathlib import Path
 from lac.common.config import ServiceSettings, setting
 from lac.common.deployment import DEFAULT_EMBEDDING, DEFAULT_EMBEDDING_DIAMETER, Deployment
 from lac.common.rpc import Role, parse_names
+from lac.curator.runner.preview import MIN_SIGNAL_SHARE
 
 ENV_PREFIX = "LAC_CURATOR_"
 CORES = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
@@ -152,9 +153,9 @@ class CuratorConfig(ServiceSettings):
         "releases over such windows say so",
     )
     min_signal_share: float = setting(
-        0.25,
+        MIN_SIGNAL_SHARE,
         "a release whose predicted signal share (the share of the text's words "
-        "expected to stand out of its noise; see lac.curator.release.preview) is below "
+        "expected to stand out of its noise; see lac.curator.runner.preview) is below "
         "this is refused unless forced; 0 disables the check",
     )
     count_epsilon: float = setting(

@@ -17,8 +17,9 @@ from lac.common.rpc import Caller, Role
 from lac.common.serde import local_guarantee_message
 from lac.common.v1 import curator_pb2
 from lac.curator import mechanisms
-from lac.curator.release.core import ReleaseRecord, ReleaseSpec
-from lac.curator.release.preview import Preview
+from lac.curator.mechanisms import ReleaseSpec
+from lac.curator.runner.preview import Preview
+from lac.curator.runner.run import ReleaseRecord
 
 __all__ = [
     "release_spec",

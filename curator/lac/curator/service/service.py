@@ -58,15 +58,17 @@ from lac.common.text import BOS, EOS, UNK
 from lac.common.text import sentences as split_sentences
 from lac.common.v1 import curator_pb2
 from lac.curator import mechanisms
+from lac.curator.base.ngrams import NgramVocabulary
+from lac.curator.base.prior import default_public_corpus
 from lac.curator.lm.model import NgramModel, release_model
-from lac.curator.release import core as releases
+from lac.curator.mechanisms import ReleaseSpec
 from lac.curator.release.channel import NgramChannel, deployment_channel
-from lac.curator.release.core import PublicCaps, ReleaseRecord, ReleaseSpec, StoredReports
+from lac.curator.release.core import PublicCaps, StoredReports
 from lac.curator.release.engine import Engine, create_engine
-from lac.curator.release.ngrams import NgramVocabulary
-from lac.curator.release.preview import Preview, predict, refusal
-from lac.curator.release.prior import default_public_corpus
-from lac.curator.release.uncertainty import noise_sd
+from lac.curator.runner import run as releases
+from lac.curator.runner.preview import Preview, predict, refusal
+from lac.curator.runner.run import ReleaseRecord
+from lac.curator.runner.uncertainty import noise_sd
 from lac.curator.service.config import CuratorConfig
 from lac.curator.service.metrics import CuratorMetrics
 from lac.curator.store import export
@@ -458,7 +460,7 @@ class Curator:
         return max(0, round(value)), f"a DP count taken now (ε = {eps:g} charged, Laplace scale {scale:.3g})"
 
     async def preview(self, spec: ReleaseSpec, operator: bool = False) -> Preview:
-        """The release's predicted accuracy (``lac.curator.release.preview``) and the budget of each window it covers
+        """The release's predicted accuracy (``lac.curator.runner.preview``) and the budget of each window it covers
         after it (the ledger, which GetBudget shows, plus its charge): spends nothing."""
         span, unit = await self._span(spec)
         reports, source = await self._known_reports(spec, span, operator)
@@ -644,7 +646,7 @@ class Curator:
         """The ``k`` (>= 1) most probable n-grams of a release, most probable first: of order ``order``
         (0 = any) with probabilities renormalised within it, without those holding a special token
         (``<unk>``, ``<s>``, ``</s>``) if ``exclude_special`` (the others keep their probabilities); each with
-        the standard deviation of the DP noise on its probability (``lac.curator.release.uncertainty``; NaN: not
+        the standard deviation of the DP noise on its probability (``lac.curator.runner.uncertainty``; NaN: not
         stated)."""
         if k < 1:
             raise InvalidArgument(f"k must be at least 1 (how many n-grams to list), got {k}")

@@ -9,7 +9,7 @@ Spark executor can run them):
   Reasons (``lac.common.errors.RejectReason``) come from the envelope's ``PayloadRejected`` (else
   "malformed") or are "invalid" (validation), "mechanism_not_allowed", "epsilon_too_large",
   "embedding_mismatch", "too_many_words", or "internal" (an unexpected error while opening).
-* ``count_chunk``: every n-gram of the accepted reports (``lac.curator.release.ngrams.keyed_report_items``,
+* ``count_chunk``: every n-gram of the accepted reports (``lac.curator.base.ngrams.keyed_report_items``,
   spelled by Arrow), with what ``merge_counts`` needs to combine chunks.
 * ``merge_counts``: the counts of the reports a batch keeps (the store drops replayed report ids,
   which needs its database), identical to ``report_items`` over their sentences at once, so the
@@ -22,7 +22,7 @@ a batch of fewer than ``MIN_POOL_BATCH`` reports is opened in the calling proces
 round trip (pickling the payloads and the counts, merging the chunks) costs more than the second
 core saves (measured: ``benchmarks/bench_ingest.py --sizes``). The key ring reaches each worker
 once, through the pool's initializer, which also ties the worker's life to the curator's
-(``lac.curator.release.lifeline``: a killed curator leaves no worker holding its keys); a worker keeps
+(``lac.curator.base.lifeline``: a killed curator leaves no worker holding its keys); a worker keeps
 nothing else between chunks.
 """
 
@@ -48,12 +48,13 @@ import pyarrow.compute as pc
 from google.protobuf.message import DecodeError
 
 from lac.common import envelope
+from lac.common.checks import check_int
 from lac.common.errors import LacError, RejectReason, Unavailable
 from lac.common.serde import mechanism_id
 from lac.common.text import BOS, EOS, UNK
 from lac.common.v1 import reports_pb2
-from lac.curator.release.lifeline import die_with
-from lac.curator.release.ngrams import ReportItems, keyed_report_items
+from lac.curator.base.lifeline import die_with
+from lac.curator.base.ngrams import ReportItems, keyed_report_items
 from lac.curator.store.store import Quarantined
 
 if TYPE_CHECKING:
@@ -138,7 +139,7 @@ class CountedChunk:
     """The accepted reports of a chunk counted: ``items`` has a row per id, with its n-grams as a
     pyarrow string array; ``digits[i, j]`` is the id in ``words`` (a pyarrow string array) of item
     i's j-th word from the end (0 past its first word), ids as
-    ``lac.curator.release.ngrams.keyed_report_items`` gives them: "", <s>, </s>, then the words in order
+    ``lac.curator.base.ngrams.keyed_report_items`` gives them: "", <s>, </s>, then the words in order
     of first occurrence."""
 
     ids: list[bytes]
@@ -389,10 +390,8 @@ class IngestPool:
     when it starts) or on first use, kept warm between batches, and started again after a worker died."""
 
     def __init__(self, ctx: IngestContext, workers: int, min_pool_batch: int = MIN_POOL_BATCH):
-        if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
-            raise ValueError(f"workers must be an integer >= 1, got {workers!r}")
-        if isinstance(min_pool_batch, bool) or not isinstance(min_pool_batch, int) or min_pool_batch < 1:
-            raise ValueError(f"min_pool_batch must be an integer >= 1, got {min_pool_batch!r}")
+        workers = check_int(workers, "workers")
+        min_pool_batch = check_int(min_pool_batch, "min_pool_batch")
         self.ctx, self.workers, self.min_pool_batch = ctx, workers, min_pool_batch
         self._pool: ProcessPoolExecutor | None = None
         self._lock = threading.Lock()

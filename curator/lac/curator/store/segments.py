@@ -5,7 +5,7 @@ one row per (report, distinct n-gram) with columns
 
     report int32   the report's index within the batch (reports never span files)
     pos    int16   the n-gram's rank within the report, in order of first occurrence
-    ngram  string  dictionary-encoded: tokens joined by spaces, as ``lac.curator.release.ngrams.ngrams``
+    ngram  string  dictionary-encoded: tokens joined by spaces, as ``lac.curator.base.ngrams.ngrams``
     count  int32   raw occurrences in the report (no cap, no clamp)
 
 and, in segments written since the export of privatized reports (``lac.curator.store.export``),
@@ -39,7 +39,7 @@ import pyarrow.parquet as pq
 from lac.common.errors import DataLoss
 from lac.common.files import atomic_file
 from lac.common.text import BOS, EOS, UNK
-from lac.curator.release.ngrams import NgramVocabulary, ReportItems, item_array
+from lac.curator.base.ngrams import NgramVocabulary, ReportItems, item_array
 
 __all__ = ["FORMAT", "SCHEMA", "WORDS", "write", "read", "read_blocks", "map_words", "metadata", "table", "has_words"]
 

@@ -44,7 +44,7 @@ from lac.common.errors import AlreadyExists, DataLoss, FailedPrecondition, Rejec
 from lac.common.files import atomic_file, fsync_dir, private_dir, private_sqlite
 from lac.common.privacy import Budget
 from lac.common.storage import LowDiskSpace, free_bytes
-from lac.curator.release.ngrams import ReportItems
+from lac.curator.base.ngrams import ReportItems
 from lac.curator.store import journal
 from lac.curator.store import segments as seg
 from lac.curator.store.ledger import refuse_overspending

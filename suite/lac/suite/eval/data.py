@@ -2,7 +2,7 @@
 
 Public and private text come from different sources, as in the paper (Google Billion Word vs
 Reddit). The release vocabulary holds only public trigrams (the paper's setting, §4.1); private
-n-grams outside it are dropped when counting (``lac.curator.release.ngrams.count_reports``).
+n-grams outside it are dropped when counting (``lac.curator.base.ngrams.count_reports``).
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ import scipy.sparse as sp
 from lac.common.paths import data_dir
 from lac.common.rng import RandomSource
 from lac.common.text import sentences
-from lac.curator.release.ngrams import NgramVocabulary, count_reports
-from lac.curator.release.prior import public_vocabulary
+from lac.curator.base.ngrams import NgramVocabulary, count_reports
+from lac.curator.base.prior import public_vocabulary
 from lac.suite.data import load_users, prepare_corpora
 
 from .config import EvalConfig

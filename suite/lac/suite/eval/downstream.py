@@ -129,7 +129,7 @@ class _Curator:
     """A real curator server in this process (own event loop thread, plaintext gRPC on 127.0.0.1:0)."""
 
     def __init__(self, config) -> None:
-        from lac.curator.release.ngrams import NgramVocabulary
+        from lac.curator.base.ngrams import NgramVocabulary
         from lac.curator.service.server import create_server
         from lac.curator.service.service import Curator
 

@@ -31,11 +31,13 @@ from lac.common.paths import data_dir
 from lac.common.progress import Progress
 from lac.common.rng import RandomSource
 from lac.common.text import sentences
+from lac.curator.base.ngrams import ReportItems, report_items
+from lac.curator.base.prior import public_vocabulary
 from lac.curator.lm.model import release_model
+from lac.curator.mechanisms import ReleaseSpec
 from lac.curator.release.channel import NgramChannel, deployment_channel
-from lac.curator.release.core import ItemReports, PublicCaps, ReleaseSpec, run, vocab_counts
-from lac.curator.release.ngrams import ReportItems, report_items
-from lac.curator.release.prior import public_vocabulary
+from lac.curator.release.core import ItemReports, PublicCaps, vocab_counts
+from lac.curator.runner.run import run
 from lac.curator.service.config import CuratorConfig
 from lac.suite.data import prepare_corpora
 

@@ -51,7 +51,7 @@ def heldout_in_vocabulary(model_words: frozenset[str], sentences: list[list[str]
 
 def trigram_coverage(items: set[str], sentences: list[list[str]]) -> tuple[int, int, int]:
     """(trigram events, events whose trigram is in the vocabulary, sentences fully covered)."""
-    from lac.curator.release.ngrams import ngrams
+    from lac.curator.base.ngrams import ngrams
 
     events = covered = full = 0
     for s in sentences:

@@ -1,4 +1,4 @@
-"""Thin adapters from the evaluation's rows to the curator's releases (``lac.curator.release.core.run``
+"""Thin adapters from the evaluation's rows to the curator's releases (``lac.curator.runner.run.run``
 over the registered mechanisms, ``lac.curator.mechanisms``) and their probability vectors.
 
 Every call is one real release made by the server's path; ``rng`` is a seeded evaluation generator.
@@ -13,9 +13,10 @@ import scipy.sparse as sp
 
 from lac.common.rng import RandomSource
 from lac.curator import mechanisms
-from lac.curator.release.bayesian import BayesianParams
-from lac.curator.release.core import MatrixReports, PublicCaps, Release, ReleaseSpec, run
-from lac.curator.release.ngrams import NgramVocabulary
+from lac.curator.base.ngrams import NgramVocabulary
+from lac.curator.mechanisms import ReleaseSpec
+from lac.curator.release.core import MatrixReports, PublicCaps, Release
+from lac.curator.runner.run import run
 
 from .config import EvalConfig
 
@@ -34,23 +35,7 @@ LABELS = {
 }
 
 
-def bayes_params(cfg: EvalConfig, eps: float, sound: bool) -> BayesianParams:
-    """BayesianDP parameters at ε: the sound sensitivity (public caps) or the paper's brute force."""
-    if sound:
-        return BayesianParams(
-            epsilon=eps,
-            delta=cfg.delta,
-            S=cfg.S,
-            C=cfg.C,
-            rho=cfg.rho,
-            sensitivity="sound",
-            W=cfg.W,
-            count_clip=cfg.count_clip,
-        )
-    return BayesianParams(epsilon=eps, delta=cfg.delta, S=cfg.S, C=cfg.C, rho=cfg.rho, sensitivity="bruteforce")
-
-
-# eval row -> the curator's release request (``lac.curator.release.core.ReleaseSpec`` keywords besides ε):
+# eval row -> the curator's release request (``lac.curator.mechanisms.ReleaseSpec`` keywords besides ε):
 # every row but "public" is one release of a registered mechanism (``lac.curator.mechanisms``).
 SPECS: dict[str, dict[str, Any]] = {
     "posterior": dict(mechanism="posterior", discovery=False),  # U holds no n-gram to discover
@@ -107,7 +92,7 @@ def release(
     vocab: NgramVocabulary | None = None,
 ) -> np.ndarray:
     """Probability vector released by row ``name`` (see ``LABELS``; "posterior" needs ``vocab``):
-    one release of the curator's path (``lac.curator.release.core.run``), as the server makes it."""
+    one release of the curator's path (``lac.curator.runner.run.run``), as the server makes it."""
     if name == "public":  # not a mechanism: the public counts alone
         a = np.asarray(alpha, dtype=np.float64)
         return a / a.sum()
@@ -117,7 +102,12 @@ def release(
         vocab = _stand_in(alpha)
     elif alpha is not vocab.alpha:  # e.g. a noisy public prior (figure 4)
         vocab = NgramVocabulary(vocab.items, np.asarray(alpha, dtype=np.float64), vocab.max_n)
-    r = release_of(name, U, vocab, eps, cfg, rng, K)
+    return probabilities(release_of(name, U, vocab, eps, cfg, rng, K))
+
+
+def probabilities(r: Release) -> np.ndarray:
+    """The probability vector a release publishes: its pseudo-counts normalised (uniform when they sum to 0),
+    or its probabilities (a release that is a distribution only)."""
     if r.pseudo_counts is not None:
         c = np.asarray(r.pseudo_counts, dtype=np.float64)
         return c / c.sum() if c.sum() > 0 else np.full(c.size, 1.0 / c.size)

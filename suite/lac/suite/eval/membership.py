@@ -25,8 +25,10 @@ from pathlib import Path
 
 import numpy as np
 
+from lac.common.privacy import PrivacyUnit
 from lac.common.progress import Progress
 from lac.common.rng import RandomSource
+from lac.curator.mechanisms import bayesian as bayesian_mechanism
 from lac.curator.release.baselines import laplace_dp
 from lac.curator.release.bayesian import bayesian_dp
 from lac.curator.release.core import MatrixReports
@@ -34,7 +36,7 @@ from lac.curator.release.posterior import PosteriorParams, weighted_totals
 
 from . import plots
 from .data import EvalData
-from .mechanisms import bayes_params
+from .mechanisms import caps, spec
 from .metrics import audit_verdict, clopper_pearson
 
 MECHS = {
@@ -161,6 +163,10 @@ def overall_check(rows: list[dict], sound=SOUND) -> dict:
 
 
 def _params(kind: str, counts, eps: float, cfg) -> tuple[str, np.ndarray, float]:
+    """The mechanism's pre-noise vector and noise scale on ``counts`` (a white-box reading for the audit, which a
+    release never publishes): the algorithms are called directly on purpose, not through the release path
+    (``lac.curator.runner.run.run``), with the parameters the registry's mechanism derives from the same request
+    (``lac.suite.eval.mechanisms.spec``/``caps``)."""
     if kind == "posterior":  # audited on the Gaussian mechanism's output, before the (free) posterior step
         p = PosteriorParams(epsilon=eps, delta=cfg.delta, W=cfg.W, C=cfg.C, discovery=False)
         totals = weighted_totals(
@@ -170,7 +176,8 @@ def _params(kind: str, counts, eps: float, cfg) -> tuple[str, np.ndarray, float]
     if kind == "laplace":
         r = laplace_dp(counts.U, W=cfg.W, C=cfg.C, epsilon=eps, rng=np.random.default_rng(0))
         return "laplace", np.asarray(r.mean), r.scale
-    b = bayesian_dp(counts.U, counts.alpha, bayes_params(cfg, eps, kind == "bayes-sound"), rng=np.random.default_rng(0))
+    bp = bayesian_mechanism.params(spec(kind, eps, cfg), caps(cfg), PrivacyUnit.report())
+    b = bayesian_dp(counts.U, counts.alpha, bp, rng=np.random.default_rng(0))
     return "gauss", np.asarray(b.mean), b.sigma
 
 

@@ -519,7 +519,7 @@ def _e2e_section(add, L: list[str], e2: dict) -> None:
     add(
         f"Each user's text goes through the Localizer (multivariate Laplace over {e2['embedding']}, the preset's ε "
         f"per word), is counted as the curator counts it and released by the curator's release path "
-        f"(`lac.curator.release.core.run`, default mechanism, δ = {e2['delta']:g}, W = {e2['W']}, C = {e2['C']}); "
+        f"(`lac.curator.runner.run.run`, default mechanism, δ = {e2['delta']:g}, W = {e2['W']}, C = {e2['C']}); "
         f"{_f(e2['heldout_texts'])} held-out texts ({_f(e2['heldout_sentences'])} sentences) of the simulated-user "
         f"corpus are the clean test text. The channel-aware release estimates the users' clean statistics with the "
         f"deployment's public local channel ({e2['channel_draws']} Monte-Carlo draws per word): post-processing, the "

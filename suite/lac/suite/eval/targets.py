@@ -4,7 +4,9 @@ the private baseline, and its KL cut against Laplace at the paper's ε = 0.1.
 Data: the simulated-user corpus (``lac.suite.data.user_texts``: WordNet, GCIDE, fortunes; one
 text = one user), disjoint from the public corpus (Wikipedia + Lee) that gives the prior. Held-out
 texts are split off first and never released. A point with ``replicate`` k > 1 copies every real
-user k times as k distinct users (labelled so): totals and counts scale by k exactly.
+user k times as k distinct users (labelled so): every report is released k times.
+Every DP and comparison row is one release of the curator's release path (``lac.curator.runner.run.run``,
+the mechanism from the registry, the target caps W, C and M), as the server makes it.
 
 Rows (perplexity of a trigram LM on the held-out sentences, ``lac.curator.lm.model`` for every row; a
 release covers part of the n-grams, so its LM lets each context's unlisted mass back off):
@@ -22,23 +24,23 @@ nats, released distributions mixed with the uniform at ``kl_smoothing`` first.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
 from lac.common.paths import data_dir
-from lac.common.privacy import PrivacyUnit
 from lac.common.progress import Progress
 from lac.common.rng import RandomSource
 from lac.common.text import sentences
+from lac.curator.base.ngrams import report_items
+from lac.curator.base.prior import public_vocabulary
 from lac.curator.lm.model import NgramModel, release_model
-from lac.curator.release.baselines import k_anonymity, laplace_dp, laplace_public_dp
-from lac.curator.release.bayesian import BayesianParams, bayesian_dp
-from lac.curator.release.core import vocab_counts
-from lac.curator.release.ngrams import report_items
-from lac.curator.release.posterior import PosteriorParams, posterior_release, weighted_totals
-from lac.curator.release.prior import public_vocabulary
+from lac.curator.release.core import ItemReports, MatrixReports, PublicCaps, vocab_counts
+from lac.curator.runner.run import run as release_run
 from lac.suite.data import prepare_corpora, user_texts
 
 from .data import trigram_vocabulary
+from .mechanisms import probabilities, spec
 from .metrics import kl, summarize
 
 ROWS = {
@@ -186,11 +188,10 @@ def run(cfg, out, rng: RandomSource) -> dict:
             import scipy.sparse as sp
 
             U, U_tri = sp.vstack([U] * k, format="csr"), sp.vstack([U_tri] * k, format="csr")
-        totals = weighted_totals(iter(blocks), lm_vocab, cfg.target_W, cfg.target_C, 1.0)
-        totals.public *= k
-        totals.candidates = {g: v * k for g, v in totals.candidates.items()}
-        totals_tri = weighted_totals(iter(blocks), tri, cfg.target_W, cfg.target_C, 1.0, candidates=False)
-        totals_tri.public *= k
+        caps = PublicCaps(W=cfg.target_W, C=cfg.target_C, count_clip=cfg.count_clip_targets)
+        # every n-gram of every report (k copies of each block), for the default mechanism's discovery
+        items, items_tri = ItemReports(tuple(blocks) * k, lm_vocab), ItemReports(tuple(blocks) * k, tri)
+        counts, counts_tri = MatrixReports(U, lm_vocab), MatrixReports(U_tri, tri)
         p_tri = np.asarray(U_tri.sum(axis=0)).ravel().astype(float)  # the private distribution (capped counts)
         p_tri = p_tri / p_tri.sum()
         bar.update()
@@ -201,55 +202,18 @@ def run(cfg, out, rng: RandomSource) -> dict:
             }
             kls: dict[str, list[float]] = {name: [] for name in ("posterior", "laplace")}
             for _ in range(cfg.target_runs):
-                p = PosteriorParams(eps, cfg.delta, W=cfg.target_W, C=cfg.target_C, unit=PrivacyUnit.report())
-                r = posterior_release(totals, lm_vocab, p, rng)
+                r = release_run(items, lm_vocab, replace(spec("posterior", eps, cfg), discovery=True), caps, rng=rng)
                 ppl["posterior"].append(_ppl(r.items, r.pseudo_counts, held))
-                sound = BayesianParams(
-                    eps,
-                    cfg.delta,
-                    S=cfg.S,
-                    C=cfg.target_C,
-                    rho=cfg.rho,
-                    W=cfg.target_W,
-                    count_clip=cfg.count_clip_targets,
-                )
-                ppl["bayes-sound"].append(
-                    _dist_ppl(lm_vocab.items, np.exp(bayesian_dp(U, lm_vocab.alpha, sound, rng).log_theta), held)
-                )
-                ppl["laplace-public"].append(
-                    _dist_ppl(
-                        lm_vocab.items,
-                        laplace_public_dp(
-                            U, lm_vocab.alpha, W=cfg.target_W, C=cfg.target_C, epsilon=eps, rng=rng
-                        ).probs,
-                        held,
-                    )
-                )
-                lap = laplace_dp(U, W=cfg.target_W, C=cfg.target_C, epsilon=eps, rng=rng)
-                ppl["laplace"].append(_dist_ppl(lm_vocab.items, lap.probs, held))
-                dd = BayesianParams(eps, cfg.delta, S=cfg.S, C=cfg.target_C, rho=cfg.rho, sensitivity="bruteforce")
-                ppl["bayes"].append(
-                    _dist_ppl(lm_vocab.items, np.exp(bayesian_dp(U, lm_vocab.alpha, dd, rng).log_theta), held)
-                )
-                if not ppl["kanon"]:
-                    ppl["kanon"].append(_dist_ppl(lm_vocab.items, k_anonymity(U, K=50, C=cfg.target_C).probs, held))
-                # KL at the paper's setting: the public trigram vocabulary
-                rt = posterior_release(
-                    totals_tri,
-                    tri,
-                    PosteriorParams(eps, cfg.delta, W=cfg.target_W, C=cfg.target_C, discovery=False),
-                    rng,
-                )
-                total = rt.pseudo_counts.sum()
-                q = rt.pseudo_counts / total if total > 0 else np.full(len(tri), 1 / len(tri))
-                kls["posterior"].append(kl(p_tri, q, cfg.kl_smoothing))
-                kls["laplace"].append(
-                    kl(
-                        p_tri,
-                        laplace_dp(U_tri, W=cfg.target_W, C=cfg.target_C, epsilon=eps, rng=rng).probs,
-                        cfg.kl_smoothing,
-                    )
-                )
+                for name in ("bayes-sound", "laplace-public", "laplace", "bayes", "kanon"):
+                    if name == "kanon" and ppl["kanon"]:
+                        continue  # no noise: once is enough
+                    release = release_run(counts, lm_vocab, spec(name, eps, cfg, K=50), caps, rng=rng)
+                    ppl[name].append(_dist_ppl(lm_vocab.items, probabilities(release), held))
+                # KL at the paper's setting: the public trigram vocabulary (no discovery)
+                rt = release_run(items_tri, tri, spec("posterior", eps, cfg), caps, rng=rng)
+                kls["posterior"].append(kl(p_tri, probabilities(rt), cfg.kl_smoothing))
+                lap = release_run(counts_tri, tri, spec("laplace", eps, cfg), caps, rng=rng)
+                kls["laplace"].append(kl(p_tri, probabilities(lap), cfg.kl_smoothing))
                 bar.update(6)
             rows.append(
                 {

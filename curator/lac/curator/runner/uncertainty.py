@@ -16,9 +16,9 @@ import math
 
 import numpy as np
 
-from lac.curator.release.core import ReleaseRecord
-from lac.curator.release.ngrams import NgramVocabulary
+from lac.curator.base.ngrams import NgramVocabulary
 from lac.curator.release.posterior import LM_PRIOR_SHARE
+from lac.curator.runner.run import ReleaseRecord
 
 __all__ = ["noise_sd"]
 

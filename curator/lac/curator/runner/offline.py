@@ -16,7 +16,7 @@ Differences from a release by the curator
 -----------------------------------------
 * No discovery: a counts matrix holds no n-gram outside the vocabulary, so the posterior runs
   without DP discovery and all of δ goes to its Gaussian counts (the statement says so).
-* The accuracy check (``lac.curator.release.preview``) runs as the curator runs it, with the number of
+* The accuracy check (``lac.curator.runner.preview``) runs as the curator runs it, with the number of
   reports known exactly (the rows of the counts) unless ``ReleaseSpec.expected_reports`` assumes
   one: a release predicted to be swamped by its noise is refused (``ReleaseRefused``, the
   curator's message) unless ``ReleaseSpec.force``.
@@ -47,10 +47,11 @@ from lac.common.files import atomic_file
 from lac.common.privacy import PrivacyUnit
 from lac.common.rng import RandomSource
 from lac.curator import mechanisms
-from lac.curator.release.core import PublicCaps, ReleaseSpec, run
-from lac.curator.release.ngrams import NgramVocabulary
-from lac.curator.release.preview import Preview, predict, refusal
-from lac.curator.service.config import CuratorConfig
+from lac.curator.base.ngrams import NgramVocabulary
+from lac.curator.mechanisms import ReleaseSpec
+from lac.curator.release.core import PublicCaps
+from lac.curator.runner.preview import MIN_SIGNAL_SHARE, Preview, predict, refusal
+from lac.curator.runner.run import run
 
 __all__ = [
     "load_counts",
@@ -63,8 +64,6 @@ __all__ = [
     "release_offline",
     "ReleaseRefused",
 ]
-
-MIN_SIGNAL_SHARE = CuratorConfig.min_signal_share  # the curator's default threshold of the accuracy check
 
 
 class ReleaseRefused(ValueError):

@@ -30,6 +30,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import scipy.sparse as sp
 
+from lac.common.checks import check_int
 from lac.common.files import atomic_file
 from lac.common.text import BOS, EOS, UNK
 
@@ -48,18 +49,13 @@ __all__ = [
 _FORMAT_VERSION = 1
 
 
-def _check_max_n(max_n: int) -> None:
-    if isinstance(max_n, bool) or not isinstance(max_n, (int, np.integer)) or max_n < 1:
-        raise ValueError(f"max_n must be an integer >= 1, got {max_n!r}")
-
-
 def ngrams(sentence: Sequence[str], max_n: int = 3) -> Iterator[str]:
     """All items of ``<s> sentence </s>`` for n = 1..max_n (see module docstring for the rule).
 
     Tokens must be non-empty, contain no whitespace and not be ``<s>``/``</s>`` themselves
     (``lac.common.text.words`` guarantees this); otherwise ValueError.
     """
-    _check_max_n(max_n)
+    check_int(max_n, "max_n")
     toks = list(sentence)
     for t in toks:
         if not isinstance(t, str) or not t or t in (BOS, EOS) or len(t.split()) != 1 or t.strip() != t:
@@ -106,7 +102,7 @@ class NgramVocabulary:
     _orders: np.ndarray = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        _check_max_n(self.max_n)
+        check_int(self.max_n, "max_n")
         items = tuple(self.items)
         alpha = np.array(self.alpha, dtype=np.float64, copy=True).reshape(-1)
         if alpha.shape != (len(items),):
@@ -190,11 +186,10 @@ class NgramVocabulary:
         times are read as ``<unk>``; then every unigram (the whole word list, ``</s>`` and
         ``<unk>``) is kept and ``max_items`` caps the total with the most frequent longer items.
         """
-        _check_max_n(max_n)
-        if min_count < 1:
-            raise ValueError(f"min_count must be >= 1, got {min_count!r}")
-        if max_items is not None and max_items < 0:
-            raise ValueError(f"max_items must be >= 0 or None, got {max_items!r}")
+        check_int(max_n, "max_n")
+        check_int(min_count, "min_count")
+        if max_items is not None:
+            check_int(max_items, "max_items", minimum=0)
         sentences = [list(s) for s in sentences] if unknown_words else sentences
         if unknown_words:
             words = Counter(w for s in sentences for w in s)
@@ -437,12 +432,11 @@ def count_reports(
     """
     if C is None and W is not None:
         raise ValueError("raw counts (C=None) take no W")
-    if C is not None and (isinstance(C, bool) or not isinstance(C, (int, np.integer)) or C < 1):
-        raise ValueError(f"C must be an integer >= 1, got {C!r}")
-    if W is not None and (isinstance(W, bool) or not isinstance(W, (int, np.integer)) or W < 1):
-        raise ValueError(f"W must be an integer >= 1 or None, got {W!r}")
-    if chunk_size < 1:
-        raise ValueError("chunk_size must be >= 1")
+    if C is not None:
+        check_int(C, "C")
+    if W is not None:
+        check_int(W, "W")
+    check_int(chunk_size, "chunk_size")
     lk = vocab._lookup
     nnz_parts, col_parts, data_parts = [], [], []
     totals = np.zeros(4, dtype=np.int64)
@@ -568,7 +562,7 @@ def keyed_report_items(
     keys and the word of each id (``""`` for 0): what ``lac.curator.store.ingest`` needs to merge the
     counts of several chunks of reports into those of all of them. ``spell=False`` leaves
     ``items`` empty (the caller spells the keys)."""
-    _check_max_n(max_n)
+    check_int(max_n, "max_n")
     n_rep = len(reports)
     sents = [s for rep in reports for s in rep]
     slen = np.fromiter(map(len, sents), dtype=np.int64, count=len(sents))

@@ -31,11 +31,12 @@ import numpy as np
 
 from lac.common.privacy import PrivacyUnit
 from lac.curator import mechanisms
+from lac.curator.base.ngrams import NgramVocabulary
 from lac.curator.mechanisms import LogitNoise, NoiseQuery
-from lac.curator.release.ngrams import NgramVocabulary
 
-__all__ = ["SNR", "Preview", "predict", "mean_sentence_words", "refusal"]
+__all__ = ["SNR", "MIN_SIGNAL_SHARE", "Preview", "predict", "mean_sentence_words", "refusal"]
 
+MIN_SIGNAL_SHARE = 0.25  # the accuracy check's default threshold (the curator's min_signal_share, the offline path)
 SNR = 2.0  # an item is resolvable when its expected total is at least SNR noise standard deviations
 _MAX_LOGIT_SIGMA = 1.0
 

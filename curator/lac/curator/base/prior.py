@@ -15,7 +15,7 @@ from pathlib import Path
 from lac.common.files import private_dir
 from lac.common.paths import data_dir
 from lac.common.text import sentences
-from lac.curator.release.ngrams import NgramVocabulary
+from lac.curator.base.ngrams import NgramVocabulary
 
 log = logging.getLogger(__name__)
 

@@ -1,0 +1,156 @@
+"""One release run and what the curator keeps of it.
+
+* ``run``: reports + public vocabulary + spec + caps + privacy unit -> ``Release`` (the released
+  items, log-probabilities and pseudo-counts, and the typed ``Guarantee`` its statement is
+  rendered from), by the spec's mechanism from the registry (``lac.curator.mechanisms``).
+* ``ReleaseRecord``: what the curator remembers of a release, with the statements an analyst and an
+  operator read.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+
+import numpy as np
+import scipy.sparse as sp
+
+from lac.common.privacy import PeriodLoss, PrivacyUnit
+from lac.common.rng import RandomSource
+from lac.curator import mechanisms
+from lac.curator.base.ngrams import NgramVocabulary
+from lac.curator.mechanisms import ReleaseSpec
+from lac.curator.release.channel import NgramChannel
+from lac.curator.release.core import MatrixReports, PublicCaps, Release, Reports
+from lac.curator.release.engine import LOCAL, Engine
+
+__all__ = ["run", "ReleaseRecord"]
+
+
+def run(
+    reports: Reports | sp.csr_matrix,
+    vocab: NgramVocabulary,
+    spec: ReleaseSpec,
+    caps: PublicCaps,
+    unit: PrivacyUnit = PrivacyUnit.report(),
+    rng: RandomSource | None = None,
+    engine: Engine = LOCAL,
+    channel: NgramChannel | None = None,
+) -> Release:
+    """Run ``spec`` on ``reports`` (a ``Reports`` source, or a per-report counts matrix over ``vocab``).
+
+    The mechanism (``lac.curator.mechanisms``) runs it: stored and in-memory reports are streamed
+    through ``engine`` (``lac.curator.release.engine``): every mechanism but EndToEndDP and k-anonymity
+    reads them block by block; an offline matrix is used as given. With the deployment's local
+    ``channel``, the default mechanism estimates the users' clean statistics (post-processing,
+    ``lac.curator.release.posterior.clean_estimate``)."""
+    if sp.issparse(reports):
+        reports = MatrixReports(sp.csr_matrix(reports), vocab)
+    return mechanisms.get(spec.mechanism).run(reports, vocab, spec, caps, unit, rng, engine, channel)
+
+
+def _data_dependent_caveat(n: int) -> str:
+    """What a DP release's statement adds when its windows had ``n`` data-dependent releases before it."""
+    if not n:
+        return ""
+    return (
+        f" Caveat: the data of its windows also fed up to {n} data-dependent release(s) (NOT differentially "
+        f"private, enabled by the operator), so the privacy loss of those windows' clients is not bounded by "
+        f"the ledger's ε and δ alone."
+    )
+
+
+@dataclass(frozen=True)
+class ReleaseRecord:
+    """What the curator remembers of a release (stored as JSON; ``lac.curator.service.serde`` renders the
+    analyst's and the operator's views of it)."""
+
+    release_id: str
+    created_at: str
+    mechanism: str
+    params: dict[str, float]
+    sensitivity_method: str
+    data_dependent: bool
+    differentially_private: bool
+    gamma: float
+    sigma: float
+    calibration: str
+    laplace_scale: float
+    epsilon: float
+    delta: float
+    charged_epsilon: float  # spent from each covered window (0 when not DP)
+    charged_delta: float
+    n_reports: int  # exact: operator only
+    vocab_size: int
+    max_n: int
+    first_window: int
+    last_window: int
+    privacy_unit: str
+    reports_per_user: int
+    statement: str  # the full statement (operator)
+    public_statement: str  # the statement without data-derived numbers (analyst)
+    threshold: float = 0.0  # the discovery threshold ρ (posterior)
+    discovered: int = 0  # n-grams released by DP discovery
+    request_id: str = ""  # the client's id of the request that made it (idempotent retries)
+    channel: str = ""  # the deployment whose local channel estimated the users' clean text ("": the perturbed text)
+    data_dependent_before: int = 0  # data-dependent (NOT DP) releases that had covered one of its windows before it
+
+    @classmethod
+    def of(
+        cls,
+        release: Release,
+        release_id: str,
+        created_at: str,
+        max_n: int,
+        windows: tuple[int, int],
+        unit: PrivacyUnit,
+        request_id: str = "",
+        data_dependent_before: int = 0,
+        period: PeriodLoss | None = None,
+    ) -> ReleaseRecord:
+        """The record of ``release``; ``data_dependent_before``: the most data-dependent releases any of
+        its windows had before it (a DP release's statements then say its guarantee is not the whole story);
+        ``period``: one client's loss over a period, which its statements end with."""
+        g = release.guarantee
+        charge = release.charge
+        caveat = _data_dependent_caveat(data_dependent_before) if release.differentially_private else ""
+        if period is not None:
+            caveat += " " + period.statement()
+        return cls(
+            release_id=release_id,
+            created_at=created_at,
+            mechanism=release.mechanism,
+            params=dict(release.params),
+            sensitivity_method=release.sensitivity_method,
+            data_dependent=g is None or g.data_dependent,
+            differentially_private=release.differentially_private,
+            gamma=release.gamma,
+            sigma=release.sigma,
+            calibration=release.calibration,
+            laplace_scale=release.laplace_scale,
+            epsilon=g.epsilon if g else float("inf"),
+            delta=g.delta if g else 0.0,
+            charged_epsilon=charge.epsilon if charge else 0.0,
+            charged_delta=charge.delta if charge else 0.0,
+            n_reports=release.n_reports,
+            vocab_size=release.vocab_size,
+            max_n=max_n,
+            first_window=windows[0],
+            last_window=windows[1],
+            privacy_unit=unit.describe(),
+            reports_per_user=unit.max_reports,
+            statement=release.statement + caveat,
+            public_statement=(g.public_statement() if g else release.note) + caveat,
+            threshold=release.threshold if np.isfinite(release.threshold) else 0.0,
+            discovered=release.discovered,
+            request_id=request_id,
+            channel=release.channel,
+            data_dependent_before=data_dependent_before if release.differentially_private else 0,
+        )
+
+    def to_json(self) -> bytes:
+        return json.dumps(asdict(self)).encode("utf-8")
+
+    @classmethod
+    def from_json(cls, data: bytes) -> ReleaseRecord:
+        return cls(**json.loads(data))
