@@ -361,12 +361,12 @@ def test_one_client_never_has_two_reports_in_a_batch_across_windows(tmp_path):
 def test_shuffler_release_policy_is_a_pure_function():
     from lac.shuffler.policy import Row, select_batch
 
-    rows = [Row(i, b"a" if i < 5 else bytes([i]), 7 + i % 2, None, bytes([i])) for i in range(10)]
+    rows = [Row(i, b"a" if i < 5 else bytes([i]), 7 + i % 2, None, 1) for i in range(10)]
     sel = select_batch(rows, threshold=6)
     assert sel.size == 6 and len(set(sel.taken)) == 6 and sum(s < 5 for s in sel.taken) == 1
     assert (sel.first_window, sel.last_window) == (7, 8) and sel.distinct_clients
     assert select_batch(rows, threshold=7) is None
-    anonymous = [Row(i, None, 0, None, b"x") for i in range(3)]
+    anonymous = [Row(i, None, 0, None, 1) for i in range(3)]
     assert not select_batch(anonymous, 3).distinct_clients
 
 
@@ -425,3 +425,4 @@ def test_the_period_cap_is_enforced_on_a_real_shuffler(start_shuffler, sink, tmp
     assert _status(shf.address).rejects["period_cap"] == 1
     wait_until(lambda: sink.batches(), timeout=30)
     assert [b.privacy.windows_per_period for b in sink.batches().values()] == [1]
+
