@@ -38,8 +38,8 @@ def _submitter(address: str, todo: list, acked: list, stop: threading.Event) -> 
 @pytest.mark.slow
 @pytest.mark.parametrize(
     "forwarding",
-    [[], ["--max-batch-bytes", "1024"]],
-    ids=["one-batch-releases", "releases-cut-into-batches"],
+    [[], ["--max-batch-bytes", "1024", "--forward-in-flight", "3"]],
+    ids=["one-batch-releases", "releases-cut-into-batches-3-in-flight"],
 )
 def test_sigkill_loses_no_acknowledged_report(tmp_path, sink, forwarding):
     rng = random.Random(int.from_bytes(os.urandom(8), "big"))
