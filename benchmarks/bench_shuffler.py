@@ -34,7 +34,7 @@ from lac.shuffler.reportlog import ReportLog
 from lac.shuffler.wire import varint as _varint
 from lac.suite import procs
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "shuffler"))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))  # lac_testkit
 
 
 def _payload_field(size: int) -> bytes:
@@ -127,7 +127,7 @@ def _release_and_forward(tmp: Path, n: int, size: int, max_batch_bytes: int) -> 
     """Release ``n`` buffered reports of ``size`` bytes (cut into batches of at most ``max_batch_bytes``) and
     forward every batch, one after the other, to a real gRPC sink, each marked delivered once acknowledged.
     Seconds of the release, of the forwarding, of a SystemRandom shuffle of n items; MB sent; batches."""
-    from conftest import Sink  # the tests' real gRPC CuratorIngest sink
+    from lac_testkit import Sink  # the tests' real gRPC CuratorIngest sink
 
     log = ReportLog(tmp / "big")
     payload = reports_pb2.SealedPayload(

@@ -25,6 +25,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from lac.common.rng import secure_generator
 from lac.shuffler.shuffle import bernoulli_mask
@@ -32,10 +33,9 @@ from lac.shuffler.shuffle import bernoulli_mask
 __all__ = ["Row", "Selection", "select_batch", "distinct_clients", "chunks"]
 
 
-@dataclass(frozen=True)
-class Row:
+class Row(NamedTuple):
     """One buffered report as the policy sees it: its key in the log, never its payload (only its size in
-    bytes, as a batch entry)."""
+    bytes, as a batch entry). A named tuple: a release builds one per buffered report."""
 
     seq: int
     client: bytes | None

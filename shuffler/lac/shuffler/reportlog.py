@@ -125,6 +125,12 @@ class ReportLog:
         # Checkpoint the WAL into the database every ~40 MiB instead of every 4 MiB: halves ingest cost.
         self._db.execute("PRAGMA wal_autocheckpoint=10000")
         self._db.executescript(_SCHEMA)
+        if "seqs" not in {r[1] for r in self._db.execute("PRAGMA table_info(batches)")}:
+            self._db.close()
+            raise RuntimeError(
+                f"{self.path} is the report log of an earlier development build (batches stored whole), which this "
+                "shuffler does not read: deliver its batches with that build, or start from an empty state directory"
+            )
         self._page_size = self._db.execute("PRAGMA page_size").fetchone()[0]
         with self._tx():
             row = self._db.execute("SELECT value FROM meta WHERE name = 'client_key'").fetchone()
@@ -310,7 +316,7 @@ class ReportLog:
         with self._tx():
             held = self._held()
             rows = [
-                Row(*r)
+                Row._make(r)
                 for r in self._db.execute("SELECT seq, client, win, crowd, length(payload) FROM buffer")
                 if r[0] not in held
             ]
