@@ -5,6 +5,11 @@ All SQLite work runs on one dedicated thread; the asyncio loop only awaits it. C
 Submit calls queue their reports; one commit task drains the whole queue into a single
 fsync'd transaction and then acknowledges every call in it (group commit).
 
+Delivery: up to ``forward_in_flight`` released batches are sent to the curator at once (so it counts
+one while it stores another), each retried with its own back-off until acknowledged and marked
+delivered only then; a batch is never in flight twice, and one sent again after a restart carries the
+same id and bytes, which the curator stores once.
+
 Storage failures (full disk, I/O errors, a commit that stalls, free space below
 ``min_free_disk_bytes``) never end a background task and never leave a call waiting: the first
 one is logged once, counted (``lac_shuffler_storage_failures_total``), turns gRPC health to
