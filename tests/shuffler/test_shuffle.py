@@ -24,10 +24,10 @@ def _position_chi2(shuffle_once, n: int, trials: int) -> float:
 def test_every_item_lands_in_every_position_uniformly():
     # n items, T shuffles: counts[item, position] ~ T/n each. Chi-square with (n-1)^2 dof;
     # false-alarm rate 1e-4 per check.
-    def via_batch(n):
-        rows = [Row(seq=i, client=None, window=0, crowd=None, payload=i.to_bytes(2, "big")) for i in range(n)]
-        batch = select_batch(rows, threshold=1)
-        return [int.from_bytes(p, "big") for part in batch.parts for p in part]
+    def via_batch(n):  # the batch's keys in shuffled order, as the log then reads their payloads
+        rows = [Row(seq=i, client=None, window=0, crowd=None, size=10) for i in range(n)]
+        batch = select_batch(rows, threshold=1, max_batch_bytes=20)  # cut into parts: their order concatenated
+        return [seq for part in batch.parts for seq in part]
 
     for shuffle_once in (via_batch, secure_permutation):
         chi2 = _position_chi2(shuffle_once, 6, 12_000)

@@ -361,12 +361,12 @@ def test_one_client_never_has_two_reports_in_a_batch_across_windows(tmp_path):
 def test_shuffler_release_policy_is_a_pure_function():
     from lac.shuffler.policy import Row, select_batch
 
-    rows = [Row(i, b"a" if i < 5 else bytes([i]), 7 + i % 2, None, bytes([i])) for i in range(10)]
+    rows = [Row(i, b"a" if i < 5 else bytes([i]), 7 + i % 2, None, 1) for i in range(10)]
     sel = select_batch(rows, threshold=6)
     assert sel.size == 6 and len(set(sel.taken)) == 6 and sum(s < 5 for s in sel.taken) == 1
     assert (sel.first_window, sel.last_window) == (7, 8) and sel.distinct_clients
     assert select_batch(rows, threshold=7) is None
-    anonymous = [Row(i, None, 0, None, b"x") for i in range(3)]
+    anonymous = [Row(i, None, 0, None, 1) for i in range(3)]
     assert not select_batch(anonymous, 3).distinct_clients
 
 
@@ -425,3 +425,48 @@ def test_the_period_cap_is_enforced_on_a_real_shuffler(start_shuffler, sink, tmp
     assert _status(shf.address).rejects["period_cap"] == 1
     wait_until(lambda: sink.batches(), timeout=30)
     assert [b.privacy.windows_per_period for b in sink.batches().values()] == [1]
+
+
+@pytest.mark.parametrize("in_flight", [1, 2])
+def test_forwarder_keeps_a_bounded_number_of_batches_in_flight(start_shuffler, tmp_path, in_flight):
+    """With forward_in_flight = k the curator is sent up to k batches at once, never more, each exactly once,
+    and a batch counts as forwarded only after the curator acknowledged it."""
+    from lac_testkit import Sink
+
+    class Slow(Sink):
+        def __init__(self):
+            import threading
+
+            self.lock, self.now, self.most, self.acked = threading.Lock(), 0, 0, []
+            super().__init__()
+
+        def _ingest(self, raw, context):
+            with self.lock:
+                self.now += 1
+                self.most = max(self.most, self.now)
+            time.sleep(0.3)
+            with self.lock:
+                self.now -= 1
+            reply = super()._ingest(raw, context)
+            with self.lock:
+                self.acked.append(reply.batch_id)
+            return reply
+
+    sink = Slow()
+    try:
+        shf = start_shuffler(sink.address, min_batch=60, max_batch_bytes=1024, forward_in_flight=in_flight)
+        reports = [report() for _ in range(60)]
+        _submit(shf.address, reports)
+        for _ in range(10):  # meanwhile: nothing counts as forwarded before the curator acknowledged it
+            with sink.lock:
+                status = _status(shf.address)
+                assert status.batches_forwarded <= len(sink.acked)
+            time.sleep(0.05)
+        wait_for(lambda: _status(shf.address).batches_pending == 0, 30)
+        status = _status(shf.address)
+        assert status.batches_forwarded >= 3 and sink.most == in_flight
+        assert sorted(sink.tags()) == sorted(tag_of(r.payload) for r in reports)
+        assert len(sink.raw) == len(sink.batches()) == status.batches_forwarded  # each batch sent once
+        assert status.buffered_reports == 0 and status.reports_forwarded == 60
+    finally:
+        sink.stop()

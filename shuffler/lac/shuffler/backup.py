@@ -34,7 +34,10 @@ def describe(db_path: Path) -> dict:
     db = sqlite3.connect(f"file:{db_path}?mode=ro", uri=True)
     try:
         return {
-            "buffered_reports": db.execute("SELECT COUNT(*) FROM buffer").fetchone()[0],
+            "buffered_reports": db.execute(  # rows of released batches awaiting their acknowledgements are not
+                "SELECT (SELECT COUNT(*) FROM buffer) - "
+                "(SELECT COALESCE(SUM(n), 0) FROM batches WHERE seqs IS NOT NULL)"
+            ).fetchone()[0],
             "batches_pending": db.execute("SELECT COUNT(*) FROM batches WHERE delivered = 0").fetchone()[0],
             "counters": dict(db.execute("SELECT name, value FROM counters ORDER BY name")),
         }

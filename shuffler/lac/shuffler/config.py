@@ -84,10 +84,17 @@ class ShufflerConfig(ServiceSettings):
         "below it (or after any write error) Submit answers "
         "UNAVAILABLE with retry-after-seconds and health is "
         "NOT_SERVING until a test write succeeds again with enough "
-        "space (a release writes the batch before it frees the "
-        "buffered reports, so keep this above max_batch_bytes)",
+        "space (a release writes only its batches' keys, 8 bytes per "
+        "report; the buffered payloads are forwarded from where they "
+        "are and freed once every batch of the release is acknowledged)",
     )
     forward_retry_max_seconds: float = setting(30.0, "longest back-off between delivery attempts to the curator")
+    forward_in_flight: int = setting(
+        2,
+        "batches sent to the curator at once, each until acknowledged (1: one at a time); "
+        "with 2 the curator opens and counts one batch while it stores the previous one. "
+        "Each batch in flight holds up to max_batch_bytes of memory",
+    )
     max_batch_bytes: int = setting(
         60 * 1024**2,
         "largest forwarded batch message; a larger release is cut "
@@ -234,6 +241,8 @@ class ShufflerConfig(ServiceSettings):
             raise ValueError("subsample_q must be in (0, 1]")
         if not 0.0 < self.target_delta < 1.0:
             raise ValueError("target_delta must be in (0, 1)")
+        if self.forward_in_flight < 1:
+            raise ValueError("forward_in_flight must be at least 1")
         if self.max_log_bytes < 1 or self.max_batch_bytes < 1024:
             raise ValueError("max_log_bytes must be positive and max_batch_bytes at least 1024")
         if self.max_message_bytes < 1024 or self.max_concurrent_streams < 1 or self.max_pending_bytes < 1:

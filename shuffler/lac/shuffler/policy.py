@@ -2,7 +2,9 @@
 
 A pure function of the buffered rows and the configuration (randomness from the OS CSPRNG:
 ``lac.common.rng.secure_generator`` for the permutations, ``lac.shuffler.shuffle`` for sub-sampling);
-storage (``ReportLog``) only fetches rows and stores the result.
+storage (``ReportLog``) only fetches rows and stores the result. The policy never sees a payload: a row
+is its key (``seq``), client, window, crowd and payload size, and a batch is a list of keys in shuffled
+order; the payloads stay where the log stored them until the batch is forwarded.
 
 In order:
 1. One report per client: the rows are put in a uniformly random order and the first report
@@ -23,6 +25,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from lac.common.rng import secure_generator
 from lac.shuffler.shuffle import bernoulli_mask
@@ -30,15 +33,15 @@ from lac.shuffler.shuffle import bernoulli_mask
 __all__ = ["Row", "Selection", "select_batch", "distinct_clients", "chunks"]
 
 
-@dataclass(frozen=True)
-class Row:
-    """One buffered report as the policy sees it (``payload`` is opaque bytes)."""
+class Row(NamedTuple):
+    """One buffered report as the policy sees it: its key in the log, never its payload (only its size in
+    bytes, as a batch entry). A named tuple: a release builds one per buffered report."""
 
     seq: int
     client: bytes | None
     window: int
     crowd: str | None
-    payload: bytes
+    size: int
 
 
 @dataclass(frozen=True)
@@ -46,7 +49,7 @@ class Selection:
     """The outcome of one release decision."""
 
     taken: tuple[int, ...]  # seqs removed from the buffer (released or dropped)
-    parts: tuple[tuple[bytes, ...], ...]  # shuffled payloads per batch (empty: everything was dropped)
+    parts: tuple[tuple[int, ...], ...]  # the seqs of each batch in shuffled order (empty: everything was dropped)
     considered: int
     dropped_subsampled: int
     dropped_crowd: int
@@ -65,16 +68,16 @@ def distinct_clients(rows: Sequence[Row]) -> int:
     return len({r.client for r in rows if r.client is not None}) + sum(r.client is None for r in rows)
 
 
-def chunks(payloads: Sequence[bytes], max_bytes: int) -> list[tuple[int, int]]:
-    """[lo, hi) slices whose summed sizes stay within ``max_bytes`` (at least one entry each)."""
-    out, lo, size = [], 0, 0
-    for i, e in enumerate(payloads):
-        if size + len(e) > max_bytes and i > lo:
+def chunks(sizes: Sequence[int], max_bytes: int) -> list[tuple[int, int]]:
+    """[lo, hi) slices of entries of ``sizes`` bytes whose sums stay within ``max_bytes`` (at least one entry each)."""
+    out, lo, total = [], 0, 0
+    for i, e in enumerate(sizes):
+        if total + e > max_bytes and i > lo:
             out.append((lo, i))
-            lo, size = i, 0
-        size += len(e)
-    if lo < len(payloads):
-        out.append((lo, len(payloads)))
+            lo, total = i, 0
+        total += e
+    if lo < len(sizes):
+        out.append((lo, len(sizes)))
     return out
 
 
@@ -111,8 +114,10 @@ def select_batch(
         before = len(kept)
         kept = [r for r in kept if (r.crowd or "") not in small]
         n_crowd = before - len(kept)
-    shuffled = [kept[i].payload for i in rng.permutation(len(kept)).tolist()]
-    parts = tuple(tuple(shuffled[lo:hi]) for lo, hi in chunks(shuffled, max_batch_bytes))
+    shuffled = [kept[i] for i in rng.permutation(len(kept)).tolist()]
+    parts = tuple(
+        tuple(r.seq for r in shuffled[lo:hi]) for lo, hi in chunks([r.size for r in shuffled], max_batch_bytes)
+    )
     windows = [r.window for r in kept] or [r.window for r in taken]
     return Selection(
         taken=tuple(r.seq for r in taken),

@@ -9,12 +9,18 @@ What is stored where:
 * ``buffer``: the sealed payload (re-serialized from its known fields only, framed as an
   ``IngestBatchRequest.reports`` entry), the optional crowd id, the keyed hash of the client
   (so a batch takes at most one report per client, ``lac.shuffler.policy``) and the accounting
-  window it was accepted in. ``seq`` (arrival order), the client hash and the window exist only
-  while a report is buffered and never leave this file (a batch carries only the range of its
-  reports' windows).
-* ``batches``: a released batch as the exact bytes of the ``IngestBatchRequest`` that will
-  be sent, already shuffled, so a redelivery after a crash sends the same batch id with the
-  same content. The body is dropped once the curator acknowledges it.
+  window it was accepted in. ``seq`` (arrival order), the client hash and the window never leave
+  this file (a batch carries only the range of its reports' windows). A row stays here, payload
+  and all, until every batch of the release that took it is acknowledged: the payloads are written
+  once, at ingest, and never copied.
+* ``batches``: a released batch as the seqs of its reports in shuffled order (``seqs``, packed
+  64-bit integers) and the release it is part of (``release_id``: the batches of one release
+  are cut from one permutation). Its request is built when it is sent: its id, then the rows'
+  payloads read in that order (none of the seqs), so a redelivery after a crash sends the same
+  batch id with the same content. A report in a batch whose ``seqs`` are kept is *held*: not
+  buffered, never taken again. Once the curator has acknowledged every batch of a release, its
+  rows are deleted and the batches' ``seqs`` dropped, in the transaction of the last
+  acknowledgement; a crash in between leaves the delivered batches' reports held.
 * ``quota``: reports per (accounting window, keyed hash of the client id); rows of past
   windows are deleted when a window ends.
 * ``period_windows``: with a cap on windows per client per period, the windows of the current
@@ -39,6 +45,8 @@ from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+
 from lac.common.errors import RejectReason
 from lac.common.files import private_dir, private_sqlite
 from lac.shuffler import wire
@@ -53,8 +61,8 @@ CREATE TABLE IF NOT EXISTS buffer (seq INTEGER PRIMARY KEY, crowd TEXT, payload 
                                    win INTEGER NOT NULL DEFAULT 0);
 {_SEEN_TABLE.format("seen")};
 {_SEEN_TABLE.format("seen_prev")};
-CREATE TABLE IF NOT EXISTS batches (batch_id TEXT PRIMARY KEY, n INTEGER NOT NULL, body BLOB,
-                                    privacy BLOB, delivered INTEGER NOT NULL DEFAULT 0,
+CREATE TABLE IF NOT EXISTS batches (batch_id TEXT PRIMARY KEY, n INTEGER NOT NULL, seqs BLOB,
+                                    release_id TEXT NOT NULL, privacy BLOB, delivered INTEGER NOT NULL DEFAULT 0,
                                     first_window INTEGER NOT NULL DEFAULT 0, last_window INTEGER NOT NULL DEFAULT 0,
                                     distinct_clients INTEGER NOT NULL DEFAULT 0);
 CREATE TABLE IF NOT EXISTS window_quota (win INTEGER NOT NULL, client BLOB NOT NULL, n INTEGER NOT NULL,
@@ -88,7 +96,7 @@ class StoredBatch:
     """A released batch awaiting delivery."""
 
     n: int
-    body: bytes  # serialized IngestBatchRequest without its privacy field
+    body: bytes  # serialized IngestBatchRequest without its privacy field (batch id and payloads, in shuffled order)
     privacy: bytes | None  # serialized BatchPrivacy once computed
     first_window: int
     last_window: int
@@ -117,6 +125,12 @@ class ReportLog:
         # Checkpoint the WAL into the database every ~40 MiB instead of every 4 MiB: halves ingest cost.
         self._db.execute("PRAGMA wal_autocheckpoint=10000")
         self._db.executescript(_SCHEMA)
+        if "seqs" not in {r[1] for r in self._db.execute("PRAGMA table_info(batches)")}:
+            self._db.close()
+            raise RuntimeError(
+                f"{self.path} is the report log of an earlier development build (batches stored whole), which this "
+                "shuffler does not read: deliver its batches with that build, or start from an empty state directory"
+            )
         self._page_size = self._db.execute("PRAGMA page_size").fetchone()[0]
         with self._tx():
             row = self._db.execute("SELECT value FROM meta WHERE name = 'client_key'").fetchone()
@@ -131,6 +145,13 @@ class ReportLog:
         self._anonymous = 0
         for client, n in self._db.execute("SELECT client, COUNT(*) FROM buffer GROUP BY client"):
             self._count_buffered(client, n)
+        held = sorted(self._held())
+        for i in range(0, len(held), 10_000):  # rows of released batches are not buffered
+            chunk = held[i : i + 10_000]
+            for (client,) in self._db.execute(
+                f"SELECT client FROM buffer WHERE seq IN ({','.join('?' * len(chunk))})", chunk
+            ):
+                self._count_buffered(client, -1)
         self.used_bytes = self._measure()
         self.commits = 0  # group commits since open (one fsync each)
 
@@ -284,38 +305,43 @@ class ReportLog:
     ) -> Released | None:
         """If ``threshold`` is reached, turn one report per buffered client into shuffled batches.
 
-        The policy (``lac.shuffler.policy.select_batch``) decides; this stores its outcome:
-        the batches (already serialized, with their windows) and the removal of the taken reports
-        from the buffer; the clients' other reports stay buffered. None below the threshold.
+        The policy (``lac.shuffler.policy.select_batch``) decides over the rows' keys and sizes; this
+        stores its outcome in one transaction: the batches (their seqs in shuffled order, with their
+        windows), which holds the taken reports' rows (no payload is read or copied), and the deletion
+        of the taken reports the policy dropped; the clients' other reports stay buffered. None below
+        the threshold.
         """
         if self.takeable() < max(threshold, 1):
             return None
         with self._tx():
-            rows = [Row(*r) for r in self._db.execute("SELECT seq, client, win, crowd, payload FROM buffer")]
+            held = self._held()
+            rows = [
+                Row._make(r)
+                for r in self._db.execute("SELECT seq, client, win, crowd, length(payload) FROM buffer")
+                if r[0] not in held
+            ]
             sel: Selection | None = select_batch(rows, threshold, subsample_q, crowd_threshold, max_batch_bytes)
             if sel is None:
                 return None
-            batch_ids = []
-            for part in sel.parts:
-                batch_id = uuid.UUID(bytes=os.urandom(16)).hex
-                header = wire.batch_header(batch_id)
-                self._db.execute(
-                    "INSERT INTO batches (batch_id, n, body, first_window, last_window, distinct_clients) "
-                    "VALUES (?, ?, ?, ?, ?, ?)",
+            batch_ids = [uuid.UUID(bytes=os.urandom(16)).hex for _ in sel.parts]
+            self._db.executemany(
+                "INSERT INTO batches (batch_id, n, seqs, release_id, first_window, last_window, distinct_clients) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (
                     (
                         batch_id,
                         len(part),
-                        header + b"".join(part),
+                        _pack(part),
+                        batch_ids[0],
                         sel.first_window,
                         sel.last_window,
                         int(sel.distinct_clients),
-                    ),
-                )
-                batch_ids.append(batch_id)
-            taken = list(sel.taken)
-            for i in range(0, len(taken), 10_000):
-                chunk = taken[i : i + 10_000]
-                self._db.execute(f"DELETE FROM buffer WHERE seq IN ({','.join('?' * len(chunk))})", chunk)
+                    )
+                    for batch_id, part in zip(batch_ids, sel.parts)
+                ),
+            )
+            released = {seq for part in sel.parts for seq in part}
+            self._delete_rows([seq for seq in sel.taken if seq not in released])  # dropped: sub-sampling, crowds
             self._bump_all(
                 {
                     "batches_released": len(batch_ids),
@@ -324,7 +350,7 @@ class ReportLog:
                 }
             )
         by_client = {r.seq: r.client for r in rows}
-        for seq in taken:
+        for seq in sel.taken:
             self._count_buffered(by_client[seq], -1)
         self.used_bytes = self._measure()
         return Released(
@@ -335,6 +361,20 @@ class ReportLog:
             sel.dropped_crowd,
             len(batch_ids),
         )
+
+    def _held(self) -> set[int]:
+        """The seqs of reports in released batches whose release is not wholly acknowledged."""
+        out: set[int] = set()
+        for (packed,) in self._db.execute("SELECT seqs FROM batches WHERE seqs IS NOT NULL"):
+            out.update(_unpack(packed).tolist())
+        return out
+
+    def _delete_rows(self, seqs) -> None:
+        """Within a transaction: delete these rows of the buffer (in key order: neighbouring pages)."""
+        seqs = sorted(seqs)
+        for i in range(0, len(seqs), 10_000):
+            chunk = seqs[i : i + 10_000]
+            self._db.execute(f"DELETE FROM buffer WHERE seq IN ({','.join('?' * len(chunk))})", chunk)
 
     def get_meta(self, name: str) -> bytes | None:
         row = self._db.execute("SELECT value FROM meta WHERE name = ?", (name,)).fetchone()
@@ -350,11 +390,24 @@ class ReportLog:
         return [r[0] for r in self._db.execute("SELECT batch_id FROM batches WHERE delivered = 0 ORDER BY rowid")]
 
     def batch(self, batch_id: str) -> StoredBatch:
-        """A pending batch: its size, body, privacy statement (once computed) and windows."""
-        n, body, privacy, first, last, distinct = self._db.execute(
-            "SELECT n, body, privacy, first_window, last_window, distinct_clients FROM batches WHERE batch_id = ?",
+        """A pending batch: its size, request body (read now from the buffered rows, in the batch's shuffled
+        order), privacy statement (once computed) and windows."""
+        n, packed, privacy, first, last, distinct = self._db.execute(
+            "SELECT n, seqs, privacy, first_window, last_window, distinct_clients FROM batches "
+            "WHERE batch_id = ? AND delivered = 0",
             (batch_id,),
         ).fetchone()
+        order = _unpack(packed)
+        keys = np.sort(order).tolist()  # read in key order (neighbouring pages), then put in shuffled order
+        found: dict[int, bytes] = {}
+        for i in range(0, len(keys), 10_000):
+            chunk = keys[i : i + 10_000]
+            found.update(
+                self._db.execute(f"SELECT seq, payload FROM buffer WHERE seq IN ({','.join('?' * len(chunk))})", chunk)
+            )
+        if len(found) != n or len(order) != n:
+            raise RuntimeError(f"report log damaged: batch {batch_id} has {len(found)} of its {n} reports")
+        body = wire.batch_header(batch_id) + b"".join([found[seq] for seq in order.tolist()])
         return StoredBatch(n, body, privacy, first, last, bool(distinct))
 
     def set_privacy(self, batch_id: str, privacy: bytes) -> None:
@@ -367,16 +420,27 @@ class ReportLog:
         ).fetchall()
 
     def delivered(self, batch_id: str) -> None:
-        """Forget the content of a batch the curator has acknowledged (its metadata stays a while)."""
+        """Note that the curator acknowledged a batch. Once every batch of its release is acknowledged, the
+        release's rows are deleted and its batches keep only their metadata (the newest ones, a while)."""
         with self._tx():
-            n = self._db.execute(
-                "UPDATE batches SET body = NULL, delivered = 1 WHERE batch_id = ? AND delivered = 0", (batch_id,)
-            ).rowcount
-            if n:
-                size = self._db.execute("SELECT n FROM batches WHERE batch_id = ?", (batch_id,)).fetchone()[0]
+            row = self._db.execute(
+                "UPDATE batches SET delivered = 1 WHERE batch_id = ? AND delivered = 0 RETURNING n, release_id",
+                (batch_id,),
+            ).fetchall()
+            if row:
+                ((size, release_id),) = row
                 self._bump_all({"batches_forwarded": 1, "reports_forwarded": size})
+                waiting = self._db.execute(
+                    "SELECT 1 FROM batches WHERE release_id = ? AND delivered = 0 LIMIT 1", (release_id,)
+                ).fetchone()
+                if waiting is None:
+                    parts = self._db.execute(
+                        "SELECT seqs FROM batches WHERE release_id = ? AND seqs IS NOT NULL", (release_id,)
+                    ).fetchall()
+                    self._delete_rows(np.concatenate([_unpack(p) for (p,) in parts]).tolist() if parts else [])
+                    self._db.execute("UPDATE batches SET seqs = NULL WHERE release_id = ?", (release_id,))
                 self._db.execute(
-                    "DELETE FROM batches WHERE delivered = 1 AND rowid NOT IN "
+                    "DELETE FROM batches WHERE delivered = 1 AND seqs IS NULL AND rowid NOT IN "
                     "(SELECT rowid FROM batches WHERE delivered = 1 ORDER BY rowid DESC LIMIT ?)",
                     (KEEP_DELIVERED,),
                 )
@@ -443,6 +507,15 @@ class ReportLog:
 
     def _tx(self):
         return _Transaction(self)
+
+
+def _pack(seqs) -> bytes:
+    """A batch's seqs as stored: little-endian 64-bit integers."""
+    return np.asarray(seqs, dtype="<i8").tobytes()
+
+
+def _unpack(packed: bytes) -> np.ndarray:
+    return np.frombuffer(packed, dtype="<i8")
 
 
 class _Transaction:

@@ -5,6 +5,11 @@ All SQLite work runs on one dedicated thread; the asyncio loop only awaits it. C
 Submit calls queue their reports; one commit task drains the whole queue into a single
 fsync'd transaction and then acknowledges every call in it (group commit).
 
+Delivery: up to ``forward_in_flight`` released batches are sent to the curator at once (so it counts
+one while it stores another), each retried with its own back-off until acknowledged and marked
+delivered only then; a batch is never in flight twice, and one sent again after a restart carries the
+same id and bytes, which the curator stores once.
+
 Storage failures (full disk, I/O errors, a commit that stalls, free space below
 ``min_free_disk_bytes``) never end a background task and never leave a call waiting: the first
 one is logged once, counted (``lac_shuffler_storage_failures_total``), turns gRPC health to
@@ -168,6 +173,15 @@ def batch_guarantee(batch: StoredBatch, deployment: Deployment, config: Shuffler
         ),
         assumptions=assumptions,
     ), r.method
+
+
+def _reap(sending: dict[str, asyncio.Task]) -> None:
+    """Forget the deliveries that ended; raise the error of one that failed (the forwarder then restarts)."""
+    for batch_id, task in list(sending.items()):
+        if task.done():
+            del sending[batch_id]
+            if not task.cancelled() and (exc := task.exception()) is not None:
+                raise exc
 
 
 class Shuffler:
@@ -714,80 +728,107 @@ class Shuffler:
         return retry.Backoff(initial=min(FORWARD_RETRY_FIRST_SECONDS, longest), maximum=longest)
 
     async def _forward_loop(self) -> None:
+        """Deliver the pending batches, up to ``forward_in_flight`` at once, each until the curator acknowledges
+        it (then, and only then, it is marked delivered). A batch is never sent twice at once; one sent again
+        after a restart carries the same id, which the curator de-duplicates."""
         backoff = self._forward_backoff()
-        ceiling = backoff.initial  # of the next wait; back to the first after a delivery
+        ceiling = backoff.initial  # of the next wait for the deployment
+        sending: dict[str, asyncio.Task] = {}
         async with tls.channel(self.config.curator, self._curator_tls, aio=True) as channel:
-            # Raw bytes: the batch was serialized once at release and is sent exactly as stored.
+            # Raw bytes: the batch's request is built once from the log and sent as built.
             ingest: grpc.aio.UnaryUnaryMultiCallable[bytes, curator_pb2.IngestBatchResponse] = channel.unary_unary(
                 _INGEST_METHOD,
                 request_serializer=None,
                 response_deserializer=curator_pb2.IngestBatchResponse.FromString,
             )
-            while True:
-                await self._refresh_deployment(channel)
-                if self._deployment is None:
-                    await asyncio.sleep(retry.jittered(ceiling))
-                    ceiling = backoff.grow(ceiling)
-                    continue
-                await self._wake_forwarder.wait()
-                self._wake_forwarder.clear()
-                for batch_id in await self._run(self._log.pending_batches):
-                    batch = await self._run(self._log.batch, batch_id)
-                    privacy = batch.privacy
-                    if privacy is None:
-                        await self._refresh_deployment(channel)
-                        deployment = self.deployment()  # known: set before this loop got here, never unset
-                        stmt = await asyncio.get_running_loop().run_in_executor(None, self.privacy, batch, deployment)
-                        privacy = stmt.SerializeToString()
-                        await self._durably(self._log.set_privacy, batch_id, privacy)
-                    body = wire.with_privacy(batch.body, privacy)
-                    while True:
-                        sent = time.perf_counter()
-                        try:
-                            # a new trace per attempt, never a child of a client's Submit: see lac.common.tracing
-                            attributes = {"lac.batch_id": batch_id, "lac.reports": batch.n, "rpc.method": "IngestBatch"}
-                            with tracing.span("shuffler.forward_batch", attributes, root=True, client=True):
-                                reply = await ingest(body, timeout=120, metadata=tracing.inject() or None)
-                                tracing.set_attributes({"lac.accepted": reply.accepted, "lac.rejected": reply.rejected})
-                        except grpc.aio.AioRpcError as exc:
-                            self.metrics.forward_seconds.labels(exc.code().name).observe(time.perf_counter() - sent)
-                            self.forward_failures += 1
-                            delay = retry.jittered(ceiling)
-                            log.warning(
-                                "curator did not take batch %s (%s: %s); retrying in %.1fs",
-                                batch_id,
-                                exc.code().name,
-                                exc.details(),
-                                delay,
-                                extra={
-                                    "batch_id": batch_id,
-                                    "method": "IngestBatch",
-                                    "status_code": exc.code().name,
-                                    "retry_in_seconds": delay,
-                                },
-                            )
-                            await asyncio.sleep(delay)
-                            ceiling = backoff.grow(ceiling)
+
+            def finished(task: asyncio.Task) -> None:
+                self._wake_forwarder.set()  # a slot is free, and a failure is raised by _reap
+
+            try:
+                while True:
+                    await self._refresh_deployment(channel)
+                    if self._deployment is None:
+                        await asyncio.sleep(retry.jittered(ceiling))
+                        ceiling = backoff.grow(ceiling)
+                        continue
+                    await self._wake_forwarder.wait()
+                    self._wake_forwarder.clear()
+                    _reap(sending)
+                    for batch_id in await self._run(self._log.pending_batches):
+                        if batch_id in sending:
                             continue
-                        self.metrics.forward_seconds.labels("OK").observe(time.perf_counter() - sent)
-                        ceiling = backoff.initial
-                        await self._durably(self._log.delivered, batch_id)
-                        log.info(
-                            "curator acknowledged batch %s (%d accepted, %d rejected%s)",
-                            batch_id,
-                            reply.accepted,
-                            reply.rejected,
-                            ", already stored" if reply.duplicate else "",
-                            extra={
-                                "batch_id": batch_id,
-                                "method": "IngestBatch",
-                                "status_code": "OK",
-                                "accepted": reply.accepted,
-                                "rejected": reply.rejected,
-                                "duplicate": reply.duplicate,
-                            },
-                        )
-                        break
+                        while len(sending) >= self.config.forward_in_flight:
+                            await asyncio.wait(list(sending.values()), return_when=asyncio.FIRST_COMPLETED)
+                            _reap(sending)
+                        task = asyncio.create_task(self._deliver(ingest, channel, batch_id))
+                        task.add_done_callback(finished)
+                        sending[batch_id] = task
+            finally:
+                for task in sending.values():
+                    task.cancel()
+                await asyncio.gather(*sending.values(), return_exceptions=True)
+
+    async def _deliver(self, ingest, channel, batch_id: str) -> None:
+        """Send one pending batch until the curator acknowledges it, then mark it delivered."""
+        backoff = self._forward_backoff()
+        ceiling = backoff.initial  # of the next wait; each batch in flight backs off on its own
+        batch = await self._run(self._log.batch, batch_id)
+        privacy = batch.privacy
+        if privacy is None:
+            await self._refresh_deployment(channel)
+            deployment = self.deployment()  # known: set before the forwarder sends anything, never unset
+            stmt = await asyncio.get_running_loop().run_in_executor(None, self.privacy, batch, deployment)
+            privacy = stmt.SerializeToString()
+            await self._durably(self._log.set_privacy, batch_id, privacy)
+        body, n = wire.with_privacy(batch.body, privacy), batch.n
+        del batch  # its body: only ``body`` is kept while the batch is in flight
+        while True:
+            sent = time.perf_counter()
+            try:
+                # a new trace per attempt, never a child of a client's Submit: see lac.common.tracing
+                attributes = {"lac.batch_id": batch_id, "lac.reports": n, "rpc.method": "IngestBatch"}
+                with tracing.span("shuffler.forward_batch", attributes, root=True, client=True):
+                    reply = await ingest(body, timeout=120, metadata=tracing.inject() or None)
+                    tracing.set_attributes({"lac.accepted": reply.accepted, "lac.rejected": reply.rejected})
+            except grpc.aio.AioRpcError as exc:
+                self.metrics.forward_seconds.labels(exc.code().name).observe(time.perf_counter() - sent)
+                self.forward_failures += 1
+                delay = retry.jittered(ceiling)
+                log.warning(
+                    "curator did not take batch %s (%s: %s); retrying in %.1fs",
+                    batch_id,
+                    exc.code().name,
+                    exc.details(),
+                    delay,
+                    extra={
+                        "batch_id": batch_id,
+                        "method": "IngestBatch",
+                        "status_code": exc.code().name,
+                        "retry_in_seconds": delay,
+                    },
+                )
+                await asyncio.sleep(delay)
+                ceiling = backoff.grow(ceiling)
+                continue
+            self.metrics.forward_seconds.labels("OK").observe(time.perf_counter() - sent)
+            await self._durably(self._log.delivered, batch_id)
+            log.info(
+                "curator acknowledged batch %s (%d accepted, %d rejected%s)",
+                batch_id,
+                reply.accepted,
+                reply.rejected,
+                ", already stored" if reply.duplicate else "",
+                extra={
+                    "batch_id": batch_id,
+                    "method": "IngestBatch",
+                    "status_code": "OK",
+                    "accepted": reply.accepted,
+                    "rejected": reply.rejected,
+                    "duplicate": reply.duplicate,
+                },
+            )
+            return
 
     # ------------------------------------------------------------------ operator view
 
