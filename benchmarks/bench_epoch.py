@@ -3,6 +3,7 @@
 ingest on every core -> the default release; each stage timed, and the whole.
 
     python benchmarks/bench_epoch.py [--users 1000000 | --quick] [--per-call 100] [--in-flight 16] [--keep DIR]
+                                     [--release-workers 1] [--forward-in-flight 2]
 
 Reports: one per user, real short texts (the simulated users' texts, ``benchkit.real_reports``), words NOT
 perturbed (no Localizer runs here: the pipeline's speed does not depend on which words), HPKE-sealed to the
@@ -214,13 +215,18 @@ def main() -> None:
     ap.add_argument("--per-call", type=int, default=100, help="reports per Submit")
     ap.add_argument("--in-flight", type=int, default=16, help="Submit calls in flight")
     ap.add_argument("--keep", type=Path, default=None, help="keep the services' state and logs under this directory")
+    ap.add_argument(
+        "--release-workers", type=int, default=1, help="the curator's release_workers (processes reading segments)"
+    )
+    ap.add_argument("--forward-in-flight", type=int, default=2, help="the shuffler's batches in flight to the curator")
     a = ap.parse_args()
     n = 100_000 if a.quick else a.users
     cores = len(os.sched_getaffinity(0))
     load_before = load()
     print(
         f"machine: {cores} cores ({platform.machine()}), Python {platform.python_version()}, grpcio "
-        f"{grpc.__version__}; load average before: {load_before}; {n:,} users, one report each",
+        f"{grpc.__version__}; load average before: {load_before}; {n:,} users, one report each; curator "
+        f"release_workers {a.release_workers}, shuffler forward_in_flight {a.forward_in_flight}",
         flush=True,
     )
     if a.keep is not None:
@@ -257,6 +263,8 @@ def main() -> None:
                 str(data_dir() / "channels"),
                 "--ingest-workers",
                 str(cores),
+                "--release-workers",
+                str(a.release_workers),
                 "--key-dir",
                 str(keys),
                 "--insecure",
@@ -278,6 +286,8 @@ def main() -> None:
                     "none",
                     "--min-batch",
                     str(n),
+                    "--forward-in-flight",
+                    str(a.forward_in_flight),
                     "--max-reports-per-request",
                     str(max(100, a.per_call)),
                     "--insecure",
