@@ -288,26 +288,30 @@ def test_malformed_input_to_every_rpc_never_unknown_never_crashes(tmp_path, sink
         lines_before = len(proc.lines)
         codes: Counter = Counter()
         errors: list = []
-        fuzzers = [
-            threading.Thread(
-                target=_fuzz,
-                args=(
-                    proc.address,
-                    tokens[f"fuzz{i}"],
-                    operator,
-                    Fuzzer(random.Random(master.random())),
-                    FUZZ_CALLS // FUZZ_THREADS,
-                    codes,
-                    errors,
-                ),
-            )
-            for i in range(FUZZ_THREADS)
-        ]
-        t0 = time.monotonic()
-        for t in fuzzers:
-            t.start()
-        for t in fuzzers:
-            t.join(600)
+        # Two rounds: the first fills what is bounded by design (allocator arenas of the server's threads,
+        # gRPC's buffers); a leak keeps growing in the second.
+        rss_rounds, t0 = [rss_before], time.monotonic()
+        for _round in range(2):
+            fuzzers = [
+                threading.Thread(
+                    target=_fuzz,
+                    args=(
+                        proc.address,
+                        tokens[f"fuzz{i}"],
+                        operator,
+                        Fuzzer(random.Random(master.random())),
+                        FUZZ_CALLS // FUZZ_THREADS // 2,
+                        codes,
+                        errors,
+                    ),
+                )
+                for i in range(FUZZ_THREADS)
+            ]
+            for t in fuzzers:
+                t.start()
+            for t in fuzzers:
+                t.join(600)
+            rss_rounds.append(proc.rss_bytes())
         fuzz_seconds = time.monotonic() - t0
         stop.set()
         for t in honest:
@@ -323,7 +327,10 @@ def test_malformed_input_to_every_rpc_never_unknown_never_crashes(tmp_path, sink
         assert not honest_failures, f"{context}; honest calls failed: {honest_failures[:5]}"
         assert proc.process.poll() is None, "the shuffler died"
         assert proc.health("") == "SERVING" and proc.health("lac.v1.Shuffler") == "SERVING"
-        assert rss_after - rss_before < MAX_RSS_GROWTH, (rss_before, rss_after)
+        # Measured on 2026-11-25 in one round of all the calls: 51-84 MiB, once 102 MiB in CI, the same on the code
+        # before the key-only release; the gross leaks this guards against (GiBs) are far above.
+        assert rss_rounds[2] - rss_rounds[1] < 0.6 * MAX_RSS_GROWTH, rss_rounds
+        assert rss_after - rss_before < 1.5 * MAX_RSS_GROWTH, rss_rounds
 
         # Drain: a batch takes one report per client, so flush until nothing is buffered or pending.
         from lac.common.v1 import shuffler_pb2_grpc
@@ -356,7 +363,8 @@ def test_malformed_input_to_every_rpc_never_unknown_never_crashes(tmp_path, sink
         assert "Traceback" not in text and " ERROR " not in text, text[-5000:]
         print(
             f"fuzz: {sum(codes.values())} calls in {fuzz_seconds:.1f}s, {dict(codes)}; honest reports "
-            f"{len(acked)}; RSS {rss_before / 2**20:.0f} -> {rss_after / 2**20:.0f} MiB; seed {seed}"
+            f"{len(acked)}; RSS {rss_before / 2**20:.0f} -> {rss_after / 2**20:.0f} MiB (after each round: "
+            f"{[r // 2**20 for r in rss_rounds[1:]]}); seed {seed}"
         )
     finally:
         proc.stop()
