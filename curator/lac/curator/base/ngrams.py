@@ -541,6 +541,15 @@ def item_names(items: Sequence[str] | pa.Array) -> tuple[str, ...]:
     return tuple(items.to_pylist()) if isinstance(items, pa.Array) else tuple(items)
 
 
+def spell(words: pa.Array, codes: np.ndarray) -> pa.Array:
+    """Items spelled from word codes: item i is ``words[codes[i, j]]`` over j joined by spaces, negative codes
+    skipped (an Arrow string array)."""
+    columns = [words.take(pa.array(codes[:, j], mask=codes[:, j] < 0)) for j in range(codes.shape[1])]
+    if not columns or not codes.shape[0]:
+        return pa.array([], pa.string())
+    return pc.binary_join_element_wise(*columns, " ", null_handling="skip")
+
+
 def report_items(
     reports: Sequence[Sequence[Sequence[str]]], max_n: int = 3, words: frozenset[str] | None = None
 ) -> ReportItems:

@@ -44,7 +44,6 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 from google.protobuf.message import DecodeError
 
 from lac.common import envelope
@@ -54,7 +53,7 @@ from lac.common.serde import mechanism_id
 from lac.common.text import BOS, EOS, UNK
 from lac.common.v1 import reports_pb2
 from lac.curator.base.lifeline import die_with
-from lac.curator.base.ngrams import ReportItems, keyed_report_items
+from lac.curator.base.ngrams import ReportItems, keyed_report_items, spell
 from lac.curator.store.store import Quarantined
 
 if TYPE_CHECKING:
@@ -230,8 +229,7 @@ def count_chunk(opened: OpenedChunk, max_n: int) -> CountedChunk:
     for j in range(max_n):
         keys, digits[:, j] = np.divmod(keys, base)
     names = pa.array(words, pa.string())
-    columns = [names.take(pa.array(digits[:, j], mask=digits[:, j] == 0)) for j in reversed(range(max_n))]
-    spelled = pc.binary_join_element_wise(*columns, " ", null_handling="skip") if digits.size else names[:0]
+    spelled = spell(names, np.where(digits == 0, -1, digits)[:, ::-1])  # digit 0: no word; the last digit first
     return CountedChunk(
         opened.ids,
         ReportItems(items.indptr, items.item_ids, items.counts, spelled, items.texts),

@@ -39,7 +39,7 @@ import pyarrow.parquet as pq
 from lac.common.errors import DataLoss
 from lac.common.files import atomic_file
 from lac.common.text import BOS, EOS, UNK
-from lac.curator.base.ngrams import NgramVocabulary, ReportItems, item_array
+from lac.curator.base.ngrams import NgramVocabulary, ReportItems, item_array, spell
 
 __all__ = ["FORMAT", "SCHEMA", "WORDS", "write", "read", "read_blocks", "map_words", "metadata", "table", "has_words"]
 
@@ -171,13 +171,11 @@ def map_words(items: ReportItems, words: frozenset[str]) -> ReportItems:
         key[has] += code[starts[has] + j] + 1
     distinct, first, inverse = np.unique(key, return_index=True, return_inverse=True)
     reps_start, reps_len = starts[first], lens[first]
-    columns = []
-    for j in range(int(reps_len.max(initial=0))):
+    codes = np.full((distinct.size, int(reps_len.max(initial=0))), -1, dtype=np.int64)
+    for j in range(codes.shape[1]):
         has = reps_len > j
-        at = np.zeros(distinct.size, dtype=np.int64)
-        at[has] = code[reps_start[has] + j]
-        columns.append(dictionary.take(pa.array(at, mask=~has)))
-    spelled = pc.binary_join_element_wise(*columns, " ", null_handling="skip") if columns else pa.array([], pa.string())
+        codes[has, j] = code[reps_start[has] + j]
+    spelled = spell(dictionary, codes)
     order = pc.sort_indices(spelled).to_numpy()
     names = spelled.take(pa.array(order))
     rank = np.empty(order.size, dtype=np.int64)
