@@ -114,16 +114,22 @@ def new_request_id() -> str:
     return uuid.uuid4().hex
 
 
+def _trailing(exc: grpc.RpcError, name: str) -> str | None:
+    """The value of trailing metadata ``name`` of a failed call (None if absent)."""
+    try:
+        metadata: Any = exc.trailing_metadata() or ()  # (key, value) pairs
+        return next((value for key, value in metadata if key == name), None)
+    except (AttributeError, TypeError, ValueError):
+        return None
+
+
 def _retry_after(exc: grpc.RpcError) -> float:
     """The server's ``retry-after-seconds`` trailing metadata, 0 if none."""
     try:
-        metadata: Any = exc.trailing_metadata() or ()  # (key, value) pairs
-        for key, value in metadata:
-            if key == "retry-after-seconds":
-                return max(0.0, min(float(value), 300.0))
-    except (AttributeError, TypeError, ValueError):
-        pass
-    return 0.0
+        value = _trailing(exc, "retry-after-seconds")
+        return 0.0 if value is None else max(0.0, min(float(value), 300.0))
+    except (TypeError, ValueError):
+        return 0.0
 
 
 def release_with_retries(
@@ -234,14 +240,11 @@ _BY_REASON: dict[ErrorReason, type[AnalystError]] = {
 
 def _error_reason(exc: grpc.RpcError) -> ErrorReason | None:
     """The ``lac-error-reason`` trailing metadata of a failed call (None if absent or unknown to this client)."""
+    value = _trailing(exc, ERROR_REASON_KEY)
     try:
-        metadata: Any = exc.trailing_metadata() or ()  # (key, value) pairs
-        for key, value in metadata:
-            if key == ERROR_REASON_KEY:
-                return ErrorReason(value)
-    except (AttributeError, TypeError, ValueError):
-        pass
-    return None
+        return None if value is None else ErrorReason(value)
+    except ValueError:
+        return None
 
 
 def error_from_rpc(exc: grpc.RpcError) -> AnalystError:

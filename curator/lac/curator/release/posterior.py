@@ -381,9 +381,9 @@ def posterior_release(
     found: list[str] = []
     found_values = np.empty(0)
     threshold = math.inf
+    names, values = totals.candidate_arrays()
     if params.discovery:
         threshold = discovery_threshold(sigma, m, K, params.delta_select)
-        names, values = totals.candidate_arrays()
         noisy = np.rint((values + sigma * rng.standard_normal(values.size)) / grid) * grid
         passed = np.flatnonzero(noisy > threshold)
         found, found_values = names.take(passed).to_pylist(), noisy[passed]
@@ -403,7 +403,7 @@ def posterior_release(
         sigma=sigma,
         threshold=threshold,
         discovered=len(found),
-        candidates=len(totals.candidate_arrays()[0]),
+        candidates=len(names),
         n_reports=totals.n_reports,
         params=params,
         guarantee=_guarantee(params, sigma, threshold, len(vocab), channel),
