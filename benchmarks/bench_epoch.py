@@ -3,7 +3,7 @@
 ingest on every core -> the default release; each stage timed, and the whole.
 
     python benchmarks/bench_epoch.py [--users 1000000 | --quick] [--per-call 100] [--in-flight 16] [--keep DIR]
-                                     [--release-workers 1] [--forward-in-flight 2]
+                                     [--release-workers 1] [--forward-in-flight 2] [--batches 1]
 
 Reports: one per user, real short texts (the simulated users' texts, ``benchkit.real_reports``), words NOT
 perturbed (no Localizer runs here: the pipeline's speed does not depend on which words), HPKE-sealed to the
@@ -18,16 +18,18 @@ curator's key ring and opened by it; TLS would add AES-GCM over the ~600 MB once
 calls/s in ``bench_load.py``, so 10+ minutes for 1M users), so the load generator sends ``--per-call`` reports
 per Submit, ``--in-flight`` calls at a time, as a gateway batching its devices would; the curator accepts such
 batches (not bound to distinct clients) only because it too runs ``--insecure``. The shuffler releases when
-``--min-batch`` = N reports are committed, as at the end of an epoch. (Releasing every N/K reports to overlap the
-stages needs the epoch's end to release the remainder: ``min_batch`` is a floor, never crossed downwards, and a
-release takes every buffered report, so the last one falls short of it; not measured here.)
+``--min-batch`` = N reports are committed, as at the end of an epoch. With ``--batches K`` > 1 it runs
+``--min-batch N/K --keep-reserve`` instead: batches of about N/K are released and forwarded while the ingest goes
+on (the curator ingesting meanwhile), and the operator's ``Flush`` at the end of the ingest releases the reserve;
+every report is then amplified among at least N/K reports instead of N (the batches' statements are printed).
 The curator ingests with ``--ingest-workers`` = every core
 (its pool started with the server) and keeps its channel in the data dir's cache (sampled before the clock).
 
 Stages (wall clock; the services' GetStatus polled from this process, the curator's every 0.1 s, the
 shuffler's once its ingest ended):
 1. ingest: first Submit -> every report acknowledged (fsync'd) by the shuffler;
-2. shuffle: -> the whole release cut into shuffled batches (the shuffler's buffer empty);
+2. shuffle: -> the whole release cut into shuffled batches (the shuffler's buffer empty; with ``--batches``, the
+   last one, after the Flush);
 3. forward + curator ingest: -> the curator holds every report (opened, validated, counted, stored); the
    shuffler forwards batch after batch, so this overlaps the curator's work with the forwarding;
 4. release: the default release (posterior, ε = 1, δ = 1e-6, sound sensitivity) by an analyst.
@@ -55,6 +57,7 @@ from lac.analyst import CuratorClient, Unavailable
 from lac.common import envelope
 from lac.common.paths import data_dir
 from lac.common.v1 import curator_pb2, reports_pb2, shuffler_pb2, shuffler_pb2_grpc
+from lac.shuffler.amplification import shuffle_epsilon
 from lac.shuffler.auth import add_clients
 from lac.suite import procs
 from lac.suite.data import prepare_corpora
@@ -219,6 +222,12 @@ def main() -> None:
         "--release-workers", type=int, default=1, help="the curator's release_workers (processes reading segments)"
     )
     ap.add_argument("--forward-in-flight", type=int, default=2, help="the shuffler's batches in flight to the curator")
+    ap.add_argument(
+        "--batches",
+        type=int,
+        default=1,
+        help="K > 1: release batches of N/K during the ingest (min_batch N/K, keep_reserve) and Flush at its end",
+    )
     a = ap.parse_args()
     n = 100_000 if a.quick else a.users
     cores = len(os.sched_getaffinity(0))
@@ -226,7 +235,8 @@ def main() -> None:
     print(
         f"machine: {cores} cores ({platform.machine()}), Python {platform.python_version()}, grpcio "
         f"{grpc.__version__}; load average before: {load_before}; {n:,} users, one report each; curator "
-        f"release_workers {a.release_workers}, shuffler forward_in_flight {a.forward_in_flight}",
+        f"release_workers {a.release_workers}, shuffler forward_in_flight {a.forward_in_flight}, "
+        f"{'one batch' if a.batches <= 1 else f'batches of ≥ {n // a.batches:,} during the ingest (keep_reserve)'}",
         flush=True,
     )
     if a.keep is not None:
@@ -285,7 +295,8 @@ def main() -> None:
                     "--auth",
                     "none",
                     "--min-batch",
-                    str(n),
+                    str(n // max(1, a.batches)),
+                    *(["--keep-reserve"] if a.batches > 1 else []),
                     "--forward-in-flight",
                     str(a.forward_in_flight),
                     "--max-reports-per-request",
@@ -297,7 +308,7 @@ def main() -> None:
             watch = Watch(shuffler, curator, n, operator)
             while True:  # the shuffler has the curator's deployment (else its Submit answers UNAVAILABLE)
                 try:
-                    watch.shuffler.GetDeployment(reports_pb2.DeploymentRequest(), timeout=10)
+                    eps0 = watch.shuffler.GetDeployment(reports_pb2.DeploymentRequest(), timeout=10).report_epsilon0
                     break
                 except grpc.RpcError:
                     time.sleep(0.2)
@@ -307,6 +318,9 @@ def main() -> None:
             start = time.perf_counter()
             acked = asyncio.run(submit_all(shuffler.address, bodies, a.in_flight))
             ingested = time.perf_counter()
+            if a.batches > 1:  # the epoch's end: the operator releases the reserve
+                flushed = watch.shuffler.Flush(shuffler_pb2.FlushRequest(), timeout=600, metadata=watch.operator)
+                assert flushed.released, flushed.note
             watch.ingested.set()
             cpu1 = (_cpu(shuffler), _cpu(curator), time.process_time())
             watch.wait(timeout=3600)
@@ -347,6 +361,14 @@ def main() -> None:
         f"shuffler), {sum(status.rejects.values())} rejected; release {record.release_id} "
         f"({record.mechanism}, σ = {record.sigma:.4g}); target ≤ 90 s for 1M users on 2 cores; "
         f"load average after: {load()} (before: {load_before}); {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}"
+    )
+    floor = n // max(1, a.batches)
+    at = {m: shuffle_epsilon(eps0, m, 1e-6).epsilon for m in (floor, n)}
+    last = f"; the Flush released the last {flushed.batch_size:,}" if a.batches > 1 else ""
+    print(
+        f"every release held ≥ {floor:,} reports (min_batch){last}. Had the clients been authenticated (--auth none "
+        f"here: no amplification is claimed), the deployment's ε0 = {eps0:.4g} would amplify to ε = {at[floor]:.4g} "
+        f"at n = {floor:,} and to {at[n]:.4g} at n = {n:,} (δ = 1e-6)"
     )
 
 

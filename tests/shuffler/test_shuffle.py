@@ -34,6 +34,37 @@ def test_every_item_lands_in_every_position_uniformly():
         assert stats.chi2.sf(chi2, 25) > 1e-4
 
 
+def test_the_reserve_is_a_uniformly_random_subset_of_the_clients():
+    # 6 clients (one with 3 reports), reserve 2: each client is released with probability 4/6 and, when
+    # released, by a uniformly random one of its reports. Chi-square on the 8 reports' release counts
+    # (7 dof, the per-client totals fixed by the 4 released per draw); false-alarm rate 1e-4.
+    clients = [b"a", b"a", b"a", b"b", b"c", b"d", b"e", b"f"]
+    rows = [Row(seq=i, client=c, window=0, crowd=None, size=1) for i, c in enumerate(clients)]
+    # The statistic is conservative here (a draw's counts are tied together, less spread than multinomial).
+    trials = 6_000
+    expected = np.array([4 / 6 / 3] * 3 + [4 / 6] * 5) * trials
+
+    def pvalue(select) -> float:
+        counts = np.zeros(len(rows))
+        for _ in range(trials):
+            taken = select()
+            assert len(taken) == 4 and len({clients[s] for s in taken}) == 4
+            counts[list(taken)] += 1
+        return stats.chisquare(counts, expected).pvalue
+
+    def last_of_first_pass():  # broken: keep back the last 2 clients of the one-per-client pass
+        seen, taken = set(), []
+        for i in secure_permutation(len(rows)).tolist():
+            if clients[i] not in seen:
+                seen.add(clients[i])
+                taken.append(i)
+        return taken[:4]
+
+    assert pvalue(lambda: select_batch(rows, threshold=4, reserve=2).taken) > 1e-4
+    assert pvalue(last_of_first_pass) < 1e-4  # the audit fails it: client a is released ~93% of the time
+    assert select_batch(rows, threshold=5, reserve=2) is None  # 6 clients: 4 after the reserve
+
+
 def test_all_permutations_equally_likely():
     # 4! = 24 permutations, 24,000 draws: chi-square with 23 dof, false-alarm rate 1e-4.
     index = {}

@@ -200,6 +200,32 @@ def test_crowd_threshold_and_subsampling(start_shuffler, sink):
     assert _status(shf2.address).counters["dropped_subsampled"] == 400 - kept
 
 
+def test_keep_reserve_streams_batches_and_the_flush_releases_the_rest(start_shuffler, sink):
+    """keep_reserve: a release after a commit keeps min_batch reports back (it waits for 2 x min_batch);
+    the operator's Flush (as the interval's end) releases them with the stragglers; no batch is below min_batch."""
+    shf = start_shuffler(sink.address, min_batch=10, keep_reserve=True)
+    first = [report() for _ in range(25)]
+    _submit(shf.address, first)
+    wait_for(lambda: _status(shf.address).batches_forwarded == 1)
+    status = _status(shf.address)
+    assert status.reports_forwarded == 15 and "kept back" in status.note
+    assert len(set(sink.tags()) & {tag_of(r.payload) for r in first}) == 15
+    _submit(shf.address, [report() for _ in range(5)])  # 15 buffered: under 2 x min_batch, nothing released
+    time.sleep(0.3)
+    assert _status(shf.address).batches_forwarded == 1
+    with grpc.insecure_channel(shf.address) as ch:
+        flushed = shuffler_pb2_grpc.ShufflerStub(ch).Flush(shuffler_pb2.FlushRequest(), timeout=10)
+    assert flushed.released and flushed.batch_size == 15
+    wait_for(lambda: _status(shf.address).batches_forwarded == 2)
+    assert sorted(b.privacy.n_reports for b in _status(shf.address).recent_batches) == [15, 15]
+    assert len(sink.tags()) == 30
+
+    plain = start_shuffler(sink.address, min_batch=10)  # without the reserve a release takes every buffered report
+    _submit(plain.address, [report() for _ in range(25)])
+    wait_for(lambda: _status(plain.address).batches_forwarded == 1)
+    assert _status(plain.address).reports_forwarded == 25
+
+
 def test_backpressure_when_curator_is_down(start_shuffler, sink):
     sink.down = True
     shf = start_shuffler(sink.address, min_batch=5, max_log_bytes=250_000, forward_retry_max_seconds=0.2)

@@ -29,6 +29,15 @@ class ShufflerConfig(ServiceSettings):
         "at the end of each interval a batch is released if the "
         "threshold is reached (it is also checked after every commit)",
     )
+    keep_reserve: bool = setting(
+        False,
+        "releases after a commit keep a uniformly random min_batch (the next threshold) of the buffered "
+        "clients' reports back, so they wait for twice the threshold; the end of the release interval and "
+        "`lac shuffler flush` release everything. Every batch still reaches the threshold, and a stream of "
+        "batches during the interval does not strand its last reports below it (off: a batch takes every "
+        "buffered report once the threshold is reached, and fewer than min_batch left at the interval's end "
+        "wait for the next one)",
+    )
     max_report_bytes: int = setting(
         66_000, "largest accepted sealed payload in bytes (HPKE payloads are at most 65,584)"
     )

@@ -12,7 +12,9 @@ In order:
    batch never holds two reports of one client, whatever windows they were accepted in).
    Rows without a client (authentication disabled) are all taken and the batch carries no
    distinct-client guarantee.
-2. Threshold: nothing is released unless the taken reports number at least ``threshold``.
+2. Reserve and threshold: with ``reserve`` > 0 a uniformly random ``reserve`` of the taken reports (drawn
+   by a fresh permutation: in step 1's order a client with more reports tends to come first) stay buffered
+   for a later batch; nothing is released unless the remaining taken reports number at least ``threshold``.
 3. Poisson sub-sampling at rate ``subsample_q`` (secret sample), then the crowd threshold
    (crowds with fewer than ``crowd_threshold`` kept reports are dropped; reports without a
    crowd id form one crowd).
@@ -87,8 +89,9 @@ def select_batch(
     subsample_q: float = 1.0,
     crowd_threshold: int = 0,
     max_batch_bytes: int = 1 << 62,
+    reserve: int = 0,
 ) -> Selection | None:
-    """The next batch from ``rows`` (see the module docstring), or None below ``threshold``."""
+    """The next batch from ``rows`` (see the module docstring), or None below ``threshold`` + ``reserve``."""
     rng = secure_generator()  # fresh keys from the OS for every batch
     order = rng.permutation(len(rows)).tolist()
     seen: set[bytes] = set()
@@ -100,8 +103,10 @@ def select_batch(
                 continue
             seen.add(r.client)
         taken.append(r)
-    if len(taken) < max(threshold, 1):
+    if len(taken) - reserve < max(threshold, 1):
         return None
+    if reserve:  # a fresh order: in ``taken`` a client with more reports tends to come earlier
+        taken = [taken[i] for i in rng.permutation(len(taken))[: len(taken) - reserve].tolist()]
     considered = len(taken)
     kept = taken
     if subsample_q < 1.0:

@@ -301,9 +301,15 @@ class ReportLog:
         return len(self._per_client) + self._anonymous
 
     def release(
-        self, threshold: int, subsample_q: float = 1.0, crowd_threshold: int = 0, max_batch_bytes: int = 1 << 62
+        self,
+        threshold: int,
+        subsample_q: float = 1.0,
+        crowd_threshold: int = 0,
+        max_batch_bytes: int = 1 << 62,
+        reserve: int = 0,
     ) -> Released | None:
-        """If ``threshold`` is reached, turn one report per buffered client into shuffled batches.
+        """If ``threshold`` + ``reserve`` is reached, turn one report per buffered client, except a uniformly
+        random ``reserve`` of them, into shuffled batches.
 
         The policy (``lac.shuffler.policy.select_batch``) decides over the rows' keys and sizes; this
         stores its outcome in one transaction: the batches (their seqs in shuffled order, with their
@@ -311,7 +317,7 @@ class ReportLog:
         of the taken reports the policy dropped; the clients' other reports stay buffered. None below
         the threshold.
         """
-        if self.takeable() < max(threshold, 1):
+        if self.takeable() - reserve < max(threshold, 1):
             return None
         with self._tx():
             held = self._held()
@@ -320,7 +326,9 @@ class ReportLog:
                 for r in self._db.execute("SELECT seq, client, win, crowd, length(payload) FROM buffer")
                 if r[0] not in held
             ]
-            sel: Selection | None = select_batch(rows, threshold, subsample_q, crowd_threshold, max_batch_bytes)
+            sel: Selection | None = select_batch(
+                rows, threshold, subsample_q, crowd_threshold, max_batch_bytes, reserve
+            )
             if sel is None:
                 return None
             batch_ids = [uuid.UUID(bytes=os.urandom(16)).hex for _ in sel.parts]

@@ -231,6 +231,7 @@ class Shuffler:
         self.disk_free_bytes: int | None = None
         self._tasks: list[asyncio.Task] = []
         self._threshold = self._draw_threshold()
+        self._next_threshold = self._draw_threshold()  # the reserve with keep_reserve
         self._window = self.window()
         cached = self._log.get_meta("deployment")  # the last one fetched, so a restart knows it at once
         self._deployment: Deployment | None = (
@@ -367,8 +368,14 @@ class Shuffler:
     async def _probe(self) -> None:
         """The test write after a storage failure; a release that failed must work too before ingest resumes."""
         await self._run_raw(self._test_write)
-        if self._log.takeable() >= self._threshold:
-            await self.flush("threshold")
+        await self._release_on_threshold()
+
+    async def _release_on_threshold(self) -> None:
+        """After a commit (or a recovery): release if the threshold is reached, keeping the next threshold's
+        worth of reports back with ``keep_reserve``."""
+        reserve = self._next_threshold if self.config.keep_reserve else 0
+        if self._log.takeable() >= self._threshold + reserve:
+            await self.flush("threshold", reserve)
 
     def _commit_groups(self, groups, window: int) -> list:
         self._check_space()
@@ -557,9 +564,8 @@ class Shuffler:
                 self.metrics.ingest_seconds.observe(now - t0)
                 if not fut.done():
                     fut.set_result(r)  # an exception is passed as a value: a caller gone since leaves no warning
-            if self._log.takeable() >= self._threshold:
-                with suppress(StorageFailed):  # already logged; released after the recovery
-                    await self.flush("threshold")
+            with suppress(StorageFailed):  # already logged; released after the recovery
+                await self._release_on_threshold()
 
     async def _commit(self, batch: list) -> list:
         """One group commit of ``batch``: a result or an exception per call. A commit that takes longer
@@ -574,15 +580,16 @@ class Shuffler:
 
     # ------------------------------------------------------------------ release
 
-    async def flush(self, why: str = "flush") -> tuple[str, int] | None:
-        """Release one anonymised shuffled batch if the release threshold is reached (never below it).
+    async def flush(self, why: str = "flush", reserve: int = 0) -> tuple[str, int] | None:
+        """Release one anonymised shuffled batch if the release threshold is reached (never below it),
+        keeping a uniformly random ``reserve`` of the buffered clients' reports back.
 
         The threshold is min_batch plus, with ``batch_threshold_noise``, a secret random amount
         drawn anew after each release; it counts distinct clients among the buffered reports.
         """
         cfg = self.config
         released = await self._run(
-            self._log.release, self._threshold, cfg.subsample_q, cfg.crowd_threshold, cfg.max_batch_bytes
+            self._log.release, self._threshold, cfg.subsample_q, cfg.crowd_threshold, cfg.max_batch_bytes, reserve
         )
         if released is None:
             n = self._log.takeable()
@@ -596,7 +603,7 @@ class Shuffler:
                 f"{bar}: carried over"
             )
             return None
-        self._threshold = self._draw_threshold()
+        self._threshold, self._next_threshold = self._next_threshold, self._draw_threshold()
         dropped = ""
         if released.dropped_subsampled or released.dropped_crowd:
             dropped = (
@@ -608,9 +615,10 @@ class Shuffler:
             return None
         parts = f" in {released.parts} batches of at most {cfg.max_batch_bytes} bytes" if released.parts > 1 else ""
         left = self._log.buffered()
+        kept = "kept back for the next batch (a reserve, keep_reserve)" if reserve else "of clients already in it"
         self.note = (
             f"{why}: released batch {released.batch_id} of {released.size} reports{parts}{dropped}; "
-            f"{left} report(s) of clients already in it carried over"
+            f"{left} report(s) {kept} carried over"
         )
         log.info(
             "released batch %s of %d shuffled reports (%s)%s",
