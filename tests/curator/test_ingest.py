@@ -292,3 +292,63 @@ def test_a_killed_curator_takes_its_release_workers_with_it(tmp_path):
         proc.kill()
         proc.wait()
     assert _all_end(procs) == set()
+
+
+def test_a_batch_is_scanned_as_protobuf_parses_it():
+    """``serde.ingest_batch`` (the curator's one scan of a batch's bytes) against the generated parser:
+    the same id, report bytes and statement for real batches with unknown fields, repeated scalars and a
+    statement split in two on the wire; malformed bytes and too many reports are INVALID_ARGUMENT."""
+    from lac.common.errors import InvalidArgument
+    from lac.common.rpc import count_field, fields
+    from lac.curator.service.serde import ingest_batch
+
+    for n in (0, 1, 7, 300):
+        request = batch(n)
+        raw = request.SerializeToString()
+        got = ingest_batch(raw, max_reports=300)
+        assert got.batch_id == request.batch_id and got.privacy == request.privacy
+        assert got.payloads == [p.SerializeToString() for p in request.reports]
+        assert count_field(raw, 2, 1000) == n and sum(f[0] == 2 for f in fields(raw)) == n
+    request = batch(3)
+    privacy = request.privacy.SerializeToString()
+    half = [end for _, _, _, end in fields(privacy)][3]  # a message may arrive in pieces: the parser merges them
+    first, second = reports_pb2.BatchPrivacy.FromString(privacy[:half]), privacy[half:]
+    raw = (
+        curator_pb2.IngestBatchRequest(batch_id="old-id").SerializeToString()
+        + request.SerializeToString()  # its batch_id, the last one, wins
+        + b"\x08\x05"  # an unknown varint field
+        + b"\x3d\x01\x02\x03\x04"  # an unknown fixed32 field
+        + curator_pb2.IngestBatchRequest(privacy=first).SerializeToString()
+        + b"\x1a"
+        + bytes([len(second)])
+        + second  # field 3, the statement's other fields
+        + b"\x9a\x06\x07unknown"  # an unknown length-delimited field (99)
+    )
+    parsed = curator_pb2.IngestBatchRequest.FromString(raw)
+    got = ingest_batch(raw, max_reports=3)
+    assert (got.batch_id, got.privacy) == (parsed.batch_id, parsed.privacy) == (request.batch_id, request.privacy)
+    assert got.payloads == [p.SerializeToString() for p in parsed.reports]
+    assert ingest_batch(b"", max_reports=1).privacy is None
+    for bad in (b"\xff\xff\xff", b"\x0a\x05ab", b"\x0b", b"\x12\x02\x0a", b"\x0a\x02\xff\xfe"):
+        with pytest.raises(InvalidArgument, match="malformed IngestBatchRequest"):
+            ingest_batch(bad, max_reports=10)
+    with pytest.raises(InvalidArgument, match=r"more than 2 reports in one batch; at most 2 \(max_reports_per_batch\)"):
+        ingest_batch(batch(3).SerializeToString(), max_reports=2)
+
+
+def test_a_report_that_is_not_a_sealed_payload_is_quarantined_not_the_batch(start_curator):
+    """Over RPC: the batch's other reports are stored (the batch is not refused, so a shuffler is not left
+    retrying it forever); the bad one is quarantined as malformed."""
+    cur = start_curator(allow_plaintext_payloads=True)
+    request = batch(5, batch_id="with-a-bad-report")
+    raw = request.SerializeToString() + b"\x12\x03\xff\xff\xff"  # field 2, three bytes
+    with grpc.insecure_channel(cur.address) as ch:
+        call = ch.unary_unary(
+            "/lac.v1.CuratorIngest/IngestBatch",
+            request_serializer=None,
+            response_deserializer=curator_pb2.IngestBatchResponse.FromString,
+        )
+        reply = call(raw, timeout=60)
+        assert (reply.accepted, reply.rejected) == (5, 1)
+        status = curator_pb2_grpc.CuratorStub(ch).GetStatus(curator_pb2.CuratorStatusRequest(), timeout=10)
+        assert status.rejects["malformed"] == 1

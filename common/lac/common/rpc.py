@@ -9,9 +9,10 @@
   is registered with gRPC as request-streaming, so gRPC calls the handler before the request's bytes
   are received: a caller without the role never makes the server hold its message; optionally
   ``Receiving``: each request received within a timeout), run the method's ``before_parse`` check
-  on the raw bytes if it has one (e.g. ``limit_repeated``: a message whose parsed form would be
-  far larger than its bytes), parse the request (INVALID_ARGUMENT on malformed bytes: gRPC's own
-  deserializer would answer UNKNOWN), run the method.
+  on the raw bytes if it has one (e.g. the shuffler's count of a Submit's reports: a message whose
+  parsed form would be far larger than its bytes), parse the request (INVALID_ARGUMENT on malformed
+  bytes: gRPC's own deserializer would answer UNKNOWN; or the method's own parser, e.g. the curator's
+  scan of a batch), run the method.
 * The one table mapping domain errors (``lac.common.errors``) to status codes; anything else is
   a bug: INTERNAL, logged once with the RPC name.
 * Optionally (``observe``), each call's duration and final status code, for the service's metrics.
@@ -25,7 +26,7 @@ import logging
 import math
 import re
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from enum import StrEnum
@@ -54,7 +55,7 @@ __all__ = [
     "STATUS",
     "ALL_ROLES",
     "count_field",
-    "limit_repeated",
+    "fields",
     "Receiving",
 ]
 
@@ -196,10 +197,12 @@ def _parse(cls: type[Message], raw: bytes) -> Message:
     return msg
 
 
-def count_field(raw: bytes, number: int, stop_after: int) -> int:
-    """Entries of field ``number`` at the top level of the serialized message ``raw``, counted without
-    parsing and at most ``stop_after + 1``. Malformed bytes end the count early (the parser rejects them)."""
-    i, n, count = 0, len(raw), 0
+def fields(raw: bytes) -> Iterator[tuple[int, int, int, int]]:
+    """The top-level fields of the serialized message ``raw`` in wire order, without parsing them:
+    (field number, wire type, start, end) with ``raw[start:end]`` the value's bytes (a varint's bytes,
+    8 or 4 fixed bytes, or a length-delimited field's contents). ValueError where the bytes are not
+    a protobuf message (truncated, a varint over 10 bytes, a group or an unknown wire type)."""
+    i, n = 0, len(raw)
 
     def varint(i: int) -> tuple[int, int]:
         value = shift = 0
@@ -210,45 +213,41 @@ def count_field(raw: bytes, number: int, stop_after: int) -> int:
             if not b & 0x80:
                 return value, i
             shift += 7
-        return -1, n
+        raise ValueError(f"malformed varint at byte {i}")
 
     while i < n:
-        tag, i = varint(i)
-        if tag < 0:
-            break
-        wire = tag & 7
-        if wire == 0:
+        tag = raw[i]
+        tag, i = (tag, i + 1) if tag < 0x80 else varint(i)  # one-byte tags and lengths inline: a batch has ~1M
+        wire, number = tag & 7, tag >> 3
+        if wire == 2:
+            length, start = (raw[i], i + 1) if i < n and raw[i] < 0x80 else varint(i)
+            i = start + length
+        elif wire == 0:
+            start = i
             _, i = varint(i)
-        elif wire == 1:
-            i += 8
-        elif wire == 5:
-            i += 4
-        elif wire == 2:
-            length, i = varint(i)
-            if length < 0:
-                break
-            i += length
-            if tag >> 3 == number:
+        elif wire in (1, 5):
+            start = i
+            i += 8 if wire == 1 else 4
+        else:
+            raise ValueError(f"unsupported wire type {wire} at byte {i}")
+        if i > n or number == 0:
+            raise ValueError(f"truncated field {number} (ends at byte {i} of {n})")
+        yield number, wire, start, i
+
+
+def count_field(raw: bytes, number: int, stop_after: int) -> int:
+    """Entries of field ``number`` at the top level of the serialized message ``raw``, counted without
+    parsing and at most ``stop_after + 1``. Malformed bytes end the count early (the parser rejects them)."""
+    count = 0
+    try:
+        for got, wire, _, _ in fields(raw):
+            if got == number and wire == 2:
                 count += 1
                 if count > stop_after:
                     break
-        else:
-            break
+    except ValueError:
+        pass
     return count
-
-
-SCAN_ABOVE_BYTES = 64 * 1024  # smaller messages cannot hold enough entries to matter
-
-
-def limit_repeated(number: int, limit: int, what: str) -> Callable[[bytes], None]:
-    """A ``before_parse`` check: InvalidArgument if the message holds more than ``limit`` entries of
-    the repeated message field ``number`` (``what`` names them and the setting in the error)."""
-
-    def check(raw: bytes) -> None:
-        if len(raw) > SCAN_ABOVE_BYTES and count_field(raw, number, limit) > limit:
-            raise errors.InvalidArgument(f"more than {limit} {what} in one request")
-
-    return check
 
 
 class Receiving:
@@ -299,6 +298,7 @@ def service_handler(
     observe: Callable[[str, str, float], None] | None = None,
     before_parse: Mapping[str, Callable[[bytes], None]] | None = None,
     receiving: Receiving | None = None,
+    parsers: Mapping[str, Callable[[bytes], Any]] | None = None,
 ) -> grpc.GenericRpcHandler:
     """A generic handler serving every method of ``service`` with ``impl.<Method>(request, context, caller)``.
 
@@ -309,6 +309,9 @@ def service_handler(
     is called when a call ends, with its gRPC status code name ("OK", "INVALID_ARGUMENT", ...).
     ``before_parse[method](raw)`` runs on each request's bytes of an admitted caller before they are
     parsed (it raises a ``LacError`` to refuse them). ``receiving`` bounds how requests are received.
+    ``parsers[method](raw)`` replaces the parse of that method's requests (the method receives what it
+    returns; it raises ``InvalidArgument`` for bytes that are not a valid request), e.g. to scan a large
+    message once.
     """
     names = [m.name for m in service.methods]
     missing = [n for n in names if n not in roles or not hasattr(impl, n)]
@@ -328,6 +331,7 @@ def service_handler(
             on_malformed,
             (before_parse or {}).get(m.name),
             receiving,
+            (parsers or {}).get(m.name),
         )
         if observe is not None:
             handlers[m.name] = _observed(m.name, handlers[m.name], observe)
@@ -357,14 +361,15 @@ def _method_handler(
     on_malformed: Callable[[str], Awaitable[None]] | None,
     before_parse: Callable[[bytes], None] | None = None,
     receiving: Receiving | None = None,
+    parser: Callable[[bytes], Any] | None = None,
 ) -> grpc.RpcMethodHandler[Any, Any]:
     request_cls = GetMessageClass(m.input_type)
 
-    async def parse(raw: bytes) -> Message:
+    async def parse(raw: bytes) -> Any:
         if before_parse is not None:
             before_parse(raw)
         try:
-            return _parse(request_cls, raw)
+            return _parse(request_cls, raw) if parser is None else parser(raw)
         except errors.InvalidArgument:
             if on_malformed is not None:
                 await on_malformed(m.name)
@@ -387,7 +392,7 @@ def _method_handler(
             async with _boundary(context, path):
                 caller = admit(context)
 
-                async def parsed() -> AsyncIterator[Message]:
+                async def parsed() -> AsyncIterator[Any]:
                     while (raw := await _next_message(request_iterator, receiving)) is not None:
                         yield await parse(raw)
 

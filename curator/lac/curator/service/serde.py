@@ -11,17 +11,21 @@ import datetime as dt
 from collections.abc import Mapping
 from typing import Any
 
+from google.protobuf.message import DecodeError
+
 from lac.common.errors import InvalidArgument
 from lac.common.privacy import Budget, LocalGuarantee, check_delta
-from lac.common.rpc import Caller, Role
+from lac.common.rpc import Caller, Role, fields
 from lac.common.serde import local_guarantee_message
-from lac.common.v1 import curator_pb2
+from lac.common.v1 import curator_pb2, reports_pb2
 from lac.curator import mechanisms
 from lac.curator.mechanisms import ReleaseSpec
 from lac.curator.runner.preview import Preview
 from lac.curator.runner.run import ReleaseRecord
+from lac.curator.store.ingest import IngestBatch
 
 __all__ = [
+    "ingest_batch",
     "release_spec",
     "request_id",
     "top_k",
@@ -48,6 +52,42 @@ PURE_MECHANISMS = tuple(m for m in mechanisms.over_rpc() if not mechanisms.get(m
 MAX_REQUEST_ID_CHARS = 128
 # The k of a TopNgramsRequest without one (k had no presence before: a client's k = 0 arrived unset).
 DEFAULT_TOP_K = 10
+
+
+_INGEST = curator_pb2.IngestBatchRequest.DESCRIPTOR.fields_by_name
+_BATCH_ID, _REPORTS, _PRIVACY = (_INGEST[name].number for name in ("batch_id", "reports", "privacy"))
+_LENGTH_DELIMITED = 2
+
+
+def ingest_batch(raw: bytes, max_reports: int) -> IngestBatch:
+    """A serialized ``IngestBatchRequest`` scanned once (``lac.common.rpc.fields``): each report's bytes are
+    cut out, not parsed (the ingest workers parse and open each one, and quarantine one that is not a
+    ``SealedPayload``). InvalidArgument for bytes that are not such a request or that hold more than
+    ``max_reports`` reports (counted as they are scanned). Unknown fields are skipped, as the parser would."""
+    batch_id = b""
+    payloads: list[bytes] = []
+    privacy: list[bytes] = []  # the statement's pieces (a message repeated on the wire is merged)
+    try:
+        for number, wire, start, end in fields(raw):
+            if wire != _LENGTH_DELIMITED:
+                continue
+            if number == _REPORTS:
+                if len(payloads) == max_reports:
+                    raise InvalidArgument(
+                        f"more than {max_reports} reports in one batch; at most {max_reports} (max_reports_per_batch)"
+                    )
+                payloads.append(raw[start:end])
+            elif number == _BATCH_ID:
+                batch_id = raw[start:end]
+            elif number == _PRIVACY:
+                privacy.append(raw[start:end])
+        statement = reports_pb2.BatchPrivacy.FromString(b"".join(privacy)) if privacy else None
+        name = batch_id.decode()
+    except (ValueError, DecodeError):  # a UnicodeDecodeError is a ValueError
+        raise InvalidArgument("malformed IngestBatchRequest (not a valid protobuf message)") from None
+    if statement is not None:
+        statement.DiscardUnknownFields()
+    return IngestBatch(name, payloads, statement)
 
 
 def is_operator(caller: Caller) -> bool:

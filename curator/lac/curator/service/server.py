@@ -11,23 +11,24 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import math
+from functools import partial
 
 import grpc
 
 from lac.common import server as common_server
 from lac.common import tls
-from lac.common.rpc import Caller, CertificateRoles, Role, limit_repeated, service_handler
+from lac.common.rpc import Caller, CertificateRoles, Role, service_handler
 from lac.common.serde import deployment_to_proto
 from lac.common.v1 import curator_pb2
 from lac.common.version import server_version
 from lac.curator.service import serde
 from lac.curator.service.service import ARPA_CHUNK_CHARS, Curator
 from lac.curator.store import export
+from lac.curator.store.ingest import IngestBatch
 
 INGEST = curator_pb2.DESCRIPTOR.services_by_name["CuratorIngest"]
 QUERY = curator_pb2.DESCRIPTOR.services_by_name["Curator"]
 SERVICE_NAMES = [INGEST.full_name, QUERY.full_name]
-INGEST_REPORTS_FIELD = curator_pb2.IngestBatchRequest.DESCRIPTOR.fields_by_name["reports"].number
 
 _READERS = {Role.ANALYST, Role.OPERATOR}
 INGEST_ROLES = {"IngestBatch": {Role.INGEST}}
@@ -55,8 +56,8 @@ class IngestServicer:
     def __init__(self, curator: Curator):
         self.curator = curator
 
-    async def IngestBatch(self, request, context, caller: Caller):
-        return await self.curator.ingest(request)
+    async def IngestBatch(self, batch: IngestBatch, context, caller: Caller):
+        return await self.curator.ingest(batch)
 
 
 class QueryServicer:
@@ -181,15 +182,12 @@ def create_server(curator: Curator) -> tuple[grpc.aio.Server, int]:
     auth = CertificateRoles(cfg.roles, insecure=cfg.insecure)
     server = common_server.new_server(cfg.max_message_bytes, cfg.max_concurrent_streams, cfg.max_connections)
     observe = curator.metrics.rpc  # latency per method and status code
-    # Parsed, an empty report costs ~100 bytes of memory for its 2 bytes on the wire: count them first.
-    bounded = {
-        "IngestBatch": limit_repeated(
-            INGEST_REPORTS_FIELD, cfg.max_reports_per_batch, "reports (max_reports_per_batch)"
-        )
-    }
+    # A batch's bytes are scanned once: its reports cut out (counted as they are, refused above the limit) and
+    # parsed only by the ingest workers.
+    scan = {"IngestBatch": partial(serde.ingest_batch, max_reports=cfg.max_reports_per_batch)}
     server.add_generic_rpc_handlers(
         (
-            service_handler(INGEST, IngestServicer(curator), INGEST_ROLES, auth, observe=observe, before_parse=bounded),
+            service_handler(INGEST, IngestServicer(curator), INGEST_ROLES, auth, observe=observe, parsers=scan),
             service_handler(QUERY, QueryServicer(curator), QUERY_ROLES, auth, observe=observe),
         )
     )

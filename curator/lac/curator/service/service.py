@@ -72,7 +72,7 @@ from lac.curator.runner.uncertainty import noise_sd
 from lac.curator.service.config import CuratorConfig
 from lac.curator.service.metrics import CuratorMetrics
 from lac.curator.store import export
-from lac.curator.store.ingest import IngestContext, IngestPool, merge_counts
+from lac.curator.store.ingest import IngestBatch, IngestContext, IngestPool, merge_counts
 from lac.curator.store.store import CuratorStore
 
 if TYPE_CHECKING:
@@ -262,10 +262,10 @@ class Curator:
 
     # -- ingest -------------------------------------------------------------------------------
 
-    def _batch_windows(self, request: curator_pb2.IngestBatchRequest) -> tuple[int, int]:
+    def _batch_windows(self, batch: IngestBatch) -> tuple[int, int]:
         """The accounting windows of a batch's reports, after checking the shuffler's privacy unit."""
         d = self.deployment
-        if not request.HasField("privacy"):
+        if batch.privacy is None:
             if not self.config.insecure:
                 raise FailedPrecondition(
                     "batch without the shuffler's privacy statement; this curator needs the "
@@ -273,7 +273,7 @@ class Curator:
                 )
             w = d.window(time.time())
             return w, w
-        p = request.privacy
+        p = batch.privacy
         if (p.reports_per_window, p.window_seconds) != (d.reports_per_window, d.window_seconds):
             raise FailedPrecondition(
                 f"the shuffler's quota is {p.reports_per_window} report(s) per "
@@ -301,22 +301,17 @@ class Curator:
             )
         return int(p.first_window), int(p.last_window)
 
-    async def ingest(self, request: curator_pb2.IngestBatchRequest) -> curator_pb2.IngestBatchResponse:
-        if not request.batch_id or len(request.batch_id) > 128:
+    async def ingest(self, batch: IngestBatch) -> curator_pb2.IngestBatchResponse:
+        """Open, count and store one batch from the shuffler (once: a batch id seen before is a duplicate)."""
+        if not batch.batch_id or len(batch.batch_id) > 128:
             raise InvalidArgument("batch_id must be 1..128 characters")
-        if len(request.reports) > self.config.max_reports_per_batch:
-            raise InvalidArgument(
-                f"{len(request.reports)} reports in one batch; at most "
-                f"{self.config.max_reports_per_batch} (max_reports_per_batch)"
-            )
         self.storage.check()  # failing storage: UNAVAILABLE at once, the shuffler keeps the batch and retries
-        tracing.set_attributes({"lac.batch_id": request.batch_id, "lac.reports": len(request.reports)})
-        if await self._run(self.store.has_batch, request.batch_id):
+        tracing.set_attributes({"lac.batch_id": batch.batch_id, "lac.reports": len(batch.payloads)})
+        if await self._run(self.store.has_batch, batch.batch_id):
             tracing.set_attributes({"lac.duplicate": True})
-            return curator_pb2.IngestBatchResponse(batch_id=request.batch_id, duplicate=True)
-        windows = self._batch_windows(request)
-        payloads = await asyncio.to_thread(lambda: [p.SerializeToString() for p in request.reports])
-        chunks = await self._ingest.count(payloads)  # on ingest_workers processes; Unavailable if one died
+            return curator_pb2.IngestBatchResponse(batch_id=batch.batch_id, duplicate=True)
+        windows = self._batch_windows(batch)
+        chunks = await self._ingest.count(batch.payloads)  # on ingest_workers processes; Unavailable if one died
         ids = [rid for c in chunks for rid in c.ids]
         quarantined = [q for c in chunks for q in c.quarantined]
         first: dict[str, str] = {}
@@ -326,18 +321,18 @@ class Curator:
         for reason, detail in first.items():
             log.warning(
                 "batch %s: quarantined %d report(s) (%s), the first: %s",
-                request.batch_id,
+                batch.batch_id,
                 per_reason[reason],
                 reason,
                 detail,
-                extra={"batch_id": request.batch_id, "reject_reason": str(reason), "reports": per_reason[reason]},
+                extra={"batch_id": batch.batch_id, "reject_reason": str(reason), "reports": per_reason[reason]},
             )
         window = self.config.replay_window_days * 86400.0
-        privacy = request.privacy.SerializeToString() if request.HasField("privacy") else None
+        privacy = batch.privacy.SerializeToString() if batch.privacy is not None else None
         result = await self._run(
             partial(
                 self.store.add_batch,
-                request.batch_id,
+                batch.batch_id,
                 ids,
                 partial(merge_counts, chunks),
                 quarantined,
@@ -347,17 +342,17 @@ class Curator:
             )
         )
         if result.duplicate:
-            return curator_pb2.IngestBatchResponse(batch_id=request.batch_id, duplicate=True)
+            return curator_pb2.IngestBatchResponse(batch_id=batch.batch_id, duplicate=True)
         log.info(
             "stored batch %s (windows %d..%d): %d accepted, %d rejected %s; shuffler: %s",
-            request.batch_id,
+            batch.batch_id,
             *windows,
             result.accepted,
             result.rejected,
             result.rejects or "",
-            request.privacy.statement or "no amplification statement",
+            (batch.privacy.statement if batch.privacy is not None else "") or "no amplification statement",
             extra={
-                "batch_id": request.batch_id,
+                "batch_id": batch.batch_id,
                 "first_window": windows[0],
                 "last_window": windows[1],
                 "accepted": result.accepted,
@@ -367,7 +362,7 @@ class Curator:
         )
         tracing.set_attributes({"lac.accepted": result.accepted, "lac.rejected": result.rejected})
         return curator_pb2.IngestBatchResponse(
-            batch_id=request.batch_id, accepted=result.accepted, rejected=result.rejected
+            batch_id=batch.batch_id, accepted=result.accepted, rejected=result.rejected
         )
 
     def _newest_window(self) -> int:

@@ -60,6 +60,7 @@ if TYPE_CHECKING:
     from lac.curator.service.config import CuratorConfig
 
 __all__ = [
+    "IngestBatch",
     "IngestContext",
     "OpenedChunk",
     "CountedChunk",
@@ -83,6 +84,16 @@ another job held it; a cold pool lost up to 5,000."""
 CHUNK_REPORTS = 2000
 """A pooled batch is split into chunks of at most about this many reports, a multiple of the workers."""
 _RESERVED_TOKENS = frozenset({BOS, EOS, UNK})
+
+
+@dataclass(frozen=True, eq=False)
+class IngestBatch:
+    """A batch from the shuffler as ingest sees it: its id, each report's serialized ``SealedPayload``
+    (opened and validated by ``open_chunk``) and the shuffler's statement (None: the batch carries none)."""
+
+    batch_id: str
+    payloads: list[bytes]
+    privacy: reports_pb2.BatchPrivacy | None
 
 
 @dataclass(frozen=True)
