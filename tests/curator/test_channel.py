@@ -174,3 +174,35 @@ def test_a_channel_that_keeps_too_few_words_releases_the_public_prior_and_says_s
     )
     assert np.array_equal(r.pseudo_counts, vocab.alpha) and r.items == vocab.items and r.discovered == 0
     assert "too few for the users' clean statistics to be estimated" in r.statement
+
+
+def test_the_ngram_channel_is_cached_exactly(setup, tmp_path, monkeypatch, caplog):
+    """A curator reads its n-gram channel back from the cache (built once per word channel and vocabulary):
+    the same matrices bit for bit; another word channel or vocabulary is another file; an unreadable file is
+    built again, with a warning."""
+    vocab, word, channel, _, _ = setup
+    first = NgramChannel.cached(tmp_path, word, vocab)
+    (path,) = tmp_path.glob("ngram-channel-*.npz")
+
+    def no_build(*args, **kwargs):
+        raise AssertionError("built, not read from the cache")
+
+    with monkeypatch.context() as m:
+        m.setattr(NgramChannel, "build", no_build)
+        again = NgramChannel.cached(tmp_path, word, vocab)
+    for got in (first, again):
+        assert got.keep == channel.keep and got.columns.keys() == channel.matrices.keys()
+        for n, A in channel.matrices.items():
+            assert np.array_equal(got.columns[n], channel.columns[n])
+            B = got.matrices[n]
+            assert B.shape == A.shape and (B != A).nnz == 0 and B.dtype == A.dtype
+    other = NgramVocabulary.from_sentences(_lee()[0], 2, 2, 5_000, unknown_words=True)
+    other_word = word_channel(
+        other, glove_default(50_000), MultivariateLaplace(EPS), [], draws=20, rng=np.random.default_rng(1)
+    )
+    NgramChannel.cached(tmp_path, other_word, other)
+    assert len(list(tmp_path.glob("ngram-channel-*.npz"))) == 2
+    path.write_bytes(b"not an npz")
+    with caplog.at_level("WARNING"):
+        rebuilt = NgramChannel.cached(tmp_path, word, vocab)
+    assert "unreadable" in caplog.text and (rebuilt.matrices[1] != channel.matrices[1]).nnz == 0

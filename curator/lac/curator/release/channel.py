@@ -28,10 +28,12 @@ from __future__ import annotations
 import hashlib
 import logging
 import math
+import zipfile
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
@@ -229,7 +231,7 @@ def deployment_channel(
         draws,
         progress,
     )
-    return NgramChannel.build(word, vocab)
+    return NgramChannel.cached(cache_dir, word, vocab)
 
 
 def public_unk_words(sentences: Iterable[Sequence[str]], vocab: NgramVocabulary) -> list[str]:
@@ -286,6 +288,56 @@ class NgramChannel:
         alpha = vocab.alpha[uni]
         keep = float((matrices[1].diagonal() * alpha).sum() / alpha.sum()) if 1 in matrices and alpha.sum() > 0 else 0.0
         return cls(word, columns, matrices, keep)
+
+    @classmethod
+    def cached(cls, cache_dir: Path, word: WordChannel, vocab: NgramVocabulary) -> NgramChannel:
+        """``build``, read from ``cache_dir`` when built before for this word channel (its content, not
+        only its deployment) and this vocabulary: the products take a curator ~20 s at each start."""
+        digest = hashlib.sha256()
+        for part in (word.deployment_key, str(word.draws), "\n".join(word.classes), "\n".join(vocab.items)):
+            digest.update(part.encode("utf-8") + b"\0")
+        for a in (word.matrix.indptr, word.matrix.indices, word.matrix.data, vocab.orders, vocab.alpha):
+            digest.update(np.ascontiguousarray(a).tobytes() + b"\0")
+        key = digest.hexdigest()
+        path = cache_dir / f"ngram-channel-{key[:16]}.npz"
+        if path.exists():
+            try:
+                return cls._load(path, word, key)
+            except (OSError, ValueError, KeyError, zipfile.BadZipFile) as exc:  # unreadable: built again below
+                log.warning("the cached n-gram channel %s is unreadable (%s); building it again", path, exc)
+        channel = cls.build(word, vocab)
+        private_dir(cache_dir)
+        channel._save(path, key)
+        return channel
+
+    def _save(self, path: Path, key: str) -> None:
+        arrays: dict[str, Any] = {}  # Any: numpy's stub types savez's keywords as its own options
+        for n, cols in self.columns.items():
+            m = self.matrices[n].tocsr()
+            arrays |= {f"columns{n}": cols, f"indptr{n}": m.indptr, f"indices{n}": m.indices, f"data{n}": m.data}
+        with atomic_file(path) as f:
+            np.savez(
+                f,
+                format=np.int64(_FORMAT),
+                key=np.frombuffer(key.encode("ascii"), dtype=np.uint8),
+                keep=np.float64(self.keep),
+                orders=np.array(sorted(self.columns), dtype=np.int64),
+                **arrays,
+            )
+
+    @classmethod
+    def _load(cls, path: Path, word: WordChannel, key: str) -> NgramChannel:
+        with np.load(path, allow_pickle=False) as z:
+            if int(z["format"]) != _FORMAT or z["key"].tobytes().decode("ascii") != key:
+                raise ValueError("another format or channel")
+            columns, matrices = {}, {}
+            for n in z["orders"].tolist():
+                cols = z[f"columns{n}"]
+                columns[n] = cols
+                matrices[n] = sp.csr_matrix(
+                    (z[f"data{n}"], z[f"indices{n}"], z[f"indptr{n}"]), shape=(cols.size, cols.size)
+                )
+            return cls(word, columns, matrices, float(z["keep"]))
 
     @property
     def informative(self) -> bool:

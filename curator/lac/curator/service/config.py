@@ -94,7 +94,9 @@ class CuratorConfig(ServiceSettings):
         "public local channel (post-processing; needs lac-curator[channel]; sampled once per deployment and cached)",
     )
     channel_cache_dir: Path | None = setting(
-        None, "where the sampled local channel is cached (default: state_dir/prior; it holds public data only)"
+        None,
+        "where the sampled local channel and its n-gram products are cached (default: state_dir/prior; public "
+        "data only; the products, ~90 MB for the default vocabulary, make a restart's channel ready in ~2 s, not ~20)",
     )
     # -- identities and roles (mTLS common names)
     key_dir: Path | None = setting(
