@@ -348,6 +348,21 @@ class ServeProc:
                     return int(line.split()[1]) * 1024
         raise RuntimeError("no VmRSS")
 
+    def rss_over_rounds(self, rounds: int, threads, join_seconds: float) -> tuple[list[int], float]:
+        """Run ``rounds`` rounds of the threads ``threads()`` makes (started, then joined): the server's RSS
+        before and after each round, and the seconds they took. With two rounds, the first fills what is
+        bounded by design (allocator arenas of the server's threads, gRPC's buffers, caches); a leak keeps
+        growing in the second."""
+        rss, t0 = [self.rss_bytes()], time.monotonic()
+        for _ in range(rounds):
+            started = threads()
+            for t in started:
+                t.start()
+            for t in started:
+                t.join(join_seconds)
+            rss.append(self.rss_bytes())
+        return rss, time.monotonic() - t0
+
     def log_text(self) -> str:
         return "".join(self.lines)
 

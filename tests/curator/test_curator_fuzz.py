@@ -17,7 +17,6 @@ import random
 import re
 import struct
 import threading
-import time
 from collections import Counter
 
 import grpc
@@ -325,16 +324,14 @@ def test_malformed_input_to_every_rpc_never_unknown_never_crashes(tmp_path, publ
         )
         honest.start()
         wait_until(lambda: len(acked) > 5, timeout=60)
-        rss_before = proc.rss_bytes()
         lines_before = len(proc.lines)
         codes: Counter = Counter()
         errors: list = []
         fuzz_accepted: list = []
-        # Two rounds: the first fills what is bounded by design (the release model cache, allocator arenas of the
-        # server's threads); a leak keeps growing in the second.
-        rss_rounds, t0 = [rss_before], time.monotonic()
-        for _round in range(2):
-            fuzzers = [
+        # Two rounds (the first also fills the release model cache): a leak keeps growing in the second.
+        rss_rounds, fuzz_seconds = proc.rss_over_rounds(
+            2,
+            lambda: [
                 threading.Thread(
                     target=_fuzz,
                     args=(
@@ -347,13 +344,10 @@ def test_malformed_input_to_every_rpc_never_unknown_never_crashes(tmp_path, publ
                     ),
                 )
                 for _ in range(FUZZ_THREADS)
-            ]
-            for t in fuzzers:
-                t.start()
-            for t in fuzzers:
-                t.join(900)
-            rss_rounds.append(proc.rss_bytes())
-        fuzz_seconds = time.monotonic() - t0
+            ],
+            900,
+        )
+        rss_before = rss_rounds[0]
         stop.set()
         honest.join(120)
         fuzz_lines = proc.lines[lines_before:]

@@ -14,7 +14,6 @@ import os
 import random
 import re
 import threading
-import time
 from collections import Counter
 
 import grpc
@@ -284,15 +283,12 @@ def test_malformed_input_to_every_rpc_never_unknown_never_crashes(tmp_path, sink
         for t in honest:
             t.start()
         wait_for(lambda: len(acked) > 50)
-        rss_before = proc.rss_bytes()
         lines_before = len(proc.lines)
         codes: Counter = Counter()
         errors: list = []
-        # Two rounds: the first fills what is bounded by design (allocator arenas of the server's threads,
-        # gRPC's buffers); a leak keeps growing in the second.
-        rss_rounds, t0 = [rss_before], time.monotonic()
-        for _round in range(2):
-            fuzzers = [
+        rss_rounds, fuzz_seconds = proc.rss_over_rounds(
+            2,
+            lambda: [
                 threading.Thread(
                     target=_fuzz,
                     args=(
@@ -306,13 +302,10 @@ def test_malformed_input_to_every_rpc_never_unknown_never_crashes(tmp_path, sink
                     ),
                 )
                 for i in range(FUZZ_THREADS)
-            ]
-            for t in fuzzers:
-                t.start()
-            for t in fuzzers:
-                t.join(600)
-            rss_rounds.append(proc.rss_bytes())
-        fuzz_seconds = time.monotonic() - t0
+            ],
+            600,
+        )
+        rss_before = rss_rounds[0]
         stop.set()
         for t in honest:
             t.join(60)
