@@ -56,6 +56,7 @@ __all__ = [
     "ALL_ROLES",
     "count_field",
     "fields",
+    "LENGTH_DELIMITED",
     "Receiving",
 ]
 
@@ -197,6 +198,10 @@ def _parse(cls: type[Message], raw: bytes) -> Message:
     return msg
 
 
+LENGTH_DELIMITED = 2
+"""The protobuf wire type of bytes, strings and embedded messages."""
+
+
 def fields(raw: bytes) -> Iterator[tuple[int, int, int, int]]:
     """The top-level fields of the serialized message ``raw`` in wire order, without parsing them:
     (field number, wire type, start, end) with ``raw[start:end]`` the value's bytes (a varint's bytes,
@@ -219,7 +224,7 @@ def fields(raw: bytes) -> Iterator[tuple[int, int, int, int]]:
         tag = raw[i]
         tag, i = (tag, i + 1) if tag < 0x80 else varint(i)  # one-byte tags and lengths inline: a batch has ~1M
         wire, number = tag & 7, tag >> 3
-        if wire == 2:
+        if wire == LENGTH_DELIMITED:
             length, start = (raw[i], i + 1) if i < n and raw[i] < 0x80 else varint(i)
             i = start + length
         elif wire == 0:
@@ -241,7 +246,7 @@ def count_field(raw: bytes, number: int, stop_after: int) -> int:
     count = 0
     try:
         for got, wire, _, _ in fields(raw):
-            if got == number and wire == 2:
+            if got == number and wire == LENGTH_DELIMITED:
                 count += 1
                 if count > stop_after:
                     break

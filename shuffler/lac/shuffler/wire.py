@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from lac.common.rpc import count_field
+from lac.common.rpc import LENGTH_DELIMITED, count_field
 from lac.common.v1 import curator_pb2, shuffler_pb2
 
 __all__ = [
@@ -23,7 +23,6 @@ __all__ = [
     "count_reports",
 ]
 
-_LENGTH_DELIMITED = 2
 _BATCH = curator_pb2.IngestBatchRequest.DESCRIPTOR.fields_by_name
 _ACK = shuffler_pb2.ReportAck.DESCRIPTOR.fields_by_name
 _SUBMIT_REPORTS = shuffler_pb2.SubmitRequest.DESCRIPTOR.fields_by_name["reports"].number
@@ -46,7 +45,7 @@ def varint(n: int) -> bytes:
 
 def length_delimited(number: int, body: bytes) -> bytes:
     """Field ``number`` holding ``body`` (bytes, string or an embedded message)."""
-    return varint((number << 3) | _LENGTH_DELIMITED) + varint(len(body)) + body
+    return varint((number << 3) | LENGTH_DELIMITED) + varint(len(body)) + body
 
 
 def batch_entry(payload: bytes) -> bytes:

@@ -15,7 +15,7 @@ from google.protobuf.message import DecodeError
 
 from lac.common.errors import InvalidArgument
 from lac.common.privacy import Budget, LocalGuarantee, check_delta
-from lac.common.rpc import Caller, Role, fields
+from lac.common.rpc import LENGTH_DELIMITED, Caller, Role, fields
 from lac.common.serde import local_guarantee_message
 from lac.common.v1 import curator_pb2, reports_pb2
 from lac.curator import mechanisms
@@ -56,7 +56,6 @@ DEFAULT_TOP_K = 10
 
 _INGEST = curator_pb2.IngestBatchRequest.DESCRIPTOR.fields_by_name
 _BATCH_ID, _REPORTS, _PRIVACY = (_INGEST[name].number for name in ("batch_id", "reports", "privacy"))
-_LENGTH_DELIMITED = 2
 
 
 def ingest_batch(raw: bytes, max_reports: int) -> IngestBatch:
@@ -69,7 +68,7 @@ def ingest_batch(raw: bytes, max_reports: int) -> IngestBatch:
     privacy: list[bytes] = []  # the statement's pieces (a message repeated on the wire is merged)
     try:
         for number, wire, start, end in fields(raw):
-            if wire != _LENGTH_DELIMITED:
+            if wire != LENGTH_DELIMITED:
                 continue
             if number == _REPORTS:
                 if len(payloads) == max_reports:
