@@ -21,7 +21,7 @@ batches (not bound to distinct clients) only because it too runs ``--insecure``.
 ``--min-batch`` = N reports are committed, as at the end of an epoch. With ``--batches K`` > 1 it runs
 ``--min-batch N/K --keep-reserve`` instead: batches of about N/K are released and forwarded while the ingest goes
 on (the curator ingesting meanwhile), and the operator's ``Flush`` at the end of the ingest releases the reserve;
-every report is then amplified among at least N/K reports instead of N (the batches' statements are printed).
+every report is then amplified among at least N/K reports instead of N (the ε either would give is printed).
 The curator ingests with ``--ingest-workers`` = every core
 (its pool started with the server) and keeps its channel in the data dir's cache (sampled before the clock).
 

@@ -615,10 +615,10 @@ class Shuffler:
             return None
         parts = f" in {released.parts} batches of at most {cfg.max_batch_bytes} bytes" if released.parts > 1 else ""
         left = self._log.buffered()
-        kept = "kept back for the next batch (a reserve, keep_reserve)" if reserve else "of clients already in it"
+        kept = "a reserve kept back for the next batch (keep_reserve) and " if reserve else ""
         self.note = (
             f"{why}: released batch {released.batch_id} of {released.size} reports{parts}{dropped}; "
-            f"{left} report(s) {kept} carried over"
+            f"{left} report(s) carried over: {kept}other reports of clients already in it"
         )
         log.info(
             "released batch %s of %d shuffled reports (%s)%s",
