@@ -11,7 +11,6 @@ import subprocess
 import sys
 import tempfile
 import textwrap
-import time
 from pathlib import Path
 
 import grpc
@@ -555,7 +554,6 @@ def test_quickstart_runs(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # the walkthrough's work directory
     namespace: dict = {"__name__": "__quickstart__"}
-    t0 = time.perf_counter()
     try:
         for i, block in enumerate(blocks):
             exec(compile(block, f"{QUICKSTART}:block{i + 1}", "exec"), namespace)
@@ -566,11 +564,9 @@ def test_quickstart_runs(tmp_path, monkeypatch):
         curator = namespace.get("curator")
         if curator is not None and hasattr(curator, "stop"):
             curator.stop()
-    elapsed = time.perf_counter() - t0
     top = namespace["top"]
     assert isinstance(top, pd.DataFrame)
     assert list(top.columns) == ["ngram", "order", "probability", "noise_sd", "noise_low", "noise_high"]
     assert len(top) == 10 and (top["order"] == 1).all()
     assert namespace["ack"].accepted == 2_000 and namespace["release"].differentially_private
     assert not namespace["work"].exists()  # the last block cleans up
-    assert elapsed < 150, f"the quickstart took {elapsed:.1f}s"  # generous for shared CI cores and a first sampling

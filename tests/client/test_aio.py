@@ -103,7 +103,7 @@ def test_an_unreachable_shuffler_fails_fast_naming_it_and_why(glove200):
 
     t0 = time.monotonic()
     exc = asyncio.run(main())
-    assert time.monotonic() - t0 < 3
+    assert time.monotonic() - t0 < 20  # well before the 60 s deadline: the retries were not waited out
     assert_wrapped(exc, lac.client.RetryableError, grpc.StatusCode.UNAVAILABLE)
     assert f"could not reach the shuffler at {address} within 0.5 s" in str(exc) and "Connection refused" in str(exc)
 

@@ -23,11 +23,9 @@ from concurrent.futures import ThreadPoolExecutor
 import grpc
 import pytest
 from curator_testkit import CURATOR_SERVICES, Stubs, batch, serve_curator
-from lac_testkit import fill, health, mount_tmpfs, wait_until
+from lac_testkit import DEADLINE, PROMPT, fill, health, mount_tmpfs, wait_until
 
 from lac.common.v1 import curator_pb2
-
-PROMPT = 3.0  # seconds: an answer while the storage fails must come at least this fast
 
 
 class Shuffler:
@@ -44,7 +42,7 @@ class Shuffler:
     def send(self, request: curator_pb2.IngestBatchRequest) -> grpc.StatusCode:
         t0 = time.monotonic()
         try:
-            reply = self.stubs.ingest.IngestBatch(request, timeout=30)
+            reply = self.stubs.ingest.IngestBatch(request, timeout=DEADLINE)  # answered well before: PROMPT
             code = grpc.StatusCode.OK
         except grpc.RpcError as exc:
             code = exc.code()
@@ -164,7 +162,7 @@ def test_a_hanging_disk_is_reported_as_stalled_and_recovers(start_curator):
         t0 = time.monotonic()
         refused = batch(20)
         with pytest.raises(grpc.RpcError) as err:
-            stubs.ingest.IngestBatch(refused, timeout=10)
+            stubs.ingest.IngestBatch(refused, timeout=DEADLINE)
         assert time.monotonic() - t0 < PROMPT
         assert err.value.code() == grpc.StatusCode.UNAVAILABLE
         assert "STALLED" in err.value.details() and "stall_timeout_seconds" in err.value.details()

@@ -428,22 +428,14 @@ def test_subsampling_formula():
         subsampling_epsilon(1.0, 1.5)
 
 
-# ------------------------------------------------------------------ speed
-
-
-def test_one_batch_is_fast():
-    shuffle_epsilon(1.0, 1000, 1e-6)  # warm up imports
-    t = time.perf_counter()
-    shuffle_epsilon(1.0, 10**5, 1e-6)
-    assert time.perf_counter() - t < 1.0
+# ------------------------------------------------------------------ large batches
+# (time per call: benchmarks/bench_amplification.py, BENCHMARKS.md "Shuffle accountant")
 
 
 @pytest.mark.slow
-def test_million_reports_is_fast():
+def test_a_million_reports_amplify_more_than_a_hundred_thousand():
     for eps0 in (0.5, 1.0, 4.0):
-        t = time.perf_counter()
         r = shuffle_epsilon(eps0, 10**6, 1e-6)
-        assert time.perf_counter() - t < 1.0
         assert r.amplified and r.epsilon < shuffle_epsilon(eps0, 10**5, 1e-6).epsilon
 
 

@@ -396,7 +396,6 @@ def test_two_replicas_exactly_once_and_quota_across_replicas(start_curator, cura
     from lac.common import envelope
     from lac.common.v1 import curator_pb2, curator_pb2_grpc
 
-    t0 = time.monotonic()
     curator = start_curator(window_seconds=WINDOW_SECONDS)
     ports = [free_port(), free_port()]
     shards = [f"127.0.0.1:{p}" for p in ports]
@@ -502,4 +501,3 @@ def test_two_replicas_exactly_once_and_quota_across_replicas(start_curator, cura
     finally:
         for proc in replicas:
             assert proc.stop() == 0
-    assert time.monotonic() - t0 < 60

@@ -44,15 +44,13 @@ def _shuffler(start_shuffler, sink, state, **overrides):
     return start_shuffler(sink.address, auth="token", state_dir=state, min_batch=100_000, **overrides)
 
 
-def test_bulk_registration_of_10k_clients_takes_seconds(start_shuffler, sink, state, capsys):
+def test_bulk_registration_of_10k_clients(start_shuffler, sink, state, capsys):
+    """10,000 clients in one command (its time: benchmarks/bench_tokens.py)."""
     out = state.parent / "tokens.jsonl"
-    started = time.perf_counter()
     code, _, err = run_lac(
         capsys, "shuffler", "add-clients", "--count", "10000", "--state-dir", str(state), "--out", str(out)
     )
-    elapsed = time.perf_counter() - started
     assert code == 0 and "10000 client(s) added" in err, err
-    assert elapsed < 5, f"10k clients took {elapsed:.1f}s"
     assert stat.S_IMODE(os.stat(out).st_mode) == 0o600
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     assert [r["id"] for r in rows] == [f"client-{i}" for i in range(1, 10_001)]

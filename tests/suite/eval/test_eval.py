@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import math
 import struct
-import time
 
 import numpy as np
 import pytest
@@ -49,16 +48,14 @@ def _png_size(blob: bytes) -> tuple[int, int]:
 @pytest.fixture(scope="module")
 def tiny_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("eval")
-    t0 = time.perf_counter()
     with pytest.raises(SystemExit) as e:
         main(["eval", "--preset", "tiny", "--out", str(out)])
     assert e.value.code == 0
-    return out, time.perf_counter() - t0
+    return out
 
 
 def test_tiny_run_writes_plots_report_and_results(tiny_run):
-    out, elapsed = tiny_run
-    assert elapsed < 60
+    out = tiny_run
     for name in FIGURES:
         blob = (out / name).read_bytes()
         w, h = _png_size(blob)
@@ -140,7 +137,7 @@ def test_eval_is_a_lac_subcommand(capsys):
 def test_tiny_run_measures_the_release_end_to_end_against_the_clean_text(tiny_run):
     """Section 7: the perturbed and the channel-aware releases, the public prior and the clean counts, all
     measured on the clean held-out text; every target says what it needs or what it measured."""
-    out, _ = tiny_run
+    out = tiny_run
     e2e = json.loads((out / "results.json").read_text(encoding="utf-8"))["e2e"]
     (pt,) = e2e["points"]
     assert pt["clean"]["ppl"] < pt["public"]["ppl"]  # the users' own counts model their text best
