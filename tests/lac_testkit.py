@@ -280,9 +280,12 @@ def health(address: str, service: str = "") -> str:
 class ServeProc:
     """A real ``lac <service> serve`` process on 127.0.0.1 (port 0) whose output is read through a
     pipe into ``lines`` and ``log_path``: limits set on the process (RLIMIT_FSIZE) never touch
-    its logging. ``stop()`` sends SIGTERM (graceful) and waits; ``kill()`` sends SIGKILL."""
+    its logging; ``env`` replaces its environment. ``stop()`` sends SIGTERM (graceful) and waits;
+    ``kill()`` sends SIGKILL."""
 
-    def __init__(self, args: list[str], workdir, timeout: float = 60.0, service: str = "shuffler"):
+    def __init__(
+        self, args: list[str], workdir, timeout: float = 60.0, service: str = "shuffler", env: dict | None = None
+    ):
         import subprocess
         import sys
 
@@ -310,6 +313,7 @@ class ServeProc:
             stderr=subprocess.STDOUT,
             text=True,
             errors="replace",
+            env=env,
         )
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
