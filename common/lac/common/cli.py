@@ -8,6 +8,8 @@ that is not installed is named with the package that provides it; one whose impo
 One grammar for every command: lower-case kebab-case flags, ``--server HOST:PORT`` for the
 service a command talks to, and every bad input (a usage error, a refused or failed RPC, a
 missing file) ends in one line on stderr and exit code 2, never a traceback (unless ``-v``).
+A reader that goes away early (``lac shuffler status | head -1``) ends the command quietly with
+exit code 141, as a tool killed by SIGPIPE does.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import argparse
 import json
 import logging
 import math
+import os
 import sys
 from collections.abc import Callable
 from importlib.metadata import EntryPoint, entry_points
@@ -24,6 +27,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 from lac.common.errors import RemoteError
 
 if TYPE_CHECKING:
+    from _typeshed import SupportsWrite
     from google.protobuf.descriptor import FieldDescriptor
     from google.protobuf.message import Message
 
@@ -44,6 +48,11 @@ class Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.prog}: error: {_one_line(message)}\n")
+
+    def _print_message(self, message: str, file: SupportsWrite[str] | None = None) -> None:
+        # argparse's swallows a closed pipe (``lac --help | head -1`` then exits 0); main() ends it as any other
+        if message:
+            (file or sys.stderr).write(message)
 
 
 def positive(kind: type[int] | type[float]) -> Callable[[str], float]:
@@ -183,6 +192,18 @@ def command_name(args: argparse.Namespace) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
+    """The ``lac`` command: parse ``argv`` (default ``sys.argv[1:]``), run the command, exit with its code."""
+    try:
+        try:
+            code = _main(argv)
+        finally:
+            sys.stdout.flush()  # a piped stdout is written here, not at exit, so a closed pipe is caught below
+    except BrokenPipeError:
+        code = _reader_gone()
+    sys.exit(code)
+
+
+def _main(argv: list[str] | None) -> int:
     parser = build_parser(sys.argv[1:] if argv is None else argv)
     args, extra = parser.parse_known_args(argv)
     if extra and not getattr(args, "_any_arguments", False):
@@ -192,12 +213,24 @@ def main(argv: list[str] | None = None) -> None:
     )
     if not getattr(args, "func", None):
         parser.print_help()
-        sys.exit(2)
-    sys.exit(run_command(args))
+        return 2
+    return run_command(args)
 
 
 def _one_line(text: object) -> str:
     return " ".join(str(text).split())
+
+
+SIGPIPE_EXIT = 141  # 128 + SIGPIPE: what the shell reports for `yes | head -1`'s yes, so `set -o pipefail` agrees
+
+
+def _reader_gone() -> int:
+    """Stdout's reader closed the pipe: nothing more can be said there (and the output is cut short, so this is
+    not success). Stdout goes to /dev/null, so the interpreter's last flush raises nothing; no message."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return SIGPIPE_EXIT
 
 
 def run_command(args: argparse.Namespace) -> int:
@@ -207,6 +240,8 @@ def run_command(args: argparse.Namespace) -> int:
     name = command_name(args)
     try:
         return int(args.func(args) or 0)
+    except BrokenPipeError:  # not a failure of the command: main() ends it quietly
+        raise
     except KeyboardInterrupt:
         print(f"{name}: interrupted", file=sys.stderr)
         return 130
