@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 PROVIDERS = {
     "client": "lac-client",
     "shuffler": "lac-shuffler",
-    "curator": "lac-curator",
+    "curator": "lac-curator (or lac-analyst for its client commands)",
     "data": "lac-privacy-suite (the suite: pip install .)",
     "demo": "lac-privacy-suite (the suite: pip install .)",
     "dev": "lac-privacy-suite (the suite: pip install .)",
@@ -119,6 +119,11 @@ def _field_value(field: FieldDescriptor, value: Any) -> Any:
     return value
 
 
+def _provides(ep: EntryPoint) -> bool:
+    """Whether ``ep`` comes from the distribution ``PROVIDERS`` names for its command."""
+    return ep.dist is not None and PROVIDERS.get(ep.name, "").split(" ")[0] == ep.dist.name
+
+
 def _unregister(sub: argparse._SubParsersAction[Any], name: str) -> None:
     """Remove what a failed ``register`` may have added under ``name``."""
     sub._name_parser_map.pop(name, None)
@@ -160,7 +165,8 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     parser.add_argument("--version", action=_Version, help="print the installed LAC distributions' versions and exit")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     found = set()
-    plugins = sorted(entry_points(group="lac.commands"), key=lambda e: e.name)
+    # By name; for one name from two distributions (lac-analyst's `curator` and lac-curator's), PROVIDERS' first.
+    plugins = sorted(entry_points(group="lac.commands"), key=lambda e: (e.name, not _provides(e)))
     named = next((a for a in argv or () if not a.startswith("-")), None)
     if named is not None and any(ep.name == named for ep in plugins):
         plugins = [ep for ep in plugins if ep.name == named]
@@ -239,6 +245,8 @@ def run_command(args: argparse.Namespace) -> int:
     command's own message."""
     name = command_name(args)
     try:
+        if (connection := getattr(args, "_connection", None)) is not None:
+            connection.apply(args)  # --server/--ca/--cert/--key from the environment or --profile (lac.common.profiles)
         return int(args.func(args) or 0)
     except BrokenPipeError:  # not a failure of the command: main() ends it quietly
         raise
