@@ -7,9 +7,10 @@ add-clients``); then, every time, it starts a TLS curator (mutual TLS) and a TLS
 over mutual TLS as separate processes (``lac curator serve``, ``lac shuffler serve``; ephemeral ports unless
 given), waits until both report SERVING, writes ``DIR/env.sh`` and ``DIR/dev.json`` (addresses, files,
 process ids) and the connection profiles ``dev`` (the operator's certificate and token) and ``dev-analyst``
-(the analyst's certificate) to the profiles file (``lac.common.profiles``), prints what to run, and stays in the
-foreground. Ctrl-C (SIGINT) or SIGTERM, or ``lac dev
-down --dir DIR`` from another terminal, stops the shuffler and then the curator gracefully. Everything lives
+(the analyst's certificate) to the profiles file (``$LAC_PROFILES``, else ``$XDG_CONFIG_HOME/lac/profiles.toml``,
+i.e. ``~/.config/lac/profiles.toml``; ``lac.common.profiles``), prints what to run, and stays in the
+foreground. Ctrl-C (SIGINT) or SIGTERM, or ``lac dev down --dir DIR`` from another terminal, stops the
+shuffler and then the curator gracefully. Everything lives
 under DIR (keys, tokens, both state directories, logs), so the next ``up`` carries on with the same keys,
 tokens, reports and releases. Not for production: one machine, min_batch 1 by default (a batch of one
 report is not anonymous), tokens kept in files next to the state.
