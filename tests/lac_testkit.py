@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import subprocess
 import threading
 import time
+from pathlib import Path
 
 import grpc
 
@@ -14,6 +16,7 @@ from lac.common.deployment import Deployment
 from lac.common.serde import mechanism_id
 from lac.common.v1 import curator_pb2, reports_pb2
 
+ROOT = Path(__file__).resolve().parents[1]  # the repository
 DEPLOYMENT = Deployment()  # what a curator with the default configuration publishes
 
 # "Answered at once" vs "hung": a call whose promptness a test checks gets DEADLINE; a prompt answer comes
@@ -260,8 +263,6 @@ class Pki:
 
     def client_tls(self, name: str | None = None):
         """How a caller reaches a TLS service: trust the CA; with ``name``, present that certificate."""
-        from pathlib import Path
-
         from lac.common.tls import ClientTls
 
         if name is None:
@@ -286,9 +287,12 @@ def health(address: str, service: str = "") -> str:
 class ServeProc:
     """A real ``lac <service> serve`` process on 127.0.0.1 (port 0) whose output is read through a
     pipe into ``lines`` and ``log_path``: limits set on the process (RLIMIT_FSIZE) never touch
-    its logging. ``stop()`` sends SIGTERM (graceful) and waits; ``kill()`` sends SIGKILL."""
+    its logging; ``env`` replaces its environment. ``stop()`` sends SIGTERM (graceful) and waits;
+    ``kill()`` sends SIGKILL."""
 
-    def __init__(self, args: list[str], workdir, timeout: float = 60.0, service: str = "shuffler"):
+    def __init__(
+        self, args: list[str], workdir, timeout: float = 60.0, service: str = "shuffler", env: dict | None = None
+    ):
         import subprocess
         import sys
 
@@ -316,6 +320,7 @@ class ServeProc:
             stderr=subprocess.STDOUT,
             text=True,
             errors="replace",
+            env=env,
         )
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
@@ -476,3 +481,29 @@ def mtls_curator_with_reports(start_curator, pki, curator_public_key, n: int, **
         )
     assert reply.accepted == n
     return cur
+
+
+# A command that talks to a service (and so needs its address and files); a release with --counts runs offline.
+_TALKS = re.compile(
+    r"^lac (curator (release|status|budget|deployment|export|query \w+)|shuffler (status|flush)|health) "
+)
+
+
+def documented_commands(*pages: str) -> list[str]:
+    """The commands that talk to a service in the shell blocks of ``pages`` (paths in the repository; of README.md,
+    its services section, which the operator guide includes): continuation lines joined, ``;``-separated commands
+    apart, trailing comments dropped, in the order shown."""
+    found = []
+    for page in pages:
+        text = (ROOT / page).read_text(encoding="utf-8")
+        if page == "README.md":
+            text = text.split("<!-- --8<-- [start:services] -->")[1].split("<!-- --8<-- [end:services] -->")[0]
+        for kind, block in re.findall(r"^```(\w*)\n(.*?)^```", text, re.M | re.S):
+            if kind not in ("", "sh", "bash"):
+                continue
+            for line in block.replace("\\\n", " ").splitlines():
+                for command in line.split(";"):
+                    command = " ".join(re.sub(r"\s#\s.*$", "", command).split())
+                    if _TALKS.match(command) and "--counts" not in command:
+                        found.append(command)
+    return found

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import tomllib
 from importlib.metadata import version
+from pathlib import Path
 
 from lac_testkit import run_lac
 
@@ -18,6 +20,14 @@ def test_lac_version_names_every_installed_distribution(capsys):
     assert out == f"lac {version('lac-common')} ({parts})\n" == version_line() + "\n"
     # in this environment every distribution is installed, so the line is as long as it gets (never wrapped)
     assert list(found) == list(DISTRIBUTIONS)
+
+
+def test_every_distribution_of_the_repository_is_named():
+    """lac-analyst was missing from ``lac --version``: the list is checked against the repository's pyproject files."""
+    root = Path(__file__).resolve().parents[2]
+    names = {tomllib.loads(p.read_text())["project"]["name"] for p in root.glob("*/pyproject.toml")}
+    names.add(tomllib.loads((root / "pyproject.toml").read_text())["project"]["name"])
+    assert names == set(DISTRIBUTIONS)
 
 
 def test_version_wins_over_a_missing_command(capsys):

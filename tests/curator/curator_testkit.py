@@ -59,8 +59,11 @@ WORDS = (
 CURATOR_SERVICES = ("", "lac.v1.CuratorIngest", "lac.v1.Curator")
 
 
-def serve_curator(workdir, state, public_corpus, *extra: str, timeout: float = 90.0) -> ServeProc:
-    """A real ``lac curator serve`` (plaintext gRPC and payloads, every caller every role: tests only)."""
+def serve_curator(
+    workdir, state, public_corpus, *extra: str, timeout: float = 90.0, env: dict | None = None
+) -> ServeProc:
+    """A real ``lac curator serve`` (plaintext gRPC and payloads, every caller every role: tests only), with the
+    environment ``env`` if given."""
     return ServeProc(
         [
             "--state-dir",
@@ -80,6 +83,7 @@ def serve_curator(workdir, state, public_corpus, *extra: str, timeout: float = 9
         workdir,
         timeout=timeout,
         service="curator",
+        env=env,
     )
 
 

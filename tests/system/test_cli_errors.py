@@ -1,9 +1,10 @@
 """CLI error messages that name the real cause in one line (issue 25): a certificate with another's key, a
 key without its certificate, and a server that requires a client certificate the command did not give (which
-gRPC reports only as "Socket closed")."""
+gRPC reports only as "Socket closed"); and a closed pipe ends a command quietly (issue 33)."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -12,6 +13,7 @@ import pytest
 from lac_testkit import run_lac
 
 from lac.common import tls
+from lac.common.cli import SIGPIPE_EXIT
 
 
 def _serve(service: str, tmp_path: Path, *flags: str) -> tuple[int, str]:
@@ -135,3 +137,32 @@ def test_a_client_certificate_with_another_key_says_so(capfd, pki):
     code, _, err = run_lac(capfd, "health", "--server", "localhost:1", "--ca", pki.ca, "--cert", cert, "--key", other)
     assert code == 2
     assert f"the key {other} does not belong to the certificate {cert}" in err.splitlines()[-1]
+
+
+def _into_a_closed_pipe(*argv: str) -> subprocess.CompletedProcess:
+    """``lac ARGV`` writing to a real pipe whose reader has already gone (as ``| head -1`` once it has its line)."""
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        return subprocess.run(
+            [sys.executable, "-m", "lac.common", *argv], stdout=write, stderr=subprocess.PIPE, text=True, timeout=120
+        )
+    finally:
+        os.close(write)
+
+
+def test_a_reader_that_goes_away_ends_the_command_quietly(start_shuffler, sink):
+    """``lac shuffler status | head -1``: no BrokenPipeError traceback, nothing on stderr, exit code 141 (as a tool
+    killed by SIGPIPE: the output was cut short). The same for argparse's own output (``--help``)."""
+    shuffler = start_shuffler(sink.address)
+    for argv in (["shuffler", "status", "--server", shuffler.address, "--insecure"], ["--help"], ["--version"]):
+        done = _into_a_closed_pipe(*argv)
+        assert (done.returncode, done.stderr) == (SIGPIPE_EXIT, ""), (argv, done.stderr)
+    # A reader that stays gets everything, and the exit code is the command's.
+    done = subprocess.run(
+        [sys.executable, "-m", "lac.common", "shuffler", "status", "--server", shuffler.address, "--insecure"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0 and "buffered" in done.stdout, done.stderr

@@ -1,7 +1,9 @@
 """docker-compose.yml without a Docker engine: the key-generation script, every service command
 and every health check are run locally with the volumes mapped to directories (and compose's
-variable substitution applied), each image installs only its own component, and the `sharded`
-profile runs two shuffler replicas sharded over the addresses clients use."""
+variable substitution applied, the image's environment set), each image installs only its own component,
+every bind mount's source is in the repository as cloned and every file a command reads from the image is
+made by the Dockerfile, and the `sharded` profile runs two shuffler replicas sharded over the addresses
+clients use."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -23,6 +26,9 @@ from lac.suite import procs
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE_TEXT = (ROOT / "docker-compose.yml").read_text()
 COMPOSE = yaml.safe_load(COMPOSE_TEXT)
+DOCKERFILE = (ROOT / "docker" / "Dockerfile").read_text()
+IMAGE_ENV = dict(re.findall(r"^ENV (\w+)=(\S+)$", DOCKERFILE, re.M))  # the image's environment
+PUBLIC_CORPUS = "/usr/share/lac/public.txt"  # the curator image's public corpus, built by the Dockerfile
 SERVERS = ["curator", "shuffler"]
 SHARDS = "localhost:50051,localhost:50053"  # what the file's comments tell operators to set
 _VARIABLE = re.compile(r"\$\{(\w+)(?::([-+])([^}]*))?\}")
@@ -45,13 +51,13 @@ def _interpolate(text: str, environ: dict[str, str]) -> str:
 
 
 def _mounts(service: str, tmp: Path, public_corpus: Path) -> list[tuple[str, str]]:
-    """(container path, local path) for each volume of ``service``, longest first."""
-    out = []
+    """(container path, local path) for each named volume of ``service`` and the image's public corpus (a small
+    stand-in: ``test_the_image_builds_the_public_corpus_lac_data_prepares`` checks the real one), longest first."""
+    out = [(PUBLIC_CORPUS, str(public_corpus))]
     for v in COMPOSE["services"][service]["volumes"]:
         source, target = v.split(":")[:2]
-        local = public_corpus if source.startswith("./deploy/public.txt") else tmp / "volumes" / source
-        if local != public_corpus:
-            local.mkdir(parents=True, exist_ok=True)
+        local = tmp / "volumes" / source
+        local.mkdir(parents=True, exist_ok=True)
         out.append((target, str(local)))
     return sorted(out, key=lambda m: -len(m[0]))
 
@@ -62,8 +68,14 @@ def _map(text: str, mounts) -> str:
     return text
 
 
-def _env() -> dict:
-    return {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+def _env(tmp: Path, mounts=()) -> dict:
+    """This environment with the image's (its ``ENV`` lines: a path on a volume mapped by ``mounts``, else one of
+    the image's own directories, under ``tmp/image``) and this venv's ``lac``."""
+    image = {}
+    for name, value in IMAGE_ENV.items():
+        mapped = _map(value, mounts)
+        image[name] = mapped if mapped != value else str(tmp / "image" / value.lstrip("/"))
+    return {**os.environ, **image, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
 
 
 @pytest.fixture(scope="module")
@@ -74,9 +86,10 @@ def deployed(tmp_path_factory, request):
     public.write_text("The cat sat on the mat. The dog sat on the log.\n" * 20)
     spec = COMPOSE["services"]["keys"]
     assert spec["entrypoint"] == ["sh", "-c"]
-    script = _map(spec["command"][0], _mounts("keys", tmp, public))
+    mounts = _mounts("keys", tmp, public)
+    script = _map(spec["command"][0], mounts)
     for _ in range(2):  # idempotent: a second `docker compose up` keeps the keys
-        subprocess.run(["sh", "-c", script], check=True, env=_env(), capture_output=True, timeout=120)
+        subprocess.run(["sh", "-c", script], check=True, env=_env(tmp, mounts), capture_output=True, timeout=120)
     return tmp, public
 
 
@@ -115,13 +128,14 @@ def _start_healthy(service: str, tmp: Path, public: Path, environ: dict[str, str
     name, args = _serve_args(service, tmp, public, environ)
     check = COMPOSE["services"][service]["healthcheck"]["test"]
     assert check[0] == "CMD"
-    cmd = [_map(a, _mounts(service, tmp, public)) for a in check[1:]]
+    mounts = _mounts(service, tmp, public)
+    cmd = [_map(a, mounts) for a in check[1:]]
     flags = dict(zip(cmd[2::2], cmd[3::2]))  # lac health --server ADDRESS --ca .. [--cert .. --key ..]
     probe_tls = tls.client_tls(flags["--ca"], flags.get("--cert", ""), flags.get("--key", ""))
-    running = procs.start(name, args, tmp / service, timeout=60, env=_env(), tls=probe_tls)
+    running = procs.start(name, args, tmp / service, timeout=60, env=_env(tmp, mounts), tls=probe_tls)
     try:
         cmd = [running.address if a.startswith("127.0.0.1:") else a for a in cmd]
-        probe = subprocess.run(cmd, env=_env(), capture_output=True, text=True, timeout=60)
+        probe = subprocess.run(cmd, env=_env(tmp, mounts), capture_output=True, text=True, timeout=60)
         assert probe.returncode == 0, probe.stderr
         assert "SERVING" in probe.stdout
     except BaseException:
@@ -181,7 +195,8 @@ def test_sharded_profile_runs_two_replicas_that_agree(deployed):
     try:
         replicas["shuffler"] = _start_healthy("shuffler", tmp, public, environ)
         name, args = _serve_args("shuffler-b", tmp, public, environ)
-        replicas["shuffler-b"] = procs.start(name, args, tmp / "shuffler-b", timeout=60, env=_env(), tls=ca)
+        env = _env(tmp, _mounts("shuffler-b", tmp, public))
+        replicas["shuffler-b"] = procs.start(name, args, tmp / "shuffler-b", timeout=60, env=env, tls=ca)
         names = {}
         for service, running in replicas.items():
             with tls.channel(running.address, ca) as ch:
@@ -207,6 +222,57 @@ def test_dockerfile_installs_one_component():
     assert 'ENTRYPOINT ["lac"]' in text
     for mount in ("/etc/lac/keys", "/etc/lac/tls", "/keys/ca", "/keys/curator-tls", "/keys/shuffler-tls"):
         assert mount in text, f"{mount} must exist in the image, owned by the service user"
+
+
+def test_the_image_user_has_a_data_directory_of_its_own():
+    """The service user has no home: LAC_DATA_DIR names a directory the Dockerfile makes and gives to that user (a
+    named volume mounted there inherits the ownership), so the curator's embedding cache is never a temporary one."""
+    data = IMAGE_ENV["LAC_DATA_DIR"]
+    steps = [" ".join(s.split()) for s in DOCKERFILE.replace("\\\n", " ").split("&&")]
+    made = next(s for s in steps if s.startswith("mkdir -p /var/lib/lac"))
+    owned = next(s for s in steps if s.startswith("chown -R lac"))
+    assert data in made.split() and data in owned.split(), (made, owned)
+    volumes = {v.split(":")[1]: v.split(":")[0] for v in COMPOSE["services"]["curator"]["volumes"]}
+    assert volumes[data] in COMPOSE["volumes"]  # the curator's built embedding survives a restart
+
+
+def test_every_bind_mount_source_is_in_the_repository():
+    """`docker compose up` works from a fresh clone: every ``./`` volume source of every service (every profile)
+    exists in the repository, every other source is a named volume the file declares, and no file a service's
+    command reads from its image is left to the operator to provide (the curator's public corpus is built into its
+    image: the next test)."""
+    tracked = set(
+        subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True).stdout.split()
+    )
+    for name, spec in COMPOSE["services"].items():
+        for volume in spec.get("volumes", []):
+            source = volume.split(":")[0]
+            if source.startswith((".", "/", "~")):
+                assert source.startswith("./"), f"{name} mounts {source}: only paths in the repository"
+                local = (ROOT / source).resolve().relative_to(ROOT)
+                assert any(f == str(local) or f.startswith(f"{local}/") for f in tracked), f"{name}: {source} missing"
+            else:
+                assert source in COMPOSE["volumes"], f"{name} mounts the undeclared volume {source}"
+    command = COMPOSE["services"]["curator"]["command"]
+    assert command[command.index("--public-corpus") + 1] == PUBLIC_CORPUS
+
+
+def test_the_image_builds_the_public_corpus_lac_data_prepares(tmp_path):
+    """The curator image's RUN step, run here from the source tree (only the gensim wheel's files are read, at the
+    version the suite pins), writes the corpus `lac data` prepares."""
+    from lac.suite.data import public_text
+
+    (step,) = re.findall(r'python -c "([^"]*)"', DOCKERFILE)
+    assert PUBLIC_CORPUS in step
+    pin = next(
+        d for d in tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"] if "gensim" in d
+    )
+    assert f"pip install --no-cache-dir --no-deps {pin}" in DOCKERFILE and "pip uninstall --yes gensim" in DOCKERFILE
+    out = tmp_path / "public.txt"
+    env = {**os.environ, "PYTHONPATH": f"{ROOT / 'common'}{os.pathsep}{ROOT / 'suite'}"}
+    subprocess.run([sys.executable, "-c", step.replace(PUBLIC_CORPUS, str(out))], check=True, env=env, timeout=120)
+    text = out.read_text(encoding="utf-8")
+    assert text == public_text() and len(text.split()) > 400_000
 
 
 # -- the `monitoring` profile ----------------------------------------------------------------------------------

@@ -1,32 +1,47 @@
 """``lac dev up`` as a user runs it: one command to a local TLS stack (keys, certificates, tokens, a TLS
 curator and shuffler as real processes), used with the SDK over TLS, stopped by Ctrl-C (SIGINT) and by
-``lac dev down``, leaving a state directory the next ``up`` carries on from."""
+``lac dev down``, leaving a state directory the next ``up`` carries on from; and every ``lac curator``,
+``lac shuffler`` and ``lac health`` command the README's services section, the operator guide and the analyst
+guide show runs as written against it (through its profiles and env.sh)."""
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
 import time
+import tomllib
 from pathlib import Path
 
 import pytest
-from lac_testkit import wait_until
+from lac_testkit import documented_commands, wait_until
 
 from lac.common import health, tls
 from lac.common.statelock import StateDirLock
 from lac.common.v1 import curator_pb2, curator_pb2_grpc
 
+ROOT = Path(__file__).resolve().parents[2]
 
-def _up(root: Path, public_corpus: Path) -> tuple[subprocess.Popen, dict]:
-    """Start ``lac dev up --dir ROOT`` and wait until it says it is up (DIR/dev.json)."""
-    env = {
-        **os.environ,
-        "LAC_CURATOR_VOCAB_MIN_COUNT": "1",  # the tests' tiny public corpus
-        "LAC_CURATOR_CLEAN_ESTIMATE": "false",  # no local channel to sample: not what this test is about
-    }
+
+def _env(root: Path, **more: str) -> dict[str, str]:
+    """The environment of ``lac dev up`` and of the commands run against it: its profiles in a file beside ROOT (never
+    the user's), this venv's ``lac`` first on the PATH."""
+    path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
+    return {**os.environ, "LAC_PROFILES": str(root.parent / "profiles.toml"), "PATH": path, **more}
+
+
+def _up(root: Path, public_corpus: Path, **settings: str) -> tuple[subprocess.Popen, dict]:
+    """Start ``lac dev up --dir ROOT`` (the servers' ``settings`` in their environment variables) and wait until it
+    says it is up (DIR/dev.json)."""
+    env = _env(
+        root,
+        LAC_CURATOR_VOCAB_MIN_COUNT="1",  # the tests' tiny public corpus
+        LAC_CURATOR_CLEAN_ESTIMATE="false",  # no local channel to sample: not what this test is about
+        **settings,
+    )
     proc = subprocess.Popen(
         [sys.executable, "-m", "lac.common", "dev", "up", "--dir", str(root), "--public-corpus", str(public_corpus)],
         stdout=subprocess.PIPE,
@@ -69,6 +84,16 @@ def test_dev_up_serves_tls_stops_on_ctrl_c_and_starts_again(tmp_path, public_cor
         assert os.stat(f["client_token"]).st_mode & 0o077 == 0 and os.stat(root / "env.sh").st_mode & 0o077 == 0
         env = (root / "env.sh").read_text()
         assert f"export LAC_DEV_SHUFFLER={info['shuffler']['address']}" in env and "LAC_CLIENT_TOKEN=" in env
+        assert f"export LAC_DEV_OPERATOR_CERT={f['operator_cert']}" in env
+        profiles = tomllib.loads(Path(info["profiles"]["file"]).read_text())
+        assert profiles["dev"]["curator"] == {
+            "server": info["curator"]["address"],
+            "ca": f["ca"],
+            "cert": f["operator_cert"],
+            "key": f["operator_key"],
+        }
+        assert profiles["dev"]["shuffler"]["token-file"] == f["operator_token"]
+        assert profiles["dev-analyst"]["curator"]["cert"] == f["analyst_cert"]
         token = Path(f["client_token"]).read_text().strip()
         # The SDK over TLS, with the files `lac dev up` printed.
         with ShufflerClient.connect(
@@ -117,3 +142,79 @@ def test_dev_up_serves_tls_stops_on_ctrl_c_and_starts_again(tmp_path, public_cor
         [sys.executable, "-m", "lac.common", "dev", "down", "--dir", str(root)], capture_output=True, text=True
     )
     assert down.returncode == 2 and "no `lac dev up` is running" in down.stderr and down.stderr.count("\n") == 1
+
+
+# -- the documentation's commands, as written ---------------------------------------------------------------------
+
+DOCS = ("README.md", "docs/operator/index.md", "docs/analyst/index.md")
+AGAINST_DEV = re.compile(r"--profile dev(-analyst|\.curator|\.shuffler)?\b|\$LAC_DEV_")
+
+
+def test_the_docs_show_every_service_command_with_its_connection():
+    """A command that talks to a service names where (``--profile`` or ``--server``): the operator guide's ``lac
+    curator budget $TLS`` relied on the default address, which a deployment on other ports never answers."""
+    commands = documented_commands(*DOCS)
+    assert len(commands) >= 15
+    assert not [c for c in commands if not AGAINST_DEV.search(c)], "not runnable against `lac dev up`"
+    shown = " ".join(commands)
+    for expected in (
+        "lac shuffler status",
+        "lac curator release",
+        "--dry-run",
+        "lac curator budget",
+        "lac curator deployment",
+        "lac curator status",
+        "lac curator query top",
+        "--profile dev-analyst",
+        "lac health",
+    ):
+        assert expected in shown, expected
+
+
+@pytest.mark.slow  # two real servers, the GloVe embedding and some fifteen commands in their own processes: 30-60 s
+def test_the_docs_commands_run_as_written_against_dev_up(tmp_path, public_corpus):
+    """``lac dev up`` (with one report in the curator and the accuracy check off, so a release of a tiny data set
+    is made), then each documented command through bash, after ``source lac-dev/env.sh`` as the README says, in the
+    directory holding lac-dev; RELEASE_ID is the release the first documented release made."""
+    from lac.client import ShufflerClient
+
+    root = tmp_path / "lac-dev"
+    proc, info = _up(root, public_corpus, LAC_CURATOR_MIN_SIGNAL_SHARE="0")
+    try:
+        f = info["files"]
+        with ShufflerClient.connect(
+            info["shuffler"]["address"],
+            curator_key=f["curator_key"],
+            ca=f["ca"],
+            token=Path(f["client_token"]).read_text().strip(),
+        ) as client:
+            client.submit(client.localizer("balanced").privatize("The dog sleeps in the sun. We walk the dog."))
+        wait_until(lambda: _curator_reports(info) == 1, timeout=30)
+        commands = documented_commands(*DOCS)
+        ran: dict[str, str] = {}
+        release_id = None
+        for command in sorted(commands, key=lambda c: "RELEASE_ID" in c):  # a release first, then its queries
+            if "RELEASE_ID" in command:
+                assert release_id, "no documented release ran before the queries"
+                command = command.replace("RELEASE_ID", release_id)
+            done = subprocess.run(
+                ["bash", "-c", f"source lac-dev/env.sh && {command}"],
+                cwd=tmp_path,
+                env=_env(root),
+                capture_output=True,
+                text=True,
+                timeout=300,
+            )
+            assert done.returncode == 0 and "Traceback" not in done.stderr, (command, done.stdout, done.stderr)
+            ran[command] = done.stdout
+            made = re.match(r"release (\S+) \(", done.stdout)
+            release_id = release_id or (made.group(1) if made else None)
+    finally:
+        proc.send_signal(signal.SIGINT)
+        out = proc.communicate(timeout=60)[0]
+    assert "stopped: shuffler (exit 0), curator (exit 0)" in out, out
+    by_start = {c.split(" --")[0]: out for c, out in ran.items()}
+    assert "reports 1 (by window" in by_start["lac curator status"]  # the operator's certificate: exact counts
+    assert "buffered" in by_start["lac shuffler status"]
+    assert ": SERVING" in by_start["lac health"]
+    assert "\\data\\" in (tmp_path / "release.arpa").read_text()

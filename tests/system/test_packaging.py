@@ -11,6 +11,7 @@ import venv
 from pathlib import Path
 
 import pytest
+from lac_testkit import documented_commands
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -172,10 +173,11 @@ ANALYST_FORBIDDEN = {
 
 
 @pytest.mark.slow
-def test_analyst_installs_alone(tmp_path):
+def test_analyst_installs_alone(tmp_path, start_curator):
     """An analyst's install (common + analyst[frames], pandas included): no server code or kit, no scipy, no
     pyarrow; the client and its DataFrames import; issue 24's target of 200 MB is met (BENCHMARKS.md, "Install
-    sizes")."""
+    sizes"). Every command the analyst guide shows is there (`lac curator`'s client commands come with
+    lac-analyst), `lac --version` names lac-analyst, and one asks a real curator."""
     py = _install_alone(tmp_path, "analyst", source=f"{ROOT / 'analyst'}[frames]")
     assert not ANALYST_FORBIDDEN & _installed(py), ANALYST_FORBIDDEN & _installed(py)
     assert "pandas" in _installed(py)
@@ -188,6 +190,24 @@ def test_analyst_installs_alone(tmp_path):
     )
     subprocess.run([py, "-c", check], check=True, timeout=120)
     assert _site_packages_mb(tmp_path / "venv") <= 200
+    lac = str(tmp_path / "venv" / "bin" / "lac")
+    commands = documented_commands("docs/analyst/index.md")
+    assert len(commands) >= 4
+    for command in commands:  # e.g. `lac curator query top --profile dev-analyst RELEASE_ID -k 20`: its --help
+        words = command.split()[1 : next(i for i, w in enumerate(command.split()) if w.startswith("-"))]
+        done = subprocess.run([lac, *words, "--help"], capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0 and "--profile" in done.stdout, (command, done.stderr)
+    version = subprocess.run([lac, "--version"], capture_output=True, text=True, check=True).stdout
+    assert "lac-analyst" in version and "lac-curator" not in version
+    cur = start_curator()
+    done = subprocess.run(
+        [lac, "curator", "budget", "--insecure"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "LAC_SERVER": cur.address},
+    )
+    assert done.returncode == 0 and "privacy budget per accounting window" in done.stdout, done.stderr
 
 
 @pytest.mark.slow

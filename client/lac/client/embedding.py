@@ -26,7 +26,7 @@ import numpy as np
 from lac.client.errors import DeploymentMismatch, EmbeddingUnavailable
 from lac.client.nearest import farthest_pair, sqdist64
 from lac.common.checks import check_int
-from lac.common.paths import data_dir
+from lac.common.paths import DataDirUnavailable, data_dir
 from lac.common.text import words as tokenize_words
 
 StrPath = str | os.PathLike[str]
@@ -263,9 +263,19 @@ def glove_default(vocab_size: int = 50_000, *, cache_dir: StrPath | None = None)
     read-only memmap and need the wheel no more.
     """
     vocab_size = check_int(vocab_size, "vocab_size")
-    root = Path(cache_dir) if cache_dir is not None else data_dir() / "embeddings"
-    path = root / "glove-6b-50d" / str(vocab_size)
+    path = cache_root(cache_dir) / "glove-6b-50d" / str(vocab_size)
     return cached(path, lambda: build_glove(vocab_size))
+
+
+def cache_root(cache_dir: StrPath | None) -> Path:
+    """``cache_dir``, or ``data_dir()/"embeddings"``; ``EmbeddingUnavailable`` (naming the settings) when there
+    is no writable data directory at all."""
+    if cache_dir is not None:
+        return Path(cache_dir)
+    try:
+        return data_dir() / "embeddings"
+    except DataDirUnavailable as exc:
+        raise EmbeddingUnavailable(f"no directory to cache the embedding in: {exc}") from exc
 
 
 def by_name(name: str, *, cache_dir: StrPath | None = None) -> Embedding:

@@ -30,9 +30,8 @@ from typing import Any
 
 import numpy as np
 
-from lac.client.embedding import Embedding, StrPath, cached, load
+from lac.client.embedding import Embedding, StrPath, cache_root, cached, load
 from lac.common.checks import check_int
-from lac.common.paths import data_dir
 
 FORMATS = ("glove", "word2vec-text", "fasttext-vec", "word2vec-bin")
 _TEXT_CHUNK = 8192  # lines parsed per numpy conversion
@@ -261,8 +260,7 @@ def load_vectors(
     """
     path = Path(path)
     limit = _check_vocab_size(vocab_size)
-    root = Path(cache_dir) if cache_dir is not None else data_dir() / "embeddings"
-    target = root / "imported" / f"{path.stem}-{_file_key(path)}" / (str(limit) if limit else "all")
+    target = cache_root(cache_dir) / "imported" / f"{path.stem}-{_file_key(path)}" / (str(limit) if limit else "all")
     return cached(target, lambda: read_vectors(path, fmt, limit, name=name, encoding=encoding, errors=errors))
 
 

@@ -8,6 +8,8 @@ that is not installed is named with the package that provides it; one whose impo
 One grammar for every command: lower-case kebab-case flags, ``--server HOST:PORT`` for the
 service a command talks to, and every bad input (a usage error, a refused or failed RPC, a
 missing file) ends in one line on stderr and exit code 2, never a traceback (unless ``-v``).
+A reader that goes away early (``lac shuffler status | head -1``) ends the command quietly with
+exit code 141, as a tool killed by SIGPIPE does.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import argparse
 import json
 import logging
 import math
+import os
 import sys
 from collections.abc import Callable
 from importlib.metadata import EntryPoint, entry_points
@@ -24,13 +27,14 @@ from typing import TYPE_CHECKING, Any, NoReturn
 from lac.common.errors import RemoteError
 
 if TYPE_CHECKING:
+    from _typeshed import SupportsWrite
     from google.protobuf.descriptor import FieldDescriptor
     from google.protobuf.message import Message
 
 PROVIDERS = {
     "client": "lac-client",
     "shuffler": "lac-shuffler",
-    "curator": "lac-curator",
+    "curator": "lac-curator (or lac-analyst for its client commands)",
     "data": "lac-privacy-suite (the suite: pip install .)",
     "demo": "lac-privacy-suite (the suite: pip install .)",
     "dev": "lac-privacy-suite (the suite: pip install .)",
@@ -44,6 +48,11 @@ class Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.prog}: error: {_one_line(message)}\n")
+
+    def _print_message(self, message: str, file: SupportsWrite[str] | None = None) -> None:
+        # argparse's swallows a closed pipe (``lac --help | head -1`` then exits 0); main() ends it as any other
+        if message:
+            (file or sys.stderr).write(message)
 
 
 def positive(kind: type[int] | type[float]) -> Callable[[str], float]:
@@ -110,6 +119,11 @@ def _field_value(field: FieldDescriptor, value: Any) -> Any:
     return value
 
 
+def _provides(ep: EntryPoint) -> bool:
+    """Whether ``ep`` comes from the distribution ``PROVIDERS`` names for its command."""
+    return ep.dist is not None and PROVIDERS.get(ep.name, "").split(" ")[0] == ep.dist.name
+
+
 def _unregister(sub: argparse._SubParsersAction[Any], name: str) -> None:
     """Remove what a failed ``register`` may have added under ``name``."""
     sub._name_parser_map.pop(name, None)
@@ -151,7 +165,8 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     parser.add_argument("--version", action=_Version, help="print the installed LAC distributions' versions and exit")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     found = set()
-    plugins = sorted(entry_points(group="lac.commands"), key=lambda e: e.name)
+    # By name; for one name from two distributions (lac-analyst's `curator` and lac-curator's), PROVIDERS' first.
+    plugins = sorted(entry_points(group="lac.commands"), key=lambda e: (e.name, not _provides(e)))
     named = next((a for a in argv or () if not a.startswith("-")), None)
     if named is not None and any(ep.name == named for ep in plugins):
         plugins = [ep for ep in plugins if ep.name == named]
@@ -183,6 +198,18 @@ def command_name(args: argparse.Namespace) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
+    """The ``lac`` command: parse ``argv`` (default ``sys.argv[1:]``), run the command, exit with its code."""
+    try:
+        try:
+            code = _main(argv)
+        finally:
+            sys.stdout.flush()  # a piped stdout is written here, not at exit, so a closed pipe is caught below
+    except BrokenPipeError:
+        code = _reader_gone()
+    sys.exit(code)
+
+
+def _main(argv: list[str] | None) -> int:
     parser = build_parser(sys.argv[1:] if argv is None else argv)
     args, extra = parser.parse_known_args(argv)
     if extra and not getattr(args, "_any_arguments", False):
@@ -192,12 +219,24 @@ def main(argv: list[str] | None = None) -> None:
     )
     if not getattr(args, "func", None):
         parser.print_help()
-        sys.exit(2)
-    sys.exit(run_command(args))
+        return 2
+    return run_command(args)
 
 
 def _one_line(text: object) -> str:
     return " ".join(str(text).split())
+
+
+SIGPIPE_EXIT = 141  # 128 + SIGPIPE: what the shell reports for `yes | head -1`'s yes, so `set -o pipefail` agrees
+
+
+def _reader_gone() -> int:
+    """Stdout's reader closed the pipe: nothing more can be said there (and the output is cut short, so this is
+    not success). Stdout goes to /dev/null, so the interpreter's last flush raises nothing; no message."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return SIGPIPE_EXIT
 
 
 def run_command(args: argparse.Namespace) -> int:
@@ -206,7 +245,11 @@ def run_command(args: argparse.Namespace) -> int:
     command's own message."""
     name = command_name(args)
     try:
+        if (connection := getattr(args, "_connection", None)) is not None:
+            connection.apply(args)  # --server/--ca/--cert/--key from the environment or --profile (lac.common.profiles)
         return int(args.func(args) or 0)
+    except BrokenPipeError:  # not a failure of the command: main() ends it quietly
+        raise
     except KeyboardInterrupt:
         print(f"{name}: interrupted", file=sys.stderr)
         return 130

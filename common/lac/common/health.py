@@ -10,6 +10,7 @@ from typing import Any
 import grpc
 
 from lac.common import tls
+from lac.common.profiles import add_connection_flags
 
 
 def check(address: str, channel_tls: tls.ClientTls | None, timeout: float, wait: bool = False) -> bool:
@@ -27,9 +28,8 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
     p = sub.add_parser(
         "health", help="check that a LAC service is serving (exit 0 if so, 1 if not, 2 if it cannot be asked)"
     )
-    p.add_argument("--server", required=True, help="the service's address host:port")
+    add_connection_flags(p, None, None)
     p.add_argument("--timeout", type=float, default=3.0, help="seconds to wait for the answer")
-    tls.add_client_flags(p)
     p.set_defaults(func=_main)
 
 

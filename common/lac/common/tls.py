@@ -265,17 +265,10 @@ def channel(
     return grpc.secure_channel(target, tls.credentials(), options=list(options))
 
 
-def add_client_flags(p: argparse.ArgumentParser) -> None:
-    """--ca/--cert/--key/--insecure on an argparse parser: how a command reaches a LAC server."""
-    p.add_argument("--ca", default="", help="CA certificate to trust (ca.pem from `lac keys tls`)")
-    p.add_argument("--cert", default="", help="client certificate, for servers that require mTLS")
-    p.add_argument("--key", default="", help="client certificate's key")
-    p.add_argument("--insecure", action="store_true", help="plaintext channel without TLS (local demos only)")
-
-
 def client_tls_from_args(args: argparse.Namespace, name: str) -> ClientTls | None:
-    """The client TLS settings of the flags ``add_client_flags`` defines."""
-    return client_tls(args.ca, args.cert, args.key, insecure=args.insecure, name=name)
+    """The client TLS settings of a command's ``--ca``, ``--cert``, ``--key`` and ``--insecure``
+    (``lac.common.profiles.add_connection_flags``)."""
+    return client_tls(args.ca or "", args.cert or "", args.key or "", insecure=args.insecure, name=name)
 
 
 _HTTP2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + bytes([0, 0, 0, 4, 0, 0, 0, 0, 0])  # + an empty SETTINGS

@@ -13,7 +13,7 @@ from importlib.metadata import version as _distribution_version
 __all__ = ["DISTRIBUTIONS", "version", "installed", "version_line", "server_version"]
 
 # Every LAC distribution, in the order `lac --version` names them (the `lac` command comes with lac-common).
-DISTRIBUTIONS = ("lac-common", "lac-client", "lac-shuffler", "lac-curator", "lac-privacy-suite")
+DISTRIBUTIONS = ("lac-common", "lac-client", "lac-shuffler", "lac-curator", "lac-analyst", "lac-privacy-suite")
 
 
 @cache  # servers name their version in every GetDeployment reply; the metadata is read once per process

