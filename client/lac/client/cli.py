@@ -315,10 +315,10 @@ def _embedding_info(args: argparse.Namespace) -> int:
 def _submit(args: argparse.Namespace) -> int:
     import os
 
+    from lac.client.acks import AckStatus
     from lac.client.submit import ShufflerClient
     from lac.common import tls
     from lac.common.envelope import CuratorPublicKey
-    from lac.common.v1 import shuffler_pb2
 
     if str(args.file) != "-" and not args.file.is_file():
         raise SystemExit(f"error: {args.file}: no such file")  # before dialling the shuffler
@@ -349,6 +349,6 @@ def _submit(args: argparse.Namespace) -> int:
         except ValueError as e:
             raise SystemExit(f"error: {e}") from None
         acks = client.submit(reports)
-    stored = sum(a.status == shuffler_pb2.ACK_STATUS_STORED for a in acks)
+    stored = sum(a.status == AckStatus.STORED for a in acks)
     print(f"submitted {len(acks)} reports: {stored} stored, {len(acks) - stored} already stored")
     return 0

@@ -16,7 +16,8 @@ never a raw ``grpc.RpcError``.
 
 Errors from a server carry ``status_code`` (a ``grpc.StatusCode``), ``status_details`` (the
 server's message) and ``trailing`` (its trailing metadata); ``RetryableError.retry_after`` is
-the server's ``retry-after-seconds`` hint, if any. ``ShufflerClient`` raises them as
+the server's ``retry-after-seconds`` hint, if any; ``QuotaExceeded.acks`` are the acks of the reports
+the call stored before the quota refused the rest. ``ShufflerClient`` raises them as
 subclasses of ``grpc.RpcError`` too (with ``code()``, ``details()``, ``trailing_metadata()``),
 so code written against raw gRPC keeps working.
 
@@ -26,9 +27,12 @@ This module imports neither grpc nor numpy (only ``lac.common.text``, for what a
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from lac.common.text import WORD_CHARACTERS
+
+if TYPE_CHECKING:
+    from lac.client.acks import ReportAck
 
 # Trailing metadata as (key, value) pairs. grpc's stubs type the entries of an RpcError's as an opaque
 # ``_Metadatum`` (at run time a (key, value) namedtuple), hence ``Any`` where both must agree.
@@ -99,8 +103,14 @@ class RetryableError(LacClientError):
 
 
 class QuotaExceeded(RetryableError):
-    """RESOURCE_EXHAUSTED: this client's reports for the accounting window are used up; the request
-    stored nothing. Retry after ``retry_after`` seconds (the next window)."""
+    """RESOURCE_EXHAUSTED: this client's reports for the accounting window are used up. Retry after
+    ``retry_after`` seconds (the next window). ``submit`` stores reports in order as long as the quota
+    allows, so ``acks`` (``ReportAck``s) are those of the first ``len(acks)`` reports given, all stored;
+    none after them was."""
+
+    def __init__(self, message: str, **kwargs: Any) -> None:
+        super().__init__(message, **kwargs)
+        self.acks: tuple[ReportAck, ...] = ()  # set by submit: the acks of the reports stored before the refusal
 
 
 class NotRetryableError(LacClientError):
