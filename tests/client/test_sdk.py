@@ -104,6 +104,8 @@ def test_all_lists_the_public_api_and_each_name_is_what_it_says():
         "UnsupportedText": errors.UnsupportedText,
         "DeploymentMismatch": errors.DeploymentMismatch,
         "EmbeddingUnavailable": errors.EmbeddingUnavailable,
+        "LacClientWarning": errors.LacClientWarning,
+        "PartlyUnsupportedText": errors.PartlyUnsupportedText,
     }
     assert len(lac.client.__all__) == len(set(lac.client.__all__))
     assert set(lac.client.__all__) == set(expected)

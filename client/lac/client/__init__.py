@@ -35,7 +35,9 @@ from lac.client.errors import (
     EmbeddingUnavailable,
     InvalidReportError,
     LacClientError,
+    LacClientWarning,
     NotRetryableError,
+    PartlyUnsupportedText,
     QuotaExceeded,
     RetryableError,
     UnsupportedText,
@@ -111,6 +113,9 @@ __all__ = [
     "UnsupportedText",
     "DeploymentMismatch",
     "EmbeddingUnavailable",
+    # warnings
+    "LacClientWarning",
+    "PartlyUnsupportedText",
 ]
 
 

@@ -14,6 +14,9 @@ never a raw ``grpc.RpcError``.
         ├── DeploymentMismatch  a Localizer the curator's deployment would not accept (also a ValueError)
         └── EmbeddingUnavailable the embedding's wheel or reader is not installed (also a RuntimeError)
 
+    LacClientWarning            (a UserWarning)
+    └── PartlyUnsupportedText   texts privatized on their readable words only (letters of another script dropped)
+
 Errors from a server carry ``status_code`` (a ``grpc.StatusCode``), ``status_details`` (the
 server's message) and ``trailing`` (its trailing metadata); ``RetryableError.retry_after`` is
 the server's ``retry-after-seconds`` hint, if any; ``QuotaExceeded.acks`` are the acks of the reports
@@ -49,6 +52,8 @@ __all__ = [
     "UnsupportedText",
     "DeploymentMismatch",
     "EmbeddingUnavailable",
+    "LacClientWarning",
+    "PartlyUnsupportedText",
     "error_class_for_status",
 ]
 
@@ -143,6 +148,25 @@ class DeploymentMismatch(NotRetryableError, ValueError):
 
 class EmbeddingUnavailable(NotRetryableError, RuntimeError):
     """The requested embedding's source (wheel or reader library) is not installed."""
+
+
+class LacClientWarning(UserWarning):
+    """Base of the warnings the SDK gives (``warnings.warn``): something was done, but not all of it."""
+
+
+class PartlyUnsupportedText(LacClientWarning):
+    """Texts with letters or digits the tokeniser does not read (another script, accented letters such as
+    é) besides words it does: they were privatized on their words of a-z and 0-9 only, and the rest was
+    dropped on the device (never sent). ``indexes`` are their positions among the texts given."""
+
+    def __init__(self, indexes: Iterable[int], total: int) -> None:
+        self.indexes, self.total = tuple(indexes), total
+        shown = ", ".join(str(i + 1) for i in self.indexes[:10]) + (", ..." if len(self.indexes) > 10 else "")
+        which = "the text has" if total == 1 else f"{len(self.indexes)} of {total} texts (text {shown}) have"
+        super().__init__(
+            f"{which} letters or digits outside a-z and 0-9 (another script, or accented letters such as é): "
+            "only the words of a-z and 0-9 were privatized; the other characters were dropped on the device"
+        )
 
 
 _BY_STATUS: dict[str, type[LacClientError]] = {
