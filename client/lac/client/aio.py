@@ -188,8 +188,10 @@ class AsyncShufflerClient(_Submitter):
                     seconds = self.connect_timeout if verdict == "timeout" else None
                     raise _not_reached(rpc.address, seconds, f"Shuffler.{rpc.method}", why)
                 change = asyncio.ensure_future(channel.wait_for_state_change(state))
-                await asyncio.wait({answer, change}, timeout=connecting.wait(), return_when=asyncio.FIRST_COMPLETED)
-                change.cancel()
+                try:
+                    await asyncio.wait({answer, change}, timeout=connecting.wait(), return_when=asyncio.FIRST_COMPLETED)
+                finally:
+                    change.cancel()
                 state = channel.get_state(try_to_connect=False)
             self._failing.discard(rpc.address)
             return await answer
@@ -232,8 +234,8 @@ class AsyncShufflerClient(_Submitter):
     async def submit_prepared(
         self, chunk: Sequence[shuffler_pb2.ClientReport], token: str | None = None
     ) -> list[ReportAck]:
-        """Submit already sealed reports in one call (a retry reuses their idempotency ids, so it stores nothing
-        twice); acks and the quota as ``submit``."""
+        """Submit already sealed reports as one request (a retry reuses their idempotency ids, so it stores
+        nothing twice); acks and the quota as ``submit``."""
         return await self._run(self._submit_prepared(chunk, token))
 
     async def check_curator_key(self, key_ids: Iterable[str], token: str | None = None) -> None:

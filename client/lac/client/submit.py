@@ -220,8 +220,8 @@ def _acks(reply: shuffler_pb2.SubmitResponse, sent: int) -> list[ReportAck]:
     """The typed acks of a Submit reply to ``sent`` reports."""
     if len(reply.acks) != sent or any(a.status not in _ACK_STATUS for a in reply.acks):
         raise _grpc_errors.NotRetryableError(
-            f"Shuffler.Submit answered {len(reply.acks)} acks ({', '.join(sorted({str(a.status) for a in reply.acks}))}"
-            f") to {sent} reports: not a shuffler this SDK understands",
+            f"Shuffler.Submit answered {len(reply.acks)} acks to {sent} reports, or acks of a status this SDK does "
+            "not know: not a shuffler this SDK understands",
             status_code=grpc.StatusCode.INTERNAL,
             status_details="malformed acks",
         )
@@ -703,7 +703,7 @@ class ShufflerClient(_Submitter):
         """One call, waiting for a connection (``wait_for_ready``) until ``_Connecting`` gives up: then it is
         cancelled and ``RetryableError`` (UNAVAILABLE) says the address and why. The channel's state is
         watched without asking it to connect (the call does), so no watcher outlives it."""
-        seen: queue.SimpleQueue[grpc.ChannelConnectivity | None] = queue.SimpleQueue()  # None: the call ended
+        seen: queue.SimpleQueue[grpc.ChannelConnectivity | str] = queue.SimpleQueue()  # the states, then "ended"
         watch = seen.put
         connecting = _Connecting(self.connect_timeout, rpc.address in self._failing)
         channel.subscribe(watch, try_to_connect=False)
@@ -711,15 +711,17 @@ class ShufflerClient(_Submitter):
             call = getattr(stub, rpc.method).future(
                 rpc.request, timeout=self.timeout, wait_for_ready=True, metadata=rpc.metadata
             )
-            call.add_done_callback(lambda _: seen.put(None))
+            call.add_done_callback(lambda _: seen.put("ended"))
             while True:
+                state: grpc.ChannelConnectivity | str | None
                 try:
                     state = seen.get(timeout=connecting.wait())
-                except queue.Empty:
-                    state = connecting.state  # time has passed: judge the same state again
-                if state is None or state == grpc.ChannelConnectivity.READY:
+                except queue.Empty:  # time has passed: judge the same state again (None: none seen yet)
+                    state = connecting.state
+                if state == "ended" or state == grpc.ChannelConnectivity.READY:
                     break
-                connecting.see(state)
+                if isinstance(state, grpc.ChannelConnectivity):
+                    connecting.see(state)
                 verdict = connecting.verdict()
                 if verdict is not None:
                     why = _why(channel, verdict)
@@ -758,8 +760,8 @@ class ShufflerClient(_Submitter):
         return self._run(self._submit(reports, token))
 
     def submit_prepared(self, chunk: Sequence[shuffler_pb2.ClientReport], token: str | None = None) -> list[ReportAck]:
-        """Submit already sealed reports in one call (a retry reuses their idempotency ids, so it stores nothing
-        twice); acks and the quota as ``submit``."""
+        """Submit already sealed reports as one request (a retry reuses their idempotency ids, so it stores
+        nothing twice); acks and the quota as ``submit``."""
         return self._run(self._submit_prepared(chunk, token))
 
     def check_curator_key(self, key_ids: Iterable[str], token: str | None = None) -> None:
