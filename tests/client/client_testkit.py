@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
+import socket
+from collections.abc import Iterator
+
 import grpc
 import numpy as np
 
@@ -22,3 +26,14 @@ def assert_wrapped(exc, cls, code) -> None:
     assert isinstance(exc, grpc.RpcError)  # code written against raw gRPC still catches it
     assert exc.status_code == code == exc.code() and exc.status_details == exc.details() and exc.status_details
     assert code.name in str(exc)
+
+
+@contextlib.contextmanager
+def silent_port() -> Iterator[str]:
+    """The address of a loopback socket that listens but never accepts nor answers: a connection to it is
+    neither refused nor ever ready (gRPC waits for the server's HTTP/2 settings), as with a host that is down
+    behind a firewall dropping packets."""
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(8)
+        yield f"127.0.0.1:{listener.getsockname()[1]}"

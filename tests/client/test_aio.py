@@ -10,14 +10,13 @@ import time
 
 import grpc
 import pytest
-from client_testkit import assert_wrapped, privatized
-from lac_testkit import free_port
+from client_testkit import assert_wrapped, privatized, silent_port
+from lac_testkit import DEADLINE, PROMPT, free_port
 
 import lac.client
-from lac.client import errors
-from lac.common.v1 import shuffler_pb2
+from lac.client import AckStatus, ReportAck, errors
 
-STORED = shuffler_pb2.ACK_STATUS_STORED
+STORED = AckStatus.STORED
 
 
 def _client(address, **kw):
@@ -61,12 +60,12 @@ def test_submits_and_raises_the_sdk_errors_of_a_real_shuffler(token_shuffler, gl
         async with _client(shf.address, token=tokens["alice"]) as c:
             with pytest.raises(lac.client.UnsupportedText, match="^the report has no word"):
                 await c.submit(empty)  # refused on the device: the quota is intact
-            assert [a.status for a in await c.submit(privatized(glove200))] == [STORED]
             assert await c.replica() == shf.address  # not sharded
-            with pytest.raises(lac.client.QuotaExceeded) as err:
-                await c.submit([privatized(glove200, "a second message")])
+            with pytest.raises(lac.client.QuotaExceeded) as err:  # one report per window: the first is stored
+                await c.submit([privatized(glove200), privatized(glove200, "a second message")])
         assert_wrapped(err.value, lac.client.RetryableError, grpc.StatusCode.RESOURCE_EXHAUSTED)
         assert 1 <= err.value.retry_after <= 86400 and f"retry after {err.value.retry_after:g} s" in str(err.value)
+        assert [a.status for a in err.value.acks] == [STORED]
 
     asyncio.run(main())
     assert shf.shuffler.buffered() == 1
@@ -90,22 +89,47 @@ def test_concurrent_submissions_through_one_client(start_shuffler, sink, tmp_pat
     assert shf.shuffler.buffered() == 20
 
 
-def test_an_unreachable_shuffler_fails_fast_naming_it_and_why(glove200):
-    address = f"127.0.0.1:{free_port()}"
+async def _unreachable(client, glove200):
+    """The error and the seconds of one submit through ``client`` to a shuffler it cannot reach."""
+    t0 = time.monotonic()
+    with pytest.raises(lac.client.RetryableError) as err:
+        await client.submit(privatized(glove200))
+    assert_wrapped(err.value, lac.client.RetryableError, grpc.StatusCode.UNAVAILABLE)
+    return str(err.value), time.monotonic() - t0
+
+
+def test_a_refused_connection_fails_at_once_and_a_silent_host_after_connect_timeout(glove200):
+    """A closed loopback port: UNAVAILABLE well before the 30 s ``connect_timeout``, naming it and gRPC's reason;
+    a peer that never answers: after ``connect_timeout`` (0.5 s), not the call's 30 s."""
+    refused = f"127.0.0.1:{free_port()}"
+
+    async def main(address, connect_timeout):
+        async with lac.client.AsyncShufflerClient.connect(
+            address, insecure=True, connect_timeout=connect_timeout, attempts=5, timeout=DEADLINE
+        ) as c:
+            return await _unreachable(c, glove200)
+
+    message, seconds = asyncio.run(main(refused, DEADLINE))
+    assert seconds < PROMPT, seconds
+    assert f"could not connect to the shuffler at {refused}: " in message and "Connection refused" in message
+    with silent_port() as silent:
+        message, seconds = asyncio.run(main(silent, 0.5))
+    assert 0.5 <= seconds < PROMPT, seconds
+    assert f"could not reach the shuffler at {silent} within 0.5 s: no answer" in message, message
+
+
+def test_a_shuffler_back_after_a_refusal_is_reached_by_the_same_client(start_shuffler, sink, glove200):
+    port = free_port()
 
     async def main():
-        async with lac.client.AsyncShufflerClient.connect(
-            address, insecure=True, connect_timeout=0.5, attempts=5, timeout=60
-        ) as c:
-            with pytest.raises(lac.client.RetryableError) as err:
-                await c.submit(privatized(glove200))
-        return err.value
+        async with _client(f"127.0.0.1:{port}", connect_timeout=DEADLINE) as c:
+            message, _ = await _unreachable(c, glove200)
+            assert "Connection refused" in message
+            start_shuffler(sink.address, port=port, min_batch=1000)
+            return await c.submit(privatized(glove200))
 
-    t0 = time.monotonic()
-    exc = asyncio.run(main())
-    assert time.monotonic() - t0 < 20  # well before the 60 s deadline: the retries were not waited out
-    assert_wrapped(exc, lac.client.RetryableError, grpc.StatusCode.UNAVAILABLE)
-    assert f"could not reach the shuffler at {address} within 0.5 s" in str(exc) and "Connection refused" in str(exc)
+    (ack,) = asyncio.run(main())
+    assert isinstance(ack, ReportAck) and ack.status == STORED
 
 
 def test_a_transient_failure_is_retried_then_raised(start_shuffler, monkeypatch):

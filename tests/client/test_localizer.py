@@ -96,6 +96,55 @@ def test_empty_text(glove200):
     assert _loc(glove200, 1.0).privatize_many([]) == []
 
 
+def test_unsupported_texts_raise_or_are_skipped_in_place(glove50k):
+    """``on_unsupported="raise"`` (the default) refuses the batch naming the text; ``"skip"`` returns None where
+    its report would be, so the result lines up with the texts; with long texts split, each report's
+    ``text_index`` names its text."""
+    from lac.common.deployment import Deployment
+
+    texts = ["the king", "你好，世界。", "🙂🎉", "the queen spoke"]
+    loc = _loc(glove50k, 1e6)  # no noise: each word comes out as itself
+    with pytest.raises(UnsupportedText, match="^text 2 of 4 has no word") as err:
+        loc.privatize_many(texts)
+    assert err.value.index == 1
+    got = loc.privatize_many(texts, on_unsupported="skip")
+    assert [r and r.text for r in got] == ["the king", None, None, "the queen spoke"]
+    assert [r.text_index for r in got if r is not None] == [0, 3]
+    assert loc.privatize_many(["🙂"], on_unsupported="skip") == [None]
+    with pytest.raises(ValueError, match="on_unsupported must be 'raise' or 'skip', got 'drop'"):
+        loc.privatize_many(texts, on_unsupported="drop")  # type: ignore[call-overload]
+    d = Deployment(
+        epsilon_per_word=1e6, embedding=glove50k.name, word_distance_bound=glove50k.diameter(), max_report_words=2
+    )
+    split = Localizer(glove50k, MultivariateLaplace(1e6), deployment=d, long_text="split", calibrated=True)
+    got = split.privatize_many(["one two three four five", "🙂", "six"], on_unsupported="skip")
+    want = [(0, "one two"), (0, "three four"), (0, "five"), None, (2, "six")]
+    assert [r and (r.text_index, r.text) for r in got] == want
+
+
+def test_a_text_partly_in_another_script_is_privatized_on_its_words_with_one_warning(glove50k):
+    """Letters of another script (or accented ones) besides words of a-z and 0-9: the words are privatized, the
+    rest dropped, and one ``PartlyUnsupportedText`` names every such text (pointing at the caller's line); only
+    a text with no word at all is ``UnsupportedText``."""
+    from lac.client.errors import LacClientWarning, PartlyUnsupportedText
+
+    loc = _loc(glove50k, 1e6)
+    with pytest.warns(PartlyUnsupportedText, match="^the text has letters or digits outside a-z and 0-9") as caught:
+        report = loc.privatize("hello 世界 world")
+    assert report.text == "hello world" and report.n_words == 2
+    assert caught[0].filename == __file__  # the caller's line, not the SDK's
+    texts = ["the king", "我有3个苹果", "café au lait", "the queen", "Привет, Bob"]
+    with pytest.warns(PartlyUnsupportedText) as caught:
+        reports = loc.privatize_many(texts)
+    (warning,) = caught
+    assert isinstance(warning.message, LacClientWarning) and isinstance(warning.message, UserWarning)
+    assert warning.message.indexes == (1, 2, 4) and warning.message.total == 5
+    assert str(warning.message).startswith("3 of 5 texts (text 2, 3, 5) have letters or digits outside a-z and 0-9")
+    assert [r.n_words for r in reports] == [2, 1, 3, 2, 1]  # "caf", "au", "lait": é separates words
+    assert [reports[i].text for i in (1, 4)] == ["3", "bob"]
+    assert loc.privatize_many(["the king", "12 o'clock"])  # nothing unread: no warning (warnings fail tests)
+
+
 @pytest.mark.parametrize("eps", [0.1, 1.0, 10.0, 1e6])
 def test_oov_never_passes_through(glove50k, eps):
     loc = _loc(glove50k, eps, seed=int(eps * 10))

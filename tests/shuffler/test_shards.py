@@ -20,6 +20,7 @@ import pytest
 from shuffler_testkit import ServeProc, free_port, report, wait_for
 
 import lac.client
+from lac.client import AckStatus
 from lac.common.v1 import shuffler_pb2, shuffler_pb2_grpc
 from lac.shuffler.auth import add_clients
 from lac.shuffler.config import ShufflerConfig
@@ -276,7 +277,7 @@ def test_sdk_routes_each_token_to_its_replica(two_replicas, aio):
     with _sdk(shards[0], aio) as c:  # the bootstrap address: replica A
         for client, token in tokens.items():
             acks = c.submit_prepared([report()], token=token)
-            assert [a.status for a in acks] == [shuffler_pb2.ACK_STATUS_STORED]
+            assert [a.status for a in acks] == [AckStatus.STORED]
             assert c.replica(token) == assign_shard(f"token:{client}", shards)
     expected = Counter(assign_shard(f"token:{c}", shards) for c in tokens)
     for name in shards:
@@ -302,7 +303,7 @@ def test_sdk_refuses_replicas_midway_through_a_reshard(start_replica, tmp_path, 
     replica_a = start_replica(pa, "127.0.0.1:1", shards=old, shard_name=a, min_batch=1000)
     start_replica(pb, "127.0.0.1:1", shards=old, shard_name=b, min_batch=1000)
     with _sdk(b, aio) as sdk:
-        assert [x.status for x in sdk.submit_prepared([report()], token=token)] == [shuffler_pb2.ACK_STATUS_STORED]
+        assert [x.status for x in sdk.submit_prepared([report()], token=token)] == [AckStatus.STORED]
         assert sdk.replica(token) == a
     replica_a.stop()
     with caplog.at_level(logging.WARNING, logger="lac.shuffler.service"):
@@ -452,10 +453,10 @@ def test_two_replicas_exactly_once_and_quota_across_replicas(start_curator, cura
                 sent[c] = os.urandom(16)
                 first = sealed(sent[c])
                 acks = sdk.submit_prepared([first], token=tokens[c])
-                assert [a.status for a in acks] == [shuffler_pb2.ACK_STATUS_STORED], c
+                assert [a.status for a in acks] == [AckStatus.STORED], c
                 if i % 3 == 0:  # a retry of the same request: acknowledged as a duplicate, stored once
                     again = sdk.submit_prepared([first], token=tokens[c])
-                    assert [a.status for a in again] == [shuffler_pb2.ACK_STATUS_DUPLICATE], c
+                    assert [a.status for a in again] == [AckStatus.DUPLICATE], c
                 assert sdk.replica(tokens[c]) == home[c]
             for c in ids:  # a second report in the window: refused by the client's replica (quota) ...
                 with pytest.raises(lac.client.QuotaExceeded):

@@ -11,7 +11,7 @@ import pytest
 from scipy import stats
 
 from lac.common import tls
-from lac.common.v1 import curator_pb2, curator_pb2_grpc, shuffler_pb2
+from lac.common.v1 import curator_pb2, curator_pb2_grpc
 from lac.suite import procs
 
 USERS = 80
@@ -26,6 +26,7 @@ def data():
 
 
 def test_pipeline_release_matches_library(tmp_path, data):
+    from lac.client.acks import AckStatus
     from lac.client.localizer import Localizer
     from lac.client.mechanisms import MultivariateLaplace
     from lac.client.submit import ShufflerClient
@@ -81,7 +82,7 @@ def test_pipeline_release_matches_library(tmp_path, data):
                     shuffler.address, pki.curator_public_key(), pki.client_tls(), token=token
                 ) as client:
                     acks += client.submit([report])
-            assert [a.status for a in acks] == [shuffler_pb2.ACK_STATUS_STORED] * USERS
+            assert [a.status for a in acks] == [AckStatus.STORED] * USERS
             with (
                 ShufflerClient(shuffler.address, pki.curator_public_key(), pki.client_tls(), token=tokens[0]) as client,
                 pytest.raises(grpc.RpcError) as over,

@@ -14,7 +14,7 @@ Submitting (L and the embedding from the curator's deployment, ε at most the pr
 
     with ShufflerClient.connect(ADDRESS, curator_key="curator.pub", ca="ca.pem", token=TOKEN) as client:
         localizer = client.localizer("balanced")
-        acks = client.submit(localizer.privatize(message))
+        acks = client.submit(localizer.privatize(message))  # [ReportAck(status=AckStatus.STORED, ...)]
 
 From asyncio code, ``AsyncShufflerClient`` (``lac.client.aio``) takes the same arguments and awaits
 the same methods (``await client.submit(...)``).
@@ -35,13 +35,16 @@ from lac.client.errors import (
     EmbeddingUnavailable,
     InvalidReportError,
     LacClientError,
+    LacClientWarning,
     NotRetryableError,
+    PartlyUnsupportedText,
     QuotaExceeded,
     RetryableError,
     UnsupportedText,
 )
 
 if TYPE_CHECKING:
+    from lac.client.acks import AckStatus, ReportAck
     from lac.client.aio import AsyncShufflerClient
     from lac.client.embedding import Embedding, glove_default
     from lac.client.formats import open_embedding
@@ -66,6 +69,8 @@ _LAZY = {
     "open_embedding": "lac.client.formats",
     "ShufflerClient": "lac.client.submit",
     "AsyncShufflerClient": "lac.client.aio",
+    "ReportAck": "lac.client.acks",
+    "AckStatus": "lac.client.acks",
     "Preset": "lac.client.presets",
     "PRESETS": "lac.client.presets",
     "DEFAULT_PRESET": "lac.client.presets",
@@ -94,6 +99,8 @@ __all__ = [
     # submitting
     "ShufflerClient",
     "AsyncShufflerClient",
+    "ReportAck",
+    "AckStatus",
     "Deployment",
     # errors
     "LacClientError",
@@ -106,6 +113,9 @@ __all__ = [
     "UnsupportedText",
     "DeploymentMismatch",
     "EmbeddingUnavailable",
+    # warnings
+    "LacClientWarning",
+    "PartlyUnsupportedText",
 ]
 
 

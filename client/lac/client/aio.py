@@ -1,11 +1,11 @@
 """Submitting reports from asyncio code: ``AsyncShufflerClient``, the ``grpc.aio`` twin of
 ``lac.client.submit.ShufflerClient``.
 
-Same arguments, same defaults (a call that cannot connect within ``connect_timeout``, 10 s, fails at
-once), same errors (``lac.client.errors``, never a raw ``grpc.RpcError``), same retries, curator key
-check and sharded-replica routing: every step between two I/O operations is the blocking client's own
-code (``lac.client.submit._Submitter``); only the RPCs, the pauses between retries and the sealing (off
-the event loop, in a thread) are done here, with ``await``::
+Same arguments, same defaults (a call fails at once when a connection attempt fails, and after
+``connect_timeout``, 10 s, when none is answered), same errors (``lac.client.errors``, never a raw
+``grpc.RpcError``), same retries, curator key check and sharded-replica routing: every step between two
+I/O operations is the blocking client's own code (``lac.client.submit._Submitter``); only the RPCs, the
+pauses between retries and the sealing (off the event loop, in a thread) are done here, with ``await``::
 
     from lac.client import AsyncShufflerClient
 
@@ -26,20 +26,23 @@ from typing import TYPE_CHECKING, Any
 
 import grpc
 
+from lac.client.acks import ReportAck
 from lac.client.presets import DEFAULT_PRESET, Preset
 from lac.client.submit import (
     _T,
+    CHANNEL_OPTIONS,
     CONNECT_TIMEOUT,
     HEALTH_CHECK,
     PROBE_SECONDS,
     _Compute,
+    _Connecting,
     _Effect,
     _not_reached,
+    _reason,
     _Rpc,
     _Sleep,
     _Steps,
     _Submitter,
-    _why,
 )
 from lac.common import tls
 from lac.common.deployment import Deployment
@@ -52,22 +55,15 @@ if TYPE_CHECKING:
 __all__ = ["AsyncShufflerClient"]
 
 
-async def _connected(channel: grpc.aio.Channel) -> None:
-    """Return once ``channel`` is READY, without asking it to connect (the call does)."""
-    state = channel.get_state(try_to_connect=False)
-    while state != grpc.ChannelConnectivity.READY:
-        await channel.wait_for_state_change(state)
-        state = channel.get_state(try_to_connect=False)
-
-
 class AsyncShufflerClient(_Submitter):
     """Submits reports to a shuffler with ``grpc.aio``, many per call, retrying transient failures.
 
     The arguments, defaults and errors are ``ShufflerClient``'s: ``curator_key`` and ``tls_config``
     (or ``insecure=True`` for a local demo), a bearer ``token``, ``batch_size`` reports per call,
-    ``attempts``, ``timeout`` per call and ``connect_timeout`` (a call that has no connection by then
-    fails with ``RetryableError`` naming the address and why). ``AsyncShufflerClient.connect`` builds
-    the same from file paths. Use it as ``async with``, or ``await client.close()``.
+    ``attempts``, ``timeout`` per call and ``connect_timeout`` (a call whose connection attempt fails, or
+    that has no connection by then, fails with ``RetryableError`` naming the address and why).
+    ``AsyncShufflerClient.connect`` builds the same from file paths. Use it as ``async with``, or
+    ``await client.close()``.
     """
 
     def __init__(
@@ -160,7 +156,7 @@ class AsyncShufflerClient(_Submitter):
         """The channel and stub to ``address`` (opened on first use, on the running loop)."""
 
         def make(to: str) -> tuple[grpc.aio.Channel, shuffler_pb2_grpc.ShufflerStub]:
-            channel = tls.channel(to, self.tls_config, aio=True)
+            channel = tls.channel(to, self.tls_config, CHANNEL_OPTIONS, aio=True)
             return channel, shuffler_pb2_grpc.ShufflerStub(channel)
 
         if address == self.target:
@@ -173,31 +169,45 @@ class AsyncShufflerClient(_Submitter):
         return entry
 
     async def _attempt(self, rpc: _Rpc, channel: grpc.aio.Channel, method: Any) -> Any:
-        """One call, waiting for a connection (``wait_for_ready``) at most ``connect_timeout`` seconds: then
-        it is cancelled and ``RetryableError`` (UNAVAILABLE) says the address and why."""
+        """One call, waiting for a connection (``wait_for_ready``) until ``_Connecting`` gives up, as
+        ``ShufflerClient``'s: then it is cancelled and ``RetryableError`` (UNAVAILABLE) says the address and why."""
         call = method(rpc.request, timeout=self.timeout, wait_for_ready=True, metadata=rpc.metadata)
         answer: asyncio.Future[Any] = asyncio.ensure_future(call)
-        ready = asyncio.ensure_future(_connected(channel))
+        connecting = _Connecting(self.connect_timeout, rpc.address in self._failing)
+        state = channel.get_state(try_to_connect=False)
         try:
-            done, _ = await asyncio.wait(
-                {answer, ready}, timeout=self.connect_timeout, return_when=asyncio.FIRST_COMPLETED
-            )
-            if not done:
-                answer.cancel()  # cancels the call
-                raise await self._unreachable(channel, rpc.address, f"Shuffler.{rpc.method}")
+            while not answer.done() and state != grpc.ChannelConnectivity.READY:
+                connecting.see(state)
+                verdict = connecting.verdict()
+                if verdict is not None:
+                    why = await self._why(channel, verdict)
+                    if why is None:  # connected since the attempt failed: the call goes on
+                        break
+                    answer.cancel()  # cancels the call
+                    self._failing.add(rpc.address)
+                    seconds = self.connect_timeout if verdict == "timeout" else None
+                    raise _not_reached(rpc.address, seconds, f"Shuffler.{rpc.method}", why)
+                change = asyncio.ensure_future(channel.wait_for_state_change(state))
+                try:
+                    await asyncio.wait({answer, change}, timeout=connecting.wait(), return_when=asyncio.FIRST_COMPLETED)
+                finally:
+                    change.cancel()
+                state = channel.get_state(try_to_connect=False)
+            self._failing.discard(rpc.address)
             return await answer
         finally:
-            ready.cancel()
+            if not answer.done():
+                answer.cancel()
 
-    async def _unreachable(self, channel: grpc.aio.Channel, address: str, what: str) -> Exception:
-        """``ShufflerClient``'s error for a channel that did not connect in time, with gRPC's reason."""
+    async def _why(self, channel: grpc.aio.Channel, verdict: str) -> str | None:
+        """``ShufflerClient``'s reason for a channel that did not connect, asked with a fail-fast call."""
         probe: Any = channel.unary_unary(HEALTH_CHECK)  # raw bytes: any answer will do
         try:
             await probe(b"", timeout=PROBE_SECONDS, wait_for_ready=False)
             failure = None
         except grpc.RpcError as exc:
             failure = exc
-        return _not_reached(address, self.connect_timeout, what, _why(failure))
+        return _reason(failure, verdict)
 
     # -- the API: ShufflerClient's, awaited
 
@@ -215,15 +225,17 @@ class AsyncShufflerClient(_Submitter):
 
     async def submit(
         self, reports: Iterable[PrivatizedReport] | PrivatizedReport, token: str | None = None
-    ) -> list[shuffler_pb2.ReportAck]:
-        """Submit ``reports`` (or one report), sealed in a thread; one ack per report (STORED or DUPLICATE).
+    ) -> list[ReportAck]:
+        """Submit ``reports`` (or one report), sealed in a thread; one ``ReportAck`` per report, and
+        ``QuotaExceeded`` with the acks of those stored when the quota runs out (``ShufflerClient.submit``).
         ``token`` overrides this client's token for this call."""
         return await self._run(self._submit(reports, token))
 
     async def submit_prepared(
         self, chunk: Sequence[shuffler_pb2.ClientReport], token: str | None = None
-    ) -> list[shuffler_pb2.ReportAck]:
-        """Submit already sealed reports (a retry reuses their idempotency ids, so it stores nothing twice)."""
+    ) -> list[ReportAck]:
+        """Submit already sealed reports as one request (a retry reuses their idempotency ids, so it stores
+        nothing twice); acks and the quota as ``submit``."""
         return await self._run(self._submit_prepared(chunk, token))
 
     async def check_curator_key(self, key_ids: Iterable[str], token: str | None = None) -> None:

@@ -2,6 +2,10 @@
 
 Input files hold one message per line (a user's text). Randomness comes from the OS
 CSPRNG; no noise vectors or noisy embeddings are ever printed.
+
+``lac client submit`` says how many lines were stored and why any others were not; it exits 0 when
+every line with a word to privatize was stored, ``PARTLY_STORED`` (3) when the shuffler's quota left
+some unstored (they are named, with when to submit them again), and 2 on any error.
 """
 
 from __future__ import annotations
@@ -10,22 +14,28 @@ import argparse
 import functools
 import json
 import sys
-from collections.abc import Callable
+import time
+import warnings
+from collections.abc import Callable, Iterable
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
-from lac.client.errors import LacClientError, UnsupportedText
+from lac.client.errors import LacClientError, PartlyUnsupportedText, QuotaExceeded, UnsupportedText
 from lac.client.presets import DEFAULT_PRESET, PRESETS
 from lac.common.cli import positive
 
 if TYPE_CHECKING:
     import numpy as np
 
+    from lac.client.acks import ReportAck
     from lac.client.embedding import Embedding
     from lac.client.localizer import PrivatizedReport
+    from lac.client.submit import ShufflerClient
     from lac.common.deployment import Deployment
 
 Command = Callable[[argparse.Namespace], int]
+PARTLY_STORED = 3  # `lac client submit`'s exit status when the quota left lines unstored
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -90,6 +100,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     sm = sub.add_parser(
         "submit",
         help="privatize each line and submit it as one report to a shuffler",
+        description="Privatize each line of FILE and submit it to the shuffler as one report of this client "
+        "(the deployment's quota allows a few per accounting window), then say how many lines were stored and why "
+        "any others were not: a line with no word to privatize is skipped, lines past the quota are named with "
+        "when the next window opens. Exit status: 0 when every line with a word was stored, "
+        f"{PARTLY_STORED} when the quota left some unstored, 2 on an error.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     common(
@@ -110,7 +125,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--connect-timeout",
         type=positive(float),
         default=10.0,
-        help="seconds to wait for a connection to the shuffler before giving up (naming it and why)",
+        help="seconds to wait for a shuffler that does not answer before giving up, naming it and why (a refused "
+        "connection fails at once)",
     )
     sm.add_argument(
         "--attempts",
@@ -122,7 +138,19 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     sm.add_argument("--ca", default="", help="CA certificate that signed the shuffler's TLS certificate")
     sm.add_argument("--cert", default="", help="client certificate (mTLS identity), optional")
     sm.add_argument("--key", default="", help="client certificate's key")
-    sm.add_argument("--token-file", type=Path, help="file holding this client's bearer token (or set LAC_CLIENT_TOKEN)")
+    who = sm.add_mutually_exclusive_group()
+    who.add_argument(
+        "--token-file", type=Path, help="file holding this client's bearer token (or set LAC_CLIENT_TOKEN)"
+    )
+    who.add_argument(
+        "--tokens",
+        type=Path,
+        metavar="FILE",
+        help='several clients\' tokens, as JSON lines with a "token" (what `lac shuffler add-clients` and `lac dev '
+        "up --clients N` in DIR/clients.jsonl write): the lines are dealt to these clients in turn, as if each "
+        "were another user's (to try a stack out; one person's lines sent as several clients are not protected "
+        "as one person's)",
+    )
     sm.add_argument("--insecure", action="store_true", help="plaintext payloads and channel, no TLS: local demos only")
     sm.set_defaults(func=_reported(_submit))
 
@@ -197,7 +225,25 @@ def _describe(emb: Embedding) -> str:
     return f"embedding {emb.name}: {emb.size} words, d={emb.dim}, diameter {emb.diameter():.6g}"
 
 
-def _localize(args: argparse.Namespace, deployment: Deployment | None = None) -> list[PrivatizedReport]:
+def _line_list(numbers: Iterable[int]) -> str:
+    """``[2, 3, 4, 7]`` as "lines 2-4, 7" ("line 7" for one)."""
+    ns = sorted(set(numbers))
+    runs: list[list[int]] = []
+    for n in ns:
+        if runs and n == runs[-1][-1] + 1:
+            runs[-1].append(n)
+        else:
+            runs.append([n])
+    spans = [f"{r[0]}-{r[-1]}" if len(r) > 1 else str(r[0]) for r in runs]
+    return ("line " if len(ns) == 1 else "lines ") + ", ".join(spans)
+
+
+def _localize(
+    args: argparse.Namespace, deployment: Deployment | None = None, on_unsupported: Literal["raise", "skip"] = "raise"
+) -> list[tuple[int, PrivatizedReport | None]]:
+    """The file's lines privatized, with their line numbers: one report per line (several for a long line
+    split), or None for a line with no word with ``on_unsupported="skip"`` ("raise": UnsupportedText naming
+    it). Lines with other letters besides words are named on stderr."""
     from lac.client.calibrate import mechanism_factory
     from lac.client.formats import open_embedding
     from lac.client.localizer import Localizer
@@ -228,19 +274,41 @@ def _localize(args: argparse.Namespace, deployment: Deployment | None = None) ->
     localizer = Localizer(emb, mech, deployment=deployment, long_text=args.long_text, calibrated=calibrated)
     print(f"nearest-word search: exact, {localizer.search_backend} backend", file=sys.stderr)
     bar = Progress("privatizing", len(lines))
-    reports = []
+    out: list[tuple[int, PrivatizedReport | None]] = []
+    partly: list[int] = []
     for i in range(0, len(lines), 256):
-        try:
-            reports.extend(localizer.privatize_many(lines[i : i + 256]))
-        except UnsupportedText as e:
-            raise UnsupportedText(f"line {numbered[i + e.index][0]} of {args.file}") from None
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", PartlyUnsupportedText)
+            try:
+                chunk = localizer.privatize_many(lines[i : i + 256], on_unsupported=on_unsupported)
+            except UnsupportedText as e:
+                raise UnsupportedText(f"line {numbered[i + e.index][0]} of {args.file}") from None
+        for w in caught:
+            if isinstance(w.message, PartlyUnsupportedText):
+                partly.extend(numbered[i + j][0] for j in w.message.indexes)
+            else:
+                warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+        after = i  # entries are in line order: a skipped line's None stands for the line after the last seen
+        for r in chunk:
+            text = i + r.text_index if r is not None else after
+            out.append((numbered[text][0], r))
+            after = text + 1
         bar.update(min(256, len(lines) - i))
     bar.close()
-    return reports
+    if partly:
+        one = len(set(partly)) == 1
+        print(
+            f"warning: {_line_list(partly)} of {args.file} {'has' if one else 'have'} letters or digits outside a-z "
+            f"and 0-9 (another script, or accented letters such as é): only {'its' if one else 'their'} words of a-z "
+            "and 0-9 were privatized",
+            file=sys.stderr,
+        )
+    return out
 
 
 def _privatize(args: argparse.Namespace) -> int:
-    for r in _localize(args):
+    for _, r in _localize(args):
+        assert r is not None  # (unsupported lines raised)
         if args.json:
             print(
                 json.dumps(
@@ -312,13 +380,29 @@ def _embedding_info(args: argparse.Namespace) -> int:
     return 0
 
 
-def _submit(args: argparse.Namespace) -> int:
+def _tokens(args: argparse.Namespace) -> list[str | None]:
+    """The clients' bearer tokens: ``--tokens`` (JSON lines), ``--token-file`` or ``$LAC_CLIENT_TOKEN``."""
     import os
 
+    if args.tokens is None:
+        return [args.token_file.read_text().strip() if args.token_file else os.environ.get("LAC_CLIENT_TOKEN")]
+    tokens: list[str | None] = []
+    for n, line in enumerate(args.tokens.read_text(encoding="utf-8").splitlines(), 1):
+        try:
+            entry = json.loads(line) if line.strip() else {}
+            if entry and entry.get("role", "client") == "client":  # (an operator's token cannot submit)
+                tokens.append(str(entry["token"]))
+        except (ValueError, AttributeError, KeyError):
+            raise SystemExit(f'error: --tokens {args.tokens}: line {n} is not a JSON object with a "token"') from None
+    if not tokens:
+        raise SystemExit(f'error: --tokens {args.tokens}: no client\'s "token" in it')
+    return tokens
+
+
+def _submit(args: argparse.Namespace) -> int:
     from lac.client.submit import ShufflerClient
     from lac.common import tls
     from lac.common.envelope import CuratorPublicKey
-    from lac.common.v1 import shuffler_pb2
 
     if str(args.file) != "-" and not args.file.is_file():
         raise SystemExit(f"error: {args.file}: no such file")  # before dialling the shuffler
@@ -329,12 +413,12 @@ def _submit(args: argparse.Namespace) -> int:
     except ValueError as e:
         raise SystemExit(f"error: {e}") from None
     key = CuratorPublicKey.load(args.curator_key) if args.curator_key else None
-    token = args.token_file.read_text().strip() if args.token_file else os.environ.get("LAC_CLIENT_TOKEN")
+    tokens = _tokens(args)
     with ShufflerClient(
         args.server,
         key,
         channel_tls,
-        token=token,
+        token=tokens[0],
         insecure=args.insecure,
         timeout=args.timeout,
         attempts=args.attempts,
@@ -345,10 +429,71 @@ def _submit(args: argparse.Namespace) -> int:
             print("WARNING: --insecure: reports travel in plaintext without TLS; local demos only", file=sys.stderr)
         print(f"deployment: {deployment.report_guarantee().statement()}", file=sys.stderr)
         try:
-            reports = _localize(args, deployment)
+            entries = _localize(args, deployment, on_unsupported="skip")
         except ValueError as e:
             raise SystemExit(f"error: {e}") from None
-        acks = client.submit(reports)
-    stored = sum(a.status == shuffler_pb2.ACK_STATUS_STORED for a in acks)
-    print(f"submitted {len(acks)} reports: {stored} stored, {len(acks) - stored} already stored")
-    return 0
+        acked, refusal = _send(client, [(n, r) for n, r in entries if r is not None], tokens)
+    return _summary(args, entries, acked, refusal, several=len(tokens) > 1)
+
+
+def _send(
+    client: ShufflerClient, reports: list[tuple[int, PrivatizedReport]], tokens: list[str | None]
+) -> tuple[list[tuple[int, ReportAck | None]], QuotaExceeded | None]:
+    """Submit ``reports`` (line number, report), the lines dealt to ``tokens`` in turn (a line's reports to one
+    client): each with its ack, None where the quota refused it, and the last quota refusal."""
+    order = {n: k for k, n in enumerate(dict.fromkeys(n for n, _ in reports))}
+    acked: list[tuple[int, ReportAck | None]] = []
+    refusal = None
+    for j, token in enumerate(tokens):
+        mine = [(n, r) for n, r in reports if order[n] % len(tokens) == j]
+        if not mine:
+            continue
+        try:
+            acks = list(client.submit([r for _, r in mine], token=token))
+        except QuotaExceeded as e:
+            acks, refusal = list(e.acks), e
+        acked += [(n, acks[k] if k < len(acks) else None) for k, (n, _) in enumerate(mine)]
+    return acked, refusal
+
+
+def _summary(
+    args: argparse.Namespace,
+    entries: list[tuple[int, PrivatizedReport | None]],
+    acked: list[tuple[int, ReportAck | None]],
+    refusal: QuotaExceeded | None,
+    several: bool,
+) -> int:
+    """Print what was stored and why the rest was not; the exit status (0, or ``PARTLY_STORED``)."""
+    from lac.client.acks import AckStatus
+
+    skipped = [n for n, r in entries if r is None]
+    refused = sorted({n for n, a in acked if a is None})
+    stored = sorted({n for n, _ in acked} - set(refused))
+    duplicates = sum(a is not None and a.status == AckStatus.DUPLICATE for _, a in acked)
+    reports = sum(a is not None for _, a in acked)
+    again = f" ({duplicates} of them already stored by an earlier attempt of this run)" if duplicates else ""
+    lines = len({n for n, _ in entries})
+    print(f"stored {len(stored)} of {lines} line{'s' * (lines != 1)} ({reports} report{'s' * (reports != 1)}){again}")
+    if refusal is not None:
+        wait = refusal.retry_after or 0.0
+        opens = datetime.fromtimestamp(time.time() + wait, UTC).strftime("%Y-%m-%d %H:%M UTC")
+        partly = sorted({n for n, a in acked if a is not None} & set(refused))
+        part = f" ({_line_list(partly)} only in part)" if partly else ""
+        others = (
+            "more clients in the --tokens file"
+            if several
+            else "other clients with --tokens FILE (`lac dev up --clients N` writes N clients' tokens to "
+            "DIR/clients.jsonl on its first start; `lac shuffler add-clients --count N --state-dir DIR/shuffler --out "
+            "FILE` registers more)"
+        )
+        print(
+            f"not stored: {_line_list(refused)}{part}: refused by the shuffler ({refusal.status_details}). Submit "
+            f"these lines again after {opens} (not the lines stored: each submission is a new report), or as "
+            f"{others}"
+        )
+    if skipped:
+        print(
+            f"skipped: {_line_list(skipped)} of {args.file}: no word to privatize (words are made of the letters "
+            "a-z and digits 0-9): nothing to submit"
+        )
+    return PARTLY_STORED if refused else 0

@@ -14,9 +14,13 @@ never a raw ``grpc.RpcError``.
         ├── DeploymentMismatch  a Localizer the curator's deployment would not accept (also a ValueError)
         └── EmbeddingUnavailable the embedding's wheel or reader is not installed (also a RuntimeError)
 
+    LacClientWarning            (a UserWarning)
+    └── PartlyUnsupportedText   texts privatized on their readable words only (letters of another script dropped)
+
 Errors from a server carry ``status_code`` (a ``grpc.StatusCode``), ``status_details`` (the
 server's message) and ``trailing`` (its trailing metadata); ``RetryableError.retry_after`` is
-the server's ``retry-after-seconds`` hint, if any. ``ShufflerClient`` raises them as
+the server's ``retry-after-seconds`` hint, if any; ``QuotaExceeded.acks`` are the acks of the reports
+the call stored before the quota refused the rest. ``ShufflerClient`` raises them as
 subclasses of ``grpc.RpcError`` too (with ``code()``, ``details()``, ``trailing_metadata()``),
 so code written against raw gRPC keeps working.
 
@@ -26,9 +30,12 @@ This module imports neither grpc nor numpy (only ``lac.common.text``, for what a
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from lac.common.text import WORD_CHARACTERS
+
+if TYPE_CHECKING:
+    from lac.client.acks import ReportAck
 
 # Trailing metadata as (key, value) pairs. grpc's stubs type the entries of an RpcError's as an opaque
 # ``_Metadatum`` (at run time a (key, value) namedtuple), hence ``Any`` where both must agree.
@@ -45,6 +52,8 @@ __all__ = [
     "UnsupportedText",
     "DeploymentMismatch",
     "EmbeddingUnavailable",
+    "LacClientWarning",
+    "PartlyUnsupportedText",
     "error_class_for_status",
 ]
 
@@ -99,8 +108,14 @@ class RetryableError(LacClientError):
 
 
 class QuotaExceeded(RetryableError):
-    """RESOURCE_EXHAUSTED: this client's reports for the accounting window are used up; the request
-    stored nothing. Retry after ``retry_after`` seconds (the next window)."""
+    """RESOURCE_EXHAUSTED: this client's reports for the accounting window are used up. Retry after
+    ``retry_after`` seconds (the next window). ``submit`` stores reports in order as long as the quota
+    allows, so ``acks`` (``ReportAck``s) are those of the first ``len(acks)`` reports given, all stored;
+    none after them was."""
+
+    def __init__(self, message: str, **kwargs: Any) -> None:
+        super().__init__(message, **kwargs)
+        self.acks: tuple[ReportAck, ...] = ()  # set by submit: the acks of the reports stored before the refusal
 
 
 class NotRetryableError(LacClientError):
@@ -133,6 +148,25 @@ class DeploymentMismatch(NotRetryableError, ValueError):
 
 class EmbeddingUnavailable(NotRetryableError, RuntimeError):
     """The requested embedding's source (wheel or reader library) is not installed."""
+
+
+class LacClientWarning(UserWarning):
+    """Base of the warnings the SDK gives (``warnings.warn``): something was done, but not all of it."""
+
+
+class PartlyUnsupportedText(LacClientWarning):
+    """Texts with letters or digits the tokeniser does not read (another script, accented letters such as
+    é) besides words it does: they were privatized on their words of a-z and 0-9 only, and the rest was
+    dropped on the device (never sent). ``indexes`` are their positions among the texts given."""
+
+    def __init__(self, indexes: Iterable[int], total: int) -> None:
+        self.indexes, self.total = tuple(indexes), total
+        shown = ", ".join(str(i + 1) for i in self.indexes[:10]) + (", ..." if len(self.indexes) > 10 else "")
+        which = "the text has" if total == 1 else f"{len(self.indexes)} of {total} texts (text {shown}) have"
+        super().__init__(
+            f"{which} letters or digits outside a-z and 0-9 (another script, or accented letters such as é): "
+            "only the words of a-z and 0-9 were privatized; the other characters were dropped on the device"
+        )
 
 
 _BY_STATUS: dict[str, type[LacClientError]] = {

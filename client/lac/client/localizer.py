@@ -14,6 +14,11 @@ mechanism, ε or embedding the curator would not accept, and keeps every report 
 deployment's L words: a longer text is truncated (default) or split into several reports
 (``long_text="split"``; each is one report of the client's quota).
 
+Words are what ``lac.common.text`` reads: runs of a-z and 0-9. A text with no such word is
+``UnsupportedText`` (raised, or skipped with ``on_unsupported="skip"``); one with letters or digits
+of another kind besides (another script, accented letters) is privatized on its readable words, with a
+``PartlyUnsupportedText`` warning naming it.
+
 Quick start: ``Localizer.from_preset("balanced")`` (GloVe 6B 50d and a measured ε, see
 ``lac.client.presets``); with a deployment, ``Localizer.for_deployment(deployment)``.
 """
@@ -21,18 +26,20 @@ Quick start: ``Localizer.from_preset("balanced")`` (GloVe 6B 50d and a measured 
 from __future__ import annotations
 
 import logging
+import re
 import threading
 import time
+import warnings
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from os import PathLike
-from typing import Any
+from typing import Any, Literal, overload
 
 import numpy as np
 import numpy.typing as npt
 
 from lac.client.embedding import Embedding, by_name
-from lac.client.errors import Cancelled, DeploymentMismatch, UnsupportedText
+from lac.client.errors import Cancelled, DeploymentMismatch, PartlyUnsupportedText, UnsupportedText
 from lac.client.mechanisms import LocalMechanism, MultivariateLaplace, RowArray
 from lac.client.nearest import NearestIndex
 from lac.client.presets import CALIBRATED_RANGE, DEFAULT_PRESET, PRESETS, Preset, get_preset
@@ -63,6 +70,7 @@ PROGRESS_INTERVAL = 0.1  # seconds: privatize_many calls its progress callback a
 _HOOK_CHUNK = 1 << 13  # words per pass with a progress callback or cancel event: a stop within ~0.3 s
 _HOOK_TEXTS = 256  # texts tokenised between two checks of the hook
 Progress = Callable[[int, int], object]  # progress(done, total) -> False cancels; anything else goes on
+_UNREAD = re.compile(r"[^\W_a-z0-9]")  # in lower-cased text: a letter or digit that is part of no word
 _clock = time.monotonic  # (a name tests replace)
 
 
@@ -118,6 +126,7 @@ class PrivatizedReport:
     embedding: str
     guarantee: Guarantee = field(compare=False)  # per word, with the report's composition in its details
     metadata: dict[str, Any] = field(default_factory=dict, compare=False)  # JSON-able guarantees and embedding facts
+    text_index: int = field(default=0, compare=False)  # its text's position among those privatized (never sent)
 
     @property
     def statement(self) -> str:
@@ -432,19 +441,44 @@ class Localizer:
             "nearest_neighbour": "exact Euclidean search (identical to float64 brute force)",
         }
 
+    @overload
     def privatize_many(
         self,
         texts: Iterable[str],
         *,
         progress: Progress | None = None,
         cancel: threading.Event | None = None,
-    ) -> list[PrivatizedReport]:
+        on_unsupported: Literal["raise"] = "raise",
+    ) -> list[PrivatizedReport]: ...
+    @overload
+    def privatize_many(
+        self,
+        texts: Iterable[str],
+        *,
+        progress: Progress | None = None,
+        cancel: threading.Event | None = None,
+        on_unsupported: Literal["skip"],
+    ) -> list[PrivatizedReport | None]: ...
+    def privatize_many(
+        self,
+        texts: Iterable[str],
+        *,
+        progress: Progress | None = None,
+        cancel: threading.Event | None = None,
+        on_unsupported: Literal["raise", "skip"] = "raise",
+    ) -> list[PrivatizedReport] | list[PrivatizedReport | None]:
         """Privatize each text; all words share one vectorised pass.
 
-        One report per text, except with a deployment and ``long_text="split"``, where a text
-        longer than the deployment's L words gives several consecutive reports. A text with no
-        word the tokeniser reads (another script, emoji only) raises ``UnsupportedText``; one that
-        is not a ``str`` (bytes, None) a TypeError; one over ``MAX_TEXT_CHARS`` characters a ValueError.
+        One report per text, in order, except with a deployment and ``long_text="split"``, where a text
+        longer than the deployment's L words gives several consecutive reports (each report's ``text_index``
+        says which text it is of). A text that is not a ``str`` (bytes, None) is a TypeError, one over
+        ``MAX_TEXT_CHARS`` characters a ValueError.
+
+        A text with no word the tokeniser reads (another script, emoji only) raises ``UnsupportedText``
+        naming it (``on_unsupported="raise"``, the default: nothing is returned), or stands as ``None`` where
+        its report would be (``"skip"``: with one report per text, the result lines up with ``texts``). A text
+        with such words besides others (``"hello 世界 world"``) is privatized on the words it has, and one
+        ``lac.client.PartlyUnsupportedText`` warning names every such text.
 
         Long runs: ``progress(done, total)`` is called at most every ``PROGRESS_INTERVAL`` (0.1 s) with
         the texts privatized so far, and once more with (total, total) at the end; returning False
@@ -452,12 +486,25 @@ class Localizer:
         cancelled run stops within one pass of 8,192 words (~0.3 s at 50,000 words on 2 cores) and raises
         ``Cancelled`` (with ``done`` and ``total``): no partial result, nothing sent.
         """
+        return self._privatize(texts, progress, cancel, on_unsupported)
+
+    def _privatize(
+        self,
+        texts: Iterable[str],
+        progress: Progress | None,
+        cancel: threading.Event | None,
+        on_unsupported: str,
+        stacklevel: int = 3,
+    ) -> list[PrivatizedReport | None]:
+        if on_unsupported not in ("raise", "skip"):
+            raise ValueError(f"on_unsupported must be 'raise' or 'skip', got {on_unsupported!r}")
         if isinstance(texts, (str, bytes, bytearray)):
             raise TypeError("privatize_many takes a list of texts: for one text use privatize(text)")
         texts = list(texts)
         _checked_texts(texts)
         hook = None if progress is None and cancel is None else _Hook(progress, cancel, len(texts))
-        reports_words = []
+        reports_words: list[tuple[int, list[list[str]] | None]] = []  # (text index, a report's sentences or None)
+        partly = []  # texts with letters or digits that are part of no word
         text_ends = []  # per text: the words of the reports so far (with a hook)
         n_words = 0
         for i, text in enumerate(texts):
@@ -465,14 +512,18 @@ class Localizer:
                 hook.check(0)
             sents = split_sentences(text)
             if not sents:
-                where = "the text" if len(texts) == 1 else f"text {i + 1} of {len(texts)}"
-                raise UnsupportedText(where, index=i)
-            fitted = fit_words(sents, self.max_words, self.long_text)
-            reports_words.extend(fitted)
-            if hook is not None:
+                if on_unsupported == "raise":
+                    raise UnsupportedText("the text" if len(texts) == 1 else f"text {i + 1} of {len(texts)}", index=i)
+                reports_words.append((i, None))
+            else:
+                if _UNREAD.search(text.lower()):
+                    partly.append(i)
+                fitted = fit_words(sents, self.max_words, self.long_text)
+                reports_words.extend((i, f) for f in fitted)
                 n_words += sum(len(s) for sents in fitted for s in sents)
+            if hook is not None:
                 text_ends.append(n_words)
-        flat = [tok for sents in reports_words for sent in sents for tok in sent]
+        flat = [tok for _, sents in reports_words for sent in sents or () for tok in sent]
         words_out = self.embedding.words
         if hook is None:
             out_rows = self.perturb_ids(self.ids(flat))
@@ -482,13 +533,17 @@ class Localizer:
             out_rows = self._perturb(
                 self.ids(flat), _HOOK_CHUNK, lambda done: checked.check(int(np.searchsorted(ends, done, "right")))
             )
-        reports, pos = [], 0
+        reports: list[PrivatizedReport | None] = []
+        pos = 0
         mech = self.mechanism
-        for sents in reports_words:
-            n = sum(len(s) for s in sents)
+        for i, report_sents in reports_words:
+            if report_sents is None:
+                reports.append(None)
+                continue
+            n = sum(len(s) for s in report_sents)
             rows = out_rows[pos : pos + n]
             perturbed, k = [], 0
-            for s in sents:
+            for s in report_sents:
                 perturbed.append(tuple(words_out[r] for r in rows[k : k + len(s)]))
                 k += len(s)
             pos += n
@@ -501,19 +556,25 @@ class Localizer:
                     embedding=self.embedding.name,
                     guarantee=self.guarantee(n),
                     metadata=self.metadata(n),
+                    text_index=i,
                 )
             )
         if progress is not None:
             progress(len(texts), len(texts))  # the end: its answer no longer matters
+        if partly:
+            warnings.warn(PartlyUnsupportedText(partly, len(texts)), stacklevel=stacklevel)
         return reports
 
     def privatize(self, text: str) -> PrivatizedReport:
         """Privatize one text as one report (truncated to the deployment's L words if longer;
-        in "split" mode a longer text is an error here: use ``privatize_many``)."""
-        reports = self.privatize_many([text])
+        in "split" mode a longer text is an error here: use ``privatize_many``). ``UnsupportedText`` and
+        ``PartlyUnsupportedText`` as ``privatize_many`` says."""
+        reports = self._privatize([text], None, None, "raise")
         if len(reports) != 1:
             raise ValueError(
                 f"the text has more than {self.max_words} words and this Localizer splits long texts: "
                 f"use privatize_many, which returns one report per part"
             )
-        return reports[0]
+        (report,) = reports
+        assert report is not None  # "raise": an unsupported text raised
+        return report

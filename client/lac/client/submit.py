@@ -20,18 +20,27 @@ raises ``NotRetryableError`` saying the lists differ, and it sends that digest w
 bootstrap again once (the list may have changed at a window boundary). Against an unsharded
 shuffler every call goes to the address given, as before.
 
-Failures surface as ``lac.client.errors`` (never a raw ``grpc.RpcError``): a shuffler that cannot
-be reached within ``connect_timeout`` (10 s by default) at once as ``RetryableError`` (UNAVAILABLE)
-naming its address and gRPC's reason; other transient ones (UNAVAILABLE, DEADLINE_EXCEEDED)
-after this client's own retries as ``RetryableError``, a used-up
-quota as ``QuotaExceeded``, credentials as ``AuthenticationError``, refused input as
-``InvalidReportError``; replicas that keep sending a client elsewhere as ``NotRetryableError``.
+Connecting: a call waits for a connection to the shuffler at most ``connect_timeout`` seconds (10 by
+default), for a host that does not answer. A connection attempt that fails (refused, no route, a name that
+does not resolve, a refused TLS handshake) fails the call at once instead, as ``RetryableError``
+(UNAVAILABLE) naming the address and gRPC's reason: waiting would not help, and nothing was sent. The one
+exception is a channel whose last attempt had failed before the call: the call gives gRPC's next attempt
+(the SDK's channels retry a failed connection after at most 1 s, not gRPC's default of up to 2 minutes; the
+call gives it ``STALE_GRACE``, 2 s) its chance, so a shuffler that has come back is reached.
+
+Failures surface as ``lac.client.errors`` (never a raw ``grpc.RpcError``): a shuffler that cannot be
+reached as said above, at once; other transient ones (UNAVAILABLE, DEADLINE_EXCEEDED) after this
+client's own retries as ``RetryableError``; a used-up quota as ``QuotaExceeded``, after storing as many
+of the reports, in order, as the quota allows (its ``acks``); credentials as ``AuthenticationError``,
+refused input as ``InvalidReportError``; replicas that keep sending a client elsewhere as
+``NotRetryableError``. Each report stored is acknowledged with a ``lac.client.ReportAck``.
 """
 
 from __future__ import annotations
 
 import functools
 import os
+import queue
 import threading
 import time
 from collections import OrderedDict
@@ -45,7 +54,8 @@ from google.protobuf.message import Message
 
 from lac.client import _grpc_errors
 from lac.client._grpc_errors import retry_after, trailing_of, wrap
-from lac.client.errors import DeploymentMismatch, LacClientError, Metadata, UnsupportedText
+from lac.client.acks import AckStatus, ReportAck
+from lac.client.errors import DeploymentMismatch, LacClientError, Metadata, QuotaExceeded, UnsupportedText
 from lac.client.presets import DEFAULT_PRESET, Preset
 from lac.common import envelope, retry, tls, tracing
 from lac.common.deployment import Deployment
@@ -68,6 +78,11 @@ LIST_CHECK_SECONDS = 2.0  # how long the SDK waits for a replica's shard-list di
 CONNECT_TIMEOUT = 10.0  # seconds: how long a call waits for a connection before the SDK gives up
 PROBE_SECONDS = 1.0  # a fail-fast call that asks gRPC why a channel in TRANSIENT_FAILURE cannot connect
 HEALTH_CHECK = "/grpc.health.v1.Health/Check"  # the probe's method
+# gRPC retries a failed connection after 1 s, then 1.6 times longer each time, up to 2 minutes: a channel
+# whose shuffler was down would fail calls for that long after it is back. The SDK's wait at most 1 s.
+CHANNEL_OPTIONS = (("grpc.initial_reconnect_backoff_ms", 200), ("grpc.max_reconnect_backoff_ms", 1000))
+STALE_GRACE = 2.0  # seconds: a call on a channel that failed before it waits this long for a new attempt (1 s ± 20%)
+_ACK_STATUS = {shuffler_pb2.ACK_STATUS_STORED: AckStatus.STORED, shuffler_pb2.ACK_STATUS_DUPLICATE: AckStatus.DUPLICATE}
 
 
 def _backoff() -> retry.Backoff:
@@ -116,10 +131,11 @@ def _replicas_disagree(why: str, refusal: LacClientError) -> LacClientError:
     )
 
 
-def _why(exc: grpc.RpcError | None) -> str:
-    """Why a channel did not connect, from a fail-fast probe's failure (None: the probe was answered)."""
+def _reason(exc: grpc.RpcError | None, verdict: str) -> str | None:
+    """Why a channel did not connect, from a fail-fast probe's failure after ``_Connecting``'s ``verdict``;
+    None when the probe was answered after a failed attempt (connected since: the call goes on)."""
     if exc is None:
-        return "it answered only after the wait"
+        return None if verdict == "failed" else "it answered only after the wait"
     code = exc.code() if callable(getattr(exc, "code", None)) else None
     if code == grpc.StatusCode.UNAVAILABLE:
         return exc.details() or "unavailable"
@@ -127,26 +143,61 @@ def _why(exc: grpc.RpcError | None) -> str:
     return "no answer to the connection attempt (a host that is down, or a firewall dropping it)"
 
 
-def _not_reached(address: str, seconds: float, what: str, why: str) -> LacClientError:
-    """The error for a call whose channel to ``address`` did not connect within ``seconds``, saying ``why``."""
-    return _grpc_errors.RetryableError(
-        f"{what} failed: UNAVAILABLE: could not reach the shuffler at {address} within {seconds:g} s: {why} "
-        f"(ShufflerClient(connect_timeout=...) waits longer)",
-        status_code=grpc.StatusCode.UNAVAILABLE,
-        status_details=why,
-    )
-
-
-def _unreachable(channel: grpc.Channel, address: str, seconds: float, what: str) -> LacClientError:
-    """The error for a channel to ``address`` that did not connect within ``seconds``, with gRPC's reason
-    (asked with a fail-fast call when the last attempt failed; a silent one is said to be unanswered)."""
+def _why(channel: grpc.Channel, verdict: str) -> str | None:
+    """``_reason`` of a channel that did not connect, asked with a fail-fast call (a failed attempt's reason
+    at once; a silent one is said to be unanswered)."""
     try:
         probe: Any = channel.unary_unary(HEALTH_CHECK)  # raw bytes: any answer will do
         probe(b"", timeout=PROBE_SECONDS, wait_for_ready=False)
         failure = None
     except grpc.RpcError as exc:
         failure = exc
-    return _not_reached(address, seconds, what, _why(failure))
+    return _reason(failure, verdict)
+
+
+def _not_reached(address: str, seconds: float | None, what: str, why: str) -> LacClientError:
+    """The error for a call whose channel to ``address`` did not connect, saying ``why``: within ``seconds``
+    (None: a connection attempt failed)."""
+    if seconds is None:
+        message = f"could not connect to the shuffler at {address}: {why}; nothing was sent"
+    else:
+        message = (
+            f"could not reach the shuffler at {address} within {seconds:g} s: {why} "
+            "(ShufflerClient(connect_timeout=...) waits longer)"
+        )
+    return _grpc_errors.RetryableError(
+        f"{what} failed: UNAVAILABLE: {message}", status_code=grpc.StatusCode.UNAVAILABLE, status_details=why
+    )
+
+
+class _Connecting:
+    """When a call waiting for its channel to connect gives up (see the module's docstring), from the
+    channel's states as they are seen (``see``) and the time: ``verdict`` is "failed" (a connection
+    attempt of this call failed), "timeout" (no connection within ``connect_timeout``) or None (wait at
+    most ``wait()`` seconds more for a state). ``stale``: the channel's last attempt failed before the call."""
+
+    def __init__(self, connect_timeout: float, stale: bool) -> None:
+        now = time.monotonic()
+        self.deadline = now + connect_timeout
+        self.fresh_from = now + STALE_GRACE if stale else now  # a TRANSIENT_FAILURE from then on is this call's
+        self.state: grpc.ChannelConnectivity | None = None
+
+    def see(self, state: grpc.ChannelConnectivity) -> None:
+        if state != grpc.ChannelConnectivity.TRANSIENT_FAILURE:  # a new attempt: its failure would be this call's
+            self.fresh_from = min(self.fresh_from, time.monotonic())
+        self.state = state
+
+    def verdict(self) -> str | None:
+        now = time.monotonic()
+        if self.state == grpc.ChannelConnectivity.TRANSIENT_FAILURE and now >= self.fresh_from:
+            return "failed"
+        return "timeout" if now >= self.deadline else None
+
+    def wait(self) -> float:
+        until = self.deadline
+        if self.state == grpc.ChannelConnectivity.TRANSIENT_FAILURE:
+            until = min(until, self.fresh_from)
+        return max(0.0, until - time.monotonic())
 
 
 def report_content(report: PrivatizedReport) -> reports_pb2.ReportContent:
@@ -163,6 +214,18 @@ def report_content(report: PrivatizedReport) -> reports_pb2.ReportContent:
             embedding=report.embedding,
         ),
     )
+
+
+def _acks(reply: shuffler_pb2.SubmitResponse, sent: int) -> list[ReportAck]:
+    """The typed acks of a Submit reply to ``sent`` reports."""
+    if len(reply.acks) != sent or any(a.status not in _ACK_STATUS for a in reply.acks):
+        raise _grpc_errors.NotRetryableError(
+            f"Shuffler.Submit answered {len(reply.acks)} acks to {sent} reports, or acks of a status this SDK does "
+            "not know: not a shuffler this SDK understands",
+            status_code=grpc.StatusCode.INTERNAL,
+            status_details="malformed acks",
+        )
+    return [ReportAck(_ACK_STATUS[a.status], a.idempotency_id) for a in reply.acks]
 
 
 def client_report(report: PrivatizedReport, curator_key: CuratorPublicKey | None) -> shuffler_pb2.ClientReport:
@@ -292,6 +355,7 @@ class _Submitter:
         self._replicas: OrderedDict[str, Any] = OrderedDict()  # address -> (channel, stub) of replicas
         self._lock = threading.Lock()
         self._curator_key_ids: frozenset[str] | None = None  # published by the curator's deployment, once asked
+        self._failing: set[str] = set()  # addresses whose channel's last connection attempt failed
 
     @staticmethod
     def _from_files(
@@ -332,8 +396,8 @@ class _Submitter:
         """``Shuffler.<name>(request)`` at ``address`` (default: the bootstrap address) with retries of transient
         failures (``lac.common.retry``'s policy: exponential back-off with full jitter, the server's
         ``retry-after-seconds`` a floor, all up to ``MAX_RETRY_WAIT``); a final failure is raised as a
-        ``lac.client.errors.LacClientError``. An attempt whose channel does not connect within
-        ``connect_timeout`` fails at once, not retried."""
+        ``lac.client.errors.LacClientError``. An attempt whose channel does not connect (``_Connecting``)
+        fails at once, not retried."""
         # the app's current OpenTelemetry span, if any, becomes the parent of the shuffler's span of this call
         metadata = (*(self.metadata if metadata is None else metadata), *tracing.inject())
         rpc = _Rpc(address or self.target, name, request, metadata)
@@ -341,7 +405,7 @@ class _Submitter:
         for attempt in range(1, self.attempts + 1):
             try:
                 return (yield rpc)
-            except LacClientError:  # not reached within connect_timeout: said at once, not retried
+            except LacClientError:  # could not connect: said at once, not retried
                 raise
             except grpc.RpcError as exc:
                 if exc.code() not in RETRYABLE or attempt == self.attempts:
@@ -354,45 +418,67 @@ class _Submitter:
 
     def _submit(
         self, reports: Iterable[PrivatizedReport] | PrivatizedReport, token: str | None
-    ) -> _Steps[list[shuffler_pb2.ReportAck]]:
+    ) -> _Steps[list[ReportAck]]:
         if self.curator_key is not None:  # before sealing anything to it
             yield from self._check_curator_key([self.curator_key.key_id], token)
-        acks: list[shuffler_pb2.ReportAck] = []
+        acks: list[ReportAck] = []
         chunk: list[PrivatizedReport] = []
-        for r in _as_list(reports):
-            chunk.append(r)
-            if len(chunk) == self.batch_size:
+        try:
+            for r in _as_list(reports):
+                chunk.append(r)
+                if len(chunk) == self.batch_size:
+                    sealed = yield _Compute(functools.partial(_sealed, chunk, self.curator_key))
+                    acks.extend((yield from self._submit_prepared(sealed, token)))
+                    chunk = []
+            if chunk:
                 sealed = yield _Compute(functools.partial(_sealed, chunk, self.curator_key))
                 acks.extend((yield from self._submit_prepared(sealed, token)))
-                chunk = []
-        if chunk:
-            sealed = yield _Compute(functools.partial(_sealed, chunk, self.curator_key))
-            acks.extend((yield from self._submit_prepared(sealed, token)))
+        except QuotaExceeded as exc:
+            exc.acks = (*acks, *exc.acks)  # the earlier chunks' too
+            raise
         return acks
 
     def _submit_prepared(
         self, chunk: Sequence[shuffler_pb2.ClientReport], token: str | None
-    ) -> _Steps[list[shuffler_pb2.ReportAck]]:
+    ) -> _Steps[list[ReportAck]]:
+        try:
+            return _acks((yield from self._send(chunk, token)), len(chunk))
+        except QuotaExceeded:
+            if len(chunk) == 1:
+                raise
+        # The quota refused the whole request, which stored nothing: store the reports one by one (same
+        # idempotency ids), as many as it takes, so that what a call stores is always its first reports.
+        acks: list[ReportAck] = []
+        for one in chunk:
+            try:
+                acks.extend(_acks((yield from self._send([one], token)), 1))
+            except QuotaExceeded as exc:
+                exc.acks = tuple(acks)
+                raise
+        return acks  # room for all of them after all (a new window began)
+
+    def _send(self, chunk: Sequence[shuffler_pb2.ClientReport], token: str | None) -> _Steps[Any]:
+        """One Submit of ``chunk`` to ``token``'s replica, following the sharded shuffler's refusals (its reply)."""
         yield from self._check_curator_key({r.payload.key_id for r in chunk if r.payload.key_id}, token)
         metadata = _bearer(token) if token else self.metadata
         token = token or self.token
         request = shuffler_pb2.SubmitRequest(reports=list(chunk))
         try:
             address = yield from self._address_for(token, metadata)
-            return list((yield from self._call("Submit", request, self._routed(metadata), address)).acks)
+            return (yield from self._call("Submit", request, self._routed(metadata), address))
         except LacClientError as exc:
             shard, refusal = _named_shard(exc), exc
             if shard is None and _refused_for_its_list(exc):  # routed by an outdated list: ask the bootstrap again
                 self._forget_routes()
                 address = yield from self._address_for(token, metadata)
-                return list((yield from self._call("Submit", request, self._routed(metadata), address)).acks)
+                return (yield from self._call("Submit", request, self._routed(metadata), address))
             if shard is None:
                 raise
         # A replica that does not serve this client named the one that does (nothing was stored): ask that
         # replica for the assignment and retry there once, with the same idempotency ids.
         address = yield from self._follow(token, metadata, shard, refusal)
         try:
-            return list((yield from self._call("Submit", request, self._routed(metadata), address)).acks)
+            return (yield from self._call("Submit", request, self._routed(metadata), address))
         except LacClientError as exc:
             again = _named_shard(exc)
             if again is None:
@@ -521,9 +607,10 @@ class ShufflerClient(_Submitter):
     Production use needs ``curator_key`` (reports are sealed to it) and ``tls`` (the CA
     that signed the shuffler's certificate, optionally a client certificate), plus a
     ``token`` unless the client certificate identifies the client. ``insecure=True``
-    allows plaintext payloads and channels for local demos only. A call gives up after
-    ``connect_timeout`` seconds without a connection (``RetryableError`` naming the address and
-    why), and each call may take ``timeout`` seconds. ``ShufflerClient.connect`` builds the same
+    allows plaintext payloads and channels for local demos only. A call gives up at once when a
+    connection attempt fails (refused, no route, unknown name) and after ``connect_timeout`` seconds
+    when none is answered (``RetryableError`` naming the address and why), and each call may take
+    ``timeout`` seconds. ``ShufflerClient.connect`` builds the same
     from file paths. ``target`` may be any replica of a sharded shuffler: each
     token's reports go to its own replica (``replica``), found and followed as the module says.
     For asyncio code, ``lac.client.AsyncShufflerClient`` does the same with the same arguments.
@@ -544,7 +631,7 @@ class ShufflerClient(_Submitter):
         super().__init__(
             target, curator_key, tls_config, token, insecure, batch_size, attempts, timeout, connect_timeout
         )
-        self.channel = tls.channel(target, tls_config)  # the bootstrap: the address given
+        self.channel = tls.channel(target, tls_config, CHANNEL_OPTIONS)  # the bootstrap: the address given
         self.stub = shuffler_pb2_grpc.ShufflerStub(self.channel)
 
     @classmethod
@@ -604,7 +691,7 @@ class ShufflerClient(_Submitter):
             return self.channel, self.stub
 
         def make(to: str) -> tuple[grpc.Channel, shuffler_pb2_grpc.ShufflerStub]:
-            channel = tls.channel(to, self.tls_config)
+            channel = tls.channel(to, self.tls_config, CHANNEL_OPTIONS)
             return channel, shuffler_pb2_grpc.ShufflerStub(channel)
 
         entry, evicted = self._replica_entry(address, make)
@@ -613,24 +700,38 @@ class ShufflerClient(_Submitter):
         return entry
 
     def _attempt(self, rpc: _Rpc, channel: grpc.Channel, stub: shuffler_pb2_grpc.ShufflerStub) -> Any:
-        """One call, waiting for a connection (``wait_for_ready``) at most ``connect_timeout`` seconds:
-        then it is cancelled and ``RetryableError`` (UNAVAILABLE) says the address and why. The channel's
-        state is watched without asking it to connect (the call does), so no watcher outlives it."""
-        settled = threading.Event()  # connected, or the call ended first
-
-        def watch(state: grpc.ChannelConnectivity) -> None:
-            if state == grpc.ChannelConnectivity.READY:
-                settled.set()
-
+        """One call, waiting for a connection (``wait_for_ready``) until ``_Connecting`` gives up: then it is
+        cancelled and ``RetryableError`` (UNAVAILABLE) says the address and why. The channel's state is
+        watched without asking it to connect (the call does), so no watcher outlives it."""
+        seen: queue.SimpleQueue[grpc.ChannelConnectivity | str] = queue.SimpleQueue()  # the states, then "ended"
+        watch = seen.put
+        connecting = _Connecting(self.connect_timeout, rpc.address in self._failing)
         channel.subscribe(watch, try_to_connect=False)
         try:
             call = getattr(stub, rpc.method).future(
                 rpc.request, timeout=self.timeout, wait_for_ready=True, metadata=rpc.metadata
             )
-            call.add_done_callback(lambda _: settled.set())
-            if not settled.wait(self.connect_timeout):
-                call.cancel()
-                raise _unreachable(channel, rpc.address, self.connect_timeout, f"Shuffler.{rpc.method}")
+            call.add_done_callback(lambda _: seen.put("ended"))
+            while True:
+                state: grpc.ChannelConnectivity | str | None
+                try:
+                    state = seen.get(timeout=connecting.wait())
+                except queue.Empty:  # time has passed: judge the same state again (None: none seen yet)
+                    state = connecting.state
+                if state == "ended" or state == grpc.ChannelConnectivity.READY:
+                    break
+                if isinstance(state, grpc.ChannelConnectivity):
+                    connecting.see(state)
+                verdict = connecting.verdict()
+                if verdict is not None:
+                    why = _why(channel, verdict)
+                    if why is None:  # connected since the attempt failed: the call goes on
+                        break
+                    call.cancel()
+                    self._failing.add(rpc.address)
+                    seconds = self.connect_timeout if verdict == "timeout" else None
+                    raise _not_reached(rpc.address, seconds, f"Shuffler.{rpc.method}", why)
+            self._failing.discard(rpc.address)
             return call.result()
         finally:
             channel.unsubscribe(watch)
@@ -648,17 +749,19 @@ class ShufflerClient(_Submitter):
 
     def submit(
         self, reports: Iterable[PrivatizedReport] | PrivatizedReport, token: str | None = None
-    ) -> list[shuffler_pb2.ReportAck]:
-        """Submit ``reports`` (or one report); returns one ack per report (STORED or DUPLICATE).
+    ) -> list[ReportAck]:
+        """Submit ``reports`` (or one report), ``batch_size`` per call; returns one ``ReportAck`` per report,
+        in order (status ``AckStatus.STORED``, or ``DUPLICATE`` for one a retried call had stored already).
 
+        When this client's quota for the window runs out, the reports before it are stored and
+        ``QuotaExceeded`` is raised with their acks (``acks``) and when to retry (``retry_after``).
         ``token`` overrides this client's token for this call (e.g. a simulation playing many clients).
         """
         return self._run(self._submit(reports, token))
 
-    def submit_prepared(
-        self, chunk: Sequence[shuffler_pb2.ClientReport], token: str | None = None
-    ) -> list[shuffler_pb2.ReportAck]:
-        """Submit already sealed reports (a retry reuses their idempotency ids, so it stores nothing twice)."""
+    def submit_prepared(self, chunk: Sequence[shuffler_pb2.ClientReport], token: str | None = None) -> list[ReportAck]:
+        """Submit already sealed reports as one request (a retry reuses their idempotency ids, so it stores
+        nothing twice); acks and the quota as ``submit``."""
         return self._run(self._submit_prepared(chunk, token))
 
     def check_curator_key(self, key_ids: Iterable[str], token: str | None = None) -> None:

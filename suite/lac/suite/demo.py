@@ -64,6 +64,7 @@ def run(args) -> int:
 def _run(args, workdir: Path) -> int:
     from concurrent.futures import ThreadPoolExecutor
 
+    from lac.client.acks import AckStatus
     from lac.client.embedding import glove_default
     from lac.client.localizer import Localizer
     from lac.client.mechanisms import MultivariateLaplace
@@ -157,7 +158,7 @@ def _run(args, workdir: Path) -> int:
             with ThreadPoolExecutor(8) as pool:
                 acks = [a for chunk in pool.map(submit, range(len(reports))) for a in chunk]
             bar.close()
-        stored = sum(a.status == shuffler_pb2.ACK_STATUS_STORED for a in acks)
+        stored = sum(a.status == AckStatus.STORED for a in acks)
 
         print("[4/6] waiting for the shuffled batch to reach the curator", flush=True)
         with CuratorClient.with_tls(curator.address, pki.client_tls("operator"), timeout=10) as ops:
