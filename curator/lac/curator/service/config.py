@@ -247,11 +247,12 @@ class CuratorConfig(ServiceSettings):
     )
     ingest_stall_seconds: float = setting(
         STALL_SECONDS,
-        "when batches wait on the ingest workers and none of their chunks "
-        "(up to 2,000 reports, well under a second each) has finished for this "
+        "when batches wait on the ingest workers and no worker has finished a "
+        "chunk (up to 2,000 reports, well under a second of work) for this "
         "long, the workers are taken to hang: those batches answer UNAVAILABLE "
         "(the shuffler sends them again) and the workers are killed and started "
-        "again, health NOT_SERVING meanwhile. A worker that dies fails its batch at once",
+        "again, health NOT_SERVING meanwhile. A worker that dies fails the "
+        "batches being counted at once",
     )
 
     def __post_init__(self) -> None:
