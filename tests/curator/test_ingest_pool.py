@@ -8,6 +8,7 @@ worker that hangs is bounded by ``ingest_stall_seconds``, and SIGTERM never wait
 from __future__ import annotations
 
 import math
+import multiprocessing
 import os
 import platform
 import random
@@ -226,9 +227,11 @@ def test_sigterm_never_waits_on_a_wedged_worker(tmp_path, public_corpus):
     calls, logged at the stop) plus PROMPT, the in-flight call answers, and no process is left (the stopped
     worker is killed). The old pool waited for that worker's chunk forever."""
     cur = serve_curator(tmp_path / "run", tmp_path / "state", public_corpus, "--ingest-workers", "2")
+    workers: list[int] = []
     try:
-        workers = _workers(cur)
         with Stubs(cur.address) as s:
+            assert s.ingest.IngestBatch(batch(BATCH), timeout=DEADLINE).accepted == BATCH  # the workers run
+            workers = _workers(cur)
             procs = descendants(cur.pid)
             for pid in workers:
                 os.kill(pid, signal.SIGSTOP)
@@ -242,7 +245,8 @@ def test_sigterm_never_waits_on_a_wedged_worker(tmp_path, public_corpus):
             took = time.monotonic() - t0
             call.join(PROMPT)
     finally:
-        cur.kill() if cur.process.poll() is None else None
+        if cur.process.poll() is None:
+            cur.kill()
         for pid in workers:
             if alive(pid):
                 os.kill(pid, signal.SIGKILL)
@@ -335,6 +339,31 @@ def test_the_pool_returns_chunks_in_order_and_their_errors():
     assert all_end(pids) == set()
     with pytest.raises(Unavailable, match="stopping"):
         pool.map([1.0])
+
+
+def test_close_while_workers_start_leaves_none():
+    """Workers still in their initializer (here it sleeps for 10 minutes: as a worker stopped while starting)
+    when the pool is closed: close returns promptly, the waiting job fails, and no worker process is left
+    (one left stopped would also hang the interpreter's exit, which joins its children)."""
+    pool = WorkerPool(2, time.sleep, (600,), len, stall_seconds=DEADLINE, what="sleepy worker")
+    ours = lambda: [p for p in multiprocessing.active_children() if p.name == "lac-sleepy worker"]  # noqa: E731
+    failed: list[Exception] = []
+
+    def wait_for_workers() -> None:
+        try:
+            pool.map([[1]])
+        except Exception as exc:
+            failed.append(exc)
+
+    job = threading.Thread(target=wait_for_workers)
+    job.start()
+    wait_until(lambda: len(ours()) == 2, timeout=PROMPT)
+    t0 = time.monotonic()
+    pool.close()
+    assert time.monotonic() - t0 < PROMPT
+    job.join(PROMPT)
+    assert not job.is_alive() and [type(e) for e in failed] == [Unavailable], failed
+    wait_until(lambda: not ours(), timeout=PROMPT)
 
 
 def test_where_no_worker_can_start_batches_are_opened_in_process(curator_key_dir, curator_public_key):

@@ -250,7 +250,7 @@ class WorkerPool:
                 return
             self._closed = True
             jobs = self._detach()
-            os.write(self._wake_w, b"x")
+            os.write(self._wake_w, b"x")  # the supervisor stops, killing a crew it is starting
             self._changed.notify_all()
         self._fail(jobs, lambda: Unavailable("the curator is stopping", retry_after=1))
         if self._supervisor is not None:
@@ -419,6 +419,8 @@ class WorkerPool:
                     try:
                         crew = self._spawn()
                     except Exception as exc:
+                        if self._closed:
+                            break
                         failures += 1
                         if self._start_failed(exc, failures):
                             return
@@ -519,8 +521,17 @@ class WorkerPool:
                     theirs.close()  # the worker has its own copy: ours must not keep the pipe open after it ends
             deadline = time.monotonic() + START_SECONDS
             for p, conn in started:
-                if conn not in wait([conn, p.sentinel], max(0.0, deadline - time.monotonic())):
-                    raise RuntimeError(f"a {self.what} process did not start within {START_SECONDS:g} s")
+                while conn not in (
+                    ready := wait([conn, p.sentinel, self._wake_r], max(0.0, deadline - time.monotonic()))
+                ):
+                    if self._closed:
+                        raise RuntimeError("closed while starting")
+                    if not ready:
+                        raise RuntimeError(f"a {self.what} process did not start within {START_SECONDS:g} s")
+                    if self._wake_r in ready:  # a failure of jobs meanwhile: this crew is still wanted
+                        os.read(self._wake_r, 1 << 10)
+                    else:
+                        raise RuntimeError(f"a {self.what} process ended while starting")
                 try:
                     pid = conn.recv()
                 except EOFError:
