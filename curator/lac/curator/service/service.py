@@ -9,10 +9,10 @@ Ingest rules
   processes. A report that cannot be opened or is invalid is quarantined (sealed bytes, reason,
   detail) and counted by reason (``lac.common.errors.RejectReason``); it never fails the batch.
   Reasons come from the envelope's error (else "malformed") or are "invalid" (validation) /
-  "internal" (an unexpected error while opening). If a worker process dies (or none of the batch's
-  chunks finishes for ``ingest_stall_seconds``), nothing of the batch is stored, the call answers
-  UNAVAILABLE at once (the shuffler retries it) and the workers are started again, health
-  NOT_SERVING meanwhile.
+  "internal" (an unexpected error while opening). If a worker process dies (or no worker finishes a chunk
+  for ``ingest_stall_seconds`` while batches wait), nothing of the batches being counted is stored,
+  their calls answer UNAVAILABLE at once (the shuffler retries them) and the workers are started
+  again, health NOT_SERVING meanwhile.
 * A report id already seen within ``replay_window_days`` (or twice in one batch) is counted as
   "replayed_report_id" and dropped, not quarantined (its first copy is stored; keeping replays
   would let a replayer fill the disk). Older ids are forgotten: the window bounds the state.
