@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import os
 import random
+import signal
+import time
 
 import grpc
 from lac_testkit import ServeProc, batch_privacy, content
@@ -162,3 +164,69 @@ def random_stored(root, rng, n_segments: int, reports_in_segment) -> StoredRepor
         segments.write(path, report_items(reports, 3), {"batch_id": f"b{k}"})
         paths.append(path)
     return StoredReports(paths, vocab)
+
+
+# -- processes (from /proc) --------------------------------------------------------------------------
+
+
+def _parents() -> dict[int, list[int]]:
+    """Every live process's children (from /proc; zombies left out)."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if fields[0] != "Z":
+                children.setdefault(int(fields[1]), []).append(int(entry))
+    return children
+
+
+def descendants(root: int) -> set[int]:
+    """Every live process below ``root`` (from /proc)."""
+    children = _parents()
+    found, todo = set(), [root]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.add(child)
+            todo.append(child)
+    return found
+
+
+def ingest_processes(curator: int) -> tuple[int | None, int | None, list[int]]:
+    """(forkserver, resource tracker, ingest workers) of a curator process: its multiprocessing helpers are
+    its children, named by their command lines, and its ingest workers the forkserver's children."""
+    children = _parents()
+    forkserver = tracker = None
+    for pid in children.get(curator, []):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                cmdline = f.read()
+        except OSError:
+            continue
+        if b"multiprocessing.forkserver" in cmdline:
+            forkserver = pid
+        elif b"multiprocessing.resource_tracker" in cmdline:
+            tracker = pid
+    return forkserver, tracker, sorted(children.get(forkserver, [])) if forkserver else []
+
+
+def alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie waiting for its reaper does not)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def all_end(pids, timeout: float = 10.0) -> set[int]:
+    """The pids still running after up to ``timeout`` seconds (then killed, not to outlive the test)."""
+    deadline = time.monotonic() + timeout
+    while (left := {p for p in pids if alive(p)}) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    for pid in left:
+        os.kill(pid, signal.SIGKILL)
+    return left

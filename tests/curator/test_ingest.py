@@ -1,12 +1,10 @@
 """All-core ingest (lac.curator.store.ingest): the same accepted reports, quarantine and segment bytes on
-one process or a pool of workers, and a dead worker fails the batch retryably without storing any
-of it."""
+one process or a pool of workers, warm workers, and none left by a killed curator (workers killed and
+hanging: test_ingest_pool.py)."""
 
 from __future__ import annotations
 
 import itertools
-import os
-import signal
 import subprocess
 import sys
 import time
@@ -14,7 +12,7 @@ import time
 import grpc
 import numpy as np
 import pytest
-from curator_testkit import Stubs, batch, serve_curator
+from curator_testkit import Stubs, all_end, batch, descendants, serve_curator
 from lac_testkit import DEPLOYMENT, batch_privacy, content, wait_until
 
 from lac.common import envelope
@@ -163,42 +161,6 @@ def test_open_chunk_quarantines_what_is_not_a_sealed_payload(curator_key_dir, cu
     assert (q.reason, q.sealed) == ("malformed", b"\xff\xff\xff") and "not a SealedPayload" in q.detail
 
 
-def _wait_gone(pids, timeout=10.0):
-    deadline = time.monotonic() + timeout
-    for pid in pids:
-        while time.monotonic() < deadline:
-            try:
-                os.kill(pid, 0)
-            except ProcessLookupError:
-                break
-            time.sleep(0.02)
-
-
-def test_a_dead_worker_fails_the_batch_retryably(start_curator, curator_public_key, text):
-    """A worker killed (as by the OOM killer): the batch answers UNAVAILABLE, none of it is
-    stored, and the shuffler's retry is stored whole by a new pool."""
-    seal = lambda c: envelope.seal(c, curator_public_key)  # noqa: E731
-    rng = np.random.default_rng(3)
-    cur = start_curator(ingest_workers=2)
-    pool = cur.curator._ingest
-    with grpc.insecure_channel(cur.address) as ch:
-        assert ingest(ch, "b1", [seal(c) for c in good_reports(text, rng, 250)]).accepted == 250
-        pids = pool.worker_pids()
-        assert len(pids) == 2
-        for pid in pids:  # the pool's own workers, started by this test's curator
-            os.kill(pid, signal.SIGKILL)
-        _wait_gone(pids)
-        batch = [seal(c) for c in good_reports(text, rng, 300)]
-        with pytest.raises(grpc.RpcError) as err:
-            ingest(ch, "b2", batch)
-        assert err.value.code() == grpc.StatusCode.UNAVAILABLE and "retry" in err.value.details()
-        status = curator_pb2_grpc.CuratorStub(ch).GetStatus(curator_pb2.CuratorStatusRequest(), timeout=5)
-        assert (status.batches, status.reports) == (1, 250)
-        reply = ingest(ch, "b2", batch)
-        assert (reply.accepted, reply.rejected, reply.duplicate) == (300, 0, False)
-        assert set(pool.worker_pids()).isdisjoint(pids)
-
-
 def test_the_workers_start_with_the_curator_and_stay(start_curator, curator_public_key, text):
     """No batch waits for worker processes: the curator starts its pool with the server, and the same
     workers count every pooled batch; below ``min_pool_batch`` a batch is opened in process."""
@@ -220,45 +182,6 @@ def test_the_workers_start_with_the_curator_and_stay(start_curator, curator_publ
     assert one.start() == [] and one.worker_pids() == []
 
 
-def _descendants(root: int) -> set[int]:
-    """Every live process below ``root`` (from /proc)."""
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as f:
-                    fields = f.read().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            if fields[0] != "Z":
-                children.setdefault(int(fields[1]), []).append(int(entry))
-    found, todo = set(), [root]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            found.add(child)
-            todo.append(child)
-    return found
-
-
-def _alive(pid: int) -> bool:
-    """Whether ``pid`` runs (a zombie waiting for its reaper does not)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
-
-
-def _all_end(pids, timeout: float = 10.0) -> set[int]:
-    """The pids still running after up to ``timeout`` seconds (then killed, not to outlive the test)."""
-    deadline = time.monotonic() + timeout
-    while (left := {p for p in pids if _alive(p)}) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    for pid in left:
-        os.kill(pid, signal.SIGKILL)
-    return left
-
-
 def test_a_killed_curator_takes_its_ingest_workers_forkserver_and_tracker_with_it(tmp_path, public_corpus):
     """SIGKILL of a real curator (as by the OOM killer) after a pooled batch: its ingest workers
     (which hold its private keys), the forkserver and the resource tracker all end within seconds."""
@@ -266,11 +189,11 @@ def test_a_killed_curator_takes_its_ingest_workers_forkserver_and_tracker_with_i
     try:
         with Stubs(cur.address) as s:
             assert s.ingest.IngestBatch(batch(250), timeout=60).accepted == 250
-        procs = _descendants(cur.pid)
+        procs = descendants(cur.pid)
         assert len(procs) >= 4  # two workers, the forkserver, the resource tracker
     finally:
         cur.kill()
-    assert _all_end(procs) == set()
+    assert all_end(procs) == set()
 
 
 def test_a_killed_curator_takes_its_release_workers_with_it(tmp_path):
@@ -285,13 +208,13 @@ def test_a_killed_curator_takes_its_release_workers_with_it(tmp_path):
     proc = subprocess.Popen([sys.executable, "-c", script])
     try:
         deadline = time.monotonic() + 60
-        while len(procs := _descendants(proc.pid)) < 4 and time.monotonic() < deadline:
+        while len(procs := descendants(proc.pid)) < 4 and time.monotonic() < deadline:
             time.sleep(0.1)
         assert len(procs) >= 4  # two workers, the forkserver, the resource tracker
     finally:
         proc.kill()
         proc.wait()
-    assert _all_end(procs) == set()
+    assert all_end(procs) == set()
 
 
 def test_a_batch_is_scanned_as_protobuf_parses_it():

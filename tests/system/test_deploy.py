@@ -401,7 +401,7 @@ def test_dashboard_queries_only_metrics_the_services_expose(start_curator, start
             have = set().union(*sampled)
             assert not sampled or labels <= have, f"{panel['title']}: labels {labels - have} not on {sorted(metrics)}"
             used |= metrics
-    # What the dashboard must show: ingest, rejects, releases, budget, latency, storage health.
+    # What the dashboard must show: ingest, rejects, releases, budget, latency, storage and ingest workers' health.
     for name in (
         "lac_shuffler_reports_accepted_total",
         "lac_curator_reports_ingested_total",
@@ -413,6 +413,7 @@ def test_dashboard_queries_only_metrics_the_services_expose(start_curator, start
         "lac_curator_rpc_seconds_bucket",
         "lac_shuffler_storage_ok",
         "lac_curator_storage_ok",
+        "lac_curator_ingest_pool_ok",
     ):
         assert name in used, f"the dashboard does not show {name}"
 
@@ -429,7 +430,8 @@ def _alert_rules() -> list[dict]:
 
 def test_alert_rules_are_loaded_by_the_monitoring_profile():
     """prometheus.yml names alerts.yml relative to itself, and compose mounts it beside the config; every rule has
-    a severity, a summary and a description, and the rules cover storage, backlog, budget and quarantine."""
+    a severity, a summary and a description, and the rules cover storage, ingest workers, backlog, budget and
+    quarantine."""
     config = yaml.safe_load((PROMETHEUS_DIR / "prometheus.yml").read_text())
     assert config["rule_files"] == ["alerts.yml"]
     mounts = _bind_mounts("prometheus")
@@ -450,6 +452,9 @@ def test_alert_rules_are_loaded_by_the_monitoring_profile():
         "lac_shuffler_buffered_reports",
         "lac_curator_budget_epsilon_remaining",
         "lac_curator_reports_rejected_total",
+        "lac_curator_ingest_pool_ok",
+        "lac_curator_ingest_worker_deaths_total",
+        "lac_curator_ingest_stalls_total",
     ):
         assert name in used, f"no alert watches {name}"
 

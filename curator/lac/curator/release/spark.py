@@ -298,6 +298,9 @@ class SparkIngest:
     (``spark.authenticate``, ``spark.network.crypto.enabled``, ``spark.io.encryption.enabled``;
     TLS to a Spark Connect server)."""
 
+    ok = True  # no local worker processes to break (Spark retries its own tasks)
+    deaths = stalls = 0
+
     def __init__(
         self,
         ctx: Any,

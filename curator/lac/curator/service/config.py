@@ -17,6 +17,7 @@ from lac.common.config import ServiceSettings, setting
 from lac.common.deployment import DEFAULT_EMBEDDING, DEFAULT_EMBEDDING_DIAMETER, Deployment
 from lac.common.rpc import Role, parse_names
 from lac.curator.runner.preview import MIN_SIGNAL_SHARE
+from lac.curator.store.ingest import STALL_SECONDS
 
 ENV_PREFIX = "LAC_CURATOR_"
 CORES = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
@@ -244,6 +245,15 @@ class CuratorConfig(ServiceSettings):
         "every core this process may use; 1 = in the server process). Batches "
         "under 200 reports are opened in the server process",
     )
+    ingest_stall_seconds: float = setting(
+        STALL_SECONDS,
+        "when batches wait on the ingest workers and no worker has finished a "
+        "chunk (up to 2,000 reports, well under a second of work) for this "
+        "long, the workers are taken to hang: those batches answer UNAVAILABLE "
+        "(the shuffler sends them again) and the workers are killed and started "
+        "again, health NOT_SERVING meanwhile. A worker that dies fails the "
+        "batches being counted at once",
+    )
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -284,6 +294,8 @@ class CuratorConfig(ServiceSettings):
             raise ValueError("stall_timeout_seconds must be positive")
         if self.ingest_workers < 1:
             raise ValueError("ingest_workers must be at least 1")
+        if not self.ingest_stall_seconds > 0:
+            raise ValueError("ingest_stall_seconds must be positive")
         for name in ("engine", "ingest_engine"):
             if getattr(self, name) not in ("local", "spark"):
                 raise ValueError(f"{name} must be 'local' or 'spark'")

@@ -44,6 +44,27 @@ class CuratorMetrics:
             ),
             GaugeMetricFamily("lac_curator_budget_delta", "δ budget of each accounting window.", value=budget.delta),
         ]
+        ingest = c._ingest
+        out += [
+            GaugeMetricFamily(
+                "lac_curator_ingest_pool_ok",
+                "1 while the ingest workers run (or batches are opened in process), 0 "
+                "while they are started again after one died or stalled (health NOT_SERVING).",
+                value=int(ingest.ok),
+            ),
+            CounterMetricFamily(
+                "lac_curator_ingest_worker_deaths_total",
+                "Times an ingest worker process (or its forkserver) ended on its own, e.g. killed by "
+                "the OOM killer: the batches in the pool answered UNAVAILABLE and the workers were started again.",
+                value=ingest.deaths,
+            ),
+            CounterMetricFamily(
+                "lac_curator_ingest_stalls_total",
+                "Times no ingest chunk finished within ingest_stall_seconds while batches waited: they "
+                "answered UNAVAILABLE and the workers were killed and started again.",
+                value=ingest.stalls,
+            ),
+        ]
         try:
             free = shutil.disk_usage(c.config.state_dir).free
             out.append(

@@ -9,8 +9,10 @@ Ingest rules
   processes. A report that cannot be opened or is invalid is quarantined (sealed bytes, reason,
   detail) and counted by reason (``lac.common.errors.RejectReason``); it never fails the batch.
   Reasons come from the envelope's error (else "malformed") or are "invalid" (validation) /
-  "internal" (an unexpected error while opening). If a worker process dies, nothing of the batch is stored and
-  the call answers UNAVAILABLE (the shuffler retries it).
+  "internal" (an unexpected error while opening). If a worker process dies (or no worker finishes a chunk
+  for ``ingest_stall_seconds`` while batches wait), nothing of the batches being counted is stored,
+  their calls answer UNAVAILABLE at once (the shuffler retries them) and the workers are started
+  again, health NOT_SERVING meanwhile.
 * A report id already seen within ``replay_window_days`` (or twice in one batch) is counted as
   "replayed_report_id" and dropped, not quarantined (its first copy is stored; keeping replays
   would let a replayer fill the disk). Older ids are forgotten: the window bounds the state.
@@ -151,12 +153,13 @@ class Curator:
         self.store = CuratorStore(config.state_dir, config.quarantine_max_rows, config.min_free_disk_bytes)
         export.clear_spool(config.state_dir)  # what an export running when the curator stopped left
         self.health = Health(SERVICE_NAMES)
+        self._health_lock = threading.Lock()
         self.storage = StorageGuard(
             "curator storage (segments and SQLite)",
             "IngestBatch and Release answer UNAVAILABLE and health is "
             "NOT_SERVING; acknowledged batches and releases are kept",
             probe=lambda: self._run_raw(self.store.probe),
-            on_change=self.health.set_serving,
+            on_change=self._serving,
             check_space=lambda: self._run_raw(self.store.check_space),
             stall_seconds=config.stall_timeout_seconds,
             stall_setting="stall_timeout_seconds",
@@ -189,13 +192,20 @@ class Curator:
                 self._spark, session = spark, spark.session
             self._ingest = SparkIngest(ingest, session, master=config.spark_master)
         else:
-            self._ingest = IngestPool(ingest, config.ingest_workers)
+            self._ingest = IngestPool(
+                ingest, config.ingest_workers, stall_seconds=config.ingest_stall_seconds, on_change=self._serving
+            )
         self._ingest_started: asyncio.Future[list[int]] | None = None  # the workers' start (start())
         self._models: OrderedDict[str, NgramModel] = OrderedDict()
         self._model_lock = asyncio.Lock()
         self._channel: asyncio.Future[NgramChannel | None] | None = None  # the local channel, once started
         self._closing = threading.Event()
         self.metrics = CuratorMetrics(self)  # served at metrics_host:metrics_port once started (operator only)
+
+    def _serving(self, _changed: bool = True) -> None:
+        """Health SERVING while the storage works and the ingest workers run (called from any thread)."""
+        with self._health_lock:
+            self.health.set_serving(self.storage.ok and self._ingest.ok)
 
     async def _run_raw(self, fn, *args):
         return await asyncio.get_running_loop().run_in_executor(self._db, fn, *args)

@@ -23,22 +23,22 @@ round trip (pickling the payloads and the counts, merging the chunks) costs more
 core saves (measured: ``benchmarks/bench_ingest.py --sizes``). The key ring reaches each worker
 once, through the pool's initializer, which also ties the worker's life to the curator's
 (``lac.curator.base.lifeline``: a killed curator leaves no worker holding its keys); a worker keeps
-nothing else between chunks.
+nothing else between chunks. Each worker has its own pipe (``lac.curator.base.workers``): one killed
+at any instant, the OOM killer's way, fails the batches in the pool at once with UNAVAILABLE (the
+shuffler sends them again; the store keeps a batch id once) and the workers are started again, as when
+no chunk finishes for ``ingest_stall_seconds``.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import logging
 import math
-import multiprocessing
 import os
 import signal
-import threading
-from collections.abc import Sequence
-from concurrent.futures import CancelledError, Future, ProcessPoolExecutor
-from concurrent.futures.process import BrokenProcessPool
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -48,12 +48,13 @@ from google.protobuf.message import DecodeError
 
 from lac.common import envelope
 from lac.common.checks import check_int
-from lac.common.errors import LacError, RejectReason, Unavailable
+from lac.common.errors import LacError, RejectReason
 from lac.common.serde import mechanism_id
 from lac.common.text import BOS, EOS, UNK
 from lac.common.v1 import reports_pb2
 from lac.curator.base.lifeline import die_with
 from lac.curator.base.ngrams import ReportItems, keyed_report_items, spell
+from lac.curator.base.workers import NoWorkers, WorkerPool
 from lac.curator.store.store import Quarantined
 
 if TYPE_CHECKING:
@@ -71,6 +72,7 @@ __all__ = [
     "IngestPool",
     "MIN_POOL_BATCH",
     "CHUNK_REPORTS",
+    "STALL_SECONDS",
 ]
 
 log = logging.getLogger(__name__)
@@ -83,6 +85,9 @@ reports on (1.26x; 1.43x at 200) while the second core was free, and lost (0.80-
 another job held it; a cold pool lost up to 5,000."""
 CHUNK_REPORTS = 2000
 """A pooled batch is split into chunks of at most about this many reports, a multiple of the workers."""
+STALL_SECONDS = 60.0
+"""Default bound on the pool's silence: no chunk finished for this long while batches wait fails them
+(``ingest_stall_seconds``); a chunk takes well under a second."""
 _RESERVED_TOKENS = frozenset({BOS, EOS, UNK})
 
 
@@ -372,13 +377,9 @@ def _install(ctx: IngestContext, owner: int) -> None:
     die_with(owner)  # and a killed server takes its workers (and their keys) with it
     _WORKER_CTX = ctx
     _keyring(ctx)
-
-
-def _ready() -> int:
-    """A no-op task that makes the pool start a worker (its initializer loads the key ring); its pid."""
-    if _WORKER_CTX is None:
-        raise RuntimeError("the ingest worker was not initialised")
-    return os.getpid()
+    # First-use costs paid now, not by the first chunk (pyarrow imports pandas, if installed, on its first
+    # array: ~0.2 s of CPU, which made a new worker's first chunk ~50x slower than the next).
+    count_chunk(OpenedChunk([b""], [[["ready"]]], []), ctx.max_n)
 
 
 def _work(payloads: list[bytes]) -> CountedChunk:
@@ -394,20 +395,65 @@ def _split(n: int, parts: int) -> list[tuple[int, int]]:
 
 class IngestPool:
     """Runs ``ingest_chunk`` over batches: in the calling process for ``workers`` = 1 or a batch of
-    fewer than ``min_pool_batch`` reports (default ``MIN_POOL_BATCH``), else on a pool of ``workers``
-    processes (forkserver: safe next to gRPC's threads), started by ``start`` (the curator calls it
-    when it starts) or on first use, kept warm between batches, and started again after a worker died."""
+    fewer than ``min_pool_batch`` reports (default ``MIN_POOL_BATCH``), else on ``workers`` processes
+    (``lac.curator.base.workers.WorkerPool``, forkserver: safe next to gRPC's threads), started by
+    ``start`` (the curator calls it when it starts) or on first use and kept warm between batches. A
+    worker that dies, or no chunk finishing for ``stall_seconds``, fails the batches in the pool with
+    ``Unavailable`` at once and the workers are started again; ``on_change(ok)`` says when the pool
+    breaks and when it works again. Where no worker process can be started, batches are opened in the
+    calling process."""
 
-    def __init__(self, ctx: IngestContext, workers: int, min_pool_batch: int = MIN_POOL_BATCH):
+    def __init__(
+        self,
+        ctx: IngestContext,
+        workers: int,
+        min_pool_batch: int = MIN_POOL_BATCH,
+        stall_seconds: float = STALL_SECONDS,
+        on_change: Callable[[bool], None] | None = None,
+    ):
         workers = check_int(workers, "workers")
         min_pool_batch = check_int(min_pool_batch, "min_pool_batch")
-        self.ctx, self.workers, self.min_pool_batch = ctx, workers, min_pool_batch
-        self._pool: ProcessPoolExecutor | None = None
-        self._lock = threading.Lock()
-        self._closed = False
+        self.ctx, self.min_pool_batch = ctx, min_pool_batch
+        self._pool = (
+            WorkerPool(
+                workers,
+                _install,
+                (ctx, os.getpid()),  # the key ring reaches each worker once, here
+                _work,
+                stall_seconds=stall_seconds,
+                stall_setting="ingest_stall_seconds",
+                preload=["lac.curator.store.ingest"],
+                on_change=on_change,
+                what="ingest worker",
+            )
+            if workers > 1
+            else None
+        )
 
-    def _chunks(self, n: int) -> list[tuple[int, int]]:
-        return _split(n, self.workers * math.ceil(n / (self.workers * CHUNK_REPORTS)))  # whole rounds
+    @property
+    def workers(self) -> int:
+        """Processes counting pooled batches (1: every batch in the calling process)."""
+        return 1 if self._pool is None or self._pool.gave_up else self._pool.size
+
+    @property
+    def ok(self) -> bool:
+        """False while the workers are being started again after one died or stalled."""
+        return self._pool is None or self._pool.ok
+
+    @property
+    def deaths(self) -> int:
+        """Times a worker process (or its forkserver) ended on its own."""
+        return self._pool.deaths if self._pool is not None else 0
+
+    @property
+    def stalls(self) -> int:
+        """Times no chunk finished within ``stall_seconds`` while batches waited."""
+        return self._pool.stalls if self._pool is not None else 0
+
+    def _chunks(self, payloads: Sequence[bytes]) -> list[list[bytes]]:
+        n = len(payloads)
+        parts = self.workers * math.ceil(n / (self.workers * CHUNK_REPORTS))  # whole rounds
+        return [list(payloads[a:b]) for a, b in _split(n, parts)]
 
     def pooled(self, n_reports: int) -> bool:
         """Whether a batch of ``n_reports`` goes to the worker processes."""
@@ -416,95 +462,30 @@ class IngestPool:
     def start(self) -> list[int]:
         """Start every worker now (blocking: run it off the event loop) so that no batch waits for them;
         the workers' process ids ([] with one worker, where no process can be started, or when the pool was
-        closed or broken meanwhile: the next batch starts it again). Never raises."""
-        if self.workers == 1:
-            return []
-        pool = None
-        try:
-            pool = self._get_pool()
-            return [f.result() for f in [pool.submit(_ready) for _ in range(self.workers)]]
-        except BrokenProcessPool as exc:
-            self._broken(pool, exc)
-        except OSError as exc:
-            self._in_process(pool, exc)
-        except (Unavailable, CancelledError):  # closed while starting: the curator is stopping
-            pass
-        return []
-
-    def _get_pool(self) -> ProcessPoolExecutor:
-        with self._lock:
-            if self._closed:
-                raise Unavailable("the curator is stopping")
-            if self._pool is None:
-                ctx = multiprocessing.get_context("forkserver")
-                ctx.set_forkserver_preload(["lac.curator.store.ingest"])
-                self._pool = ProcessPoolExecutor(
-                    self.workers, mp_context=ctx, initializer=_install, initargs=(self.ctx, os.getpid())
-                )
-            return self._pool
-
-    def _broken(self, pool: ProcessPoolExecutor | None, exc: BaseException) -> Unavailable:
-        """Drop a pool a worker died in (the next batch gets a new one): the batch is retried later."""
-        with self._lock:
-            if pool is not None and self._pool is pool:
-                self._pool = None
-        if pool is not None:
-            pool.shutdown(wait=False, cancel_futures=True)
-        log.error(
-            "an ingest worker process died (%s); the batch was not stored and a new pool starts with the next batch",
-            exc,
-        )
-        return Unavailable(f"an ingest worker process died ({exc}); nothing of the batch was stored: retry")
-
-    def _submit(self, payloads: Sequence[bytes]) -> tuple[ProcessPoolExecutor | None, list[Future]]:
-        """The chunks submitted to the pool; (None, []) when no worker process can be started here."""
-        pool = None
-        try:
-            pool = self._get_pool()
-            # Starting the workers (on first use) blocks: this runs off the event loop.
-            return pool, [pool.submit(_work, list(payloads[a:b])) for a, b in self._chunks(len(payloads))]
-        except BrokenProcessPool as exc:
-            raise self._broken(pool, exc) from exc
-        except OSError as exc:  # e.g. no /dev/shm for the pool's queues, or no process can be forked
-            self._in_process(pool, exc)
-            return None, []
-
-    def _in_process(self, pool: ProcessPoolExecutor | None, exc: OSError) -> None:
-        """No worker process can be started here: open every later batch in the calling process."""
-        log.error("cannot start ingest worker processes (%s): batches are opened in the server process", exc)
-        with self._lock:
-            self.workers, self._pool = 1, None
-        if pool is not None:
-            pool.shutdown(wait=False, cancel_futures=True)
+        closed meanwhile). Never raises."""
+        return self._pool.start() if self._pool is not None else []
 
     def run(self, payloads: Sequence[bytes]) -> list[CountedChunk]:
-        """The batch's chunks counted, in batch order (blocking). ``Unavailable`` if a worker died."""
-        pool, futures = self._submit(payloads) if self.pooled(len(payloads)) else (None, [])
-        if pool is None:
-            return [ingest_chunk(self.ctx, payloads)]
-        try:
-            return [f.result() for f in futures]
-        except BrokenProcessPool as exc:
-            raise self._broken(pool, exc) from exc
+        """The batch's chunks counted, in batch order (blocking). ``Unavailable`` if a worker died or
+        stalled, or the pool was closed."""
+        if self._pool is not None and self.pooled(len(payloads)):
+            with contextlib.suppress(NoWorkers):  # logged by the pool: counted here instead
+                return self._pool.map(self._chunks(payloads))
+        return [ingest_chunk(self.ctx, payloads)]
 
     async def count(self, payloads: Sequence[bytes]) -> list[CountedChunk]:
         """``run`` without blocking the event loop."""
-        pool, futures = await asyncio.to_thread(self._submit, payloads) if self.pooled(len(payloads)) else (None, [])
-        if pool is None:
-            return [await asyncio.to_thread(ingest_chunk, self.ctx, payloads)]
-        try:
-            return list(await asyncio.gather(*map(asyncio.wrap_future, futures)))
-        except BrokenProcessPool as exc:
-            raise self._broken(pool, exc) from exc
+        if self._pool is not None and self.pooled(len(payloads)):
+            with contextlib.suppress(NoWorkers):
+                return await self._pool.amap(self._chunks(payloads))
+        return [await asyncio.to_thread(ingest_chunk, self.ctx, payloads)]
 
     def worker_pids(self) -> list[int]:
-        """The process ids of the running workers (none before the first pooled batch)."""
-        with self._lock:
-            return list(self._pool._processes or {}) if self._pool is not None else []
+        """The process ids of the running workers (none before they started, or while they are restarted)."""
+        return self._pool.pids() if self._pool is not None else []
 
     def close(self) -> None:
-        """Stop the workers (waits for the chunks they are running); later batches are refused."""
-        with self._lock:
-            pool, self._pool, self._closed = self._pool, None, True
-        if pool is not None:
-            pool.shutdown(wait=True, cancel_futures=True)
+        """Kill the workers, without waiting for the chunks they run (their batches answer ``Unavailable``);
+        later pooled batches are refused."""
+        if self._pool is not None:
+            self._pool.close()
