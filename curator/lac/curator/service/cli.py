@@ -261,6 +261,7 @@ def _serve(args) -> int:
     from lac.curator.base.prior import public_vocabulary
     from lac.curator.service.server import create_server
     from lac.curator.service.service import Curator
+    from lac.curator.store.store import PrivacyUnitChanged
 
     config = cfg.from_args(CuratorConfig, ENV_PREFIX, args)
     if config.key_dir is None and not (config.insecure or config.allow_plaintext_payloads):
@@ -282,7 +283,7 @@ def _serve(args) -> int:
 
     try:
         asyncio.run(main())
-    except (PortUnavailable, StateDirLocked) as exc:  # another server has the port or the state directory
+    except (PortUnavailable, StateDirLocked, PrivacyUnitChanged) as exc:  # port or state taken, or another unit
         raise SystemExit(f"error: {exc}") from None
     return 0
 

@@ -76,7 +76,12 @@ class CuratorConfig(ServiceSettings):
         "k: reports per client per accounting window, enforced by the shuffler's "
         "quota; batches from a shuffler with another quota are refused",
     )
-    window_seconds: float = setting(86400.0, "the accounting window: the privacy unit is one client over a window")
+    window_seconds: float = setting(
+        86400.0,
+        "the accounting window: the privacy unit is one client over a window. Recorded in the state directory at "
+        "its first start, with reports_per_window, period_days and max_windows_per_client_per_period: a curator "
+        "configured with other values does not start on that state",
+    )
     period_days: float = setting(
         365.0,
         "the period over which every release states one client's total privacy loss (periods counted from the "

@@ -73,7 +73,7 @@ from lac.curator.service.config import CuratorConfig
 from lac.curator.service.metrics import CuratorMetrics
 from lac.curator.store import export
 from lac.curator.store.ingest import IngestBatch, IngestContext, IngestPool, merge_counts
-from lac.curator.store.store import CuratorStore
+from lac.curator.store.store import UNIT_FIELDS, CuratorStore
 
 if TYPE_CHECKING:
     from lac.curator.release.spark import SparkIngest
@@ -129,7 +129,17 @@ class Curator:
             count_clip=config.item_count_clip,
             validation_cap=config.endtoend_validation_cap,
         )
-        self.store = CuratorStore(config.state_dir, config.quarantine_max_rows, config.min_free_disk_bytes)
+        try:
+            self.store = CuratorStore(config.state_dir, config.quarantine_max_rows, config.min_free_disk_bytes)
+        except BaseException:
+            self._state_lock.release()
+            raise
+        try:  # the stored windows and the ledger are in the unit this state was created with
+            self.store.keep_unit({f: getattr(self.deployment, f) for f in UNIT_FIELDS})
+        except BaseException:
+            self.store.close()
+            self._state_lock.release()
+            raise
         export.clear_spool(config.state_dir)  # what an export running when the curator stopped left
         self.health = Health(SERVICE_NAMES)
         self.storage = StorageGuard(

@@ -29,6 +29,7 @@ of them only, so a stream of bad reports cannot fill the disk; reject counters k
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import sqlite3
@@ -44,6 +45,7 @@ from lac.common.errors import AlreadyExists, DataLoss, FailedPrecondition, Rejec
 from lac.common.files import atomic_file, fsync_dir, private_dir, private_sqlite
 from lac.common.privacy import Budget
 from lac.common.storage import LowDiskSpace, free_bytes
+from lac.common.v1 import reports_pb2
 from lac.curator.base.ngrams import ReportItems
 from lac.curator.store import journal
 from lac.curator.store import segments as seg
@@ -75,6 +77,7 @@ CREATE TABLE IF NOT EXISTS probe (id INTEGER PRIMARY KEY CHECK (id = 1), at REAL
 CREATE TABLE IF NOT EXISTS exports (export_id TEXT PRIMARY KEY, identity TEXT NOT NULL, at REAL NOT NULL,
                                     first_window INTEGER NOT NULL, last_window INTEGER NOT NULL,
                                     rows INTEGER NOT NULL, guarantee TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 """
 PROBE_BYTES = 1 << 20  # a test write: this much to a file, and a page-sized row to the database
 
@@ -98,6 +101,14 @@ class Quarantined:
     reason: RejectReason
     detail: str
     sealed: bytes
+
+
+UNIT_FIELDS = ("window_seconds", "reports_per_window", "period_seconds", "windows_per_period")
+"""What a state directory's stored windows, ledger and statements are counted in: recorded at its first start."""
+
+
+class PrivacyUnitChanged(FailedPrecondition):
+    """The curator's configured privacy unit is not the one its state directory was created with."""
 
 
 @dataclass(frozen=True)
@@ -157,6 +168,38 @@ class CuratorStore:
 
     def close(self) -> None:
         self._db.close()
+
+    def keep_unit(self, unit: dict[str, float]) -> None:
+        """Record ``unit`` (the deployment's ``UNIT_FIELDS``) at this state's first start; later, raise
+        ``PrivacyUnitChanged`` if it differs from the recorded one. A state from before the record is checked
+        against the quota and window its newest batch was stored under."""
+        row = self._db.execute("SELECT value FROM meta WHERE key = 'privacy_unit'").fetchone()
+        if row is not None:
+            recorded = json.loads(row[0])
+            changed = [f for f in UNIT_FIELDS if f in recorded and float(recorded[f]) != float(unit[f])]
+        else:
+            recorded, changed = {}, []
+            last = self._db.execute(
+                "SELECT privacy FROM batches WHERE privacy IS NOT NULL ORDER BY rowid DESC LIMIT 1"
+            ).fetchone()
+            if last is not None:
+                p = reports_pb2.BatchPrivacy.FromString(last[0])
+                recorded = {"window_seconds": p.window_seconds, "reports_per_window": p.reports_per_window}
+                changed = [f for f in recorded if float(recorded[f]) != float(unit[f])]
+        if changed:
+            was = ", ".join(f"{f} = {recorded[f]:g}" for f in changed)
+            now = ", ".join(f"{f} = {unit[f]:g}" for f in changed)
+            raise PrivacyUnitChanged(
+                f"{self.state_dir} was created with {was} but this curator is configured with {now}: its stored "
+                f"accounting windows, its ledger and its statements are counted in the recorded privacy unit and "
+                f"would be read in the new one. Start this curator with {was} (and the shufflers with the same), "
+                f"or serve the new privacy unit from a fresh --state-dir (with fresh shuffler state); this one keeps "
+                f"its ledger"
+            )
+        if row is None:
+            self._db.execute(
+                "INSERT INTO meta VALUES ('privacy_unit', ?)", (json.dumps({f: unit[f] for f in UNIT_FIELDS}),)
+            )
 
     def check_space(self) -> None:
         """``LowDiskSpace`` if the state directory's filesystem has less than ``min_free_bytes`` free."""
