@@ -56,6 +56,7 @@ def batch_privacy(n: int, deployment: Deployment = DEPLOYMENT, window: int | Non
         first_window=w,
         last_window=w,
         windows_per_period=deployment.windows_per_period,
+        period_seconds=deployment.period_seconds,
     )
 
 

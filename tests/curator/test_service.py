@@ -355,6 +355,37 @@ def test_every_release_states_a_clients_loss_over_a_period(start_curator, seal):
         cur.stop()
 
 
+def test_a_batch_from_a_shuffler_with_another_period_is_refused(start_curator, seal):
+    """Issue 34 item 9: a shuffler capping a client at 5 windows per 7 days was accepted by a curator stating
+    5 per 365 days (its printed bound was wrong): the batch carries its period, and a mismatch is refused."""
+    from lac_testkit import batch_privacy
+
+    from lac.common.deployment import Deployment
+
+    cur = start_curator(max_windows_per_client_per_period=5)
+    reports = [seal(content(t)) for t in TEXTS]
+    week = Deployment(windows_per_period=5, period_seconds=7 * 86400.0)
+    older = batch_privacy(len(reports), Deployment(windows_per_period=5))
+    older.ClearField("period_seconds")  # a shuffler from before the field says nothing of its period
+    with grpc.insecure_channel(cur.address) as ch:
+        ingest_stub = curator_pb2_grpc.CuratorIngestStub(ch)
+        for batch_id, privacy in (("week", batch_privacy(len(reports), week)), ("older", older)):
+            code, details = code_of(
+                lambda: ingest_stub.IngestBatch(
+                    curator_pb2.IngestBatchRequest(batch_id=batch_id, reports=reports, privacy=privacy), timeout=30
+                )
+            )
+            assert code == grpc.StatusCode.FAILED_PRECONDITION and "period_days" in details, (batch_id, details)
+        year = batch_privacy(len(reports), Deployment(windows_per_period=5))
+        assert year.period_seconds == 365 * 86400.0
+        reply = ingest_stub.IngestBatch(
+            curator_pb2.IngestBatchRequest(batch_id="year", reports=reports, privacy=year), timeout=30
+        )
+        assert reply.accepted == len(reports)
+        status = curator_pb2_grpc.CuratorStub(ch).GetStatus(curator_pb2.CuratorStatusRequest(), timeout=10)
+    assert status.batches == 1
+
+
 def test_mechanisms_over_rpc(start_curator, seal):
     cur = start_curator()
     with grpc.insecure_channel(cur.address) as ch:

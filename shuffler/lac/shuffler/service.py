@@ -657,6 +657,7 @@ class Shuffler:
             first_window=batch.first_window,
             last_window=batch.last_window,
             windows_per_period=cfg.max_windows_per_client_per_period,
+            period_seconds=cfg.period_days * 86400.0,
         )
 
     # ------------------------------------------------------------------ the curator's deployment

@@ -85,7 +85,7 @@ class CuratorConfig(ServiceSettings):
     period_days: float = setting(
         365.0,
         "the period over which every release states one client's total privacy loss (periods counted from the "
-        "Unix epoch, a whole number of windows)",
+        "Unix epoch, a whole number of windows); batches from a shuffler with another period are refused",
     )
     max_windows_per_client_per_period: int = setting(
         0,

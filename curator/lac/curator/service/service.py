@@ -46,6 +46,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from lac.common import envelope, tracing
+from lac.common.deployment import windows_in_period
 from lac.common.errors import AlreadyExists, ErrorReason, FailedPrecondition, InvalidArgument, NotFound
 from lac.common.exports import guarantee_json
 from lac.common.privacy import Budget, LocalGuarantee, PrivacyUnit
@@ -296,6 +297,14 @@ class Curator:
                 f"the shuffler caps a client at {p.windows_per_period} window(s) per period (0: no cap) but this "
                 f"curator's deployment at {d.windows_per_period}; make max_windows_per_client_per_period agree (the "
                 f"batch stays with the shuffler)"
+            )
+        theirs = windows_in_period(p.period_seconds, p.window_seconds) if p.period_seconds > 0 else None
+        if theirs != d.windows_in_period and (theirs is not None or d.windows_per_period):
+            said = f"a period of {theirs} window(s)" if theirs is not None else "no period (an older shuffler)"
+            raise FailedPrecondition(
+                f"the shuffler's batch states {said} but this curator's deployment has periods of "
+                f"{d.windows_in_period} window(s) (period_days = {d.period_seconds / 86400:g}), which its statements' "
+                f"bound over a period counts; make period_days agree (the batch stays with the shuffler)"
             )
         if not p.distinct_clients and not self.config.insecure:
             raise FailedPrecondition(
