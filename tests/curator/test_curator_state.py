@@ -3,6 +3,7 @@ records at its first start and refuses to change."""
 
 from __future__ import annotations
 
+import logging
 import sqlite3
 import subprocess
 import sys
@@ -14,7 +15,7 @@ from lac_testkit import DEPLOYMENT, batch_privacy, content
 
 from lac.common import envelope
 from lac.common.errors import FailedPrecondition
-from lac.common.v1 import curator_pb2, curator_pb2_grpc
+from lac.common.v1 import curator_pb2, curator_pb2_grpc, reports_pb2
 
 CLOSED = DEPLOYMENT.window(time.time()) - 2  # a closed window (the default window is a day)
 
@@ -92,3 +93,67 @@ def test_serve_with_another_privacy_unit_fails_in_one_line(start_curator, curato
     line = err.strip().splitlines()[-1]
     assert line.startswith("lac curator serve: error: ") and "window_seconds = 86400" in line, line
     assert "window_seconds = 3600" in line and "fresh --state-dir" in line, line
+
+
+# -- item 7: a quarantined report's content reaches neither the logs nor the quarantine table --------------
+
+SECRET = "zqxjsecret"  # in every word of the bad reports below: no log line and no stored byte may hold it
+
+
+def test_quarantine_names_the_rule_never_the_content(start_curator, curator_public_key, caplog, tmp_path, monkeypatch):
+    from lac.common.logs import TEXT_FORMAT, JsonFormatter
+    from lac.curator.store.store import CuratorStore
+
+    state = tmp_path / "state"
+    cur = start_curator(state_dir=state)
+    bad = [
+        content([f"{SECRET}a", f"{SECRET} b"]),  # invalid: whitespace in a token
+        content([f"{SECRET}c"], [f"{SECRET}d" * 8]),  # invalid: a token longer than max_token_chars (64)
+        content([f"{SECRET}e", "<unk>"]),  # invalid: a reserved token
+        content([f"{SECRET}f"], embedding=f"{SECRET}-embedding"),  # embedding_mismatch
+        content([f"{SECRET}g"], epsilon=16.0),  # epsilon_too_large
+        content([f"{SECRET}h"], mechanism="knn-truncated"),  # mechanism_not_allowed
+        content([f"{SECRET}i"] * 41),  # too_many_words
+    ]
+    payloads = [envelope.seal(c, curator_public_key) for c in bad]
+    original = envelope.open_payload
+
+    def buggy_open(sealed, *args, **kw):  # a bug whose exception quotes what it was reading
+        if sealed.key_id == "boom":
+            raise RuntimeError(f"cannot read {SECRET}j")
+        return original(sealed, *args, **kw)
+
+    monkeypatch.setattr(envelope, "open_payload", buggy_open)
+    payloads.append(reports_pb2.SealedPayload(encoding=envelope.HPKE, key_id="boom", data=b"x"))
+    good = envelope.seal(content(["the", "dog"]), curator_public_key)
+    with caplog.at_level("INFO"), grpc.insecure_channel(cur.address) as ch:
+        reply = curator_pb2_grpc.CuratorIngestStub(ch).IngestBatch(
+            curator_pb2.IngestBatchRequest(
+                batch_id="b", reports=[good, *payloads], privacy=batch_privacy(len(payloads) + 1, window=CLOSED)
+            ),
+            timeout=30,
+        )
+    assert (reply.accepted, reply.rejected) == (1, len(payloads))
+    lines = [f(r) for r in caplog.records for f in (logging.Formatter(TEXT_FORMAT).format, JsonFormatter().format)]
+    assert any("quarantined" in line for line in lines)
+    leaked = [line for line in lines if SECRET in line]
+    assert not leaked, leaked
+    cur.stop()
+    store = CuratorStore(state)
+    rows = store.quarantine()
+    store.close()
+    details = {reason: detail for _, reason, detail, _ in rows}
+    assert not [d for d in details.values() if SECRET in d], details
+    assert "token 2 of sentence 1" in details["invalid"] or "token 1 of sentence 2" in details["invalid"], details
+    assert "characters" in details["invalid"] and "embedding" in details["embedding_mismatch"], details
+    # an opened report's bytes are its words to this curator's key: not kept; an unopened one's are, for diagnosis
+    assert {reason: bool(sealed) for _, reason, _, sealed in rows if reason != "invalid"} == {
+        "embedding_mismatch": False,
+        "epsilon_too_large": False,
+        "mechanism_not_allowed": False,
+        "too_many_words": False,
+        "internal": True,
+    }
+    for path in state.rglob("*"):  # nothing in the state directory holds a quarantined report's words
+        if path.is_file():
+            assert SECRET.encode() not in path.read_bytes(), path

@@ -15,7 +15,7 @@ from lac.common.v1 import curator_pb2, curator_pb2_grpc, reports_pb2
 from lac.curator.base.ngrams import NgramVocabulary, ReportItems, item_names, report_items, user_counts
 from lac.curator.release.core import StoredReports
 from lac.curator.store import segments as seg
-from lac.curator.store.store import CuratorStore, Quarantined
+from lac.curator.store.store import OPENED, CuratorStore, Quarantined
 
 TEXTS = [
     ["the", "dog", "sleeps", "in", "the", "sun"],
@@ -89,8 +89,8 @@ def test_quarantine_keeps_only_the_newest_rows(tmp_path):
         raise AssertionError("no report is kept")
 
     for b in range(4):
-        bad = [Quarantined("invalid", f"batch {b} report {i}", bytes([b, i])) for i in range(3)]
-        assert store.add_batch(f"b{b}", [], seg, bad, 86400.0).rejects == {"invalid": 3}
+        bad = [Quarantined("decrypt_failed", f"batch {b} report {i}", bytes([b, i])) for i in range(3)]
+        assert store.add_batch(f"b{b}", [], seg, bad, 86400.0).rejects == {"decrypt_failed": 3}
     assert store.counts()["quarantined"] == 5
     assert [r[3] for r in store.quarantine()] == [
         bytes([3, 2]),
@@ -99,7 +99,7 @@ def test_quarantine_keeps_only_the_newest_rows(tmp_path):
         bytes([2, 2]),
         bytes([2, 1]),
     ]
-    assert store.rejects() == {"invalid": 12}  # the totals are kept
+    assert store.rejects() == {"decrypt_failed": 12}  # the totals are kept
 
 
 def test_replay_window_prunes_old_ids(tmp_path):
@@ -186,7 +186,9 @@ def test_quarantine_keeps_the_rest_and_survives_restart(start_curator, seal, cur
         }
     cur.stop()
     rows = CuratorStore(tmp_path / "c").quarantine()
-    assert {r[3] for r in rows} == {b.SerializeToString() for b in bad}
+    kept = [r[3] for r in rows if r[1] not in OPENED]  # only reports never opened keep their sealed bytes
+    assert sorted(kept) == sorted(b.SerializeToString() for b in (*bad[:3], bad[5], bad[-1]))
+    assert [r[3] for r in rows if r[1] in OPENED] == [b""] * 6
     cur2 = start_curator(state_dir=tmp_path / "c")
     with grpc.insecure_channel(cur2.address) as ch:
         r = ingest(ch, "b2", [seal(content(["the", "dog"])), good[0]])  # good[0]: replayed report id

@@ -6,8 +6,9 @@ Ingest rules
 * A batch is identified by its ``batch_id``: a redelivered batch is acknowledged as a duplicate
   and stored once.
 * Every payload is opened, validated and counted by ``lac.curator.store.ingest`` on ``ingest_workers``
-  processes. A report that cannot be opened or is invalid is quarantined (sealed bytes, reason,
-  detail) and counted by reason (``lac.common.errors.RejectReason``); it never fails the batch.
+  processes. A report that cannot be opened or is invalid is quarantined (reason, a detail that
+  names the rule, a position and a length but never the content, and the sealed bytes of a report that
+  could not be opened) and counted by reason (``lac.common.errors.RejectReason``); it never fails the batch.
   Reasons come from the envelope's error (else "malformed") or are "invalid" (validation) /
   "internal" (an unexpected error while opening). If a worker process dies, nothing of the batch is stored and
   the call answers UNAVAILABLE (the shuffler retries it).

@@ -23,8 +23,9 @@ Layout under ``state_dir``:
 Privacy: the report content (report ids, local-privacy parameters) is not stored, only each
 report's n-grams with counts (of the perturbed words, as the report had them); report ids live
 in SQLite only for the replay window and are then deleted. Quarantined reports keep
-their sealed bytes (for diagnosis; still sealed to the curator), the newest ``quarantine_max_rows``
-of them only, so a stream of bad reports cannot fill the disk; reject counters keep the totals.
+their reason and a detail naming the rule, a position and a length (never the report's content), and
+their sealed bytes (for diagnosis) only if they could not be opened (``OPENED``), the newest
+``quarantine_max_rows`` of them only, so a stream of bad reports cannot fill the disk; reject counters keep the totals.
 """
 
 from __future__ import annotations
@@ -102,6 +103,19 @@ class Quarantined:
     detail: str
     sealed: bytes
 
+
+OPENED = frozenset(
+    {
+        RejectReason.BAD_REPORT_ID,
+        RejectReason.INVALID,
+        RejectReason.MECHANISM_NOT_ALLOWED,
+        RejectReason.EPSILON_TOO_LARGE,
+        RejectReason.EMBEDDING_MISMATCH,
+        RejectReason.TOO_MANY_WORDS,
+    }
+)
+"""Reasons a report is quarantined for after it was opened: its sealed bytes are not kept (to this curator's
+key they are the report's words), only the reason and the detail."""
 
 UNIT_FIELDS = ("window_seconds", "reports_per_window", "period_seconds", "windows_per_period")
 """What a state directory's stored windows, ledger and statements are counted in: recorded at its first start."""
@@ -290,7 +304,7 @@ class CuratorStore:
             self._db.executemany("INSERT INTO report_ids VALUES (?, ?)", ((report_ids[i], now) for i in keep))
             self._db.executemany(
                 "INSERT INTO quarantine (batch_id, reason, detail, sealed, at) VALUES (?, ?, ?, ?, ?)",
-                ((batch_id, q.reason, q.detail, q.sealed, now) for q in quarantined),
+                ((batch_id, q.reason, q.detail, b"" if q.reason in OPENED else q.sealed, now) for q in quarantined),
             )
             if quarantined:  # rowids grow by one per row, so this keeps the newest quarantine_max_rows
                 self._db.execute(
