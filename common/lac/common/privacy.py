@@ -32,6 +32,7 @@ __all__ = [
     "LocalGuarantee",
     "Model",
     "PrivacyUnit",
+    "SAME_SHAPE",
     "VACUOUS_EPSILON",
     "WindowShuffle",
     "check_delta",
@@ -106,6 +107,23 @@ class Adjacency(StrEnum):
 
     ADD_REMOVE = "add/remove"  # one unit's data present or absent
     REPLACE = "replace"  # one unit's data replaced by any other (metric DP: scaled by their distance)
+    # one report replaced by another with as many words and the same sentence boundaries: a report's length and
+    # sentence boundaries are visible (reports are not padded), so its local guarantee, and what shuffling
+    # amplifies from it, hold only between reports of the same shape
+    REPLACE_SAME_SHAPE = "replace-same-shape"
+
+    def describe(self) -> str:
+        """The adjacency as a statement says it, e.g. "under add/remove adjacency"."""
+        if self is Adjacency.REPLACE_SAME_SHAPE:
+            return f"under replace adjacency between inputs with {SAME_SHAPE}"
+        return f"under {self.value} adjacency"
+
+
+SAME_SHAPE = (
+    "the same number of words and the same sentence boundaries (a report's length and sentence boundaries are "
+    "not hidden)"
+)
+"""What every report-level and shuffled statement is qualified with (``Adjacency.REPLACE_SAME_SHAPE``)."""
 
 
 @dataclass(frozen=True)
@@ -216,6 +234,12 @@ class Guarantee:
         object.__setattr__(self, "delta", check_delta(self.delta))
         object.__setattr__(self, "details", tuple(self.details))
         object.__setattr__(self, "assumptions", tuple(self.assumptions))
+        if self.model in (Model.LOCAL, Model.SHUFFLED) and self.adjacency is not Adjacency.REPLACE_SAME_SHAPE:
+            raise ValueError(
+                f"a {self.model.value} guarantee of LAC's reports holds only between reports with the same number of "
+                f"words and the same sentence boundaries (their length is visible): Adjacency.REPLACE_SAME_SHAPE, "
+                f"not {self.adjacency.value}"
+            )
 
     @property
     def budget(self) -> Budget:
@@ -242,12 +266,15 @@ class Guarantee:
                 f"({self.mechanism}): for all words w, w' and every output y, "
                 f"Pr[M(w)=y] ≤ exp(ε·d(w,w'))·Pr[M(w')=y]."
             )
-        if self.model is Model.LOCAL:
-            return f"{eps:.6g}-local differential privacy (pure, δ = 0) for {unit}, any two inputs ({self.mechanism})."
+        if self.model is Model.LOCAL:  # __post_init__: between reports of the same shape
+            return (
+                f"{eps:.6g}-local differential privacy (pure, δ = 0) for {unit}: any two inputs with {SAME_SHAPE} "
+                f"({self.mechanism})."
+            )
         where = "of the shuffled batch" if self.model is Model.SHUFFLED else "of the release"
         return (
-            f"({eps:.6g}, {delta:.3g})-differential privacy {where} for {unit}, under "
-            f"{self.adjacency.value} adjacency ({self.mechanism})."
+            f"({eps:.6g}, {delta:.3g})-differential privacy {where} for {unit}, {self.adjacency.describe()} "
+            f"({self.mechanism})."
         )
 
     def statement(self) -> str:
@@ -349,7 +376,8 @@ class WindowShuffle:
         if self.amplified and not self.unverified:
             verdict = (
                 f"shuffling amplifies ε0 to ({self.epsilon:.6g}, {self.delta:.3g})-DP per batch of distinct clients "
-                f"(the weakest batch, {self.smallest_batch} reports; method {self.method})"
+                f"{Adjacency.REPLACE_SAME_SHAPE.describe()} (the weakest batch, {self.smallest_batch} reports; "
+                f"method {self.method})"
             )
             if self.epsilon >= VACUOUS_EPSILON:
                 verdict += f", itself vacuous (ε ≥ {VACUOUS_EPSILON:g})"
@@ -432,6 +460,17 @@ class LocalGuarantee:
             f"{self.mechanism} over {self.embedding}",
         )
 
+    def report_guarantee(self) -> Guarantee:
+        """The report-level ε0-LDP guarantee (between reports of the same shape) every exported row carries."""
+        return Guarantee(
+            Model.LOCAL,
+            self.report_epsilon0,
+            0.0,
+            PrivacyUnit.report(self.max_report_words),
+            Adjacency.REPLACE_SAME_SHAPE,
+            f"{self.mechanism}, ε = {self.epsilon_per_word:.6g} per word over {self.embedding}",
+        )
+
     def statement(self) -> str:
         """The export's guarantee in words: local only, per word, per report, per client, the shuffle, no central DP."""
         L, eps, bound, eps0 = (
@@ -447,8 +486,8 @@ class LocalGuarantee:
             f"only. NOT a central differential-privacy release: the curator added no noise and charged nothing to "
             f"the central budget; each row is one report's words as its device perturbed them.",
             f"Per word: {self.word_guarantee().headline()}",
-            f"Per report: at most {L} words, each perturbed independently, so one report is ε0-LDP with "
-            f"ε0 = L·ε·bound = {L}·{eps:.6g}·{bound:.6g} = {eps0:.6g}.",
+            f"Per report: at most {L} words, each perturbed independently, so ε0 = L·ε·bound = "
+            f"{L}·{eps:.6g}·{bound:.6g} = {eps0:.6g}: {self.report_guarantee().headline()}",
         ]
         if self.vacuous:
             parts.append(
