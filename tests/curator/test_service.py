@@ -436,6 +436,7 @@ def test_mechanisms_over_rpc(start_curator, seal):
             assert r.sensitivity_method == sens and r.data_dependent and not r.differentially_private
             assert r.statement.startswith("NOT differentially private: data-dependent sensitivity, as in Ramadan")
             assert (r.ledger_epsilon, r.ledger_delta) == (0, 0)
+            assert "Over time:" not in r.statement  # issue 34 item 5: the bound over a period does not cover it
         lp = stub.Release(
             curator_pb2.ReleaseRequest(mechanism="laplace-public", epsilon=1, public_sensitivity="observed"), timeout=60
         )
@@ -467,7 +468,11 @@ def test_the_default_release_estimates_the_clean_text_with_the_local_channel(sta
             r = stub.Release(curator_pb2.ReleaseRequest(epsilon=1, delta=1e-6), timeout=120)
             assert r.params["channel"] == float(clean_estimate) and r.differentially_private
             assert ("deconvolved with the public local channel" in r.statement) == clean_estimate
+            assert ("not the users' clean text" in r.statement) != clean_estimate, r.statement  # issue 34 item 5
+            assert "Over time:" in r.statement and r.statement.index("Over time:") > r.statement.index("σ")
             assert (r.ledger_epsilon, r.ledger_delta) == (1, 1e-6)
+            lap = stub.Release(curator_pb2.ReleaseRequest(mechanism="laplace", epsilon=1), timeout=60)
+            assert "not the users' clean text" in lap.statement and "does not estimate" in lap.statement
 
 
 def test_queries(start_curator, seal):

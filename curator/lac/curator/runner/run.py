@@ -60,6 +60,16 @@ def _data_dependent_caveat(n: int) -> str:
     )
 
 
+def _perturbed_text_note(mechanism: str) -> str:
+    """What a release that used no local channel describes (``Release.channel`` empty)."""
+    why = (
+        "no local channel was available: clean_estimate is off or lac-curator[channel] is not installed"
+        if "channel" in mechanisms.get(mechanism).knobs
+        else f"{mechanism} does not estimate it; the default release does, with the deployment's local channel"
+    )
+    return f" It describes the text of the reports as the devices perturbed it, not the users' clean text ({why})."
+
+
 @dataclass(frozen=True)
 class ReleaseRecord:
     """What the curator remembers of a release (stored as JSON; ``lac.curator.service.serde`` renders the
@@ -114,7 +124,9 @@ class ReleaseRecord:
         g = release.guarantee
         charge = release.charge
         caveat = _data_dependent_caveat(data_dependent_before) if release.differentially_private else ""
-        if period is not None:
+        if not release.channel:
+            caveat += _perturbed_text_note(release.mechanism)
+        if period is not None and release.differentially_private:  # the bound composes DP releases only
             caveat += " " + period.statement()
         return cls(
             release_id=release_id,

@@ -172,12 +172,26 @@ class CuratorStore:
         files = [p for p in self.releases_dir.iterdir() if p.name not in releases]
         for p in segments + files:
             p.unlink()
-        if segments or files:
+        charged = {c.release_id + ".npz" for c in journal.read(self.state_dir / journal.JOURNAL_NAME)}
+        restored_away = sum(p.name in charged for p in files)
+        if segments:
             log.warning(
-                "removed %d segment file(s) and %d release file(s) that were never committed (the "
-                "curator stopped while writing them; none was acknowledged or charged)",
+                "removed %d segment file(s) that no batch of the database names: written by a curator that stopped "
+                "before the batch's commit (never acknowledged), or of batches stored after the backup this database "
+                "was restored from (a shuffler that still holds them sends them again)",
                 len(segments),
-                len(files),
+            )
+        if len(files) > restored_away:
+            log.warning(
+                "removed %d release file(s) that were never committed (the curator stopped while writing them; not "
+                "charged)",
+                len(files) - restored_away,
+            )
+        if restored_away:
+            log.warning(
+                "removed %d release file(s) of releases made after the backup this database was restored from: "
+                "their records are gone, their charges stay in the ledger (kept by ledger.journal)",
+                restored_away,
             )
 
     def close(self) -> None:
