@@ -297,7 +297,10 @@ def test_cli_export_prints_the_guarantee_and_budget_lists_it(exporting_curator, 
     assert pq.read_table(out).num_rows == 30
     code, stdout, err = run_lac(capsys, "curator", "budget", *tls_flags[:2], "--ca", pki.ca, *_pem(pki, "analyst"))
     assert code == 0, err
-    assert "exported 1x (not charged)" in stdout and f"exporter exported windows {CLOSED}..{CLOSED}, 30 rows" in stdout
+    assert "exported 1x (not charged)" in stdout
+    assert f"exporter exported windows {CLOSED}..{CLOSED}, rows shown to operators and the exporter only" in stdout
+    code, stdout, err = run_lac(capsys, "curator", "budget", *tls_flags[:2], "--ca", pki.ca, *_pem(pki, "operator"))
+    assert code == 0 and f"exporter exported windows {CLOSED}..{CLOSED}, 30 rows" in stdout, err
     code, _, err = run_lac(capsys, "curator", "export", "--window", str(CLOSED), "--out", str(out), *_all(cur, pki))
     assert code == 2 and "PERMISSION_DENIED" in err
 
@@ -370,3 +373,43 @@ def test_the_docs_example_runs(exporting_curator, tmp_path, monkeypatch):
     scope: dict = {}
     exec(compile(code, "export.md", "exec"), scope)
     assert scope["got"].rows == 30 and (tmp_path / "window-20400.parquet").is_file()
+
+
+def test_export_row_counts_are_shown_to_operators_and_the_exporter_only(start_curator, tmp_path, curator_public_key):
+    """Issue 34 item 2: GetBudget showed every analyst each export's exact row count (an un-noised number
+    derived from the data). Over real mTLS with the real roles: an analyst without the grant, and one with the
+    grant who did not make that export, see no count; the identity that exported and an operator see it."""
+    pki = Pki(tmp_path / "pki", ("curator", "shuffler", "analyst", "operator", "exporter", "exporter2"))
+    cert, key = pki.pem("curator")
+    cur = start_curator(
+        insecure=False,
+        tls_cert=cert,
+        tls_key=key,
+        tls_client_ca=pki.ca,
+        analyst_identities="analyst,exporter,exporter2",
+        export_identities="exporter,exporter2",
+    )
+    with tls.channel(cur.address, pki.client_tls("shuffler")) as ch:
+        curator_pb2_grpc.CuratorIngestStub(ch).IngestBatch(
+            curator_pb2.IngestBatchRequest(
+                batch_id="b1",
+                reports=[envelope.seal(content(TEXTS[i % 4]), curator_public_key) for i in range(7)],
+                privacy=batch_privacy(7, window=CLOSED),
+            ),
+            timeout=30,
+        )
+    with _client(cur, pki, "exporter") as c:
+        assert c.export_reports(CLOSED).rows == 7
+    seen = {}
+    for who in ("analyst", "exporter2", "exporter", "operator"):
+        with tls.channel(cur.address, pki.client_tls(who)) as ch:
+            (record,) = curator_pb2_grpc.CuratorStub(ch).GetBudget(curator_pb2.BudgetRequest(), timeout=30).exports
+        seen[who] = (record.identity, record.rows if record.HasField("rows") else None)
+    assert seen == {
+        "analyst": ("exporter", None),
+        "exporter2": ("exporter", None),
+        "exporter": ("exporter", 7),
+        "operator": ("exporter", 7),
+    }
+    with _client(cur, pki, "analyst") as c:
+        assert c.exports(as_arrow=True).column("rows").to_pylist() == [None]

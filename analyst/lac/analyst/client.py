@@ -622,6 +622,7 @@ def _pandas():
 
 # The column types of the tables (``CuratorClient._table``), as Arrow and as pandas build them.
 STRING, INT8, INT64, FLOAT64, BOOL = "string", "int8", "int64", "float64", "bool"
+NULLABLE_INT64 = "int64?"  # values: int or None (a DataFrame holds float64 with NaN once one is None, as Arrow's)
 TIMESTAMP = "timestamp[us, UTC]"  # values: datetime (UTC) or None
 PARAMS = "map<string, float64>"  # values: (name, value) pairs; a DataFrame holds a dict per row
 
@@ -633,6 +634,7 @@ def _arrow_table(columns: Mapping[str, tuple[Any, str]], metadata: Mapping[str, 
         STRING: pa.string(),
         INT8: pa.int8(),
         INT64: pa.int64(),
+        NULLABLE_INT64: pa.int64(),
         FLOAT64: pa.float64(),
         BOOL: pa.bool_(),
         TIMESTAMP: pa.timestamp("us", tz="UTC"),
@@ -659,6 +661,11 @@ def _frame(columns: Mapping[str, tuple[Any, str]], attrs: Mapping[str, Any] | No
             return pd.Series(pd.to_datetime(list(values), utc=True)).astype("datetime64[us, UTC]")
         if kind == PARAMS:
             return pd.Series([dict(v) for v in values], dtype=object)
+        if kind == NULLABLE_INT64:
+            values = list(values)
+            if None not in values:
+                return pd.Series(np.asarray(values, dtype=np.int64))
+            return pd.Series(np.asarray([math.nan if v is None else v for v in values], dtype=np.float64))
         return pd.Series(np.asarray(values, dtype=kind))
 
     df = pd.DataFrame({name: series(values, kind) for name, (values, kind) in columns.items()})
@@ -1105,7 +1112,7 @@ class CuratorClient:
     def exports(self, as_arrow: bool = False) -> pandas.DataFrame | pyarrow.Table:
         """Every export of privatized reports the curator's ledger lists (never charged), oldest first:
         export_id, identity (the exporter's certificate common name), exported_at (UTC), first_window,
-        last_window, rows."""
+        last_window, rows (an exact count: shown to operators and to the identity that exported, else null)."""
         self._deps(as_arrow)
         e = self.call("GetBudget", curator_pb2.BudgetRequest()).exports
         return self._table(
@@ -1115,7 +1122,7 @@ class CuratorClient:
                 "exported_at": ([_timestamp(x.exported_at) for x in e], TIMESTAMP),
                 "first_window": ([x.first_window for x in e], INT64),
                 "last_window": ([x.last_window for x in e], INT64),
-                "rows": ([x.rows for x in e], INT64),
+                "rows": ([x.rows if x.HasField("rows") else None for x in e], NULLABLE_INT64),
             },
             as_arrow,
         )

@@ -524,7 +524,9 @@ def _exports(exports) -> str:
         return ""
     lines = [
         f"  {e.exported_at}: {e.identity or '(no identity: insecure curator)'} exported windows "
-        f"{e.first_window}..{e.last_window}, {e.rows} rows (export {e.export_id})"
+        f"{e.first_window}..{e.last_window}, "
+        + (f"{e.rows} rows" if e.HasField("rows") else "rows shown to operators and the exporter only")
+        + f" (export {e.export_id})"
         for e in exports
     ]
     return "\nexports of privatized reports (local DP only, not charged):\n" + "\n".join(lines)
