@@ -157,3 +157,123 @@ def test_quarantine_names_the_rule_never_the_content(start_curator, curator_publ
     for path in state.rglob("*"):  # nothing in the state directory holds a quarantined report's words
         if path.is_file():
             assert SECRET.encode() not in path.read_bytes(), path
+
+
+# -- item 6: a report's words are kept only for export ---------------------------------------------------
+
+WORDS = ["zqxjalpha", "zqxjbravo", "zqxjcharlie", "zqxjdelta", "zqxjecho"]  # one report's words, in order
+
+
+def _holding(state, words: list[str]) -> list[str]:
+    """The files of the state directory that hold the report ``words`` verbatim: as a list of words or as
+    text of more words than any n-gram has (Parquet files decoded, every other file as bytes)."""
+    import pyarrow.parquet as pq
+
+    text = " ".join(words)
+
+    def holds(value) -> bool:
+        if isinstance(value, list):
+            return value == words or any(holds(v) for v in value)
+        if isinstance(value, dict):
+            return any(holds(v) for v in value.values())
+        return isinstance(value, str) and text in value
+
+    found = []
+    for path in sorted(p for p in state.rglob("*") if p.is_file()):
+        if path.suffix == ".parquet":
+            if any(holds(row) for row in pq.read_table(path).to_pylist()):
+                found.append(str(path.relative_to(state)))
+        elif text.encode() in path.read_bytes():
+            found.append(str(path.relative_to(state)))
+    return found
+
+
+def _seal_words(key, n: int = 3) -> list[reports_pb2.SealedPayload]:
+    return [envelope.seal(content(WORDS), key) for _ in range(n)]
+
+
+def test_no_report_words_at_rest_with_export_off(start_curator, curator_public_key, tmp_path):
+    """Issue 34 item 6: every report's words were stored verbatim in its segment, export on or off. With export
+    off (the default) the state directory holds each report's n-grams with their counts (what releases read),
+    never its words; the release reads the same counts."""
+    state = tmp_path / "state"
+    cur = start_curator(state_dir=state)
+    with grpc.insecure_channel(cur.address) as ch:
+        curator_pb2_grpc.CuratorIngestStub(ch).IngestBatch(
+            curator_pb2.IngestBatchRequest(
+                batch_id="b", reports=_seal_words(curator_public_key), privacy=batch_privacy(3, window=CLOSED)
+            ),
+            timeout=30,
+        )
+        r = curator_pb2_grpc.CuratorStub(ch).Release(
+            curator_pb2.ReleaseRequest(mechanism="laplace", epsilon=1), timeout=60
+        )
+    assert r.n_reports == 3
+    cur.stop()
+    assert _holding(state, WORDS) == []
+    assert not (state / "words").exists() or not any((state / "words").rglob("*.parquet"))
+
+
+def test_words_are_kept_for_export_only_then_deleted(start_curator, curator_public_key, tmp_path):
+    """With export on, each batch's words are kept in state_dir/words until export_retention_days after its window
+    closes, then deleted (its window can no longer be exported); backups hold none; a start with export off
+    deletes them all."""
+    from lac.analyst.client import CuratorClient
+    from lac.analyst.client import FailedPrecondition as Refused
+    from lac.curator.service.backup import backup
+
+    state = tmp_path / "state"
+    cur = start_curator(state_dir=state, export_identities="exporter", export_retention_days=5.0)
+    with grpc.insecure_channel(cur.address) as ch:
+        for batch_id, window in (("recent", CLOSED), ("old", CLOSED - 10)):
+            curator_pb2_grpc.CuratorIngestStub(ch).IngestBatch(
+                curator_pb2.IngestBatchRequest(
+                    batch_id=batch_id, reports=_seal_words(curator_public_key), privacy=batch_privacy(3, window=window)
+                ),
+                timeout=30,
+            )
+    assert [p.split("/")[0] for p in _holding(state, WORDS)] == ["words", "words"]
+    assert cur.call(cur.curator.purge_words()) == 1  # the old window's: closed more than 5 days ago
+    (kept,) = _holding(state, WORDS)
+    assert f"window={CLOSED}/" in kept
+    with CuratorClient(cur.address, insecure=True) as c:  # insecure: every caller holds every role
+        assert c.export_reports(CLOSED).texts() == [" ".join(WORDS)] * 3
+        with pytest.raises(Refused, match="not kept"):
+            c.export_reports(CLOSED - 10)
+    backup(state, tmp_path / "backup")
+    assert _holding(tmp_path / "backup", WORDS) == []
+    cur.stop()
+    start_curator(state_dir=state).stop()  # export off: every words file goes at start
+    assert _holding(state, WORDS) == []
+
+
+def test_migrate_segments_removes_the_words_earlier_segments_kept(tmp_path, capsys, caplog):
+    """Segments of earlier versions have a words column: the start warns, migrate-segments rewrites them
+    without it (same n-grams), and the warning stops."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from lac_testkit import run_lac
+
+    from lac.curator.base.ngrams import report_items
+    from lac.curator.store import segments as seg
+    from lac.curator.store.store import CuratorStore
+
+    store = CuratorStore(tmp_path)
+    store.add_batch("b1", [b"r" * 16], lambda keep: report_items([[WORDS]], 3), [], 86400.0)
+    (path,) = store.segment_paths()
+    store._db.execute("ALTER TABLE batches DROP COLUMN words")  # as an earlier version's database
+    store.close()
+    t = pq.read_table(path)  # and its segment, with the report's words on its first row
+    words = pa.array([WORDS] + [None] * (t.num_rows - 1), pa.list_(pa.string()))
+    pq.write_table(t.append_column(seg.WORDS, words).replace_schema_metadata(t.schema.metadata), path)
+    assert _holding(tmp_path, WORDS) == [str(path.relative_to(tmp_path))]
+    store = CuratorStore(tmp_path)
+    assert store.segment_words_unchecked()
+    store.close()
+    code, out, err = run_lac(capsys, "curator", "migrate-segments", "--state-dir", str(tmp_path))
+    assert code == 0 and "removed the reports' words from 1 segment(s)" in out, err
+    assert _holding(tmp_path, WORDS) == [] and not seg.has_words(path)
+    assert seg.read(path).n_reports == 1 and seg.metadata(path)["batch_id"] == "b1"
+    store = CuratorStore(tmp_path)
+    assert not store.segment_words_unchecked()
+    store.close()

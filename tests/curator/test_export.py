@@ -22,7 +22,7 @@ from lac.common.errors import FailedPrecondition, InvalidArgument, PermissionDen
 from lac.common.privacy import VACUOUS_EPSILON, LocalGuarantee
 from lac.common.rpc import Role
 from lac.common.v1 import curator_pb2, curator_pb2_grpc
-from lac.curator.base.ngrams import ReportItems, item_names, report_items
+from lac.curator.base.ngrams import item_names, report_items
 from lac.curator.store import export
 from lac.curator.store import segments as seg
 from lac.curator.store.store import CuratorStore
@@ -37,19 +37,16 @@ CLOSED = DEPLOYMENT.window(time.time()) - 2  # a window that closed two days ago
 IDENTITIES = ("shuffler", "analyst", "operator", "exporter", "intruder")
 
 
-def _segments(root, reports_per_segment, rng, words=True):
-    """Segments of random reports (1-2 sentences of 1-6 words), numbered words so rows are distinct."""
+def _words_files(root, reports_per_batch, rng):
+    """The words files of batches of random reports (1-6 words), numbered words so rows are distinct."""
     paths, k = [], 0
-    for i, n in enumerate(reports_per_segment):
+    for i, n in enumerate(reports_per_batch):
         reps = []
         for _ in range(n):
             reps.append([[f"w{k}", *(f"x{int(x)}" for x in rng.integers(0, 50, size=int(rng.integers(0, 5))))]])
             k += 1
-        items = report_items(reps, 3)
-        if not words:
-            items = ReportItems(items.indptr, items.item_ids, items.counts, items.items)
         path = root / f"window=0/s{i}.parquet"
-        seg.write(path, items, {"batch_id": f"b{i}"})
+        assert export.write_words(path, report_items(reps, 3).texts) == n
         paths.append(path)
     return paths
 
@@ -61,22 +58,23 @@ def _rows(shuffled: export.ShuffledReports) -> list[tuple[str, ...]]:
 # -- storage and the order of the rows ---------------------------------------------------------------
 
 
-def test_segments_keep_each_reports_words_once_and_releases_do_not_read_them(tmp_path):
+def test_a_words_file_keeps_each_reports_words_once_and_segments_none(tmp_path):
     reps = [[["a", "b", "a"], ["c"]], [], [["d"]], [[]]]
-    path = tmp_path / "s.parquet"
-    seg.write(path, report_items(reps, 3), {"batch_id": "b"})
-    col = pq.read_table(path, columns=["words"]).column("words").to_pylist()
-    assert [w for w in col if w is not None] == [["a", "b", "a", "c"], ["d"]]  # empty reports have no row
-    assert seg.has_words(path)
-    back = seg.read(path)  # the n-grams as before
+    items = report_items(reps, 3)
+    assert export.write_words(tmp_path / "w.parquet", items.texts) == 2
+    col = pq.read_table(tmp_path / "w.parquet").column("words").to_pylist()
+    assert col == [["a", "b", "a", "c"], ["d"]]  # empty reports have no row
+    seg.write(tmp_path / "s.parquet", items, {"batch_id": "b"})  # the segment: n-grams only
+    assert not seg.has_words(tmp_path / "s.parquet")
+    back = seg.read(tmp_path / "s.parquet")
     assert back.texts is None and back.n_reports == 4 and "a b a" in item_names(back.items)
 
 
 @pytest.mark.parametrize("bucket_rows", [10_000, 7])  # one bucket in memory; several spooled to disk
 def test_every_row_exactly_once_in_a_fresh_order(tmp_path, bucket_rows):
     rng = np.random.default_rng(3)
-    paths = _segments(tmp_path, [40, 1, 25, 0, 30], rng)
-    stored = [tuple(w) for p in paths for w in pq.read_table(p).column("words").to_pylist() if w is not None]
+    paths = _words_files(tmp_path, [40, 1, 25, 0, 30], rng)
+    stored = [tuple(w) for p in paths for w in pq.read_table(p).column("words").to_pylist()]
     orders = []
     for _ in range(2):
         with export.ShuffledReports(paths, rng, len(stored), tmp_path / "spool", bucket_rows) as s:
@@ -96,7 +94,7 @@ def test_the_order_is_a_uniform_permutation(tmp_path, bucket_rows):
     chi-square over 4,800 exports; and the two reports of one batch are adjacent 1/2 of the time, as in a
     uniform permutation (a per-segment shuffle in a random segment order would make it always)."""
     rng = np.random.default_rng(11)
-    paths = _segments(tmp_path, [2, 2], rng)
+    paths = _words_files(tmp_path, [2, 2], rng)
     trials = 4800
     seen: Counter = Counter()
     adjacent = 0
@@ -110,12 +108,6 @@ def test_the_order_is_a_uniform_permutation(tmp_path, bucket_rows):
     chi2 = sum((seen[p] - expected) ** 2 / expected for p in itertools.permutations(range(4)))
     assert chi2 < 49.7  # 23 degrees of freedom: the 0.999 quantile is 49.73
     assert abs(adjacent / trials - 0.5) < 4 * math.sqrt(0.25 / trials)
-
-
-def test_segments_without_words_are_refused(tmp_path):
-    paths = _segments(tmp_path, [3], np.random.default_rng(1), words=False)
-    with pytest.raises(FailedPrecondition, match="before this curator kept"):
-        export.ShuffledReports(paths, np.random.default_rng(1), 3, tmp_path / "spool")
 
 
 # -- the guarantee -----------------------------------------------------------------------------------

@@ -27,7 +27,8 @@ def register(subparsers) -> None:
 
     mig = sub.add_parser(
         "migrate-segments",
-        help="convert the .npz segments of earlier versions to Parquet (run with the curator stopped)",
+        help="convert the .npz segments of earlier versions to Parquet and remove the reports' words that "
+        "earlier versions kept in their Parquet segments (run with the curator stopped)",
     )
     mig.add_argument(
         "--state-dir",
@@ -302,9 +303,12 @@ def _migrate_segments(args) -> int:
         store = CuratorStore(args.state_dir)
         try:
             n = store.migrate_npz()
+            stripped = store.strip_segment_words()
         finally:
             store.close()
-    print(f"migrated {n} segment(s) in {args.state_dir} to Parquet")
+    print(
+        f"migrated {n} segment(s) in {args.state_dir} to Parquet; removed the reports' words from {stripped} segment(s)"
+    )
     return 0
 
 

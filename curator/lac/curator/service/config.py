@@ -129,6 +129,12 @@ class CuratorConfig(ServiceSettings):
         "(ExportReports: local DP only, no central DP; recorded in the ledger, not charged). Empty (the "
         "default): export is off for everyone, analysts and operators included",
     )
+    export_retention_days: float = setting(
+        30.0,
+        "with export on: each batch's reports' words are kept (in state_dir/words, for export only) this many days "
+        "after its window closes, then deleted; its window can no longer be exported then. With export off no "
+        "words are kept, and those kept earlier are deleted at start",
+    )
     insecure: bool = setting(
         False,
         "INSECURE local demos and tests: serve plaintext gRPC without TLS; no caller "
@@ -273,6 +279,8 @@ class CuratorConfig(ServiceSettings):
             raise ValueError("count_epsilon must be finite and > 0")
         if not self.replay_window_days > 0:
             raise ValueError("replay_window_days must be positive")
+        if not (math.isfinite(self.export_retention_days) and self.export_retention_days > 0):
+            raise ValueError("export_retention_days must be finite and positive")
         if self.quarantine_max_rows < 0:
             raise ValueError("quarantine_max_rows must be >= 0")
         if (

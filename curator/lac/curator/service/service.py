@@ -48,7 +48,7 @@ import numpy as np
 
 from lac.common import envelope, tracing
 from lac.common.deployment import windows_in_period
-from lac.common.errors import AlreadyExists, ErrorReason, FailedPrecondition, InvalidArgument, NotFound
+from lac.common.errors import AlreadyExists, ErrorReason, FailedPrecondition, InvalidArgument, NotFound, Unavailable
 from lac.common.exports import guarantee_json
 from lac.common.privacy import Budget, LocalGuarantee, PrivacyUnit
 from lac.common.rng import RandomSource, secure_generator
@@ -84,6 +84,7 @@ log = logging.getLogger(__name__)
 
 ARPA_CHUNK_CHARS = 1 << 20
 SERVICE_NAMES = [s.full_name for s in curator_pb2.DESCRIPTOR.services_by_name.values()]
+PURGE_SECONDS = 3600.0  # how often words past their retention are deleted (and at start)
 MAX_CLOCK_SKEW_SECONDS = 300.0  # a batch's newest window may be this far ahead of the curator's clock
 # Per-call limits of the queries (INVALID_ARGUMENT beyond them).
 MAX_QUERY_NGRAMS = 10_000  # n-grams in one NgramProbabilities call
@@ -131,8 +132,11 @@ class Curator:
             count_clip=config.item_count_clip,
             validation_cap=config.endtoend_validation_cap,
         )
+        self.exporting = bool(config.roles[Role.EXPORT])  # reports' words are kept only then (for export)
         try:
-            self.store = CuratorStore(config.state_dir, config.quarantine_max_rows, config.min_free_disk_bytes)
+            self.store = CuratorStore(
+                config.state_dir, config.quarantine_max_rows, config.min_free_disk_bytes, keep_words=self.exporting
+            )
         except BaseException:
             self._state_lock.release()
             raise
@@ -143,6 +147,14 @@ class Curator:
             self._state_lock.release()
             raise
         export.clear_spool(config.state_dir)  # what an export running when the curator stopped left
+        if self.store.segment_words_unchecked():
+            log.warning(
+                "segments written by an earlier version may hold their reports' words, which no reader needs: stop "
+                "this curator and run `lac curator migrate-segments --state-dir %s` to remove them",
+                config.state_dir,
+            )
+        self._words_lock = asyncio.Lock()  # a purge of words files waits for an export reading them
+        self._purger: asyncio.Task | None = None
         self.health = Health(SERVICE_NAMES)
         self.storage = StorageGuard(
             "curator storage (segments and SQLite)",
@@ -208,6 +220,33 @@ class Curator:
             self._channel = asyncio.ensure_future(asyncio.to_thread(self._load_channel))
         if self.config.metrics_port is not None:
             self.metrics_ready = self.metrics.endpoint.start_soon(self.config.metrics_host, self.config.metrics_port)
+        self._purger = asyncio.ensure_future(self._purge_words_loop())
+
+    async def purge_words(self) -> int:
+        """Delete the words files no export may read any more: with export on, those of batches whose window
+        closed more than ``export_retention_days`` ago; with export off, all of them. Returns how many."""
+        before = None
+        if self.exporting:
+            before = self.deployment.window(time.time() - self.config.export_retention_days * 86400.0)
+        async with self._words_lock:
+            n = await self._run(self.store.purge_words, before)
+        if n:
+            log.info(
+                "deleted the words of %d batch(es) (%s)",
+                n,
+                "export is off" if before is None else f"windows before {before}: export_retention_days passed",
+            )
+        return n
+
+    async def _purge_words_loop(self) -> None:
+        while True:  # at start, then every PURGE_SECONDS; a failure is logged and the purge tried again then
+            try:
+                await self.purge_words()
+            except Unavailable:  # the storage guard logged it
+                pass
+            except Exception:
+                log.exception("deleting words files past their retention failed; trying again in an hour")
+            await asyncio.sleep(PURGE_SECONDS)
 
     def _load_channel(self) -> NgramChannel | None:
         """The deployment's local channel over the release vocabulary (sampled once, then read from
@@ -251,6 +290,9 @@ class Curator:
     async def stop(self) -> None:
         try:
             self._closing.set()  # a channel still being sampled stops at its next chunk
+            if self._purger is not None:
+                self._purger.cancel()
+                await asyncio.gather(self._purger, return_exceptions=True)
             if self._channel is not None and not self._channel.done():
                 self._channel.cancel()
             await self.storage.stop()
@@ -739,17 +781,26 @@ class Curator:
         before this returns, so before any row is sent; it charges nothing."""
         export.check_grant(self.config.roles[Role.EXPORT], roles)
         export.check_windows(first_window, last_window, self.deployment)
-        batches = await self._run(self.store.batch_privacy, first_window, last_window)
-        if not batches:
-            raise InvalidArgument(f"no reports are stored in windows {first_window}..{last_window}")
-        paths = await self._run(self.store.segment_paths, first_window, last_window)
-        rng = self._rng if self._rng is not None else secure_generator()
-        expected = sum(n for _, _, n, _ in batches)
-        rows = await asyncio.to_thread(
-            export.ShuffledReports, paths, rng, expected, self.config.state_dir / export.SPOOL_DIR
-        )
+        async with self._words_lock:  # no purge deletes a words file while this reads it
+            batches = await self._run(self.store.export_batches, first_window, last_window)
+            if not batches:
+                raise InvalidArgument(f"no reports are stored in windows {first_window}..{last_window}")
+            without = sum(w is None for *_, w in batches)
+            if without:
+                raise FailedPrecondition(
+                    f"the words of {without} of the {len(batches)} batches of windows {first_window}..{last_window} "
+                    f"are not kept (export was off when they arrived, export_retention_days = "
+                    f"{self.config.export_retention_days:g} passed since their window closed, or they were restored "
+                    f"from a backup, which holds no words): these windows cannot be exported"
+                )
+            paths = [self.store.words_dir / w for *_, w in batches if w is not None]
+            rng = self._rng if self._rng is not None else secure_generator()
+            expected = sum(n for _, _, n, _, _ in batches)
+            rows = await asyncio.to_thread(
+                export.ShuffledReports, paths, rng, expected, self.config.state_dir / export.SPOOL_DIR
+            )
         try:
-            shuffles = export.window_shuffles(batches, first_window, last_window, self.deployment)
+            shuffles = export.window_shuffles([b[:4] for b in batches], first_window, last_window, self.deployment)
             guarantee = export.local_guarantee(self.deployment, first_window, last_window, rows.rows, shuffles)
             export_id = uuid.uuid4().hex
             who = identity.removeprefix("mtls:") if identity else ""

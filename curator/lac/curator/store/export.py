@@ -1,5 +1,14 @@
 """Export of privatized reports (opt-in): the words of the reports of closed windows, as a data set.
 
+Where the words come from
+-------------------------
+Only while export is on (``export_identities`` non-empty) does ingest keep each batch's words, in a
+file of its own beside its segment (``write_words``: ``words/window=<w>/<name>.parquet``, one row per
+report with words, column ``words``), and only for ``export_retention_days`` after the window closes:
+then the curator deletes it (``CuratorStore.purge_words``), as it deletes every such file at start
+when export is off. Releases never read these files: they read the segments' n-gram counts. Backups do
+not copy them. A batch without its words file cannot be exported.
+
 What leaves the curator: one row per stored report that has words, holding those words only (column
 ``words``, list<string>, the report's sentences concatenated, as the device perturbed them) — no batch
 id, time, window, order, position, segment or anything else that could tie a row to a batch, and so
@@ -41,21 +50,23 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from lac.common.deployment import Deployment
 from lac.common.errors import FailedPrecondition, InvalidArgument, PermissionDenied
 from lac.common.exports import SCHEMA, ipc_bytes
-from lac.common.files import private_dir
+from lac.common.files import atomic_file, private_dir
 from lac.common.privacy import LocalGuarantee, WindowShuffle
 from lac.common.rng import RandomSource
 from lac.common.rpc import Role
 from lac.common.v1 import reports_pb2
-from lac.curator.store import segments as seg
 
 __all__ = [
     "BUCKET_ROWS",
     "SPOOL_DIR",
+    "WORDS_DIR",
+    "write_words",
     "MAX_WINDOWS",
     "ShuffledReports",
     "check_grant",
@@ -76,7 +87,20 @@ READ_ROWS = 65_536
 CHUNK_BYTES = 1 << 20
 """About this many bytes of Arrow data per streamed message."""
 SPOOL_DIR = "export-spool"
+WORDS_DIR = "words"
+"""Where, under the state directory, the batches' words files are (while export is on)."""
 MAX_WINDOWS = 100_000
+
+
+def write_words(path: Path, texts: pa.ListArray) -> int:
+    """Write one batch's words durably (fsync'd, renamed into place): a row per report that has words (the
+    report's words in order, its sentences concatenated), in batch order; returns the rows written."""
+    kept = texts.filter(pc.greater(pc.list_value_length(texts), 0))
+    table = pa.table([kept.cast(SCHEMA.field("words").type)], schema=SCHEMA)
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    with atomic_file(path) as f:
+        pq.write_table(table, f, compression="zstd")
+    return len(kept)
 
 
 def check_grant(export_identities: frozenset[str], roles: frozenset[Role]) -> None:
@@ -187,21 +211,21 @@ def next_ipc(chunks: Iterator[pa.Array]) -> bytes | None:
     return None if col is None else ipc_bytes(col)
 
 
-def _segment_words(path: Path) -> Iterator[pa.Array]:
-    """The words of each report of a segment that has any, ``READ_ROWS`` segment rows at a time."""
+def _file_words(path: Path) -> Iterator[pa.Array]:
+    """The rows of a batch's words file, ``READ_ROWS`` at a time."""
     f = pq.ParquetFile(path)
-    for batch in f.iter_batches(batch_size=READ_ROWS, columns=[seg.WORDS.name]):
-        col = batch.column(0).drop_null()
+    for batch in f.iter_batches(batch_size=READ_ROWS, columns=[SCHEMA.field("words").name]):
+        col = batch.column(0)
         if len(col):
-            yield col.cast(SCHEMA.field("words").type) if col.type != SCHEMA.field("words").type else col
+            yield col
 
 
 class ShuffledReports:
-    """The words of the reports in ``paths`` (segments), in a uniformly random order (module docstring).
+    """The words of the reports in ``paths`` (the batches' words files), in a uniformly random order (module
+    docstring).
 
-    The constructor runs step 1 (reads every segment, spools when there is more than one bucket) and
-    fails with FailedPrecondition if a segment keeps no words (written before exports existed); ``rows``
-    is then exact. ``chunks()`` runs step 2 once; ``close()`` (or the context manager) removes the spool."""
+    The constructor runs step 1 (reads every file, spools when there is more than one bucket); ``rows`` is
+    then exact. ``chunks()`` runs step 2 once; ``close()`` (or the context manager) removes the spool."""
 
     def __init__(
         self,
@@ -211,12 +235,6 @@ class ShuffledReports:
         spool_root: Path,
         bucket_rows: int = BUCKET_ROWS,
     ):
-        old = [p.name for p in paths if not seg.has_words(p)]
-        if old:
-            raise FailedPrecondition(
-                f"{len(old)} of the {len(paths)} segments of these windows were written before this curator kept "
-                f"reports' words (e.g. {old[0]}): their reports cannot be exported; export windows ingested since"
-            )
         self._rng = rng
         self.buckets = max(1, min(MAX_BUCKETS, math.ceil(expected_rows / max(1, bucket_rows))))
         self.rows = 0
@@ -232,7 +250,7 @@ class ShuffledReports:
     def _spool(self, paths: list[Path], spool_root: Path) -> None:
         if self.buckets == 1:
             for p in paths:
-                for col in _segment_words(p):
+                for col in _file_words(p):
                     self._memory.append(col)
                     self.rows += len(col)
             return
@@ -242,7 +260,7 @@ class ShuffledReports:
         writers = [pa.ipc.new_stream(s, SCHEMA) for s in sinks]
         try:
             for p in paths:
-                for col in _segment_words(p):
+                for col in _file_words(p):
                     n = len(col)
                     label = np.asarray(self._rng.choice(self.buckets, size=n), dtype=np.int64)
                     order = np.argsort(label, kind="stable")

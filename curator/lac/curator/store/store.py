@@ -19,10 +19,14 @@ Layout under ``state_dir``:
 * ``releases/<id>.npz``: the released log-probabilities and items (nothing un-noised), written
   before the release row and its ledger entries commit; at start a file without a release row
   (a crash between the two) is removed.
+* ``words/window=<w>/<batch>.parquet``: only while export is on (``keep_words``), each batch's
+  reports' words, for ``lac.curator.store.export``, written like its segment and named by its batch
+  row; ``purge_words`` deletes them (after the retention, and all of them when export is off).
 
-Privacy: the report content (report ids, local-privacy parameters) is not stored, only each
-report's n-grams with counts (of the perturbed words, as the report had them); report ids live
-in SQLite only for the replay window and are then deleted. Quarantined reports keep
+Privacy: the report content beyond its words (report ids, local-privacy parameters) is not stored;
+each report's n-grams with counts are (of the perturbed words, as the report had them, in order of
+first occurrence: the report's text in another form), and its words as such only for export, as
+above; report ids live in SQLite only for the replay window and are then deleted. Quarantined reports keep
 their reason and a detail naming the rule, a position and a length (never the report's content), and
 their sealed bytes (for diagnosis) only if they could not be opened (``OPENED``), the newest
 ``quarantine_max_rows`` of them only, so a stream of bad reports cannot fill the disk; reject counters keep the totals.
@@ -50,6 +54,7 @@ from lac.common.v1 import reports_pb2
 from lac.curator.base.ngrams import ReportItems
 from lac.curator.store import journal
 from lac.curator.store import segments as seg
+from lac.curator.store.export import WORDS_DIR, write_words
 from lac.curator.store.ledger import refuse_overspending
 
 log = logging.getLogger(__name__)
@@ -59,7 +64,8 @@ _NPZ_SEGMENT_FORMAT = 1
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS batches (batch_id TEXT PRIMARY KEY, accepted INTEGER NOT NULL, rejected INTEGER NOT NULL,
                                     segment TEXT, received_at REAL NOT NULL, privacy BLOB,
-                                    first_window INTEGER NOT NULL DEFAULT 0, last_window INTEGER NOT NULL DEFAULT 0);
+                                    first_window INTEGER NOT NULL DEFAULT 0, last_window INTEGER NOT NULL DEFAULT 0,
+                                    words TEXT);
 CREATE TABLE IF NOT EXISTS report_ids (report_id BLOB PRIMARY KEY, seen_at REAL NOT NULL);
 CREATE INDEX IF NOT EXISTS report_ids_seen ON report_ids (seen_at);
 CREATE TABLE IF NOT EXISTS quarantine (id INTEGER PRIMARY KEY, batch_id TEXT NOT NULL, reason TEXT NOT NULL,
@@ -136,14 +142,19 @@ class BatchResult:
 class CuratorStore:
     """Single-writer store; call from one thread (the service uses a one-thread executor)."""
 
-    def __init__(self, state_dir: Path, quarantine_max_rows: int = 10_000, min_free_bytes: int = 0):
+    def __init__(
+        self, state_dir: Path, quarantine_max_rows: int = 10_000, min_free_bytes: int = 0, keep_words: bool = False
+    ):
         """``quarantine_max_rows``: quarantined reports kept for diagnosis (the most recent; counters keep totals).
-        ``min_free_bytes``: writes are refused (``LowDiskSpace``) while the filesystem has less free space."""
+        ``min_free_bytes``: writes are refused (``LowDiskSpace``) while the filesystem has less free space.
+        ``keep_words``: keep each batch's reports' words for export (only while export is on)."""
         self.state_dir = private_dir(state_dir)
         self.quarantine_max_rows = quarantine_max_rows
         self.min_free_bytes = min_free_bytes
+        self.keep_words = keep_words
         self.segments_dir = private_dir(state_dir / "segments")
         self.releases_dir = private_dir(state_dir / "releases")
+        self.words_dir = state_dir / WORDS_DIR
         self._db = private_sqlite(state_dir / "curator.sqlite")
         if self._db.execute("SELECT 1 FROM sqlite_master WHERE name = 'reports'").fetchone():
             raise FailedPrecondition(
@@ -161,13 +172,26 @@ class CuratorStore:
         journal.reconcile(self._db, state_dir)
 
     def _remove_orphans(self) -> None:
-        """Files written for a batch or release whose commit never happened (crash): never acknowledged."""
+        """Files written for a batch or release whose commit never happened (crash), or that the database no
+        longer names (a restored backup, a purge that stopped between its commit and its deletes)."""
         known = {r[0] for r in self._db.execute("SELECT segment FROM batches WHERE segment IS NOT NULL")}
         segments = [
             p
             for p in self.segments_dir.rglob("*")
             if p.is_file() and str(p.relative_to(self.segments_dir)) not in known
         ]
+        named = {r[0] for r in self._db.execute("SELECT words FROM batches WHERE words IS NOT NULL")}
+        for p in self.words_dir.rglob("*") if self.words_dir.exists() else ():
+            if p.is_file() and str(p.relative_to(self.words_dir)) not in named:
+                p.unlink()
+        gone = [w for w in named if not (self.words_dir / w).is_file()]
+        if gone:  # backups hold no words: a restored batch's cannot be exported
+            self._db.executemany("UPDATE batches SET words = NULL WHERE words = ?", ((w,) for w in gone))
+            log.warning(
+                "%d batch(es) have no words file (restored from a backup, which holds no words): they can no longer "
+                "be exported",
+                len(gone),
+            )
         releases = {r[0] + ".npz" for r in self._db.execute("SELECT release_id FROM releases")}
         files = [p for p in self.releases_dir.iterdir() if p.name not in releases]
         for p in segments + files:
@@ -307,14 +331,19 @@ class CuratorStore:
                 rejects[str(q.reason)] = rejects.get(str(q.reason), 0) + 1
             if len(keep) < len(report_ids):
                 rejects[str(RejectReason.REPLAYED_REPORT_ID)] = len(report_ids) - len(keep)
+            words_name = None
             if keep:
                 segment_name = seg.segment_name(batch_id, windows[1])
                 path = self.segments_dir / segment_name
-                seg.write(
-                    path, count(keep), {"batch_id": batch_id, "first_window": windows[0], "last_window": windows[1]}
-                )
+                items = count(keep)
+                seg.write(path, items, {"batch_id": batch_id, "first_window": windows[0], "last_window": windows[1]})
                 fsync_dir(path.parent)
                 fsync_dir(self.segments_dir)
+                if self.keep_words and items.texts is not None:
+                    words_name = segment_name
+                    write_words(self.words_dir / words_name, items.texts)
+                    fsync_dir((self.words_dir / words_name).parent)
+                    fsync_dir(self.words_dir)
             self._db.executemany("INSERT INTO report_ids VALUES (?, ?)", ((report_ids[i], now) for i in keep))
             self._db.executemany(
                 "INSERT INTO quarantine (batch_id, reason, detail, sealed, at) VALUES (?, ?, ?, ?, ?)",
@@ -327,8 +356,9 @@ class CuratorStore:
                 )
             rejected = sum(rejects.values())
             self._db.execute(
-                "INSERT INTO batches VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                (batch_id, len(keep), rejected, segment_name, now, privacy, *windows),
+                "INSERT INTO batches (batch_id, accepted, rejected, segment, received_at, privacy, first_window, "
+                "last_window, words) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (batch_id, len(keep), rejected, segment_name, now, privacy, *windows, words_name),
             )
             self._bump("reports", len(keep))
             for reason, n in rejects.items():
@@ -338,6 +368,7 @@ class CuratorStore:
             self._rollback()
             if segment_name and not self._maybe_committed(batch_id):
                 (self.segments_dir / segment_name).unlink(missing_ok=True)
+                (self.words_dir / segment_name).unlink(missing_ok=True)
             raise
         return BatchResult(False, len(keep), rejected, rejects)
 
@@ -431,17 +462,41 @@ class CuratorStore:
             )
         return paths
 
-    def batch_privacy(self, first_window: int, last_window: int) -> list[tuple[int, int, int, bytes | None]]:
-        """(first window, last window, accepted reports, the shuffler's serialized ``BatchPrivacy`` or None) of
-        every stored batch whose windows lie in [first_window, last_window] (the batches an export reads)."""
+    def export_batches(
+        self, first_window: int, last_window: int
+    ) -> list[tuple[int, int, int, bytes | None, str | None]]:
+        """(first window, last window, accepted reports, the shuffler's serialized ``BatchPrivacy`` or None, its
+        words file or None) of every stored batch whose windows lie in [first_window, last_window] (the batches an
+        export reads)."""
         return [
-            (int(a), int(b), int(n), p)
-            for a, b, n, p in self._db.execute(
-                "SELECT first_window, last_window, accepted, privacy FROM batches WHERE segment IS NOT NULL "
+            (int(a), int(b), int(n), p, w)
+            for a, b, n, p, w in self._db.execute(
+                "SELECT first_window, last_window, accepted, privacy, words FROM batches WHERE segment IS NOT NULL "
                 "AND first_window >= ? AND last_window <= ? ORDER BY rowid",
                 (first_window, last_window),
             )
         ]
+
+    def purge_words(self, before_window: int | None = None) -> int:
+        """Delete the words files of the batches whose last window is before ``before_window`` (None: all), the
+        database first (a crash before the files go leaves orphans, removed at the next start); returns how many."""
+        hi = (1 << 62) if before_window is None else before_window
+        self._begin()
+        try:
+            names = [
+                r[0]
+                for r in self._db.execute(
+                    "SELECT words FROM batches WHERE words IS NOT NULL AND last_window < ?", (hi,)
+                ).fetchall()
+            ]
+            self._db.execute("UPDATE batches SET words = NULL WHERE words IS NOT NULL AND last_window < ?", (hi,))
+            self._db.execute("COMMIT")
+        except BaseException:
+            self._rollback()
+            raise
+        for name in names:
+            (self.words_dir / name).unlink(missing_ok=True)
+        return len(names)
 
     def add_export(
         self, export_id: str, identity: str, first_window: int, last_window: int, rows: int, guarantee: str
@@ -474,6 +529,19 @@ class CuratorStore:
             )
         ]
 
+    def segment_words_unchecked(self) -> bool:
+        """Whether segments written by an earlier version may still hold their reports' words (``strip_words``)."""
+        return self._db.execute("SELECT 1 FROM meta WHERE key = 'segment_words'").fetchone() is not None
+
+    def strip_segment_words(self) -> int:
+        """Rewrite every segment that has the ``words`` column of earlier versions without it (with no curator
+        running: ``lac curator migrate-segments``); returns how many."""
+        done = 0
+        for (name,) in self._db.execute("SELECT segment FROM batches WHERE segment LIKE '%.parquet'").fetchall():
+            done += seg.strip_words(self.segments_dir / name)
+        self._db.execute("DELETE FROM meta WHERE key = 'segment_words'")
+        return done
+
     def migrate_npz(self) -> int:
         """Convert the ``.npz`` segments of earlier versions to Parquet; returns how many. Each is
         written and fsync'd, then the manifest switches to it in a transaction, then the old file goes."""
@@ -501,6 +569,10 @@ class CuratorStore:
         for col in ("first_window", "last_window"):
             if col not in have:
                 self._db.execute(f"ALTER TABLE batches ADD COLUMN {col} INTEGER NOT NULL DEFAULT 0")
+        if "words" not in have:  # segments of earlier versions may hold their reports' words (strip_words)
+            self._db.execute("ALTER TABLE batches ADD COLUMN words TEXT")
+            if self._db.execute("SELECT 1 FROM batches WHERE segment LIKE '%.parquet' LIMIT 1").fetchone():
+                self._db.execute("INSERT OR REPLACE INTO meta VALUES ('segment_words', 'unchecked')")
         if "data_dependent" not in {r[1] for r in self._db.execute("PRAGMA table_info(window_ledger)")}:
             self._db.execute("ALTER TABLE window_ledger ADD COLUMN data_dependent INTEGER NOT NULL DEFAULT 0")
 
