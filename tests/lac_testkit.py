@@ -69,6 +69,7 @@ class Sink:
 
         self.raw: list[bytes] = []
         self.down = False
+        self.refuse_batches = False  # IngestBatch answers UNAVAILABLE (after recording the try); GetDeployment works
         self.deployment = Deployment()
         self._lock = threading.Lock()
         from concurrent import futures
@@ -103,6 +104,8 @@ class Sink:
         request = curator_pb2.IngestBatchRequest.FromString(raw)
         with self._lock:
             self.raw.append(raw)
+        if self.refuse_batches:
+            context.abort(grpc.StatusCode.UNAVAILABLE, "sink refuses batches")
         return curator_pb2.IngestBatchResponse(batch_id=request.batch_id, accepted=len(request.reports))
 
     def _deployment(self, raw: bytes, context):

@@ -17,7 +17,7 @@ from lac.common import envelope
 from lac.common.errors import FailedPrecondition
 from lac.common.v1 import curator_pb2, curator_pb2_grpc, reports_pb2
 
-CLOSED = DEPLOYMENT.window(time.time()) - 2  # a closed window (the default window is a day)
+CLOSED = DEPLOYMENT.window(time.time()) - 3  # a closed, settled window (the default window is a day)
 
 
 def _ingest(cur, key, batch_id: str, n: int, window: int | None = None, deployment=DEPLOYMENT) -> None:

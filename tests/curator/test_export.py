@@ -17,6 +17,7 @@ import pytest
 from lac_testkit import DEPLOYMENT, Pki, batch_privacy, content, run_lac
 
 from lac.analyst.client import CuratorClient
+from lac.analyst.client import FailedPrecondition as Refused
 from lac.common import envelope, tls
 from lac.common.errors import FailedPrecondition, InvalidArgument, PermissionDenied
 from lac.common.privacy import VACUOUS_EPSILON, LocalGuarantee
@@ -33,7 +34,8 @@ TEXTS = [
     ["we", "walk", "the", "dog"],
     ["the", "sun", "is", "a", "star"],
 ]
-CLOSED = DEPLOYMENT.window(time.time()) - 2  # a window that closed two days ago (the default window is a day)
+# a settled window: closed for more than the default shuffler_release_interval_seconds + forward_horizon_seconds
+CLOSED = DEPLOYMENT.window(time.time()) - 3
 IDENTITIES = ("shuffler", "analyst", "operator", "exporter", "intruder")
 
 
@@ -169,6 +171,11 @@ def test_the_grant_and_the_windows_are_checked():
     with pytest.raises(FailedPrecondition, match="still open"):
         export.check_windows(CLOSED, CLOSED + 2, DEPLOYMENT, now)
     export.check_windows(CLOSED, CLOSED + 1, DEPLOYMENT, now)
+    # issue 34 item 3: closed half a window ago; settled only once closed for longer than the settling time
+    half = DEPLOYMENT.window_seconds / 2
+    with pytest.raises(FailedPrecondition, match="not settled"):
+        export.check_windows(CLOSED, CLOSED + 1, DEPLOYMENT, now, settle_seconds=half + 1)
+    export.check_windows(CLOSED, CLOSED + 1, DEPLOYMENT, now, settle_seconds=half - 1)
 
 
 # -- over a real mTLS server ---------------------------------------------------------------------------
@@ -340,7 +347,7 @@ def test_the_guarantee_survives_the_wire():
     m = serde.local_guarantee_message(g)
     back = serde.local_guarantee_from_proto(curator_pb2.LocalGuarantee.FromString(m.SerializeToString()))
     assert back == g and m.statement == g.statement()
-    assert [(s.window, s.batches, s.unverified) for s in g.shuffles] == [(CLOSED, 1, 0), (CLOSED + 1, 2, 1)]
+    assert [(s.window, s.batches, s.unverified) for s in g.shuffles] == [(CLOSED + 1, 2, 1)]  # by their last window
 
 
 def test_the_docs_example_runs(exporting_curator, tmp_path, monkeypatch):
@@ -405,3 +412,82 @@ def test_export_row_counts_are_shown_to_operators_and_the_exporter_only(start_cu
     }
     with _client(cur, pki, "analyst") as c:
         assert c.exports(as_arrow=True).column("rows").to_pylist() == [None]
+
+
+def test_a_batch_counts_in_one_window_so_no_set_of_exports_isolates_it(start_curator, curator_public_key):
+    """Issue 34 item 3: a batch spanning windows w..w+1 was in the export of w..w+1 but in neither w's nor w+1's,
+    so those three exports isolated it. Each batch belongs to its last window for exports: the export of a range
+    is the union of its windows' exports."""
+    cur = start_curator(export_identities="exporter")  # insecure: every caller holds every role
+    w = CLOSED - 1
+    with grpc.insecure_channel(cur.address) as ch:
+        stub = curator_pb2_grpc.CuratorIngestStub(ch)
+        for batch_id, n, first, last, text in (("a", 3, w, w, 0), ("span", 2, w, w + 1, 1), ("b", 4, w + 1, w + 1, 2)):
+            privacy = batch_privacy(n, window=last)
+            privacy.first_window = first
+            reports = [envelope.seal(content(TEXTS[text]), curator_public_key) for _ in range(n)]
+            request = curator_pb2.IngestBatchRequest(batch_id=batch_id, reports=reports, privacy=privacy)
+            assert stub.IngestBatch(request, timeout=30).accepted == n
+    with CuratorClient(cur.address, insecure=True) as c:
+        rows = {r: Counter(c.export_reports(r).texts()) for r in (w, w + 1, (w, w + 1))}
+    assert rows[(w, w + 1)] == rows[w] + rows[w + 1]
+    assert rows[w] == Counter({" ".join(TEXTS[0]): 3}) and rows[w + 1][" ".join(TEXTS[1])] == 2
+
+
+@pytest.mark.slow  # two real shufflers and windows of two seconds that must settle
+def test_exports_of_a_settled_window_stay_equal_when_a_late_batch_comes(
+    start_curator, start_shuffler, sink, caplog, curator_public_key
+):
+    """Issue 34 item 3, with live shufflers: two exports of a closed window taken before and after a late batch
+    differed by exactly that batch. A window is exported only once settled (closed for longer than the release
+    interval plus the forwarding horizon), and a batch for a window already exported is refused with
+    FAILED_PRECONDITION and the reason window_exported (the shuffler keeps it), so the exports stay equal."""
+    import os
+
+    from lac_testkit import wait_until
+
+    from lac.common.deployment import Deployment
+    from lac.common.v1 import shuffler_pb2, shuffler_pb2_grpc
+
+    ws, settle = 2.0, 6.0  # settle: shuffler_release_interval_seconds + forward_horizon_seconds
+    cur = start_curator(
+        export_identities="exporter",
+        window_seconds=ws,
+        shuffler_release_interval_seconds=2.0,
+        forward_horizon_seconds=4.0,
+    )
+    sink.deployment = Deployment(window_seconds=ws)
+    prompt = start_shuffler(cur.address, min_batch=1, window_seconds=ws, release_interval_seconds=0.2)
+    late = start_shuffler(sink.address, min_batch=1, window_seconds=ws, release_interval_seconds=0.2)
+    sink.refuse_batches = True  # the late shuffler's curator is unreachable: its batch waits
+    while time.time() % ws > ws / 2:  # both submit early in one window
+        time.sleep(0.05)
+    window = int(time.time() // ws)
+    for shuffler, words in ((prompt, ["the", "dog"]), (late, ["a", "fox"])):
+        sealed = envelope.seal(content(words), curator_public_key)
+        with grpc.insecure_channel(shuffler.address) as ch:
+            request = shuffler_pb2.SubmitRequest(
+                reports=[shuffler_pb2.ClientReport(idempotency_id=os.urandom(16), payload=sealed)]
+            )
+            shuffler_pb2_grpc.ShufflerStub(ch).Submit(request, timeout=30)
+    assert int(time.time() // ws) == window
+    wait_until(lambda: cur.call(cur.curator.status())["batches"] == 1)
+    wait_until(lambda: sink.raw)  # the late batch was tried once
+    with CuratorClient(cur.address, insecure=True) as c:
+        time.sleep(max(0.0, (window + 1) * ws - time.time()) + 0.05)  # closed; settled 6 s later
+        with pytest.raises(Refused, match="not settled"):
+            c.export_reports(window)
+        time.sleep(max(0.0, (window + 1) * ws + settle - time.time()) + 0.05)
+        first = Counter(c.export_reports(window).texts())
+        assert first == Counter({"the dog": 1})
+        late.stop()
+        late = start_shuffler(cur.address, state_dir=late.shuffler.config.state_dir, window_seconds=ws)
+        wait_until(  # the shuffler tried it and the curator refused it
+            lambda: any(
+                "FAILED_PRECONDITION" in r.getMessage() and "were exported" in r.getMessage()
+                for r in caplog.records
+                if r.name == "lac.shuffler.service"
+            )
+        )
+        assert Counter(c.export_reports(window).texts()) == first
+    assert cur.call(cur.curator.status())["batches"] == 1

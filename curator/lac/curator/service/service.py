@@ -373,6 +373,7 @@ class Curator:
             tracing.set_attributes({"lac.duplicate": True})
             return curator_pb2.IngestBatchResponse(batch_id=batch.batch_id, duplicate=True)
         windows = self._batch_windows(batch)
+        await self._run(self.store.check_not_exported, batch.batch_id, windows[1])  # fail fast; re-checked on store
         chunks = await self._ingest.count(batch.payloads)  # on ingest_workers processes; Unavailable if one died
         ids = [rid for c in chunks for rid in c.ids]
         quarantined = [q for c in chunks for q in c.quarantined]
@@ -775,12 +776,13 @@ class Curator:
     async def export_reports(
         self, first_window: int, last_window: int, identity: str | None, roles: frozenset[Role]
     ) -> tuple[str, LocalGuarantee, export.ShuffledReports]:
-        """Export the privatized reports of the closed windows ``first_window``..``last_window``
-        (``lac.curator.store.export``): (export id, its guarantee, the rows in a fresh uniformly random order; close
-        it when done). The export is recorded with the ledger (``identity``, the time, the windows, the rows)
-        before this returns, so before any row is sent; it charges nothing."""
+        """Export the privatized reports of the settled windows ``first_window``..``last_window`` (each batch
+        belongs to its last window; ``lac.curator.store.export``): (export id, its guarantee, the rows in a fresh
+        uniformly random order; close it when done). The export is recorded with the ledger (``identity``, the time,
+        the windows, the rows) before this returns, so before any row is sent, and from then on a batch of those
+        windows is refused; it charges nothing."""
         export.check_grant(self.config.roles[Role.EXPORT], roles)
-        export.check_windows(first_window, last_window, self.deployment)
+        export.check_windows(first_window, last_window, self.deployment, settle_seconds=self.config.settle_seconds)
         async with self._words_lock:  # no purge deletes a words file while this reads it
             batches = await self._run(self.store.export_batches, first_window, last_window)
             if not batches:
@@ -812,6 +814,7 @@ class Curator:
                 last_window,
                 rows.rows,
                 guarantee_json(guarantee),
+                len(batches),
             )
         except BaseException:
             rows.close()

@@ -1,5 +1,16 @@
 """Export of privatized reports (opt-in): the words of the reports of closed windows, as a data set.
 
+Which reports: each batch belongs to one window, its last
+---------------------------------------------------------
+A batch's reports may span windows (w..w+1, say). For exports it belongs to its last window only, so
+the export of a range is exactly the union of its windows' exports and no set of exports isolates a
+batch by differencing (a batch in the export of w..w+1 but in neither w's nor w+1's would be). A window
+is exported only once settled: closed for longer than ``shuffler_release_interval_seconds`` (a shuffler
+may release its reports up to that long after the window closes) plus ``forward_horizon_seconds`` (how
+long a released batch may take to arrive); after its first export, a batch that belongs to it is
+refused (FAILED_PRECONDITION, ``ErrorReason.WINDOW_EXPORTED``: the shuffler keeps it and should not retry
+it), so two exports of one window never differ.
+
 Where the words come from
 -------------------------
 Only while export is on (``export_identities`` non-empty) does ingest keep each batch's words, in a
@@ -117,9 +128,12 @@ def check_grant(export_identities: frozenset[str], roles: frozenset[Role]) -> No
         )
 
 
-def check_windows(first: int, last: int, deployment: Deployment, now: float | None = None) -> None:
+def check_windows(
+    first: int, last: int, deployment: Deployment, now: float | None = None, settle_seconds: float = 0.0
+) -> None:
     """InvalidArgument for a range that is empty, before window 0, too long or beyond the current window;
-    FailedPrecondition while its last window is still open."""
+    FailedPrecondition while its last window is still open or has been closed for less than ``settle_seconds``
+    (the shufflers' release interval plus the forwarding horizon: batches of its reports may still come)."""
     if first < 0:
         raise InvalidArgument(f"window {first}: accounting windows count from 0 (unix time // window_seconds)")
     if first > last:
@@ -136,6 +150,14 @@ def check_windows(first: int, last: int, deployment: Deployment, now: float | No
             f"window {last} is still open (it closes at {closes}): only the reports of closed windows are exported; "
             f"end the export at window {last - 1} or wait"
         )
+    settled = (last + 1) * deployment.window_seconds + settle_seconds
+    if now < settled:
+        at = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(settled))
+        raise FailedPrecondition(
+            f"window {last} is closed but not settled until {at} ({settle_seconds:g} s after it closed: "
+            f"shuffler_release_interval_seconds + forward_horizon_seconds), since batches of its reports may still "
+            f"come; a window is exported once settled, and batches for it are refused after that"
+        )
 
 
 def clear_spool(state_dir: Path) -> None:
@@ -147,15 +169,15 @@ def window_shuffles(
     batches: Iterable[tuple[int, int, int, bytes | None]], first: int, last: int, deployment: Deployment
 ) -> tuple[WindowShuffle, ...]:
     """The shuffle accountant's statements per window of ``first``..``last`` from the stored batches
-    (first window, last window, accepted reports, serialized ``BatchPrivacy``): a batch counts in every
-    window it spans. A batch without a statement, with one computed for a smaller ε0 than the deployment's
-    (it would overstate the amplification) or not bound to distinct clients is unverified."""
+    (first window, last window, accepted reports, serialized ``BatchPrivacy``): a batch counts in its last
+    window, the one it belongs to for exports. A batch without a statement, with one computed for a smaller ε0
+    than the deployment's (it would overstate the amplification) or not bound to distinct clients is
+    unverified."""
     eps0 = deployment.report_epsilon0
     per: dict[int, list[tuple[int, reports_pb2.BatchPrivacy | None]]] = defaultdict(list)
-    for a, b, n, blob in batches:
-        p = reports_pb2.BatchPrivacy.FromString(blob) if blob else None
-        for w in range(max(a, first), min(b, last) + 1):
-            per[w].append((n, p))
+    for _, b, n, blob in batches:
+        if first <= b <= last:
+            per[b].append((n, reports_pb2.BatchPrivacy.FromString(blob) if blob else None))
     out = []
     for w in sorted(per):
         rows = per[w]

@@ -46,7 +46,7 @@ from typing import Any
 
 import numpy as np
 
-from lac.common.errors import AlreadyExists, DataLoss, FailedPrecondition, RejectReason
+from lac.common.errors import AlreadyExists, DataLoss, ErrorReason, FailedPrecondition, RejectReason, Unavailable
 from lac.common.files import atomic_file, fsync_dir, private_dir, private_sqlite
 from lac.common.privacy import Budget
 from lac.common.storage import LowDiskSpace, free_bytes
@@ -319,6 +319,7 @@ class CuratorStore:
             if self.has_batch(batch_id):
                 self._db.execute("ROLLBACK")
                 return BatchResult(True, 0, 0, {})
+            self.check_not_exported(batch_id, windows[1])
             self._db.execute("DELETE FROM report_ids WHERE seen_at < ?", (now - window_seconds,))
             keep, seen = [], set()
             for i, rid in enumerate(report_ids):
@@ -371,6 +372,23 @@ class CuratorStore:
                 (self.words_dir / segment_name).unlink(missing_ok=True)
             raise
         return BatchResult(False, len(keep), rejected, rejects)
+
+    def check_not_exported(self, batch_id: str, window: int) -> None:
+        """FailedPrecondition (``ErrorReason.WINDOW_EXPORTED``) if the reports of ``window``, the last window of
+        batch ``batch_id``, were exported: a later batch of it would make two exports of it differ by that batch."""
+        row = self._db.execute(
+            "SELECT export_id, at FROM exports WHERE first_window <= ? AND ? <= last_window ORDER BY at LIMIT 1",
+            (window, window),
+        ).fetchone()
+        if row is not None:
+            when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(row[1]))
+            raise FailedPrecondition(
+                f"batch {batch_id} belongs to accounting window {window} (its last), whose reports were exported at "
+                f"{when} (export {row[0]}): a batch for an exported window is never accepted, so that its exports stay "
+                f"equal; set it aside (do not retry it). Its reports arrived after the window settled: raise "
+                f"forward_horizon_seconds if this recurs",
+                error_reason=ErrorReason.WINDOW_EXPORTED,
+            )
 
     def _maybe_committed(self, batch_id: str) -> bool:
         """After a failed commit: might the batch be stored after all? (Unknown counts as yes, and its
@@ -466,13 +484,13 @@ class CuratorStore:
         self, first_window: int, last_window: int
     ) -> list[tuple[int, int, int, bytes | None, str | None]]:
         """(first window, last window, accepted reports, the shuffler's serialized ``BatchPrivacy`` or None, its
-        words file or None) of every stored batch whose windows lie in [first_window, last_window] (the batches an
-        export reads)."""
+        words file or None) of every stored batch whose last window lies in [first_window, last_window] (the batches
+        an export reads: each belongs to its last window)."""
         return [
             (int(a), int(b), int(n), p, w)
             for a, b, n, p, w in self._db.execute(
                 "SELECT first_window, last_window, accepted, privacy, words FROM batches WHERE segment IS NOT NULL "
-                "AND first_window >= ? AND last_window <= ? ORDER BY rowid",
+                "AND last_window BETWEEN ? AND ? ORDER BY rowid",
                 (first_window, last_window),
             )
         ]
@@ -499,13 +517,28 @@ class CuratorStore:
         return len(names)
 
     def add_export(
-        self, export_id: str, identity: str, first_window: int, last_window: int, rows: int, guarantee: str
+        self,
+        export_id: str,
+        identity: str,
+        first_window: int,
+        last_window: int,
+        rows: int,
+        guarantee: str,
+        batches: int | None = None,
     ) -> float:
         """Record an export of privatized reports (committed before any row is sent); returns its time.
-        Exports are listed with the ledger but charge nothing: they are local DP, not central releases."""
+        Exports are listed with the ledger but charge nothing: they are local DP, not central releases.
+        ``batches``: how many batches the export read (``export_batches``); if one more was stored meanwhile the
+        export is refused (Unavailable: read again), so that no batch gets in after an export without being in it."""
         self.check_space()
         self._begin()
         try:
+            if batches is not None and len(self.export_batches(first_window, last_window)) != batches:
+                raise Unavailable(
+                    f"a batch of windows {first_window}..{last_window} was stored while the export read them; "
+                    f"export again",
+                    retry_after=1,
+                )
             now = time.time()
             self._db.execute(
                 "INSERT INTO exports VALUES (?, ?, ?, ?, ?, ?, ?)",
