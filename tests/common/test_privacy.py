@@ -13,6 +13,7 @@ from lac.common.privacy import (
     DATA_DEPENDENT_PREFIX,
     Adjacency,
     Budget,
+    ExportedWindows,
     Guarantee,
     LocalGuarantee,
     Model,
@@ -224,3 +225,17 @@ def test_data_dependent_is_labelled_and_its_details_withheld_from_the_public():
         headline + " Its sensitivity and noise scale are computed from the data and are shown to operators only."
     )
     assert "0.0123" not in g.public_statement()
+
+
+def test_exported_windows_render_their_span_and_how_releases_compose_with_them():
+    assert ExportedWindows.of([]) is None
+    whole = ExportedWindows.of([5, 6, 7], exports=2)
+    assert whole == ExportedWindows(3, 5, 7, 2)
+    assert "the privatized reports of windows 5..7 were also exported (2 exports)" in whole.caveat()
+    assert "count central releases only" in whole.caveat() and "bounds further central releases only" in (
+        whole.budget_note()
+    )
+    part = ExportedWindows.of([5, 7], later=True)
+    assert "the privatized reports of 2 of windows 5..7 were later also exported," in part.caveat()
+    with pytest.raises(ValueError):
+        ExportedWindows(4, 5, 7)

@@ -491,3 +491,40 @@ def test_exports_of_a_settled_window_stay_equal_when_a_late_batch_comes(
         )
         assert Counter(c.export_reports(window).texts()) == first
     assert cur.call(cur.curator.status())["batches"] == 1
+
+
+def test_central_releases_over_exported_windows_say_how_they_compose(start_curator, curator_public_key, capsys):
+    """Issue 34 item 1: after an export, a central release over the same windows ended with its bound over a
+    period and never mentioned the export, and the budget showed "remaining" as if nothing had been released.
+    Central releases over exported windows stay allowed (README, privacy model: why); every statement over them
+    carries how the two compose (rendered from the typed ExportedWindows), those made before the export too when
+    shown now, and the budget view marks the exported windows (its proto field, the client, the CLI)."""
+    cur = start_curator(export_identities="exporter")  # insecure: every caller holds every role
+    with grpc.insecure_channel(cur.address) as ch:
+        for batch_id, window in (("older", CLOSED - 1), ("exported", CLOSED)):
+            reports = [envelope.seal(content(TEXTS[i % 4]), curator_public_key) for i in range(12)]
+            privacy = batch_privacy(12, window=window)
+            request = curator_pb2.IngestBatchRequest(batch_id=batch_id, reports=reports, privacy=privacy)
+            curator_pb2_grpc.CuratorIngestStub(ch).IngestBatch(request, timeout=30)
+    span = dict(first_window=CLOSED - 1, last_window=CLOSED)
+    with CuratorClient(cur.address, insecure=True) as c:
+        before = c.release(epsilon=1.0, mechanism="laplace", **span)
+        assert "Composition with exports" not in before.statement
+        c.export_reports(CLOSED)
+        after = c.release(epsilon=1.0, mechanism="laplace", **span)
+        budget = c.budget_summary()
+    caveat = f"Composition with exports: the privatized reports of window {CLOSED} were also exported (1 export)"
+    assert caveat in after.statement and "count central releases only" in after.statement, after.statement
+    with grpc.insecure_channel(cur.address) as ch:
+        stub = curator_pb2_grpc.CuratorStub(ch)
+        shown = {r.release_id: r.statement for r in stub.ListReleases(curator_pb2.ListReleasesRequest()).releases}
+        again = stub.GetRelease(curator_pb2.GetReleaseRequest(release_id=before.release_id), timeout=30).record
+    later = f"the privatized reports of window {CLOSED} were later also exported (1 export)"
+    assert later in shown[before.release_id] and later in again.statement  # shown now with the caveat
+    assert shown[after.release_id] == after.statement  # no second caveat
+    assert [(w.window, w.exports) for w in budget.windows] == [(CLOSED - 1, 0), (CLOSED, 1)]
+    assert f"The privatized reports of window {CLOSED} were exported" in budget.statement
+    assert "exported 1x (remaining: central releases only)" in str(budget)
+    code, stdout, err = run_lac(capsys, "curator", "budget", "--server", cur.address, "--insecure")
+    assert code == 0 and "the remaining budget bounds central releases only" in stdout, err
+    assert f"The privatized reports of window {CLOSED} were exported" in stdout

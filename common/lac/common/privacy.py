@@ -19,12 +19,14 @@ value, so what is printed cannot drift from what is computed:
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from enum import StrEnum
 from numbers import Real
 from typing import Any
 
 __all__ = [
+    "ExportedWindows",
     "PeriodLoss",
     "Adjacency",
     "Budget",
@@ -328,6 +330,59 @@ class PeriodLoss:
             f"Over time: no cap on windows per client is set, so a client active in every window of {period} "
             f"can lose up to {T} × the per-window budget (ε = {b.epsilon:.6g}, δ = {b.delta:.3g}) = {total} by "
             f"basic composition over it; the operator can cap windows per client per period."
+        )
+
+
+@dataclass(frozen=True)
+class ExportedWindows:
+    """Accounting windows of a central release (or of a budget view) whose privatized reports were also exported:
+    ``windows`` of them, between ``first`` and ``last``, by ``exports`` export(s) (0: not counted), ``later``
+    when the exports came after the release. An export gives its holder the reports themselves under their local
+    guarantee only (``LocalGuarantee``); a central release over the same windows adds at most its (ε, δ) to that
+    by composition, and its (ε, δ), the ledger's budget and the bound over a period count central releases only.
+    ``caveat`` and ``budget_note`` say so; every statement over exported windows carries one of them."""
+
+    windows: int
+    first: int
+    last: int
+    exports: int = 0
+    later: bool = False
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.windows <= self.last - self.first + 1:
+            raise ValueError(f"windows must be in [1, {self.last - self.first + 1}], got {self.windows!r}")
+        if self.exports < 0:
+            raise ValueError(f"exports must be >= 0, got {self.exports!r}")
+
+    @classmethod
+    def of(cls, windows: Iterable[int], exports: int = 0, later: bool = False) -> ExportedWindows | None:
+        """The exported windows among ``windows`` (None: none)."""
+        ws = sorted(set(windows))
+        return cls(len(ws), ws[0], ws[-1], exports, later) if ws else None
+
+    def _span(self) -> str:
+        span = f"window {self.first}" if self.first == self.last else f"windows {self.first}..{self.last}"
+        whole = self.windows == self.last - self.first + 1
+        return span if whole else f"{self.windows} of {span}"
+
+    def caveat(self) -> str:
+        """What a central release's statement adds: how it composes with the exports of its windows."""
+        when = "were later also exported" if self.later else "were also exported"
+        n = f" ({self.exports} export{'s' if self.exports != 1 else ''})" if self.exports else ""
+        return (
+            f"Composition with exports: the privatized reports of {self._span()} {when}{n}, with local differential "
+            f"privacy only (see the export's statement). Against anyone who holds such an export, those windows' "
+            f"clients are protected by its local guarantee (per-word metric DP), to which this release adds at most "
+            f"its (ε, δ) by composition; this release's (ε, δ), the ledger's per-window budget and the bound over a "
+            f"period count central releases only, not what the exports disclosed."
+        )
+
+    def budget_note(self) -> str:
+        """What a budget view adds about its exported windows."""
+        return (
+            f"The privatized reports of {self._span()} were exported (local differential privacy only): there the "
+            f"remaining budget bounds further central releases only; against whoever holds an export, those windows' "
+            f"clients are protected by its local guarantee, with which every central release over them composes."
         )
 
 

@@ -11,6 +11,7 @@ from lac.analyst.client import CuratorClient, new_request_id, read_export
 from lac.common import config as cfg
 from lac.common import tls, tracing
 from lac.common.cli import message_json, positive
+from lac.common.privacy import ExportedWindows
 from lac.common.v1 import curator_pb2, reports_pb2
 from lac.curator import mechanisms
 from lac.curator.mechanisms import ReleaseSpec
@@ -500,7 +501,11 @@ def _windows(ws) -> str:
         "\n".join(
             f"  window {w.window}: spent ({w.spent_epsilon:g}, {w.spent_delta:g}), remaining "
             f"({w.remaining_epsilon:g}, {w.remaining_delta:g})"
-            + (f"; exported {w.exports}x (not charged)" if w.exports else "")
+            + (
+                f"; exported {w.exports}x (not charged): the remaining budget bounds central releases only"
+                if w.exports
+                else ""
+            )
             for w in ws
         )
         or "  no windows yet"
@@ -538,12 +543,15 @@ def _exports(exports) -> str:
 
 def _budget(args) -> int:
     b = _client(args).call("GetBudget", curator_pb2.BudgetRequest(), timeout=30)
+    exported = ExportedWindows.of(w.window for w in b.windows if w.exports)
     _print(
         args,
         b,
         f"privacy budget per accounting window of {b.window_seconds:g} s (ε, δ) = "
         f"({b.budget_epsilon:g}, {b.budget_delta:g}); privacy unit: one client over a window, at most "
-        f"{b.reports_per_window} report(s) per window\n{_windows(b.windows)}" + _exports(b.exports),
+        f"{b.reports_per_window} report(s) per window\n{_windows(b.windows)}"
+        + _exports(b.exports)
+        + ("" if exported is None else "\n" + exported.budget_note()),
     )
     return 0
 

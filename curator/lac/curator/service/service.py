@@ -50,7 +50,7 @@ from lac.common import envelope, tracing
 from lac.common.deployment import windows_in_period
 from lac.common.errors import AlreadyExists, ErrorReason, FailedPrecondition, InvalidArgument, NotFound, Unavailable
 from lac.common.exports import guarantee_json
-from lac.common.privacy import Budget, LocalGuarantee, PrivacyUnit
+from lac.common.privacy import Budget, ExportedWindows, LocalGuarantee, PrivacyUnit
 from lac.common.rng import RandomSource, secure_generator
 from lac.common.rpc import Role
 from lac.common.server import Health
@@ -111,6 +111,24 @@ def _check_mechanism(spec: ReleaseSpec) -> None:
         raise InvalidArgument(
             f"mechanism {spec.mechanism!r} is not available over RPC; available: {', '.join(mechanisms.over_rpc())}"
         )
+
+
+def exported_windows(
+    span: tuple[int, int], exports: list[tuple[str, str, float, int, int, int]], since: float | None = None
+) -> ExportedWindows | None:
+    """The windows of ``span`` that ``exports`` (``CuratorStore.exports``; only those made after ``since``, when
+    given) covered, None if none did."""
+    first, last = span
+    covering = [(a, b) for _, _, at, a, b, _ in exports if a <= last and b >= first and (since is None or at > since)]
+    covered = {w for a, b in covering for w in range(max(a, first), min(b, last) + 1)}
+    return ExportedWindows.of(covered, len(covering), later=since is not None)
+
+
+def _shown(record: ReleaseRecord, exports: list[tuple[str, str, float, int, int, int]]) -> ReleaseRecord:
+    """``record`` with the caveat of the exports of its windows made after it."""
+    made = dt.datetime.fromisoformat(record.created_at).timestamp()
+    later = exported_windows((record.first_window, record.last_window), exports, since=made)
+    return record if later is None else record.with_later_exports(later)
 
 
 class _ChannelCancelled(Exception):
@@ -627,6 +645,7 @@ class Curator:
             request_id=request_id,
             data_dependent_before=dd_before,
             period=self.deployment.period_loss(self.budget),
+            exported=exported_windows(span, await self.exports()),
         )
         stored = await self._run(
             partial(
@@ -673,17 +692,19 @@ class Curator:
         return record
 
     async def list_releases(self) -> list[ReleaseRecord]:
-        return [ReleaseRecord.from_json(r) for r in await self._run(self.store.releases)]
+        exports = await self.exports()
+        return [_shown(ReleaseRecord.from_json(r), exports) for r in await self._run(self.store.releases)]
 
     async def get_release(
         self, release_id: str
     ) -> tuple[ReleaseRecord, tuple[str, ...], np.ndarray, np.ndarray | None]:
-        """(record, items, released log-probabilities, pseudo-counts or None) or NotFound."""
+        """(record, items, released log-probabilities, pseudo-counts or None) or NotFound. The record as it is
+        shown now: with the caveat of exports of its windows made since it."""
         found = await self._run(self.store.release, release_id) if release_id else None
         if found is None:
             raise NotFound(f"no release {release_id[:200]!r}")
         record, items, log_probs, pseudo = found
-        return ReleaseRecord.from_json(record), items, log_probs, pseudo
+        return _shown(ReleaseRecord.from_json(record), await self.exports()), items, log_probs, pseudo
 
     async def model(self, release_id: str) -> NgramModel:
         async with self._model_lock:
