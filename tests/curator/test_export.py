@@ -144,6 +144,7 @@ def test_the_guarantee_is_local_only_and_says_when_its_bounds_are_vacuous():
         "at most 1 report per accounting window",
         "no amplification",
         "uniformly random order",
+        "Central releases over these windows compose with it",  # issue 34 item 1
     ):
         assert phrase in text, phrase
     # small ε per word and short reports: ε0 below the vacuous level, amplified by the shuffler's accountant

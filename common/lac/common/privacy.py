@@ -573,6 +573,10 @@ class LocalGuarantee:
             parts.append("In the windows without amplification only the local guarantees above hold.")
         if k > 1:
             parts.append(f"A client's {k} reports in one window compose: {k}× the per-report and per-word losses.")
+        parts.append(
+            "Central releases over these windows compose with it: to the holder of this export each adds at most "
+            "its (ε, δ) to the local guarantee above (the curator's budget view lists both; their statements say so)."
+        )
         return " ".join(parts)
 
     def to_dict(self) -> dict[str, Any]:
