@@ -459,9 +459,10 @@ SEALED_TEXTS = [  # the sealed reports of ``mtls_curator_with_reports``: sentenc
 ]
 
 
-def mtls_curator_with_reports(start_curator, pki, curator_public_key, n: int, **overrides):
+def mtls_curator_with_reports(start_curator, pki, curator_public_key, n: int, window: int | None = None, **overrides):
     """A curator with mutual TLS (``start_curator`` fixture) holding ``n`` HPKE-sealed reports of
-    ``SEALED_TEXTS``, ingested as the shuffler identity in one batch; returns the ServerThread."""
+    ``SEALED_TEXTS``, ingested as the shuffler identity in one batch of ``window`` (default: the current one);
+    returns the ServerThread."""
     from lac.common import envelope, tls
     from lac.common.v1 import curator_pb2_grpc
 
@@ -474,7 +475,7 @@ def mtls_curator_with_reports(start_curator, pki, curator_public_key, n: int, **
                 reports=[
                     envelope.seal(content(SEALED_TEXTS[i % len(SEALED_TEXTS)]), curator_public_key) for i in range(n)
                 ],
-                privacy=batch_privacy(n),
+                privacy=batch_privacy(n, window=window),
             ),
             timeout=30,
         )

@@ -233,6 +233,8 @@ def test_words_are_kept_for_export_only_then_deleted(start_curator, curator_publ
                 timeout=30,
             )
     assert [p.split("/")[0] for p in _holding(state, WORDS)] == ["words", "words"]
+    for path in (state / "words", *(state / "words").rglob("*")):  # private, as the rest of the state
+        assert path.stat().st_mode & 0o077 == 0, path
     assert cur.call(cur.curator.purge_words()) == 1  # the old window's: closed more than 5 days ago
     (kept,) = _holding(state, WORDS)
     assert f"window={CLOSED}/" in kept

@@ -14,7 +14,7 @@ import grpc
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
-from lac_testkit import DEPLOYMENT, Pki, batch_privacy, content, run_lac
+from lac_testkit import DEPLOYMENT, Pki, batch_privacy, content, mtls_curator_with_reports, run_lac
 
 from lac.analyst.client import CuratorClient
 from lac.analyst.client import FailedPrecondition as Refused
@@ -380,24 +380,15 @@ def test_export_row_counts_are_shown_to_operators_and_the_exporter_only(start_cu
     derived from the data). Over real mTLS with the real roles: an analyst without the grant, and one with the
     grant who did not make that export, see no count; the identity that exported and an operator see it."""
     pki = Pki(tmp_path / "pki", ("curator", "shuffler", "analyst", "operator", "exporter", "exporter2"))
-    cert, key = pki.pem("curator")
-    cur = start_curator(
-        insecure=False,
-        tls_cert=cert,
-        tls_key=key,
-        tls_client_ca=pki.ca,
+    cur = mtls_curator_with_reports(
+        start_curator,
+        pki,
+        curator_public_key,
+        7,
+        window=CLOSED,
         analyst_identities="analyst,exporter,exporter2",
         export_identities="exporter,exporter2",
     )
-    with tls.channel(cur.address, pki.client_tls("shuffler")) as ch:
-        curator_pb2_grpc.CuratorIngestStub(ch).IngestBatch(
-            curator_pb2.IngestBatchRequest(
-                batch_id="b1",
-                reports=[envelope.seal(content(TEXTS[i % 4]), curator_public_key) for i in range(7)],
-                privacy=batch_privacy(7, window=CLOSED),
-            ),
-            timeout=30,
-        )
     with _client(cur, pki, "exporter") as c:
         assert c.export_reports(CLOSED).rows == 7
     seen = {}

@@ -154,7 +154,7 @@ class CuratorStore:
         self.keep_words = keep_words
         self.segments_dir = private_dir(state_dir / "segments")
         self.releases_dir = private_dir(state_dir / "releases")
-        self.words_dir = state_dir / WORDS_DIR
+        self.words_dir = private_dir(state_dir / WORDS_DIR) if keep_words else state_dir / WORDS_DIR
         self._db = private_sqlite(state_dir / "curator.sqlite")
         if self._db.execute("SELECT 1 FROM sqlite_master WHERE name = 'reports'").fetchone():
             raise FailedPrecondition(
