@@ -5,11 +5,12 @@
 
 SYNTHETIC data (a speed and memory benchmark only, not language): ``--reports`` reports of 1-40 words
 (Poisson(10) + 1, capped at L = 40) drawn Zipf(1.1)-like from 50,000 words, with three n-gram rows per
-word as real segments have, stored through ``CuratorStore.add_batch`` as batches of ``--per-batch``
-reports of one closed window (one segment each, the curator's format). Timed, best of ``--repeat``:
+word as real segments have, stored through ``CuratorStore.add_batch`` (keeping words, as with export on) as
+batches of ``--per-batch`` reports of one settled window (one segment and one words file each, the curator's
+format). Timed, best of ``--repeat``:
 
-* baseline: every segment's ``words`` column read with ``pyarrow.parquet.read_table`` and its nulls
-  dropped (what any reader of the files pays; nothing shuffled, nothing sent);
+* baseline: every batch's words file read with ``pyarrow.parquet.read_table`` (what any reader of the
+  files pays; nothing shuffled, nothing sent);
 * library: ``lac.curator.store.export.ShuffledReports`` (step 1: read and spool to B buckets; step 2: permute
   each bucket) and every chunk serialized as the Arrow IPC message the server sends;
 * end to end: a real curator server (in this process, plaintext gRPC on 127.0.0.1:0) streaming
@@ -38,7 +39,7 @@ N_WORDS = 50_000
 
 
 def make_store(state: Path, reports: int, per_batch: int, window: int) -> list[Path]:
-    """The synthetic batches stored as a curator stores them; returns their segments."""
+    """The synthetic batches stored as a curator with export on stores them; returns their words files."""
     from lac.common.deployment import Deployment
     from lac.common.v1 import reports_pb2
     from lac.curator.base.ngrams import ReportItems
@@ -49,7 +50,7 @@ def make_store(state: Path, reports: int, per_batch: int, window: int) -> list[P
     p = 1.0 / np.arange(1, N_WORDS + 1) ** 1.1
     cdf = np.cumsum(p / p.sum())
     d = Deployment()
-    store = CuratorStore(state)
+    store = CuratorStore(state, keep_words=True)
     try:
         for b, start in enumerate(range(0, reports, per_batch)):
             n = min(per_batch, reports - start)
@@ -82,7 +83,7 @@ def make_store(state: Path, reports: int, per_batch: int, window: int) -> list[P
                 privacy=privacy,
                 windows=(window, window),
             )
-        return store.segment_paths(window, window)
+        return [store.words_dir / b[4] for b in store.export_batches(window, window)]
     finally:
         store.close()
 
@@ -90,7 +91,7 @@ def make_store(state: Path, reports: int, per_batch: int, window: int) -> list[P
 def baseline(paths: list[Path]) -> int:
     rows = 0
     for path in paths:
-        rows += len(pq.read_table(path, columns=["words"]).column("words").drop_null())
+        rows += pq.read_table(path, columns=["words"]).num_rows
     return rows
 
 
@@ -150,14 +151,14 @@ def main() -> None:
     from lac.analyst import CuratorClient
     from lac.common.deployment import Deployment
 
-    window = Deployment().window(time.time()) - 2
+    window = Deployment().window(time.time()) - 3  # settled at the curator's defaults
     with tempfile.TemporaryDirectory() as tmp:
         state = Path(tmp) / "state"
         t = time.perf_counter()
         paths = make_store(state, args.reports, args.per_batch, window)
         size = sum(p.stat().st_size for p in paths)
         print(
-            f"{args.reports:,} synthetic reports in {len(paths)} segments ({size / 2**20:.0f} MiB), "
+            f"{args.reports:,} synthetic reports in {len(paths)} words files ({size / 2**20:.0f} MiB), "
             f"stored in {time.perf_counter() - t:.0f} s"
         )
 
@@ -188,7 +189,7 @@ def main() -> None:
             assert e2e_rows == rows and pq.read_metadata(out).num_rows == rows
         finally:
             server.stop()
-        print(f"baseline (pyarrow reads the words columns): {rows / t_base:,.0f} rows/s ({t_base:.2f} s)")
+        print(f"baseline (pyarrow reads the words files): {rows / t_base:,.0f} rows/s ({t_base:.2f} s)")
         print(
             f"library (spool to {buckets} buckets, permute, IPC): {rows / t_lib:,.0f} rows/s ({t_lib:.2f} s), "
             f"{t_base / t_lib:.2f}x the baseline's rate; Arrow peak {max(peak, before) / 2**20:.0f} MiB"

@@ -30,7 +30,13 @@ class ServerThread:
         self.loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self.loop.run_forever, daemon=True)
         self._thread.start()
-        self.server, self.port, self._on_stop = self.call(self._start())
+        try:
+            self.server, self.port, self._on_stop = self.call(self._start())
+        except BaseException:  # the service refused to start: no loop thread left behind
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            self._thread.join(10)
+            self.loop.close()
+            raise
 
     async def _start(self):
         server, port, on_stop = await self._build()

@@ -59,6 +59,7 @@ def batch_privacy(n: int, deployment: Deployment = DEPLOYMENT, window: int | Non
         first_window=w,
         last_window=w,
         windows_per_period=deployment.windows_per_period,
+        period_seconds=deployment.period_seconds,
     )
 
 
@@ -71,6 +72,7 @@ class Sink:
 
         self.raw: list[bytes] = []
         self.down = False
+        self.refuse_batches = False  # IngestBatch answers UNAVAILABLE (after recording the try); GetDeployment works
         self.deployment = Deployment()
         self._lock = threading.Lock()
         from concurrent import futures
@@ -105,6 +107,8 @@ class Sink:
         request = curator_pb2.IngestBatchRequest.FromString(raw)
         with self._lock:
             self.raw.append(raw)
+        if self.refuse_batches:
+            context.abort(grpc.StatusCode.UNAVAILABLE, "sink refuses batches")
         return curator_pb2.IngestBatchResponse(batch_id=request.batch_id, accepted=len(request.reports))
 
     def _deployment(self, raw: bytes, context):
@@ -460,9 +464,10 @@ SEALED_TEXTS = [  # the sealed reports of ``mtls_curator_with_reports``: sentenc
 ]
 
 
-def mtls_curator_with_reports(start_curator, pki, curator_public_key, n: int, **overrides):
+def mtls_curator_with_reports(start_curator, pki, curator_public_key, n: int, window: int | None = None, **overrides):
     """A curator with mutual TLS (``start_curator`` fixture) holding ``n`` HPKE-sealed reports of
-    ``SEALED_TEXTS``, ingested as the shuffler identity in one batch; returns the ServerThread."""
+    ``SEALED_TEXTS``, ingested as the shuffler identity in one batch of ``window`` (default: the current one);
+    returns the ServerThread."""
     from lac.common import envelope, tls
     from lac.common.v1 import curator_pb2_grpc
 
@@ -475,7 +480,7 @@ def mtls_curator_with_reports(start_curator, pki, curator_public_key, n: int, **
                 reports=[
                     envelope.seal(content(SEALED_TEXTS[i % len(SEALED_TEXTS)]), curator_public_key) for i in range(n)
                 ],
-                privacy=batch_privacy(n),
+                privacy=batch_privacy(n, window=window),
             ),
             timeout=30,
         )

@@ -13,9 +13,12 @@ from lac.common.privacy import (
     DATA_DEPENDENT_PREFIX,
     Adjacency,
     Budget,
+    ExportedWindows,
     Guarantee,
+    LocalGuarantee,
     Model,
     PrivacyUnit,
+    WindowShuffle,
     check_delta,
     check_epsilon,
 )
@@ -140,20 +143,47 @@ def test_metric_local_rendering():
     )
 
 
+SAME_SHAPE = "the same number of words and the same sentence boundaries"
+
+
 def test_local_rendering():
-    g = Guarantee(Model.LOCAL, 6052.19, 0, PrivacyUnit.report(40), Adjacency.REPLACE, "laplace", details=("d1.",))
+    unit = PrivacyUnit.report(40)
+    g = Guarantee(Model.LOCAL, 6052.19, 0, unit, Adjacency.REPLACE_SAME_SHAPE, "laplace", details=("d1.",))
     assert g.headline() == (
-        "6052.19-local differential privacy (pure, δ = 0) for one report (at most 40 words), any two inputs (laplace)."
+        "6052.19-local differential privacy (pure, δ = 0) for one report (at most 40 words): any two inputs with "
+        f"{SAME_SHAPE} (a report's length and sentence boundaries are not hidden) (laplace)."
     )
     assert g.statement() == g.headline() + " d1."
 
 
+def test_report_level_and_shuffled_statements_hold_for_reports_of_the_same_shape_only():
+    """Issue 34 item 4: ε0-LDP of a report, and every bound shuffling amplifies from it, hold only between reports
+    with the same number of words and sentence boundaries (the length is visible): each statement says so, and
+    no local or shuffled guarantee can be built under another adjacency."""
+    for model in (Model.LOCAL, Model.SHUFFLED):
+        for adjacency in (Adjacency.REPLACE, Adjacency.ADD_REMOVE):
+            with pytest.raises(ValueError, match="same number of words"):
+                Guarantee(model, 1.0, 0.0, PrivacyUnit.report(40), adjacency, "m")
+    from lac.common.deployment import Deployment
+
+    d = Deployment()
+    assert SAME_SHAPE in d.report_guarantee().headline()
+    amplified = WindowShuffle(7, 1, 100, 100, 0.5, 1e-6, True, "numerical")
+    assert SAME_SHAPE in amplified.describe(5.0)
+    exported = LocalGuarantee(
+        "multivariate-laplace", 8.0, "glove", 18.9, 40, 1, 86400.0, 7, 7, 100, shuffles=(amplified,)
+    )
+    per_report = exported.statement().split("Per report: ")[1]
+    assert SAME_SHAPE in per_report.split("Per client")[0], per_report
+
+
 def test_shuffled_and_central_rendering_with_details_and_assumptions():
-    unit = PrivacyUnit.client(1, 1, 86400)
-    shuffled = Guarantee(Model.SHUFFLED, 0.75, 1e-8, unit, Adjacency.ADD_REMOVE, "shuffle of 1000 reports")
+    unit = PrivacyUnit.report(40)
+    shuffled = Guarantee(Model.SHUFFLED, 0.75, 1e-8, unit, Adjacency.REPLACE_SAME_SHAPE, "shuffle of 1000 reports")
     assert shuffled.headline() == (
-        "(0.75, 1e-08)-differential privacy of the shuffled batch for " + unit.describe() + ", under add/remove "
-        "adjacency (shuffle of 1000 reports)."
+        "(0.75, 1e-08)-differential privacy of the shuffled batch for " + unit.describe() + ", under replace "
+        f"adjacency between inputs with {SAME_SHAPE} (a report's length and sentence boundaries are not hidden) "
+        "(shuffle of 1000 reports)."
     )
     central = Guarantee(
         Model.CENTRAL,
@@ -195,3 +225,17 @@ def test_data_dependent_is_labelled_and_its_details_withheld_from_the_public():
         headline + " Its sensitivity and noise scale are computed from the data and are shown to operators only."
     )
     assert "0.0123" not in g.public_statement()
+
+
+def test_exported_windows_render_their_span_and_how_releases_compose_with_them():
+    assert ExportedWindows.of([]) is None
+    whole = ExportedWindows.of([5, 6, 7], exports=2)
+    assert whole == ExportedWindows(3, 5, 7, 2)
+    assert "the privatized reports of windows 5..7 were also exported (2 exports)" in whole.caveat()
+    assert "count central releases only" in whole.caveat() and "bounds further central releases only" in (
+        whole.budget_note()
+    )
+    part = ExportedWindows.of([5, 7], later=True)
+    assert "the privatized reports of 2 of windows 5..7 were later also exported," in part.caveat()
+    with pytest.raises(ValueError):
+        ExportedWindows(4, 5, 7)

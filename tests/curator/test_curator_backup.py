@@ -138,7 +138,7 @@ def _spent(address: str) -> dict[int, float]:
     return {w.window: round(w.spent_epsilon, 9) for w in budget.windows if w.spent_epsilon}
 
 
-def test_restoring_an_older_backup_keeps_the_budget_spent_since(start_curator, tmp_path, capsys):
+def test_restoring_an_older_backup_keeps_the_budget_spent_since(start_curator, tmp_path, capsys, caplog):
     """Issue 23.7: restoring a backup older than the ledger's last charge handed budget back (ε 0.5 →
     0.0), and a retried release with its own request id then ran and charged again. The ledger
     journal keeps every charge: in place, after a crash between a commit and its journal line, and
@@ -159,8 +159,15 @@ def test_restoring_an_older_backup_keeps_the_budget_spent_since(start_curator, t
     # 1. In place: the restored database does not know the release; the journal puts its charge back.
     code, out = _lac(capsys, "restore", str(tmp_path / "old"), "--state-dir", str(live), "--force")
     assert code == 0 and "keeps the 1 charge(s) made after it" in out, out
+    caplog.clear()
     again = start_curator(state_dir=live, allow_plaintext_payloads=True, budget_epsilon=5.0)
     assert _spent(again.address) == spent
+    # its file goes, said as it is (issue 34 item 5: the warning called the charged release "never committed")
+    removed = [r.getMessage() for r in caplog.records if "release file" in r.getMessage()]
+    assert removed == [
+        "removed 1 release file(s) of releases made after the backup this database was restored from: their "
+        "records are gone, their charges stay in the ledger (kept by ledger.journal)"
+    ], removed
     with Stubs(again.address) as s, pytest.raises(grpc.RpcError) as err:
         s.query.Release(curator_pb2.ReleaseRequest(epsilon=0.5, mechanism="laplace", request_id="after"), timeout=60)
     assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION

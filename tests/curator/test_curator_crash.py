@@ -172,7 +172,7 @@ def test_sigkill_during_ingest_and_releases_keeps_ledger_releases_and_files_in_a
     assert batches >= 50 and releases >= 10, (batches, releases, seed)
     removed = [
         int(m.group(1))
-        for m in re.finditer(r"and (\d+) release file\(s\) that were never committed", proc.log_path.read_text())
+        for m in re.finditer(r"removed (\d+) release file\(s\) that were never committed", proc.log_path.read_text())
     ]
     assert at_file >= 4 and sum(removed) >= 1, (at_file, removed, seed)  # the orphans of those kills went
     assert "Traceback" not in proc.log_path.read_text()

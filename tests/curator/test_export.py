@@ -14,15 +14,16 @@ import grpc
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
-from lac_testkit import DEPLOYMENT, Pki, batch_privacy, content, run_lac
+from lac_testkit import DEPLOYMENT, Pki, batch_privacy, content, mtls_curator_with_reports, run_lac
 
 from lac.analyst.client import CuratorClient
+from lac.analyst.client import FailedPrecondition as Refused
 from lac.common import envelope, tls
 from lac.common.errors import FailedPrecondition, InvalidArgument, PermissionDenied
 from lac.common.privacy import VACUOUS_EPSILON, LocalGuarantee
 from lac.common.rpc import Role
 from lac.common.v1 import curator_pb2, curator_pb2_grpc
-from lac.curator.base.ngrams import ReportItems, item_names, report_items
+from lac.curator.base.ngrams import item_names, report_items
 from lac.curator.store import export
 from lac.curator.store import segments as seg
 from lac.curator.store.store import CuratorStore
@@ -33,23 +34,21 @@ TEXTS = [
     ["we", "walk", "the", "dog"],
     ["the", "sun", "is", "a", "star"],
 ]
-CLOSED = DEPLOYMENT.window(time.time()) - 2  # a window that closed two days ago (the default window is a day)
+# a settled window: closed for more than the default shuffler_release_interval_seconds + forward_horizon_seconds
+CLOSED = DEPLOYMENT.window(time.time()) - 3
 IDENTITIES = ("shuffler", "analyst", "operator", "exporter", "intruder")
 
 
-def _segments(root, reports_per_segment, rng, words=True):
-    """Segments of random reports (1-2 sentences of 1-6 words), numbered words so rows are distinct."""
+def _words_files(root, reports_per_batch, rng):
+    """The words files of batches of random reports (1-6 words), numbered words so rows are distinct."""
     paths, k = [], 0
-    for i, n in enumerate(reports_per_segment):
+    for i, n in enumerate(reports_per_batch):
         reps = []
         for _ in range(n):
             reps.append([[f"w{k}", *(f"x{int(x)}" for x in rng.integers(0, 50, size=int(rng.integers(0, 5))))]])
             k += 1
-        items = report_items(reps, 3)
-        if not words:
-            items = ReportItems(items.indptr, items.item_ids, items.counts, items.items)
         path = root / f"window=0/s{i}.parquet"
-        seg.write(path, items, {"batch_id": f"b{i}"})
+        assert export.write_words(path, report_items(reps, 3).texts) == n
         paths.append(path)
     return paths
 
@@ -61,22 +60,23 @@ def _rows(shuffled: export.ShuffledReports) -> list[tuple[str, ...]]:
 # -- storage and the order of the rows ---------------------------------------------------------------
 
 
-def test_segments_keep_each_reports_words_once_and_releases_do_not_read_them(tmp_path):
+def test_a_words_file_keeps_each_reports_words_once_and_segments_none(tmp_path):
     reps = [[["a", "b", "a"], ["c"]], [], [["d"]], [[]]]
-    path = tmp_path / "s.parquet"
-    seg.write(path, report_items(reps, 3), {"batch_id": "b"})
-    col = pq.read_table(path, columns=["words"]).column("words").to_pylist()
-    assert [w for w in col if w is not None] == [["a", "b", "a", "c"], ["d"]]  # empty reports have no row
-    assert seg.has_words(path)
-    back = seg.read(path)  # the n-grams as before
+    items = report_items(reps, 3)
+    assert export.write_words(tmp_path / "w.parquet", items.texts) == 2
+    col = pq.read_table(tmp_path / "w.parquet").column("words").to_pylist()
+    assert col == [["a", "b", "a", "c"], ["d"]]  # empty reports have no row
+    seg.write(tmp_path / "s.parquet", items, {"batch_id": "b"})  # the segment: n-grams only
+    assert not seg.has_words(tmp_path / "s.parquet")
+    back = seg.read(tmp_path / "s.parquet")
     assert back.texts is None and back.n_reports == 4 and "a b a" in item_names(back.items)
 
 
 @pytest.mark.parametrize("bucket_rows", [10_000, 7])  # one bucket in memory; several spooled to disk
 def test_every_row_exactly_once_in_a_fresh_order(tmp_path, bucket_rows):
     rng = np.random.default_rng(3)
-    paths = _segments(tmp_path, [40, 1, 25, 0, 30], rng)
-    stored = [tuple(w) for p in paths for w in pq.read_table(p).column("words").to_pylist() if w is not None]
+    paths = _words_files(tmp_path, [40, 1, 25, 0, 30], rng)
+    stored = [tuple(w) for p in paths for w in pq.read_table(p).column("words").to_pylist()]
     orders = []
     for _ in range(2):
         with export.ShuffledReports(paths, rng, len(stored), tmp_path / "spool", bucket_rows) as s:
@@ -96,7 +96,7 @@ def test_the_order_is_a_uniform_permutation(tmp_path, bucket_rows):
     chi-square over 4,800 exports; and the two reports of one batch are adjacent 1/2 of the time, as in a
     uniform permutation (a per-segment shuffle in a random segment order would make it always)."""
     rng = np.random.default_rng(11)
-    paths = _segments(tmp_path, [2, 2], rng)
+    paths = _words_files(tmp_path, [2, 2], rng)
     trials = 4800
     seen: Counter = Counter()
     adjacent = 0
@@ -110,12 +110,6 @@ def test_the_order_is_a_uniform_permutation(tmp_path, bucket_rows):
     chi2 = sum((seen[p] - expected) ** 2 / expected for p in itertools.permutations(range(4)))
     assert chi2 < 49.7  # 23 degrees of freedom: the 0.999 quantile is 49.73
     assert abs(adjacent / trials - 0.5) < 4 * math.sqrt(0.25 / trials)
-
-
-def test_segments_without_words_are_refused(tmp_path):
-    paths = _segments(tmp_path, [3], np.random.default_rng(1), words=False)
-    with pytest.raises(FailedPrecondition, match="before this curator kept"):
-        export.ShuffledReports(paths, np.random.default_rng(1), 3, tmp_path / "spool")
 
 
 # -- the guarantee -----------------------------------------------------------------------------------
@@ -150,6 +144,7 @@ def test_the_guarantee_is_local_only_and_says_when_its_bounds_are_vacuous():
         "at most 1 report per accounting window",
         "no amplification",
         "uniformly random order",
+        "Central releases over these windows compose with it",  # issue 34 item 1
     ):
         assert phrase in text, phrase
     # small ε per word and short reports: ε0 below the vacuous level, amplified by the shuffler's accountant
@@ -177,6 +172,11 @@ def test_the_grant_and_the_windows_are_checked():
     with pytest.raises(FailedPrecondition, match="still open"):
         export.check_windows(CLOSED, CLOSED + 2, DEPLOYMENT, now)
     export.check_windows(CLOSED, CLOSED + 1, DEPLOYMENT, now)
+    # issue 34 item 3: closed half a window ago; settled only once closed for longer than the settling time
+    half = DEPLOYMENT.window_seconds / 2
+    with pytest.raises(FailedPrecondition, match="not settled"):
+        export.check_windows(CLOSED, CLOSED + 1, DEPLOYMENT, now, settle_seconds=half + 1)
+    export.check_windows(CLOSED, CLOSED + 1, DEPLOYMENT, now, settle_seconds=half - 1)
 
 
 # -- over a real mTLS server ---------------------------------------------------------------------------
@@ -297,7 +297,10 @@ def test_cli_export_prints_the_guarantee_and_budget_lists_it(exporting_curator, 
     assert pq.read_table(out).num_rows == 30
     code, stdout, err = run_lac(capsys, "curator", "budget", *tls_flags[:2], "--ca", pki.ca, *_pem(pki, "analyst"))
     assert code == 0, err
-    assert "exported 1x (not charged)" in stdout and f"exporter exported windows {CLOSED}..{CLOSED}, 30 rows" in stdout
+    assert "exported 1x (not charged)" in stdout
+    assert f"exporter exported windows {CLOSED}..{CLOSED}, rows shown to operators and the exporter only" in stdout
+    code, stdout, err = run_lac(capsys, "curator", "budget", *tls_flags[:2], "--ca", pki.ca, *_pem(pki, "operator"))
+    assert code == 0 and f"exporter exported windows {CLOSED}..{CLOSED}, 30 rows" in stdout, err
     code, _, err = run_lac(capsys, "curator", "export", "--window", str(CLOSED), "--out", str(out), *_all(cur, pki))
     assert code == 2 and "PERMISSION_DENIED" in err
 
@@ -345,7 +348,7 @@ def test_the_guarantee_survives_the_wire():
     m = serde.local_guarantee_message(g)
     back = serde.local_guarantee_from_proto(curator_pb2.LocalGuarantee.FromString(m.SerializeToString()))
     assert back == g and m.statement == g.statement()
-    assert [(s.window, s.batches, s.unverified) for s in g.shuffles] == [(CLOSED, 1, 0), (CLOSED + 1, 2, 1)]
+    assert [(s.window, s.batches, s.unverified) for s in g.shuffles] == [(CLOSED + 1, 2, 1)]  # by their last window
 
 
 def test_the_docs_example_runs(exporting_curator, tmp_path, monkeypatch):
@@ -370,3 +373,150 @@ def test_the_docs_example_runs(exporting_curator, tmp_path, monkeypatch):
     scope: dict = {}
     exec(compile(code, "export.md", "exec"), scope)
     assert scope["got"].rows == 30 and (tmp_path / "window-20400.parquet").is_file()
+
+
+def test_export_row_counts_are_shown_to_operators_and_the_exporter_only(start_curator, tmp_path, curator_public_key):
+    """Issue 34 item 2: GetBudget showed every analyst each export's exact row count (an un-noised number
+    derived from the data). Over real mTLS with the real roles: an analyst without the grant, and one with the
+    grant who did not make that export, see no count; the identity that exported and an operator see it."""
+    pki = Pki(tmp_path / "pki", ("curator", "shuffler", "analyst", "operator", "exporter", "exporter2"))
+    cur = mtls_curator_with_reports(
+        start_curator,
+        pki,
+        curator_public_key,
+        7,
+        window=CLOSED,
+        analyst_identities="analyst,exporter,exporter2",
+        export_identities="exporter,exporter2",
+    )
+    with _client(cur, pki, "exporter") as c:
+        assert c.export_reports(CLOSED).rows == 7
+    seen = {}
+    for who in ("analyst", "exporter2", "exporter", "operator"):
+        with tls.channel(cur.address, pki.client_tls(who)) as ch:
+            (record,) = curator_pb2_grpc.CuratorStub(ch).GetBudget(curator_pb2.BudgetRequest(), timeout=30).exports
+        seen[who] = (record.identity, record.rows if record.HasField("rows") else None)
+    assert seen == {
+        "analyst": ("exporter", None),
+        "exporter2": ("exporter", None),
+        "exporter": ("exporter", 7),
+        "operator": ("exporter", 7),
+    }
+    with _client(cur, pki, "analyst") as c:
+        assert c.exports(as_arrow=True).column("rows").to_pylist() == [None]
+
+
+def test_a_batch_counts_in_one_window_so_no_set_of_exports_isolates_it(start_curator, curator_public_key):
+    """Issue 34 item 3: a batch spanning windows w..w+1 was in the export of w..w+1 but in neither w's nor w+1's,
+    so those three exports isolated it. Each batch belongs to its last window for exports: the export of a range
+    is the union of its windows' exports."""
+    cur = start_curator(export_identities="exporter")  # insecure: every caller holds every role
+    w = CLOSED - 1
+    with grpc.insecure_channel(cur.address) as ch:
+        stub = curator_pb2_grpc.CuratorIngestStub(ch)
+        for batch_id, n, first, last, text in (("a", 3, w, w, 0), ("span", 2, w, w + 1, 1), ("b", 4, w + 1, w + 1, 2)):
+            privacy = batch_privacy(n, window=last)
+            privacy.first_window = first
+            reports = [envelope.seal(content(TEXTS[text]), curator_public_key) for _ in range(n)]
+            request = curator_pb2.IngestBatchRequest(batch_id=batch_id, reports=reports, privacy=privacy)
+            assert stub.IngestBatch(request, timeout=30).accepted == n
+    with CuratorClient(cur.address, insecure=True) as c:
+        rows = {r: Counter(c.export_reports(r).texts()) for r in (w, w + 1, (w, w + 1))}
+    assert rows[(w, w + 1)] == rows[w] + rows[w + 1]
+    assert rows[w] == Counter({" ".join(TEXTS[0]): 3}) and rows[w + 1][" ".join(TEXTS[1])] == 2
+
+
+@pytest.mark.slow  # two real shufflers and windows of two seconds that must settle
+def test_exports_of_a_settled_window_stay_equal_when_a_late_batch_comes(
+    start_curator, start_shuffler, sink, caplog, curator_public_key
+):
+    """Issue 34 item 3, with live shufflers: two exports of a closed window taken before and after a late batch
+    differed by exactly that batch. A window is exported only once settled (closed for longer than the release
+    interval plus the forwarding horizon), and a batch for a window already exported is refused with
+    FAILED_PRECONDITION and the reason window_exported (the shuffler keeps it), so the exports stay equal."""
+    import os
+
+    from lac_testkit import wait_until
+
+    from lac.common.deployment import Deployment
+    from lac.common.v1 import shuffler_pb2, shuffler_pb2_grpc
+
+    ws, settle = 2.0, 6.0  # settle: shuffler_release_interval_seconds + forward_horizon_seconds
+    cur = start_curator(
+        export_identities="exporter",
+        window_seconds=ws,
+        shuffler_release_interval_seconds=2.0,
+        forward_horizon_seconds=4.0,
+    )
+    sink.deployment = Deployment(window_seconds=ws)
+    prompt = start_shuffler(cur.address, min_batch=1, window_seconds=ws, release_interval_seconds=0.2)
+    late = start_shuffler(sink.address, min_batch=1, window_seconds=ws, release_interval_seconds=0.2)
+    sink.refuse_batches = True  # the late shuffler's curator is unreachable: its batch waits
+    while time.time() % ws > ws / 2:  # both submit early in one window
+        time.sleep(0.05)
+    window = int(time.time() // ws)
+    for shuffler, words in ((prompt, ["the", "dog"]), (late, ["a", "fox"])):
+        sealed = envelope.seal(content(words), curator_public_key)
+        with grpc.insecure_channel(shuffler.address) as ch:
+            request = shuffler_pb2.SubmitRequest(
+                reports=[shuffler_pb2.ClientReport(idempotency_id=os.urandom(16), payload=sealed)]
+            )
+            shuffler_pb2_grpc.ShufflerStub(ch).Submit(request, timeout=30)
+    assert int(time.time() // ws) == window
+    wait_until(lambda: cur.call(cur.curator.status())["batches"] == 1)
+    wait_until(lambda: sink.raw)  # the late batch was tried once
+    with CuratorClient(cur.address, insecure=True) as c:
+        time.sleep(max(0.0, (window + 1) * ws - time.time()) + 0.05)  # closed; settled 6 s later
+        with pytest.raises(Refused, match="not settled"):
+            c.export_reports(window)
+        time.sleep(max(0.0, (window + 1) * ws + settle - time.time()) + 0.05)
+        first = Counter(c.export_reports(window).texts())
+        assert first == Counter({"the dog": 1})
+        late.stop()
+        late = start_shuffler(cur.address, state_dir=late.shuffler.config.state_dir, window_seconds=ws)
+        wait_until(  # the shuffler tried it and the curator refused it
+            lambda: any(
+                "FAILED_PRECONDITION" in r.getMessage() and "were exported" in r.getMessage()
+                for r in caplog.records
+                if r.name == "lac.shuffler.service"
+            )
+        )
+        assert Counter(c.export_reports(window).texts()) == first
+    assert cur.call(cur.curator.status())["batches"] == 1
+
+
+def test_central_releases_over_exported_windows_say_how_they_compose(start_curator, curator_public_key, capsys):
+    """Issue 34 item 1: after an export, a central release over the same windows ended with its bound over a
+    period and never mentioned the export, and the budget showed "remaining" as if nothing had been released.
+    Central releases over exported windows stay allowed (README, privacy model: why); every statement over them
+    carries how the two compose (rendered from the typed ExportedWindows), those made before the export too when
+    shown now, and the budget view marks the exported windows (its proto field, the client, the CLI)."""
+    cur = start_curator(export_identities="exporter")  # insecure: every caller holds every role
+    with grpc.insecure_channel(cur.address) as ch:
+        for batch_id, window in (("older", CLOSED - 1), ("exported", CLOSED)):
+            reports = [envelope.seal(content(TEXTS[i % 4]), curator_public_key) for i in range(12)]
+            privacy = batch_privacy(12, window=window)
+            request = curator_pb2.IngestBatchRequest(batch_id=batch_id, reports=reports, privacy=privacy)
+            curator_pb2_grpc.CuratorIngestStub(ch).IngestBatch(request, timeout=30)
+    span = dict(first_window=CLOSED - 1, last_window=CLOSED)
+    with CuratorClient(cur.address, insecure=True) as c:
+        before = c.release(epsilon=1.0, mechanism="laplace", **span)
+        assert "Composition with exports" not in before.statement
+        c.export_reports(CLOSED)
+        after = c.release(epsilon=1.0, mechanism="laplace", **span)
+        budget = c.budget_summary()
+    caveat = f"Composition with exports: the privatized reports of window {CLOSED} were also exported (1 export)"
+    assert caveat in after.statement and "count central releases only" in after.statement, after.statement
+    with grpc.insecure_channel(cur.address) as ch:
+        stub = curator_pb2_grpc.CuratorStub(ch)
+        shown = {r.release_id: r.statement for r in stub.ListReleases(curator_pb2.ListReleasesRequest()).releases}
+        again = stub.GetRelease(curator_pb2.GetReleaseRequest(release_id=before.release_id), timeout=30).record
+    later = f"the privatized reports of window {CLOSED} were later also exported (1 export)"
+    assert later in shown[before.release_id] and later in again.statement  # shown now with the caveat
+    assert shown[after.release_id] == after.statement  # no second caveat
+    assert [(w.window, w.exports) for w in budget.windows] == [(CLOSED - 1, 0), (CLOSED, 1)]
+    assert f"The privatized reports of window {CLOSED} were exported" in budget.statement
+    assert "exported 1x (remaining: central releases only)" in str(budget)
+    code, stdout, err = run_lac(capsys, "curator", "budget", "--server", cur.address, "--insecure")
+    assert code == 0 and "the remaining budget bounds central releases only" in stdout, err
+    assert f"The privatized reports of window {CLOSED} were exported" in stdout

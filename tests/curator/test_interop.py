@@ -56,7 +56,7 @@ def test_segments_read_as_one_partitioned_dataset(tmp_path):
     root = _segments_dir(tmp_path)
     data = ds.dataset(root, format="parquet", partitioning="hive")
     t = data.to_table()
-    assert set(t.schema.names) == {"report", "pos", "ngram", "count", "words", "window"}  # words: for export
+    assert set(t.schema.names) == {"report", "pos", "ngram", "count", "window"}  # no words (issue 34 item 6)
     assert sorted(set(t.column("window").to_pylist())) == [100, 101]
     rows = _rows(root)
     assert len({r["id"] for r in rows}) == len(REPORTS)  # one privacy id per report

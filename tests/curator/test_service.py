@@ -15,7 +15,7 @@ from lac.common.v1 import curator_pb2, curator_pb2_grpc, reports_pb2
 from lac.curator.base.ngrams import NgramVocabulary, ReportItems, item_names, report_items, user_counts
 from lac.curator.release.core import StoredReports
 from lac.curator.store import segments as seg
-from lac.curator.store.store import CuratorStore, Quarantined
+from lac.curator.store.store import OPENED, CuratorStore, Quarantined
 
 TEXTS = [
     ["the", "dog", "sleeps", "in", "the", "sun"],
@@ -89,8 +89,8 @@ def test_quarantine_keeps_only_the_newest_rows(tmp_path):
         raise AssertionError("no report is kept")
 
     for b in range(4):
-        bad = [Quarantined("invalid", f"batch {b} report {i}", bytes([b, i])) for i in range(3)]
-        assert store.add_batch(f"b{b}", [], seg, bad, 86400.0).rejects == {"invalid": 3}
+        bad = [Quarantined("decrypt_failed", f"batch {b} report {i}", bytes([b, i])) for i in range(3)]
+        assert store.add_batch(f"b{b}", [], seg, bad, 86400.0).rejects == {"decrypt_failed": 3}
     assert store.counts()["quarantined"] == 5
     assert [r[3] for r in store.quarantine()] == [
         bytes([3, 2]),
@@ -99,7 +99,7 @@ def test_quarantine_keeps_only_the_newest_rows(tmp_path):
         bytes([2, 2]),
         bytes([2, 1]),
     ]
-    assert store.rejects() == {"invalid": 12}  # the totals are kept
+    assert store.rejects() == {"decrypt_failed": 12}  # the totals are kept
 
 
 def test_replay_window_prunes_old_ids(tmp_path):
@@ -186,7 +186,9 @@ def test_quarantine_keeps_the_rest_and_survives_restart(start_curator, seal, cur
         }
     cur.stop()
     rows = CuratorStore(tmp_path / "c").quarantine()
-    assert {r[3] for r in rows} == {b.SerializeToString() for b in bad}
+    kept = [r[3] for r in rows if r[1] not in OPENED]  # only reports never opened keep their sealed bytes
+    assert sorted(kept) == sorted(b.SerializeToString() for b in (*bad[:3], bad[5], bad[-1]))
+    assert [r[3] for r in rows if r[1] in OPENED] == [b""] * 6
     cur2 = start_curator(state_dir=tmp_path / "c")
     with grpc.insecure_channel(cur2.address) as ch:
         r = ingest(ch, "b2", [seal(content(["the", "dog"])), good[0]])  # good[0]: replayed report id
@@ -355,6 +357,37 @@ def test_every_release_states_a_clients_loss_over_a_period(start_curator, seal):
         cur.stop()
 
 
+def test_a_batch_from_a_shuffler_with_another_period_is_refused(start_curator, seal):
+    """Issue 34 item 9: a shuffler capping a client at 5 windows per 7 days was accepted by a curator stating
+    5 per 365 days (its printed bound was wrong): the batch carries its period, and a mismatch is refused."""
+    from lac_testkit import batch_privacy
+
+    from lac.common.deployment import Deployment
+
+    cur = start_curator(max_windows_per_client_per_period=5)
+    reports = [seal(content(t)) for t in TEXTS]
+    week = Deployment(windows_per_period=5, period_seconds=7 * 86400.0)
+    older = batch_privacy(len(reports), Deployment(windows_per_period=5))
+    older.ClearField("period_seconds")  # a shuffler from before the field says nothing of its period
+    with grpc.insecure_channel(cur.address) as ch:
+        ingest_stub = curator_pb2_grpc.CuratorIngestStub(ch)
+        for batch_id, privacy in (("week", batch_privacy(len(reports), week)), ("older", older)):
+            code, details = code_of(
+                lambda: ingest_stub.IngestBatch(
+                    curator_pb2.IngestBatchRequest(batch_id=batch_id, reports=reports, privacy=privacy), timeout=30
+                )
+            )
+            assert code == grpc.StatusCode.FAILED_PRECONDITION and "period_days" in details, (batch_id, details)
+        year = batch_privacy(len(reports), Deployment(windows_per_period=5))
+        assert year.period_seconds == 365 * 86400.0
+        reply = ingest_stub.IngestBatch(
+            curator_pb2.IngestBatchRequest(batch_id="year", reports=reports, privacy=year), timeout=30
+        )
+        assert reply.accepted == len(reports)
+        status = curator_pb2_grpc.CuratorStub(ch).GetStatus(curator_pb2.CuratorStatusRequest(), timeout=10)
+    assert status.batches == 1
+
+
 def test_mechanisms_over_rpc(start_curator, seal):
     cur = start_curator()
     with grpc.insecure_channel(cur.address) as ch:
@@ -403,6 +436,7 @@ def test_mechanisms_over_rpc(start_curator, seal):
             assert r.sensitivity_method == sens and r.data_dependent and not r.differentially_private
             assert r.statement.startswith("NOT differentially private: data-dependent sensitivity, as in Ramadan")
             assert (r.ledger_epsilon, r.ledger_delta) == (0, 0)
+            assert "Over time:" not in r.statement  # issue 34 item 5: the bound over a period does not cover it
         lp = stub.Release(
             curator_pb2.ReleaseRequest(mechanism="laplace-public", epsilon=1, public_sensitivity="observed"), timeout=60
         )
@@ -434,7 +468,11 @@ def test_the_default_release_estimates_the_clean_text_with_the_local_channel(sta
             r = stub.Release(curator_pb2.ReleaseRequest(epsilon=1, delta=1e-6), timeout=120)
             assert r.params["channel"] == float(clean_estimate) and r.differentially_private
             assert ("deconvolved with the public local channel" in r.statement) == clean_estimate
+            assert ("not the users' clean text" in r.statement) != clean_estimate, r.statement  # issue 34 item 5
+            assert "Over time:" in r.statement and r.statement.index("Over time:") > r.statement.index("σ")
             assert (r.ledger_epsilon, r.ledger_delta) == (1, 1e-6)
+            lap = stub.Release(curator_pb2.ReleaseRequest(mechanism="laplace", epsilon=1), timeout=60)
+            assert "not the users' clean text" in lap.statement and "does not estimate" in lap.statement
 
 
 def test_queries(start_curator, seal):

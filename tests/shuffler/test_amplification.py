@@ -516,6 +516,23 @@ def test_each_batch_carries_its_amplification_statement(tmp_path):
     assert any("No amplification" in d for d in g.details)
 
 
+def test_batch_statements_hold_for_reports_of_the_same_shape_only(tmp_path):
+    """Issue 34 item 4: a report's length and sentence boundaries are visible, so the ε0 a batch is amplified
+    from, and the amplified bound, hold between reports with the same number of words and sentence boundaries:
+    every batch statement says so, amplified or not, authenticated or not."""
+    from lac.common.deployment import Deployment
+    from lac.shuffler.config import ShufflerConfig
+    from lac.shuffler.reportlog import StoredBatch
+    from lac.shuffler.service import batch_guarantee
+
+    config = ShufflerConfig(state_dir=tmp_path, auth="none", insecure=True, target_delta=1e-6)
+    small = Deployment(epsilon_per_word=4.0, word_distance_bound=1.0, max_report_words=1)
+    for n, deployment, distinct in ((100_000, small, True), (50, Deployment(), True), (50, small, False)):
+        batch = StoredBatch(n=n, body=b"", privacy=None, first_window=0, last_window=0, distinct_clients=distinct)
+        g, method = batch_guarantee(batch, deployment, config)
+        assert "the same number of words and the same sentence boundaries" in g.headline(), (method, g.headline())
+
+
 @pytest.mark.parametrize("eps0", [36.0, 37.0, 50.0, 800.0])
 def test_large_eps0_is_never_amplified_at_small_n(eps0):
     """Regression: e/(1+e) rounded to 1 above eps ~ 36.7 and collapsed delta to 0 (eps0=50 claimed 36.8);

@@ -450,7 +450,7 @@ def test_the_period_cap_is_enforced_on_a_real_shuffler(start_shuffler, sink, tmp
     assert 1 <= int(dict(err.value.trailing_metadata())["retry-after-seconds"]) <= 4
     assert _status(shf.address).rejects["period_cap"] == 1
     wait_until(lambda: sink.batches(), timeout=30)
-    assert [b.privacy.windows_per_period for b in sink.batches().values()] == [1]
+    assert [(b.privacy.windows_per_period, b.privacy.period_seconds) for b in sink.batches().values()] == [(1, 4.0)]
 
 
 @pytest.mark.parametrize("in_flight", [1, 2])

@@ -7,6 +7,7 @@ statistics in status and errors) and 10 (anonymous flush and status; world-reada
 from __future__ import annotations
 
 import os
+import re
 import stat
 
 import grpc
@@ -136,6 +137,23 @@ def curator(start_curator, pki, curator_public_key):
             .release_id
         )
     return cur, rid
+
+
+def test_the_readme_role_table_names_every_rpc():
+    """README "Who sees what" lists every RPC of both services in its table (issue 34 item 5: ExportReports was
+    missing)."""
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+    table = readme[readme.index("| RPC | client |") :].split("\n\n", 1)[0]
+    named: dict[str, set[str]] = {"Shuffler": set(), "Curator": set()}
+    for row in table.splitlines()[2:]:
+        cell = row.split("|")[1].strip()
+        service = cell.split()[0]
+        named[service] |= set(re.findall(r"`(\w+)`", cell.split("(")[0]))
+    shuffler = set(shuffler_pb2.DESCRIPTOR.services_by_name["Shuffler"].methods_by_name)
+    curator = {m.name for s in ("CuratorIngest", "Curator") for m in curator_pb2.DESCRIPTOR.services_by_name[s].methods}
+    assert named == {"Shuffler": shuffler, "Curator": curator}
 
 
 def test_every_curator_rpc_serves_only_its_roles(curator, pki):

@@ -18,6 +18,7 @@ from typing import Any
 from lac.analyst.client import CuratorClient, new_request_id, read_export
 from lac.common import tls
 from lac.common.cli import message_json, positive
+from lac.common.privacy import ExportedWindows
 from lac.common.profiles import add_connection_flags
 from lac.common.v1 import curator_pb2, reports_pb2
 
@@ -310,7 +311,11 @@ def _windows(ws: Sequence[Any]) -> str:
         "\n".join(
             f"  window {w.window}: spent ({w.spent_epsilon:g}, {w.spent_delta:g}), remaining "
             f"({w.remaining_epsilon:g}, {w.remaining_delta:g})"
-            + (f"; exported {w.exports}x (not charged)" if w.exports else "")
+            + (
+                f"; exported {w.exports}x (not charged): the remaining budget bounds central releases only"
+                if w.exports
+                else ""
+            )
             for w in ws
         )
         or "  no windows yet"
@@ -338,7 +343,9 @@ def _exports(exports: Sequence[Any]) -> str:
         return ""
     lines = [
         f"  {e.exported_at}: {e.identity or '(no identity: insecure curator)'} exported windows "
-        f"{e.first_window}..{e.last_window}, {e.rows} rows (export {e.export_id})"
+        f"{e.first_window}..{e.last_window}, "
+        + (f"{e.rows} rows" if e.HasField("rows") else "rows shown to operators and the exporter only")
+        + f" (export {e.export_id})"
         for e in exports
     ]
     return "\nexports of privatized reports (local DP only, not charged):\n" + "\n".join(lines)
@@ -346,12 +353,15 @@ def _exports(exports: Sequence[Any]) -> str:
 
 def _budget(args: argparse.Namespace) -> int:
     b = _client(args).call("GetBudget", curator_pb2.BudgetRequest(), timeout=30)
+    exported = ExportedWindows.of(w.window for w in b.windows if w.exports)
     _print(
         args,
         b,
         f"privacy budget per accounting window of {b.window_seconds:g} s (ε, δ) = "
         f"({b.budget_epsilon:g}, {b.budget_delta:g}); privacy unit: one client over a window, at most "
-        f"{b.reports_per_window} report(s) per window\n{_windows(b.windows)}" + _exports(b.exports),
+        f"{b.reports_per_window} report(s) per window\n{_windows(b.windows)}"
+        + _exports(b.exports)
+        + ("" if exported is None else "\n" + exported.budget_note()),
     )
     return 0
 

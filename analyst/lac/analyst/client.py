@@ -45,6 +45,7 @@ import numpy as np
 
 from lac.common import retry, tls
 from lac.common.errors import ERROR_REASON_KEY, ErrorReason, RemoteError
+from lac.common.privacy import ExportedWindows
 from lac.common.v1 import curator_pb2, curator_pb2_grpc, reports_pb2
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -396,13 +397,15 @@ class ReleaseInfo:
 
 @dataclass(frozen=True)
 class WindowBudget:
-    """The privacy budget of one accounting window: spent and remaining (ε, δ)."""
+    """The privacy budget of one accounting window: spent and remaining (ε, δ), and how many exports of its
+    privatized reports there were (there the remaining budget bounds central releases only)."""
 
     window: int
     spent_epsilon: float
     spent_delta: float
     remaining_epsilon: float
     remaining_delta: float
+    exports: int = 0
 
 
 @dataclass(frozen=True)
@@ -418,19 +421,27 @@ class Budget:
     reports_per_window: int
 
     @property
+    def exported(self) -> ExportedWindows | None:
+        """The windows whose privatized reports were exported (None: none)."""
+        return ExportedWindows.of(w.window for w in self.windows if w.exports)
+
+    @property
     def statement(self) -> str:
-        """What the per-window budget guarantees, in words."""
-        return (
+        """What the per-window budget guarantees, in words (and what it does not where reports were exported)."""
+        text = (
             f"Each accounting window ({self.window_seconds:g} s, at most {self.reports_per_window} report(s) per "
             f"client) has a privacy budget of (ε, δ) = ({self.budget_epsilon:g}, {self.budget_delta:g}): all the "
-            "releases covering a window together are (ε, δ)-differentially private for one client's reports in it "
-            "(basic composition), and a release that would overspend a window is refused."
+            "central releases covering a window together are (ε, δ)-differentially private for one client's reports "
+            "in it (basic composition), and a release that would overspend a window is refused."
         )
+        exported = self.exported
+        return text if exported is None else f"{text} {exported.budget_note()}"
 
     def __str__(self) -> str:
         lines = [
             f"window {w.window}: spent ({w.spent_epsilon:g}, {w.spent_delta:g}), remaining "
             f"({w.remaining_epsilon:g}, {w.remaining_delta:g})"
+            + (f", exported {w.exports}x (remaining: central releases only)" if w.exports else "")
             for w in self.windows
         ]
         return "\n".join([*lines, self.statement])
@@ -622,6 +633,7 @@ def _pandas():
 
 # The column types of the tables (``CuratorClient._table``), as Arrow and as pandas build them.
 STRING, INT8, INT64, FLOAT64, BOOL = "string", "int8", "int64", "float64", "bool"
+NULLABLE_INT64 = "int64?"  # values: int or None (a DataFrame holds float64 with NaN once one is None, as Arrow's)
 TIMESTAMP = "timestamp[us, UTC]"  # values: datetime (UTC) or None
 PARAMS = "map<string, float64>"  # values: (name, value) pairs; a DataFrame holds a dict per row
 
@@ -633,6 +645,7 @@ def _arrow_table(columns: Mapping[str, tuple[Any, str]], metadata: Mapping[str, 
         STRING: pa.string(),
         INT8: pa.int8(),
         INT64: pa.int64(),
+        NULLABLE_INT64: pa.int64(),
         FLOAT64: pa.float64(),
         BOOL: pa.bool_(),
         TIMESTAMP: pa.timestamp("us", tz="UTC"),
@@ -659,6 +672,11 @@ def _frame(columns: Mapping[str, tuple[Any, str]], attrs: Mapping[str, Any] | No
             return pd.Series(pd.to_datetime(list(values), utc=True)).astype("datetime64[us, UTC]")
         if kind == PARAMS:
             return pd.Series([dict(v) for v in values], dtype=object)
+        if kind == NULLABLE_INT64:
+            values = list(values)
+            if None not in values:
+                return pd.Series(np.asarray(values, dtype=np.int64))
+            return pd.Series(np.asarray([math.nan if v is None else v for v in values], dtype=np.float64))
         return pd.Series(np.asarray(values, dtype=kind))
 
     df = pd.DataFrame({name: series(values, kind) for name, (values, kind) in columns.items()})
@@ -1059,7 +1077,9 @@ class CuratorClient:
         """The privacy budget per accounting window (windows with stored reports or spending), one row
         each: window, window_start, window_end (UTC), spent_epsilon, spent_delta, remaining_epsilon,
         remaining_delta, budget_epsilon, budget_delta (the per-window budget; basic composition), exports (how
-        many exports of privatized reports covered the window: listed, never charged; see ``exports``)."""
+        many exports of privatized reports covered the window: listed, never charged; see ``exports``; where it is
+        not 0 the remaining budget bounds central releases only: ``budget_summary().statement`` says how they
+        compose)."""
         self._deps(as_arrow)
         b = self.call("GetBudget", curator_pb2.BudgetRequest())
         ws = b.window_seconds
@@ -1093,7 +1113,9 @@ class CuratorClient:
         b = self.call("GetBudget", curator_pb2.BudgetRequest())
         return Budget(
             windows=tuple(
-                WindowBudget(w.window, w.spent_epsilon, w.spent_delta, w.remaining_epsilon, w.remaining_delta)
+                WindowBudget(
+                    w.window, w.spent_epsilon, w.spent_delta, w.remaining_epsilon, w.remaining_delta, w.exports
+                )
                 for w in b.windows
             ),
             budget_epsilon=b.budget_epsilon,
@@ -1105,7 +1127,7 @@ class CuratorClient:
     def exports(self, as_arrow: bool = False) -> pandas.DataFrame | pyarrow.Table:
         """Every export of privatized reports the curator's ledger lists (never charged), oldest first:
         export_id, identity (the exporter's certificate common name), exported_at (UTC), first_window,
-        last_window, rows."""
+        last_window, rows (an exact count: shown to operators and to the identity that exported, else null)."""
         self._deps(as_arrow)
         e = self.call("GetBudget", curator_pb2.BudgetRequest()).exports
         return self._table(
@@ -1115,7 +1137,7 @@ class CuratorClient:
                 "exported_at": ([_timestamp(x.exported_at) for x in e], TIMESTAMP),
                 "first_window": ([x.first_window for x in e], INT64),
                 "last_window": ([x.last_window for x in e], INT64),
-                "rows": ([x.rows for x in e], INT64),
+                "rows": ([x.rows if x.HasField("rows") else None for x in e], NULLABLE_INT64),
             },
             as_arrow,
         )

@@ -59,10 +59,12 @@ def _statement(text: str) -> str:
 
 
 def _window_rows(windows: Iterable[WindowBudget]) -> list[tuple[Any, ...]]:
-    return [(w.window, w.spent_epsilon, w.spent_delta, w.remaining_epsilon, w.remaining_delta) for w in windows]
+    return [
+        (w.window, w.spent_epsilon, w.spent_delta, w.remaining_epsilon, w.remaining_delta, w.exports) for w in windows
+    ]
 
 
-_WINDOW_HEADER = ("window", "spent ε", "spent δ", "remaining ε", "remaining δ")
+_WINDOW_HEADER = ("window", "spent ε", "spent δ", "remaining ε", "remaining δ", "exports")
 
 
 def release_html(r: ReleaseInfo) -> str:

@@ -125,11 +125,10 @@ class Deployment:
             self.report_epsilon0,
             0.0,
             PrivacyUnit.report(L),
-            Adjacency.REPLACE,
+            Adjacency.REPLACE_SAME_SHAPE,
             f"{self.mechanism}, ε = {eps:.6g} per word over {self.embedding}",
             details=(
                 f"ε0 = L·ε·bound = {L}·{eps:.6g}·{bound:.6g}: at most L words, each perturbed independently "
-                f"with ε·d metric DP and d ≤ {bound:.6g}; the number of words and sentence boundaries "
-                f"are not hidden.",
+                f"with ε·d metric DP and d ≤ {bound:.6g}.",
             ),
         )

@@ -75,6 +75,9 @@ class ErrorReason(StrEnum):
 
     BUDGET_EXHAUSTED = "budget_exhausted"  # FAILED_PRECONDITION: a release would overspend a window's budget
     RELEASE_REFUSED = "release_refused"  # FAILED_PRECONDITION: the accuracy check predicts the noise swamps the signal
+    # FAILED_PRECONDITION to IngestBatch: the batch belongs (by its last window) to an accounting window whose reports
+    # were exported already; it will never be accepted, so a shuffler should set it aside rather than retry it
+    WINDOW_EXPORTED = "window_exported"
 
 
 class LacError(Exception):

@@ -19,12 +19,14 @@ value, so what is printed cannot drift from what is computed:
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from enum import StrEnum
 from numbers import Real
 from typing import Any
 
 __all__ = [
+    "ExportedWindows",
     "PeriodLoss",
     "Adjacency",
     "Budget",
@@ -32,6 +34,7 @@ __all__ = [
     "LocalGuarantee",
     "Model",
     "PrivacyUnit",
+    "SAME_SHAPE",
     "VACUOUS_EPSILON",
     "WindowShuffle",
     "check_delta",
@@ -106,6 +109,23 @@ class Adjacency(StrEnum):
 
     ADD_REMOVE = "add/remove"  # one unit's data present or absent
     REPLACE = "replace"  # one unit's data replaced by any other (metric DP: scaled by their distance)
+    # one report replaced by another with as many words and the same sentence boundaries: a report's length and
+    # sentence boundaries are visible (reports are not padded), so its local guarantee, and what shuffling
+    # amplifies from it, hold only between reports of the same shape
+    REPLACE_SAME_SHAPE = "replace-same-shape"
+
+    def describe(self) -> str:
+        """The adjacency as a statement says it, e.g. "under add/remove adjacency"."""
+        if self is Adjacency.REPLACE_SAME_SHAPE:
+            return f"under replace adjacency between inputs with {SAME_SHAPE}"
+        return f"under {self.value} adjacency"
+
+
+SAME_SHAPE = (
+    "the same number of words and the same sentence boundaries (a report's length and sentence boundaries are "
+    "not hidden)"
+)
+"""What every report-level and shuffled statement is qualified with (``Adjacency.REPLACE_SAME_SHAPE``)."""
 
 
 @dataclass(frozen=True)
@@ -216,6 +236,12 @@ class Guarantee:
         object.__setattr__(self, "delta", check_delta(self.delta))
         object.__setattr__(self, "details", tuple(self.details))
         object.__setattr__(self, "assumptions", tuple(self.assumptions))
+        if self.model in (Model.LOCAL, Model.SHUFFLED) and self.adjacency is not Adjacency.REPLACE_SAME_SHAPE:
+            raise ValueError(
+                f"a {self.model.value} guarantee of LAC's reports holds only between reports with the same number of "
+                f"words and the same sentence boundaries (their length is visible): Adjacency.REPLACE_SAME_SHAPE, "
+                f"not {self.adjacency.value}"
+            )
 
     @property
     def budget(self) -> Budget:
@@ -242,12 +268,15 @@ class Guarantee:
                 f"({self.mechanism}): for all words w, w' and every output y, "
                 f"Pr[M(w)=y] ≤ exp(ε·d(w,w'))·Pr[M(w')=y]."
             )
-        if self.model is Model.LOCAL:
-            return f"{eps:.6g}-local differential privacy (pure, δ = 0) for {unit}, any two inputs ({self.mechanism})."
+        if self.model is Model.LOCAL:  # __post_init__: between reports of the same shape
+            return (
+                f"{eps:.6g}-local differential privacy (pure, δ = 0) for {unit}: any two inputs with {SAME_SHAPE} "
+                f"({self.mechanism})."
+            )
         where = "of the shuffled batch" if self.model is Model.SHUFFLED else "of the release"
         return (
-            f"({eps:.6g}, {delta:.3g})-differential privacy {where} for {unit}, under "
-            f"{self.adjacency.value} adjacency ({self.mechanism})."
+            f"({eps:.6g}, {delta:.3g})-differential privacy {where} for {unit}, {self.adjacency.describe()} "
+            f"({self.mechanism})."
         )
 
     def statement(self) -> str:
@@ -304,6 +333,59 @@ class PeriodLoss:
         )
 
 
+@dataclass(frozen=True)
+class ExportedWindows:
+    """Accounting windows of a central release (or of a budget view) whose privatized reports were also exported:
+    ``windows`` of them, between ``first`` and ``last``, by ``exports`` export(s) (0: not counted), ``later``
+    when the exports came after the release. An export gives its holder the reports themselves under their local
+    guarantee only (``LocalGuarantee``); a central release over the same windows adds at most its (ε, δ) to that
+    by composition, and its (ε, δ), the ledger's budget and the bound over a period count central releases only.
+    ``caveat`` and ``budget_note`` say so; every statement over exported windows carries one of them."""
+
+    windows: int
+    first: int
+    last: int
+    exports: int = 0
+    later: bool = False
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.windows <= self.last - self.first + 1:
+            raise ValueError(f"windows must be in [1, {self.last - self.first + 1}], got {self.windows!r}")
+        if self.exports < 0:
+            raise ValueError(f"exports must be >= 0, got {self.exports!r}")
+
+    @classmethod
+    def of(cls, windows: Iterable[int], exports: int = 0, later: bool = False) -> ExportedWindows | None:
+        """The exported windows among ``windows`` (None: none)."""
+        ws = sorted(set(windows))
+        return cls(len(ws), ws[0], ws[-1], exports, later) if ws else None
+
+    def _span(self) -> str:
+        span = f"window {self.first}" if self.first == self.last else f"windows {self.first}..{self.last}"
+        whole = self.windows == self.last - self.first + 1
+        return span if whole else f"{self.windows} of {span}"
+
+    def caveat(self) -> str:
+        """What a central release's statement adds: how it composes with the exports of its windows."""
+        when = "were later also exported" if self.later else "were also exported"
+        n = f" ({self.exports} export{'s' if self.exports != 1 else ''})" if self.exports else ""
+        return (
+            f"Composition with exports: the privatized reports of {self._span()} {when}{n}, with local differential "
+            f"privacy only (see the export's statement). Against anyone who holds such an export, those windows' "
+            f"clients are protected by its local guarantee (per-word metric DP), to which this release adds at most "
+            f"its (ε, δ) by composition; this release's (ε, δ), the ledger's per-window budget and the bound over a "
+            f"period count central releases only, not what the exports disclosed."
+        )
+
+    def budget_note(self) -> str:
+        """What a budget view adds about its exported windows."""
+        return (
+            f"The privatized reports of {self._span()} were exported (local differential privacy only): there the "
+            f"remaining budget bounds further central releases only; against whoever holds an export, those windows' "
+            f"clients are protected by its local guarantee, with which every central release over them composes."
+        )
+
+
 VACUOUS_EPSILON = 10.0
 """A pure ε-DP bound at or above this rules out nothing in practice: from even odds, an attacker's belief
 about any yes/no question may move to e^ε / (1 + e^ε) ≥ 0.99995. Statements call such a bound vacuous."""
@@ -349,7 +431,8 @@ class WindowShuffle:
         if self.amplified and not self.unverified:
             verdict = (
                 f"shuffling amplifies ε0 to ({self.epsilon:.6g}, {self.delta:.3g})-DP per batch of distinct clients "
-                f"(the weakest batch, {self.smallest_batch} reports; method {self.method})"
+                f"{Adjacency.REPLACE_SAME_SHAPE.describe()} (the weakest batch, {self.smallest_batch} reports; "
+                f"method {self.method})"
             )
             if self.epsilon >= VACUOUS_EPSILON:
                 verdict += f", itself vacuous (ε ≥ {VACUOUS_EPSILON:g})"
@@ -432,6 +515,17 @@ class LocalGuarantee:
             f"{self.mechanism} over {self.embedding}",
         )
 
+    def report_guarantee(self) -> Guarantee:
+        """The report-level ε0-LDP guarantee (between reports of the same shape) every exported row carries."""
+        return Guarantee(
+            Model.LOCAL,
+            self.report_epsilon0,
+            0.0,
+            PrivacyUnit.report(self.max_report_words),
+            Adjacency.REPLACE_SAME_SHAPE,
+            f"{self.mechanism}, ε = {self.epsilon_per_word:.6g} per word over {self.embedding}",
+        )
+
     def statement(self) -> str:
         """The export's guarantee in words: local only, per word, per report, per client, the shuffle, no central DP."""
         L, eps, bound, eps0 = (
@@ -447,8 +541,8 @@ class LocalGuarantee:
             f"only. NOT a central differential-privacy release: the curator added no noise and charged nothing to "
             f"the central budget; each row is one report's words as its device perturbed them.",
             f"Per word: {self.word_guarantee().headline()}",
-            f"Per report: at most {L} words, each perturbed independently, so one report is ε0-LDP with "
-            f"ε0 = L·ε·bound = {L}·{eps:.6g}·{bound:.6g} = {eps0:.6g}.",
+            f"Per report: at most {L} words, each perturbed independently, so ε0 = L·ε·bound = "
+            f"{L}·{eps:.6g}·{bound:.6g} = {eps0:.6g}: {self.report_guarantee().headline()}",
         ]
         if self.vacuous:
             parts.append(
@@ -479,6 +573,10 @@ class LocalGuarantee:
             parts.append("In the windows without amplification only the local guarantees above hold.")
         if k > 1:
             parts.append(f"A client's {k} reports in one window compose: {k}× the per-report and per-word losses.")
+        parts.append(
+            "Central releases over these windows compose with it: to the holder of this export each adds at most "
+            "its (ε, δ) to the local guarantee above (the curator's budget view lists both; their statements say so)."
+        )
         return " ".join(parts)
 
     def to_dict(self) -> dict[str, Any]:

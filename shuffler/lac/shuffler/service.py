@@ -105,7 +105,8 @@ class ShardListMismatch(FailedPrecondition):
 def batch_guarantee(batch: StoredBatch, deployment: Deployment, config: ShufflerConfig) -> tuple[Guarantee, str]:
     """The central guarantee of one shuffled batch and the accounting method's name ("none": no amplification).
 
-    Shuffling bounds hold for neighbouring batches that differ in one user's input (replace-one)."""
+    Shuffling bounds hold for neighbouring batches that differ in one user's input (replace-one), and the
+    report-level ε0 they amplify holds between reports of the same shape (``Adjacency.REPLACE_SAME_SHAPE``)."""
     eps0, delta = deployment.report_epsilon0, config.target_delta
     unit = PrivacyUnit.report(deployment.max_report_words)
     where = (
@@ -130,7 +131,7 @@ def batch_guarantee(batch: StoredBatch, deployment: Deployment, config: Shuffler
             eps0,
             0.0,
             unit,
-            Adjacency.REPLACE,
+            Adjacency.REPLACE_SAME_SHAPE,
             "shuffling without client authentication",
             details=(
                 "No amplification: client authentication is off (auth none), so the reports are not known "
@@ -149,7 +150,7 @@ def batch_guarantee(batch: StoredBatch, deployment: Deployment, config: Shuffler
             eps0,
             0.0,
             unit,
-            Adjacency.REPLACE,
+            Adjacency.REPLACE_SAME_SHAPE,
             f"uniform shuffle of {batch.n} reports",
             details=(
                 f"No amplification: {where}, and at n = {batch.n}, δ = {delta:.3g} the shuffle "
@@ -164,7 +165,7 @@ def batch_guarantee(batch: StoredBatch, deployment: Deployment, config: Shuffler
         r.epsilon,
         delta,
         unit,
-        Adjacency.REPLACE,
+        Adjacency.REPLACE_SAME_SHAPE,
         f"uniform shuffle of {batch.n} reports of distinct clients",
         details=(
             f"{where}; the shuffle accountant (lac.shuffler.amplification, method {r.method}) "
@@ -657,6 +658,7 @@ class Shuffler:
             first_window=batch.first_window,
             last_window=batch.last_window,
             windows_per_period=cfg.max_windows_per_client_per_period,
+            period_seconds=cfg.period_days * 86400.0,
         )
 
     # ------------------------------------------------------------------ the curator's deployment

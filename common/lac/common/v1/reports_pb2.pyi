@@ -98,7 +98,7 @@ class DeploymentRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class BatchPrivacy(_message.Message):
-    __slots__ = ("n_reports", "report_epsilon0", "delta", "central_epsilon", "amplified", "method", "subsample_q", "crowd_threshold", "statement", "distinct_clients", "reports_per_window", "window_seconds", "first_window", "last_window", "windows_per_period")
+    __slots__ = ("n_reports", "report_epsilon0", "delta", "central_epsilon", "amplified", "method", "subsample_q", "crowd_threshold", "statement", "distinct_clients", "reports_per_window", "window_seconds", "first_window", "last_window", "windows_per_period", "period_seconds")
     N_REPORTS_FIELD_NUMBER: _ClassVar[int]
     REPORT_EPSILON0_FIELD_NUMBER: _ClassVar[int]
     DELTA_FIELD_NUMBER: _ClassVar[int]
@@ -114,6 +114,7 @@ class BatchPrivacy(_message.Message):
     FIRST_WINDOW_FIELD_NUMBER: _ClassVar[int]
     LAST_WINDOW_FIELD_NUMBER: _ClassVar[int]
     WINDOWS_PER_PERIOD_FIELD_NUMBER: _ClassVar[int]
+    PERIOD_SECONDS_FIELD_NUMBER: _ClassVar[int]
     n_reports: int
     report_epsilon0: float
     delta: float
@@ -129,4 +130,5 @@ class BatchPrivacy(_message.Message):
     first_window: int
     last_window: int
     windows_per_period: int
-    def __init__(self, n_reports: _Optional[int] = ..., report_epsilon0: _Optional[float] = ..., delta: _Optional[float] = ..., central_epsilon: _Optional[float] = ..., amplified: _Optional[bool] = ..., method: _Optional[str] = ..., subsample_q: _Optional[float] = ..., crowd_threshold: _Optional[int] = ..., statement: _Optional[str] = ..., distinct_clients: _Optional[bool] = ..., reports_per_window: _Optional[int] = ..., window_seconds: _Optional[float] = ..., first_window: _Optional[int] = ..., last_window: _Optional[int] = ..., windows_per_period: _Optional[int] = ...) -> None: ...
+    period_seconds: float
+    def __init__(self, n_reports: _Optional[int] = ..., report_epsilon0: _Optional[float] = ..., delta: _Optional[float] = ..., central_epsilon: _Optional[float] = ..., amplified: _Optional[bool] = ..., method: _Optional[str] = ..., subsample_q: _Optional[float] = ..., crowd_threshold: _Optional[int] = ..., statement: _Optional[str] = ..., distinct_clients: _Optional[bool] = ..., reports_per_window: _Optional[int] = ..., window_seconds: _Optional[float] = ..., first_window: _Optional[int] = ..., last_window: _Optional[int] = ..., windows_per_period: _Optional[int] = ..., period_seconds: _Optional[float] = ...) -> None: ...

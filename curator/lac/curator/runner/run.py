@@ -10,12 +10,12 @@
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 import numpy as np
 import scipy.sparse as sp
 
-from lac.common.privacy import PeriodLoss, PrivacyUnit
+from lac.common.privacy import ExportedWindows, PeriodLoss, PrivacyUnit
 from lac.common.rng import RandomSource
 from lac.curator import mechanisms
 from lac.curator.base.ngrams import NgramVocabulary
@@ -60,6 +60,16 @@ def _data_dependent_caveat(n: int) -> str:
     )
 
 
+def _perturbed_text_note(mechanism: str) -> str:
+    """What a release that used no local channel describes (``Release.channel`` empty)."""
+    why = (
+        "no local channel was available: clean_estimate is off or lac-curator[channel] is not installed"
+        if "channel" in mechanisms.get(mechanism).knobs
+        else f"{mechanism} does not estimate it; the default release does, with the deployment's local channel"
+    )
+    return f" It describes the text of the reports as the devices perturbed it, not the users' clean text ({why})."
+
+
 @dataclass(frozen=True)
 class ReleaseRecord:
     """What the curator remembers of a release (stored as JSON; ``lac.curator.service.serde`` renders the
@@ -94,6 +104,7 @@ class ReleaseRecord:
     request_id: str = ""  # the client's id of the request that made it (idempotent retries)
     channel: str = ""  # the deployment whose local channel estimated the users' clean text ("": the perturbed text)
     data_dependent_before: int = 0  # data-dependent (NOT DP) releases that had covered one of its windows before it
+    exported_windows: int = 0  # of its windows, those whose privatized reports were exported before it (DP releases)
 
     @classmethod
     def of(
@@ -107,14 +118,21 @@ class ReleaseRecord:
         request_id: str = "",
         data_dependent_before: int = 0,
         period: PeriodLoss | None = None,
+        exported: ExportedWindows | None = None,
     ) -> ReleaseRecord:
         """The record of ``release``; ``data_dependent_before``: the most data-dependent releases any of
         its windows had before it (a DP release's statements then say its guarantee is not the whole story);
-        ``period``: one client's loss over a period, which its statements end with."""
+        ``period``: one client's loss over a period, which its statements end with; ``exported``: its windows whose
+        privatized reports were exported before it (a DP release's statements say how the two compose)."""
         g = release.guarantee
         charge = release.charge
-        caveat = _data_dependent_caveat(data_dependent_before) if release.differentially_private else ""
-        if period is not None:
+        dp = release.differentially_private
+        caveat = _data_dependent_caveat(data_dependent_before) if dp else ""
+        if exported is not None and dp:
+            caveat += " " + exported.caveat()
+        if not release.channel:
+            caveat += _perturbed_text_note(release.mechanism)
+        if period is not None and release.differentially_private:  # the bound composes DP releases only
             caveat += " " + period.statement()
         return cls(
             release_id=release_id,
@@ -146,7 +164,16 @@ class ReleaseRecord:
             request_id=request_id,
             channel=release.channel,
             data_dependent_before=data_dependent_before if release.differentially_private else 0,
+            exported_windows=exported.windows if exported is not None and dp else 0,
         )
+
+    def with_later_exports(self, exported: ExportedWindows) -> ReleaseRecord:
+        """This record as shown after exports of its windows made since it (``exported.later``): a DP release's
+        statements gain the caveat of how they compose; a NOT-DP release's are unchanged."""
+        if not self.differentially_private:
+            return self
+        caveat = " " + exported.caveat()
+        return replace(self, statement=self.statement + caveat, public_statement=self.public_statement + caveat)
 
     def to_json(self) -> bytes:
         return json.dumps(asdict(self)).encode("utf-8")

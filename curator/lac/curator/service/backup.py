@@ -20,8 +20,9 @@ replaces, still holds it, and the next start puts it back into the ledger with t
 (a retried release is refused, not run and charged again). Before replacing a database, restore
 first copies its charges into the journal. Restoring into another machine's state directory,
 carry the old one's ``ledger.journal`` over (``carry_journal``). Not in the backup: the key ring
-(``key_dir``, back it up separately and securely) and the public prior cache (``prior/``,
-rebuilt from the public corpus at start).
+(``key_dir``, back it up separately and securely), the public prior cache (``prior/``,
+rebuilt from the public corpus at start) and the batches' words files (``words/``, kept for export
+only: a restored curator cannot export the windows in the backup).
 """
 
 from __future__ import annotations

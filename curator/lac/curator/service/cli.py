@@ -25,7 +25,8 @@ def register(subparsers) -> None:
 
     mig = sub.add_parser(
         "migrate-segments",
-        help="convert the .npz segments of earlier versions to Parquet (run with the curator stopped)",
+        help="convert the .npz segments of earlier versions to Parquet and remove the reports' words that "
+        "earlier versions kept in their Parquet segments (run with the curator stopped)",
     )
     mig.add_argument(
         "--state-dir",
@@ -134,6 +135,7 @@ def _serve(args) -> int:
     from lac.curator.base.prior import public_vocabulary
     from lac.curator.service.server import create_server
     from lac.curator.service.service import Curator
+    from lac.curator.store.store import PrivacyUnitChanged
 
     config = cfg.from_args(CuratorConfig, ENV_PREFIX, args)
     if config.key_dir is None and not (config.insecure or config.allow_plaintext_payloads):
@@ -155,7 +157,7 @@ def _serve(args) -> int:
 
     try:
         asyncio.run(main())
-    except (PortUnavailable, StateDirLocked) as exc:  # another server has the port or the state directory
+    except (PortUnavailable, StateDirLocked, PrivacyUnitChanged) as exc:  # port or state taken, or another unit
         raise SystemExit(f"error: {exc}") from None
     return 0
 
@@ -174,9 +176,12 @@ def _migrate_segments(args) -> int:
         store = CuratorStore(args.state_dir)
         try:
             n = store.migrate_npz()
+            stripped = store.strip_segment_words()
         finally:
             store.close()
-    print(f"migrated {n} segment(s) in {args.state_dir} to Parquet")
+    print(
+        f"migrated {n} segment(s) in {args.state_dir} to Parquet; removed the reports' words from {stripped} segment(s)"
+    )
     return 0
 
 

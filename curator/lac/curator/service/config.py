@@ -77,11 +77,16 @@ class CuratorConfig(ServiceSettings):
         "k: reports per client per accounting window, enforced by the shuffler's "
         "quota; batches from a shuffler with another quota are refused",
     )
-    window_seconds: float = setting(86400.0, "the accounting window: the privacy unit is one client over a window")
+    window_seconds: float = setting(
+        86400.0,
+        "the accounting window: the privacy unit is one client over a window. Recorded in the state directory at "
+        "its first start, with reports_per_window, period_days and max_windows_per_client_per_period: a curator "
+        "configured with other values does not start on that state",
+    )
     period_days: float = setting(
         365.0,
         "the period over which every release states one client's total privacy loss (periods counted from the "
-        "Unix epoch, a whole number of windows)",
+        "Unix epoch, a whole number of windows); batches from a shuffler with another period are refused",
     )
     max_windows_per_client_per_period: int = setting(
         0,
@@ -124,6 +129,24 @@ class CuratorConfig(ServiceSettings):
         "comma-separated mTLS common names allowed to export the privatized reports of closed windows "
         "(ExportReports: local DP only, no central DP; recorded in the ledger, not charged). Empty (the "
         "default): export is off for everyone, analysts and operators included",
+    )
+    shuffler_release_interval_seconds: float = setting(
+        3600.0,
+        "the shufflers' release_interval_seconds: a shuffler may release a window's reports up to this long after "
+        "the window closed. A window is exported only once settled: closed for longer than this plus "
+        "forward_horizon_seconds",
+    )
+    forward_horizon_seconds: float = setting(
+        86400.0,
+        "how long a released batch may take to reach this curator (a shuffler retrying through an outage). A window "
+        "is exported only once settled (see shuffler_release_interval_seconds); a batch that belongs to a window "
+        "already exported is refused with FAILED_PRECONDITION (reason window_exported), never stored",
+    )
+    export_retention_days: float = setting(
+        30.0,
+        "with export on: each batch's reports' words are kept (in state_dir/words, for export only) this many days "
+        "after its window closes, then deleted; its window can no longer be exported then. With export off no "
+        "words are kept, and those kept earlier are deleted at start",
     )
     insecure: bool = setting(
         False,
@@ -278,6 +301,11 @@ class CuratorConfig(ServiceSettings):
             raise ValueError("count_epsilon must be finite and > 0")
         if not self.replay_window_days > 0:
             raise ValueError("replay_window_days must be positive")
+        if not (math.isfinite(self.export_retention_days) and self.export_retention_days > 0):
+            raise ValueError("export_retention_days must be finite and positive")
+        for name in ("shuffler_release_interval_seconds", "forward_horizon_seconds"):
+            if not (math.isfinite(getattr(self, name)) and getattr(self, name) >= 0):
+                raise ValueError(f"{name} must be finite and >= 0")
         if self.quarantine_max_rows < 0:
             raise ValueError("quarantine_max_rows must be >= 0")
         if (
@@ -321,6 +349,11 @@ class CuratorConfig(ServiceSettings):
             period_seconds=self.period_days * 86400.0,
             windows_per_period=self.max_windows_per_client_per_period,
         )
+
+    @property
+    def settle_seconds(self) -> float:
+        """How long after it closes a window is settled (exportable): batches of its reports may come until then."""
+        return self.shuffler_release_interval_seconds + self.forward_horizon_seconds
 
     @property
     def roles(self) -> dict[Role, frozenset[str]]:

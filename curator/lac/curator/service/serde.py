@@ -272,11 +272,18 @@ def _rfc3339(unix: float) -> str:
     return dt.datetime.fromtimestamp(unix, dt.UTC).isoformat(timespec="seconds")
 
 
-def export_records(rows: list[tuple[str, str, float, int, int, int]]) -> list[curator_pb2.ExportRecord]:
-    """The ledger's exports (``CuratorStore.exports``) as messages."""
+def export_records(rows: list[tuple[str, str, float, int, int, int]], caller: Caller) -> list[curator_pb2.ExportRecord]:
+    """The ledger's exports (``CuratorStore.exports``) as ``caller`` may see them: an export's row count (exact,
+    from the data) only for operators and for the identity that exported."""
+    me = (caller.identity or "").removeprefix("mtls:")
     return [
         curator_pb2.ExportRecord(
-            export_id=e, identity=who, exported_at=_rfc3339(at), first_window=a, last_window=b, rows=n
+            export_id=e,
+            identity=who,
+            exported_at=_rfc3339(at),
+            first_window=a,
+            last_window=b,
+            rows=n if is_operator(caller) or (me and me == who) else None,
         )
         for e, who, at, a, b, n in rows
     ]

@@ -111,7 +111,7 @@ class QueryServicer:
             windows=serde.window_budgets(await self.curator.spent(), budget, serde.exports_per_window(exports)),
             window_seconds=d.window_seconds,
             reports_per_window=d.reports_per_window,
-            exports=serde.export_records(exports),
+            exports=serde.export_records(exports, caller),
         )
 
     async def GetDeployment(self, request, context, caller: Caller):

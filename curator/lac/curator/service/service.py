@@ -6,8 +6,9 @@ Ingest rules
 * A batch is identified by its ``batch_id``: a redelivered batch is acknowledged as a duplicate
   and stored once.
 * Every payload is opened, validated and counted by ``lac.curator.store.ingest`` on ``ingest_workers``
-  processes. A report that cannot be opened or is invalid is quarantined (sealed bytes, reason,
-  detail) and counted by reason (``lac.common.errors.RejectReason``); it never fails the batch.
+  processes. A report that cannot be opened or is invalid is quarantined (reason, a detail that
+  names the rule, a position and a length but never the content, and the sealed bytes of a report that
+  could not be opened) and counted by reason (``lac.common.errors.RejectReason``); it never fails the batch.
   Reasons come from the envelope's error (else "malformed") or are "invalid" (validation) /
   "internal" (an unexpected error while opening). If a worker process dies (or no worker finishes a chunk
   for ``ingest_stall_seconds`` while batches wait), nothing of the batches being counted is stored,
@@ -49,9 +50,10 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from lac.common import envelope, tracing
-from lac.common.errors import AlreadyExists, ErrorReason, FailedPrecondition, InvalidArgument, NotFound
+from lac.common.deployment import windows_in_period
+from lac.common.errors import AlreadyExists, ErrorReason, FailedPrecondition, InvalidArgument, NotFound, Unavailable
 from lac.common.exports import guarantee_json
-from lac.common.privacy import Budget, LocalGuarantee, PrivacyUnit
+from lac.common.privacy import Budget, ExportedWindows, LocalGuarantee, PrivacyUnit
 from lac.common.rng import RandomSource, secure_generator
 from lac.common.rpc import Role
 from lac.common.server import Health
@@ -76,7 +78,7 @@ from lac.curator.service.config import CuratorConfig
 from lac.curator.service.metrics import CuratorMetrics
 from lac.curator.store import export
 from lac.curator.store.ingest import IngestBatch, IngestContext, IngestPool, merge_counts
-from lac.curator.store.store import CuratorStore
+from lac.curator.store.store import UNIT_FIELDS, CuratorStore
 
 if TYPE_CHECKING:
     from lac.curator.release.spark import SparkIngest
@@ -85,6 +87,7 @@ log = logging.getLogger(__name__)
 
 ARPA_CHUNK_CHARS = 1 << 20
 SERVICE_NAMES = [s.full_name for s in curator_pb2.DESCRIPTOR.services_by_name.values()]
+PURGE_SECONDS = 3600.0  # how often words past their retention are deleted (and at start)
 MAX_CLOCK_SKEW_SECONDS = 300.0  # a batch's newest window may be this far ahead of the curator's clock
 # Per-call limits of the queries (INVALID_ARGUMENT beyond them).
 MAX_QUERY_NGRAMS = 10_000  # n-grams in one NgramProbabilities call
@@ -131,6 +134,24 @@ def _no_channel_cause(exc: BaseException, embedding: str, cache_dir: Path) -> st
     return f"{type(exc).__name__}: {exc}"
 
 
+def exported_windows(
+    span: tuple[int, int], exports: list[tuple[str, str, float, int, int, int]], since: float | None = None
+) -> ExportedWindows | None:
+    """The windows of ``span`` that ``exports`` (``CuratorStore.exports``; only those made after ``since``, when
+    given) covered, None if none did."""
+    first, last = span
+    covering = [(a, b) for _, _, at, a, b, _ in exports if a <= last and b >= first and (since is None or at > since)]
+    covered = {w for a, b in covering for w in range(max(a, first), min(b, last) + 1)}
+    return ExportedWindows.of(covered, len(covering), later=since is not None)
+
+
+def _shown(record: ReleaseRecord, exports: list[tuple[str, str, float, int, int, int]]) -> ReleaseRecord:
+    """``record`` with the caveat of the exports of its windows made after it."""
+    made = dt.datetime.fromisoformat(record.created_at).timestamp()
+    later = exported_windows((record.first_window, record.last_window), exports, since=made)
+    return record if later is None else record.with_later_exports(later)
+
+
 class _ChannelCancelled(Exception):
     """Raised inside the channel's sampling when the curator stops."""
 
@@ -150,8 +171,29 @@ class Curator:
             count_clip=config.item_count_clip,
             validation_cap=config.endtoend_validation_cap,
         )
-        self.store = CuratorStore(config.state_dir, config.quarantine_max_rows, config.min_free_disk_bytes)
+        self.exporting = bool(config.roles[Role.EXPORT])  # reports' words are kept only then (for export)
+        try:
+            self.store = CuratorStore(
+                config.state_dir, config.quarantine_max_rows, config.min_free_disk_bytes, keep_words=self.exporting
+            )
+        except BaseException:
+            self._state_lock.release()
+            raise
+        try:  # the stored windows and the ledger are in the unit this state was created with
+            self.store.keep_unit({f: getattr(self.deployment, f) for f in UNIT_FIELDS})
+        except BaseException:
+            self.store.close()
+            self._state_lock.release()
+            raise
         export.clear_spool(config.state_dir)  # what an export running when the curator stopped left
+        if self.store.segment_words_unchecked():
+            log.warning(
+                "segments written by an earlier version may hold their reports' words, which no reader needs: stop "
+                "this curator and run `lac curator migrate-segments --state-dir %s` to remove them",
+                config.state_dir,
+            )
+        self._words_lock = asyncio.Lock()  # a purge of words files waits for an export reading them
+        self._purger: asyncio.Task | None = None
         self.health = Health(SERVICE_NAMES)
         self._health_lock = threading.Lock()
         self.storage = StorageGuard(
@@ -225,6 +267,33 @@ class Curator:
             self._channel = asyncio.ensure_future(asyncio.to_thread(self._load_channel))
         if self.config.metrics_port is not None:
             self.metrics_ready = self.metrics.endpoint.start_soon(self.config.metrics_host, self.config.metrics_port)
+        self._purger = asyncio.ensure_future(self._purge_words_loop())
+
+    async def purge_words(self) -> int:
+        """Delete the words files no export may read any more: with export on, those of batches whose window
+        closed more than ``export_retention_days`` ago; with export off, all of them. Returns how many."""
+        before = None
+        if self.exporting:
+            before = self.deployment.window(time.time() - self.config.export_retention_days * 86400.0)
+        async with self._words_lock:
+            n = await self._run(self.store.purge_words, before)
+        if n:
+            log.info(
+                "deleted the words of %d batch(es) (%s)",
+                n,
+                "export is off" if before is None else f"windows before {before}: export_retention_days passed",
+            )
+        return n
+
+    async def _purge_words_loop(self) -> None:
+        while True:  # at start, then every PURGE_SECONDS; a failure is logged and the purge tried again then
+            try:
+                await self.purge_words()
+            except Unavailable:  # the storage guard logged it
+                pass
+            except Exception:
+                log.exception("deleting words files past their retention failed; trying again in an hour")
+            await asyncio.sleep(PURGE_SECONDS)
 
     def _load_channel(self) -> NgramChannel | None:
         """The deployment's local channel over the release vocabulary (sampled once, then read from
@@ -269,6 +338,9 @@ class Curator:
     async def stop(self) -> None:
         try:
             self._closing.set()  # a channel still being sampled stops at its next chunk
+            if self._purger is not None:
+                self._purger.cancel()
+                await asyncio.gather(self._purger, return_exceptions=True)
             if self._channel is not None and not self._channel.done():
                 self._channel.cancel()
             await self.storage.stop()
@@ -317,6 +389,14 @@ class Curator:
                 f"curator's deployment at {d.windows_per_period}; make max_windows_per_client_per_period agree (the "
                 f"batch stays with the shuffler)"
             )
+        theirs = windows_in_period(p.period_seconds, p.window_seconds) if p.period_seconds > 0 else None
+        if theirs != d.windows_in_period and (theirs is not None or d.windows_per_period):
+            said = f"a period of {theirs} window(s)" if theirs is not None else "no period (an older shuffler)"
+            raise FailedPrecondition(
+                f"the shuffler's batch states {said} but this curator's deployment has periods of "
+                f"{d.windows_in_period} window(s) (period_days = {d.period_seconds / 86400:g}), which its statements' "
+                f"bound over a period counts; make period_days agree (the batch stays with the shuffler)"
+            )
         if not p.distinct_clients and not self.config.insecure:
             raise FailedPrecondition(
                 "the batch's reports are not bound to distinct clients (the shuffler runs without "
@@ -341,6 +421,7 @@ class Curator:
             tracing.set_attributes({"lac.duplicate": True})
             return curator_pb2.IngestBatchResponse(batch_id=batch.batch_id, duplicate=True)
         windows = self._batch_windows(batch)
+        await self._run(self.store.check_not_exported, batch.batch_id, windows[1])  # fail fast; re-checked on store
         chunks = await self._ingest.count(batch.payloads)  # on ingest_workers processes; Unavailable if one died
         ids = [rid for c in chunks for rid in c.ids]
         quarantined = [q for c in chunks for q in c.quarantined]
@@ -594,6 +675,7 @@ class Curator:
             request_id=request_id,
             data_dependent_before=dd_before,
             period=self.deployment.period_loss(self.budget),
+            exported=exported_windows(span, await self.exports()),
         )
         stored = await self._run(
             partial(
@@ -640,17 +722,19 @@ class Curator:
         return record
 
     async def list_releases(self) -> list[ReleaseRecord]:
-        return [ReleaseRecord.from_json(r) for r in await self._run(self.store.releases)]
+        exports = await self.exports()
+        return [_shown(ReleaseRecord.from_json(r), exports) for r in await self._run(self.store.releases)]
 
     async def get_release(
         self, release_id: str
     ) -> tuple[ReleaseRecord, tuple[str, ...], np.ndarray, np.ndarray | None]:
-        """(record, items, released log-probabilities, pseudo-counts or None) or NotFound."""
+        """(record, items, released log-probabilities, pseudo-counts or None) or NotFound. The record as it is
+        shown now: with the caveat of exports of its windows made since it."""
         found = await self._run(self.store.release, release_id) if release_id else None
         if found is None:
             raise NotFound(f"no release {release_id[:200]!r}")
         record, items, log_probs, pseudo = found
-        return ReleaseRecord.from_json(record), items, log_probs, pseudo
+        return _shown(ReleaseRecord.from_json(record), await self.exports()), items, log_probs, pseudo
 
     async def model(self, release_id: str) -> NgramModel:
         async with self._model_lock:
@@ -743,23 +827,33 @@ class Curator:
     async def export_reports(
         self, first_window: int, last_window: int, identity: str | None, roles: frozenset[Role]
     ) -> tuple[str, LocalGuarantee, export.ShuffledReports]:
-        """Export the privatized reports of the closed windows ``first_window``..``last_window``
-        (``lac.curator.store.export``): (export id, its guarantee, the rows in a fresh uniformly random order; close
-        it when done). The export is recorded with the ledger (``identity``, the time, the windows, the rows)
-        before this returns, so before any row is sent; it charges nothing."""
+        """Export the privatized reports of the settled windows ``first_window``..``last_window`` (each batch
+        belongs to its last window; ``lac.curator.store.export``): (export id, its guarantee, the rows in a fresh
+        uniformly random order; close it when done). The export is recorded with the ledger (``identity``, the time,
+        the windows, the rows) before this returns, so before any row is sent, and from then on a batch of those
+        windows is refused; it charges nothing."""
         export.check_grant(self.config.roles[Role.EXPORT], roles)
-        export.check_windows(first_window, last_window, self.deployment)
-        batches = await self._run(self.store.batch_privacy, first_window, last_window)
-        if not batches:
-            raise InvalidArgument(f"no reports are stored in windows {first_window}..{last_window}")
-        paths = await self._run(self.store.segment_paths, first_window, last_window)
-        rng = self._rng if self._rng is not None else secure_generator()
-        expected = sum(n for _, _, n, _ in batches)
-        rows = await asyncio.to_thread(
-            export.ShuffledReports, paths, rng, expected, self.config.state_dir / export.SPOOL_DIR
-        )
+        export.check_windows(first_window, last_window, self.deployment, settle_seconds=self.config.settle_seconds)
+        async with self._words_lock:  # no purge deletes a words file while this reads it
+            batches = await self._run(self.store.export_batches, first_window, last_window)
+            if not batches:
+                raise InvalidArgument(f"no reports are stored in windows {first_window}..{last_window}")
+            without = sum(w is None for *_, w in batches)
+            if without:
+                raise FailedPrecondition(
+                    f"the words of {without} of the {len(batches)} batches of windows {first_window}..{last_window} "
+                    f"are not kept (export was off when they arrived, export_retention_days = "
+                    f"{self.config.export_retention_days:g} passed since their window closed, or they were restored "
+                    f"from a backup, which holds no words): these windows cannot be exported"
+                )
+            paths = [self.store.words_dir / w for *_, w in batches if w is not None]
+            rng = self._rng if self._rng is not None else secure_generator()
+            expected = sum(n for _, _, n, _, _ in batches)
+            rows = await asyncio.to_thread(
+                export.ShuffledReports, paths, rng, expected, self.config.state_dir / export.SPOOL_DIR
+            )
         try:
-            shuffles = export.window_shuffles(batches, first_window, last_window, self.deployment)
+            shuffles = export.window_shuffles([b[:4] for b in batches], first_window, last_window, self.deployment)
             guarantee = export.local_guarantee(self.deployment, first_window, last_window, rows.rows, shuffles)
             export_id = uuid.uuid4().hex
             who = identity.removeprefix("mtls:") if identity else ""
@@ -771,6 +865,7 @@ class Curator:
                 last_window,
                 rows.rows,
                 guarantee_json(guarantee),
+                len(batches),
             )
         except BaseException:
             rows.close()

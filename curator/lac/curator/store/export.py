@@ -1,5 +1,25 @@
 """Export of privatized reports (opt-in): the words of the reports of closed windows, as a data set.
 
+Which reports: each batch belongs to one window, its last
+---------------------------------------------------------
+A batch's reports may span windows (w..w+1, say). For exports it belongs to its last window only, so
+the export of a range is exactly the union of its windows' exports and no set of exports isolates a
+batch by differencing (a batch in the export of w..w+1 but in neither w's nor w+1's would be). A window
+is exported only once settled: closed for longer than ``shuffler_release_interval_seconds`` (a shuffler
+may release its reports up to that long after the window closes) plus ``forward_horizon_seconds`` (how
+long a released batch may take to arrive); after its first export, a batch that belongs to it is
+refused (FAILED_PRECONDITION, ``ErrorReason.WINDOW_EXPORTED``: the shuffler keeps it and should not retry
+it), so two exports of one window never differ.
+
+Where the words come from
+-------------------------
+Only while export is on (``export_identities`` non-empty) does ingest keep each batch's words, in a
+file of its own beside its segment (``write_words``: ``words/window=<w>/<name>.parquet``, one row per
+report with words, column ``words``), and only for ``export_retention_days`` after the window closes:
+then the curator deletes it (``CuratorStore.purge_words``), as it deletes every such file at start
+when export is off. Releases never read these files: they read the segments' n-gram counts. Backups do
+not copy them. A batch without its words file cannot be exported.
+
 What leaves the curator: one row per stored report that has words, holding those words only (column
 ``words``, list<string>, the report's sentences concatenated, as the device perturbed them) — no batch
 id, time, window, order, position, segment or anything else that could tie a row to a batch, and so
@@ -41,21 +61,23 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from lac.common.deployment import Deployment
 from lac.common.errors import FailedPrecondition, InvalidArgument, PermissionDenied
 from lac.common.exports import SCHEMA, ipc_bytes
-from lac.common.files import private_dir
+from lac.common.files import atomic_file, private_dir
 from lac.common.privacy import LocalGuarantee, WindowShuffle
 from lac.common.rng import RandomSource
 from lac.common.rpc import Role
 from lac.common.v1 import reports_pb2
-from lac.curator.store import segments as seg
 
 __all__ = [
     "BUCKET_ROWS",
     "SPOOL_DIR",
+    "WORDS_DIR",
+    "write_words",
     "MAX_WINDOWS",
     "ShuffledReports",
     "check_grant",
@@ -76,7 +98,20 @@ READ_ROWS = 65_536
 CHUNK_BYTES = 1 << 20
 """About this many bytes of Arrow data per streamed message."""
 SPOOL_DIR = "export-spool"
+WORDS_DIR = "words"
+"""Where, under the state directory, the batches' words files are (while export is on)."""
 MAX_WINDOWS = 100_000
+
+
+def write_words(path: Path, texts: pa.ListArray) -> int:
+    """Write one batch's words durably (fsync'd, renamed into place): a row per report that has words (the
+    report's words in order, its sentences concatenated), in batch order; returns the rows written."""
+    kept = texts.filter(pc.greater(pc.list_value_length(texts), 0))
+    table = pa.table([kept.cast(SCHEMA.field("words").type)], schema=SCHEMA)
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    with atomic_file(path) as f:
+        pq.write_table(table, f, compression="zstd")
+    return len(kept)
 
 
 def check_grant(export_identities: frozenset[str], roles: frozenset[Role]) -> None:
@@ -93,9 +128,12 @@ def check_grant(export_identities: frozenset[str], roles: frozenset[Role]) -> No
         )
 
 
-def check_windows(first: int, last: int, deployment: Deployment, now: float | None = None) -> None:
+def check_windows(
+    first: int, last: int, deployment: Deployment, now: float | None = None, settle_seconds: float = 0.0
+) -> None:
     """InvalidArgument for a range that is empty, before window 0, too long or beyond the current window;
-    FailedPrecondition while its last window is still open."""
+    FailedPrecondition while its last window is still open or has been closed for less than ``settle_seconds``
+    (the shufflers' release interval plus the forwarding horizon: batches of its reports may still come)."""
     if first < 0:
         raise InvalidArgument(f"window {first}: accounting windows count from 0 (unix time // window_seconds)")
     if first > last:
@@ -112,6 +150,14 @@ def check_windows(first: int, last: int, deployment: Deployment, now: float | No
             f"window {last} is still open (it closes at {closes}): only the reports of closed windows are exported; "
             f"end the export at window {last - 1} or wait"
         )
+    settled = (last + 1) * deployment.window_seconds + settle_seconds
+    if now < settled:
+        at = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(settled))
+        raise FailedPrecondition(
+            f"window {last} is closed but not settled until {at} ({settle_seconds:g} s after it closed: "
+            f"shuffler_release_interval_seconds + forward_horizon_seconds), since batches of its reports may still "
+            f"come; a window is exported once settled, and batches for it are refused after that"
+        )
 
 
 def clear_spool(state_dir: Path) -> None:
@@ -123,15 +169,15 @@ def window_shuffles(
     batches: Iterable[tuple[int, int, int, bytes | None]], first: int, last: int, deployment: Deployment
 ) -> tuple[WindowShuffle, ...]:
     """The shuffle accountant's statements per window of ``first``..``last`` from the stored batches
-    (first window, last window, accepted reports, serialized ``BatchPrivacy``): a batch counts in every
-    window it spans. A batch without a statement, with one computed for a smaller ε0 than the deployment's
-    (it would overstate the amplification) or not bound to distinct clients is unverified."""
+    (first window, last window, accepted reports, serialized ``BatchPrivacy``): a batch counts in its last
+    window, the one it belongs to for exports. A batch without a statement, with one computed for a smaller ε0
+    than the deployment's (it would overstate the amplification) or not bound to distinct clients is
+    unverified."""
     eps0 = deployment.report_epsilon0
     per: dict[int, list[tuple[int, reports_pb2.BatchPrivacy | None]]] = defaultdict(list)
-    for a, b, n, blob in batches:
-        p = reports_pb2.BatchPrivacy.FromString(blob) if blob else None
-        for w in range(max(a, first), min(b, last) + 1):
-            per[w].append((n, p))
+    for _, b, n, blob in batches:
+        if first <= b <= last:
+            per[b].append((n, reports_pb2.BatchPrivacy.FromString(blob) if blob else None))
     out = []
     for w in sorted(per):
         rows = per[w]
@@ -187,21 +233,21 @@ def next_ipc(chunks: Iterator[pa.Array]) -> bytes | None:
     return None if col is None else ipc_bytes(col)
 
 
-def _segment_words(path: Path) -> Iterator[pa.Array]:
-    """The words of each report of a segment that has any, ``READ_ROWS`` segment rows at a time."""
+def _file_words(path: Path) -> Iterator[pa.Array]:
+    """The rows of a batch's words file, ``READ_ROWS`` at a time."""
     f = pq.ParquetFile(path)
-    for batch in f.iter_batches(batch_size=READ_ROWS, columns=[seg.WORDS.name]):
-        col = batch.column(0).drop_null()
+    for batch in f.iter_batches(batch_size=READ_ROWS, columns=[SCHEMA.field("words").name]):
+        col = batch.column(0)
         if len(col):
-            yield col.cast(SCHEMA.field("words").type) if col.type != SCHEMA.field("words").type else col
+            yield col
 
 
 class ShuffledReports:
-    """The words of the reports in ``paths`` (segments), in a uniformly random order (module docstring).
+    """The words of the reports in ``paths`` (the batches' words files), in a uniformly random order (module
+    docstring).
 
-    The constructor runs step 1 (reads every segment, spools when there is more than one bucket) and
-    fails with FailedPrecondition if a segment keeps no words (written before exports existed); ``rows``
-    is then exact. ``chunks()`` runs step 2 once; ``close()`` (or the context manager) removes the spool."""
+    The constructor runs step 1 (reads every file, spools when there is more than one bucket); ``rows`` is
+    then exact. ``chunks()`` runs step 2 once; ``close()`` (or the context manager) removes the spool."""
 
     def __init__(
         self,
@@ -211,12 +257,6 @@ class ShuffledReports:
         spool_root: Path,
         bucket_rows: int = BUCKET_ROWS,
     ):
-        old = [p.name for p in paths if not seg.has_words(p)]
-        if old:
-            raise FailedPrecondition(
-                f"{len(old)} of the {len(paths)} segments of these windows were written before this curator kept "
-                f"reports' words (e.g. {old[0]}): their reports cannot be exported; export windows ingested since"
-            )
         self._rng = rng
         self.buckets = max(1, min(MAX_BUCKETS, math.ceil(expected_rows / max(1, bucket_rows))))
         self.rows = 0
@@ -232,7 +272,7 @@ class ShuffledReports:
     def _spool(self, paths: list[Path], spool_root: Path) -> None:
         if self.buckets == 1:
             for p in paths:
-                for col in _segment_words(p):
+                for col in _file_words(p):
                     self._memory.append(col)
                     self.rows += len(col)
             return
@@ -242,7 +282,7 @@ class ShuffledReports:
         writers = [pa.ipc.new_stream(s, SCHEMA) for s in sinks]
         try:
             for p in paths:
-                for col in _segment_words(p):
+                for col in _file_words(p):
                     n = len(col)
                     label = np.asarray(self._rng.choice(self.buckets, size=n), dtype=np.int64)
                     order = np.argsort(label, kind="stable")

@@ -38,6 +38,7 @@ import logging
 import math
 import os
 import signal
+import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -174,33 +175,33 @@ def _validate(ctx: IngestContext, content: reports_pb2.ReportContent) -> None:
     """A report must satisfy the published deployment and the token rules; else _Reject."""
     if len(content.report_id) != envelope.REPORT_ID_BYTES:
         raise _Reject(RejectReason.INVALID, f"report_id must be {envelope.REPORT_ID_BYTES} bytes")
+    # Details name the rule, a position and a length, never what the report holds (they are logged and stored).
     lp = content.local_privacy
     if lp.mechanism != mechanism_id(ctx.mechanism):
         raise _Reject(
-            RejectReason.MECHANISM_NOT_ALLOWED,
-            f"local mechanism id {lp.mechanism}; this deployment accepts {ctx.mechanism} only",
+            RejectReason.MECHANISM_NOT_ALLOWED, f"another local mechanism; this deployment accepts {ctx.mechanism}"
         )
     if not (math.isfinite(lp.epsilon_per_word) and 0 < lp.epsilon_per_word <= ctx.epsilon_per_word * (1 + 1e-12)):
         raise _Reject(
-            RejectReason.EPSILON_TOO_LARGE,
-            f"ε per word {lp.epsilon_per_word!r}; this deployment accepts 0 < ε ≤ {ctx.epsilon_per_word:g}",
+            RejectReason.EPSILON_TOO_LARGE, f"ε per word outside this deployment's 0 < ε ≤ {ctx.epsilon_per_word:g}"
         )
     if lp.embedding != ctx.embedding:
         raise _Reject(
-            RejectReason.EMBEDDING_MISMATCH, f"embedding {lp.embedding[:80]!r}; this deployment uses {ctx.embedding}"
+            RejectReason.EMBEDDING_MISMATCH,
+            f"another embedding (an id of {len(lp.embedding)} characters); this deployment uses {ctx.embedding}",
         )
     if len(content.sentences) > ctx.max_sentences_per_report:
         raise _Reject(
             RejectReason.INVALID, f"{len(content.sentences)} sentences; at most {ctx.max_sentences_per_report}"
         )
     n_words = 0
-    for s in content.sentences:
+    for j, s in enumerate(content.sentences, 1):
         n_words += len(s.tokens)
-        for t in s.tokens:
+        for i, t in enumerate(s.tokens, 1):
             if not t or len(t) > ctx.max_token_chars or len(t.split()) != 1 or t.strip() != t or t in _RESERVED_TOKENS:
                 raise _Reject(
                     RejectReason.INVALID,
-                    f"token {t[:80]!r}: must be 1..{ctx.max_token_chars} characters, "
+                    f"token {i} of sentence {j} ({len(t)} characters): must be 1..{ctx.max_token_chars} characters, "
                     "no whitespace, not <s>, </s> or <unk>",
                 )
     if n_words > ctx.max_report_words:
@@ -227,8 +228,10 @@ def open_chunk(ctx: IngestContext, payloads: Sequence[bytes]) -> OpenedChunk:
                 reason = exc.reason if isinstance(exc, envelope.PayloadRejected) else RejectReason.MALFORMED
                 raise _Reject(reason, str(exc)) from None
             except Exception as exc:  # a bug or library error must not take the batch down
-                log.exception("unexpected error opening a report")
-                raise _Reject(RejectReason.INTERNAL, str(exc)) from None
+                # its type and where it was raised, never its message, which may quote the report
+                where = "".join(traceback.format_tb(exc.__traceback__))
+                log.error("unexpected error opening a report: %s, raised at\n%s", type(exc).__name__, where)
+                raise _Reject(RejectReason.INTERNAL, f"unexpected {type(exc).__name__} while opening") from None
             _validate(ctx, c)
         except _Reject as r:
             quarantined.append(Quarantined(r.reason, r.detail[:MAX_DETAIL], bytes(raw)))

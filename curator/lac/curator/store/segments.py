@@ -8,14 +8,11 @@ one row per (report, distinct n-gram) with columns
     ngram  string  dictionary-encoded: tokens joined by spaces, as ``lac.curator.base.ngrams.ngrams``
     count  int32   raw occurrences in the report (no cap, no clamp)
 
-and, in segments written since the export of privatized reports (``lac.curator.store.export``),
-
-    words  list<string>  the report's words in order (its sentences concatenated), on the row
-                         of its first n-gram (pos 0), null on its other rows
-
 and the batch id, its windows, n (orders) and the format version in the file's key-value
-metadata. The ``words`` column is additive: readers of the n-grams never read it, and segments
-without it hold the same n-grams (they cannot be exported). Every n-gram of a report is kept,
+metadata. A segment never holds a report's words as such: those are kept, for export only, in a
+separate file per batch (``lac.curator.store.export.write_words``). Segments written by earlier
+versions may have a ``words`` column (``WORDS``), which no reader uses; ``strip_words`` rewrites
+them without it (``lac curator migrate-segments``). Every n-gram of a report is kept,
 also those outside the public vocabulary (DP discovery needs them); words are stored as the
 report had them, and read as ``<unk>`` against a vocabulary's word list only when a release
 reads them (``read_blocks``). The same table is
@@ -41,7 +38,19 @@ from lac.common.files import atomic_file
 from lac.common.text import BOS, EOS, UNK
 from lac.curator.base.ngrams import NgramVocabulary, ReportItems, item_array, spell
 
-__all__ = ["FORMAT", "SCHEMA", "WORDS", "write", "read", "read_blocks", "map_words", "metadata", "table", "has_words"]
+__all__ = [
+    "FORMAT",
+    "SCHEMA",
+    "WORDS",
+    "write",
+    "read",
+    "read_blocks",
+    "map_words",
+    "metadata",
+    "table",
+    "has_words",
+    "strip_words",
+]
 
 FORMAT = "lac-segment/2"
 MAX_POS = np.iinfo(np.int16).max
@@ -54,13 +63,13 @@ SCHEMA = pa.schema(
     ]
 )
 WORDS = pa.field("words", pa.list_(pa.string()), nullable=True)
-"""The optional column of each report's words (on its first row)."""
+"""The column of each report's words that segments of earlier versions have (on its first row)."""
 _NGRAM_COLUMNS = ["report", "ngram", "count"]
 _STATISTICS_COLUMNS = ["report", "pos", "count"]  # the integer columns: cheap min/max in the file's footer
 
 
 def table(items: ReportItems, meta: dict | None = None) -> pa.Table:
-    """The segment table of ``items`` (with ``meta`` in its schema metadata)."""
+    """The segment table of ``items`` (with ``meta`` in its schema metadata); ``items.texts`` is not stored."""
     lens = np.diff(items.indptr)
     if lens.size and lens.max() > MAX_POS + 1:
         raise ValueError(f"a report has {int(lens.max())} distinct n-grams, more than a segment holds ({MAX_POS + 1})")
@@ -69,42 +78,31 @@ def table(items: ReportItems, meta: dict | None = None) -> pa.Table:
     ngram = pa.DictionaryArray.from_arrays(pa.array(items.item_ids, pa.int32()), item_array(items.items))
     schema = SCHEMA.with_metadata({"lac": json.dumps({"format": FORMAT, "n_reports": items.n_reports, **(meta or {})})})
     columns = [pa.array(report), pa.array(pos), ngram, pa.array(items.counts, pa.int32())]
-    if items.texts is not None:
-        schema = schema.append(WORDS)
-        columns.append(_words_column(items.texts, items.indptr))
     return pa.Table.from_arrays(columns, schema=schema)
 
 
-def _words_column(texts: pa.ListArray, indptr: np.ndarray) -> pa.ListArray:
-    """``texts`` (one list per report) laid out on the segment's rows: a report's words on its first
-    row, null elsewhere (a report without n-grams has no row, and no words)."""
-    if len(texts) != indptr.size - 1:
-        raise ValueError(f"{len(texts)} texts for {indptr.size - 1} reports")
-    n_rows = int(indptr[-1])
-    lens = np.diff(indptr)
-    has = np.flatnonzero(lens > 0)
-    per_report = np.diff(texts.offsets.to_numpy()).astype(np.int64)
-    if per_report[lens == 0].any():
-        raise ValueError("a report with words has no n-grams")
-    row_len = np.zeros(n_rows, dtype=np.int64)
-    row_len[indptr[has]] = per_report[has]
-    offsets = np.zeros(n_rows + 1, dtype=np.int32)
-    np.cumsum(row_len, out=offsets[1:])
-    valid = np.zeros(n_rows, dtype=bool)
-    valid[indptr[has]] = True
-    values = texts.flatten()  # the reports without rows have no words, so this is every value in order
-    return pa.ListArray.from_arrays(pa.array(offsets, pa.int32()), values, mask=pa.array(~valid))
-
-
 def has_words(path: Path) -> bool:
-    """Whether the segment at ``path`` keeps its reports' words (written since export existed)."""
+    """Whether the segment at ``path`` has the ``words`` column of earlier versions."""
     return WORDS.name in pq.read_schema(path).names
+
+
+def strip_words(path: Path) -> bool:
+    """Rewrite the segment at ``path`` without the ``words`` column of earlier versions (durably, in place:
+    only with no curator running); False if it has none."""
+    if not has_words(path):
+        return False
+    t = pq.read_table(path)
+    _write(path, t.drop_columns([WORDS.name]).replace_schema_metadata(t.schema.metadata))
+    return True
 
 
 def write(path: Path, items: ReportItems, meta: dict | None = None) -> None:
     """Write a segment durably (fsync'd, then renamed into place): a reader sees all of it or none."""
+    _write(path, table(items, meta))
+
+
+def _write(path: Path, t: pa.Table) -> None:
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    t = table(items, meta)
     with atomic_file(path) as f:
         # One row group: a reader then decodes one dictionary, not one per group to unify (2x faster). No
         # min/max statistics of the n-gram strings: nothing filters on them, and they were a third of the write.

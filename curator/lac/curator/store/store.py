@@ -19,16 +19,22 @@ Layout under ``state_dir``:
 * ``releases/<id>.npz``: the released log-probabilities and items (nothing un-noised), written
   before the release row and its ledger entries commit; at start a file without a release row
   (a crash between the two) is removed.
+* ``words/window=<w>/<batch>.parquet``: only while export is on (``keep_words``), each batch's
+  reports' words, for ``lac.curator.store.export``, written like its segment and named by its batch
+  row; ``purge_words`` deletes them (after the retention, and all of them when export is off).
 
-Privacy: the report content (report ids, local-privacy parameters) is not stored, only each
-report's n-grams with counts (of the perturbed words, as the report had them); report ids live
-in SQLite only for the replay window and are then deleted. Quarantined reports keep
-their sealed bytes (for diagnosis; still sealed to the curator), the newest ``quarantine_max_rows``
-of them only, so a stream of bad reports cannot fill the disk; reject counters keep the totals.
+Privacy: the report content beyond its words (report ids, local-privacy parameters) is not stored;
+each report's n-grams with counts are (of the perturbed words, as the report had them, in order of
+first occurrence: the report's text in another form), and its words as such only for export, as
+above; report ids live in SQLite only for the replay window and are then deleted. Quarantined reports keep
+their reason and a detail naming the rule, a position and a length (never the report's content), and
+their sealed bytes (for diagnosis) only if they could not be opened (``OPENED``), the newest
+``quarantine_max_rows`` of them only, so a stream of bad reports cannot fill the disk; reject counters keep the totals.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import sqlite3
@@ -40,13 +46,15 @@ from typing import Any
 
 import numpy as np
 
-from lac.common.errors import AlreadyExists, DataLoss, FailedPrecondition, RejectReason
+from lac.common.errors import AlreadyExists, DataLoss, ErrorReason, FailedPrecondition, RejectReason, Unavailable
 from lac.common.files import atomic_file, fsync_dir, private_dir, private_sqlite
 from lac.common.privacy import Budget
 from lac.common.storage import LowDiskSpace, free_bytes
+from lac.common.v1 import reports_pb2
 from lac.curator.base.ngrams import ReportItems
 from lac.curator.store import journal
 from lac.curator.store import segments as seg
+from lac.curator.store.export import WORDS_DIR, write_words
 from lac.curator.store.ledger import refuse_overspending
 
 log = logging.getLogger(__name__)
@@ -56,7 +64,8 @@ _NPZ_SEGMENT_FORMAT = 1
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS batches (batch_id TEXT PRIMARY KEY, accepted INTEGER NOT NULL, rejected INTEGER NOT NULL,
                                     segment TEXT, received_at REAL NOT NULL, privacy BLOB,
-                                    first_window INTEGER NOT NULL DEFAULT 0, last_window INTEGER NOT NULL DEFAULT 0);
+                                    first_window INTEGER NOT NULL DEFAULT 0, last_window INTEGER NOT NULL DEFAULT 0,
+                                    words TEXT);
 CREATE TABLE IF NOT EXISTS report_ids (report_id BLOB PRIMARY KEY, seen_at REAL NOT NULL);
 CREATE INDEX IF NOT EXISTS report_ids_seen ON report_ids (seen_at);
 CREATE TABLE IF NOT EXISTS quarantine (id INTEGER PRIMARY KEY, batch_id TEXT NOT NULL, reason TEXT NOT NULL,
@@ -75,6 +84,7 @@ CREATE TABLE IF NOT EXISTS probe (id INTEGER PRIMARY KEY CHECK (id = 1), at REAL
 CREATE TABLE IF NOT EXISTS exports (export_id TEXT PRIMARY KEY, identity TEXT NOT NULL, at REAL NOT NULL,
                                     first_window INTEGER NOT NULL, last_window INTEGER NOT NULL,
                                     rows INTEGER NOT NULL, guarantee TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 """
 PROBE_BYTES = 1 << 20  # a test write: this much to a file, and a page-sized row to the database
 
@@ -100,6 +110,27 @@ class Quarantined:
     sealed: bytes
 
 
+OPENED = frozenset(
+    {
+        RejectReason.BAD_REPORT_ID,
+        RejectReason.INVALID,
+        RejectReason.MECHANISM_NOT_ALLOWED,
+        RejectReason.EPSILON_TOO_LARGE,
+        RejectReason.EMBEDDING_MISMATCH,
+        RejectReason.TOO_MANY_WORDS,
+    }
+)
+"""Reasons a report is quarantined for after it was opened: its sealed bytes are not kept (to this curator's
+key they are the report's words), only the reason and the detail."""
+
+UNIT_FIELDS = ("window_seconds", "reports_per_window", "period_seconds", "windows_per_period")
+"""What a state directory's stored windows, ledger and statements are counted in: recorded at its first start."""
+
+
+class PrivacyUnitChanged(FailedPrecondition):
+    """The curator's configured privacy unit is not the one its state directory was created with."""
+
+
 @dataclass(frozen=True)
 class BatchResult:
     duplicate: bool
@@ -111,14 +142,19 @@ class BatchResult:
 class CuratorStore:
     """Single-writer store; call from one thread (the service uses a one-thread executor)."""
 
-    def __init__(self, state_dir: Path, quarantine_max_rows: int = 10_000, min_free_bytes: int = 0):
+    def __init__(
+        self, state_dir: Path, quarantine_max_rows: int = 10_000, min_free_bytes: int = 0, keep_words: bool = False
+    ):
         """``quarantine_max_rows``: quarantined reports kept for diagnosis (the most recent; counters keep totals).
-        ``min_free_bytes``: writes are refused (``LowDiskSpace``) while the filesystem has less free space."""
+        ``min_free_bytes``: writes are refused (``LowDiskSpace``) while the filesystem has less free space.
+        ``keep_words``: keep each batch's reports' words for export (only while export is on)."""
         self.state_dir = private_dir(state_dir)
         self.quarantine_max_rows = quarantine_max_rows
         self.min_free_bytes = min_free_bytes
+        self.keep_words = keep_words
         self.segments_dir = private_dir(state_dir / "segments")
         self.releases_dir = private_dir(state_dir / "releases")
+        self.words_dir = private_dir(state_dir / WORDS_DIR) if keep_words else state_dir / WORDS_DIR
         self._db = private_sqlite(state_dir / "curator.sqlite")
         if self._db.execute("SELECT 1 FROM sqlite_master WHERE name = 'reports'").fetchone():
             raise FailedPrecondition(
@@ -136,27 +172,86 @@ class CuratorStore:
         journal.reconcile(self._db, state_dir)
 
     def _remove_orphans(self) -> None:
-        """Files written for a batch or release whose commit never happened (crash): never acknowledged."""
+        """Files written for a batch or release whose commit never happened (crash), or that the database no
+        longer names (a restored backup, a purge that stopped between its commit and its deletes)."""
         known = {r[0] for r in self._db.execute("SELECT segment FROM batches WHERE segment IS NOT NULL")}
         segments = [
             p
             for p in self.segments_dir.rglob("*")
             if p.is_file() and str(p.relative_to(self.segments_dir)) not in known
         ]
+        named = {r[0] for r in self._db.execute("SELECT words FROM batches WHERE words IS NOT NULL")}
+        for p in self.words_dir.rglob("*") if self.words_dir.exists() else ():
+            if p.is_file() and str(p.relative_to(self.words_dir)) not in named:
+                p.unlink()
+        gone = [w for w in named if not (self.words_dir / w).is_file()]
+        if gone:  # backups hold no words: a restored batch's cannot be exported
+            self._db.executemany("UPDATE batches SET words = NULL WHERE words = ?", ((w,) for w in gone))
+            log.warning(
+                "%d batch(es) have no words file (restored from a backup, which holds no words): they can no longer "
+                "be exported",
+                len(gone),
+            )
         releases = {r[0] + ".npz" for r in self._db.execute("SELECT release_id FROM releases")}
         files = [p for p in self.releases_dir.iterdir() if p.name not in releases]
         for p in segments + files:
             p.unlink()
-        if segments or files:
+        charged = {c.release_id + ".npz" for c in journal.read(self.state_dir / journal.JOURNAL_NAME)}
+        restored_away = sum(p.name in charged for p in files)
+        if segments:
             log.warning(
-                "removed %d segment file(s) and %d release file(s) that were never committed (the "
-                "curator stopped while writing them; none was acknowledged or charged)",
+                "removed %d segment file(s) that no batch of the database names: written by a curator that stopped "
+                "before the batch's commit (never acknowledged), or of batches stored after the backup this database "
+                "was restored from (a shuffler that still holds them sends them again)",
                 len(segments),
-                len(files),
+            )
+        if len(files) > restored_away:
+            log.warning(
+                "removed %d release file(s) that were never committed (the curator stopped while writing them; not "
+                "charged)",
+                len(files) - restored_away,
+            )
+        if restored_away:
+            log.warning(
+                "removed %d release file(s) of releases made after the backup this database was restored from: "
+                "their records are gone, their charges stay in the ledger (kept by ledger.journal)",
+                restored_away,
             )
 
     def close(self) -> None:
         self._db.close()
+
+    def keep_unit(self, unit: dict[str, float]) -> None:
+        """Record ``unit`` (the deployment's ``UNIT_FIELDS``) at this state's first start; later, raise
+        ``PrivacyUnitChanged`` if it differs from the recorded one. A state from before the record is checked
+        against the quota and window its newest batch was stored under."""
+        row = self._db.execute("SELECT value FROM meta WHERE key = 'privacy_unit'").fetchone()
+        if row is not None:
+            recorded = json.loads(row[0])
+            changed = [f for f in UNIT_FIELDS if f in recorded and float(recorded[f]) != float(unit[f])]
+        else:
+            recorded, changed = {}, []
+            last = self._db.execute(
+                "SELECT privacy FROM batches WHERE privacy IS NOT NULL ORDER BY rowid DESC LIMIT 1"
+            ).fetchone()
+            if last is not None:
+                p = reports_pb2.BatchPrivacy.FromString(last[0])
+                recorded = {"window_seconds": p.window_seconds, "reports_per_window": p.reports_per_window}
+                changed = [f for f in recorded if float(recorded[f]) != float(unit[f])]
+        if changed:
+            was = ", ".join(f"{f} = {recorded[f]:g}" for f in changed)
+            now = ", ".join(f"{f} = {unit[f]:g}" for f in changed)
+            raise PrivacyUnitChanged(
+                f"{self.state_dir} was created with {was} but this curator is configured with {now}: its stored "
+                f"accounting windows, its ledger and its statements are counted in the recorded privacy unit and "
+                f"would be read in the new one. Start this curator with {was} (and the shufflers with the same), "
+                f"or serve the new privacy unit from a fresh --state-dir (with fresh shuffler state); this one keeps "
+                f"its ledger"
+            )
+        if row is None:
+            self._db.execute(
+                "INSERT INTO meta VALUES ('privacy_unit', ?)", (json.dumps({f: unit[f] for f in UNIT_FIELDS}),)
+            )
 
     def check_space(self) -> None:
         """``LowDiskSpace`` if the state directory's filesystem has less than ``min_free_bytes`` free."""
@@ -224,6 +319,7 @@ class CuratorStore:
             if self.has_batch(batch_id):
                 self._db.execute("ROLLBACK")
                 return BatchResult(True, 0, 0, {})
+            self.check_not_exported(batch_id, windows[1])
             self._db.execute("DELETE FROM report_ids WHERE seen_at < ?", (now - window_seconds,))
             keep, seen = [], set()
             for i, rid in enumerate(report_ids):
@@ -236,18 +332,23 @@ class CuratorStore:
                 rejects[str(q.reason)] = rejects.get(str(q.reason), 0) + 1
             if len(keep) < len(report_ids):
                 rejects[str(RejectReason.REPLAYED_REPORT_ID)] = len(report_ids) - len(keep)
+            words_name = None
             if keep:
                 segment_name = seg.segment_name(batch_id, windows[1])
                 path = self.segments_dir / segment_name
-                seg.write(
-                    path, count(keep), {"batch_id": batch_id, "first_window": windows[0], "last_window": windows[1]}
-                )
+                items = count(keep)
+                seg.write(path, items, {"batch_id": batch_id, "first_window": windows[0], "last_window": windows[1]})
                 fsync_dir(path.parent)
                 fsync_dir(self.segments_dir)
+                if self.keep_words and items.texts is not None:
+                    words_name = segment_name
+                    write_words(self.words_dir / words_name, items.texts)
+                    fsync_dir((self.words_dir / words_name).parent)
+                    fsync_dir(self.words_dir)
             self._db.executemany("INSERT INTO report_ids VALUES (?, ?)", ((report_ids[i], now) for i in keep))
             self._db.executemany(
                 "INSERT INTO quarantine (batch_id, reason, detail, sealed, at) VALUES (?, ?, ?, ?, ?)",
-                ((batch_id, q.reason, q.detail, q.sealed, now) for q in quarantined),
+                ((batch_id, q.reason, q.detail, b"" if q.reason in OPENED else q.sealed, now) for q in quarantined),
             )
             if quarantined:  # rowids grow by one per row, so this keeps the newest quarantine_max_rows
                 self._db.execute(
@@ -256,8 +357,9 @@ class CuratorStore:
                 )
             rejected = sum(rejects.values())
             self._db.execute(
-                "INSERT INTO batches VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                (batch_id, len(keep), rejected, segment_name, now, privacy, *windows),
+                "INSERT INTO batches (batch_id, accepted, rejected, segment, received_at, privacy, first_window, "
+                "last_window, words) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (batch_id, len(keep), rejected, segment_name, now, privacy, *windows, words_name),
             )
             self._bump("reports", len(keep))
             for reason, n in rejects.items():
@@ -267,8 +369,26 @@ class CuratorStore:
             self._rollback()
             if segment_name and not self._maybe_committed(batch_id):
                 (self.segments_dir / segment_name).unlink(missing_ok=True)
+                (self.words_dir / segment_name).unlink(missing_ok=True)
             raise
         return BatchResult(False, len(keep), rejected, rejects)
+
+    def check_not_exported(self, batch_id: str, window: int) -> None:
+        """FailedPrecondition (``ErrorReason.WINDOW_EXPORTED``) if the reports of ``window``, the last window of
+        batch ``batch_id``, were exported: a later batch of it would make two exports of it differ by that batch."""
+        row = self._db.execute(
+            "SELECT export_id, at FROM exports WHERE first_window <= ? AND ? <= last_window ORDER BY at LIMIT 1",
+            (window, window),
+        ).fetchone()
+        if row is not None:
+            when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(row[1]))
+            raise FailedPrecondition(
+                f"batch {batch_id} belongs to accounting window {window} (its last), whose reports were exported at "
+                f"{when} (export {row[0]}): a batch for an exported window is never accepted, so that its exports stay "
+                f"equal; set it aside (do not retry it). Its reports arrived after the window settled: raise "
+                f"forward_horizon_seconds if this recurs",
+                error_reason=ErrorReason.WINDOW_EXPORTED,
+            )
 
     def _maybe_committed(self, batch_id: str) -> bool:
         """After a failed commit: might the batch be stored after all? (Unknown counts as yes, and its
@@ -360,26 +480,65 @@ class CuratorStore:
             )
         return paths
 
-    def batch_privacy(self, first_window: int, last_window: int) -> list[tuple[int, int, int, bytes | None]]:
-        """(first window, last window, accepted reports, the shuffler's serialized ``BatchPrivacy`` or None) of
-        every stored batch whose windows lie in [first_window, last_window] (the batches an export reads)."""
+    def export_batches(
+        self, first_window: int, last_window: int
+    ) -> list[tuple[int, int, int, bytes | None, str | None]]:
+        """(first window, last window, accepted reports, the shuffler's serialized ``BatchPrivacy`` or None, its
+        words file or None) of every stored batch whose last window lies in [first_window, last_window] (the batches
+        an export reads: each belongs to its last window)."""
         return [
-            (int(a), int(b), int(n), p)
-            for a, b, n, p in self._db.execute(
-                "SELECT first_window, last_window, accepted, privacy FROM batches WHERE segment IS NOT NULL "
-                "AND first_window >= ? AND last_window <= ? ORDER BY rowid",
+            (int(a), int(b), int(n), p, w)
+            for a, b, n, p, w in self._db.execute(
+                "SELECT first_window, last_window, accepted, privacy, words FROM batches WHERE segment IS NOT NULL "
+                "AND last_window BETWEEN ? AND ? ORDER BY rowid",
                 (first_window, last_window),
             )
         ]
 
+    def purge_words(self, before_window: int | None = None) -> int:
+        """Delete the words files of the batches whose last window is before ``before_window`` (None: all), the
+        database first (a crash before the files go leaves orphans, removed at the next start); returns how many."""
+        hi = (1 << 62) if before_window is None else before_window
+        self._begin()
+        try:
+            names = [
+                r[0]
+                for r in self._db.execute(
+                    "SELECT words FROM batches WHERE words IS NOT NULL AND last_window < ?", (hi,)
+                ).fetchall()
+            ]
+            self._db.execute("UPDATE batches SET words = NULL WHERE words IS NOT NULL AND last_window < ?", (hi,))
+            self._db.execute("COMMIT")
+        except BaseException:
+            self._rollback()
+            raise
+        for name in names:
+            (self.words_dir / name).unlink(missing_ok=True)
+        return len(names)
+
     def add_export(
-        self, export_id: str, identity: str, first_window: int, last_window: int, rows: int, guarantee: str
+        self,
+        export_id: str,
+        identity: str,
+        first_window: int,
+        last_window: int,
+        rows: int,
+        guarantee: str,
+        batches: int | None = None,
     ) -> float:
         """Record an export of privatized reports (committed before any row is sent); returns its time.
-        Exports are listed with the ledger but charge nothing: they are local DP, not central releases."""
+        Exports are listed with the ledger but charge nothing: they are local DP, not central releases.
+        ``batches``: how many batches the export read (``export_batches``); if one more was stored meanwhile the
+        export is refused (Unavailable: read again), so that no batch gets in after an export without being in it."""
         self.check_space()
         self._begin()
         try:
+            if batches is not None and len(self.export_batches(first_window, last_window)) != batches:
+                raise Unavailable(
+                    f"a batch of windows {first_window}..{last_window} was stored while the export read them; "
+                    f"export again",
+                    retry_after=1,
+                )
             now = time.time()
             self._db.execute(
                 "INSERT INTO exports VALUES (?, ?, ?, ?, ?, ?, ?)",
@@ -402,6 +561,19 @@ class CuratorStore:
                 "SELECT export_id, identity, at, first_window, last_window, rows FROM exports ORDER BY at, rowid"
             )
         ]
+
+    def segment_words_unchecked(self) -> bool:
+        """Whether segments written by an earlier version may still hold their reports' words (``strip_words``)."""
+        return self._db.execute("SELECT 1 FROM meta WHERE key = 'segment_words'").fetchone() is not None
+
+    def strip_segment_words(self) -> int:
+        """Rewrite every segment that has the ``words`` column of earlier versions without it (with no curator
+        running: ``lac curator migrate-segments``); returns how many."""
+        done = 0
+        for (name,) in self._db.execute("SELECT segment FROM batches WHERE segment LIKE '%.parquet'").fetchall():
+            done += seg.strip_words(self.segments_dir / name)
+        self._db.execute("DELETE FROM meta WHERE key = 'segment_words'")
+        return done
 
     def migrate_npz(self) -> int:
         """Convert the ``.npz`` segments of earlier versions to Parquet; returns how many. Each is
@@ -430,6 +602,10 @@ class CuratorStore:
         for col in ("first_window", "last_window"):
             if col not in have:
                 self._db.execute(f"ALTER TABLE batches ADD COLUMN {col} INTEGER NOT NULL DEFAULT 0")
+        if "words" not in have:  # segments of earlier versions may hold their reports' words (strip_words)
+            self._db.execute("ALTER TABLE batches ADD COLUMN words TEXT")
+            if self._db.execute("SELECT 1 FROM batches WHERE segment LIKE '%.parquet' LIMIT 1").fetchone():
+                self._db.execute("INSERT OR REPLACE INTO meta VALUES ('segment_words', 'unchecked')")
         if "data_dependent" not in {r[1] for r in self._db.execute("PRAGMA table_info(window_ledger)")}:
             self._db.execute("ALTER TABLE window_ledger ADD COLUMN data_dependent INTEGER NOT NULL DEFAULT 0")
 

@@ -188,6 +188,8 @@ def export_round_trip(
         clean_estimate=False,
         ingest_workers=1,
         min_signal_share=0.0,
+        shuffler_release_interval_seconds=0.0,  # no shuffler: the batches below are all there is of a window
+        forward_horizon_seconds=0.0,
     )
     envelope.generate_key(keys)
     key = envelope.CuratorKeyRing.load(keys).public_key()
