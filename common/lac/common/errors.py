@@ -75,6 +75,7 @@ class ErrorReason(StrEnum):
 
     BUDGET_EXHAUSTED = "budget_exhausted"  # FAILED_PRECONDITION: a release would overspend a window's budget
     RELEASE_REFUSED = "release_refused"  # FAILED_PRECONDITION: the accuracy check predicts the noise swamps the signal
+    CHANNEL_NOT_READY = "channel_not_ready"  # UNAVAILABLE: the release needs the local channel, still being sampled
 
 
 class LacError(Exception):
