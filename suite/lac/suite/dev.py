@@ -6,8 +6,10 @@ HPKE key ring and a private CA with certificates for the curator, the shuffler, 
 add-clients``); then, every time, it starts a TLS curator (mutual TLS) and a TLS shuffler forwarding to it
 over mutual TLS as separate processes (``lac curator serve``, ``lac shuffler serve``; ephemeral ports unless
 given), waits until both report SERVING, writes ``DIR/env.sh`` and ``DIR/dev.json`` (addresses, files,
-process ids), prints what to run, and stays in the foreground. Ctrl-C (SIGINT) or SIGTERM, or ``lac dev
-down --dir DIR`` from another terminal, stops the shuffler and then the curator gracefully. Everything lives
+process ids), prints what to run, and stays in the foreground, printing the curator's local channel's
+progress until it is ready (a fresh deployment samples it first; releases answer UNAVAILABLE until then).
+Ctrl-C (SIGINT) or SIGTERM, or ``lac dev down --dir DIR`` from another terminal, stops the shuffler and then
+the curator gracefully. Everything lives
 under DIR (keys, tokens, both state directories, logs), so the next ``up`` carries on with the same keys,
 tokens, reports and releases. Not for production: one machine, min_batch 1 by default (a batch of one
 report is not anonymous), tokens kept in files next to the state.
@@ -176,6 +178,7 @@ def _up(args: argparse.Namespace) -> int:
         _private_text(root / "env.sh", "".join(f"export {k}={shlex.quote(v)}\n" for k, v in info["env"].items()))
         _private_text(root / STATE, json.dumps(info, indent=2) + "\n")
         _print(args.dir, info)
+        watch = procs.ChannelWatch(curator.address, pki.client_tls("analyst"))
         while True:
             for service in services:
                 if service.process.poll() is not None:
@@ -183,6 +186,7 @@ def _up(args: argparse.Namespace) -> int:
                         f"error: the {service.name} exited with {service.process.returncode}; its log: "
                         f"{service.log_path}"
                     )
+            watch.poll()
             time.sleep(0.5)
     except KeyboardInterrupt:
         print(f"\nstopping ({'SIGTERM' if stopping else 'Ctrl-C'}): the shuffler, then the curator...", flush=True)
