@@ -85,18 +85,26 @@ def test_a_release_while_the_channel_is_sampled_answers_unavailable_at_once(star
             metrics = samples(scrape(metrics_port(cur))[0])
             assert metrics[("lac_curator_channel_ready", frozenset())] == 0
             assert 0 <= metrics[("lac_curator_channel_progress", frozenset())] < 1
-            # the analyst's client waits the server's retry-after, saying why, then raises a typed error
-            waits: list[float] = []
-            with caplog.at_level(logging.WARNING, logger="lac.analyst.client"), pytest.raises(grpc.RpcError) as err:
-                release_with_retries(stub.Release, request, DEADLINE, attempts=2, sleep=waits.append)
-            assert len(waits) == 1 and waits[0] >= 1
-            assert "sampling the deployment's local channel" in caplog.text and "asking again in" in caplog.text
+            # the analyst's client: with no time to wait, a typed error saying how long to wait ...
+            with pytest.raises(grpc.RpcError) as err:
+                release_with_retries(stub.Release, request, DEADLINE, sleep=pytest.fail, channel_wait=0)
             typed = error_from_rpc(err.value)
             assert isinstance(typed, ChannelNotReady) and typed.retry_after is not None and typed.retry_after >= 1
-            progress.gate.set()
-            wait_until(lambda: progress.ready, timeout=DEADLINE * 4)
-            r = stub.Release(request, timeout=DEADLINE * 4)  # the same request id: now made, once
+            assert "retry in" in typed.details
+            # ... and by default it waits the server's retry-after, saying why (the channel is let go meanwhile)
+            waits: list[float] = []
+
+            def sleep(seconds: float) -> None:
+                waits.append(seconds)
+                progress.gate.set()
+                time.sleep(0.2)
+
+            with caplog.at_level(logging.WARNING, logger="lac.analyst.client"):
+                r = release_with_retries(stub.Release, request, DEADLINE * 4, sleep=sleep)
+            assert waits and waits[0] >= 1
+            assert "sampling the deployment's local channel" in caplog.text and "asking again in" in caplog.text
             assert "deconvolved with the public local channel" in r.statement and "draws per word" in r.statement
+            assert stub.Release(request, timeout=DEADLINE).release_id == r.release_id  # the same request: made once
             preview = stub.PreviewRelease(curator_pb2.ReleaseRequest(epsilon=1, delta=1e-6), timeout=DEADLINE)
             assert not preview.HasField("channel_progress") and preview.channel_status == ""
             metrics = samples(scrape(metrics_port(cur))[0])

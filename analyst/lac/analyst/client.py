@@ -106,6 +106,7 @@ NOISE_Z = 1.96  # top()'s noise_low/noise_high: probability ∓ NOISE_Z·noise_s
 RELEASE_ATTEMPTS = 4  # a release is sent at most this often (same request id) after UNAVAILABLE or a deadline
 _RETRYABLE = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED})
 RELEASE_BACKOFF = retry.Backoff(initial=1.0, maximum=300.0)  # waits up to 1, 2, 4... s; a retry-after up to 300 s
+CHANNEL_WAIT = 1800.0  # a release waits at most this long in all for the curator's local channel (sampled once)
 
 
 def _retryable(exc: BaseException) -> bool:
@@ -142,32 +143,34 @@ def release_with_retries(
     timeout: float,
     attempts: int = RELEASE_ATTEMPTS,
     sleep: Callable[[float], None] = time.sleep,
+    channel_wait: float = CHANNEL_WAIT,
 ):
     """``call(request, timeout=timeout)`` (a ``Release`` stub method), sent again with the same request id
     after UNAVAILABLE or DEADLINE_EXCEEDED, waiting the server's ``retry-after-seconds`` at least, else up to
     1, 2, 4... s (``lac.common.retry``: full jitter): the curator returns the release an earlier attempt
-    made (spent once), awaits one still running, or makes it. A wait for the curator's local channel
-    (``ErrorReason.CHANNEL_NOT_READY``: its progress and time left) is logged as a warning before it starts.
-    Other errors, and the last attempt's, are raised (``grpc.RpcError``)."""
+    made (spent once), awaits one still running, or makes it. While the curator samples its local channel
+    (``ErrorReason.CHANNEL_NOT_READY``) it waits each retry-after it is told, logging a warning with the
+    progress first, up to ``channel_wait`` seconds in all (those waits do not count as attempts). Other
+    errors, and the last attempt's, are raised (``grpc.RpcError``)."""
     if not request.request_id:
         raise ValueError("release_with_retries needs a request with a request_id (new_request_id())")
-
-    def wait(exc: BaseException) -> float | None:
-        if not isinstance(exc, grpc.RpcError):
-            return None
-        seconds = _retry_after(exc)
-        if _error_reason(exc) is ErrorReason.CHANNEL_NOT_READY:
-            log.warning("%s; asking again in %.0f s", exc.details(), seconds)
-        return seconds
-
-    return retry.call(
-        lambda: call(request, timeout=timeout),
-        attempts=attempts,
-        retryable=_retryable,
-        backoff=RELEASE_BACKOFF,
-        retry_after=wait,
-        sleep=sleep,
-    )
+    waited, failed = 0.0, 0
+    while True:
+        try:
+            return call(request, timeout=timeout)
+        except grpc.RpcError as exc:
+            seconds = _retry_after(exc)
+            if _error_reason(exc) is ErrorReason.CHANNEL_NOT_READY:
+                if waited + seconds > channel_wait:
+                    raise
+                log.warning("%s; asking again in %.0f s", exc.details(), seconds)
+                waited += seconds
+                sleep(seconds)
+                continue
+            failed += 1
+            if failed >= attempts or not _retryable(exc):
+                raise
+            sleep(RELEASE_BACKOFF.delay(failed, seconds))
 
 
 # -- errors ---------------------------------------------------------------------------------------
@@ -239,7 +242,7 @@ class Unavailable(AnalystError):
 class ChannelNotReady(Unavailable):
     """The release needs the curator's local channel, which it is still sampling (once per deployment):
     ``details`` says how far it is and the time left, ``retry_after`` the seconds to wait (nothing was spent).
-    ``release`` raises it only after its own waits (``RELEASE_ATTEMPTS``) ran out."""
+    ``release`` raises it only after waiting ``CHANNEL_WAIT`` seconds in all."""
 
     retry_after: float | None = None
 
@@ -878,8 +881,8 @@ class CuratorClient:
         On a fresh deployment the curator first samples its local channel (about a minute on 2 cores):
         meanwhile the default release answers at once with UNAVAILABLE, its progress and the time left,
         and this method waits that long (a warning is logged with the progress before each wait) and asks
-        again; ``ChannelNotReady`` (an ``Unavailable``, with ``retry_after``) once its attempts run out.
-        ``preview`` says how far the sampling is without waiting.
+        again, up to ``CHANNEL_WAIT`` seconds in all, then raises ``ChannelNotReady`` (an ``Unavailable``,
+        with ``retry_after``). ``preview`` says how far the sampling is without waiting.
         """
         req = self._release_request(epsilon, delta, mechanism, first_window, last_window, knobs, "release")
         req.request_id = request_id or new_request_id()

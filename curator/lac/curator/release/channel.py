@@ -146,12 +146,12 @@ class WordChannel:
     @classmethod
     def load(cls, path: Path) -> WordChannel:
         with np.load(path, allow_pickle=False) as z:
-            if int(z["format"]) != _FORMAT:
+            if int(z["format"]) not in (1, _FORMAT):  # 1: before row_draws (every word had ``draws``)
                 raise ValueError(f"{path}: unsupported channel format {int(z['format'])}")
             classes = tuple(z["classes"].tobytes().decode("utf-8").split("\n"))
             n = len(classes)
             m = sp.csr_matrix((z["data"], z["indices"], z["indptr"]), shape=(n, n))
-            rows = z["row_draws"] if z["row_draws"].size else None
+            rows = z["row_draws"] if "row_draws" in z and z["row_draws"].size else None
             return cls(classes, m, int(z["draws"]), z["key"].tobytes().decode("utf-8"), rows)
 
 
@@ -348,9 +348,10 @@ class NgramChannel:
 
     @classmethod
     def build(cls, word: WordChannel, vocab: NgramVocabulary, block: int = 1 << 22) -> NgramChannel:
-        """A_n for every order of ``vocab``: for each position, the word channel's dense block
-        between the tokens used there; the products over positions, a block of clean items at a
-        time (about ``block`` pairs), keeping the non-zero ones."""
+        """A_n for every order of ``vocab``. Order 1 is the word channel itself, read at the unigrams' classes
+        (sparse). Longer orders: for each position, the word channel's dense block between the tokens used
+        there; a block of clean items at a time (about ``block`` pairs), the first position's non-zero pairs,
+        multiplied by the other positions' factors at those pairs (the same products, in the same order)."""
         cid = {c: i for i, c in enumerate(word.classes)}
         P = word.matrix.tocsr()
         columns, matrices = {}, {}
@@ -358,6 +359,9 @@ class NgramChannel:
         for n in np.unique(orders).tolist():
             cols = np.flatnonzero(orders == n)
             toks = np.array([[cid.get(t, cid[UNK]) for t in vocab.items[c].split(" ")] for c in cols], dtype=np.int64)
+            if n == 1:  # A_1[j', j] = P(j' | j)
+                columns[n], matrices[n] = cols, P[toks[:, 0]][:, toks[:, 0]].T.tocsr()
+                continue
             dense, local = [], []
             for t in range(n):
                 used, inv = np.unique(toks[:, t], return_inverse=True)
@@ -367,13 +371,15 @@ class NgramChannel:
             rows_i, cols_j, vals = [], [], []
             for lo in range(0, cols.size, step):
                 hi = min(lo + step, cols.size)
-                prod = dense[0][np.ix_(local[0][lo:hi], local[0])]
+                first = dense[0][np.ix_(local[0][lo:hi], local[0])]
+                c, r = np.nonzero(first)  # c: clean item (within the block), r: observed item
+                prod = first[c, r]
                 for t in range(1, n):
-                    prod *= dense[t][np.ix_(local[t][lo:hi], local[t])]
-                c, r = np.nonzero(prod)  # c: clean item (within the block), r: observed item
-                rows_i.append(r)
-                cols_j.append(lo + c)
-                vals.append(prod[c, r])
+                    prod *= dense[t][local[t][lo + c], local[t][r]]
+                nz = np.flatnonzero(prod)
+                rows_i.append(r[nz])
+                cols_j.append(lo + c[nz])
+                vals.append(prod[nz])
             A = sp.csr_matrix(
                 (np.concatenate(vals), (np.concatenate(rows_i), np.concatenate(cols_j))), shape=(cols.size, cols.size)
             )
