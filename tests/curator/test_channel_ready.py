@@ -23,7 +23,7 @@ TEXTS = [["the", "dog", "sleeps", "in", "the", "sun"], ["the", "fox", "is", "a",
 
 
 class GatedProgress(ChannelProgress):
-    """Holds the channel's sampling at its first progress report until ``gate`` is set."""
+    """Holds the channel's sampling after its first pass until ``gate`` is set."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -31,7 +31,8 @@ class GatedProgress(ChannelProgress):
 
     def update(self, done: int, total: int) -> None:
         super().update(done, total)
-        assert self.gate.wait(DEADLINE * 4), "the test never released the channel's sampling"
+        if done > 0:
+            assert self.gate.wait(DEADLINE * 4), "the test never released the channel's sampling"
 
 
 class CountingProgress(ChannelProgress):
@@ -55,7 +56,7 @@ def test_a_release_while_the_channel_is_sampled_answers_unavailable_at_once(star
     progress = GatedProgress()
     cur = start_curator(channel_progress=progress, wait_channel=False, metrics_port=0)
     try:
-        wait_until(lambda: progress.phase == "sampling", timeout=DEADLINE)
+        wait_until(lambda: progress.phase == "sampling" and progress.done > 0, timeout=DEADLINE)
         with grpc.insecure_channel(cur.address) as ch:
             reports = [envelope.seal(content(t), curator_public_key) for t in TEXTS]
             ingest = curator_pb2_grpc.CuratorIngestStub(ch)
@@ -119,6 +120,9 @@ def test_channel_progress_states_its_fraction_and_time_left():
     build phase's (never 0); while sampling the time left is the rate so far's."""
     p = ChannelProgress()
     assert p.seconds_left() is None and p.unavailable().retry_after >= 1
+    p.update(0, 100)  # the start (sample_channel reports it before its first pass)
+    assert p.phase == "sampling" and p.seconds_left() is None
+    time.sleep(0.01)
     p.update(10, 100)
     assert p.phase == "sampling" and p.fraction == pytest.approx(0.1)
     left = p.seconds_left()

@@ -53,8 +53,8 @@ def sample_channel(
 ) -> ChannelCounts:
     """Output counts of ``draws`` perturbations of each input of ``rows`` (embedding rows, ``OOV``
     = -1 for the centroid; ``draws`` one number or one per input): one CSR row per input, summing
-    to its draws. ``progress(done, total)`` is called after each pass with the perturbations done
-    and to do."""
+    to its draws. ``progress(done, total)`` is called before the first pass and after each pass with the
+    perturbations done and to do."""
     rows = np.asarray(rows, dtype=np.int64).reshape(-1)
     if np.ndim(draws) == 0:
         per_row = np.full(rows.size, check_int(draws, "draws"), dtype=np.int64)
@@ -72,6 +72,8 @@ def sample_channel(
     indptr = np.zeros(rows.size + 1, dtype=np.int64)
     cols, counts = [], []
     V = embedding.size
+    if progress is not None:
+        progress(0, total)  # the start: what a rate of progress is measured from
     lo = 0
     while lo < rows.size:  # passes of about CHUNK_POINTS perturbations (at least one input each)
         done = int(ends[lo - 1]) if lo else 0

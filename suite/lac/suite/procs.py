@@ -187,7 +187,11 @@ class ChannelWatch:
             return False  # asked again at the next poll
         if not status:
             self.done = True
-            how = f"after {now - self.started:.0f} s" if self.said > -math.inf else "(read from its cache, or not used)"
+            how = (
+                f"(waited {now - self.started:.0f} s)"
+                if self.said > -math.inf
+                else "(read from its cache, or not used)"
+            )
             print(f"curator: local channel ready {how}; releases run now", flush=True)
         elif now - self.said >= self.every:
             self.said = now
