@@ -152,3 +152,11 @@ def test_channel_build_then_every_curator_reads_it_and_never_samples(start_curat
     progress = CountingProgress()
     start_curator(state_dir=tmp_path / "fresh", channel_cache_dir=tmp_path / "empty", channel_progress=progress)
     assert progress.ready and progress.sampled and progress.reports > 0
+
+
+def test_channel_build_of_a_deployment_without_a_channel_model_says_so(public_corpus, tmp_path, capsys):
+    flags = ["--state-dir", str(tmp_path / "s"), "--channel-cache-dir", str(tmp_path / "c")]
+    flags += ["--public-corpus", str(public_corpus), "--vocab-min-count", "1", "--embedding", "nosuch/1"]
+    code, out, err = run_lac(capsys, "curator", "channel", "build", *flags)
+    assert code != 0 and "error: no local channel for this deployment" in err and "nosuch/1" in err
+    assert "Traceback" not in out + err and not (tmp_path / "c").exists()
