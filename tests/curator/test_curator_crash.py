@@ -127,7 +127,8 @@ def test_sigkill_during_ingest_and_releases_keeps_ledger_releases_and_files_in_a
     seed = int(os.environ.get("LAC_CRASH_SEED") or int.from_bytes(os.urandom(8), "big"))
     rng = random.Random(seed)
     state = tmp_path / "state"
-    args = ("--budget-epsilon", "1000000", "--min-free-disk-bytes", "0")
+    # Not about the local channel: without it a release never waits for the channel to be sampled.
+    args = ("--budget-epsilon", "1000000", "--min-free-disk-bytes", "0", "--no-clean-estimate")
     traffic = Traffic(random.Random(rng.random()))
     kinds = {"ingest": 0, "release": 0, "release file": 0, "release temporary file": 0}
     at_file = 0  # kills at the instant a release's (temporary or final) file appeared

@@ -10,10 +10,9 @@ import sys
 import pytest
 from lac_testkit import wait_until
 
-from lac.client import DeploymentMismatch, PrivatizedReport, ShufflerClient
+from lac.client import AckStatus, DeploymentMismatch, PrivatizedReport, ShufflerClient
 from lac.common.deployment import DEFAULT_EMBEDDING, Deployment
 from lac.common.envelope import CuratorKeyRing, generate_key
-from lac.common.v1 import shuffler_pb2
 
 
 def _report() -> PrivatizedReport:
@@ -52,7 +51,7 @@ def test_the_sdk_refuses_to_seal_to_a_key_the_curator_does_not_hold(
     assert f"key id {other.key_id}" in message and ring.current in message and "Nothing was sent" in message
     assert shf.shuffler.buffered() == 0  # nothing stored, no quota spent
     with ShufflerClient(shf.address, curator_key=ring.public_key(), insecure=True, attempts=1, timeout=10) as right:
-        assert [a.status for a in right.submit(_report())] == [shuffler_pb2.ACK_STATUS_STORED]
+        assert [a.status for a in right.submit(_report())] == [AckStatus.STORED]
 
 
 def test_a_tls_curator_without_a_key_ring_does_not_start(tmp_path, pki, public_corpus):

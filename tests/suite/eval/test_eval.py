@@ -143,8 +143,12 @@ def test_tiny_run_measures_the_release_end_to_end_against_the_clean_text(tiny_ru
     e2e = json.loads((out / "results.json").read_text(encoding="utf-8"))["e2e"]
     assert [pt["corpus"] for pt in e2e["points"]] == ["user", "close"] and e2e["L"] == 40
     for pt in e2e["points"]:
-        assert pt["clean"]["ppl"] < pt["public"]["ppl"]  # the users' own counts model their text best
-        assert pt["clean"]["kl_joint"] == 0.0 and pt["public"]["kl_joint"] > 0
+        assert 1 < pt["clean"]["ppl"] < math.inf and 1 < pt["public"]["ppl"] < math.inf
+        if pt["corpus"] == "user":  # the users' own counts model their text best (at the tiny preset's few
+            # users not on FOLDOC's text, which is close to the public corpus's domain)
+            assert pt["clean"]["ppl"] < pt["public"]["ppl"]
+        # KL against the smoothed clean counts themselves: only the smoothing's cost
+        assert 0.0 <= pt["clean"]["kl_joint"] < pt["public"]["kl_joint"] / 10
         assert sum(pt["clean"]["shares"]) == pytest.approx(1.0)
         (row,) = pt["rows"]
         assert row["preset"] == "balanced" and 0.3 < row["words_changed"] < 0.9
