@@ -126,7 +126,8 @@ def _measures(p: np.ndarray, q: np.ndarray, vocab, smoothing: float, found: tupl
 def run_e2e(cfg, out, rng: RandomSource) -> dict:
     """The end-to-end rows on each user corpus, the targets at the balanced preset, and the frontier figure."""
     from lac.client.embedding import glove_default
-    from lac.client.localizer import Localizer, PartlyUnsupportedText, fit_words
+    from lac.client.errors import PartlyUnsupportedText
+    from lac.client.localizer import Localizer, fit_words
     from lac.client.presets import get_preset
 
     corpora = prepare_corpora()
