@@ -61,7 +61,7 @@ __all__ = [
 DRAWS = 100
 PRUNE = 1e-12  # empirical-Bayes grid components below this share of their bin's largest weight are skipped
 DRAW_CHUNK = 25  # redraws run side by side (the deconvolution's sparse products amortise over them)
-CHUNK_CELLS = 1 << 22  # the empirical-Bayes means run on about this many (draw × item × grid component) cells at once
+CHUNK_CELLS = 1 << 22  # logit redraws run on about this many (draw × item) cells at once
 ARRAYS = ("center", "sd", "order_center", "order_sd")  # what a release stores, as "error_<name>"
 
 
@@ -182,12 +182,6 @@ def _chunks(draws: int, step: int) -> list[int]:
     return [min(step, draws - i) for i in range(0, draws, step)]
 
 
-def _rows(a: np.ndarray, cells_per_row: int) -> list[np.ndarray]:
-    """``a``'s rows in parts of about ``CHUNK_CELLS`` cells."""
-    step = max(1, CHUNK_CELLS // max(cells_per_row, 1))
-    return [a[i : i + step] for i in range(0, a.shape[0], step)]
-
-
 def posterior_errors(
     noisy_public: np.ndarray,
     found: Sequence[str],
@@ -252,8 +246,7 @@ def held_post_process(
     counts[:, V:] = np.where(found_noisy > threshold, found_noisy, 0.0)  # discovery, run again
     for n, fit in fits.items():
         sel = np.flatnonzero(vocab.orders == n)
-        cells = max((idx.size for idx, _ in fit.eb.bins), default=1) * _GRID_CELLS
-        h = np.concatenate([eb_means(fit.eb, part, sigma, prune=PRUNE) for part in _rows(noisy[:, sel], cells)])
+        h = eb_means(fit.eb, noisy[:, sel], sigma, prune=PRUNE)
         if fit.steps >= 0 and channel is not None:
             x = deconvolve_steps(h.T, channel.order(n, vocab), channel_prior(vocab.alpha[sel]), fit.steps).T
             mass = x.sum(axis=1, keepdims=True)
@@ -262,9 +255,6 @@ def held_post_process(
         counts[:, sel] = h * strength
         counts[:, V + np.flatnonzero(found_orders == n)] *= strength
     return counts
-
-
-_GRID_CELLS = 64  # grid components an item typically keeps after pruning (sizes the parts)
 
 
 def _channel_name(channel: NgramChannel | None) -> str:

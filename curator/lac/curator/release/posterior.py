@@ -344,22 +344,56 @@ def _eb_likelihoods(
 
 
 def eb_means(prior: EBPrior, noisy: np.ndarray, sigma: float, prune: float = 0.0) -> np.ndarray:
-    """Posterior means of each item under ``prior`` given ``noisy`` (its last axis: the order's items; any
-    leading axes, e.g. bootstrap redraws, are computed alike). Never below μ·10⁻⁴; items with μ = 0 keep
-    max(noisy, 0). ``prune`` > 0 leaves out the grid components of a bin whose weight is below that share
-    of the bin's largest (changes a mean by about that share; the release itself prunes nothing)."""
+    """Posterior means of each item under ``prior`` given its noisy total (``noisy``: one per item of the order).
+    Never below μ·10⁻⁴; items with μ = 0 keep max(noisy, 0). ``prune`` > 0 is for many redraws at once
+    (``noisy``: draws × items; the error bars' bootstrap): the grid components of a bin whose weight is below
+    that share of its largest are left out (a mean moves by about that share) and each component's constants
+    are computed once for all draws, in parts of about ``EB_CELLS`` cells; the release itself prunes nothing."""
     noisy = np.asarray(noisy, dtype=np.float64)
+    if prune > 0:
+        return _eb_means_redrawn(prior, noisy, sigma, prune)
     post = np.maximum(noisy, 0.0)
     s2 = sigma * sigma
     for sel, w in prior.bins:
-        keep = w > prune * w.max() if prune > 0 else slice(None)
-        y = noisy[..., sel][..., None]
-        lik, m, tau2, var = _eb_likelihoods(y, prior.prior_mean[sel], _RATIO_GRID[keep], sigma)
-        resp = lik * w[keep]
+        y = noisy[sel][:, None]
+        lik, m, tau2, var = _eb_likelihoods(y, prior.prior_mean[sel], _RATIO_GRID, sigma)
+        resp = lik * w
         resp /= resp.sum(axis=-1, keepdims=True)
-        post[..., sel] = np.maximum(
+        post[sel] = np.maximum(
             (resp * ((y * tau2 + m * s2) / var)).sum(axis=-1), prior.prior_mean[sel] * _RATIO_GRID[0]
         )
+    return post
+
+
+EB_CELLS = 1 << 22  # redraws' posterior means run on about this many (draw × item × component) cells at once
+
+
+def _eb_means_redrawn(prior: EBPrior, noisy: np.ndarray, sigma: float, prune: float) -> np.ndarray:
+    """``eb_means`` of many redraws (draws × items): the same normal-mixture posterior means, computed in log space
+    with each kept component's constants once (about twice as fast; equal to rounding and pruning)."""
+    post = np.maximum(noisy, 0.0)
+    s2 = sigma * sigma
+    for sel, w in prior.bins:
+        keep = w > prune * w.max()
+        m = prior.prior_mean[sel][:, None] * _RATIO_GRID[keep][None, :]
+        tau2 = (m * _RATIO_SPREAD) ** 2
+        var = s2 + tau2
+        half_inv, log_w = (
+            0.5 / var,
+            np.log(w[keep]) - 0.5 * np.log(var),
+        )  # log(weight × likelihood) = log_w − half_inv·d²
+        a, b = tau2 / var, m * s2 / var  # the component's posterior mean is a·y + b
+        floor = prior.prior_mean[sel] * _RATIO_GRID[0]
+        step = max(1, EB_CELLS // m.size)
+        for lo in range(0, noisy.shape[0], step):
+            y = noisy[lo : lo + step, sel][..., None]
+            d = y - m
+            d *= d
+            d *= half_inv
+            np.subtract(log_w, d, out=d)
+            d -= d.max(axis=-1, keepdims=True)
+            np.exp(d, out=d)
+            post[lo : lo + step, sel] = np.maximum((d * (y * a + b)).sum(axis=-1) / d.sum(axis=-1), floor)
     return post
 
 
