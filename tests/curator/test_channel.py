@@ -226,7 +226,7 @@ def test_the_channel_aware_intervals_cover_the_noise_free_estimate_as_often_as_t
     10, as 116,100 reports would give: with fewer the deconvolution stays at the prior) with fresh Gaussian noise,
     each with its own bootstrap (100 draws): the share of n-grams whose 90% interval holds the noise-free value
     (the same post-processing of the exact totals, the release's empirical-Bayes prior and number of EM steps
-    held) is in 85-95% on both scales. Measured: 0.904 and 0.896, 0.009 and 0.006 between releases, so a correct
+    held) is in 85-95% on both scales. Measured: 0.904 and 0.895, 0.007 and 0.011 between releases, so a correct
     interval fails by chance with probability < 1e-9 (> 11 standard errors of the mean of six); half-width
     intervals cover 0.66 and fail."""
     vocab, _, channel, _, reports = setup
