@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
 """The channel-aware release's cost: getting the deployment's local channel ready (sampling the word channel,
-building its n-gram products) and a default release with the channel against the same release without it.
+building its n-gram products) and a default release with the channel against the same release without it; and
+each of them with its error bars (the bootstrap, ``--error-bar-draws``) against the same release without.
 
     python benchmarks/bench_channel.py [--draws 400] [--min-draws 50] [--epsilon 8] [--compare] [--reports 1000000]
+        [--error-bar-draws 100]
 
 The word channel is sampled anew (no cache) with the curator's method: draws by public frequency (``--draws``
 for the words that carry half of the public text, at least ``--min-draws``), numpy's OS-seeded generator, the
@@ -29,6 +31,8 @@ from collections import Counter
 from pathlib import Path
 
 import numpy as np
+
+from lac.curator.release.errorbars import DRAWS, Bootstrap
 
 
 def _timed(timers: Counter, name: str, fn):
@@ -97,6 +101,9 @@ def main() -> None:
     ap.add_argument("--old-every", type=int, default=1, help="time the old method on every K-th word (scaled by K)")
     ap.add_argument("--reports", type=int, default=1_000_000, help="reports of the release part (0: skip it)")
     ap.add_argument("--runs", type=int, default=3, help="releases timed per variant (median)")
+    ap.add_argument(
+        "--error-bar-draws", type=int, default=DRAWS, help="bootstrap draws of the releases timed with error bars"
+    )
     args = ap.parse_args()
 
     from lac.client.embedding import glove_default
@@ -165,17 +172,36 @@ def main() -> None:
     caps = PublicCaps(W=cc.max_items_per_report, C=cc.item_clamp)
     spec = ReleaseSpec(epsilon=1.0)
     rng = np.random.default_rng(0)
-    times: dict[str, list[float]] = {"plain": [], "channel": []}
+    boot = Bootstrap(args.error_bar_draws)
+    variants = {
+        "plain": (None, None),
+        "channel": (channel, None),
+        "plain+bars": (None, boot),
+        "channel+bars": (channel, boot),
+    }
+    times: dict[str, list[float]] = {name: [] for name in variants}
+    cpu: dict[str, list[float]] = {name: [] for name in variants}
     for _ in range(args.runs):
-        for name, ch in (("plain", None), ("channel", channel)):
-            t = time.perf_counter()
-            run(reports, vocab, spec, caps, rng=rng, channel=ch)
+        for name, (ch, errors) in variants.items():
+            t, c = time.perf_counter(), time.process_time()
+            run(reports, vocab, spec, caps, rng=rng, channel=ch, errors=errors)
             times[name].append(time.perf_counter() - t)
-    plain, aware = float(np.median(times["plain"])), float(np.median(times["channel"]))
+            cpu[name].append(time.process_time() - c)
+    med = {name: float(np.median(v)) for name, v in times.items()}
+    med_cpu = {name: float(np.median(v)) for name, v in cpu.items()}
+    load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
     print(
-        f"release over {n:,} reports ({len(vocab):,} public n-grams), median of {args.runs}: without the channel "
-        f"{plain:.2f} s (baseline), channel-aware {aware:.2f} s: {aware / plain:.2f}x"
+        f"release over {n:,} reports ({len(vocab):,} public n-grams), median of {args.runs} (load now {load}): "
+        f"without the channel {med['plain']:.2f} s (baseline), channel-aware {med['channel']:.2f} s: "
+        f"{med['channel'] / med['plain']:.2f}x"
     )
+    for name in ("plain", "channel"):
+        bars = f"{name}+bars"
+        print(
+            f"  {name} with error bars ({args.error_bar_draws} bootstrap draws): {med[bars]:.2f} s wall, "
+            f"{med_cpu[bars]:.2f} s CPU, against {med[name]:.2f} s wall, {med_cpu[name]:.2f} s CPU without: "
+            f"{med[bars] / med[name]:.2f}x wall, {med_cpu[bars] / med_cpu[name]:.2f}x CPU"
+        )
 
 
 if __name__ == "__main__":

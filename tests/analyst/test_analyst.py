@@ -518,7 +518,9 @@ def test_top_leaves_out_special_tokens_and_refuses_k_below_one(raw, pki, capsys)
     cert, key = pki.pem("analyst")
     tls_flags = ["--server", cur.address, "--ca", pki.ca, "--cert", cert, "--key", key]
     code, out, err = run_lac(capsys, "curator", "query", "top", *tls_flags, rid, "-k", "1000", "--no-special")
-    assert code == 0 and sorted(line.split(maxsplit=1)[1] for line in out.splitlines()) == sorted(plain["ngram"]), err
+    header, *rows, footer = out.splitlines()  # probability, sd, [low, high], n-gram; what the error bars describe
+    assert code == 0 and "90% interval" in header and footer.startswith("Error bars: "), err
+    assert sorted(line.split("]", 1)[1].strip() for line in rows) == sorted(plain["ngram"])
     for bad in ("0", "-1"):
         code, out, err = run_lac(capsys, "curator", "query", "top", *tls_flags, rid, "-k", bad)
         assert code == 2 and not out and len(err.splitlines()) == 1 and "argument -k: must be > 0" in err, err

@@ -116,19 +116,31 @@ def test_preview_and_budget_html_are_well_formed_escaped_and_state_the_guarantee
 
 
 def test_plot_top_draws_bars_with_intervals_where_stated():
+    """Each stated interval is drawn from noise_low to noise_high as it is (also one that does not contain the
+    released probability, as Laplace's can), labelled with the table's level; rows without one get none."""
     table = {
-        "ngram": ["the", "of the", EVIL],
-        "probability": [0.05, 0.01, 0.002],
-        "noise_low": [0.04, 0.0, math.nan],
-        "noise_high": [0.06, 0.02, math.nan],
+        "ngram": ["the", "of the", "a", EVIL],
+        "probability": [0.05, 0.01, 0.001, 0.002],
+        "noise_low": [0.04, 0.0, 0.003, math.nan],
+        "noise_high": [0.06, 0.02, 0.009, math.nan],
     }
-
-    ax = plot_top(pd.DataFrame(table), _record())
+    frame = pd.DataFrame(table)
+    frame.attrs["lac.error_bars"] = {"level": 0.8, "statement": "Error bars: ..."}
+    ax = plot_top(frame, _record())
     ax.figure.canvas.draw()
     assert [t.get_text() for t in ax.get_yticklabels()] == table["ngram"]
-    assert len(ax.patches) == 3 and len(ax.collections) == 1  # three bars, one set of error bars (two rows)
+    (bars,) = ax.collections
+    assert len(ax.patches) == 4 and [seg[:, 0].tolist() for seg in bars.get_segments()] == [
+        [0.04, 0.06],
+        [0.0, 0.02],
+        [0.003, 0.009],  # above the released 0.001: drawn where it is
+    ]
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["80% interval due to the DP noise"]
     assert "release r-1" in ax.get_title()
     plt.close(ax.figure)
+    none = plot_top(pd.DataFrame({k: v[3:] for k, v in table.items()}))
+    assert not none.collections and "no error bars for these n-grams" in none.get_title()
+    plt.close(none.figure)
 
 
 def test_a_real_release_and_budget_plot_and_show_as_html(start_curator, pki, curator_public_key):
@@ -138,7 +150,8 @@ def test_a_real_release_and_budget_plot_and_show_as_html(start_curator, pki, cur
         release = client.release(5.0, force=True)
         fig, (left, right) = plt.subplots(1, 2)
         assert release.plot_top(k=5, ax=left) is left
-        assert len(left.patches) == 5
+        assert len(left.patches) == 5 and len(left.collections[0].get_segments()) == 5  # an error bar on each
+        assert [t.get_text() for t in left.get_legend().get_texts()] == ["90% interval due to the DP noise"]
         budget = client.budget_summary()
         assert budget.plot(ax=right) is right
         fig.canvas.draw()

@@ -1,5 +1,5 @@
 """Helpers of the curator's process-level tests: a real ``lac curator serve`` subprocess and batches
-of real (plaintext) reports sent to it with IngestBatch."""
+of real (plaintext) reports sent to it with IngestBatch; and the coverage of a release's error bars by simulation."""
 
 from __future__ import annotations
 
@@ -9,12 +9,16 @@ import signal
 import time
 
 import grpc
+import numpy as np
 from lac_testkit import ServeProc, batch_privacy, content
 
 from lac.common import envelope
 from lac.common.v1 import curator_pb2, curator_pb2_grpc
 from lac.curator.base.ngrams import NgramVocabulary, report_items
+from lac.curator.release.channel import NgramChannel
 from lac.curator.release.core import StoredReports
+from lac.curator.release.errorbars import Bootstrap, held_post_process, interval, posterior_errors
+from lac.curator.release.posterior import PosteriorParams, WeightedTotals, posterior_release
 from lac.curator.store import segments
 
 WORDS = (
@@ -230,3 +234,55 @@ def all_end(pids, timeout: float = 10.0) -> set[int]:
     for pid in left:
         os.kill(pid, signal.SIGKILL)
     return left
+
+
+# --- coverage of error bars -----------------------------------------------------------------------------------
+
+LEVEL = 0.9
+MARGIN = 0.05  # nominal 90% must cover 85-95%
+
+
+def normalised(counts: np.ndarray, orders: np.ndarray, within_order: bool) -> np.ndarray:
+    """Counts as the release's probabilities: over all items, or within each item's order."""
+    out = np.empty(counts.size)
+    for n in np.unique(orders).tolist() if within_order else [None]:
+        sel = slice(None) if n is None else orders == n
+        out[sel] = counts[sel] / counts[sel].sum()
+    return out
+
+
+def coverage(center, sd, target, family: str = "normal", width: float = 1.0) -> float:
+    """The share of items whose interval at ``LEVEL`` (its half-width scaled by ``width``) holds ``target``, to a
+    relative 1e-9 (an item the noise cannot move has a zero-width interval at its target, up to rounding)."""
+    low, high = interval(center, sd * width, family, LEVEL)
+    tol = 1e-9 * target
+    return float(np.mean((low - tol <= target) & (target <= high + tol)))
+
+
+def covers_nominally(rates: list[float]) -> bool:
+    """Whether the mean coverage over releases is within ``MARGIN`` of ``LEVEL``."""
+    return abs(float(np.mean(rates)) - LEVEL) <= MARGIN
+
+
+def posterior_coverage(
+    y: np.ndarray, epsilon: float, releases: int, vocab: NgramVocabulary, channel: NgramChannel | None = None
+) -> dict[str, list[float]]:
+    """``releases`` releases of the fixed totals ``y`` over ``vocab`` with fresh DP noise through the real release
+    path (the posterior, with ``channel`` if given), each with its bootstrap (``DRAWS`` draws); per release the coverage
+    of the noise-free value (the same post-processing of ``y``, with what the release fitted held), on the joint
+    scale and within the order, and that of half-width intervals."""
+    rng = np.random.default_rng(2026)
+    p = PosteriorParams(epsilon, 1e-6, discovery=False)
+    rates: dict[str, list[float]] = {"joint": [], "order": [], "half": []}
+    for r in range(releases):
+        pr = posterior_release(WeightedTotals(y.copy()), vocab, p, rng, channel=channel)
+        e = posterior_errors(
+            pr.noisy_public, [], pr.found_noisy, pr.pseudo_counts, pr.fits, vocab, pr.sigma, pr.threshold, channel,
+            Bootstrap(seed=r),
+        )  # fmt: skip
+        free = held_post_process(y[None], [], np.empty((1, 0)), pr.fits, vocab, pr.sigma, pr.threshold, channel)[0]
+        joint, order = normalised(free, vocab.orders, False), normalised(free, vocab.orders, True)
+        rates["joint"].append(coverage(e.center, e.sd, joint))
+        rates["order"].append(coverage(e.order_center, e.order_sd, order))
+        rates["half"].append(coverage(e.center, e.sd, joint, width=0.5))
+    return rates

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from curator_testkit import covers_nominally, posterior_coverage
 from scipy import stats
 
 from lac.client.embedding import glove_default
@@ -25,6 +26,7 @@ from lac.curator.release.channel import (
     public_unk_words,
     word_channel,
 )
+from lac.curator.release.errorbars import Bootstrap, posterior_errors
 from lac.curator.release.posterior import (
     PosteriorParams,
     WeightedTotals,
@@ -199,13 +201,38 @@ def test_the_clean_estimate_is_post_processing_of_the_noisy_totals_alone(setup):
     rb = posterior_release(b, vocab, p, _Normals(z + (a.public - b.public) / p.sigma), channel=channel)
     assert np.allclose(ra.noisy_public, rb.noisy_public)
     assert np.array_equal(ra.pseudo_counts, rb.pseudo_counts)
-    pseudo, _ = post_process(ra.noisy_public, [], np.empty(0), vocab, p.sigma, p.bins, channel)
+    pseudo, _, _ = post_process(ra.noisy_public, [], np.empty(0), vocab, p.sigma, p.bins, channel)
     assert np.array_equal(pseudo, ra.pseudo_counts)
+    # so are its error bars: the bootstrap reads the same DP outputs, fits and public data, never the totals
+    bars = [
+        posterior_errors(
+            r.noisy_public, [], r.found_noisy, r.pseudo_counts, r.fits, vocab, r.sigma, r.threshold, channel,
+            Bootstrap(draws=50, seed=11),
+        )
+        for r in (ra, rb)
+    ]  # fmt: skip
+    for name in ("center", "sd", "order_center", "order_sd"):
+        assert np.array_equal(getattr(bars[0], name), getattr(bars[1], name)), name
+    assert bars[0].bars == bars[1].bars and "the public local channel" in bars[0].bars.statement()
     # the guarantee is the Gaussian mechanism's, whatever the post-processing; the statement says what ran
     plain = posterior_release(a, vocab, p, _Normals(z))
     assert ra.guarantee.budget == plain.guarantee.budget
     assert "deconvolved with the public local channel" in ra.statement and ra.channel
     assert "local channel" not in plain.statement and not plain.channel
+
+
+def test_the_channel_aware_intervals_cover_the_noise_free_estimate_as_often_as_they_say(setup):
+    """Six channel-aware releases (ε = 1) of fixed perturbed totals (the fixture's 11,610 reports' totals scaled by
+    10, as 116,100 reports would give: with fewer the deconvolution stays at the prior) with fresh Gaussian noise,
+    each with its own bootstrap (100 draws): the share of n-grams whose 90% interval holds the noise-free value
+    (the same post-processing of the exact totals, the release's empirical-Bayes prior and number of EM steps
+    held) is in 85-95% on both scales. Measured: 0.904 and 0.895, 0.007 and 0.011 between releases, so a correct
+    interval fails by chance with probability < 1e-9 (> 11 standard errors of the mean of six); half-width
+    intervals cover 0.66 and fail."""
+    vocab, _, channel, _, reports = setup
+    rates = posterior_coverage(_totals(reports, vocab).public * 10, 1.0, 6, vocab, channel)
+    assert covers_nominally(rates["joint"]) and covers_nominally(rates["order"]), rates
+    assert not covers_nominally(rates["half"]), rates
 
 
 def test_a_channel_that_keeps_too_few_words_releases_the_public_prior_and_says_so(setup):

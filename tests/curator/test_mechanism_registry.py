@@ -372,7 +372,7 @@ class _Uniform:
     def noise(self, q):
         return mechanisms.ItemNoise(lambda e: 1.0 / e, "probabilities", 1.0, True)
 
-    def run(self, reports, vocab, spec, caps, unit, rng, engine, channel):
+    def run(self, reports, vocab, spec, caps, unit, rng, engine, channel, errors=None):
         n = len(vocab)
         return release.Release(
             self.name,

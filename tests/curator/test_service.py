@@ -568,8 +568,8 @@ def test_cli_release_status_and_queries(start_curator, seal, tmp_path, capsys):
     assert deployment.endswith(f"\nserved by lac-curator {importlib.metadata.version('lac-curator')}\n")
     assert rid in run("curator", "query", "releases", *srv)
     top = run("curator", "query", "top", *srv, rid, "-k", "3").strip().split("\n")
-    assert len(top) == 3
-    listed = top[0].split(maxsplit=1)[1]  # a released n-gram (which ones are listed depends on the noise)
+    assert len(top) == 5 and "90% interval" in top[0] and top[-1].startswith("Error bars: each n-gram's")
+    listed = top[1].split("]", 1)[1].strip()  # a released n-gram (which ones are listed depends on the noise)
     out = json.loads(run("curator", "query", "prob", *srv, "--json", rid, listed, "zebra"))
     assert out["ngrams"][0]["probability"] > 0 and out["ngrams"][1]["probability"] == 0  # zeros printed too
     assert "context used: the" in run("curator", "query", "next", *srv, rid, "zebra the", "-k", "2")

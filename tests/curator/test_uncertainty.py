@@ -1,6 +1,8 @@
-"""What an analyst learns about a release's noise and budget (issue 25), through a real curator over mutual TLS:
-top()'s noise_sd/noise_low/noise_high from the record's public σ and the released pseudo-counts only (NaN where
-the release states no such number), and the budget of each covered window after a previewed release."""
+"""What an analyst learns about a release's noise and budget (issues 25 and 33), through a real curator over mutual
+TLS: every release of every DP mechanism carries finite error bars on every n-gram it lists (top()'s noise_sd,
+noise_low, noise_high, at the level asked for), computed when it was made and stored with it; a release that is not
+DP, or one stored before releases had error bars, has none and says so; and the budget of each covered window after
+a previewed release."""
 
 from __future__ import annotations
 
@@ -8,14 +10,15 @@ import dataclasses
 import json
 import math
 
+import grpc
 import numpy as np
 import pytest
 from lac_testkit import mtls_curator_with_reports, run_lac
 
 from lac.common import tls
+from lac.common.privacy import Budget
 from lac.common.v1 import curator_pb2, curator_pb2_grpc
-from lac.curator.release.posterior import LM_PRIOR_SHARE
-from lac.curator.runner.uncertainty import noise_sd
+from lac.curator import mechanisms
 
 
 @pytest.fixture
@@ -35,80 +38,91 @@ def _client(cur, pki):
     return CuratorClient(cur.address, ca=pki.ca, cert=cert, key=key)
 
 
-def _scaled_orders(cur, items, pseudo) -> set[int]:
-    """The orders whose pseudo-counts the release scaled up to the public prior's strength (public data)."""
-    vocab = cur.curator.vocab
-    orders = np.array([it.count(" ") + 1 for it in items])
-    public = np.arange(len(items)) < len(vocab)
-    return {
-        n
-        for n in set(orders.tolist())
-        if math.isclose(
-            pseudo[public & (orders == n)].sum(), LM_PRIOR_SHARE * vocab.alpha[vocab.orders == n].sum(), rel_tol=1e-9
-        )
-    }
+def _stub_call(cur, pki, method: str, request):
+    with tls.channel(cur.address, pki.client_tls("analyst")) as ch:
+        return getattr(curator_pb2_grpc.CuratorStub(ch), method)(request, timeout=30)
 
 
-def test_top_states_the_noise_of_each_ngram_from_public_numbers(serve, pki):
-    """noise_sd = σ · probability / pseudo-count: the record's σ on the probability's scale, from what GetRelease
-    gives the analyst; NaN exactly for orders scaled up to the prior's strength; the band is probability ∓ 1.96 sd."""
-    cur = serve(n=400, clean_estimate=False, budget_epsilon=100.0)
-    with _client(cur, pki) as c:
-        info = c.release(epsilon=50.0, force=True)
-        top = c.top(info.release_id, k=10**6)
-        bigrams = c.top(info.release_id, k=10**6, order=2)
-        with tls.channel(cur.address, pki.client_tls("analyst")) as ch:
-            got = curator_pb2_grpc.CuratorStub(ch).GetRelease(
-                curator_pb2.GetReleaseRequest(release_id=info.release_id), timeout=30
-            )
-    assert list(top.columns) == ["ngram", "order", "probability", "noise_sd", "noise_low", "noise_high"]
-    assert info.sigma > 0 and got.record.sigma == info.sigma  # public: the analyst's own record has it
-    pseudo = dict(zip(got.items, got.pseudo_counts, strict=True))
-    scaled = _scaled_orders(cur, list(got.items), np.array(got.pseudo_counts))
-    assert scaled != {1, 2, 3}, "every order scaled: the test needs more reports"
-    for frame in (top, bigrams):
-        for row in frame.itertuples():
-            if row.order in scaled:
-                assert math.isnan(row.noise_sd), row
-            else:
-                assert row.noise_sd == pytest.approx(info.sigma * row.probability / pseudo[row.ngram], rel=1e-9)
-                assert row.noise_low == pytest.approx(max(row.probability - 1.96 * row.noise_sd, 0.0))
-                assert row.noise_high == pytest.approx(row.probability + 1.96 * row.noise_sd)
-    finite = top[np.isfinite(top["noise_sd"])]
-    assert len(finite) > 0 and (finite["noise_sd"] > 0).all()
-    # Within an order the same noise is a larger share of each (renormalised, so larger) probability.
-    both = bigrams.merge(top, on="ngram", suffixes=("_order", "_joint"))
-    ratio = both["noise_sd_order"] / both["noise_sd_joint"]
-    assert np.allclose(ratio.dropna(), (both["probability_order"] / both["probability_joint"])[ratio.notna()])
+def _finite_bars(frame) -> bool:
+    sd, low, high, p = (frame[c].to_numpy() for c in ("noise_sd", "noise_low", "noise_high", "probability"))
+    return bool(
+        len(frame) > 0
+        and np.isfinite(sd).all()
+        and (sd >= 0).all()
+        and (low >= 0).all()
+        and (low <= high).all()
+        and (high <= 1).all()
+        and (sd > 0).any()
+        and np.isfinite(p).all()
+    )
 
 
 @pytest.mark.slow
-def test_no_noise_is_stated_where_the_release_states_none(serve, pki):
-    """A Laplace release (no pseudo-counts, no Gaussian σ) and a channel-aware clean estimate (deconvolution)
-    give NaN, and the wire leaves noise_sd unset."""
-    cur = serve(n=400, clean_estimate=False, budget_epsilon=100.0)
+def test_every_dp_release_has_finite_error_bars_on_every_row(serve, pki):
+    """Each mechanism an analyst may ask for over RPC, the default channel-aware posterior first: every row of
+    top() (any order, and within an order) has a finite standard deviation and an interval in [0, 1]; the level
+    is the analyst's (wider at 0.95 than at 0.5) and named in the frame's metadata beside what the error bars
+    describe, which the release's statement ends with; a level outside (0, 1) is refused."""
+    cur = serve(n=400, budget_epsilon=1000.0)
     with _client(cur, pki) as c:
-        lap = c.release(epsilon=5.0, mechanism="laplace", force=True)
-        top = c.top(lap.release_id, k=50)
-        assert top["noise_sd"].isna().all() and top["noise_low"].isna().all()
-        rid = c.release(epsilon=50.0, force=True).release_id
-    with tls.channel(cur.address, pki.client_tls("analyst")) as ch:
-        reply = curator_pb2_grpc.CuratorStub(ch).TopNgrams(
-            curator_pb2.TopNgramsRequest(release_id=lap.release_id, k=5), timeout=10
+        for mechanism in mechanisms.over_rpc():
+            info = c.release(epsilon=20.0, mechanism=mechanism, force=True)
+            assert info.error_bars.startswith("Error bars: each n-gram's") and info.error_bars in info.statement
+            for order in (0, 2):
+                top = c.top(info.release_id, k=10**6, order=order)
+                assert _finite_bars(top), (mechanism, order, top)
+                assert top.attrs["lac.error_bars"] == {"level": 0.9, "statement": info.error_bars}
+            if mechanism == "posterior":
+                assert info.params["channel"] == 1.0 and "public local channel" in info.error_bars
+                narrow, wide = (c.top(info.release_id, k=50, level=lv) for lv in (0.5, 0.95))
+                assert narrow.attrs["lac.error_bars"]["level"] == 0.5
+                assert ((wide["noise_high"] - wide["noise_low"]) >= (narrow["noise_high"] - narrow["noise_low"])).all()
+                assert (wide["noise_high"] - wide["noise_low"] > narrow["noise_high"] - narrow["noise_low"]).any()
+                table = c.top(info.release_id, k=5, as_arrow=True)
+                meta = json.loads(table.schema.metadata[b"lac.error_bars"])
+                assert meta["level"] == 0.9 and meta["statement"] == info.error_bars
+        with pytest.raises(ValueError, match="level must be a number in"):
+            c.top(info.release_id, level=1.0)
+    for bad in (0.0, 1.0, 1.5, math.nan):
+        request = curator_pb2.TopNgramsRequest(release_id=info.release_id, level=bad)
+        with pytest.raises(grpc.RpcError) as refused:
+            _stub_call(cur, pki, "TopNgrams", request)
+        assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "level must be in (0, 1)" in (
+            refused.value.details()
         )
-    assert not any(g.HasField("noise_sd") for g in reply.ngrams)
-    record, items, _, pseudo = cur.call(cur.curator.get_release(rid))
-    assert np.isfinite(noise_sd(record, items, pseudo, cur.curator.vocab)).any()
-    channel = dataclasses.replace(record, channel="glove-6b-50d/50000 ε=8")
-    assert np.isnan(noise_sd(channel, items, pseudo, cur.curator.vocab)).all()
-    # Four reports: the users' mass is below a quarter of the prior's, so every order was scaled up to it.
-    few = serve(n=4, clean_estimate=False, budget_epsilon=100.0)
-    with _client(few, pki) as c:
-        rid = c.release(epsilon=50.0, force=True).release_id
-        top = c.top(rid, k=50)
-    _, items, _, pseudo = few.call(few.curator.get_release(rid))
-    assert _scaled_orders(few, list(items), pseudo) == {1, 2, 3}
-    assert top["noise_sd"].isna().all()
+
+
+def test_a_release_without_error_bars_says_why(serve, pki, capsys):
+    """A data-dependent release (NOT DP) has none: its noise scale is data-derived, which error bars would reveal;
+    the wire leaves them unset and says why. A release stored before releases had error bars (no arrays, a record
+    without them) has none either, and the CLI says so."""
+    cur = serve(n=100, budget_epsilon=100.0, allow_data_dependent_releases=True)
+    with _client(cur, pki) as c:
+        dd = c.release(epsilon=5.0, mechanism="bayesian", sensitivity="bruteforce", force=True)
+        top = c.top(dd.release_id, k=20)
+        assert top["noise_sd"].isna().all() and top["noise_low"].isna().all() and top["noise_high"].isna().all()
+        assert dd.error_bars.startswith("Error bars: none. The noise scale of this release is a function of the data")
+        assert top.attrs["lac.error_bars"]["statement"] == dd.error_bars
+        reply = _stub_call(cur, pki, "TopNgrams", curator_pb2.TopNgramsRequest(release_id=dd.release_id, k=5))
+        assert not any(g.HasField("noise_sd") or g.HasField("noise_low") for g in reply.ngrams)
+        rid = c.release(epsilon=5.0, mechanism="laplace", force=True).release_id
+    record, items, log_probs, pseudo, errors = cur.call(cur.curator.get_release(rid))
+    assert errors is not None and errors.bars.family == "laplace"
+    old = dataclasses.replace(record, release_id="made-before", request_id="", error_bars={})
+    store = cur.curator.store
+    cur.call(
+        cur.curator._run(
+            store.add_release, old.release_id, old.to_json(), items, log_probs, pseudo, [0], None, Budget(1)
+        )
+    )
+    with _client(cur, pki) as c:
+        top = c.top("made-before", k=5)
+        assert top["noise_sd"].isna().all() and top.attrs["lac.error_bars"]["statement"] == ""
+        assert c.release_info("made-before").error_bars == ""
+    cert, key = pki.pem("analyst")
+    flags = ["--server", cur.address, "--ca", pki.ca, "--cert", cert, "--key", key]
+    code, out, _ = run_lac(capsys, "curator", "query", "top", *flags, "made-before", "-k", "2")
+    assert code == 0 and out.rstrip().endswith("Error bars: none (a release made before releases had them).")
 
 
 @pytest.mark.slow

@@ -18,7 +18,7 @@ from typing import Any
 from lac.analyst.client import CuratorClient, new_request_id, read_export
 from lac.common import tls
 from lac.common.cli import message_json, positive
-from lac.common.privacy import ExportedWindows
+from lac.common.privacy import ERROR_BAR_LEVEL, ExportedWindows
 from lac.common.profiles import add_connection_flags
 from lac.common.v1 import curator_pb2, reports_pb2
 
@@ -103,6 +103,12 @@ def add_client_commands(sub: Any, mechanisms: Mechanisms | None = None) -> argpa
         dest="exclude_special",
         action="store_true",
         help="leave out n-grams with <unk>, <s> or </s> (the others keep their probabilities)",
+    )
+    qt.add_argument(
+        "--level",
+        type=_level,
+        default=ERROR_BAR_LEVEL,
+        help=f"coverage of each n-gram's interval due to the DP noise, in (0, 1) [default: {ERROR_BAR_LEVEL:g}]",
     )
     qp = query_parser("prob", "probability of n-grams (joint within their order; 0 outside the vocabulary)", _prob)
     qp.add_argument("ngrams", nargs="+", help="n-grams, tokens separated by spaces, e.g. 'the dog'")
@@ -297,12 +303,37 @@ def _order(text: str) -> int:
     return value
 
 
+def _level(text: str) -> float:
+    """An argparse ``type``: an interval's coverage, in (0, 1)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number in (0, 1), got {text!r}") from None
+    if not 0 < value < 1:
+        raise argparse.ArgumentTypeError(f"must be in (0, 1), e.g. 0.9, got {text!r}")
+    return value
+
+
 def _top(args: argparse.Namespace) -> int:
     request = curator_pb2.TopNgramsRequest(
-        release_id=args.release_id, k=min(args.k, 2**32 - 1), order=args.order, exclude_special=args.exclude_special
+        release_id=args.release_id,
+        k=min(args.k, 2**32 - 1),
+        order=args.order,
+        exclude_special=args.exclude_special,
+        level=args.level,
     )
     reply = _client(args).call("TopNgrams", request, timeout=30)
-    _print(args, reply, "\n".join(f"{g.probability:10.6f}  {g.ngram}" for g in reply.ngrams))
+    header = f"{'probability':>11}  {'sd':>10}  {f'{reply.level:.0%} interval':^23}  n-gram"
+    rows = []
+    for g in reply.ngrams:
+        bar = (
+            f"{g.noise_sd:10.6f}  [{g.noise_low:9.6f}, {g.noise_high:9.6f}]"
+            if g.HasField("noise_sd")
+            else f"{'-':>10}  {'-':^23}"
+        )
+        rows.append(f"{g.probability:11.6f}  {bar}  {g.ngram}")
+    footer = reply.error_bars or "Error bars: none (a release made before releases had them)."
+    _print(args, reply, "\n".join([header, *rows, footer]))
     return 0
 
 

@@ -46,7 +46,7 @@ import numpy as np
 
 from lac.common import retry, tls
 from lac.common.errors import ERROR_REASON_KEY, ErrorReason, RemoteError
-from lac.common.privacy import ExportedWindows
+from lac.common.privacy import ERROR_BAR_LEVEL, ExportedWindows
 from lac.common.v1 import curator_pb2, curator_pb2_grpc, reports_pb2
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -103,7 +103,7 @@ _KNOBS = {
 log = logging.getLogger(__name__)
 
 _UINT32_MAX = 2**32 - 1  # the largest k or order a TopNgramsRequest carries
-NOISE_Z = 1.96  # top()'s noise_low/noise_high: probability ∓ NOISE_Z·noise_sd (95% of a normal)
+ERROR_BARS_KEY = "lac.error_bars"  # top()'s metadata: the intervals' level and what the error bars describe
 RELEASE_ATTEMPTS = 4  # a release is sent at most this often (same request id) after UNAVAILABLE or a deadline
 _RETRYABLE = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED})
 RELEASE_BACKOFF = retry.Backoff(initial=1.0, maximum=300.0)  # waits up to 1, 2, 4... s; a retry-after up to 300 s
@@ -311,7 +311,8 @@ def _finite_or_none(x: float) -> float | None:
 class ReleaseInfo:
     """One release as the caller may see it (the curator's view for the caller's role).
 
-    ``statement`` is rendered by the curator from the release's typed guarantee. ``epsilon`` is
+    ``statement`` is rendered by the curator from the release's typed guarantee (and ends with what its
+    error bars describe: ``error_bars``, empty for a release made before releases had them). ``epsilon`` is
     ``inf`` for a release that is not differentially private (``differentially_private`` False).
     There is deliberately no report count: the curator shows analysts none.
     """
@@ -339,6 +340,7 @@ class ReleaseInfo:
     max_n: int
     params: dict[str, float] = field(default_factory=dict)
     request_id: str = ""  # the id of the request that made the release (send it again to get this release)
+    error_bars: str = ""  # what its per-n-gram error bars describe (or why it has none)
 
     @classmethod
     def from_proto(cls, r: curator_pb2.ReleaseRecord) -> ReleaseInfo:
@@ -367,6 +369,7 @@ class ReleaseInfo:
             max_n=r.max_n,
             params={k: float(v) for k, v in sorted(r.params.items())},
             request_id=r.request_id,
+            error_bars=r.error_bars,
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -405,10 +408,11 @@ class ReleaseInfo:
         *,
         order: int = 0,
         exclude_special: bool = False,
+        level: float = ERROR_BAR_LEVEL,
         ax: Any = None,
         client: CuratorClient | None = None,
     ) -> Any:
-        """Plot the ``k`` most probable n-grams (``CuratorClient.top``) as bars with their 95% noise intervals
+        """Plot the ``k`` most probable n-grams (``CuratorClient.top``) as bars with their error bars at ``level``
         (matplotlib: ``lac-analyst[plots]``; with pandas or pyarrow); returns the axes. The n-grams are asked
         of ``client``, by default the client this record came from."""
         from lac.analyst.notebook import plot_top
@@ -417,7 +421,7 @@ class ReleaseInfo:
         if client is None:
             raise ValueError("this release record did not come from a CuratorClient: pass client=")
         as_arrow = importlib.util.find_spec("pandas") is None  # a DataFrame, or an Arrow table without pandas
-        table = client.top(self, k, order, as_arrow=as_arrow, exclude_special=exclude_special)
+        table = client.top(self, k, order, as_arrow=as_arrow, exclude_special=exclude_special, level=level)
         return plot_top(table, self, ax)
 
     def __getstate__(self) -> dict[str, Any]:
@@ -826,22 +830,22 @@ class CuratorClient:
         else:
             _pandas()
 
-    def _ngram_table(self, ngrams, as_arrow: bool, noise: bool = False):
+    def _ngram_table(self, ngrams, as_arrow: bool, errors: curator_pb2.TopNgramsResponse | None = None):
         """The table of released n-grams (``NgramProbability`` messages): ngram, order, probability, and with
-        ``noise`` noise_sd, noise_low, noise_high (see ``top``)."""
+        the ``errors`` of a TopNgrams reply noise_sd, noise_low, noise_high (NaN where unset) and their level and
+        description as metadata (see ``top``)."""
         grams = [g.ngram for g in ngrams]
-        probs = np.array([g.probability for g in ngrams], dtype=np.float64)
         columns = {
             "ngram": (grams, STRING),
             "order": (_orders(grams), INT8),
-            "probability": (probs, FLOAT64),
+            "probability": ([g.probability for g in ngrams], FLOAT64),
         }
-        if noise:
-            sd = np.array([g.noise_sd if g.HasField("noise_sd") else math.nan for g in ngrams], dtype=np.float64)
-            columns["noise_sd"] = (sd, FLOAT64)
-            columns["noise_low"] = (np.maximum(probs - NOISE_Z * sd, 0.0), FLOAT64)
-            columns["noise_high"] = (probs + NOISE_Z * sd, FLOAT64)
-        return self._table(columns, as_arrow)
+        if errors is None:
+            return self._table(columns, as_arrow)
+        for name in ("noise_sd", "noise_low", "noise_high"):
+            columns[name] = ([getattr(g, name) if g.HasField(name) else math.nan for g in ngrams], FLOAT64)
+        described = {"level": errors.level, "statement": errors.error_bars}
+        return self._table(columns, as_arrow, {ERROR_BARS_KEY: json.dumps(described)}, {ERROR_BARS_KEY: described})
 
     def _table(
         self,
@@ -1033,6 +1037,7 @@ class CuratorClient:
         as_arrow: bool = False,
         *,
         exclude_special: bool = False,
+        level: float = ERROR_BAR_LEVEL,
     ) -> pandas.DataFrame | pyarrow.Table:
         """The ``k`` most probable n-grams of a release, most probable first: ngram, order, probability,
         noise_sd, noise_low, noise_high.
@@ -1045,27 +1050,35 @@ class CuratorClient:
         outside the vocabulary; ``<s>``/``</s>``, sentence boundaries); the others keep their
         probabilities (not renormalised), the same as ``probability()`` gives.
 
-        ``noise_sd`` is the standard deviation of the Gaussian noise the DP mechanism added to the n-gram's
-        count, on the scale of ``probability`` (the record's public σ over the release's pseudo-count scale:
-        no other data enter), and [``noise_low``, ``noise_high``] = probability ∓ 1.96·noise_sd (the low end
-        at least 0): how far the noise alone would move it 95% of the time. It is not the whole error: the
-        posterior's shrinkage towards the public prior and the noise of the normalising total are not in it.
-        NaN where the release states no such number: mechanisms other than the posterior, a channel-aware
-        clean estimate (deconvolution amplifies the noise by an amount the release does not state), and an
-        order whose pseudo-counts were scaled up to the public prior's strength (weak data).
+        ``noise_sd`` and [``noise_low``, ``noise_high``] are the n-gram's error bar on the scale of
+        ``probability`` (the joint, or within the order asked for), computed by the curator when it made the
+        release from its DP outputs and public data only: the standard deviation due to the DP noise, and the
+        interval at ``level`` (0.9 unless given; a float in (0, 1), ``ValueError`` otherwise) of what the same
+        release would say without the noise, given its public prior (and channel). For the default release they
+        come from a parametric bootstrap of the noise through the release's post-processing, for Laplace from
+        its scale (centred on an unbiased estimate, so the interval can lie above a released probability the
+        noise pulled down). They do not cover the prior's bias nor the channel model's error. The level and
+        the curator's description of the error bars are in ``df.attrs["lac.error_bars"]`` (``{"level": ...,
+        "statement": ...}``; an Arrow table's schema metadata, as JSON). NaN where the release has none: one
+        that is not differentially private (its noise scale is data-derived; the description says so) or one
+        made before releases had error bars (an empty description).
         """
         if isinstance(k, bool) or not isinstance(k, numbers.Integral) or k < 1:
             raise ValueError(f"k must be an integer >= 1 (how many n-grams to list), got {k!r}")
         if isinstance(order, bool) or not isinstance(order, numbers.Integral) or order < 0:
             raise ValueError(f"order must be 0 (any) or an n >= 1, got {order!r}")
+        if isinstance(level, bool) or not isinstance(level, numbers.Real) or not 0 < level < 1:
+            raise ValueError(f"level must be a number in (0, 1) (the intervals' coverage), got {level!r}")
         self._deps(as_arrow)  # a missing dependency fails before the RPC
         request = curator_pb2.TopNgramsRequest(
             release_id=self._id(release_id),
             k=min(int(k), _UINT32_MAX),  # more than the wire holds: as many as there are
             order=min(int(order), _UINT32_MAX),  # (refused by the curator as no such order)
             exclude_special=bool(exclude_special),
+            level=float(level),
         )
-        return self._ngram_table(self.call("TopNgrams", request).ngrams, as_arrow, noise=True)
+        reply = self.call("TopNgrams", request)
+        return self._ngram_table(reply.ngrams, as_arrow, reply)
 
     def probability(
         self, release_id: str | ReleaseInfo, ngrams: str | Iterable[str], as_arrow: bool = False

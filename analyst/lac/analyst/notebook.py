@@ -1,5 +1,5 @@
 """Notebook output for analysts: small HTML tables (``_repr_html_`` of releases, previews and budgets,
-each with its guarantee statement) and matplotlib plots (top n-grams with their noise intervals, the
+each with its guarantee statement) and matplotlib plots (top n-grams with their error bars, the
 budget per accounting window).
 
 Every value that reaches HTML is escaped (``html.escape``), so a statement, an n-gram or an advice string
@@ -10,6 +10,7 @@ can never add markup. matplotlib is imported only when a plot is drawn; it comes
 from __future__ import annotations
 
 import html
+import json
 import math
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
@@ -136,8 +137,9 @@ def _axes(ax: Axes | None, size: tuple[float, float]) -> Axes:
 
 def plot_top(table: Any, release: ReleaseInfo | None = None, ax: Axes | None = None) -> Axes:
     """Horizontal bars of a ``CuratorClient.top`` table (a pandas DataFrame or a pyarrow Table), most
-    probable at the top, each with its 95% noise interval (``noise_low``..``noise_high``) where the release
-    states one; the axes (new ones unless ``ax`` is given)."""
+    probable at the top, each with its error bar (the interval ``noise_low``..``noise_high`` at the table's
+    level, ``lac.error_bars`` in its metadata) where the release has one; the axes (new ones unless ``ax`` is
+    given). An interval is drawn as it is, also where it does not contain the released probability (Laplace)."""
     columns = table.to_pydict() if hasattr(table, "to_pydict") else {c: list(table[c]) for c in table.columns}
     ngrams = [str(g) for g in columns["ngram"]]
     p = [float(x) for x in columns["probability"]]
@@ -148,15 +150,11 @@ def plot_top(table: Any, release: ReleaseInfo | None = None, ax: Axes | None = N
     ax.barh(y, p, color="#4c72b0")
     stated = [i for i in y if math.isfinite(low[i]) and math.isfinite(high[i])]
     if stated:
-        ax.errorbar(
-            [p[i] for i in stated],
-            stated,
-            xerr=[[p[i] - low[i] for i in stated], [high[i] - p[i] for i in stated]],
-            fmt="none",
-            ecolor="black",
-            capsize=3,
-            label="95% noise interval",
-        )
+        level = _error_bar_level(table)
+        ax.hlines(stated, [low[i] for i in stated], [high[i] for i in stated], color="black", linewidth=1.2)
+        for ends in (low, high):
+            ax.plot([ends[i] for i in stated], stated, linestyle="none", marker="|", markersize=8, color="black")
+        ax.plot([], [], color="black", marker="|", label=f"{level:.0%} interval due to the DP noise" if level else "")
         ax.legend(loc="lower right")
     ax.set_yticks(y, ngrams)
     ax.invert_yaxis()  # the most probable first, at the top
@@ -166,9 +164,22 @@ def plot_top(table: Any, release: ReleaseInfo | None = None, ax: Axes | None = N
         r = release
         title += f" of release {r.release_id[:8]} ({r.mechanism}, ε = {r.epsilon:g}, δ = {r.delta:g})"
     if not stated and ngrams:
-        title += "\n(no noise interval stated for these n-grams)"
+        title += "\n(no error bars for these n-grams: see the release's statement)"
     ax.set_title(title)
     return ax
+
+
+def _error_bar_level(table: Any) -> float | None:
+    """The level of a ``top`` table's intervals, from its metadata (None: not recorded)."""
+    from lac.analyst.client import ERROR_BARS_KEY
+
+    if hasattr(table, "schema"):  # an Arrow table
+        raw = (table.schema.metadata or {}).get(ERROR_BARS_KEY.encode())
+        described = json.loads(raw) if raw else {}
+    else:
+        described = getattr(table, "attrs", {}).get(ERROR_BARS_KEY, {})
+    level = described.get("level")
+    return float(level) if level else None
 
 
 def plot_budget(budget: Budget, ax: Axes | None = None) -> Axes:

@@ -11,6 +11,8 @@ value, so what is printed cannot drift from what is computed:
 * ``Guarantee``: model (metric-local, local, shuffled, central), (ε, δ), unit, adjacency, the
   mechanism, and whether the calibration looked at the data. A data-dependent calibration is
   never differentially private: its statement opens with "NOT differentially private".
+* ``ErrorBars``: what a release's per-n-gram error bars describe (the spread the DP noise alone gives
+  the released values), how they were computed and what they leave out; never a privacy claim.
 * ``LocalGuarantee``: what an export of privatized reports carries (metric DP per word on the
   device, at most L words per report, k reports per client per window, shuffled, the shuffle
   accountant's statement per window as ``WindowShuffle``): local privacy only, no central DP.
@@ -27,6 +29,9 @@ from typing import Any
 
 __all__ = [
     "ExportedWindows",
+    "ERROR_BAR_LEVEL",
+    "ErrorBarMethod",
+    "ErrorBars",
     "PeriodLoss",
     "Adjacency",
     "Budget",
@@ -384,6 +389,107 @@ class ExportedWindows:
             f"remaining budget bounds further central releases only; against whoever holds an export, those windows' "
             f"clients are protected by its local guarantee, with which every central release over them composes."
         )
+
+
+ERROR_BAR_LEVEL = 0.9
+"""The default coverage of a release's per-n-gram intervals (an analyst may ask for another level)."""
+
+
+class ErrorBarMethod(StrEnum):
+    """How a release's error bars were computed."""
+
+    BOOTSTRAP = "bootstrap"  # redraws of the DP noise around the released noisy values, through the post-processing
+    CLOSED_FORM = "closed form"  # from the noise's scale (Laplace)
+    NONE = "none"  # no error bars (``ErrorBars.reason`` says why)
+
+
+@dataclass(frozen=True)
+class ErrorBars:
+    """What a release's per-n-gram error bars (a standard deviation and an interval) describe.
+
+    They are the spread of each released value due to the DP noise alone (``noise``, rendered by the
+    mechanism from its typed scale), given the public inputs in ``given``, with the fitted choices in
+    ``held`` kept as the release made them; computed by ``method`` from the DP outputs and public data
+    only (post-processing, no privacy cost). ``draws``, ``seed`` and ``seed_source``: the bootstrap's
+    redraws, the seed of its generator and where that came from (the OS, or the caller). An interval is
+    ``center`` ± the ``family`` ("normal" or "laplace") quantile of its level times the standard deviation.
+    ``not_covered``: errors they leave out. ``reason``: why a release has none (method ``NONE``).
+    ``statement()`` is the one way they are described.
+    """
+
+    method: ErrorBarMethod
+    noise: str = ""
+    draws: int = 0
+    seed: int | None = None
+    seed_source: str = ""
+    given: tuple[str, ...] = field(default=())
+    held: tuple[str, ...] = field(default=())
+    not_covered: tuple[str, ...] = field(default=())
+    family: str = "normal"
+    center: str = ""
+    reason: str = ""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "method", ErrorBarMethod(self.method))
+        for name in ("given", "held", "not_covered"):
+            object.__setattr__(self, name, tuple(getattr(self, name)))
+        if isinstance(self.draws, bool) or not isinstance(self.draws, int) or self.draws < 0:
+            raise ValueError(f"draws must be an integer >= 0, got {self.draws!r}")
+        if self.method is ErrorBarMethod.BOOTSTRAP and self.draws < 2:
+            raise ValueError("a bootstrap needs at least 2 draws")
+        if (self.method is ErrorBarMethod.NONE) != bool(self.reason):
+            raise ValueError("a reason is given exactly when there are no error bars")
+        if self.family not in ("normal", "laplace"):
+            raise ValueError(f"family must be 'normal' or 'laplace', got {self.family!r}")
+
+    @property
+    def stated(self) -> bool:
+        """Whether the release has error bars."""
+        return self.method is not ErrorBarMethod.NONE
+
+    def statement(self) -> str:
+        """What the error bars cover, how they were computed and what they leave out, in words."""
+        if not self.stated:
+            return f"Error bars: none. {self.reason}"
+        given = f", given {' and '.join(self.given)}" if self.given else ""
+        held = f", with {' and '.join(self.held)} held as this release fitted them" if self.held else ""
+        parts = [
+            f"Error bars: each n-gram's standard deviation and interval ({ERROR_BAR_LEVEL:.0%} unless another "
+            f"level is asked for) describe how far the DP noise alone ({self.noise}) moves the released "
+            f"probability from what the same post-processing would give without it{given}{held}."
+        ]
+        if self.method is ErrorBarMethod.BOOTSTRAP:
+            seed = (
+                f"; generator seed {self.seed:#x} from {self.seed_source or 'the OS'}" if self.seed is not None else ""
+            )
+            parts.append(
+                f"The standard deviation is the root-mean-square distance of the probability from the released one "
+                f"over a parametric bootstrap: {self.draws} redraws of that noise around the released noisy values "
+                f"(DP outputs), each run through the release's post-processing{seed}."
+            )
+        else:
+            parts.append("The standard deviation follows from the noise's distribution (closed form).")
+        parts.append(
+            f"The interval is {self.center or 'the released probability'} ± the {self.family} quantile of the "
+            f"level times the standard deviation, cut to [0, 1]."
+        )
+        if self.not_covered:
+            parts.append(f"They do not cover {' nor '.join(self.not_covered)}.")
+        parts.append("They are post-processing of the DP outputs and public data: no further privacy cost.")
+        return " ".join(parts)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The description as a plain dict as JSON gives it back (lists, not tuples), with its statement."""
+        d = {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()}
+        d["method"] = self.method.value
+        d["statement"] = self.statement()
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> ErrorBars:
+        """The inverse of ``to_dict`` (its statement is rendered again, not read)."""
+        fields: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v for k, v in d.items() if k != "statement"}
+        return cls(**fields)
 
 
 VACUOUS_EPSILON = 10.0

@@ -62,7 +62,7 @@ class ReleaseRequest(_message.Message):
     def __init__(self, mechanism: _Optional[str] = ..., epsilon: _Optional[float] = ..., delta: _Optional[float] = ..., s: _Optional[float] = ..., rho: _Optional[float] = ..., sensitivity: _Optional[str] = ..., calibration: _Optional[str] = ..., public_sensitivity: _Optional[str] = ..., first_window: _Optional[int] = ..., last_window: _Optional[int] = ..., discovery: _Optional[bool] = ..., force: _Optional[bool] = ..., expected_reports: _Optional[int] = ..., request_id: _Optional[str] = ...) -> None: ...
 
 class ReleaseRecord(_message.Message):
-    __slots__ = ("release_id", "created_at", "mechanism", "params", "sensitivity_method", "data_dependent", "gamma", "sigma", "calibration", "epsilon", "delta", "n_reports", "vocab_size", "max_n", "statement", "differentially_private", "laplace_scale", "ledger_epsilon", "ledger_delta", "first_window", "last_window", "privacy_unit", "reports_per_user", "discovery_threshold", "discovered", "request_id")
+    __slots__ = ("release_id", "created_at", "mechanism", "params", "sensitivity_method", "data_dependent", "gamma", "sigma", "calibration", "epsilon", "delta", "n_reports", "vocab_size", "max_n", "statement", "differentially_private", "laplace_scale", "ledger_epsilon", "ledger_delta", "first_window", "last_window", "privacy_unit", "reports_per_user", "discovery_threshold", "discovered", "request_id", "error_bars")
     class ParamsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -96,6 +96,7 @@ class ReleaseRecord(_message.Message):
     DISCOVERY_THRESHOLD_FIELD_NUMBER: _ClassVar[int]
     DISCOVERED_FIELD_NUMBER: _ClassVar[int]
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    ERROR_BARS_FIELD_NUMBER: _ClassVar[int]
     release_id: str
     created_at: str
     mechanism: str
@@ -122,7 +123,8 @@ class ReleaseRecord(_message.Message):
     discovery_threshold: float
     discovered: int
     request_id: str
-    def __init__(self, release_id: _Optional[str] = ..., created_at: _Optional[str] = ..., mechanism: _Optional[str] = ..., params: _Optional[_Mapping[str, float]] = ..., sensitivity_method: _Optional[str] = ..., data_dependent: _Optional[bool] = ..., gamma: _Optional[float] = ..., sigma: _Optional[float] = ..., calibration: _Optional[str] = ..., epsilon: _Optional[float] = ..., delta: _Optional[float] = ..., n_reports: _Optional[int] = ..., vocab_size: _Optional[int] = ..., max_n: _Optional[int] = ..., statement: _Optional[str] = ..., differentially_private: _Optional[bool] = ..., laplace_scale: _Optional[float] = ..., ledger_epsilon: _Optional[float] = ..., ledger_delta: _Optional[float] = ..., first_window: _Optional[int] = ..., last_window: _Optional[int] = ..., privacy_unit: _Optional[str] = ..., reports_per_user: _Optional[int] = ..., discovery_threshold: _Optional[float] = ..., discovered: _Optional[int] = ..., request_id: _Optional[str] = ...) -> None: ...
+    error_bars: str
+    def __init__(self, release_id: _Optional[str] = ..., created_at: _Optional[str] = ..., mechanism: _Optional[str] = ..., params: _Optional[_Mapping[str, float]] = ..., sensitivity_method: _Optional[str] = ..., data_dependent: _Optional[bool] = ..., gamma: _Optional[float] = ..., sigma: _Optional[float] = ..., calibration: _Optional[str] = ..., epsilon: _Optional[float] = ..., delta: _Optional[float] = ..., n_reports: _Optional[int] = ..., vocab_size: _Optional[int] = ..., max_n: _Optional[int] = ..., statement: _Optional[str] = ..., differentially_private: _Optional[bool] = ..., laplace_scale: _Optional[float] = ..., ledger_epsilon: _Optional[float] = ..., ledger_delta: _Optional[float] = ..., first_window: _Optional[int] = ..., last_window: _Optional[int] = ..., privacy_unit: _Optional[str] = ..., reports_per_user: _Optional[int] = ..., discovery_threshold: _Optional[float] = ..., discovered: _Optional[int] = ..., request_id: _Optional[str] = ..., error_bars: _Optional[str] = ...) -> None: ...
 
 class ReleasePreview(_message.Message):
     __slots__ = ("mechanism", "epsilon", "delta", "noise", "noise_unit", "reports", "reports_source", "resolvable", "signal_share", "swamped", "target_share", "reports_needed", "epsilon_needed", "advice", "statement", "budget_after", "channel_progress", "channel_status")
@@ -193,32 +195,42 @@ class GetReleaseResponse(_message.Message):
     def __init__(self, record: _Optional[_Union[ReleaseRecord, _Mapping]] = ..., items: _Optional[_Iterable[str]] = ..., log_probs: _Optional[_Iterable[float]] = ..., pseudo_counts: _Optional[_Iterable[float]] = ...) -> None: ...
 
 class TopNgramsRequest(_message.Message):
-    __slots__ = ("release_id", "k", "order", "exclude_special")
+    __slots__ = ("release_id", "k", "order", "exclude_special", "level")
     RELEASE_ID_FIELD_NUMBER: _ClassVar[int]
     K_FIELD_NUMBER: _ClassVar[int]
     ORDER_FIELD_NUMBER: _ClassVar[int]
     EXCLUDE_SPECIAL_FIELD_NUMBER: _ClassVar[int]
+    LEVEL_FIELD_NUMBER: _ClassVar[int]
     release_id: str
     k: int
     order: int
     exclude_special: bool
-    def __init__(self, release_id: _Optional[str] = ..., k: _Optional[int] = ..., order: _Optional[int] = ..., exclude_special: _Optional[bool] = ...) -> None: ...
+    level: float
+    def __init__(self, release_id: _Optional[str] = ..., k: _Optional[int] = ..., order: _Optional[int] = ..., exclude_special: _Optional[bool] = ..., level: _Optional[float] = ...) -> None: ...
 
 class NgramProbability(_message.Message):
-    __slots__ = ("ngram", "probability", "noise_sd")
+    __slots__ = ("ngram", "probability", "noise_sd", "noise_low", "noise_high")
     NGRAM_FIELD_NUMBER: _ClassVar[int]
     PROBABILITY_FIELD_NUMBER: _ClassVar[int]
     NOISE_SD_FIELD_NUMBER: _ClassVar[int]
+    NOISE_LOW_FIELD_NUMBER: _ClassVar[int]
+    NOISE_HIGH_FIELD_NUMBER: _ClassVar[int]
     ngram: str
     probability: float
     noise_sd: float
-    def __init__(self, ngram: _Optional[str] = ..., probability: _Optional[float] = ..., noise_sd: _Optional[float] = ...) -> None: ...
+    noise_low: float
+    noise_high: float
+    def __init__(self, ngram: _Optional[str] = ..., probability: _Optional[float] = ..., noise_sd: _Optional[float] = ..., noise_low: _Optional[float] = ..., noise_high: _Optional[float] = ...) -> None: ...
 
 class TopNgramsResponse(_message.Message):
-    __slots__ = ("ngrams",)
+    __slots__ = ("ngrams", "level", "error_bars")
     NGRAMS_FIELD_NUMBER: _ClassVar[int]
+    LEVEL_FIELD_NUMBER: _ClassVar[int]
+    ERROR_BARS_FIELD_NUMBER: _ClassVar[int]
     ngrams: _containers.RepeatedCompositeFieldContainer[NgramProbability]
-    def __init__(self, ngrams: _Optional[_Iterable[_Union[NgramProbability, _Mapping]]] = ...) -> None: ...
+    level: float
+    error_bars: str
+    def __init__(self, ngrams: _Optional[_Iterable[_Union[NgramProbability, _Mapping]]] = ..., level: _Optional[float] = ..., error_bars: _Optional[str] = ...) -> None: ...
 
 class BudgetRequest(_message.Message):
     __slots__ = ()

@@ -4,7 +4,8 @@ Each module of this package exposes one object, ``MECHANISM``, in the shape of O
 measurement: validated, frozen parameters (``ReleaseSpec``, defined here: the request, checked against
 the mechanism's ``knobs``) and a privacy map (``charge``: the (ε, δ) a spec spends; ``noise``: the
 per-item noise the accuracy preview reads), with ``run`` turning reports into a
-``lac.curator.release.core.Release`` that carries its typed ``Guarantee``. The mechanisms are built from
+``lac.curator.release.core.Release`` that carries its typed ``Guarantee`` and, when asked (``errors``), its
+per-item error bars (``lac.curator.release.errorbars``). The mechanisms are built from
 the algorithms of ``lac.curator.release``.
 
 Everything that dispatches on a mechanism's name (``ReleaseSpec``, ``lac.curator.runner.run``, the RPC
@@ -31,6 +32,7 @@ from lac.curator.release.bayesian import SENSITIVITY_METHODS
 from lac.curator.release.channel import NgramChannel
 from lac.curator.release.core import PublicCaps, Release, Reports
 from lac.curator.release.engine import Engine
+from lac.curator.release.errorbars import Bootstrap
 from lac.curator.release.gaussian import METHODS as CALIBRATIONS
 
 __all__ = [
@@ -144,8 +146,10 @@ class Mechanism(Protocol):
         rng: RandomSource | None,
         engine: Engine,
         channel: NgramChannel | None,
+        errors: Bootstrap | None = None,
     ) -> Release:
-        """The release of ``spec`` over ``reports``."""
+        """The release of ``spec`` over ``reports``, with its error bars unless ``errors`` is None (a
+        release that is not DP gets none, with the reason)."""
 
 
 class Defaults:

@@ -15,10 +15,11 @@ from lac.curator.release import core as release
 from lac.curator.release.bayesian import BayesianParams, BayesianRelease, bayesian_dp, bayesian_from_stats
 from lac.curator.release.channel import NgramChannel
 from lac.curator.release.engine import Engine
+from lac.curator.release.errorbars import Bootstrap, ItemErrors, logit_errors, none
 from lac.curator.release.gaussian import calibrate
 from lac.curator.release.sound import sound_gamma
 
-__all__ = ["MECHANISM", "BayesianDP", "params", "logit_noise"]
+__all__ = ["MECHANISM", "BayesianDP", "params", "logit_noise", "logit_release_errors"]
 
 
 def params(spec: ReleaseSpec, caps: release.PublicCaps, unit: PrivacyUnit) -> BayesianParams:
@@ -52,8 +53,24 @@ def logit_noise(q: NoiseQuery, selection_share: float = 0.0) -> LogitNoise:
     )
 
 
+def logit_release_errors(
+    log_theta, sigma: float, data_dependent: bool, vocab: NgramVocabulary, errors: Bootstrap | None
+) -> ItemErrors | None:
+    """The error bars of a release of noisy logits (BayesianDP, EndToEndDP): none when its σ is data-derived."""
+    if errors is None:
+        return None
+    if data_dependent:
+        return none(release.NOT_DP_NO_ERRORS)
+    return logit_errors(log_theta, sigma, vocab.orders, errors)
+
+
 def bayesian_release(
-    r: BayesianRelease, p: BayesianParams, items: tuple[str, ...], caps: release.PublicCaps, common: dict[str, Any]
+    r: BayesianRelease,
+    p: BayesianParams,
+    items: tuple[str, ...],
+    caps: release.PublicCaps,
+    common: dict[str, Any],
+    errors: ItemErrors | None = None,
 ) -> release.Release:
     return release.Release(
         "bayesian",
@@ -68,6 +85,7 @@ def bayesian_release(
         r.calibration,
         0.0,
         params=dict(S=p.S, C=caps.C, rho=p.rho, W=caps.W, count_clip=caps.count_clip),
+        errors=errors,
         **common,
     )
 
@@ -97,6 +115,7 @@ class BayesianDP(Defaults):
         rng: RandomSource | None,
         engine: Engine,
         channel: NgramChannel | None,
+        errors: Bootstrap | None = None,
     ) -> release.Release:
         W, C = caps.W, caps.C
         items = tuple(vocab.items)
@@ -112,10 +131,13 @@ class BayesianDP(Defaults):
                     0.0,
                 )
             r = bayesian_from_stats(stats, vocab.alpha, p, rng=rng, max_sq_dist=max_sq)
-            return bayesian_release(r, p, items, caps, dict(vocab_size=len(items), n_reports=stats.n_users))
-        U = reports.vocab_counts(C, W)
-        r = bayesian_dp(U, vocab.alpha, p, rng=rng)
-        return bayesian_release(r, p, items, caps, dict(vocab_size=len(items), n_reports=int(U.shape[0])))
+            common = dict(vocab_size=len(items), n_reports=stats.n_users)
+        else:
+            U = reports.vocab_counts(C, W)
+            r = bayesian_dp(U, vocab.alpha, p, rng=rng)
+            common = dict(vocab_size=len(items), n_reports=int(U.shape[0]))
+        errs = logit_release_errors(r.log_theta, r.sigma, r.data_dependent, vocab, errors)
+        return bayesian_release(r, p, items, caps, common, errs)
 
 
 MECHANISM = BayesianDP()

@@ -9,11 +9,12 @@ from lac.common.privacy import PrivacyUnit
 from lac.common.rng import RandomSource
 from lac.curator.base.ngrams import NgramVocabulary
 from lac.curator.mechanisms import Defaults, LogitNoise, NoiseQuery, ReleaseSpec
-from lac.curator.mechanisms.bayesian import logit_noise
+from lac.curator.mechanisms.bayesian import logit_noise, logit_release_errors
 from lac.curator.release import core as release
 from lac.curator.release.channel import NgramChannel
 from lac.curator.release.endtoend import SELECTION_SHARE, EndToEndParams, end_to_end_dp
 from lac.curator.release.engine import Engine
+from lac.curator.release.errorbars import Bootstrap
 
 __all__ = ["MECHANISM", "EndToEndDP"]
 
@@ -43,6 +44,7 @@ class EndToEndDP(Defaults):
         rng: RandomSource | None,
         engine: Engine,
         channel: NgramChannel | None,
+        errors: Bootstrap | None = None,
     ) -> release.Release:
         W, C = caps.W, caps.C
         items = tuple(vocab.items)
@@ -83,6 +85,7 @@ class EndToEndDP(Defaults):
             ),
             vocab_size=len(items),
             n_reports=int(U.shape[0]),
+            errors=logit_release_errors(er.log_theta, er.sigma, e.guarantee.data_dependent, vocab, errors),
         )
 
 

@@ -12,6 +12,7 @@ from lac.curator.release import core as release
 from lac.curator.release.baselines import k_anonymity
 from lac.curator.release.channel import NgramChannel
 from lac.curator.release.engine import Engine
+from lac.curator.release.errorbars import Bootstrap
 
 __all__ = ["MECHANISM", "KAnonymity"]
 
@@ -41,12 +42,13 @@ class KAnonymity(Defaults):
         rng: RandomSource | None,
         engine: Engine,
         channel: NgramChannel | None,
+        errors: Bootstrap | None = None,
     ) -> release.Release:
         items = tuple(vocab.items)
         U = reports.vocab_counts(caps.C, caps.W)
         b = k_anonymity(U, K=spec.K, C=caps.C)
         return release.baseline_release(
-            spec.mechanism, items, b, dict(vocab_size=len(items), n_reports=int(U.shape[0]))
+            spec.mechanism, items, b, dict(vocab_size=len(items), n_reports=int(U.shape[0])), vocab.orders, errors
         )
 
 

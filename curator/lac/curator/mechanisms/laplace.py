@@ -13,6 +13,7 @@ from lac.curator.release import core as release
 from lac.curator.release.baselines import laplace_dp, laplace_from_stats
 from lac.curator.release.channel import NgramChannel
 from lac.curator.release.engine import Engine
+from lac.curator.release.errorbars import Bootstrap
 
 __all__ = ["MECHANISM", "Laplace"]
 
@@ -53,6 +54,7 @@ class Laplace(Defaults):
         rng: RandomSource | None,
         engine: Engine,
         channel: NgramChannel | None,
+        errors: Bootstrap | None = None,
     ) -> release.Release:
         W, C, eps = caps.W, caps.C, spec.epsilon
         return release.counted_baseline(
@@ -63,6 +65,7 @@ class Laplace(Defaults):
             engine,
             lambda stats: laplace_from_stats(stats, W=W, C=C, epsilon=eps, rng=rng, unit=unit),
             lambda U: laplace_dp(U, W=W, C=C, epsilon=eps, rng=rng, unit=unit),
+            errors,
         )
 
 

@@ -14,6 +14,7 @@ from lac.curator.release import core as release
 from lac.curator.release.baselines import laplace_public_dp, laplace_public_from_stats
 from lac.curator.release.channel import NgramChannel
 from lac.curator.release.engine import Engine
+from lac.curator.release.errorbars import Bootstrap
 
 __all__ = ["MECHANISM", "LaplacePublic"]
 
@@ -46,6 +47,7 @@ class LaplacePublic(Defaults):
         rng: RandomSource | None,
         engine: Engine,
         channel: NgramChannel | None,
+        errors: Bootstrap | None = None,
     ) -> release.Release:
         W, C, eps, sens, alpha = caps.W, caps.C, spec.epsilon, spec.public_sensitivity, vocab.alpha
         return release.counted_baseline(
@@ -58,6 +60,7 @@ class LaplacePublic(Defaults):
                 stats, alpha, W=W, C=C, epsilon=eps, sensitivity=sens, rng=rng, unit=unit
             ),
             lambda U: laplace_public_dp(U, alpha, W=W, C=C, epsilon=eps, sensitivity=sens, rng=rng, unit=unit),
+            errors,
         )
 
 

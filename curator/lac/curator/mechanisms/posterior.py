@@ -16,6 +16,7 @@ from lac.curator.mechanisms import Defaults, ItemNoise, NoiseQuery, ReleaseSpec
 from lac.curator.release import core as release
 from lac.curator.release.channel import NgramChannel
 from lac.curator.release.engine import Engine
+from lac.curator.release.errorbars import Bootstrap, posterior_errors
 from lac.curator.release.posterior import PosteriorParams, WeightedTotals, posterior_release
 
 __all__ = ["MECHANISM", "Posterior"]
@@ -62,6 +63,7 @@ class Posterior(Defaults):
         rng: RandomSource | None,
         engine: Engine,
         channel: NgramChannel | None,
+        errors: Bootstrap | None = None,
     ) -> release.Release:
         W, C = caps.W, caps.C
         pp = PosteriorParams(epsilon=spec.epsilon, delta=spec.delta, W=W, C=C, discovery=spec.discovery, unit=unit)
@@ -72,6 +74,20 @@ class Posterior(Defaults):
             WeightedTotals(np.zeros(len(vocab))),
         )
         pr = posterior_release(totals, vocab, pp, rng=rng, channel=channel)
+        errs = None
+        if errors is not None:  # the Gaussian mechanism's outputs, the post-processing's fits and public data
+            errs = posterior_errors(
+                pr.noisy_public,
+                pr.items[len(vocab) :],
+                pr.found_noisy,
+                pr.pseudo_counts,
+                pr.fits,
+                vocab,
+                pr.sigma,
+                pr.threshold,
+                channel,
+                errors,
+            )
         return release.Release(
             self.name,
             pr.items,
@@ -90,6 +106,7 @@ class Posterior(Defaults):
             threshold=pr.threshold,
             discovered=pr.discovered,
             channel=pr.channel,
+            errors=errs,
         )
 
 

@@ -52,6 +52,7 @@ __all__ = [
     "NgramChannel",
     "Deconvolution",
     "deconvolve",
+    "deconvolve_steps",
     "word_channel",
     "deployment_channel",
     "CHANNEL_DRAWS",
@@ -508,15 +509,37 @@ def deconvolve(
     fit = A @ x
     d0 = d = disc(fit)
     it = 0
-    ok = detect > 0
     while it < max_iter and d > target:
-        ratio = np.divide(y, fit, out=np.zeros_like(y), where=fit > 0)
-        nxt = x.copy()
-        nxt[ok] = x[ok] * (AT @ ratio)[ok] / detect[ok]
-        nfit = A @ nxt
+        nxt, nfit = _em_step(x, y, fit, A, AT, detect)
         nd = disc(nfit)
         if nd > d * (1 - 1e-4):  # no longer improving: the rest is noise or model error
             break
         x, fit, d = nxt, nfit, nd
         it += 1
     return Deconvolution(x, it, d, d0)
+
+
+def _em_step(
+    x: np.ndarray, y: np.ndarray, fit: np.ndarray, A: sp.csr_matrix, AT: sp.csr_matrix, detect: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """One EM step of ``deconvolve`` from clean totals ``x`` (fitted A·x = ``fit``) towards ``y``: the next
+    x and its fit. Arrays are one estimate (n,) or several side by side (n, draws)."""
+    ok = detect > 0
+    ratio = np.divide(y, fit, out=np.zeros_like(y), where=fit > 0)
+    nxt = x.copy()
+    nxt[ok] = x[ok] * (AT @ ratio)[ok] / detect[ok].reshape(-1, *([1] * (x.ndim - 1)))
+    return nxt, A @ nxt
+
+
+def deconvolve_steps(fit_to: np.ndarray, A: sp.csr_matrix, prior: np.ndarray, steps: int) -> np.ndarray:
+    """``deconvolve(..., fit_to=fit_to)`` run for exactly ``steps`` EM steps (no stopping rule), for several
+    targets at once: ``fit_to`` is (items, draws), one column per draw; returns the clean totals alike."""
+    y = np.maximum(np.asarray(fit_to, dtype=np.float64), 0.0)
+    detect = np.asarray(A.sum(axis=0)).ravel()
+    AT = A.T.tocsr()
+    fitted = float((A @ prior).sum())
+    x = prior[:, None] * (y.sum(axis=0) / fitted if fitted > 0 else np.zeros(y.shape[1]))[None, :]
+    fit = A @ x
+    for _ in range(steps):
+        x, fit = _em_step(x, y, fit, A, AT, detect)
+    return x

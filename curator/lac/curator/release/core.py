@@ -37,6 +37,7 @@ from lac.curator.base.ngrams import NgramVocabulary, ReportItems, cap_and_clamp
 from lac.curator.release.baselines import BaselineRelease
 from lac.curator.release.bayesian import LOG_THETA_GRID, CountStats, bruteforce_sq_dists, count_stats
 from lac.curator.release.engine import Engine
+from lac.curator.release.errorbars import Bootstrap, ItemErrors, laplace_errors, none
 from lac.curator.release.posterior import WeightedTotals, weighted_totals
 from lac.curator.store import segments
 
@@ -181,6 +182,7 @@ class Release:
     threshold: float = 0.0  # the discovery threshold (posterior)
     discovered: int = 0  # n-grams released by discovery (a DP output)
     channel: str = ""  # the deployment whose public local channel estimated the clean statistics ("": none)
+    errors: ItemErrors | None = None  # per-item error bars (None: not asked for, e.g. an evaluation's releases)
 
     @property
     def differentially_private(self) -> bool:
@@ -250,21 +252,52 @@ def counted_baseline(
     engine: Engine,
     from_stats: Callable[[CountStats], BaselineRelease],
     from_counts: Callable[[sp.csr_matrix], BaselineRelease],
+    errors: Bootstrap | None = None,
 ) -> Release:
     """A baseline over the vocabulary's per-report counts (first W items, clamped at C): from column totals
-    streamed block by block through ``engine``, or from an offline counts matrix as given."""
+    streamed block by block through ``engine``, or from an offline counts matrix as given; with its error
+    bars unless ``errors`` is None."""
     items = tuple(vocab.items)
     if not isinstance(reports, MatrixReports):
         stats = stream_stats(reports, vocab, caps.C, caps.W, engine)
-        return baseline_release(
-            mechanism, items, from_stats(stats), dict(vocab_size=len(items), n_reports=stats.n_users)
-        )
+        common = dict(vocab_size=len(items), n_reports=stats.n_users)
+        return baseline_release(mechanism, items, from_stats(stats), common, vocab.orders, errors)
     U = reports.vocab_counts(caps.C, caps.W)
-    return baseline_release(mechanism, items, from_counts(U), dict(vocab_size=len(items), n_reports=int(U.shape[0])))
+    common = dict(vocab_size=len(items), n_reports=int(U.shape[0]))
+    return baseline_release(mechanism, items, from_counts(U), common, vocab.orders, errors)
 
 
-def baseline_release(mechanism: str, items: tuple[str, ...], b: BaselineRelease, common: dict[str, Any]) -> Release:
-    """The release of a baseline (``lac.curator.release.baselines``): its probabilities as rounded log-probabilities."""
+NOT_DP_NO_ERRORS = (
+    "The noise scale of this release is a function of the data (NOT differentially private): error bars computed "
+    "from it would reveal a data-derived number, so none are given."
+)
+KANON_NO_ERRORS = (
+    "k-anonymity adds no noise: its values are exact clamped counts of the n-grams held by at least K users, and "
+    "its error (the suppressed n-grams) is not one an error bar describes."
+)
+
+
+def baseline_errors(b: BaselineRelease, orders: np.ndarray) -> ItemErrors:
+    """A baseline's error bars: closed form from the Laplace scale (the public-data variant releases a
+    distribution, whose total 1 is public), none for k-anonymity or a data-dependent scale."""
+    if b.guarantee is None or b.noisy is None:
+        return none(KANON_NO_ERRORS)
+    if b.data_dependent:
+        return none(NOT_DP_NO_ERRORS)
+    return laplace_errors(b.noisy, b.scale, orders, 1.0 if b.mechanism == "laplace-public" else None)
+
+
+def baseline_release(
+    mechanism: str,
+    items: tuple[str, ...],
+    b: BaselineRelease,
+    common: dict[str, Any],
+    orders: np.ndarray | None = None,
+    errors: Bootstrap | None = None,
+) -> Release:
+    """The release of a baseline (``lac.curator.release.baselines``): its probabilities as rounded
+    log-probabilities, with its error bars (``baseline_errors`` over the items' ``orders``) unless ``errors`` is
+    None."""
     with np.errstate(divide="ignore"):
         log_probs = np.log(b.probs)
     return Release(
@@ -280,5 +313,6 @@ def baseline_release(mechanism: str, items: tuple[str, ...], b: BaselineRelease,
         "",
         b.scale,
         params={k: float(v) for k, v in b.params.items() if isinstance(v, (int, float)) and not isinstance(v, bool)},
+        errors=None if errors is None or orders is None else baseline_errors(b, orders),
         **common,
     )

@@ -53,6 +53,7 @@ import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from numbers import Real
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -74,7 +75,12 @@ __all__ = [
     "weighted_totals",
     "discovery_threshold",
     "posterior_release",
+    "EBPrior",
+    "OrderFit",
+    "eb_fit",
+    "eb_means",
     "empirical_bayes",
+    "channel_prior",
     "post_process",
     "clean_estimate",
     "lm_strength",
@@ -241,6 +247,8 @@ class PosteriorRelease:
     items: tuple[str, ...]
     pseudo_counts: np.ndarray  # the posterior means, in units of normalised reports (≥ 0)
     noisy_public: np.ndarray  # the noisy totals of the public items (the Gaussian mechanism's output)
+    found_noisy: np.ndarray  # the discovered items' noisy totals (the Gaussian mechanism's output), in items' order
+    fits: dict[int, OrderFit]  # what step 5 fitted to each order (post-processing; empty: the public counts)
     log_probs: np.ndarray  # log of the pseudo-counts' share of all items (−inf for 0)
     sigma: float
     threshold: float  # ρ (inf without discovery)
@@ -293,6 +301,102 @@ def information_bins(prior_mean: np.ndarray, sigma: float, max_bins: int) -> tup
     return bins, k
 
 
+@dataclass(frozen=True, eq=False)
+class EBPrior:
+    """The empirical-Bayes prior fitted to one order's noisy totals (``eb_fit``): each item's prior mean μ and,
+    per bin of items, the mixture weights over the ratio grid. Post-processing of the noisy totals."""
+
+    prior_mean: np.ndarray
+    bins: tuple[tuple[np.ndarray, np.ndarray], ...]  # (items of the bin, weights over _RATIO_GRID)
+
+
+def eb_fit(noisy: np.ndarray, prior_mean: np.ndarray, sigma: float, bins: int) -> EBPrior:
+    """The prior ``empirical_bayes`` fits: per bin of μ (``information_bins``), the mixture weights over
+    the ratio grid that maximise the bin's marginal likelihood (EM from a log-normal centred on r = 1)."""
+    idx = np.flatnonzero(prior_mean > 0)
+    if idx.size == 0:
+        return EBPrior(prior_mean, ())
+    b, k = information_bins(prior_mean[idx], sigma, bins)
+    log_grid = np.log(_RATIO_GRID)
+    start = np.exp(-0.5 * (log_grid + 0.5) ** 2)  # log-normal(−½, 1): mean ratio 1
+    start /= start.sum()
+    fitted = []
+    for j in range(k):
+        sel = idx[b == j]
+        lik = _eb_likelihoods(noisy[sel][:, None], prior_mean[sel], _RATIO_GRID, sigma)[0]
+        w = start.copy()
+        for _ in range(_EB_ITERATIONS):
+            w = w * (lik.T @ (1.0 / (lik @ w))) / sel.size
+        fitted.append((sel, w))
+    return EBPrior(prior_mean, tuple(fitted))
+
+
+def _eb_likelihoods(
+    y: np.ndarray, mu: np.ndarray, grid: np.ndarray, sigma: float
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Per item (y: noisy totals with a trailing axis of 1) and grid component: the likelihood (scaled to 1
+    at each item's best component), and the component's mean, prior variance and total variance."""
+    m = mu[:, None] * grid[None, :]
+    tau2 = (m * _RATIO_SPREAD) ** 2
+    var = sigma * sigma + tau2
+    loglik = -0.5 * (y - m) ** 2 / var - 0.5 * np.log(var)
+    return np.exp(loglik - loglik.max(axis=-1, keepdims=True)), m, tau2, var
+
+
+def eb_means(prior: EBPrior, noisy: np.ndarray, sigma: float, prune: float = 0.0) -> np.ndarray:
+    """Posterior means of each item under ``prior`` given its noisy total (``noisy``: one per item of the order).
+    Never below μ·10⁻⁴; items with μ = 0 keep max(noisy, 0). ``prune`` > 0 is for many redraws at once
+    (``noisy``: draws × items; the error bars' bootstrap): the grid components of a bin whose weight is below
+    that share of its largest are left out (a mean moves by about that share) and each component's constants
+    are computed once for all draws, in parts of about ``EB_CELLS`` cells; the release itself prunes nothing."""
+    noisy = np.asarray(noisy, dtype=np.float64)
+    if prune > 0:
+        return _eb_means_redrawn(prior, noisy, sigma, prune)
+    post = np.maximum(noisy, 0.0)
+    s2 = sigma * sigma
+    for sel, w in prior.bins:
+        y = noisy[sel][:, None]
+        lik, m, tau2, var = _eb_likelihoods(y, prior.prior_mean[sel], _RATIO_GRID, sigma)
+        resp = lik * w
+        resp /= resp.sum(axis=-1, keepdims=True)
+        post[sel] = np.maximum(
+            (resp * ((y * tau2 + m * s2) / var)).sum(axis=-1), prior.prior_mean[sel] * _RATIO_GRID[0]
+        )
+    return post
+
+
+EB_CELLS = 1 << 22  # redraws' posterior means run on about this many (draw × item × component) cells at once
+
+
+def _eb_means_redrawn(prior: EBPrior, noisy: np.ndarray, sigma: float, prune: float) -> np.ndarray:
+    """``eb_means`` of many redraws (draws × items): the same normal-mixture posterior means, computed in log space
+    with each kept component's constants once (about twice as fast; equal to rounding and pruning)."""
+    post = np.maximum(noisy, 0.0)
+    s2 = sigma * sigma
+    for sel, w in prior.bins:
+        keep = w > prune * w.max()
+        m = prior.prior_mean[sel][:, None] * _RATIO_GRID[keep][None, :]
+        tau2 = (m * _RATIO_SPREAD) ** 2
+        var = s2 + tau2
+        half_inv, log_w = (
+            0.5 / var,
+            np.log(w[keep]) - 0.5 * np.log(var),
+        )  # log(weight × likelihood) = log_w − half_inv·d²
+        a, b = tau2 / var, m * s2 / var  # the component's posterior mean is a·y + b
+        floor = prior.prior_mean[sel] * _RATIO_GRID[0]
+        step = max(1, EB_CELLS // m.size)
+        for lo in range(0, noisy.shape[0], step):
+            y = noisy[lo : lo + step, sel][..., None]
+            d = y - m
+            d *= d
+            d *= half_inv
+            np.subtract(log_w, d, out=d)
+            d -= d.max(axis=-1, keepdims=True)
+            np.exp(d, out=d)
+            post[lo : lo + step, sel] = np.maximum((d * (y * a + b)).sum(axis=-1) / d.sum(axis=-1), floor)
+    return post
+
+
 def empirical_bayes(noisy: np.ndarray, prior_mean: np.ndarray, sigma: float, bins: int) -> np.ndarray:
     """Posterior means of noisy = truth + N(0, σ²), truth = μ·r, under an estimated prior on r.
 
@@ -300,34 +404,39 @@ def empirical_bayes(noisy: np.ndarray, prior_mean: np.ndarray, sigma: float, bin
     prior mass for its ratio to stand out of the noise, so weak data give one bin). In each bin
     the prior on r is a mixture over a fixed log grid of ratios (10⁻⁴ … 10⁴) of normals
     N(μ·r_k, (μ·r_k·h)²), h the grid's log step; its weights are the maximum-marginal-likelihood
-    fit to the bin's noisy values (EM from a log-normal centred on r = 1). The posterior mean of
-    each item is a convex combination of normal-normal posterior means: it follows the data where
-    they stand out of the noise and the prior where they do not. Never below μ·10⁻⁴ (no public
+    fit to the bin's noisy values (EM from a log-normal centred on r = 1; ``eb_fit``). The posterior mean
+    of each item (``eb_means``) is a convex combination of normal-normal posterior means: it follows the
+    data where they stand out of the noise and the prior where they do not. Never below μ·10⁻⁴ (no public
     item gets probability 0); items with μ = 0 keep max(noisy, 0)."""
-    post = np.maximum(np.asarray(noisy, dtype=np.float64), 0.0)
-    idx = np.flatnonzero(prior_mean > 0)
-    if idx.size == 0:
-        return post
-    b, k = information_bins(prior_mean[idx], sigma, bins)
-    s2 = sigma * sigma
-    log_grid = np.log(_RATIO_GRID)
-    start = np.exp(-0.5 * (log_grid + 0.5) ** 2)  # log-normal(−½, 1): mean ratio 1
-    start /= start.sum()
-    for j in range(k):
-        sel = idx[b == j]
-        y = noisy[sel][:, None]
-        m = prior_mean[sel][:, None] * _RATIO_GRID[None, :]
-        tau2 = (m * _RATIO_SPREAD) ** 2
-        var = s2 + tau2
-        loglik = -0.5 * (y - m) ** 2 / var - 0.5 * np.log(var)
-        lik = np.exp(loglik - loglik.max(axis=1, keepdims=True))
-        w = start.copy()
-        for _ in range(_EB_ITERATIONS):
-            w = w * (lik.T @ (1.0 / (lik @ w))) / sel.size
-        resp = lik * w
-        resp /= resp.sum(axis=1, keepdims=True)
-        post[sel] = np.maximum((resp * ((y * tau2 + m * s2) / var)).sum(axis=1), prior_mean[sel] * _RATIO_GRID[0])
-    return post
+    return eb_means(eb_fit(noisy, prior_mean, sigma, bins), noisy, sigma)
+
+
+@dataclass(frozen=True, eq=False)
+class OrderFit:
+    """What step 5 fitted to one order's noisy totals (post-processing of DP outputs): its empirical-Bayes prior
+    and, for a clean estimate, the deconvolution's number of EM steps (-1: no channel). The error bars hold them."""
+
+    eb: EBPrior
+    steps: int = -1
+
+
+def channel_prior(alpha: np.ndarray) -> np.ndarray:
+    """The public distribution π a clean estimate starts from (uniform when the public counts are all 0)."""
+    return alpha / alpha.sum() if alpha.sum() > 0 else np.full(alpha.size, 1.0 / max(alpha.size, 1))
+
+
+def _clean_estimate(
+    noisy: np.ndarray, alpha: np.ndarray, sigma: float, bins: int, A: sp.csr_matrix
+) -> tuple[np.ndarray, OrderFit]:
+    prior = channel_prior(alpha)
+    pushed = A @ prior
+    total = max(float(noisy.sum()), 1.0)
+    eb = eb_fit(noisy, total * pushed / max(float(pushed.sum()), 1e-300), sigma, bins)
+    denoised = eb_means(eb, noisy, sigma)
+    d = deconvolve(noisy, A, prior, sigma, fit_to=denoised)
+    clean = d.clean
+    mass = float(clean.sum())
+    return (clean * (float(denoised.sum()) / mass) if mass > 0 else clean), OrderFit(eb, d.iterations)
 
 
 def clean_estimate(noisy: np.ndarray, alpha: np.ndarray, sigma: float, bins: int, A: sp.csr_matrix) -> np.ndarray:
@@ -336,22 +445,19 @@ def clean_estimate(noisy: np.ndarray, alpha: np.ndarray, sigma: float, bins: int
     prior A·π, deconvolved from the prior π (``lac.curator.release.channel.deconvolve``), then scaled to
     the posterior's mass (the EM's mass on the public items is inflated by leaks from n-grams the
     public vocabulary does not list, whose chance of being seen intact is small)."""
-    prior = alpha / alpha.sum() if alpha.sum() > 0 else np.full(alpha.size, 1.0 / max(alpha.size, 1))
-    pushed = A @ prior
-    total = max(float(noisy.sum()), 1.0)
-    denoised = empirical_bayes(noisy, total * pushed / max(float(pushed.sum()), 1e-300), sigma, bins)
-    clean = deconvolve(noisy, A, prior, sigma, fit_to=denoised).clean
-    mass = float(clean.sum())
-    return clean * (float(denoised.sum()) / mass) if mass > 0 else clean
+    return _clean_estimate(noisy, alpha, sigma, bins, A)[0]
 
 
-def lm_strength(pseudo: np.ndarray, alpha: np.ndarray) -> float:
+def lm_strength(pseudo: np.ndarray, alpha: np.ndarray) -> Any:
     """The factor (≥ 1) that gives an order's pseudo-counts at least ``LM_PRIOR_SHARE`` of the
     public prior's count mass. Where the data are weak the posterior has the prior's shape but
     the users' small mass, and Kneser–Ney over small pseudo-counts over-smooths that shape (its
-    discounts are absolute): the posterior keeps part of the prior's strength instead."""
-    total = float(pseudo.sum())
-    return max(1.0, LM_PRIOR_SHARE * float(alpha.sum()) / total) if total > 0 else 1.0
+    discounts are absolute): the posterior keeps part of the prior's strength instead. ``pseudo``'s last
+    axis is the order's items: a float for one set of pseudo-counts, an array for several (redraws)."""
+    total = np.asarray(pseudo).sum(axis=-1)
+    positive = np.where(total > 0, total, 1.0)
+    factor = np.where(total > 0, np.maximum(1.0, LM_PRIOR_SHARE * float(alpha.sum()) / positive), 1.0)
+    return float(factor) if factor.ndim == 0 else factor
 
 
 def posterior_release(
@@ -389,8 +495,9 @@ def posterior_release(
         found, found_values = names.take(passed).to_pylist(), noisy[passed]
         order = sorted(range(len(found)), key=found.__getitem__)  # release order: sorted, not the storage order
         found, found_values = [found[i] for i in order], found_values[order]
-    pseudo, found_values = post_process(noisy_public, found, found_values, vocab, sigma, params.bins, channel)
-    found = found[: found_values.size]
+    found_noisy = found_values
+    pseudo, found_values, fits = post_process(noisy_public, found, found_values, vocab, sigma, params.bins, channel)
+    found, found_noisy = found[: found_values.size], found_noisy[: found_values.size]
     items = tuple(vocab.items) + tuple(found)
     counts = np.concatenate([pseudo, found_values])
     with np.errstate(divide="ignore"):
@@ -399,6 +506,8 @@ def posterior_release(
         items=items,
         pseudo_counts=counts,
         noisy_public=noisy_public,
+        found_noisy=found_noisy,
+        fits=fits,
         log_probs=log_probs,
         sigma=sigma,
         threshold=threshold,
@@ -419,33 +528,36 @@ def post_process(
     sigma: float,
     bins: int,
     channel: NgramChannel | None = None,
-) -> tuple[np.ndarray, np.ndarray]:
+) -> tuple[np.ndarray, np.ndarray, dict[int, OrderFit]]:
     """Step 5: the released pseudo-counts of the public items and of the discovered ones, from the
     Gaussian mechanism's outputs only (the noisy totals ``noisy_public``, the discovered items and
-    their noisy totals), σ and public data (``vocab``'s counts, the public ``channel``). With a
-    channel that keeps too few words to estimate the clean text from (not ``NgramChannel.informative``),
-    the public counts themselves, and nothing discovered: measured end to end, anything estimated
-    from such reports describes the users' text worse than the public prior does."""
+    their noisy totals), σ and public data (``vocab``'s counts, the public ``channel``), and what it fitted
+    to each order (the error bars hold it). With a channel that keeps too few words to estimate the clean
+    text from (not ``NgramChannel.informative``), the public counts themselves, nothing discovered and
+    nothing fitted: measured end to end, anything estimated from such reports describes the users' text worse
+    than the public prior does."""
     if channel is not None and not channel.informative:  # the devices kept too little to estimate from
         channel.order(1, vocab)  # built over this vocabulary (its keep share is)
-        return vocab.alpha.astype(np.float64, copy=True), np.empty(0)
+        return vocab.alpha.astype(np.float64, copy=True), np.empty(0), {}
     pseudo = np.empty(len(vocab))
     orders = vocab.orders
     found_orders = np.array([it.count(" ") + 1 for it in found], dtype=np.int64)
     found_values = np.maximum(np.asarray(found_values, dtype=np.float64), 0.0)
+    fits = {}
     for n in np.unique(orders).tolist():
         sel = orders == n
         alpha = vocab.alpha[sel]
         total = max(float(noisy_public[sel].sum()), 1.0)
         mu = total * alpha / alpha.sum() if alpha.sum() > 0 else np.zeros(alpha.size)
         if channel is None:
-            pseudo[sel] = empirical_bayes(noisy_public[sel], mu, sigma, bins)
+            eb = eb_fit(noisy_public[sel], mu, sigma, bins)
+            pseudo[sel], fits[n] = eb_means(eb, noisy_public[sel], sigma), OrderFit(eb)
         else:
-            pseudo[sel] = clean_estimate(noisy_public[sel], alpha, sigma, bins, channel.order(n, vocab))
+            pseudo[sel], fits[n] = _clean_estimate(noisy_public[sel], alpha, sigma, bins, channel.order(n, vocab))
         strength = lm_strength(pseudo[sel], alpha)
         pseudo[sel] *= strength
         found_values[found_orders == n] *= strength
-    return pseudo, found_values
+    return pseudo, found_values, fits
 
 
 def _guarantee(p: PosteriorParams, sigma: float, threshold: float, V: int, channel: NgramChannel | None) -> Guarantee:

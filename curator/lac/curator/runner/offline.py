@@ -26,6 +26,8 @@ Output
 The released distribution is written atomically to ``--out`` (default: next to the counts,
 ``<counts stem>.<mechanism>.release.npz``) with arrays ``log_probs`` (float64, one per column),
 ``pseudo_counts`` (float64, the posterior's released counts; only for releases that have them),
+``error_center``, ``error_sd``, ``error_order_center``, ``error_order_sd`` (its error bars,
+``lac.curator.release.errorbars``; only for DP releases, the record's ``error_bars`` saying what they are),
 ``items`` (the vocabulary, UTF-8 joined by newlines, as uint8) and ``record`` (the JSON release
 record, UTF-8 as uint8). ``release_offline`` returns the same record as a dict.
 ``lac.curator.lm.model.NgramModel.from_release_file`` builds its language model as the curator does.
@@ -50,6 +52,7 @@ from lac.curator import mechanisms
 from lac.curator.base.ngrams import NgramVocabulary
 from lac.curator.mechanisms import ReleaseSpec
 from lac.curator.release.core import PublicCaps
+from lac.curator.release.errorbars import Bootstrap
 from lac.curator.runner.preview import MIN_SIGNAL_SHARE, Preview, predict, refusal
 from lac.curator.runner.run import run
 
@@ -211,7 +214,8 @@ def release_offline(
     preview = _predict(U, ngrams, spec, caps, reports_per_user, min_signal_share)
     if preview is not None and preview.swamped and not spec.force and min_signal_share > 0:
         raise ReleaseRefused(refusal(preview, "nothing was spent"))
-    r = run(U, ngrams, spec, caps, unit=PrivacyUnit.user(reports_per_user), rng=rng)
+    r = run(U, ngrams, spec, caps, unit=PrivacyUnit.user(reports_per_user), rng=rng, errors=Bootstrap())
+    bars = r.errors.bars if r.errors is not None else None
     rec = {
         "mechanism": r.mechanism,
         "spec": asdict(spec),
@@ -229,7 +233,8 @@ def release_offline(
         "n_users": r.n_reports,
         "vocab_size": r.vocab_size,
         "params": r.params,
-        "statement": r.statement,
+        "statement": r.statement + (" " + bars.statement() if bars is not None else ""),
+        "error_bars": bars.to_dict() if bars is not None else {},
         "preview": preview.statement() if preview is not None else None,
     }
     out_path = Path(out) if out is not None else default_out_path(counts, spec.mechanism)
@@ -241,6 +246,8 @@ def release_offline(
     }
     if r.pseudo_counts is not None:
         arrays["pseudo_counts"] = np.asarray(r.pseudo_counts, dtype=np.float64)
+    if r.errors is not None:
+        arrays |= r.errors.arrays()
     with atomic_file(out_path) as f:
         np.savez_compressed(f, **arrays)
     return rec

@@ -4,18 +4,18 @@
   items, log-probabilities and pseudo-counts, and the typed ``Guarantee`` its statement is
   rendered from), by the spec's mechanism from the registry (``lac.curator.mechanisms``).
 * ``ReleaseRecord``: what the curator remembers of a release, with the statements an analyst and an
-  operator read.
+  operator read (its guarantee, then what its error bars cover).
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 
 import numpy as np
 import scipy.sparse as sp
 
-from lac.common.privacy import ExportedWindows, PeriodLoss, PrivacyUnit
+from lac.common.privacy import ErrorBars, ExportedWindows, PeriodLoss, PrivacyUnit
 from lac.common.rng import RandomSource
 from lac.curator import mechanisms
 from lac.curator.base.ngrams import NgramVocabulary
@@ -23,6 +23,7 @@ from lac.curator.mechanisms import ReleaseSpec
 from lac.curator.release.channel import NgramChannel
 from lac.curator.release.core import MatrixReports, PublicCaps, Release, Reports
 from lac.curator.release.engine import LOCAL, Engine
+from lac.curator.release.errorbars import Bootstrap
 
 __all__ = ["run", "ReleaseRecord"]
 
@@ -36,6 +37,7 @@ def run(
     rng: RandomSource | None = None,
     engine: Engine = LOCAL,
     channel: NgramChannel | None = None,
+    errors: Bootstrap | None = None,
 ) -> Release:
     """Run ``spec`` on ``reports`` (a ``Reports`` source, or a per-report counts matrix over ``vocab``).
 
@@ -43,10 +45,12 @@ def run(
     through ``engine`` (``lac.curator.release.engine``): every mechanism but EndToEndDP and k-anonymity
     reads them block by block; an offline matrix is used as given. With the deployment's local
     ``channel``, the default mechanism estimates the users' clean statistics (post-processing,
-    ``lac.curator.release.posterior.clean_estimate``)."""
+    ``lac.curator.release.posterior.clean_estimate``). With ``errors`` (how to bootstrap), the release carries its
+    per-item error bars (``lac.curator.release.errorbars``): the curator's releases always do; an evaluation's
+    many releases need not."""
     if sp.issparse(reports):
         reports = MatrixReports(sp.csr_matrix(reports), vocab)
-    return mechanisms.get(spec.mechanism).run(reports, vocab, spec, caps, unit, rng, engine, channel)
+    return mechanisms.get(spec.mechanism).run(reports, vocab, spec, caps, unit, rng, engine, channel, errors)
 
 
 def _data_dependent_caveat(n: int) -> str:
@@ -105,6 +109,7 @@ class ReleaseRecord:
     channel: str = ""  # the deployment whose local channel estimated the users' clean text ("": the perturbed text)
     data_dependent_before: int = 0  # data-dependent (NOT DP) releases that had covered one of its windows before it
     exported_windows: int = 0  # of its windows, those whose privatized reports were exported before it (DP releases)
+    error_bars: dict = field(default_factory=dict)  # ``ErrorBars.to_dict()`` of its error bars ({}: made without)
 
     @classmethod
     def of(
@@ -137,6 +142,9 @@ class ReleaseRecord:
             caveat += _perturbed_text_note(release.mechanism)
         if period is not None and release.differentially_private:  # the bound composes DP releases only
             caveat += " " + period.statement()
+        bars = release.errors.bars if release.errors is not None else None
+        if bars is not None:
+            caveat = " " + bars.statement() + caveat
         return cls(
             release_id=release_id,
             created_at=created_at,
@@ -170,6 +178,7 @@ class ReleaseRecord:
             channel=release.channel,
             data_dependent_before=data_dependent_before if release.differentially_private else 0,
             exported_windows=exported.windows if exported is not None and dp else 0,
+            error_bars=bars.to_dict() if bars is not None else {},
         )
 
     def with_later_exports(self, exported: ExportedWindows) -> ReleaseRecord:
@@ -179,6 +188,11 @@ class ReleaseRecord:
             return self
         caveat = " " + exported.caveat()
         return replace(self, statement=self.statement + caveat, public_statement=self.public_statement + caveat)
+
+    @property
+    def bars(self) -> ErrorBars | None:
+        """What its error bars describe (None: made before releases had them)."""
+        return ErrorBars.from_dict(self.error_bars) if self.error_bars else None
 
     def to_json(self) -> bytes:
         return json.dumps(asdict(self)).encode("utf-8")

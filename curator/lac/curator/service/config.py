@@ -16,6 +16,7 @@ from pathlib import Path
 from lac.common.config import ServiceSettings, setting
 from lac.common.deployment import DEFAULT_EMBEDDING, DEFAULT_EMBEDDING_DIAMETER, Deployment
 from lac.common.rpc import Role, parse_names
+from lac.curator.release.errorbars import DRAWS
 from lac.curator.runner.preview import MIN_SIGNAL_SHARE
 from lac.curator.store.ingest import STALL_SECONDS
 
@@ -104,6 +105,12 @@ class CuratorConfig(ServiceSettings):
         "where the sampled local channel and its n-gram products are cached (default: state_dir/prior; public "
         "data only; the products, ~90 MB for the default vocabulary, make a restart's channel ready in ~2 s, not ~20). "
         "`lac curator channel build` fills it ahead of time; every replica pointed at it reuses it and never samples",
+    )
+    error_bar_draws: int = setting(
+        DRAWS,
+        "bootstrap redraws of the DP noise behind each release's error bars (its cost grows with them: about the "
+        "release's post-processing, and for the channel-aware default its deconvolution, once per draw; the "
+        "standard deviation is known to about 1/√(2·draws))",
     )
     # -- identities and roles (mTLS common names)
     key_dir: Path | None = setting(
@@ -334,6 +341,8 @@ class CuratorConfig(ServiceSettings):
                 )
         if self.release_workers < 1:
             raise ValueError("release_workers must be at least 1")
+        if self.error_bar_draws < 2:
+            raise ValueError("error_bar_draws must be at least 2")
         _ = self.deployment  # validates the published configuration
 
     @property

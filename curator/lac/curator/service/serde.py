@@ -8,13 +8,14 @@ pre-noise values, which no reply carries).
 from __future__ import annotations
 
 import datetime as dt
+import math
 from collections.abc import Mapping
 from typing import Any
 
 from google.protobuf.message import DecodeError
 
 from lac.common.errors import InvalidArgument
-from lac.common.privacy import Budget, LocalGuarantee, check_delta
+from lac.common.privacy import ERROR_BAR_LEVEL, Budget, LocalGuarantee, check_delta
 from lac.common.rpc import LENGTH_DELIMITED, Caller, Role, fields
 from lac.common.serde import local_guarantee_message
 from lac.common.v1 import curator_pb2, reports_pb2
@@ -156,6 +157,27 @@ def top_k(r: curator_pb2.TopNgramsRequest) -> int:
     return r.k
 
 
+def top_level(r: curator_pb2.TopNgramsRequest) -> float:
+    """The coverage a TopNgrams request asks its intervals for: unset, ``ERROR_BAR_LEVEL`` (0.9); InvalidArgument
+    outside (0, 1)."""
+    if not r.HasField("level"):
+        return ERROR_BAR_LEVEL
+    if not 0 < r.level < 1:  # NaN too
+        raise InvalidArgument(f"level must be in (0, 1) (the intervals' coverage, e.g. 0.9), got {r.level!r}")
+    return r.level
+
+
+def top_message(
+    top: list[tuple[str, float, float, float, float]], level: float, described: str
+) -> curator_pb2.TopNgramsResponse:
+    """TopNgrams' reply: each n-gram with its probability and error bar (left unset where it is NaN: none)."""
+    ngrams = []
+    for g, p, sd, low, high in top:
+        bar = {} if math.isnan(sd) else {"noise_sd": sd, "noise_low": low, "noise_high": high}
+        ngrams.append(curator_pb2.NgramProbability(ngram=g, probability=p, **bar))
+    return curator_pb2.TopNgramsResponse(ngrams=ngrams, level=level, error_bars=described)
+
+
 def request_id(r: curator_pb2.ReleaseRequest) -> str | None:
     """The request's client-chosen id (None: unset); InvalidArgument unless 1..128 printable characters."""
     rid = r.request_id
@@ -197,6 +219,7 @@ def record_message(rec: ReleaseRecord, caller: Caller) -> curator_pb2.ReleaseRec
         discovery_threshold=rec.threshold,
         discovered=rec.discovered,
         request_id=rec.request_id,
+        error_bars=rec.bars.statement() if rec.bars is not None else "",
     )
 
 

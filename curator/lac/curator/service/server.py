@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import math
 from functools import partial
 
 import grpc
@@ -82,7 +81,7 @@ class QueryServicer:
         )
 
     async def GetRelease(self, request, context, caller: Caller):
-        record, items, log_probs, pseudo = await self.curator.get_release(request.release_id)
+        record, items, log_probs, pseudo, _ = await self.curator.get_release(request.release_id)
         return curator_pb2.GetReleaseResponse(
             record=serde.record_message(record, caller),
             items=items,
@@ -91,15 +90,11 @@ class QueryServicer:
         )
 
     async def TopNgrams(self, request, context, caller: Caller):
-        top = await self.curator.top_ngrams(
-            request.release_id, serde.top_k(request), request.order, exclude_special=request.exclude_special
+        level = serde.top_level(request)
+        top, described = await self.curator.top_ngrams(
+            request.release_id, serde.top_k(request), request.order, request.exclude_special, level
         )
-        return curator_pb2.TopNgramsResponse(
-            ngrams=[
-                curator_pb2.NgramProbability(ngram=g, probability=p, **({} if math.isnan(sd) else {"noise_sd": sd}))
-                for g, p, sd in top
-            ]
-        )
+        return serde.top_message(top, level, described)
 
     async def GetBudget(self, request, context, caller: Caller):
         d = self.curator.deployment

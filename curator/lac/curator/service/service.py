@@ -53,7 +53,7 @@ from lac.common import envelope, tracing
 from lac.common.deployment import windows_in_period
 from lac.common.errors import AlreadyExists, ErrorReason, FailedPrecondition, InvalidArgument, NotFound, Unavailable
 from lac.common.exports import guarantee_json
-from lac.common.privacy import Budget, ExportedWindows, LocalGuarantee, PrivacyUnit
+from lac.common.privacy import ERROR_BAR_LEVEL, Budget, ExportedWindows, LocalGuarantee, PrivacyUnit
 from lac.common.rng import RandomSource, secure_generator
 from lac.common.rpc import Role
 from lac.common.server import Health
@@ -69,10 +69,10 @@ from lac.curator.mechanisms import ReleaseSpec
 from lac.curator.release.channel import NgramChannel
 from lac.curator.release.core import PublicCaps, StoredReports
 from lac.curator.release.engine import Engine, create_engine
+from lac.curator.release.errorbars import Bootstrap, ItemErrors
 from lac.curator.runner import run as releases
 from lac.curator.runner.preview import Preview, predict, refusal
 from lac.curator.runner.run import ReleaseRecord
-from lac.curator.runner.uncertainty import noise_sd
 from lac.curator.service.channel import ChannelProgress, load_channel
 from lac.curator.service.config import CuratorConfig
 from lac.curator.service.metrics import CuratorMetrics
@@ -226,6 +226,7 @@ class Curator:
         )
         self._inflight: dict[str, tuple[str, asyncio.Task]] = {}  # releases running, by request id
         self._rng = rng  # None: a fresh CSPRNG generator per release (production)
+        self._bootstrap = Bootstrap(config.error_bar_draws)  # its own generator, seeded from the OS per release
         self.keyring = envelope.CuratorKeyRing.load(config.key_dir) if config.key_dir else None
         if config.allow_plaintext_payloads:
             log.warning("INSECURE: accepting plaintext payloads (local demos and tests only)")
@@ -697,7 +698,16 @@ class Curator:
         reports = await self._run(self.reports, *span)
         try:
             r = await asyncio.to_thread(
-                releases.run, reports, self.vocab, spec, self.caps, unit, self._rng, self.engine, channel
+                releases.run,
+                reports,
+                self.vocab,
+                spec,
+                self.caps,
+                unit,
+                self._rng,
+                self.engine,
+                channel,
+                self._bootstrap,
             )
         except ArithmeticError as exc:
             raise _out_of_range(spec, exc) from None
@@ -728,6 +738,7 @@ class Curator:
                 request_id=request_id,
                 spec=key,
                 data_dependent_cap=dd_cap if r.charge is None else None,
+                errors=r.errors.arrays() if r.errors is not None else None,
             )
         )
         if stored != record.release_id:  # made meanwhile by another curator process on this state directory
@@ -764,21 +775,24 @@ class Curator:
 
     async def get_release(
         self, release_id: str
-    ) -> tuple[ReleaseRecord, tuple[str, ...], np.ndarray, np.ndarray | None]:
-        """(record, items, released log-probabilities, pseudo-counts or None) or NotFound. The record as it is
-        shown now: with the caveat of exports of its windows made since it."""
+    ) -> tuple[ReleaseRecord, tuple[str, ...], np.ndarray, np.ndarray | None, ItemErrors | None]:
+        """(record, items, released log-probabilities, pseudo-counts or None, error bars or None: a release made
+        before releases had them) or NotFound. The record as it is shown now: with the caveat of exports of its
+        windows made since it."""
         found = await self._run(self.store.release, release_id) if release_id else None
         if found is None:
             raise NotFound(f"no release {release_id[:200]!r}")
-        record, items, log_probs, pseudo = found
-        return _shown(ReleaseRecord.from_json(record), await self.exports()), items, log_probs, pseudo
+        data, items, log_probs, pseudo, arrays = found
+        record = _shown(ReleaseRecord.from_json(data), await self.exports())
+        bars = record.bars
+        return record, items, log_probs, pseudo, ItemErrors.stored(bars, arrays) if bars is not None else None
 
     async def model(self, release_id: str) -> NgramModel:
         async with self._model_lock:
             if release_id in self._models:
                 self._models.move_to_end(release_id)
                 return self._models[release_id]
-            record, items, log_probs, pseudo = await self.get_release(release_id)
+            record, items, log_probs, pseudo, _ = await self.get_release(release_id)
             max_n = record.max_n or self.vocab.max_n
             m = await asyncio.to_thread(release_model, items, log_probs, pseudo, max_n)  # the one builder
             self._models[release_id] = m
@@ -787,16 +801,18 @@ class Curator:
             return m
 
     async def top_ngrams(
-        self, release_id: str, k: int, order: int, exclude_special: bool = False
-    ) -> list[tuple[str, float, float]]:
+        self, release_id: str, k: int, order: int, exclude_special: bool = False, level: float = ERROR_BAR_LEVEL
+    ) -> tuple[list[tuple[str, float, float, float, float]], str]:
         """The ``k`` (>= 1) most probable n-grams of a release, most probable first: of order ``order``
         (0 = any) with probabilities renormalised within it, without those holding a special token
         (``<unk>``, ``<s>``, ``</s>``) if ``exclude_special`` (the others keep their probabilities); each with
-        the standard deviation of the DP noise on its probability (``lac.curator.runner.uncertainty``; NaN: not
-        stated)."""
+        its error bar on the probability's scale (``lac.curator.release.errorbars``, stored with the release):
+        (n-gram, probability, standard deviation, low, high) of the interval at ``level``; NaN where the
+        release has none (not DP, or made before releases had them). Also what the error bars describe (its
+        record's statement of them; empty for a release made before releases had them)."""
         if k < 1:
             raise InvalidArgument(f"k must be at least 1 (how many n-grams to list), got {k}")
-        record, items, log_probs, pseudo = await self.get_release(release_id)
+        record, items, log_probs, _, errors = await self.get_release(release_id)
         if order and not 1 <= order <= record.max_n:
             raise InvalidArgument(f"order must be 0 (any) or 1..{record.max_n}, got {order}")
         probs = np.exp(log_probs)
@@ -813,15 +829,20 @@ class Curator:
             )
         candidates = np.flatnonzero(listed)  # never an n-gram of another order, even when k exceeds the order's
         k = min(k, candidates.size)
+        described = errors.bars.statement() if errors is not None else ""
         if k == 0:
-            return []
+            return [], described
         top = candidates[np.argpartition(-probs[candidates], k - 1)[:k]]
         top = top[np.argsort(-probs[top], kind="stable")]
-        sd = noise_sd(record, items, pseudo, self.vocab)[top]
-        if pseudo is not None:  # probabilities are proportional to pseudo-counts: the same share of the noise
-            with np.errstate(divide="ignore", invalid="ignore"):
-                sd = np.where(pseudo[top] > 0, sd * probs[top] / pseudo[top], math.nan)
-        return [(items[i], float(probs[i]), float(e)) for i, e in zip(top, sd, strict=True)]
+        if errors is None:
+            sd = low = high = np.full(k, math.nan)
+        else:
+            sd, low, high = errors.at(top, level, within_order=bool(order))
+        rows = [
+            (items[i], float(probs[i]), float(s), float(lo), float(hi))
+            for i, s, lo, hi in zip(top, sd, low, high, strict=True)
+        ]
+        return rows, described
 
     async def ngram_probabilities(self, release_id: str, ngrams: list[str]) -> list[tuple[str, float]]:
         if len(ngrams) > MAX_QUERY_NGRAMS:

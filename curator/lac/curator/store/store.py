@@ -40,6 +40,7 @@ import os
 import sqlite3
 import time
 import zipfile
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -678,8 +679,10 @@ class CuratorStore:
         request_id: str | None = None,
         spec: str = "",
         data_dependent_cap: int | None = None,
+        errors: Mapping[str, np.ndarray] | None = None,
     ) -> str:
-        """Store a release (``record``: its serialized operator record) and, if ``charge`` is given,
+        """Store a release (``record``: its serialized operator record; ``errors``: its error bars' arrays, by
+        name, stored beside its log-probabilities) and, if ``charge`` is given,
         charge it to every window in ``windows`` (consecutive), in one transaction that first re-checks the
         budget (nothing is stored or spent when it refuses). A data-dependent release (NOT DP: no
         ``charge``) gives ``data_dependent_cap``: it is refused in a window that had that many already,
@@ -706,6 +709,7 @@ class CuratorStore:
             extra: dict[str, Any] = (
                 {} if pseudo_counts is None else {"pseudo_counts": np.asarray(pseudo_counts, dtype=np.float64)}
             )
+            extra |= {k: np.asarray(v, dtype=np.float64) for k, v in (errors or {}).items()}
             with atomic_file(path) as fh:
                 np.savez(
                     fh,
@@ -789,15 +793,20 @@ class CuratorStore:
         """Every release's serialized record, in creation order."""
         return [r[0] for r in self._db.execute("SELECT record FROM releases ORDER BY rowid")]
 
-    def release(self, release_id: str) -> tuple[bytes, tuple[str, ...], np.ndarray, np.ndarray | None] | None:
-        """(serialized record, items, released log-probabilities, pseudo-counts or None), None if unknown."""
+    def release(
+        self, release_id: str
+    ) -> tuple[bytes, tuple[str, ...], np.ndarray, np.ndarray | None, dict[str, np.ndarray]] | None:
+        """(serialized record, items, released log-probabilities, pseudo-counts or None, the error bars' arrays by
+        name: empty for a release stored without), None if unknown."""
         row = self._db.execute("SELECT record FROM releases WHERE release_id = ?", (release_id,)).fetchone()
         if row is None:
             return None
         try:
             with np.load(self.releases_dir / f"{release_id}.npz") as z:
                 items = tuple(z["items"].tobytes().decode("utf-8").split("\n"))
-                return row[0], items, z["log_probs"], (z["pseudo_counts"] if "pseudo_counts" in z.files else None)
+                pseudo = z["pseudo_counts"] if "pseudo_counts" in z.files else None
+                errors = {k: z[k] for k in z.files if k.startswith("error_")}
+                return row[0], items, z["log_probs"], pseudo, errors
         except (OSError, ValueError, KeyError, zipfile.BadZipFile) as exc:
             raise DataLoss(f"the file of release {release_id} is missing or corrupt: {exc}") from exc
 
