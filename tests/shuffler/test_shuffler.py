@@ -309,7 +309,7 @@ def test_served_shuffler_warns_of_metrics_beyond_loopback(tmp_path):
 
 
 def test_large_release_is_cut_into_batches_that_fit_a_message(start_shuffler, sink):
-    shf = start_shuffler(sink.address, min_batch=50, max_batch_bytes=20_000)
+    shf = start_shuffler(sink.address, min_batch=10, max_batch_bytes=20_000)  # ~19 reports a batch, none below 10
     reports = [
         shuffler_pb2.ClientReport(idempotency_id=os.urandom(16), payload=payload(os.urandom(16), 1000))
         for _ in range(50)
@@ -317,6 +317,7 @@ def test_large_release_is_cut_into_batches_that_fit_a_message(start_shuffler, si
     _submit(shf.address, reports)
     wait_for(lambda: _status(shf.address).reports_forwarded == 50)
     assert max(len(r) for r in sink.raw) <= 20_000 + 100 and len(sink.batches()) >= 3
+    assert min(len(b.reports) for b in sink.batches().values()) >= 10
     assert sorted(sink.tags()) == sorted(tag_of(r.payload) for r in reports)
 
 
@@ -480,7 +481,7 @@ def test_forwarder_keeps_a_bounded_number_of_batches_in_flight(start_shuffler, t
 
     sink = Slow()
     try:
-        shf = start_shuffler(sink.address, min_batch=60, max_batch_bytes=1024, forward_in_flight=in_flight)
+        shf = start_shuffler(sink.address, min_batch=15, max_batch_bytes=1024, forward_in_flight=in_flight)
         reports = [report() for _ in range(60)]
         _submit(shf.address, reports)
         for _ in range(10):  # meanwhile: nothing counts as forwarded before the curator acknowledged it

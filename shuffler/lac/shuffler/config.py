@@ -108,7 +108,11 @@ class ShufflerConfig(ServiceSettings):
         60 * 1024**2,
         "largest forwarded batch message; a larger release is cut "
         "into several batches (keep below the curator's gRPC "
-        "receive limit, 64 MiB by default)",
+        "receive limit, 64 MiB by default), none below the release "
+        "threshold: a last batch that would be takes reports from the "
+        "one before or is merged into it, and a batch exceeds this "
+        "limit only when the threshold's reports do not fit in it "
+        "(logged as a warning)",
     )
     tls_cert: str = setting("", "TLS certificate of this server (PEM; `lac keys tls --name shuffler`)")
     tls_key: str = setting("", "TLS private key of this server")

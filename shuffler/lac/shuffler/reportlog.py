@@ -88,7 +88,8 @@ class Released:
     considered: int
     dropped_subsampled: int
     dropped_crowd: int
-    parts: int = 1  # batches the release was split into (each at most max_batch_bytes)
+    parts: int = 1  # batches the release was split into (each at most max_batch_bytes, but see oversized)
+    oversized: int = 0  # batches over max_batch_bytes: min_batch of its reports did not fit in that limit
 
 
 @dataclass(frozen=True)
@@ -368,6 +369,7 @@ class ReportLog:
             sel.dropped_subsampled,
             sel.dropped_crowd,
             len(batch_ids),
+            sel.oversized,
         )
 
     def _held(self) -> set[int]:

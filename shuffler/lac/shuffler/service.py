@@ -614,6 +614,16 @@ class Shuffler:
             self.note = f"{why}: all {released.considered} taken reports were dropped{dropped}"
             return None
         parts = f" in {released.parts} batches of at most {cfg.max_batch_bytes} bytes" if released.parts > 1 else ""
+        if released.oversized:
+            parts += f" ({released.oversized} larger: a batch is never cut below the threshold)"
+            log.warning(
+                "batch %s: %d batch(es) of this release exceed max_batch_bytes=%d, since the threshold's reports "
+                "did not fit in it; raise max_batch_bytes (the curator refuses a batch over its max_message_bytes)",
+                released.batch_id,
+                released.oversized,
+                cfg.max_batch_bytes,
+                extra={"batch_id": released.batch_id},
+            )
         left = self._log.buffered()
         kept = "a reserve kept back for the next batch (keep_reserve) and " if reserve else ""
         self.note = (
