@@ -204,6 +204,13 @@ class ShufflerConfig(ServiceSettings):
         "(0 = off; reports without a crowd id form one crowd)",
     )
     target_delta: float = setting(1e-6, "central delta of each batch's amplification statement")
+    trace_link_callers: bool = setting(
+        False,
+        "with tracing on, a call's span (Submit, ...) starts a new trace with an OpenTelemetry link to the "
+        "caller's span (its traceparent: an app's span around an SDK call), so an app's traces join this "
+        "shuffler's; off, every call's span starts a new trace and the caller's is ignored. Keep the apps' "
+        "trace store apart from the shuffler's either way",
+    )
     shards: str = setting(
         "",
         "comma-separated public addresses host:port of all shuffler replicas, the same list "

@@ -120,7 +120,12 @@ class ShufflerServicer:
 def create_server(shuffler: Shuffler) -> tuple[grpc.aio.Server, int]:
     """Build (not start) the gRPC server for ``shuffler``, bound as its config says."""
     cfg = shuffler.config
-    server = common_server.new_server(cfg.max_message_bytes, cfg.max_concurrent_streams, cfg.max_connections)
+    server = common_server.new_server(
+        cfg.max_message_bytes,
+        cfg.max_concurrent_streams,
+        cfg.max_connections,
+        trace_callers="link" if cfg.trace_link_callers else "root",  # never a child of an app's span
+    )
 
     async def count_malformed(method: str) -> None:
         await shuffler.count_reject(RejectReason.MALFORMED)
