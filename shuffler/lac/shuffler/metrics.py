@@ -12,7 +12,7 @@ from prometheus_client import Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from lac.common.errors import Unavailable
-from lac.common.metrics import MetricsEndpoint, RpcLatency, ScrapeTime, new_registry
+from lac.common.metrics import MetricsEndpoint, RpcLatency, ScrapeTime, certificate_expiry, new_registry
 
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 FORWARD_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 120.0)
@@ -38,6 +38,16 @@ class ShufflerMetrics:
             registry=self.registry,
         )
         self.rpc = RpcLatency("lac_shuffler", self.registry)
+        cfg = shuffler.config
+        certificate_expiry(
+            self.registry,
+            {
+                "server": cfg.tls_cert,
+                "client": cfg.curator_cert or cfg.tls_cert,
+                "curator_ca": cfg.curator_ca,
+                "client_ca": cfg.tls_client_ca,
+            },
+        )
         self._scraped = ScrapeTime(self._collect)
         self.registry.register(self._scraped)
         self.endpoint = MetricsEndpoint(self.registry, [self._scraped])
