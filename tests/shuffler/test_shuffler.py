@@ -419,7 +419,51 @@ def test_windows_per_client_per_period_are_capped(tmp_path):
     assert log.buffered() == 5
     assert log.counters()["reject:period_cap"] == 1
     log.prune_quota(12, 4)
-    assert log._db.execute("SELECT DISTINCT period FROM period_windows").fetchall() == [(3,)]
+    assert log._db.execute("SELECT DISTINCT period FROM period_use").fetchall() == [(3,)]
+    log.close()
+
+
+def test_the_period_cap_keeps_a_count_and_the_last_window_per_client(tmp_path):
+    """Issue 34.8: for the cap the log keeps, per client (keyed hash) and period, how many windows the client
+    stored reports in and the last one, never which windows (a year of them, before); a window before the last
+    counts as a new one (a clock set back only refuses more). A log written before keeps its counts."""
+    import sqlite3
+
+    from lac.shuffler.reportlog import OVER_PERIOD_CAP, ReportLog
+
+    log = ReportLog(tmp_path)
+    alice = log.client_key("token:alice")
+
+    def put(window):
+        return log.append_groups(
+            [([(os.urandom(16), None, b"x")], alice)], window, 2, 1 << 30, period_cap=3, period_windows=10
+        )[0]
+
+    assert [put(w) for w in (20, 20, 23, 27)] == [[True]] * 4  # period 2: windows 20..29
+    tables = {r[0] for r in log._db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    assert "period_windows" not in tables
+    assert log._db.execute("SELECT period, client, windows, last_window FROM period_use").fetchall() == [
+        (2, alice, 3, 27)
+    ]
+    assert put(27) == [True] and put(25) == OVER_PERIOD_CAP and put(28) == OVER_PERIOD_CAP
+    log.close()
+
+    old = tmp_path / "old"  # a log of the earlier layout: one row per (period, client, window)
+    log = ReportLog(old)
+    log.close()
+    db = sqlite3.connect(old / "shuffler.sqlite")
+    db.execute(
+        "CREATE TABLE period_windows (period INTEGER, client BLOB, win INTEGER, PRIMARY KEY (period, client, win))"
+    )
+    db.executemany("INSERT INTO period_windows VALUES (2, ?, ?)", [(alice, 21), (alice, 24), (b"bob", 22)])
+    db.commit()
+    db.close()
+    log = ReportLog(old)
+    assert set(log._db.execute("SELECT period, client, windows, last_window FROM period_use")) == {
+        (2, alice, 2, 24),
+        (2, b"bob", 1, 22),
+    }
+    assert "period_windows" not in {r[0] for r in log._db.execute("SELECT name FROM sqlite_master")}
     log.close()
 
 

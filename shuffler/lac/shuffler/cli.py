@@ -116,7 +116,8 @@ def register(subparsers) -> None:
         help="copy the report log (online, consistent) and tokens file into DIR",
         description="Copy the report log with SQLite's online backup API (one consistent "
         "snapshot, while the shuffler keeps serving) and the tokens file into DIR, "
-        "with a manifest naming their SHA-256. DIR is created private (0700).",
+        "with a manifest naming their SHA-256. DIR is created private (0700). The key of the log's client "
+        "hashes (STATE_DIR/client.key) is left out: keep a copy of it apart from the backups.",
     )
     bak.add_argument("dir", type=Path, help="new directory for the backup")
     res = sub.add_parser(
@@ -125,13 +126,28 @@ def register(subparsers) -> None:
         description="Verify a backup (manifest, SHA-256, quick_check) and install it into "
         "--state-dir, whose shuffler must be stopped (refused while one holds its lock). The restored log does not "
         "know what happened after the backup: reports acknowledged since then are "
-        "missing, and idempotency ids and quota use recorded since are forgotten.",
+        "missing, and idempotency ids and quota use recorded since are forgotten. Backups leave out the key of "
+        "the log's client hashes (client.key): restore where it is, or pass --client-key or --new-client-key.",
     )
     res.add_argument("dir", type=Path, help="directory written by `lac shuffler backup`")
     res.add_argument(
         "--force",
         action="store_true",
         help="replace an existing report log / tokens file (not while a shuffler runs on it)",
+    )
+    res.add_argument(
+        "--client-key",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="the key of the report log's client hashes (the old state directory's client.key, which backups "
+        "leave out); without it the state directory's own client.key must be that key",
+    )
+    res.add_argument(
+        "--new-client-key",
+        action="store_true",
+        help="restore without the old client key: the shuffler makes a new one, and every client's quota and "
+        "period-cap use is forgotten (a client may store its quota again in the current window)",
     )
     for q in (bak, res):
         q.add_argument(
@@ -180,6 +196,7 @@ def _serve(args) -> int:
     from lac.common.logs import configure as configure_logging
     from lac.common.server import PortUnavailable, run_until_signalled
     from lac.common.statelock import StateDirLocked
+    from lac.shuffler.reportlog import ClientKeyError
     from lac.shuffler.server import create_server
     from lac.shuffler.service import Shuffler
 
@@ -195,7 +212,7 @@ def _serve(args) -> int:
 
     try:
         asyncio.run(main())
-    except (PortUnavailable, StateDirLocked) as exc:  # another server has the port or the state directory
+    except (PortUnavailable, StateDirLocked, ClientKeyError) as exc:  # the port or state directory, the client key
         raise SystemExit(f"error: {exc}") from None
     return 0
 
@@ -315,7 +332,14 @@ def _restore(args) -> int:
     from lac.shuffler.backup import restore
 
     try:
-        m = restore(args.dir, args.state_dir, args.tokens_file, force=args.force)
+        m = restore(
+            args.dir,
+            args.state_dir,
+            args.tokens_file,
+            force=args.force,
+            client_key=args.client_key,
+            new_client_key=args.new_client_key,
+        )
     except (OSError, ValueError) as exc:
         raise SystemExit(f"error: {exc}") from None
     print(
