@@ -15,6 +15,7 @@ import pytest
 from lac_testkit import ServeProc, wait_until
 from shuffler_testkit import payload, report, tag_of, wait_for
 
+from lac.common.deployment import Deployment
 from lac.common.v1 import curator_pb2, reports_pb2, shuffler_pb2, shuffler_pb2_grpc
 from lac.shuffler.auth import add_client
 
@@ -79,6 +80,7 @@ def test_client_stream_and_idempotency(start_shuffler, sink):
 def test_authentication_and_quota(start_shuffler, sink, tmp_path):
     state = tmp_path / "auth-shuffler"
     alice = add_client(state / "clients.tokens", "alice")
+    sink.deployment = Deployment(reports_per_window=2)  # the curator's privacy unit, as the shuffler's quota
     shf = start_shuffler(sink.address, auth="token", state_dir=state, reports_per_window=2, min_batch=1000)
     for token in (None, "not-a-token"):
         with pytest.raises(grpc.RpcError) as err:
@@ -470,8 +472,6 @@ def test_the_period_cap_keeps_a_count_and_the_last_window_per_client(tmp_path):
 @pytest.mark.slow
 def test_the_period_cap_is_enforced_on_a_real_shuffler(start_shuffler, sink, tmp_path):
     """Over RPC: RESOURCE_EXHAUSTED naming the setting, retry-after at the next period; batches carry the cap."""
-    from lac.common.deployment import Deployment
-
     sink.deployment = Deployment(window_seconds=1.0, period_seconds=4.0, windows_per_period=1)
     state = tmp_path / "capped"
     alice = add_client(state / "clients.tokens", "alice")

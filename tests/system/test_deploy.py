@@ -405,6 +405,8 @@ def test_alert_rules_are_loaded_by_the_monitoring_profile():
         "lac_curator_reports_rejected_total",
         "up",
         "lac_tls_certificate_expiry_timestamp_seconds",
+        "lac_shuffler_batches_dead_letter",
+        "lac_shuffler_deployment_mismatch",
     ):
         assert name in used, f"no alert watches {name}"
 

@@ -41,7 +41,7 @@ FORMAT = "lac-shuffler-backup/1"
 
 
 def describe(db_path: Path) -> dict:
-    """What a report log holds: buffered reports, undelivered batches, counters."""
+    """What a report log holds: buffered reports, undelivered batches (dead letters among them), counters."""
     db = sqlite3.connect(f"file:{db_path}?mode=ro", uri=True)
     try:
         return {
@@ -50,6 +50,11 @@ def describe(db_path: Path) -> dict:
                 "(SELECT COALESCE(SUM(n), 0) FROM batches WHERE seqs IS NOT NULL)"
             ).fetchone()[0],
             "batches_pending": db.execute("SELECT COUNT(*) FROM batches WHERE delivered = 0").fetchone()[0],
+            "batches_dead_letter": (
+                db.execute("SELECT COUNT(*) FROM batches WHERE delivered = 0 AND dead IS NOT NULL").fetchone()[0]
+                if "dead" in {r[1] for r in db.execute("PRAGMA table_info(batches)")}
+                else 0
+            ),
             "counters": dict(db.execute("SELECT name, value FROM counters ORDER BY name")),
             "client_key_id": (row[0].hex() if (row := _meta(db, "client_key_id")) else None),
         }

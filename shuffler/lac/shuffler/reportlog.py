@@ -20,7 +20,10 @@ What is stored where:
   batch id with the same content. A report in a batch whose ``seqs`` are kept is *held*: not
   buffered, never taken again. Once the curator has acknowledged every batch of a release, its
   rows are deleted and the batches' ``seqs`` dropped, in the transaction of the last
-  acknowledgement; a crash in between leaves the delivered batches' reports held.
+  acknowledgement; a crash in between leaves the delivered batches' reports held. A batch the curator
+  refused for good is a *dead letter* (``dead``: its refusal, ``dead_at``): no longer pending, its
+  reports held until the operator retries it (pending again) or drops it (its rows and its record
+  deleted, as if the curator had taken it, but counted as dropped).
 * ``quota``: reports per (accounting window, keyed hash of the client id); rows of past
   windows are deleted when a window ends.
 * ``period_use``: with a cap on windows per client per period, per client (keyed hash) and period how
@@ -150,7 +153,11 @@ class ReportLog:
         # Checkpoint the WAL into the database every ~40 MiB instead of every 4 MiB: halves ingest cost.
         self._db.execute("PRAGMA wal_autocheckpoint=10000")
         self._db.executescript(_SCHEMA)
-        if "seqs" not in {r[1] for r in self._db.execute("PRAGMA table_info(batches)")}:
+        columns = {r[1] for r in self._db.execute("PRAGMA table_info(batches)")}
+        if "dead" not in columns:  # a log from before dead letters
+            self._db.execute("ALTER TABLE batches ADD COLUMN dead TEXT")
+            self._db.execute("ALTER TABLE batches ADD COLUMN dead_at REAL")
+        if "seqs" not in columns:
             self._db.close()
             raise RuntimeError(
                 f"{self.path} is the report log of an earlier development build (batches stored whole), which this "
@@ -484,7 +491,72 @@ class ReportLog:
             )
 
     def pending_batches(self) -> list[str]:
-        return [r[0] for r in self._db.execute("SELECT batch_id FROM batches WHERE delivered = 0 ORDER BY rowid")]
+        """The batches to deliver, oldest first (dead letters are not)."""
+        return [
+            r[0]
+            for r in self._db.execute(
+                "SELECT batch_id FROM batches WHERE delivered = 0 AND dead IS NULL ORDER BY rowid"
+            )
+        ]
+
+    def dead_letter(self, batch_id: str, refusal: str) -> None:
+        """Set a pending batch aside as a dead letter: the curator refused it for good (``refusal``)."""
+        with self._tx():
+            done = self._db.execute(
+                "UPDATE batches SET dead = ?, dead_at = ? WHERE batch_id = ? AND delivered = 0 AND dead IS NULL",
+                (refusal, time.time(), batch_id),
+            ).rowcount
+            self._bump_all({"batches_dead_lettered": done})
+
+    def dead_letters(self) -> list[tuple[str, int, str, float, bytes | None]]:
+        """(batch id, reports, refusal, since, privacy statement) of every dead letter, oldest first."""
+        return self._db.execute(
+            "SELECT batch_id, n, dead, dead_at, privacy FROM batches WHERE dead IS NOT NULL AND delivered = 0 "
+            "ORDER BY rowid"
+        ).fetchall()
+
+    def _select_dead(self, batch_ids: list[str] | None) -> list[tuple[str, int, str]]:
+        """Within a transaction: (id, reports, release) of the dead letters named (all: None); KeyError with the
+        list of ids that are not dead letters."""
+        rows = self._db.execute(
+            "SELECT batch_id, n, release_id FROM batches WHERE dead IS NOT NULL AND delivered = 0 ORDER BY rowid"
+        ).fetchall()
+        if batch_ids is None:
+            return rows
+        known = {r[0] for r in rows}
+        if unknown := [b for b in batch_ids if b not in known]:
+            raise KeyError(unknown)
+        wanted = set(batch_ids)
+        return [r for r in rows if r[0] in wanted]
+
+    def retry_dead(self, batch_ids: list[str] | None = None) -> list[tuple[str, int]]:
+        """Make dead letters (those named; all: None) pending again; (id, reports) of each. KeyError for an id
+        that is not a dead letter."""
+        with self._tx():
+            chosen = self._select_dead(batch_ids)
+            self._db.executemany(
+                "UPDATE batches SET dead = NULL, dead_at = NULL WHERE batch_id = ?", [(b,) for b, _, _ in chosen]
+            )
+        return [(b, n) for b, n, _ in chosen]
+
+    def drop_dead(self, batch_ids: list[str] | None = None) -> list[tuple[str, int]]:
+        """Delete dead letters (those named; all: None) and their reports, which are then never delivered;
+        (id, reports) of each. KeyError for an id that is not a dead letter."""
+        with self._tx():
+            chosen = self._select_dead(batch_ids)
+            for batch_id, _, release_id in chosen:
+                (packed,) = self._db.execute("SELECT seqs FROM batches WHERE batch_id = ?", (batch_id,)).fetchone()
+                self._delete_rows(_unpack(packed).tolist() if packed is not None else [])
+                self._db.execute("DELETE FROM batches WHERE batch_id = ?", (batch_id,))
+                self._finish_release(release_id)
+            self._bump_all(
+                {
+                    "batches_dropped_dead_letter": len(chosen),
+                    "reports_dropped_dead_letter": sum(n for _, n, _ in chosen),
+                }
+            )
+        self.used_bytes = self._measure()
+        return [(b, n) for b, n, _ in chosen]
 
     def batch(self, batch_id: str) -> StoredBatch:
         """A pending batch: its size, request body (read now from the buffered rows, in the batch's shuffled
@@ -511,9 +583,10 @@ class ReportLog:
         with self._tx():
             self._db.execute("UPDATE batches SET privacy = ? WHERE batch_id = ?", (privacy, batch_id))
 
-    def recent_batches(self, limit: int = 10) -> list[tuple[str, int, bool, bytes | None]]:
+    def recent_batches(self, limit: int = 10) -> list[tuple[str, int, bool, bytes | None, str | None]]:
+        """(id, reports, delivered, statement, refusal of a dead letter) of the newest batches, newest first."""
         return self._db.execute(
-            "SELECT batch_id, n, delivered, privacy FROM batches ORDER BY rowid DESC LIMIT ?", (limit,)
+            "SELECT batch_id, n, delivered, privacy, dead FROM batches ORDER BY rowid DESC LIMIT ?", (limit,)
         ).fetchall()
 
     def delivered(self, batch_id: str) -> None:
@@ -527,21 +600,26 @@ class ReportLog:
             if row:
                 ((size, release_id),) = row
                 self._bump_all({"batches_forwarded": 1, "reports_forwarded": size})
-                waiting = self._db.execute(
-                    "SELECT 1 FROM batches WHERE release_id = ? AND delivered = 0 LIMIT 1", (release_id,)
-                ).fetchone()
-                if waiting is None:
-                    parts = self._db.execute(
-                        "SELECT seqs FROM batches WHERE release_id = ? AND seqs IS NOT NULL", (release_id,)
-                    ).fetchall()
-                    self._delete_rows(np.concatenate([_unpack(p) for (p,) in parts]).tolist() if parts else [])
-                    self._db.execute("UPDATE batches SET seqs = NULL WHERE release_id = ?", (release_id,))
+                self._finish_release(release_id)
                 self._db.execute(
                     "DELETE FROM batches WHERE delivered = 1 AND seqs IS NULL AND rowid NOT IN "
                     "(SELECT rowid FROM batches WHERE delivered = 1 ORDER BY rowid DESC LIMIT ?)",
                     (KEEP_DELIVERED,),
                 )
         self.used_bytes = self._measure()
+
+    def _finish_release(self, release_id: str) -> None:
+        """Within a transaction: once no batch of a release waits (each delivered or dropped), delete its rows
+        and keep only its batches' metadata."""
+        waiting = self._db.execute(
+            "SELECT 1 FROM batches WHERE release_id = ? AND delivered = 0 LIMIT 1", (release_id,)
+        ).fetchone()
+        if waiting is None:
+            parts = self._db.execute(
+                "SELECT seqs FROM batches WHERE release_id = ? AND seqs IS NOT NULL", (release_id,)
+            ).fetchall()
+            self._delete_rows(np.concatenate([_unpack(p) for (p,) in parts]).tolist() if parts else [])
+            self._db.execute("UPDATE batches SET seqs = NULL WHERE release_id = ?", (release_id,))
 
     def prune_quota(self, window: int, period_windows: int = 1) -> None:
         """Delete the quota counters of accounting windows before ``window``, and the windows counted
