@@ -20,22 +20,15 @@ import grpc
 import pytest
 from shuffler_testkit import ServeProc, payload, tag_of, wait_for
 
+from lac.common.rpc import Role
 from lac.common.v1 import shuffler_pb2
 from lac.shuffler.auth import add_clients
+from lac.shuffler.server import ROLES
 from lac.shuffler.wire import varint as _varint
 
 SERVICE = "/lac.v1.Shuffler/"
-UNARY = (
-    "Submit",
-    "GetDeployment",
-    "GetStatus",
-    "Flush",
-    "GetShards",
-    "ListDeadLetters",
-    "RetryDeadLetters",
-    "DropDeadLetters",
-)
-OPERATOR = ("GetStatus", "Flush", "ListDeadLetters", "RetryDeadLetters", "DropDeadLetters")
+UNARY = tuple(m for m in ROLES if m != "SubmitStream")  # Submit first
+OPERATOR = tuple(m for m, roles in ROLES.items() if Role.CLIENT not in roles)  # called with the operator's token
 FUZZ_CALLS = int(os.environ.get("LAC_FUZZ_CALLS", 1600))
 HONEST_THREADS, FUZZ_THREADS = 2, 2
 MAX_RSS_GROWTH = 100 * 1024**2
