@@ -47,6 +47,7 @@ import sys
 import tempfile
 import threading
 import time
+import traceback
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -321,6 +322,22 @@ class Soak:
         self.export_errors: Counter[str] = Counter()
         self.disk: dict[str, float | bool | int] = {}
         self.restored: dict[str, bool] = {}
+        self.crashes: list[str] = []  # the soak's own threads that failed (restarted; the run then fails)
+
+    def guarded(self, target):
+        """``target`` run until the traffic stops: an exception is noted (the run fails) and it is started again."""
+
+        def run() -> None:
+            while not self.stop_traffic.is_set():
+                try:
+                    target()
+                    return
+                except Exception as exc:
+                    self.crashes.append(f"{target.__name__}: {type(exc).__name__}: {exc}")
+                    self.note(f"soak thread {target.__name__} failed, started again: {traceback.format_exc()}")
+                    time.sleep(1)
+
+        return threading.Thread(target=run, daemon=True)
 
     def note(self, text: str) -> None:
         line = f"[{(time.monotonic() - self.t0) / 60:6.2f} min, load {load()}] {text}"
@@ -584,8 +601,7 @@ class Soak:
     def run(self) -> int:
         minutes = self.args.minutes
         self.note(f"soak of {minutes} min starts")
-        threads = [threading.Thread(target=f, daemon=True) for f in (self.steady, self.bursty, self.analyst)]
-        threads.append(threading.Thread(target=self.sampler, daemon=True))
+        threads = [self.guarded(f) for f in (self.steady, self.bursty, self.analyst, self.sampler)]
         for t in threads:
             t.start()
         total = minutes * 60.0
@@ -748,9 +764,10 @@ class Soak:
         checks.append(
             (
                 "no background task dead",
-                not dead and serving and bool(self.disk.get("recovered", not self.tmpfs)),
+                not dead and serving and bool(self.disk.get("recovered", not self.tmpfs)) and not self.crashes,
                 f"{len(dead)} background task failures logged; both SERVING at the end: {serving}; disk-full "
-                f"episode: {self.disk or 'skipped'}",
+                f"episode: {self.disk or 'skipped'}; the soak's own threads failed {len(self.crashes)} times "
+                f"{self.crashes[:3]}",
             )
         )
         checks.append(("backup/restore gave the same state", all(self.restored.values()), str(self.restored)))
