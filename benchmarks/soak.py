@@ -20,9 +20,13 @@ that, then flushes) and the invariants are checked and printed:
    dead letter);
 4. the ledger equals the releases returned: every release request id is sent again at the end (idempotent) and
    the ε charged to each window equals the sum over the returned releases covering it;
-5. RSS and open file descriptors flat: per process lifetime of at least 3 minutes, the median of its last third
-   minus that of its first third (after its first minute) is at most ``RSS_BOUND`` and ``FD_BOUND``; no process
-   the curator started (its ingest workers) outlives a SIGKILL of it by more than 15 s;
+5. RSS and open file descriptors flat: per process life of at least 3 minutes, the median of its last third
+   minus that of its first third (after its first minute) is at most ``FD_BOUND`` fds and, for the shuffler (whose
+   state is bounded: payloads leave with their batches), ``RSS_BOUND``; the curator's releases read every stored
+   report, so its working set grows with the data during the run (reported with the reports stored meanwhile) and
+   its leak check is ``FINAL_RELEASES`` releases over the drained, fixed data: RSS after the last minus after the
+   third at most ``FINAL_RSS_BOUND``. No process the curator started (its ingest workers) outlives a SIGKILL of it
+   by more than 15 s;
 6. no background task dead: no "background task ... failed" in either log, both services SERVING at the end, and
    the shuffler's disk-full episode ended in SERVING again;
 7. the backup/restore gave the same state (statuses before = after).
@@ -61,8 +65,11 @@ from lac.common.health import check as health_check
 from lac.common.v1 import curator_pb2, curator_pb2_grpc, shuffler_pb2, shuffler_pb2_grpc
 from lac.suite import procs
 
-RSS_BOUND = 64 * 2**20  # bytes a process's RSS may grow between the first and last third of its life
-FD_BOUND = 16  # open file descriptors it may gain meanwhile
+RSS_BOUND = 64 * 2**20  # bytes the shuffler's RSS may grow between the first and last third of a life
+FD_BOUND = 32  # open file descriptors a process may gain meanwhile: each of the soak's 18 client threads holds a
+# connection from its first call on
+FINAL_RSS_BOUND = 32 * 2**20  # the curator's RSS growth from the third to the last of its final releases
+FINAL_RELEASES = 8
 WINDOW_SECONDS = 60.0
 MIN_BATCH = 20
 RELEASE_EPSILON = 0.2
@@ -107,6 +114,19 @@ class Life:
     started: float
     samples: list[tuple[float, int, int]] = field(default_factory=list)
     ended: str = ""
+
+    def growth(self) -> tuple[float, float] | None:
+        """(RSS, fds) growth: the median of the last third of the samples minus that of the first third, leaving
+        out the first minute; None for a life shorter than 3 minutes."""
+        usable = [x for x in self.samples if x[0] >= 60]
+        if len(usable) < 9 or usable[-1][0] - usable[0][0] < 120:
+            return None
+        third = len(usable) // 3
+
+        def change(k: int) -> float:
+            return statistics.median(x[k] for x in usable[-third:]) - statistics.median(x[k] for x in usable[:third])
+
+        return change(1), change(2)
 
 
 class Managed:
@@ -323,6 +343,8 @@ class Soak:
         self.disk: dict[str, float | bool | int] = {}
         self.restored: dict[str, bool] = {}
         self.crashes: list[str] = []  # the soak's own threads that failed (restarted; the run then fails)
+        self.stored: list[tuple[float, int]] = []  # (when, reports the curator holds)
+        self.final_rss: list[int] = []
 
     def guarded(self, target):
         """``target`` run until the traffic stops: an exception is noted (the run fails) and it is started again."""
@@ -513,9 +535,20 @@ class Soak:
                         self.export_errors[str(exc)[:100]] += 1
 
     def sampler(self) -> None:
+        n = 0
         while not self.stop_traffic.wait(5):
             self.curator.sample()
             self.shuffler.sample()
+            n += 1
+            if n % 6 == 0:  # every 30 s: how many reports the curator holds (the operator's exact count)
+                with contextlib.suppress(grpc.RpcError):
+                    self.stored.append((time.monotonic(), curator_status(self.curator).reports))
+
+    def stored_during(self, life: Life) -> int:
+        """Reports the curator stored during ``life`` (from the 30 s timeline)."""
+        end = life.started + (life.samples[-1][0] if life.samples else 0)
+        inside = [n for t, n in self.stored if life.started <= t <= end]
+        return inside[-1] - inside[0] if inside else 0
 
     # -- the episodes --------------------------------------------------------------------------------------------
 
@@ -651,9 +684,20 @@ class Soak:
 
     def finish(self) -> int:
         from lac.analyst import CuratorClient
-        from lac.analyst.client import AnalystError, ReleaseInfo
+        from lac.analyst.client import AnalystError, ReleaseInfo, new_request_id
 
         self.drain()
+        with CuratorClient.with_tls(
+            self.curator.address, self.pki.client_tls("analyst"), timeout=60, release_timeout=600
+        ) as client:  # the data no longer grows: a leak per release would show as growth from one to the next
+            for _ in range(FINAL_RELEASES):
+                rid = new_request_id()
+                self.release_ids.append(rid)
+                with contextlib.suppress(AnalystError):
+                    client.release(RELEASE_EPSILON, 1e-6, force=True, request_id=rid)
+                got = _rss_and_fds(self.curator.lives[-1].pid)
+                self.final_rss.append(got[0] if got else 0)
+        self.note(f"final releases over the drained data: RSS after each {[r >> 20 for r in self.final_rss]} MiB")
         s = shuffler_status(self.shuffler, self.operator)
         c = curator_status(self.curator)
         checks: list[tuple[str, bool, str]] = []
@@ -726,27 +770,36 @@ class Soak:
         flat, lines = True, []
         for service in (self.curator, self.shuffler):
             for i, life in enumerate(service.lives):
-                usable = [x for x in life.samples if x[0] >= 60]
-                if len(usable) < 9 or usable[-1][0] - usable[0][0] < 120:
+                growth = life.growth()
+                if growth is None:
                     lines.append(f"{service.name} #{i + 1}: {len(life.samples)} samples, too short to judge")
                     continue
-                third = len(usable) // 3
-                rss = statistics.median(x[1] for x in usable[-third:]) - statistics.median(x[1] for x in usable[:third])
-                fds = statistics.median(x[2] for x in usable[-third:]) - statistics.median(x[2] for x in usable[:third])
-                ok = rss <= RSS_BOUND and fds <= FD_BOUND
+                rss, fds = growth
+                ok = fds <= FD_BOUND and (service is self.curator or rss <= RSS_BOUND)
                 flat &= ok
                 peak = max(x[1] for x in life.samples) >> 20
+                stored = self.stored_during(life)
                 lines.append(
                     f"{service.name} #{i + 1} ({life.ended or 'running'}, {life.samples[-1][0] / 60:.1f} min): RSS "
-                    f"{rss / 2**20:+.1f} MiB (peak {peak} MiB), fds {fds:+.0f}{'' if ok else '  OVER'}"
+                    f"{rss / 2**20:+.1f} MiB (peak {peak} MiB), fds {fds:+.0f}"
+                    + (f"; {stored} reports stored meanwhile" if service is self.curator else "")
+                    + ("" if ok else "  OVER")
                 )
+        leak = self.final_rss[-1] - self.final_rss[2] if len(self.final_rss) > 3 else 0
+        flat &= leak <= FINAL_RSS_BOUND
+        lines.append(
+            f"curator, {len(self.final_rss)} releases over the final data: RSS after each "
+            f"{[r >> 20 for r in self.final_rss]} MiB, last - third {leak / 2**20:+.1f} MiB (bound "
+            f"{FINAL_RSS_BOUND >> 20} MiB)"
+        )
         orphans = self.curator.orphans + self.shuffler.orphans
         checks.append(
             (
                 "RSS and open file descriptors flat; no orphan",
                 flat and not orphans,
-                f"bounds {RSS_BOUND >> 20} MiB, {FD_BOUND} fds; {len(orphans)} processes outlived a SIGKILL\n    "
-                + "\n    ".join(lines),
+                f"bounds: fds {FD_BOUND} per life, the shuffler's RSS {RSS_BOUND >> 20} MiB per life, the curator's "
+                f"{FINAL_RSS_BOUND >> 20} MiB over its final releases; {len(orphans)} processes outlived a SIGKILL"
+                "\n    " + "\n    ".join(lines),
             )
         )
         dead, errors = [], Counter()
@@ -772,6 +825,11 @@ class Soak:
         )
         checks.append(("backup/restore gave the same state", all(self.restored.values()), str(self.restored)))
 
+        with open(self.root / "samples.csv", "w") as f:  # for a closer look at a life
+            f.write("service,life,seconds,rss_bytes,fds\n")
+            for service in (self.curator, self.shuffler):
+                for i, life in enumerate(service.lives):
+                    f.writelines(f"{service.name},{i + 1},{t:.0f},{rss},{fds}\n" for t, rss, fds in life.samples)
         print()
         print(f"== soak: {self.args.minutes} min, {self.args.clients} clients, load {load()} at the end ==")
         for what, ok, detail in checks:
