@@ -86,7 +86,8 @@ def curator_public_key(curator_key_dir):
 
 @pytest.fixture
 def start_curator(tmp_path, public_corpus, curator_key_dir):
-    """Factory: start an in-process curator on 127.0.0.1:0 with a tiny public prior."""
+    """Factory: start an in-process curator on 127.0.0.1 (port 0 unless ``port=`` is given) with a tiny public
+    prior."""
     from lac.curator.base.prior import public_vocabulary
     from lac.curator.service.config import CuratorConfig
     from lac.curator.service.server import create_server
@@ -101,7 +102,8 @@ def start_curator(tmp_path, public_corpus, curator_key_dir):
         overrides.setdefault("key_dir", curator_key_dir)
         overrides.setdefault("insecure", True)  # plaintext transport; tests of TLS pass their own material
         overrides.setdefault("min_signal_share", 0.0)  # tiny data sets; the accuracy check has its own tests
-        config = CuratorConfig(port=0, public_corpus=public_corpus, vocab_min_count=1, **overrides)
+        overrides.setdefault("port", 0)
+        config = CuratorConfig(public_corpus=public_corpus, vocab_min_count=1, **overrides)
         vocab = public_vocabulary(
             config.public_corpus,
             config.max_n,

@@ -111,9 +111,10 @@ def test_online_backup_restores_the_same_state_and_delivers_the_same_reports(sta
     a.stop()  # the old machine is gone
 
     fresh = tmp_path / "fresh"
-    code, _, err = run_lac(capsys, "shuffler", "restore", str(tmp_path / "backup"), "--state-dir", str(fresh))
+    restore = ["shuffler", "restore", str(tmp_path / "backup"), "--state-dir", str(fresh)]
+    code, _, err = run_lac(capsys, *restore, "--client-key", str(state / "client.key"))  # kept apart from backups
     assert code == 0, err
-    code, _, err = run_lac(capsys, "shuffler", "restore", str(tmp_path / "backup"), "--state-dir", str(fresh))
+    code, _, err = run_lac(capsys, *restore)
     assert code == 2, err  # no overwrite
     b = start_shuffler(sink.address, auth="token", state_dir=fresh, min_batch=10, forward_retry_max_seconds=0.2)
     _same(before, _status(b.address))
@@ -131,3 +132,96 @@ def test_online_backup_restores_the_same_state_and_delivers_the_same_reports(sta
     got = sink.tags()
     assert len(got) == len(set(got))
     assert set(got) <= acked_tags and len(acked_tags - set(got)) == left
+
+
+def test_the_client_key_stays_out_of_the_report_log_and_its_backups(tmp_path, capsys):
+    """Issue 34.8: the key that turns a client id into the hash the log stores is a file of its own
+    (STATE_DIR/client.key, 0600), in neither the database nor a backup, so a backup and its tokens file (the ids)
+    cannot tell whose hashes the log holds. A restore needs the key: the target's own, --client-key FILE, or
+    --new-client-key, which forgets every client's quota and period-cap use."""
+    import os
+
+    from lac.shuffler.reportlog import OVER_QUOTA, ClientKeyError, ReportLog
+
+    state = tmp_path / "live"
+    log = ReportLog(state)
+    alice = log.client_key("token:alice")
+
+    def put(log, client):
+        return log.append_groups(
+            [([(os.urandom(16), None, b"x")], client)], 5, 1, 1 << 30, period_cap=2, period_windows=10
+        )[0]
+
+    assert put(log, alice) == [True]
+    log.close()
+    key = (state / "client.key").read_bytes()
+    assert len(key) == 32 and oct((state / "client.key").stat().st_mode & 0o777) == "0o600"
+    for f in state.iterdir():
+        if f.name != "client.key":
+            assert key not in f.read_bytes(), f.name
+    code, _, err = run_lac(capsys, "shuffler", "backup", str(tmp_path / "backup"), "--state-dir", str(state))
+    assert code == 0, err
+    for f in (tmp_path / "backup").iterdir():
+        assert key not in f.read_bytes(), f.name
+
+    other = tmp_path / "other"
+    code, _, err = run_lac(capsys, "shuffler", "restore", str(tmp_path / "backup"), "--state-dir", str(other))
+    assert code == 2 and "--client-key" in err and "--new-client-key" in err, err
+    assert not (other / "shuffler.sqlite").exists()
+    code, _, err = run_lac(
+        capsys,
+        "shuffler",
+        "restore",
+        str(tmp_path / "backup"),
+        "--state-dir",
+        str(other),
+        "--client-key",
+        str(state / "client.key"),
+    )
+    assert code == 0, err
+    log = ReportLog(other)
+    assert log.client_key("token:alice") == alice and put(log, alice) == OVER_QUOTA  # its quota use kept
+    log.close()
+
+    third = tmp_path / "third"
+    code, _, err = run_lac(
+        capsys, "shuffler", "restore", str(tmp_path / "backup"), "--state-dir", str(third), "--new-client-key"
+    )
+    assert code == 0, err
+    log = ReportLog(third)
+    assert log.client_key("token:alice") != alice and put(log, log.client_key("token:alice")) == [True]
+    assert log.buffered() == 2  # the restored report and the new one
+    log.close()
+
+    (third / "client.key").write_bytes(os.urandom(32))  # another key than the one the log's hashes were made with
+    with pytest.raises(ClientKeyError, match="client.key"):
+        ReportLog(third)
+    (third / "client.key").unlink()
+    with pytest.raises(ClientKeyError, match="client.key"):
+        ReportLog(third)
+
+
+def test_a_log_that_kept_its_client_key_inside_moves_it_out(tmp_path):
+    """A report log written before issue 34 kept the key in its meta table: at the next start it moves to
+    client.key and leaves no copy in the database (its pages are rewritten), the hashes unchanged."""
+    import sqlite3
+
+    from lac.shuffler.reportlog import ReportLog
+
+    log = ReportLog(tmp_path)
+    alice = log.client_key("token:alice")
+    log.close()
+    key = (tmp_path / "client.key").read_bytes()
+    (tmp_path / "client.key").unlink()
+    db = sqlite3.connect(tmp_path / "shuffler.sqlite")
+    db.execute("DELETE FROM meta WHERE name = 'client_key_id'")
+    db.execute("INSERT INTO meta VALUES ('client_key', ?)", (key,))
+    db.commit()
+    db.close()
+    assert key in (tmp_path / "shuffler.sqlite").read_bytes()
+    log = ReportLog(tmp_path)
+    assert log.client_key("token:alice") == alice and (tmp_path / "client.key").read_bytes() == key
+    log.close()
+    for f in tmp_path.iterdir():
+        if f.name != "client.key":
+            assert key not in f.read_bytes(), f.name

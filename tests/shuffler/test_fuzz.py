@@ -20,12 +20,15 @@ import grpc
 import pytest
 from shuffler_testkit import ServeProc, payload, tag_of, wait_for
 
+from lac.common.rpc import Role
 from lac.common.v1 import shuffler_pb2
 from lac.shuffler.auth import add_clients
+from lac.shuffler.server import ROLES
 from lac.shuffler.wire import varint as _varint
 
 SERVICE = "/lac.v1.Shuffler/"
-UNARY = ("Submit", "GetDeployment", "GetStatus", "Flush", "GetShards")
+UNARY = tuple(m for m in ROLES if m != "SubmitStream")  # Submit first
+OPERATOR = tuple(m for m, roles in ROLES.items() if Role.CLIENT not in roles)  # called with the operator's token
 FUZZ_CALLS = int(os.environ.get("LAC_FUZZ_CALLS", 1600))
 HONEST_THREADS, FUZZ_THREADS = 2, 2
 MAX_RSS_GROWTH = 100 * 1024**2
@@ -182,10 +185,8 @@ def _fuzz(address: str, token: str, operator: str, fuzzer: Fuzzer, calls: int, c
         unary = {m: ch.unary_unary(SERVICE + m, request_serializer=None, response_deserializer=None) for m in UNARY}
         stream = ch.stream_unary(SERVICE + "SubmitStream", request_serializer=None, response_deserializer=None)
         for i in range(calls):
-            method = fuzzer.rng.choice(
-                ["Submit", "Submit", "SubmitStream", "SubmitStream", "GetDeployment", "GetStatus", "Flush", "GetShards"]
-            )
-            md = md_operator if method in ("GetStatus", "Flush") else md_client
+            method = fuzzer.rng.choice(["Submit", "Submit", "SubmitStream", "SubmitStream", *UNARY[1:]])
+            md = md_operator if method in OPERATOR else md_client
             try:
                 if method == "SubmitStream":
                     msgs = [fuzzer.message() for _ in range(fuzzer.rng.randint(1, 4))]

@@ -15,6 +15,7 @@ import pytest
 from lac_testkit import ServeProc, wait_until
 from shuffler_testkit import payload, report, tag_of, wait_for
 
+from lac.common.deployment import Deployment
 from lac.common.v1 import curator_pb2, reports_pb2, shuffler_pb2, shuffler_pb2_grpc
 from lac.shuffler.auth import add_client
 
@@ -79,6 +80,7 @@ def test_client_stream_and_idempotency(start_shuffler, sink):
 def test_authentication_and_quota(start_shuffler, sink, tmp_path):
     state = tmp_path / "auth-shuffler"
     alice = add_client(state / "clients.tokens", "alice")
+    sink.deployment = Deployment(reports_per_window=2)  # the curator's privacy unit, as the shuffler's quota
     shf = start_shuffler(sink.address, auth="token", state_dir=state, reports_per_window=2, min_batch=1000)
     for token in (None, "not-a-token"):
         with pytest.raises(grpc.RpcError) as err:
@@ -309,7 +311,7 @@ def test_served_shuffler_warns_of_metrics_beyond_loopback(tmp_path):
 
 
 def test_large_release_is_cut_into_batches_that_fit_a_message(start_shuffler, sink):
-    shf = start_shuffler(sink.address, min_batch=50, max_batch_bytes=20_000)
+    shf = start_shuffler(sink.address, min_batch=10, max_batch_bytes=20_000)  # ~19 reports a batch, none below 10
     reports = [
         shuffler_pb2.ClientReport(idempotency_id=os.urandom(16), payload=payload(os.urandom(16), 1000))
         for _ in range(50)
@@ -317,6 +319,7 @@ def test_large_release_is_cut_into_batches_that_fit_a_message(start_shuffler, si
     _submit(shf.address, reports)
     wait_for(lambda: _status(shf.address).reports_forwarded == 50)
     assert max(len(r) for r in sink.raw) <= 20_000 + 100 and len(sink.batches()) >= 3
+    assert min(len(b.reports) for b in sink.batches().values()) >= 10
     assert sorted(sink.tags()) == sorted(tag_of(r.payload) for r in reports)
 
 
@@ -418,15 +421,57 @@ def test_windows_per_client_per_period_are_capped(tmp_path):
     assert log.buffered() == 5
     assert log.counters()["reject:period_cap"] == 1
     log.prune_quota(12, 4)
-    assert log._db.execute("SELECT DISTINCT period FROM period_windows").fetchall() == [(3,)]
+    assert log._db.execute("SELECT DISTINCT period FROM period_use").fetchall() == [(3,)]
+    log.close()
+
+
+def test_the_period_cap_keeps_a_count_and_the_last_window_per_client(tmp_path):
+    """Issue 34.8: for the cap the log keeps, per client (keyed hash) and period, how many windows the client
+    stored reports in and the last one, never which windows (a year of them, before); a window before the last
+    counts as a new one (a clock set back only refuses more). A log written before keeps its counts."""
+    import sqlite3
+
+    from lac.shuffler.reportlog import OVER_PERIOD_CAP, ReportLog
+
+    log = ReportLog(tmp_path)
+    alice = log.client_key("token:alice")
+
+    def put(window):
+        return log.append_groups(
+            [([(os.urandom(16), None, b"x")], alice)], window, 2, 1 << 30, period_cap=3, period_windows=10
+        )[0]
+
+    assert [put(w) for w in (20, 20, 23, 27)] == [[True]] * 4  # period 2: windows 20..29
+    tables = {r[0] for r in log._db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    assert "period_windows" not in tables
+    assert log._db.execute("SELECT period, client, windows, last_window FROM period_use").fetchall() == [
+        (2, alice, 3, 27)
+    ]
+    assert put(27) == [True] and put(25) == OVER_PERIOD_CAP and put(28) == OVER_PERIOD_CAP
+    log.close()
+
+    old = tmp_path / "old"  # a log of the earlier layout: one row per (period, client, window)
+    log = ReportLog(old)
+    log.close()
+    db = sqlite3.connect(old / "shuffler.sqlite")
+    db.execute(
+        "CREATE TABLE period_windows (period INTEGER, client BLOB, win INTEGER, PRIMARY KEY (period, client, win))"
+    )
+    db.executemany("INSERT INTO period_windows VALUES (2, ?, ?)", [(alice, 21), (alice, 24), (b"bob", 22)])
+    db.commit()
+    db.close()
+    log = ReportLog(old)
+    assert set(log._db.execute("SELECT period, client, windows, last_window FROM period_use")) == {
+        (2, alice, 2, 24),
+        (2, b"bob", 1, 22),
+    }
+    assert "period_windows" not in {r[0] for r in log._db.execute("SELECT name FROM sqlite_master")}
     log.close()
 
 
 @pytest.mark.slow
 def test_the_period_cap_is_enforced_on_a_real_shuffler(start_shuffler, sink, tmp_path):
     """Over RPC: RESOURCE_EXHAUSTED naming the setting, retry-after at the next period; batches carry the cap."""
-    from lac.common.deployment import Deployment
-
     sink.deployment = Deployment(window_seconds=1.0, period_seconds=4.0, windows_per_period=1)
     state = tmp_path / "capped"
     alice = add_client(state / "clients.tokens", "alice")
@@ -480,7 +525,7 @@ def test_forwarder_keeps_a_bounded_number_of_batches_in_flight(start_shuffler, t
 
     sink = Slow()
     try:
-        shf = start_shuffler(sink.address, min_batch=60, max_batch_bytes=1024, forward_in_flight=in_flight)
+        shf = start_shuffler(sink.address, min_batch=15, max_batch_bytes=1024, forward_in_flight=in_flight)
         reports = [report() for _ in range(60)]
         _submit(shf.address, reports)
         for _ in range(10):  # meanwhile: nothing counts as forwarded before the curator acknowledged it

@@ -40,7 +40,10 @@ def state(tmp_path):
 
 
 def _shuffler(start_shuffler, sink, state, **overrides):
+    from lac.common.deployment import Deployment
+
     overrides.setdefault("reports_per_window", 100)
+    sink.deployment = Deployment(reports_per_window=overrides["reports_per_window"])  # the curator's unit: the same
     return start_shuffler(sink.address, auth="token", state_dir=state, min_batch=100_000, **overrides)
 
 

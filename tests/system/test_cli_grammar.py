@@ -118,6 +118,8 @@ TO_THE_SERVICE = {
     ("curator", "release"): lambda m: ["--epsilon", "1", "--dry-run"],
     ("health",): lambda m: ["--timeout", "1"],
     ("curator", "export"): lambda m: ["--window", "0"],
+    ("shuffler", "dead-letter", "retry"): lambda m: ["--all"],
+    ("shuffler", "dead-letter", "drop"): lambda m: ["--all"],
 }
 
 # Files read by leaves whose file arguments are not --config, --ca or a positional FILE.

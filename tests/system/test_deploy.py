@@ -279,7 +279,19 @@ def test_the_image_builds_the_public_corpus_lac_data_prepares(tmp_path):
 
 METRICS_SERVICES = ["curator", "shuffler", "shuffler-b"]
 DASHBOARD = ROOT / "deploy" / "grafana" / "dashboards" / "lac.json"
-PROMQL_FUNCTIONS = {"sum", "max", "min", "rate", "increase", "histogram_quantile", "by"}
+PROMQL_FUNCTIONS = {
+    "sum",
+    "max",
+    "min",
+    "rate",
+    "increase",
+    "histogram_quantile",
+    "by",
+    "max_over_time",
+    "absent",
+    "time",
+}
+PROMETHEUS_SERIES = {"up"}  # written by Prometheus itself for every target it scrapes
 PROMQL_KEYWORDS = {"deriv", "and", "or", "unless", "on", "ignoring", "without", "group_left", "group_right"}
 SCRAPE_LABELS = {"instance", "job"}  # added by Prometheus to every scraped series
 METRIC_PREFIXES = ("lac_", "process_", "python_")
@@ -362,23 +374,30 @@ def _promql_names(expr: str) -> tuple[set[str], set[str]]:
         labels.update(re.findall(r"([a-zA-Z_]\w*)\s*!?=~?", selector))
     text = re.sub(r"\{[^}]*\}|\[[^\]]*\]|\b\d+(\.\d+)?\b", "", text)
     words = set(re.findall(r"[a-zA-Z_:][\w:]*", text))
-    metrics = {w for w in words if w.startswith(METRIC_PREFIXES)}
+    metrics = {w for w in words if w.startswith(METRIC_PREFIXES) or w in PROMETHEUS_SERIES}
     unknown = words - metrics - PROMQL_FUNCTIONS - PROMQL_KEYWORDS
     assert not unknown, f"unknown identifiers {unknown} in {expr}"
     return metrics, labels
 
 
-def _exposed_by_services(start_curator, start_shuffler, curator_public_key) -> dict[str, set[str]]:
+def _exposed_by_services(start_curator, start_shuffler, curator_public_key, pki=None) -> dict[str, set[str]]:
     """``_exposed`` of a real shuffler and curator, started in-process and driven through Submit -> batch ->
-    IngestBatch -> Release."""
+    IngestBatch -> Release; with ``pki``, also of a shuffler with TLS certificates (and so their expiry)."""
     from lac_testkit import metrics_port, run_traffic, scrape
 
     cur = start_curator(metrics_port=0)
     shf = start_shuffler(cur.address, min_batch=5, metrics_port=0)
     run_traffic(shf.address, cur.address, curator_public_key, good=4)
-    exposed = _exposed(scrape(metrics_port(shf))[0])
-    for name, labels in _exposed(scrape(metrics_port(cur))[0]).items():
-        exposed.setdefault(name, set()).update(labels)
+    servers = [shf, cur]
+    if pki is not None:
+        cert, key = pki.pem("shuffler")
+        servers.append(
+            start_shuffler("127.0.0.1:1", insecure=False, tls_cert=cert, tls_key=key, curator_ca=pki.ca, metrics_port=0)
+        )
+    exposed: dict[str, set[str]] = {}
+    for server in servers:
+        for name, labels in _exposed(scrape(metrics_port(server))[0]).items():
+            exposed.setdefault(name, set()).update(labels)
     return exposed
 
 
@@ -455,20 +474,29 @@ def test_alert_rules_are_loaded_by_the_monitoring_profile():
         "lac_curator_ingest_pool_ok",
         "lac_curator_ingest_worker_deaths_total",
         "lac_curator_ingest_stalls_total",
+        "up",
+        "lac_tls_certificate_expiry_timestamp_seconds",
+        "lac_shuffler_batches_dead_letter",
+        "lac_shuffler_deployment_mismatch",
     ):
         assert name in used, f"no alert watches {name}"
 
 
-def test_alert_rules_reference_only_metrics_the_services_expose(start_curator, start_shuffler, curator_public_key):
-    """Every metric an alert's expression names is exposed by a real shuffler or curator, with the labels the
-    expression and its annotations use (plus the instance and job Prometheus adds)."""
-    exposed = _exposed_by_services(start_curator, start_shuffler, curator_public_key)
+def test_alert_rules_reference_only_metrics_the_services_expose(start_curator, start_shuffler, curator_public_key, pki):
+    """Every metric an alert's expression names is exposed by a real shuffler or curator (or is Prometheus's
+    ``up``), with the labels the expression and its annotations use (plus the instance and job Prometheus adds
+    and the targets' labels in prometheus.yml)."""
+    exposed = _exposed_by_services(start_curator, start_shuffler, curator_public_key, pki)
+    prometheus = yaml.safe_load((PROMETHEUS_DIR / "prometheus.yml").read_text())
+    target_labels = {
+        k for job in prometheus["scrape_configs"] for c in job["static_configs"] for k in c.get("labels", {})
+    }
     for rule in _alert_rules():
         metrics, labels = _promql_names(rule["expr"])
         assert metrics, f"{rule['alert']} names no metric"
-        missing = metrics - set(exposed)
+        missing = metrics - set(exposed) - PROMETHEUS_SERIES
         assert not missing, f"{rule['alert']}: {sorted(missing)} are not exposed"
-        have = set().union(*(exposed[m] for m in metrics)) | SCRAPE_LABELS
+        have = set().union(*(exposed[m] for m in metrics if m in exposed)) | SCRAPE_LABELS | target_labels
         templated = set(re.findall(r"\$labels\.(\w+)", json.dumps(rule["annotations"])))
         assert labels | templated <= have, f"{rule['alert']}: labels {(labels | templated) - have} not on {metrics}"
 

@@ -99,3 +99,107 @@ def test_every_line_is_json_and_fields_are_keys(
         one("shuffler", service="shuffler", port=shuffler.port)["message"]
         == f"shuffler listening on port {shuffler.port}"
     )
+
+
+def _lac(*argv: str, env: dict[str, str] | None = None, cwd=None) -> tuple[int, list[str]]:
+    """(exit code, lines on stderr) of ``lac ARGV`` in a new process."""
+    import os
+    import subprocess
+    import sys
+
+    run = subprocess.run(
+        [sys.executable, "-m", "lac.common", *argv],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, **(env or {})},
+        cwd=cwd,
+    )
+    return run.returncode, [line for line in run.stderr.splitlines() if line.strip()]
+
+
+@pytest.mark.slow  # six `lac ... serve` processes that fail at start: 5-15 s
+def test_start_up_errors_are_json_at_critical(tmp_path, public_corpus):
+    """With JSON logs asked for by flag, environment or TOML file, a serve that cannot start says why in one JSON
+    object at level CRITICAL (its last line), whatever stopped it: a bad setting, a TLS file, a port in use, no
+    key ring, an unknown flag. Without JSON logs it stays one plain line."""
+    import socket
+
+    (tmp_path / "json.toml").write_text('log_format = "json"\nmin_batch = 0\n')
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = str(taken.getsockname()[1])
+        state = ["--state-dir", str(tmp_path / "state")]
+        cases = {
+            "a bad setting (flag)": (["shuffler", "serve", "--log-format", "json", "--min-batch", "0", *state], {}),
+            "a bad setting (TOML)": (["shuffler", "serve", "--config", str(tmp_path / "json.toml"), *state], {}),
+            "no TLS CA (env)": (
+                ["shuffler", "serve", "--tls-cert", "s.pem", "--tls-key", "s.key", *state],
+                {"LAC_SHUFFLER_LOG_FORMAT": "json"},
+            ),
+            "a port in use": (
+                ["shuffler", "serve", "--log-format=json", "--port", port, "--insecure", "--auth", "none", *state],
+                {},
+            ),
+            "no key ring": (
+                ["curator", "serve", "--public-corpus", str(public_corpus), *state],
+                {"LAC_CURATOR_LOG_FORMAT": "json"},
+            ),
+            "an unknown flag": (["shuffler", "serve", "--log-format", "json", "--min-bach", "5", *state], {}),
+        }
+        for case, (argv, env) in cases.items():
+            code, lines = _lac(*argv, env=env, cwd=tmp_path)
+            assert code == 2, (case, lines)
+            records = []
+            for line in lines:
+                try:
+                    records.append(json.loads(line))
+                except ValueError:
+                    raise AssertionError(f"{case}: a line that is not JSON: {line}") from None
+            last = records[-1]
+            assert last["level"] == "CRITICAL" and last["logger"] == "lac", (case, last)
+            assert last["message"].startswith(f"lac {argv[0]} serve: "), (case, last)
+            assert not [r for r in records if r["logger"] == "stderr"], (case, records)
+    code, lines = _lac("shuffler", "serve", "--min-batch", "0", *state, cwd=tmp_path)
+    assert code == 2 and lines == [
+        "lac shuffler serve: ValueError: min_batch must be at least 1 (run with -v for details)"
+    ]
+
+
+def test_the_relay_makes_a_python_traceback_one_error_record():
+    """What a service's stderr relay (``lac.common.logs.relay``) makes of lines written outside its logging: a
+    Python traceback (a worker process's, say) is one record at ERROR whose message is the exception's line, a
+    fatal interpreter error is at CRITICAL, gRPC's own lines keep their level, and JSON lines pass unchanged."""
+    import io
+
+    from lac.common.logs import relay
+
+    written = "\n".join(
+        [
+            '{"level": "INFO", "logger": "lac.x", "message": "started"}',
+            "Traceback (most recent call last):",
+            '  File "/srv/worker.py", line 3, in <module>',
+            "    main()",
+            "    ^^^^^^",
+            "ValueError: the store is damaged",
+            "E1127 17:20:01.123456   4242 chttp2_server.cc:1234] accept failed",
+            "Fatal Python error: Segmentation fault",
+            "a line of its own",
+            "Traceback (most recent call last):",
+            '  File "/srv/worker.py", line 9, in <module>',
+        ]
+    )
+    out = io.StringIO()
+    relay(io.StringIO(written + "\n"), out)
+    records = [json.loads(line) for line in out.getvalue().splitlines()]
+    assert [(r["level"], r["logger"], r["message"]) for r in records] == [
+        ("INFO", "lac.x", "started"),
+        ("ERROR", "stderr", "ValueError: the store is damaged"),
+        ("ERROR", "grpc.core", "accept failed"),
+        ("CRITICAL", "stderr", "Fatal Python error: Segmentation fault"),
+        ("WARNING", "stderr", "a line of its own"),
+        ("ERROR", "stderr", '  File "/srv/worker.py", line 9, in <module>'),  # cut short when the writer ended
+    ]
+    assert records[1]["exception"].splitlines()[0] == "Traceback (most recent call last):"
+    assert records[1]["exception"].endswith("ValueError: the store is damaged")

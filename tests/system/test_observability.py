@@ -194,3 +194,45 @@ def _deployment_or_none(stub):
         if exc.code() != grpc.StatusCode.UNAVAILABLE:  # not fetched from the curator yet
             raise
         return None
+
+
+def test_each_certificate_s_expiry_is_a_metric(start_curator, start_shuffler, pki, tmp_path):
+    """``lac_tls_certificate_expiry_timestamp_seconds{certificate}``: the notAfter of every certificate a service
+    loads (its own, the one it presents to the curator, the CAs it trusts); none for an insecure service."""
+    from lac.common import tls
+
+    tls.issue(pki.root, "shuffler-out", ["localhost"], days=30)  # the shuffler's client certificate: sooner
+    cert, key = pki.pem("curator")
+    cur = start_curator(insecure=False, tls_cert=cert, tls_key=key, tls_client_ca=pki.ca, metrics_port=0)
+    cert, key = pki.pem("shuffler")
+    out_cert, out_key = pki.pem("shuffler-out")
+    shf = start_shuffler(
+        "127.0.0.1:1",
+        insecure=False,
+        tls_cert=cert,
+        tls_key=key,
+        curator_ca=pki.ca,
+        curator_cert=out_cert,
+        curator_key=out_key,
+        metrics_port=0,
+    )
+    plain = start_shuffler("127.0.0.1:1", metrics_port=0)
+
+    def expiry(server) -> dict[str, float]:
+        found = samples(scrape(metrics_port(server))[0])
+        return {
+            dict(labels)["certificate"]: v
+            for (name, labels), v in found.items()
+            if name == "lac_tls_certificate_expiry_timestamp_seconds"
+        }
+
+    from pathlib import Path
+
+    assert expiry(cur) == {"server": tls.expires(Path(pki.pem("curator")[0])), "client_ca": tls.expires(Path(pki.ca))}
+    assert expiry(shf) == {
+        "server": tls.expires(Path(cert)),
+        "client": tls.expires(Path(out_cert)),
+        "curator_ca": tls.expires(Path(pki.ca)),
+    }
+    assert 29 * 86400 < expiry(shf)["client"] - time.time() < 31 * 86400
+    assert expiry(plain) == {}

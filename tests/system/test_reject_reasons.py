@@ -36,6 +36,7 @@ STORED = {
     "wrong_shard",
     "shards_not_effective",
     "shard_list_mismatch",
+    "deployment_mismatch",
     "invalid",
     "mechanism_not_allowed",
     "epsilon_too_large",

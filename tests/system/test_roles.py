@@ -260,6 +260,13 @@ def _shuffler_calls(stub, md):
         "GetStatus": lambda: stub.GetStatus(shuffler_pb2.ShufflerStatusRequest(), metadata=md, timeout=10),
         "Flush": lambda: stub.Flush(shuffler_pb2.FlushRequest(), metadata=md, timeout=10),
         "GetShards": lambda: stub.GetShards(shuffler_pb2.GetShardsRequest(), metadata=md, timeout=10),
+        "ListDeadLetters": lambda: stub.ListDeadLetters(shuffler_pb2.ListDeadLettersRequest(), metadata=md, timeout=10),
+        "RetryDeadLetters": lambda: stub.RetryDeadLetters(
+            shuffler_pb2.DeadLetterSelection(all=True), metadata=md, timeout=10
+        ),
+        "DropDeadLetters": lambda: stub.DropDeadLetters(
+            shuffler_pb2.DeadLetterSelection(all=True), metadata=md, timeout=10
+        ),
     }
 
 
@@ -286,7 +293,15 @@ def test_every_shuffler_rpc_serves_only_its_roles(start_shuffler, pki, tmp_path)
     names = set(shuffler_pb2.DESCRIPTOR.services_by_name["Shuffler"].methods_by_name)
     allowed = {
         "client": {"Submit", "SubmitStream", "GetDeployment", "GetShards"},
-        "operator": {"GetDeployment", "GetStatus", "Flush", "GetShards"},
+        "operator": {
+            "GetDeployment",
+            "GetStatus",
+            "Flush",
+            "GetShards",
+            "ListDeadLetters",
+            "RetryDeadLetters",
+            "DropDeadLetters",
+        },
     }
     identities = {
         "client": (("authorization", f"Bearer {client}"),),

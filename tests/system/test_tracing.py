@@ -67,12 +67,14 @@ def test_a_batch_is_followed_from_the_app_to_the_curator(
     wait_until(lambda: "lac.v1.CuratorIngest/IngestBatch" in _by_name(spans))
     found = _by_name(spans)
 
-    # app -> shuffler: the Submit span is the app span's child.
+    # app -> shuffler: the Submit span starts a trace of its own, not linked to the app's (trace_link_callers off),
+    # so an app's trace store and the shuffler's hold no common trace id.
     (app,) = found["app.submit"]
     submits = found["lac.v1.Shuffler/Submit"]
     (ok,) = [s for s in submits if s.attributes["lac.status"] == "OK"]
     (bad,) = [s for s in submits if s.attributes["lac.status"] == "UNAUTHENTICATED"]
-    assert ok.context.trace_id == app.context.trace_id and ok.parent.span_id == app.context.span_id
+    assert ok.parent is None and ok.context.trace_id != app.context.trace_id and not ok.links
+    assert f"{app.context.trace_id:032x}" not in ok.to_json()
     assert ok.attributes["lac.reports"] == 1 and ok.attributes["rpc.grpc.status_code"] == 0
     assert bad.attributes["rpc.grpc.status_code"] == grpc.StatusCode.UNAUTHENTICATED.value[0]
     assert bad.parent is None and not bad.events  # no exception (or its message) recorded
@@ -107,6 +109,26 @@ def test_a_batch_is_followed_from_the_app_to_the_curator(
     assert all(not s.events for s in spans.get_finished_spans())
     for s in spans.get_finished_spans():
         json.loads(s.to_json())
+
+
+def test_a_shuffler_links_its_spans_to_callers_only_if_told(spans, start_shuffler, sink):
+    """With trace_link_callers the shuffler's server spans start new traces that carry a link to the caller's span
+    (its traceparent); without, they start new traces and ignore it. The curator's spans are children of their
+    caller's (an IngestBatch of the shuffler's forward_batch, an analyst's own spans)."""
+    plain = start_shuffler(sink.address)
+    linked = start_shuffler(sink.address, trace_link_callers=True)
+    for shf in (plain, linked):
+        with tracing.span("app.ask", client=True), grpc.insecure_channel(shf.address) as ch:
+            stub = shuffler_pb2_grpc.ShufflerStub(ch)
+            stub.GetShards(shuffler_pb2.GetShardsRequest(), metadata=tracing.inject(), timeout=10)
+    apps = _by_name(spans)["app.ask"]
+    asked = _by_name(spans)["lac.v1.Shuffler/GetShards"]
+    assert len(apps) == len(asked) == 2
+    for app, served in zip(apps, asked):
+        assert served.parent is None and served.context.trace_id != app.context.trace_id
+    assert not asked[0].links
+    (link,) = asked[1].links
+    assert (link.context.trace_id, link.context.span_id) == (apps[1].context.trace_id, apps[1].context.span_id)
 
 
 def test_only_allowed_attributes_and_off_by_default():

@@ -213,7 +213,9 @@ def _main(argv: list[str] | None) -> int:
     parser = build_parser(sys.argv[1:] if argv is None else argv)
     args, extra = parser.parse_known_args(argv)
     if extra and not getattr(args, "_any_arguments", False):
-        parser.exit(2, f"{command_name(args)}: error: unrecognized arguments: {_one_line(' '.join(extra))}\n")
+        args._json_logs = _json_logs(args)
+        _fail(args, f"{command_name(args)}: error: unrecognized arguments: {_one_line(' '.join(extra))}")
+        sys.exit(2)
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
@@ -239,11 +241,34 @@ def _reader_gone() -> int:
     return SIGPIPE_EXIT
 
 
+def _json_logs(args: argparse.Namespace) -> bool:
+    """Log as JSON lines now if the command's settings ask for them (``lac.common.config.requested_log_format``:
+    a service's ``serve``), so that even a failure to load its settings is a JSON line; whether they do."""
+    from lac.common.config import requested_log_format
+
+    if requested_log_format(args) != "json":
+        return False
+    from lac.common.logs import configure
+
+    configure("json", getattr(args, "verbose", False))
+    return True
+
+
+def _fail(args: argparse.Namespace, message: str) -> None:
+    """Say why the command failed: one line on stderr, or, with JSON logs, one record at CRITICAL of logger
+    ``lac`` (the same text as its ``message``)."""
+    if getattr(args, "_json_logs", False):
+        logging.getLogger("lac").critical(message, extra={"command": command_name(args)})
+    else:
+        print(message, file=sys.stderr)
+
+
 def run_command(args: argparse.Namespace) -> int:
     """Run the parsed command; every failure ends in one line on stderr and exit code 2 (a
     traceback only with -v): a refused or failed RPC as ``CODE: details``, a bad input as the
-    command's own message."""
+    command's own message. A service's ``serve`` with JSON logs says it as a JSON record at CRITICAL instead."""
     name = command_name(args)
+    args._json_logs = _json_logs(args)
     try:
         if (connection := getattr(args, "_connection", None)) is not None:
             connection.apply(args)  # --server/--ca/--cert/--key from the environment or --profile (lac.common.profiles)
@@ -251,13 +276,13 @@ def run_command(args: argparse.Namespace) -> int:
     except BrokenPipeError:  # not a failure of the command: main() ends it quietly
         raise
     except KeyboardInterrupt:
-        print(f"{name}: interrupted", file=sys.stderr)
+        _fail(args, f"{name}: interrupted")
         return 130
     except SystemExit as exc:
         if exc.code is None or isinstance(exc.code, int):
             return exc.code or 0
         message = _one_line(exc.code)
-        print(message if message.startswith("lac ") else f"{name}: {message}", file=sys.stderr)
+        _fail(args, message if message.startswith("lac ") else f"{name}: {message}")
         return 2
     except Exception as exc:
         code = getattr(exc, "code", None)
@@ -272,17 +297,14 @@ def run_command(args: argparse.Namespace) -> int:
                 from lac.common.tls import missing_client_cert
 
                 message = missing_client_cert(args) or message
-            print(f"{name}: {message}", file=sys.stderr)
+            _fail(args, f"{name}: {message}")
         elif isinstance(exc, OSError) and exc.filename and exc.strerror:  # a missing or unreadable file
             if getattr(args, "verbose", False):
                 logging.getLogger("lac").exception("%s failed", name)
-            print(f"{name}: {exc.strerror}: {exc.filename}", file=sys.stderr)
+            _fail(args, f"{name}: {exc.strerror}: {exc.filename}")
         else:
             if args.verbose:
                 logging.getLogger("lac").exception("%s failed", name)
-            print(
-                f"{name}: {type(exc).__name__}: {_one_line(exc)}"
-                + ("" if args.verbose else " (run with -v for details)"),
-                file=sys.stderr,
-            )
+            hint = "" if args.verbose else " (run with -v for details)"
+            _fail(args, f"{name}: {type(exc).__name__}: {_one_line(exc)}{hint}")
         return 2

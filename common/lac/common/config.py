@@ -67,6 +67,7 @@ def add_flags(parser: argparse.ArgumentParser, cls: type, env_prefix: str) -> No
         metavar="TOML",
         help="TOML file with any of the settings below (flags override env, env overrides file)",
     )
+    parser.set_defaults(_env_prefix=env_prefix)  # for requested_log_format
     types = _field_types(cls)
     for f in dataclasses.fields(cls):
         kind = types[f.name]
@@ -106,6 +107,24 @@ def load(
         if name in types and v is not None:
             values[name] = _convert(types[name], v, "--" + name.replace("_", "-"))
     return cls(**values)
+
+
+def requested_log_format(args: argparse.Namespace, environ: typing.Mapping[str, str] | None = None) -> str:
+    """The ``log_format`` a command built with ``add_flags`` asks for (flag, else environment, else TOML file, as
+    ``load`` would take it), read alone before its other settings, so that a failure to load them is logged in that
+    format; ``"text"`` for other commands, or when the TOML file cannot be read."""
+    prefix = getattr(args, "_env_prefix", None)
+    if prefix is None:
+        return "text"
+    environ = os.environ if environ is None else environ
+    found = getattr(args, "log_format", None) or environ.get(prefix + "LOG_FORMAT")
+    if found is None and getattr(args, "config", None) is not None:
+        try:
+            with open(args.config, "rb") as fh:
+                found = tomllib.load(fh).get("log_format")
+        except (OSError, ValueError):
+            found = None
+    return found if found in LOG_FORMATS else "text"
 
 
 def from_args(cls: type[T], env_prefix: str, args: argparse.Namespace) -> T:

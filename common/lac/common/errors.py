@@ -55,6 +55,7 @@ class RejectReason(StrEnum):
     WRONG_SHARD = "wrong_shard"
     SHARDS_NOT_EFFECTIVE = "shards_not_effective"  # the shard list applies from a later window
     SHARD_LIST_MISMATCH = "shard_list_mismatch"  # the client was routed by another shard list than this replica's
+    DEPLOYMENT_MISMATCH = "deployment_mismatch"  # this shuffler's privacy unit is not the curator's
     # The curator's checks of an opened report against the published deployment.
     INVALID = "invalid"  # report id length, sentence count or token rules
     MECHANISM_NOT_ALLOWED = "mechanism_not_allowed"

@@ -5,7 +5,10 @@ records: gRPC's C core (and any C library, a Python warning, a worker process's 
 to file descriptor 2 directly, so ``configure`` points descriptor 2 at a pipe read by a small relay
 process (``python -m lac.common.logs``), which passes JSON lines on unchanged and writes every other
 line as a JSON record of logger ``grpc.core`` (gRPC's own line format, with its level and
-``source`` file:line) or ``stderr`` (anything else) to the original stderr. One writer keeps the
+``source`` file:line) or ``stderr`` (anything else: a Python traceback as one record at ERROR, a fatal
+interpreter error at CRITICAL, other lines at WARNING) to the original stderr. A ``serve`` that cannot start
+logs why as one record at CRITICAL of logger ``lac`` (``lac.common.cli``), JSON even when the failure was in
+loading the settings that asked for JSON lines. One writer keeps the
 lines whole and in order; the relay ends when the last process holding the pipe does, so what gRPC
 writes while the interpreter shuts down is relayed too. Structured values go in ``extra=`` and come
 out as keys of the object.
@@ -73,6 +76,8 @@ def configure(
 _NATIVE = re.compile(r"^([IWEF])\d{4} \d{2}:\d{2}:\d{2}\.\d+\s+\d+ ([^\s\]]+:\d+)\] ?(.*)$")
 _NATIVE_LEVELS = {"I": "INFO", "W": "WARNING", "E": "ERROR", "F": "CRITICAL"}
 _ABSL_NOTICE = "WARNING: All log messages before absl::InitializeLog() is called are written to STDERR"
+_TRACEBACK = "Traceback (most recent call last):"
+_FATAL = "Fatal Python error:"
 _relay: subprocess.Popen[bytes] | None = None
 
 
@@ -86,9 +91,17 @@ def native_record(line: str, now: float | None = None) -> dict[str, Any]:
         out.update(level=_NATIVE_LEVELS[m.group(1)], logger="grpc.core", message=m.group(3), source=m.group(2))
     elif line.startswith(_ABSL_NOTICE):
         out.update(level="WARNING", logger="grpc.core", message=line)
+    elif line.startswith(_FATAL):
+        out.update(level="CRITICAL", logger="stderr", message=line)
     else:
         out.update(level="WARNING", logger="stderr", message=line)
     return out
+
+
+def traceback_record(lines: list[str], now: float | None = None) -> dict[str, Any]:
+    """The JSON record of a Python traceback written to stderr (a worker process's, say): level ERROR, logger
+    ``stderr``, the exception's line (the last) as ``message`` and the whole traceback as ``exception``."""
+    return {**native_record(lines[-1], now), "level": "ERROR", "exception": "\n".join(lines)}
 
 
 def relay_line(line: str) -> str:
@@ -103,12 +116,34 @@ def relay_line(line: str) -> str:
 
 
 def relay(source: TextIO, sink: TextIO) -> None:
-    """Copy ``source`` to ``sink`` line by line through ``relay_line`` until ``source`` ends."""
+    """Copy ``source`` to ``sink`` line by line through ``relay_line`` until ``source`` ends; the lines of a Python
+    traceback (from its first line to the exception's, the first one not indented) become one ``traceback_record``."""
+    traceback: list[str] = []
+
+    def write(record: str) -> None:
+        sink.write(record + "\n")
+        sink.flush()
+
     for raw in source:
         line = raw.rstrip("\r\n")
-        if line.strip():
-            sink.write(relay_line(line) + "\n")
-            sink.flush()
+        if not line.strip():
+            continue
+        if traceback:
+            if line.startswith("{") or _NATIVE.match(line):  # another writer's line: the traceback was cut short
+                write(json.dumps(traceback_record(traceback), ensure_ascii=False))
+                traceback = []
+            else:
+                traceback.append(line)
+                if not line.startswith((" ", "\t")):  # the exception's own line ends it
+                    write(json.dumps(traceback_record(traceback), ensure_ascii=False))
+                    traceback = []
+                continue
+        if line.startswith(_TRACEBACK):
+            traceback = [line]
+        else:
+            write(relay_line(line))
+    if traceback:
+        write(json.dumps(traceback_record(traceback), ensure_ascii=False))
 
 
 def _route_stderr() -> None:

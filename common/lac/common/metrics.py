@@ -18,16 +18,17 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import logging
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from pathlib import Path
 
-from prometheus_client import CollectorRegistry, Histogram, Info, PlatformCollector, ProcessCollector
+from prometheus_client import CollectorRegistry, Gauge, Histogram, Info, PlatformCollector, ProcessCollector
 from prometheus_client.exposition import choose_encoder
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
 log = logging.getLogger(__name__)
 
-__all__ = ["RPC_BUCKETS", "new_registry", "RpcLatency", "ScrapeTime", "MetricsEndpoint"]
+__all__ = ["RPC_BUCKETS", "new_registry", "certificate_expiry", "RpcLatency", "ScrapeTime", "MetricsEndpoint"]
 
 RPC_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 120.0)
 
@@ -45,6 +46,27 @@ def new_registry(service: str) -> CollectorRegistry:
         {"service": service, "version": version(f"lac-{service}")}
     )
     return registry
+
+
+def certificate_expiry(registry: CollectorRegistry, certificates: Mapping[str, str]) -> None:
+    """``lac_tls_certificate_expiry_timestamp_seconds{certificate}``: when each TLS certificate the service loads at
+    start expires (its notAfter, Unix time), for each of ``certificates`` (label -> PEM file; unset ones are left
+    out, and so is a file that cannot be read: the service then fails to start, saying why)."""
+    from lac.common.tls import expires
+
+    gauge = Gauge(
+        "lac_tls_certificate_expiry_timestamp_seconds",
+        "When each TLS certificate this service loaded at start expires (notAfter, Unix time): server = the one it "
+        "presents to callers, client = the one it presents to the curator, *_ca = the CAs it trusts.",
+        ("certificate",),
+        registry=registry,
+    )
+    for name, path in certificates.items():
+        if path:
+            try:
+                gauge.labels(name).set(expires(Path(path)))
+            except (OSError, ValueError) as exc:
+                log.warning("metrics: no expiry for the %s certificate %s (%s)", name, path, exc)
 
 
 class RpcLatency:

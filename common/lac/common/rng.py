@@ -14,12 +14,17 @@ Fork safety: a forked child inherits its parent's memory, keystream position inc
 generator built before ``os.fork()`` (gunicorn --preload, multiprocessing's fork start method)
 would produce the same noise in both processes. Every live generator is therefore re-keyed
 from ``os.urandom`` in the child right after a fork (``os.register_at_fork``).
+
+Thread safety: one generator may be shared by threads (an app's Localizer serving several requests at once):
+each draw takes its own stretch of the keystream under the generator's lock, so no two draws share bytes and
+the stream, which the cipher refuses to run concurrently, is never entered twice.
 """
 
 from __future__ import annotations
 
 import math
 import os
+import threading
 import weakref
 from typing import Any, Protocol, TypeAlias, overload, runtime_checkable
 
@@ -70,6 +75,7 @@ _LIVE: weakref.WeakSet[CsprngGenerator] = weakref.WeakSet()  # generators to re-
 
 def _rekey_after_fork() -> None:
     for g in list(_LIVE):
+        g._lock = threading.Lock()  # another thread of the parent may have held it: that thread is not here
         g._rekey()
 
 
@@ -95,6 +101,7 @@ class CsprngGenerator:
     """
 
     def __init__(self) -> None:
+        self._lock = threading.Lock()  # one draw at a time: the keystream is not for concurrent use
         self._rekey()
         _LIVE.add(self)
 
@@ -104,12 +111,14 @@ class CsprngGenerator:
         self._left = REKEY_BYTES
 
     def _fill(self, n: int) -> npt.NDArray[np.uint64]:
-        """n fresh random uint64 in a new writable array."""
-        if 8 * n > self._left:
-            self._rekey()
-        self._left -= 8 * n
+        """n fresh random uint64 in a new writable array (any thread: each call takes its own keystream bytes)."""
+        zeros = np.zeros(8 * n, dtype=np.uint8)
         out = np.empty(8 * n + 64, dtype=np.uint8)  # update_into may want a block of headroom
-        self._stream.update_into(np.zeros(8 * n, dtype=np.uint8).data, out.data)
+        with self._lock:
+            if 8 * n > self._left:
+                self._rekey()
+            self._left -= 8 * n
+            self._stream.update_into(zeros.data, out.data)
         return out[: 8 * n].view(np.uint64)
 
     def _unit(self, n: int, offset: float) -> FloatArray:

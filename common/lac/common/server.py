@@ -48,10 +48,12 @@ def new_server(
     max_message_bytes: int = MAX_MESSAGE_BYTES,
     max_concurrent_streams: int | None = None,
     max_connections: int | None = None,
+    trace_callers: str = "child",
 ) -> grpc.aio.Server:
     """An asyncio gRPC server refusing messages over ``max_message_bytes`` (RESOURCE_EXHAUSTED) and,
     if set, serving at most ``max_concurrent_streams`` calls at once per client connection and at most
-    ``max_connections`` connections; its ``lac.v1`` calls are traced if ``lac.common.tracing`` is on."""
+    ``max_connections`` connections; its ``lac.v1`` calls are traced if ``lac.common.tracing`` is on, each
+    span placed relative to the caller's as ``trace_callers`` says (``lac.common.tracing.CALLERS``)."""
     options = [
         ("grpc.so_reuseport", 0),
         ("grpc.max_receive_message_length", max_message_bytes),
@@ -62,7 +64,7 @@ def new_server(
     if max_connections is not None:
         options.append(("grpc.max_allowed_incoming_connections", max_connections))
         _make_room_for(max_connections)
-    return grpc.aio.server(options=options, interceptors=tracing.server_interceptors())
+    return grpc.aio.server(options=options, interceptors=tracing.server_interceptors(trace_callers))
 
 
 FDS_BESIDES_CONNECTIONS = 256  # the server's own files: databases, segments, logs, its outgoing channels

@@ -154,6 +154,11 @@ def check_pair(cert: Path, key: Path) -> None:
         )
 
 
+def expires(cert: Path) -> float:
+    """When the PEM certificate ``cert`` expires (its notAfter), in Unix time."""
+    return x509.load_pem_x509_certificate(cert.read_bytes()).not_valid_after_utc.timestamp()
+
+
 @dataclass(frozen=True)
 class ServerTls:
     """A server's certificate and key; with ``client_ca`` client certificates signed by it are

@@ -5,9 +5,15 @@
 
 What is traced, so that a batch's path can be followed:
 
-* every ``lac.v1`` RPC a server answers (``server_interceptors``): one SERVER span named after the method,
-  a child of the caller's span when the call carries a W3C ``traceparent`` header (the SDK sends the
-  context of the app's current OpenTelemetry span with every call, ``inject``), with the status code;
+* every ``lac.v1`` RPC a server answers (``server_interceptors``): one SERVER span named after the method, with
+  the status code. Its place relative to the caller's span, when the call carries a W3C ``traceparent`` header
+  (the SDK sends the context of the app's current OpenTelemetry span with every call, ``inject``), is the
+  server's choice (``CALLERS``): the curator's spans are children of the caller's (``"child"``: an
+  IngestBatch of the shuffler's delivery, an analyst's own spans); the shuffler's start a new trace and ignore
+  it (``"root"``), or, if its operator opts in (``trace_link_callers``), start a new trace with a link to the
+  caller's span (``"link"``). An app's trace is its developer's: joined to the shuffler's Submit spans it
+  would put the app's own view of a user (its spans' names, times and attributes) beside that user's
+  submissions, so by default no trace id crosses from an app into a shuffler's spans;
 * the shuffler's delivery of a batch: a root span (``shuffler.forward_batch``) whose context travels to the
   curator in the IngestBatch call, so the curator's ingest of that batch is its child.
 
@@ -66,6 +72,7 @@ ALLOWED = frozenset(
     }
 )
 TRACED_PREFIX = "/lac.v1."  # health checks and reflection are not traced
+CALLERS = ("child", "root", "link")  # a server span's relation to the caller's: child of it, unrelated, linked
 
 _tracer: Any = None  # an opentelemetry Tracer once configured
 _provider: Any = None
@@ -195,13 +202,29 @@ def _parent(metadata: Any) -> Any:
     return TraceContextTextMapPropagator().extract(carrier)
 
 
-def server_interceptors() -> list[grpc.aio.ServerInterceptor]:
-    """The interceptors a server built now needs: one tracing ``lac.v1`` calls if tracing is on, else none."""
-    return [_ServerSpans()] if _tracer is not None else []
+def _links(metadata: Any) -> list[Any]:
+    """A link to the caller's span, from its ``traceparent`` (none without a valid one)."""
+    from opentelemetry import trace
+
+    caller = trace.get_current_span(_parent(metadata)).get_span_context()
+    return [trace.Link(caller)] if caller.is_valid else []
+
+
+def server_interceptors(callers: str = "child") -> list[grpc.aio.ServerInterceptor]:
+    """The interceptors a server built now needs: one tracing ``lac.v1`` calls if tracing is on, else none.
+    ``callers`` (``CALLERS``): each call's span is a child of the caller's span (``"child"``), starts a new trace
+    ignoring it (``"root"``), or starts a new trace with a link to it (``"link"``)."""
+    if callers not in CALLERS:
+        raise ValueError(f"callers must be one of {', '.join(CALLERS)}, not {callers!r}")
+    return [_ServerSpans(callers)] if _tracer is not None else []
 
 
 class _ServerSpans(grpc.aio.ServerInterceptor):
-    """One SERVER span per ``lac.v1`` call (method, status code), current while the method runs."""
+    """One SERVER span per ``lac.v1`` call (method, status code), current while the method runs, placed relative
+    to the caller's span as ``callers`` says."""
+
+    def __init__(self, callers: str):
+        self.callers = callers
 
     async def intercept_service(
         self,
@@ -214,16 +237,20 @@ class _ServerSpans(grpc.aio.ServerInterceptor):
             return handler
         service, _, name = method[1:].partition("/")
         attributes = {"rpc.system": "grpc", "rpc.service": service, "rpc.method": name}
-        parent = _parent(handler_call_details.invocation_metadata)
+        metadata = handler_call_details.invocation_metadata
+        caller = (  # (parent context, links); "root": a new trace, whatever the caller sent
+            _parent(metadata) if self.callers == "child" else None,
+            _links(metadata) if self.callers == "link" else [],
+        )
         if handler.stream_unary is not None:
             return grpc.stream_unary_rpc_method_handler(
-                _unary_reply(handler.stream_unary, method[1:], attributes, parent),
+                _unary_reply(handler.stream_unary, method[1:], attributes, caller),
                 request_deserializer=handler.request_deserializer,
                 response_serializer=handler.response_serializer,
             )
         if handler.stream_stream is not None:
             return grpc.stream_stream_rpc_method_handler(
-                _streamed_reply(handler.stream_stream, method[1:], attributes, parent),
+                _streamed_reply(handler.stream_stream, method[1:], attributes, caller),
                 request_deserializer=handler.request_deserializer,
                 response_serializer=handler.response_serializer,
             )
@@ -231,13 +258,16 @@ class _ServerSpans(grpc.aio.ServerInterceptor):
 
 
 @contextlib.contextmanager
-def _server_span(name: str, attributes: dict[str, Any], parent: Any, context: Any) -> Iterator[None]:
+def _server_span(name: str, attributes: dict[str, Any], caller: Any, context: Any) -> Iterator[None]:
+    from opentelemetry import context as otel_context
     from opentelemetry import trace
 
     assert _tracer is not None
+    parent, links = caller
     with _tracer.start_as_current_span(
         name,
-        context=parent,
+        context=parent if parent is not None else otel_context.Context(),
+        links=links,
         kind=trace.SpanKind.SERVER,
         attributes=attributes,
         record_exception=False,
@@ -259,17 +289,17 @@ def _server_span(name: str, attributes: dict[str, Any], parent: Any, context: An
                 current.set_status(trace.Status(trace.StatusCode.ERROR))
 
 
-def _unary_reply(inner: Any, name: str, attributes: dict[str, Any], parent: Any) -> Any:
+def _unary_reply(inner: Any, name: str, attributes: dict[str, Any], caller: Any) -> Any:
     async def traced(requests: AsyncIterator[Any], context: Any) -> Any:
-        with _server_span(name, attributes, parent, context):
+        with _server_span(name, attributes, caller, context):
             return await inner(requests, context)
 
     return traced
 
 
-def _streamed_reply(inner: Any, name: str, attributes: dict[str, Any], parent: Any) -> Any:
+def _streamed_reply(inner: Any, name: str, attributes: dict[str, Any], caller: Any) -> Any:
     async def traced(requests: AsyncIterator[Any], context: Any) -> AsyncIterator[Any]:
-        with _server_span(name, attributes, parent, context):
+        with _server_span(name, attributes, caller, context):
             async for item in inner(requests, context):
                 yield item
 

@@ -1,4 +1,4 @@
-"""``lac shuffler serve|status|flush|add-client|add-clients|rotate-client|backup|restore|amplification``."""
+"""``lac shuffler serve|status|flush|dead-letter|add-client|add-clients|rotate-client|backup|restore|amplification``."""
 
 from __future__ import annotations
 
@@ -20,11 +20,28 @@ def register(subparsers) -> None:
     serve = sub.add_parser("serve", help="run the shuffler gRPC server")
     cfg.add_flags(serve, ShufflerConfig, ENV_PREFIX)
     serve.set_defaults(func=_serve)
-    for name, helptext, func in (
-        ("status", "print the shuffler's status (operator certificate)", _status),
-        ("flush", "release a batch now if the release threshold is reached (operator certificate)", _flush),
-    ):
-        q = sub.add_parser(name, help=helptext)
+    dead = sub.add_parser(
+        "dead-letter",
+        help="list, retry or drop the batches the curator refused for good (operator)",
+        description="A batch the curator refuses for good (INVALID_ARGUMENT, FAILED_PRECONDITION, "
+        "RESOURCE_EXHAUSTED: its statement, windows or size are not what the curator accepts) is set aside as a "
+        "dead letter, so newer batches are delivered. `list` shows each with the curator's refusal; `retry` sends "
+        "them again as they were released (once the cause is fixed: the curator's configuration, the clock); "
+        "`drop` deletes them and their reports, which are then never delivered.",
+    )
+    dead_sub = dead.add_subparsers(dest="dead_letter_command", metavar="ACTION", required=True)
+    operator_commands = [
+        (sub, "status", "print the shuffler's status (operator certificate)", _status),
+        (sub, "flush", "release a batch now if the release threshold is reached (operator certificate)", _flush),
+        (dead_sub, "list", "the dead letters, oldest first, with the curator's refusal", _dead_list),
+        (dead_sub, "retry", "send dead letters again as they were released", _dead_retry),
+        (dead_sub, "drop", "delete dead letters and their reports (never delivered)", _dead_drop),
+    ]
+    for parent, name, helptext, func in operator_commands:
+        q = parent.add_parser(name, help=helptext)
+        if func in (_dead_retry, _dead_drop):
+            q.add_argument("batch_ids", nargs="*", metavar="BATCH_ID", help="the dead letters (see `list`)")
+            q.add_argument("--all", action="store_true", help="every dead letter")
         add_connection_flags(q, "shuffler", "127.0.0.1:50051")
         q.add_argument(
             "--token-file",
@@ -117,7 +134,8 @@ def register(subparsers) -> None:
         help="copy the report log (online, consistent) and tokens file into DIR",
         description="Copy the report log with SQLite's online backup API (one consistent "
         "snapshot, while the shuffler keeps serving) and the tokens file into DIR, "
-        "with a manifest naming their SHA-256. DIR is created private (0700).",
+        "with a manifest naming their SHA-256. DIR is created private (0700). The key of the log's client "
+        "hashes (STATE_DIR/client.key) is left out: keep a copy of it apart from the backups.",
     )
     bak.add_argument("dir", type=Path, help="new directory for the backup")
     res = sub.add_parser(
@@ -126,13 +144,28 @@ def register(subparsers) -> None:
         description="Verify a backup (manifest, SHA-256, quick_check) and install it into "
         "--state-dir, whose shuffler must be stopped (refused while one holds its lock). The restored log does not "
         "know what happened after the backup: reports acknowledged since then are "
-        "missing, and idempotency ids and quota use recorded since are forgotten.",
+        "missing, and idempotency ids and quota use recorded since are forgotten. Backups leave out the key of "
+        "the log's client hashes (client.key): restore where it is, or pass --client-key or --new-client-key.",
     )
     res.add_argument("dir", type=Path, help="directory written by `lac shuffler backup`")
     res.add_argument(
         "--force",
         action="store_true",
         help="replace an existing report log / tokens file (not while a shuffler runs on it)",
+    )
+    res.add_argument(
+        "--client-key",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="the key of the report log's client hashes (the old state directory's client.key, which backups "
+        "leave out); without it the state directory's own client.key must be that key",
+    )
+    res.add_argument(
+        "--new-client-key",
+        action="store_true",
+        help="restore without the old client key: the shuffler makes a new one, and every client's quota and "
+        "period-cap use is forgotten (a client may store its quota again in the current window)",
     )
     for q in (bak, res):
         q.add_argument(
@@ -181,6 +214,7 @@ def _serve(args) -> int:
     from lac.common.logs import configure as configure_logging
     from lac.common.server import PortUnavailable, run_until_signalled
     from lac.common.statelock import StateDirLocked
+    from lac.shuffler.reportlog import ClientKeyError
     from lac.shuffler.server import create_server
     from lac.shuffler.service import Shuffler
 
@@ -196,7 +230,7 @@ def _serve(args) -> int:
 
     try:
         asyncio.run(main())
-    except (PortUnavailable, StateDirLocked) as exc:  # another server has the port or the state directory
+    except (PortUnavailable, StateDirLocked, ClientKeyError) as exc:  # the port or state directory, the client key
         raise SystemExit(f"error: {exc}") from None
     return 0
 
@@ -316,7 +350,14 @@ def _restore(args) -> int:
     from lac.shuffler.backup import restore
 
     try:
-        m = restore(args.dir, args.state_dir, args.tokens_file, force=args.force)
+        m = restore(
+            args.dir,
+            args.state_dir,
+            args.tokens_file,
+            force=args.force,
+            client_key=args.client_key,
+            new_client_key=args.new_client_key,
+        )
     except (OSError, ValueError) as exc:
         raise SystemExit(f"error: {exc}") from None
     print(
@@ -351,18 +392,60 @@ def _status(args) -> int:
     )
     print(f"batches forwarded:  {s.batches_forwarded} ({s.reports_forwarded} reports)")
     print(f"batches pending:    {s.batches_pending}")
+    print(
+        f"dead letters:       {s.batches_dead_letter}"
+        + (" (lac shuffler dead-letter list)" if s.batches_dead_letter else "")
+    )
+    if s.deployment_mismatch:
+        print(f"MISCONFIGURED:      {s.deployment_mismatch}")
     print(f"report log:         {s.log_bytes} of {s.max_log_bytes} bytes")
     print("counters:           " + (", ".join(f"{k}={v}" for k, v in sorted(s.counters.items())) or "none"))
     print("rejects:            " + (", ".join(f"{k}={v}" for k, v in sorted(s.rejects.items())) or "none"))
     if s.note:
         print(f"note:               {s.note}")
     for b in s.recent_batches:
-        state = "delivered" if b.delivered else "pending"
+        state = "delivered" if b.delivered else f"dead letter ({b.refusal})" if b.refusal else "pending"
         print(
             f"batch {b.batch_id}: {b.size} reports, {state}; "
             f"{b.privacy.statement or 'amplification statement not computed yet'}"
         )
     return 0
+
+
+def _dead_list(args) -> int:
+    from lac.shuffler.auth import format_time
+
+    r = _call(args, "ListDeadLetters", shuffler_pb2.ListDeadLettersRequest())
+    if args.json:
+        print(message_json(r))
+        return 0
+    if not r.batches:
+        print("no dead letters")
+    for b in r.batches:
+        print(f"batch {b.batch_id}: {b.size} reports, refused {format_time(b.dead_since_unix)}: {b.refusal}")
+    return 0
+
+
+def _settle_dead(args, method: str, done: str) -> int:
+    if bool(args.batch_ids) == args.all:
+        raise SystemExit(
+            "error: the dead letters' batch ids are required (`lac shuffler dead-letter list` shows them), or --all "
+            "for every one, not both"
+        )
+    r = _call(args, method, shuffler_pb2.DeadLetterSelection(batch_ids=args.batch_ids, all=args.all))
+    if args.json:
+        print(message_json(r))
+        return 0
+    print(f"{done} {len(r.batch_ids)} batch(es) of {r.reports} report(s)" + "".join(f"\n  {b}" for b in r.batch_ids))
+    return 0
+
+
+def _dead_retry(args) -> int:
+    return _settle_dead(args, "RetryDeadLetters", "sending again")
+
+
+def _dead_drop(args) -> int:
+    return _settle_dead(args, "DropDeadLetters", "dropped")
 
 
 def _flush(args) -> int:

@@ -108,7 +108,11 @@ class ShufflerConfig(ServiceSettings):
         60 * 1024**2,
         "largest forwarded batch message; a larger release is cut "
         "into several batches (keep below the curator's gRPC "
-        "receive limit, 64 MiB by default)",
+        "receive limit, 64 MiB by default), none below the release "
+        "threshold: a last batch that would be takes reports from the "
+        "one before or is merged into it, and a batch exceeds this "
+        "limit only when the threshold's reports do not fit in it "
+        "(logged as a warning)",
     )
     tls_cert: str = setting("", "TLS certificate of this server (PEM; `lac keys tls --name shuffler`)")
     tls_key: str = setting("", "TLS private key of this server")
@@ -200,6 +204,13 @@ class ShufflerConfig(ServiceSettings):
         "(0 = off; reports without a crowd id form one crowd)",
     )
     target_delta: float = setting(1e-6, "central delta of each batch's amplification statement")
+    trace_link_callers: bool = setting(
+        False,
+        "with tracing on, a call's span (Submit, ...) starts a new trace with an OpenTelemetry link to the "
+        "caller's span (its traceparent: an app's span around an SDK call), so an app's traces join this "
+        "shuffler's; off, every call's span starts a new trace and the caller's is ignored. Keep the apps' "
+        "trace store apart from the shuffler's either way",
+    )
     shards: str = setting(
         "",
         "comma-separated public addresses host:port of all shuffler replicas, the same list "

@@ -12,7 +12,7 @@ from prometheus_client import Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from lac.common.errors import Unavailable
-from lac.common.metrics import MetricsEndpoint, RpcLatency, ScrapeTime, new_registry
+from lac.common.metrics import MetricsEndpoint, RpcLatency, ScrapeTime, certificate_expiry, new_registry
 
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 FORWARD_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 120.0)
@@ -38,6 +38,16 @@ class ShufflerMetrics:
             registry=self.registry,
         )
         self.rpc = RpcLatency("lac_shuffler", self.registry)
+        cfg = shuffler.config
+        certificate_expiry(
+            self.registry,
+            {
+                "server": cfg.tls_cert,
+                "client": cfg.curator_cert or cfg.tls_cert,
+                "curator_ca": cfg.curator_ca,
+                "client_ca": cfg.tls_client_ca,
+            },
+        )
         self._scraped = ScrapeTime(self._collect)
         self.registry.register(self._scraped)
         self.endpoint = MetricsEndpoint(self.registry, [self._scraped])
@@ -47,8 +57,9 @@ class ShufflerMetrics:
         try:
             c = await s.counters()
             pending = await s.batches_pending()
+            dead = await s.batches_dead_letter()
         except Unavailable:  # a storage failure: the storage metrics below say why
-            c, pending = {}, None
+            c, pending, dead = {}, None, None
 
         def gauge(name, help_, value):
             return GaugeMetricFamily(name, help_, value=value)
@@ -117,13 +128,39 @@ class ShufflerMetrics:
                 "Payload bytes received and waiting for their durable commit.",
                 s.pending_bytes,
             ),
+            gauge(
+                "lac_shuffler_deployment_mismatch",
+                "1 while this shuffler's privacy unit is not the one the curator's deployment publishes (Submit "
+                "refused, health NOT_SERVING), else 0.",
+                int(bool(s.mismatch)),
+            ),
+            counter(
+                "lac_shuffler_dead_letters_total",
+                "Batches the curator refused for good and that were set aside as dead letters (a retried one "
+                "refused again counts again).",
+                c.get("batches_dead_lettered", 0),
+            ),
+            counter(
+                "lac_shuffler_dead_letter_reports_dropped_total",
+                "Reports of dead letters the operator dropped (never delivered).",
+                c.get("reports_dropped_dead_letter", 0),
+            ),
         ]
         if pending is not None:
             out.append(
                 gauge(
                     "lac_shuffler_batches_pending",
-                    "Released batches not yet acknowledged by the curator (the delivery backlog).",
+                    "Released batches not yet acknowledged by the curator (the delivery backlog; dead letters aside).",
                     pending,
+                )
+            )
+        if dead is not None:
+            out.append(
+                gauge(
+                    "lac_shuffler_batches_dead_letter",
+                    "Batches the curator refused for good, set aside until the operator retries or drops them "
+                    "(lac shuffler dead-letter).",
+                    dead,
                 )
             )
         if s.disk_free_bytes is not None:

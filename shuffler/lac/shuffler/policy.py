@@ -19,7 +19,11 @@ In order:
    (crowds with fewer than ``crowd_threshold`` kept reports are dropped; reports without a
    crowd id form one crowd).
 4. A uniform shuffle, cut into consecutive parts of at most ``max_batch_bytes`` (each part of
-   one uniform permutation is itself a uniformly random subset in uniform order).
+   one uniform permutation is itself a uniformly random subset in uniform order), none with fewer than
+   ``threshold`` reports (``chunks``): a last part below it takes reports from the part before, or is merged
+   into it where that one cannot spare them; a part exceeds ``max_batch_bytes`` only when ``threshold`` of
+   the release's reports do not fit in it (``Selection.oversized`` says so). After sub-sampling or the crowd
+   threshold, a release may hold fewer than ``threshold`` reports: it is then one part.
 """
 
 from __future__ import annotations
@@ -58,6 +62,7 @@ class Selection:
     first_window: int
     last_window: int
     distinct_clients: bool  # every released report carries a distinct authenticated client
+    oversized: int = 0  # parts over max_batch_bytes (a threshold's reports did not fit in it)
 
     @property
     def size(self) -> int:
@@ -70,16 +75,29 @@ def distinct_clients(rows: Sequence[Row]) -> int:
     return len({r.client for r in rows if r.client is not None}) + sum(r.client is None for r in rows)
 
 
-def chunks(sizes: Sequence[int], max_bytes: int) -> list[tuple[int, int]]:
-    """[lo, hi) slices of entries of ``sizes`` bytes whose sums stay within ``max_bytes`` (at least one entry each)."""
+def chunks(sizes: Sequence[int], max_bytes: int, min_count: int = 1) -> list[tuple[int, int]]:
+    """[lo, hi) slices of entries of ``sizes`` bytes whose sums stay within ``max_bytes``, none with fewer than
+    ``min_count`` entries (unless there are fewer in all: then one slice).
+
+    A slice closes at the byte limit only once it holds ``min_count`` entries (so it exceeds the limit when that
+    many do not fit). A last slice left below ``min_count`` takes entries from the end of the one before, so
+    that it holds ``min_count`` of them, when that one keeps ``min_count`` and the last then fits the limit;
+    otherwise the two become one slice, over the limit (by fewer than ``min_count`` entries)."""
     out, lo, total = [], 0, 0
     for i, e in enumerate(sizes):
-        if total + e > max_bytes and i > lo:
+        if total + e > max_bytes and i - lo >= max(min_count, 1):
             out.append((lo, i))
             lo, total = i, 0
         total += e
     if lo < len(sizes):
         out.append((lo, len(sizes)))
+    if len(out) > 1 and out[-1][1] - out[-1][0] < min_count:
+        (start, _), (_, end) = out[-2], out.pop()
+        cut = end - min_count
+        if cut - start >= min_count and sum(sizes[cut:end]) <= max_bytes:
+            out[-1:] = [(start, cut), (cut, end)]
+        else:
+            out[-1] = (start, end)
     return out
 
 
@@ -120,9 +138,8 @@ def select_batch(
         kept = [r for r in kept if (r.crowd or "") not in small]
         n_crowd = before - len(kept)
     shuffled = [kept[i] for i in rng.permutation(len(kept)).tolist()]
-    parts = tuple(
-        tuple(r.seq for r in shuffled[lo:hi]) for lo, hi in chunks([r.size for r in shuffled], max_batch_bytes)
-    )
+    cut = chunks([r.size for r in shuffled], max_batch_bytes, threshold)
+    parts = tuple(tuple(r.seq for r in shuffled[lo:hi]) for lo, hi in cut)
     windows = [r.window for r in kept] or [r.window for r in taken]
     return Selection(
         taken=tuple(r.seq for r in taken),
@@ -133,4 +150,5 @@ def select_batch(
         first_window=min(windows),
         last_window=max(windows),
         distinct_clients=all(r.client is not None for r in kept),
+        oversized=sum(sum(r.size for r in shuffled[lo:hi]) > max_batch_bytes for lo, hi in cut),
     )

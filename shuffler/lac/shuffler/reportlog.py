@@ -20,14 +20,24 @@ What is stored where:
   batch id with the same content. A report in a batch whose ``seqs`` are kept is *held*: not
   buffered, never taken again. Once the curator has acknowledged every batch of a release, its
   rows are deleted and the batches' ``seqs`` dropped, in the transaction of the last
-  acknowledgement; a crash in between leaves the delivered batches' reports held.
+  acknowledgement; a crash in between leaves the delivered batches' reports held. A batch the curator
+  refused for good is a *dead letter* (``dead``: its refusal, ``dead_at``): no longer pending, its
+  reports held until the operator retries it (pending again) or drops it (its rows and its record
+  deleted, as if the curator had taken it, but counted as dropped).
 * ``quota``: reports per (accounting window, keyed hash of the client id); rows of past
   windows are deleted when a window ends.
-* ``period_windows``: with a cap on windows per client per period, the windows of the current
-  period each client (keyed hash) stored reports in; rows of past periods are deleted.
+* ``period_use``: with a cap on windows per client per period, per client (keyed hash) and period how
+  many windows it stored reports in and the last one, nothing more (which windows they were is not
+  kept); rows of past periods are deleted.
 * ``seen`` / ``seen_prev``: idempotency ids in two generations. ``rotate_seen`` drops the older
   one and starts a new one once a window has passed, so an id is remembered for at least one
   window and at most two, and the tables stay bounded. Nothing links an id to a report.
+
+The key of the client hashes is not in the database: it is ``client.key`` beside it (32 random bytes,
+0600), which backups leave out, so a copy of the log, even with the tokens file's client ids, cannot tell
+whose hashes it holds. The database records the key's id (``meta.client_key_id``, a hash of the key) and
+refuses to open with another key or none (``ClientKeyError``). A log written when the key was kept inside
+(``meta.client_key``) moves it out at its next start and rewrites its pages (``VACUUM``), leaving no copy.
 """
 
 from __future__ import annotations
@@ -48,7 +58,7 @@ from pathlib import Path
 import numpy as np
 
 from lac.common.errors import RejectReason
-from lac.common.files import private_dir, private_sqlite
+from lac.common.files import atomic_file, fsync_dir, private_dir, private_sqlite
 from lac.shuffler import wire
 from lac.shuffler.policy import Row, Selection, select_batch
 
@@ -67,8 +77,8 @@ CREATE TABLE IF NOT EXISTS batches (batch_id TEXT PRIMARY KEY, n INTEGER NOT NUL
                                     distinct_clients INTEGER NOT NULL DEFAULT 0);
 CREATE TABLE IF NOT EXISTS window_quota (win INTEGER NOT NULL, client BLOB NOT NULL, n INTEGER NOT NULL,
                                          PRIMARY KEY (win, client)) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS period_windows (period INTEGER NOT NULL, client BLOB NOT NULL, win INTEGER NOT NULL,
-                                           PRIMARY KEY (period, client, win)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS period_use (period INTEGER NOT NULL, client BLOB NOT NULL, windows INTEGER NOT NULL,
+                                       last_window INTEGER NOT NULL, PRIMARY KEY (period, client)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS counters (name TEXT PRIMARY KEY, value INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value BLOB NOT NULL);
 """
@@ -78,7 +88,24 @@ OVER_QUOTA = "over_quota"
 OVER_PERIOD_CAP = "over_period_cap"
 LOG_FULL = "log_full"
 KEEP_DELIVERED = 50  # metadata rows of delivered batches kept for `status`
+KEY_FILE = "client.key"  # the key of the client hashes, beside the database and never in it
 PROBE_BYTES = 64 * 1024  # size of the write that tests whether the log is writable again
+
+
+class ClientKeyError(RuntimeError):
+    """The client key file is missing, or is not the key the report log's client hashes were made with."""
+
+
+def key_id(key: bytes) -> bytes:
+    """What the report log records of its client key: enough to recognise it, nothing to recompute a hash with."""
+    return hashlib.sha256(b"lac-shuffler client key id\0" + key).digest()[:16]
+
+
+def write_key(path: Path, key: bytes) -> None:
+    """Write a client key file (0600, fsync'd, renamed into place)."""
+    with atomic_file(path) as f:
+        f.write(key)
+    fsync_dir(path.parent)
 
 
 @dataclass(frozen=True)
@@ -88,7 +115,8 @@ class Released:
     considered: int
     dropped_subsampled: int
     dropped_crowd: int
-    parts: int = 1  # batches the release was split into (each at most max_batch_bytes)
+    parts: int = 1  # batches the release was split into (each at most max_batch_bytes, but see oversized)
+    oversized: int = 0  # batches over max_batch_bytes: min_batch of its reports did not fit in that limit
 
 
 @dataclass(frozen=True)
@@ -125,21 +153,27 @@ class ReportLog:
         # Checkpoint the WAL into the database every ~40 MiB instead of every 4 MiB: halves ingest cost.
         self._db.execute("PRAGMA wal_autocheckpoint=10000")
         self._db.executescript(_SCHEMA)
-        if "seqs" not in {r[1] for r in self._db.execute("PRAGMA table_info(batches)")}:
+        columns = {r[1] for r in self._db.execute("PRAGMA table_info(batches)")}
+        if "dead" not in columns:  # a log from before dead letters
+            self._db.execute("ALTER TABLE batches ADD COLUMN dead TEXT")
+            self._db.execute("ALTER TABLE batches ADD COLUMN dead_at REAL")
+        if "seqs" not in columns:
             self._db.close()
             raise RuntimeError(
                 f"{self.path} is the report log of an earlier development build (batches stored whole), which this "
                 "shuffler does not read: deliver its batches with that build, or start from an empty state directory"
             )
         self._page_size = self._db.execute("PRAGMA page_size").fetchone()[0]
+        self._rewrite = False  # VACUUM once opened: rows of an earlier layout were dropped
         with self._tx():
-            row = self._db.execute("SELECT value FROM meta WHERE name = 'client_key'").fetchone()
-            if row is None:
-                row = (os.urandom(32),)
-                self._db.execute("INSERT INTO meta VALUES ('client_key', ?)", row)
             if self._db.execute("SELECT 1 FROM meta WHERE name = 'seen_since'").fetchone() is None:
                 self._db.execute("INSERT INTO meta VALUES ('seen_since', ?)", (repr(time.time()).encode(),))
-        self._client_key = row[0]
+            self._migrate_period_windows()
+        try:
+            self._client_key = self._open_client_key()
+        except BaseException:
+            self._db.close()
+            raise
         self._buffered = 0
         self._per_client: Counter[bytes] = Counter()  # buffered reports per client (in memory)
         self._anonymous = 0
@@ -154,6 +188,58 @@ class ReportLog:
                 self._count_buffered(client, -1)
         self.used_bytes = self._measure()
         self.commits = 0  # group commits since open (one fsync each)
+
+    def _migrate_period_windows(self) -> None:
+        """Within a transaction: turn the windows of the earlier layout (one row per window a client used in a
+        period) into a count and the last window per client and period."""
+        if self._db.execute("SELECT 1 FROM sqlite_master WHERE name = 'period_windows'").fetchone() is None:
+            return
+        self._db.execute(
+            "INSERT OR REPLACE INTO period_use SELECT period, client, COUNT(*), MAX(win) FROM period_windows "
+            "GROUP BY period, client"
+        )
+        self._db.execute("DROP TABLE period_windows")
+        self._rewrite = True  # the dropped rows' pages still hold them: VACUUM (in _open_client_key)
+
+    def _open_client_key(self) -> bytes:
+        """The key of the client hashes, from ``client.key`` (made at the first start); ``ClientKeyError`` if the
+        file is missing or holds another key than the one recorded. A key kept in the database (earlier layout)
+        is moved to the file, and the database rewritten so that no copy of it is left in a page."""
+        path = self.state_dir / KEY_FILE
+        recorded = self.get_meta("client_key_id")
+        inside = self.get_meta("client_key")
+        if inside is not None:
+            if path.exists() and path.read_bytes() != inside:
+                raise ClientKeyError(f"{path} is not the key inside {self.path}; move it aside and start again")
+            write_key(path, inside)
+            with self._tx():
+                self._db.execute("DELETE FROM meta WHERE name = 'client_key'")
+                self._db.execute("INSERT OR REPLACE INTO meta VALUES ('client_key_id', ?)", (key_id(inside),))
+            log.info("the client key moved out of %s into %s (once; the database is rewritten)", self.path, path)
+            self._rewrite = True
+        if self._rewrite:
+            self._db.execute("VACUUM")
+            self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        if inside is not None:
+            return inside
+        if not path.exists():
+            if recorded is not None:
+                raise ClientKeyError(
+                    f"{path} is missing, and {self.path}'s client hashes were made with the key it held: put the old "
+                    f"state directory's client.key there (backups leave it out), or restore the backup with "
+                    f"`lac shuffler restore --new-client-key`, which forgets every client's quota use"
+                )
+            write_key(path, os.urandom(32))
+        key = path.read_bytes()
+        if recorded is None:
+            with self._tx():
+                self._db.execute("INSERT INTO meta VALUES ('client_key_id', ?)", (key_id(key),))
+        elif recorded != key_id(key):
+            raise ClientKeyError(
+                f"{path} is not the key {self.path}'s client hashes were made with: put the old state directory's "
+                f"client.key there, or restore the backup with `lac shuffler restore --new-client-key`"
+            )
+        return key
 
     def _count_buffered(self, client: bytes | None, n: int) -> None:
         self._buffered += n
@@ -220,17 +306,7 @@ class ReportLog:
                     ).fetchone()
                     over = OVER_QUOTA if (row[0] if row else 0) + n_new > quota else None
                     if over is None and n_new and period_cap:
-                        period = window // period_windows
-                        (used,) = db.execute(
-                            "SELECT COUNT(*) FROM period_windows WHERE period = ? AND client = ? AND win != ?",
-                            (period, client, window),
-                        ).fetchone()
-                        if used >= period_cap:
-                            over = OVER_PERIOD_CAP
-                        else:
-                            db.execute(
-                                "INSERT OR IGNORE INTO period_windows VALUES (?, ?, ?)", (period, client, window)
-                            )
+                        over = self._count_window(client, window, period_cap, period_windows)
                     if over is not None:
                         db.execute("ROLLBACK TO g")
                         db.execute("RELEASE g")
@@ -258,6 +334,25 @@ class ReportLog:
             self._count_buffered(client, n)
         self.used_bytes = self._measure()
         return results
+
+    def _count_window(self, client: bytes, window: int, cap: int, period_windows: int) -> str | None:
+        """Within a transaction: count ``window`` against ``client``'s cap of ``cap`` windows in its period, or
+        ``OVER_PERIOD_CAP``. Only the count and the last window are kept, so a window other than the last counts
+        as a new one (windows come in order; a clock set back can only refuse more)."""
+        period = window // period_windows
+        row = self._db.execute(
+            "SELECT windows, last_window FROM period_use WHERE period = ? AND client = ?", (period, client)
+        ).fetchone()
+        if row is not None and row[1] == window:
+            return None
+        if (row[0] if row else 0) >= cap:
+            return OVER_PERIOD_CAP
+        self._db.execute(
+            "INSERT INTO period_use VALUES (?, ?, 1, ?) ON CONFLICT(period, client) "
+            "DO UPDATE SET windows = windows + 1, last_window = excluded.last_window",
+            (period, client, window),
+        )
+        return None
 
     def _known(self, ids: list[bytes]) -> set[bytes]:
         """The subset of ``ids`` already stored (in either generation)."""
@@ -368,6 +463,7 @@ class ReportLog:
             sel.dropped_subsampled,
             sel.dropped_crowd,
             len(batch_ids),
+            sel.oversized,
         )
 
     def _held(self) -> set[int]:
@@ -395,7 +491,72 @@ class ReportLog:
             )
 
     def pending_batches(self) -> list[str]:
-        return [r[0] for r in self._db.execute("SELECT batch_id FROM batches WHERE delivered = 0 ORDER BY rowid")]
+        """The batches to deliver, oldest first (dead letters are not)."""
+        return [
+            r[0]
+            for r in self._db.execute(
+                "SELECT batch_id FROM batches WHERE delivered = 0 AND dead IS NULL ORDER BY rowid"
+            )
+        ]
+
+    def dead_letter(self, batch_id: str, refusal: str) -> None:
+        """Set a pending batch aside as a dead letter: the curator refused it for good (``refusal``)."""
+        with self._tx():
+            done = self._db.execute(
+                "UPDATE batches SET dead = ?, dead_at = ? WHERE batch_id = ? AND delivered = 0 AND dead IS NULL",
+                (refusal, time.time(), batch_id),
+            ).rowcount
+            self._bump_all({"batches_dead_lettered": done})
+
+    def dead_letters(self) -> list[tuple[str, int, str, float, bytes | None]]:
+        """(batch id, reports, refusal, since, privacy statement) of every dead letter, oldest first."""
+        return self._db.execute(
+            "SELECT batch_id, n, dead, dead_at, privacy FROM batches WHERE dead IS NOT NULL AND delivered = 0 "
+            "ORDER BY rowid"
+        ).fetchall()
+
+    def _select_dead(self, batch_ids: list[str] | None) -> list[tuple[str, int, str]]:
+        """Within a transaction: (id, reports, release) of the dead letters named (all: None); KeyError with the
+        list of ids that are not dead letters."""
+        rows = self._db.execute(
+            "SELECT batch_id, n, release_id FROM batches WHERE dead IS NOT NULL AND delivered = 0 ORDER BY rowid"
+        ).fetchall()
+        if batch_ids is None:
+            return rows
+        known = {r[0] for r in rows}
+        if unknown := [b for b in batch_ids if b not in known]:
+            raise KeyError(unknown)
+        wanted = set(batch_ids)
+        return [r for r in rows if r[0] in wanted]
+
+    def retry_dead(self, batch_ids: list[str] | None = None) -> list[tuple[str, int]]:
+        """Make dead letters (those named; all: None) pending again; (id, reports) of each. KeyError for an id
+        that is not a dead letter."""
+        with self._tx():
+            chosen = self._select_dead(batch_ids)
+            self._db.executemany(
+                "UPDATE batches SET dead = NULL, dead_at = NULL WHERE batch_id = ?", [(b,) for b, _, _ in chosen]
+            )
+        return [(b, n) for b, n, _ in chosen]
+
+    def drop_dead(self, batch_ids: list[str] | None = None) -> list[tuple[str, int]]:
+        """Delete dead letters (those named; all: None) and their reports, which are then never delivered;
+        (id, reports) of each. KeyError for an id that is not a dead letter."""
+        with self._tx():
+            chosen = self._select_dead(batch_ids)
+            for batch_id, _, release_id in chosen:
+                (packed,) = self._db.execute("SELECT seqs FROM batches WHERE batch_id = ?", (batch_id,)).fetchone()
+                self._delete_rows(_unpack(packed).tolist() if packed is not None else [])
+                self._db.execute("DELETE FROM batches WHERE batch_id = ?", (batch_id,))
+                self._finish_release(release_id)
+            self._bump_all(
+                {
+                    "batches_dropped_dead_letter": len(chosen),
+                    "reports_dropped_dead_letter": sum(n for _, n, _ in chosen),
+                }
+            )
+        self.used_bytes = self._measure()
+        return [(b, n) for b, n, _ in chosen]
 
     def batch(self, batch_id: str) -> StoredBatch:
         """A pending batch: its size, request body (read now from the buffered rows, in the batch's shuffled
@@ -422,9 +583,10 @@ class ReportLog:
         with self._tx():
             self._db.execute("UPDATE batches SET privacy = ? WHERE batch_id = ?", (privacy, batch_id))
 
-    def recent_batches(self, limit: int = 10) -> list[tuple[str, int, bool, bytes | None]]:
+    def recent_batches(self, limit: int = 10) -> list[tuple[str, int, bool, bytes | None, str | None]]:
+        """(id, reports, delivered, statement, refusal of a dead letter) of the newest batches, newest first."""
         return self._db.execute(
-            "SELECT batch_id, n, delivered, privacy FROM batches ORDER BY rowid DESC LIMIT ?", (limit,)
+            "SELECT batch_id, n, delivered, privacy, dead FROM batches ORDER BY rowid DESC LIMIT ?", (limit,)
         ).fetchall()
 
     def delivered(self, batch_id: str) -> None:
@@ -438,15 +600,7 @@ class ReportLog:
             if row:
                 ((size, release_id),) = row
                 self._bump_all({"batches_forwarded": 1, "reports_forwarded": size})
-                waiting = self._db.execute(
-                    "SELECT 1 FROM batches WHERE release_id = ? AND delivered = 0 LIMIT 1", (release_id,)
-                ).fetchone()
-                if waiting is None:
-                    parts = self._db.execute(
-                        "SELECT seqs FROM batches WHERE release_id = ? AND seqs IS NOT NULL", (release_id,)
-                    ).fetchall()
-                    self._delete_rows(np.concatenate([_unpack(p) for (p,) in parts]).tolist() if parts else [])
-                    self._db.execute("UPDATE batches SET seqs = NULL WHERE release_id = ?", (release_id,))
+                self._finish_release(release_id)
                 self._db.execute(
                     "DELETE FROM batches WHERE delivered = 1 AND seqs IS NULL AND rowid NOT IN "
                     "(SELECT rowid FROM batches WHERE delivered = 1 ORDER BY rowid DESC LIMIT ?)",
@@ -454,12 +608,25 @@ class ReportLog:
                 )
         self.used_bytes = self._measure()
 
+    def _finish_release(self, release_id: str) -> None:
+        """Within a transaction: once no batch of a release waits (each delivered or dropped), delete its rows
+        and keep only its batches' metadata."""
+        waiting = self._db.execute(
+            "SELECT 1 FROM batches WHERE release_id = ? AND delivered = 0 LIMIT 1", (release_id,)
+        ).fetchone()
+        if waiting is None:
+            parts = self._db.execute(
+                "SELECT seqs FROM batches WHERE release_id = ? AND seqs IS NOT NULL", (release_id,)
+            ).fetchall()
+            self._delete_rows(np.concatenate([_unpack(p) for (p,) in parts]).tolist() if parts else [])
+            self._db.execute("UPDATE batches SET seqs = NULL WHERE release_id = ?", (release_id,))
+
     def prune_quota(self, window: int, period_windows: int = 1) -> None:
         """Delete the quota counters of accounting windows before ``window``, and the windows counted
         against the cap in periods (of ``period_windows`` windows) before ``window``'s."""
         with self._tx():
             self._db.execute("DELETE FROM window_quota WHERE win < ?", (window,))
-            self._db.execute("DELETE FROM period_windows WHERE period < ?", (window // period_windows,))
+            self._db.execute("DELETE FROM period_use WHERE period < ?", (window // period_windows,))
 
     def count_reject(self, reason: RejectReason, n: int = 1) -> None:
         """Count ``n`` rejected reports (in memory; saved by the next write). Any thread."""

@@ -14,16 +14,24 @@ import grpc
 from lac.common import server as common_server
 from lac.common import tls
 from lac.common.errors import InvalidArgument, RejectReason
-from lac.common.rpc import Caller, Receiving, Role, service_handler
+from lac.common.rpc import Caller, Receiving, Role, count_field, service_handler
 from lac.common.v1 import shuffler_pb2
 from lac.shuffler import wire
-from lac.shuffler.service import SERVICE_NAME, ShardListMismatch, Shuffler, WrongShard
+from lac.shuffler.service import (
+    MAX_BATCH_ID_CHARS,
+    MAX_DEAD_LETTER_IDS,
+    SERVICE_NAME,
+    ShardListMismatch,
+    Shuffler,
+    WrongShard,
+)
 from lac.shuffler.shards import SHARD_METADATA_KEY, SHARDS_DIGEST_METADATA_KEY
 
 log = logging.getLogger(__name__)
 
 SERVICE = shuffler_pb2.DESCRIPTOR.services_by_name["Shuffler"]
 SCAN_ABOVE_BYTES = 64 * 1024  # Submit messages larger than this have their reports counted before parsing
+_SELECTED_IDS = shuffler_pb2.DeadLetterSelection.DESCRIPTOR.fields_by_name["batch_ids"].number
 
 ROLES = {
     "Submit": {Role.CLIENT},
@@ -32,6 +40,9 @@ ROLES = {
     "GetStatus": {Role.OPERATOR},
     "Flush": {Role.OPERATOR},
     "GetShards": {Role.CLIENT, Role.OPERATOR},
+    "ListDeadLetters": {Role.OPERATOR},
+    "RetryDeadLetters": {Role.OPERATOR},
+    "DropDeadLetters": {Role.OPERATOR},
 }
 
 
@@ -48,6 +59,18 @@ def _bounded_reports(shuffler: Shuffler):
             raise InvalidArgument(f"more than {limit} reports in one request (max_reports_per_request)")
 
     return check
+
+
+def _bounded_selection(raw: bytes) -> None:
+    """A ``before_parse`` check of RetryDeadLetters and DropDeadLetters: at most ``MAX_DEAD_LETTER_IDS`` batch ids
+    of at most ``MAX_BATCH_ID_CHARS`` characters, refused before parsing (many short ids parse into far more memory
+    than their bytes)."""
+    if len(raw) > MAX_DEAD_LETTER_IDS * (MAX_BATCH_ID_CHARS + 3) + 2 or (
+        count_field(raw, _SELECTED_IDS, MAX_DEAD_LETTER_IDS) > MAX_DEAD_LETTER_IDS
+    ):
+        raise InvalidArgument(
+            f"at most {MAX_DEAD_LETTER_IDS} batch ids of at most {MAX_BATCH_ID_CHARS} characters (or all)"
+        )
 
 
 def _name_the_right_shard(context, refusal: WrongShard | ShardListMismatch) -> None:
@@ -116,11 +139,25 @@ class ShufflerServicer:
     async def GetShards(self, request, context, caller: Caller):
         return self.shuffler.shard_assignment(caller.identity)
 
+    async def ListDeadLetters(self, request, context, caller: Caller):
+        return await self.shuffler.dead_letters()
+
+    async def RetryDeadLetters(self, request, context, caller: Caller):
+        return await self.shuffler.settle_dead_letters(list(request.batch_ids), request.all, drop=False)
+
+    async def DropDeadLetters(self, request, context, caller: Caller):
+        return await self.shuffler.settle_dead_letters(list(request.batch_ids), request.all, drop=True)
+
 
 def create_server(shuffler: Shuffler) -> tuple[grpc.aio.Server, int]:
     """Build (not start) the gRPC server for ``shuffler``, bound as its config says."""
     cfg = shuffler.config
-    server = common_server.new_server(cfg.max_message_bytes, cfg.max_concurrent_streams, cfg.max_connections)
+    server = common_server.new_server(
+        cfg.max_message_bytes,
+        cfg.max_concurrent_streams,
+        cfg.max_connections,
+        trace_callers="link" if cfg.trace_link_callers else "root",  # never a child of an app's span
+    )
 
     async def count_malformed(method: str) -> None:
         await shuffler.count_reject(RejectReason.MALFORMED)
@@ -132,7 +169,12 @@ def create_server(shuffler: Shuffler) -> tuple[grpc.aio.Server, int]:
         shuffler.auth,
         on_malformed=count_malformed,
         observe=shuffler.metrics.rpc,
-        before_parse={"Submit": _bounded_reports(shuffler), "SubmitStream": _bounded_reports(shuffler)},
+        before_parse={
+            "Submit": _bounded_reports(shuffler),
+            "SubmitStream": _bounded_reports(shuffler),
+            "RetryDeadLetters": _bounded_selection,
+            "DropDeadLetters": _bounded_selection,
+        },
         receiving=Receiving(cfg.receive_timeout_seconds, "receive_timeout_seconds"),
     )
     server.add_generic_rpc_handlers((handler,))

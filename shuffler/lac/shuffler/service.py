@@ -10,6 +10,16 @@ one while it stores another), each retried with its own back-off until acknowled
 delivered only then; a batch is never in flight twice, and one sent again after a restart carries the
 same id and bytes, which the curator stores once.
 
+A batch the curator refuses for good (``DEAD_LETTER_CODES``: its statement, windows or size are not what the
+curator accepts, which no retry changes) is set aside as a *dead letter* at once, logged and counted, and never
+blocks newer batches; the operator lists, retries or drops dead letters (``lac shuffler dead-letter``).
+Other failures (the curator away, overloaded, its storage failing) are retried until acknowledged.
+
+Before acknowledging anything, the shuffler checks its privacy unit (reports per window, window length, the cap
+on windows per period) against the curator's published deployment, the one last fetched (kept across restarts)
+or, at a first start, the first one fetched: while they differ, Submit answers UNAVAILABLE (reject
+``deployment_mismatch``) and health is NOT_SERVING, since every batch of such reports would be refused.
+
 Storage failures (full disk, I/O errors, a commit that stalls, free space below
 ``min_free_disk_bytes``) never end a background task and never leave a call waiting: the first
 one is logged once, counted (``lac_shuffler_storage_failures_total``), turns gRPC health to
@@ -46,7 +56,14 @@ import grpc
 from lac.common import envelope, retry, tls, tracing
 from lac.common.deployment import Deployment, windows_in_period
 from lac.common.envelope import PayloadRejected
-from lac.common.errors import FailedPrecondition, InvalidArgument, RejectReason, ResourceExhausted, Unavailable
+from lac.common.errors import (
+    FailedPrecondition,
+    InvalidArgument,
+    NotFound,
+    RejectReason,
+    ResourceExhausted,
+    Unavailable,
+)
 from lac.common.privacy import Adjacency, Guarantee, Model, PrivacyUnit
 from lac.common.rpc import parse_names
 from lac.common.serde import deployment_from_proto, deployment_to_proto
@@ -74,6 +91,13 @@ RESTART_BACKOFF = retry.Backoff(initial=0.5, maximum=30.0)  # a failed backgroun
 FORWARD_RETRY_FIRST_SECONDS = 0.5  # the forwarder's first back-off ceiling (then doubling)
 FORWARD_RETRY_MIN_SECONDS = 0.01  # the back-off ceiling used when forward_retry_max_seconds is not positive
 SERVICE_NAME = shuffler_pb2.DESCRIPTOR.services_by_name["Shuffler"].full_name
+# The curator's refusals no retry changes: its checks of the batch itself (statement, windows, size).
+DEAD_LETTER_CODES = frozenset(
+    {grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.FAILED_PRECONDITION, grpc.StatusCode.RESOURCE_EXHAUSTED}
+)
+MAX_DEAD_LETTER_IDS = 10_000  # batch ids named in one RetryDeadLetters/DropDeadLetters call
+MAX_BATCH_ID_CHARS = 128  # as the curator's limit on a batch id
+MISMATCH_RECHECK_SECONDS = 30.0  # how soon the curator's deployment is fetched again while it differs
 _INGEST_METHOD = "/lac.v1.CuratorIngest/IngestBatch"
 
 
@@ -239,6 +263,9 @@ class Shuffler:
             deployment_from_proto(reports_pb2.Deployment.FromString(cached)) if cached else None
         )
         self._deployment_at = 0.0
+        self.mismatch = ""  # why this shuffler's privacy unit is not the curator's ("" while they agree)
+        if self._deployment is not None:
+            self._note_mismatch(self._deployment)
         self.forward_failures = 0
         self.metrics = ShufflerMetrics(self)  # served at metrics_host:metrics_port once started (operator only)
         self.note = ""
@@ -347,9 +374,13 @@ class Shuffler:
                 await self.storage.wait_ok()
 
     def _storage_changed(self, ok: bool) -> None:
-        self.health.set_serving(ok)
+        self._set_health()
         if ok:
             self._wake_forwarder.set()
+
+    def _set_health(self) -> None:
+        """SERVING while the log is writable and the privacy unit is the curator's."""
+        self.health.set_serving(self.storage.ok and not self.mismatch)
 
     def _check_space(self) -> None:
         """On the log thread: LowDiskSpace if free space (filesystem plus free pages inside the log) is
@@ -491,6 +522,14 @@ class Shuffler:
             self._log.count_reject(reason)
             exc.extra.setdefault("reason", reason)  # logged as reject_reason (lac.common.rpc)
             raise
+        if self.mismatch:
+            self._log.count_reject(RejectReason.DEPLOYMENT_MISMATCH, len(items))
+            raise Unavailable(
+                f"this shuffler acknowledges no report until its operator fixes its configuration ({self.mismatch}); "
+                f"nothing was stored: retry later",
+                retry_after=MISMATCH_RECHECK_SECONDS,
+                reason=RejectReason.DEPLOYMENT_MISMATCH,
+            )
         if not self.storage.ok:
             self._log.count_reject(RejectReason.STORAGE_UNAVAILABLE, len(items))
             raise self.storage.unavailable()
@@ -615,6 +654,16 @@ class Shuffler:
             self.note = f"{why}: all {released.considered} taken reports were dropped{dropped}"
             return None
         parts = f" in {released.parts} batches of at most {cfg.max_batch_bytes} bytes" if released.parts > 1 else ""
+        if released.oversized:
+            parts += f" ({released.oversized} larger: a batch is never cut below the threshold)"
+            log.warning(
+                "batch %s: %d batch(es) of this release exceed max_batch_bytes=%d, since the threshold's reports "
+                "did not fit in it; raise max_batch_bytes (the curator refuses a batch over its max_message_bytes)",
+                released.batch_id,
+                released.oversized,
+                cfg.max_batch_bytes,
+                extra={"batch_id": released.batch_id},
+            )
         left = self._log.buffered()
         kept = "a reserve kept back for the next batch (keep_reserve) and " if reserve else ""
         self.note = (
@@ -673,8 +722,40 @@ class Shuffler:
             )
         return self._deployment
 
+    def _note_mismatch(self, d: Deployment) -> None:
+        """Compare this shuffler's privacy unit with the curator's deployment ``d``: while they differ, Submit is
+        refused and health is NOT_SERVING; each change is logged once (ERROR, or INFO when they agree again)."""
+        cfg, cap = self.config, self.config.max_windows_per_client_per_period
+        why = []
+        if (d.reports_per_window, d.window_seconds) != (cfg.reports_per_window, cfg.window_seconds):
+            why.append(
+                f"its quota is {cfg.reports_per_window} report(s) per {cfg.window_seconds:g} s window but the "
+                f"curator's privacy unit is {d.reports_per_window} per {d.window_seconds:g} s window "
+                f"(reports_per_window, window_seconds)"
+            )
+        if (d.windows_per_period, d.windows_in_period) != (cap, self._period):
+            why.append(
+                f"it caps a client at {cap} window(s) per period of {self._period} windows but the curator's "
+                f"deployment at {d.windows_per_period} per {d.windows_in_period} (max_windows_per_client_per_period, "
+                f"period_days; 0: no cap)"
+            )
+        mismatch = "; ".join(why)
+        if mismatch != self.mismatch:
+            if mismatch:
+                log.error(
+                    "MISCONFIGURED: %s. The curator would refuse every batch of such reports: Submit answers "
+                    "UNAVAILABLE and health is NOT_SERVING until both agree",
+                    mismatch,
+                    extra={"reject_reason": str(RejectReason.DEPLOYMENT_MISMATCH)},
+                )
+            else:
+                log.info("this shuffler's privacy unit is the curator's again: Submit is served")
+        self.mismatch = mismatch
+        self._set_health()
+
     async def _refresh_deployment(self, channel) -> Deployment | None:
-        if self._deployment is not None and time.monotonic() - self._deployment_at < DEPLOYMENT_REFRESH_SECONDS:
+        fresh = MISMATCH_RECHECK_SECONDS if self.mismatch else DEPLOYMENT_REFRESH_SECONDS
+        if self._deployment is not None and time.monotonic() - self._deployment_at < fresh:
             return self._deployment
         try:
             reply = await curator_pb2_grpc.CuratorStub(channel).GetDeployment(
@@ -689,25 +770,7 @@ class Shuffler:
             )
             return self._deployment
         d = deployment_from_proto(reply)
-        cap = self.config.max_windows_per_client_per_period
-        if (d.windows_per_period, d.windows_in_period) != (cap, self._period):
-            log.error(
-                "MISCONFIGURED: this shuffler caps a client at %d window(s) per period of %d windows but the curator's "
-                "deployment at %d per %d; the curator will refuse these batches until both agree",
-                cap,
-                self._period,
-                d.windows_per_period,
-                d.windows_in_period,
-            )
-        if (d.reports_per_window, d.window_seconds) != (self.config.reports_per_window, self.config.window_seconds):
-            log.error(
-                "MISCONFIGURED: this shuffler's quota is %d report(s) per %g s window but the curator's privacy "
-                "unit is %d per %g s window; the curator will refuse these batches until both agree",
-                self.config.reports_per_window,
-                self.config.window_seconds,
-                d.reports_per_window,
-                d.window_seconds,
-            )
+        self._note_mismatch(d)
         if d != self._deployment:
             log.info("curator deployment: %s", d.report_guarantee().statement())
             with suppress(StorageFailed):  # only the cache for the next start; logged once as a storage failure
@@ -762,7 +825,10 @@ class Shuffler:
                         await asyncio.sleep(retry.jittered(ceiling))
                         ceiling = backoff.grow(ceiling)
                         continue
-                    await self._wake_forwarder.wait()
+                    # woken by a release or a finished delivery, or in time to fetch the deployment again
+                    fresh = MISMATCH_RECHECK_SECONDS if self.mismatch else DEPLOYMENT_REFRESH_SECONDS
+                    with suppress(TimeoutError):
+                        await asyncio.wait_for(self._wake_forwarder.wait(), fresh)
                     self._wake_forwarder.clear()
                     _reap(sending)
                     for batch_id in await self._run(self._log.pending_batches):
@@ -804,6 +870,9 @@ class Shuffler:
             except grpc.aio.AioRpcError as exc:
                 self.metrics.forward_seconds.labels(exc.code().name).observe(time.perf_counter() - sent)
                 self.forward_failures += 1
+                if exc.code() in DEAD_LETTER_CODES:
+                    await self._set_aside(batch_id, f"{exc.code().name}: {exc.details()}")
+                    return
                 delay = retry.jittered(ceiling)
                 log.warning(
                     "curator did not take batch %s (%s: %s); retrying in %.1fs",
@@ -840,13 +909,75 @@ class Shuffler:
             )
             return
 
+    async def _set_aside(self, batch_id: str, refusal: str) -> None:
+        """Make a batch the curator refused for good a dead letter, so the batches after it are delivered."""
+        await self._durably(self._log.dead_letter, batch_id, refusal)
+        log.error(
+            "the curator refused batch %s for good (%s): set aside as a dead letter, newer batches go on; see "
+            "`lac shuffler dead-letter list`, then retry or drop it",
+            batch_id,
+            refusal,
+            extra={"batch_id": batch_id, "method": "IngestBatch", "status_code": refusal.split(":", 1)[0]},
+        )
+
+    # ------------------------------------------------------------------ dead letters (operator)
+
+    async def dead_letters(self) -> shuffler_pb2.DeadLetters:
+        """Every dead letter, oldest first."""
+        rows = await self._run(self._log.dead_letters)
+        return shuffler_pb2.DeadLetters(
+            batches=[
+                shuffler_pb2.DeadLetter(
+                    batch_id=b,
+                    size=n,
+                    refusal=refusal,
+                    dead_since_unix=since,
+                    privacy=reports_pb2.BatchPrivacy.FromString(p or b""),
+                )
+                for b, n, refusal, since, p in rows
+            ]
+        )
+
+    async def settle_dead_letters(self, batch_ids: list[str], every: bool, drop: bool) -> shuffler_pb2.DeadLetterResult:
+        """Retry (pending again) or drop (deleted with their reports) the dead letters named, or ``every`` one."""
+        if bool(batch_ids) == every:
+            raise InvalidArgument("name the dead letters' batch ids, or ask for all of them (--all), not both")
+        if any(len(b) > MAX_BATCH_ID_CHARS for b in batch_ids):  # their number is bounded before parsing
+            raise InvalidArgument(f"batch ids have at most {MAX_BATCH_ID_CHARS} characters")
+        try:
+            done = await self._run(self._log.drop_dead if drop else self._log.retry_dead, None if every else batch_ids)
+        except KeyError as exc:
+            unknown = exc.args[0]
+            named = ", ".join(repr(b[:40]) for b in unknown[:3]) + (
+                f" and {len(unknown) - 3} more" * (len(unknown) > 3)
+            )
+            raise NotFound(f"not dead letters of this shuffler: {named}; nothing was changed") from None
+        reports = sum(n for _, n in done)
+        log.warning(
+            "%s %d dead letter(s) of %d report(s) at the operator's request%s",
+            "dropped" if drop else "retrying",
+            len(done),
+            reports,
+            ": their reports are deleted, never delivered" if drop else "",
+            extra={"batches": len(done), "reports": reports},
+        )
+        if not drop:
+            self._wake_forwarder.set()
+        return shuffler_pb2.DeadLetterResult(batch_ids=[b for b, _ in done], reports=reports)
+
     # ------------------------------------------------------------------ operator view
 
     async def status(self) -> shuffler_pb2.ShufflerStatus:
         counters = await self._run(self._log.counters)
         pending = await self._run(self._log.pending_batches)
+        dead = await self._run(self._log.dead_letters)
         recent = await self._run(self._log.recent_batches)
         cfg = self.config
+        notes = [
+            f"STORAGE FAILING: {self.storage.error}; " if self.storage.error else "",
+            f"MISCONFIGURED: {self.mismatch}; " if self.mismatch else "",
+            f"{len(dead)} dead letter(s): lac shuffler dead-letter list; " if dead else "",
+        ]
         return shuffler_pb2.ShufflerStatus(
             buffered_reports=self._log.buffered(),
             buffered_clients=self._log.takeable(),
@@ -855,7 +986,7 @@ class Shuffler:
             reports_forwarded=counters.get("reports_forwarded", 0),
             batches_pending=len(pending),
             rejects={k.split(":", 1)[1]: v for k, v in counters.items() if k.startswith("reject:")},
-            note=(f"STORAGE FAILING: {self.storage.error}; " if self.storage.error else "") + self.note,
+            note="".join(notes) + self.note,
             window=self.window(),
             seconds_to_next_window=self.seconds_to_next_window(),
             log_bytes=self._log.used_bytes,
@@ -863,11 +994,17 @@ class Shuffler:
             counters={k: v for k, v in counters.items() if not k.startswith("reject:")},
             recent_batches=[
                 shuffler_pb2.BatchInfo(
-                    batch_id=b, size=n, delivered=bool(d), privacy=reports_pb2.BatchPrivacy.FromString(p or b"")
+                    batch_id=b,
+                    size=n,
+                    delivered=bool(d),
+                    privacy=reports_pb2.BatchPrivacy.FromString(p or b""),
+                    refusal=dead or "",
                 )
-                for b, n, d, p in recent
+                for b, n, d, p, dead in recent
             ],
             auth="token" if self.auth.enabled else "none (INSECURE)",
+            batches_dead_letter=len(dead),
+            deployment_mismatch=self.mismatch,
         )
 
     async def count_reject(self, reason: RejectReason, n: int = 1) -> None:
@@ -882,8 +1019,12 @@ class Shuffler:
         return await self._run(self._log.counters)
 
     async def batches_pending(self) -> int:
-        """Released batches the curator has not acknowledged yet."""
+        """Released batches the curator has not acknowledged yet (dead letters aside)."""
         return len(await self._run(self._log.pending_batches))
+
+    async def batches_dead_letter(self) -> int:
+        """Batches the curator refused for good, set aside."""
+        return len(await self._run(self._log.dead_letters))
 
     def buffered(self) -> int:
         return self._log.buffered()

@@ -52,7 +52,7 @@ class ShufflerStatusRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class ShufflerStatus(_message.Message):
-    __slots__ = ("buffered_reports", "min_batch", "buffered_clients", "batches_forwarded", "reports_forwarded", "batches_pending", "rejects", "note", "window", "seconds_to_next_window", "log_bytes", "max_log_bytes", "counters", "recent_batches", "auth")
+    __slots__ = ("buffered_reports", "min_batch", "buffered_clients", "batches_forwarded", "reports_forwarded", "batches_pending", "rejects", "note", "window", "seconds_to_next_window", "log_bytes", "max_log_bytes", "counters", "recent_batches", "auth", "batches_dead_letter", "deployment_mismatch")
     class RejectsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -82,6 +82,8 @@ class ShufflerStatus(_message.Message):
     COUNTERS_FIELD_NUMBER: _ClassVar[int]
     RECENT_BATCHES_FIELD_NUMBER: _ClassVar[int]
     AUTH_FIELD_NUMBER: _ClassVar[int]
+    BATCHES_DEAD_LETTER_FIELD_NUMBER: _ClassVar[int]
+    DEPLOYMENT_MISMATCH_FIELD_NUMBER: _ClassVar[int]
     buffered_reports: int
     min_batch: int
     buffered_clients: int
@@ -97,19 +99,23 @@ class ShufflerStatus(_message.Message):
     counters: _containers.ScalarMap[str, int]
     recent_batches: _containers.RepeatedCompositeFieldContainer[BatchInfo]
     auth: str
-    def __init__(self, buffered_reports: _Optional[int] = ..., min_batch: _Optional[int] = ..., buffered_clients: _Optional[int] = ..., batches_forwarded: _Optional[int] = ..., reports_forwarded: _Optional[int] = ..., batches_pending: _Optional[int] = ..., rejects: _Optional[_Mapping[str, int]] = ..., note: _Optional[str] = ..., window: _Optional[int] = ..., seconds_to_next_window: _Optional[float] = ..., log_bytes: _Optional[int] = ..., max_log_bytes: _Optional[int] = ..., counters: _Optional[_Mapping[str, int]] = ..., recent_batches: _Optional[_Iterable[_Union[BatchInfo, _Mapping]]] = ..., auth: _Optional[str] = ...) -> None: ...
+    batches_dead_letter: int
+    deployment_mismatch: str
+    def __init__(self, buffered_reports: _Optional[int] = ..., min_batch: _Optional[int] = ..., buffered_clients: _Optional[int] = ..., batches_forwarded: _Optional[int] = ..., reports_forwarded: _Optional[int] = ..., batches_pending: _Optional[int] = ..., rejects: _Optional[_Mapping[str, int]] = ..., note: _Optional[str] = ..., window: _Optional[int] = ..., seconds_to_next_window: _Optional[float] = ..., log_bytes: _Optional[int] = ..., max_log_bytes: _Optional[int] = ..., counters: _Optional[_Mapping[str, int]] = ..., recent_batches: _Optional[_Iterable[_Union[BatchInfo, _Mapping]]] = ..., auth: _Optional[str] = ..., batches_dead_letter: _Optional[int] = ..., deployment_mismatch: _Optional[str] = ...) -> None: ...
 
 class BatchInfo(_message.Message):
-    __slots__ = ("batch_id", "size", "delivered", "privacy")
+    __slots__ = ("batch_id", "size", "delivered", "privacy", "refusal")
     BATCH_ID_FIELD_NUMBER: _ClassVar[int]
     SIZE_FIELD_NUMBER: _ClassVar[int]
     DELIVERED_FIELD_NUMBER: _ClassVar[int]
     PRIVACY_FIELD_NUMBER: _ClassVar[int]
+    REFUSAL_FIELD_NUMBER: _ClassVar[int]
     batch_id: str
     size: int
     delivered: bool
     privacy: _reports_pb2.BatchPrivacy
-    def __init__(self, batch_id: _Optional[str] = ..., size: _Optional[int] = ..., delivered: _Optional[bool] = ..., privacy: _Optional[_Union[_reports_pb2.BatchPrivacy, _Mapping]] = ...) -> None: ...
+    refusal: str
+    def __init__(self, batch_id: _Optional[str] = ..., size: _Optional[int] = ..., delivered: _Optional[bool] = ..., privacy: _Optional[_Union[_reports_pb2.BatchPrivacy, _Mapping]] = ..., refusal: _Optional[str] = ...) -> None: ...
 
 class FlushRequest(_message.Message):
     __slots__ = ()
@@ -126,6 +132,46 @@ class FlushResponse(_message.Message):
     batch_size: int
     note: str
     def __init__(self, released: _Optional[bool] = ..., batch_id: _Optional[str] = ..., batch_size: _Optional[int] = ..., note: _Optional[str] = ...) -> None: ...
+
+class ListDeadLettersRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class DeadLetter(_message.Message):
+    __slots__ = ("batch_id", "size", "refusal", "dead_since_unix", "privacy")
+    BATCH_ID_FIELD_NUMBER: _ClassVar[int]
+    SIZE_FIELD_NUMBER: _ClassVar[int]
+    REFUSAL_FIELD_NUMBER: _ClassVar[int]
+    DEAD_SINCE_UNIX_FIELD_NUMBER: _ClassVar[int]
+    PRIVACY_FIELD_NUMBER: _ClassVar[int]
+    batch_id: str
+    size: int
+    refusal: str
+    dead_since_unix: float
+    privacy: _reports_pb2.BatchPrivacy
+    def __init__(self, batch_id: _Optional[str] = ..., size: _Optional[int] = ..., refusal: _Optional[str] = ..., dead_since_unix: _Optional[float] = ..., privacy: _Optional[_Union[_reports_pb2.BatchPrivacy, _Mapping]] = ...) -> None: ...
+
+class DeadLetters(_message.Message):
+    __slots__ = ("batches",)
+    BATCHES_FIELD_NUMBER: _ClassVar[int]
+    batches: _containers.RepeatedCompositeFieldContainer[DeadLetter]
+    def __init__(self, batches: _Optional[_Iterable[_Union[DeadLetter, _Mapping]]] = ...) -> None: ...
+
+class DeadLetterSelection(_message.Message):
+    __slots__ = ("batch_ids", "all")
+    BATCH_IDS_FIELD_NUMBER: _ClassVar[int]
+    ALL_FIELD_NUMBER: _ClassVar[int]
+    batch_ids: _containers.RepeatedScalarFieldContainer[str]
+    all: bool
+    def __init__(self, batch_ids: _Optional[_Iterable[str]] = ..., all: _Optional[bool] = ...) -> None: ...
+
+class DeadLetterResult(_message.Message):
+    __slots__ = ("batch_ids", "reports")
+    BATCH_IDS_FIELD_NUMBER: _ClassVar[int]
+    REPORTS_FIELD_NUMBER: _ClassVar[int]
+    batch_ids: _containers.RepeatedScalarFieldContainer[str]
+    reports: int
+    def __init__(self, batch_ids: _Optional[_Iterable[str]] = ..., reports: _Optional[int] = ...) -> None: ...
 
 class GetShardsRequest(_message.Message):
     __slots__ = ()

@@ -65,6 +65,21 @@ class ShufflerStub:
                 request_serializer=lac_dot_v1_dot_shuffler__pb2.GetShardsRequest.SerializeToString,
                 response_deserializer=lac_dot_v1_dot_shuffler__pb2.ShardAssignment.FromString,
                 _registered_method=True)
+        self.ListDeadLetters = channel.unary_unary(
+                '/lac.v1.Shuffler/ListDeadLetters',
+                request_serializer=lac_dot_v1_dot_shuffler__pb2.ListDeadLettersRequest.SerializeToString,
+                response_deserializer=lac_dot_v1_dot_shuffler__pb2.DeadLetters.FromString,
+                _registered_method=True)
+        self.RetryDeadLetters = channel.unary_unary(
+                '/lac.v1.Shuffler/RetryDeadLetters',
+                request_serializer=lac_dot_v1_dot_shuffler__pb2.DeadLetterSelection.SerializeToString,
+                response_deserializer=lac_dot_v1_dot_shuffler__pb2.DeadLetterResult.FromString,
+                _registered_method=True)
+        self.DropDeadLetters = channel.unary_unary(
+                '/lac.v1.Shuffler/DropDeadLetters',
+                request_serializer=lac_dot_v1_dot_shuffler__pb2.DeadLetterSelection.SerializeToString,
+                response_deserializer=lac_dot_v1_dot_shuffler__pb2.DeadLetterResult.FromString,
+                _registered_method=True)
 
 
 class ShufflerServicer:
@@ -112,6 +127,28 @@ class ShufflerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListDeadLetters(self, request, context):
+        """Operator: the batches the curator refused for good (INVALID_ARGUMENT, FAILED_PRECONDITION,
+        RESOURCE_EXHAUSTED), set aside as dead letters so that newer batches are delivered.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RetryDeadLetters(self, request, context):
+        """Operator: send dead letters again, as they were released (same id, statement and reports).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DropDeadLetters(self, request, context):
+        """Operator: delete dead letters and their reports, which are then never delivered.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ShufflerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -144,6 +181,21 @@ def add_ShufflerServicer_to_server(servicer, server):
                     servicer.GetShards,
                     request_deserializer=lac_dot_v1_dot_shuffler__pb2.GetShardsRequest.FromString,
                     response_serializer=lac_dot_v1_dot_shuffler__pb2.ShardAssignment.SerializeToString,
+            ),
+            'ListDeadLetters': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListDeadLetters,
+                    request_deserializer=lac_dot_v1_dot_shuffler__pb2.ListDeadLettersRequest.FromString,
+                    response_serializer=lac_dot_v1_dot_shuffler__pb2.DeadLetters.SerializeToString,
+            ),
+            'RetryDeadLetters': grpc.unary_unary_rpc_method_handler(
+                    servicer.RetryDeadLetters,
+                    request_deserializer=lac_dot_v1_dot_shuffler__pb2.DeadLetterSelection.FromString,
+                    response_serializer=lac_dot_v1_dot_shuffler__pb2.DeadLetterResult.SerializeToString,
+            ),
+            'DropDeadLetters': grpc.unary_unary_rpc_method_handler(
+                    servicer.DropDeadLetters,
+                    request_deserializer=lac_dot_v1_dot_shuffler__pb2.DeadLetterSelection.FromString,
+                    response_serializer=lac_dot_v1_dot_shuffler__pb2.DeadLetterResult.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -308,6 +360,87 @@ class Shuffler:
             '/lac.v1.Shuffler/GetShards',
             lac_dot_v1_dot_shuffler__pb2.GetShardsRequest.SerializeToString,
             lac_dot_v1_dot_shuffler__pb2.ShardAssignment.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListDeadLetters(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/lac.v1.Shuffler/ListDeadLetters',
+            lac_dot_v1_dot_shuffler__pb2.ListDeadLettersRequest.SerializeToString,
+            lac_dot_v1_dot_shuffler__pb2.DeadLetters.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RetryDeadLetters(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/lac.v1.Shuffler/RetryDeadLetters',
+            lac_dot_v1_dot_shuffler__pb2.DeadLetterSelection.SerializeToString,
+            lac_dot_v1_dot_shuffler__pb2.DeadLetterResult.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DropDeadLetters(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/lac.v1.Shuffler/DropDeadLetters',
+            lac_dot_v1_dot_shuffler__pb2.DeadLetterSelection.SerializeToString,
+            lac_dot_v1_dot_shuffler__pb2.DeadLetterResult.FromString,
             options,
             channel_credentials,
             insecure,

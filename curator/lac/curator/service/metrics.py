@@ -13,7 +13,7 @@ import time
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
-from lac.common.metrics import MetricsEndpoint, RpcLatency, ScrapeTime, new_registry
+from lac.common.metrics import MetricsEndpoint, RpcLatency, ScrapeTime, certificate_expiry, new_registry
 
 log = logging.getLogger(__name__)
 
@@ -27,6 +27,9 @@ class CuratorMetrics:
         self.curator = curator
         self.registry = new_registry("curator")
         self.rpc = RpcLatency("lac_curator", self.registry)
+        certificate_expiry(
+            self.registry, {"server": curator.config.tls_cert, "client_ca": curator.config.tls_client_ca}
+        )
         self._scraped = ScrapeTime(self._collect)
         self.registry.register(self._scraped)
         self.endpoint = MetricsEndpoint(self.registry, [self._scraped])
