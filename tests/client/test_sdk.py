@@ -367,6 +367,7 @@ def test_a_batch_over_the_quota_stores_its_first_reports_and_says_which(start_sh
 
     state = tmp_path / "quota3"
     token = add_client(state / "clients.tokens", "alice")
+    sink.deployment = Deployment(reports_per_window=3)  # the curator's privacy unit: the shuffler's quota
     shf = start_shuffler(sink.address, auth="token", state_dir=state, reports_per_window=3, min_batch=1000)
     reports = [_report(glove200, f"the king said {i}") for i in range(5)]
     with _client(shf.address, token=token, batch_size=2) as c, pytest.raises(lac.client.QuotaExceeded) as err:
