@@ -36,6 +36,32 @@ def register(subparsers) -> None:
     )
     mig.set_defaults(func=_migrate_segments)
 
+    to_pg = sub.add_parser(
+        "migrate",
+        help="copy a stopped curator's SQLite state into an empty PostgreSQL database (then serve with --store URL)",
+        description="Copy every row of the curator's SQLite database (batches, report ids of the replay window, "
+        "quarantine, releases and their request ids, the ledger, noisy counts, exports, counters, the recorded "
+        "privacy unit) into an empty PostgreSQL database, in one transaction that commits only when every table's "
+        "row count and checksum read back equal the source's. A target that holds any state is refused. The "
+        "curator must be stopped (refused while one holds the state directory). The files stay in --state-dir: "
+        "start the curator with --store URL and the same --state-dir. curator.sqlite is kept, marked as copied: a "
+        "curator started on it refuses.",
+    )
+    to_pg.add_argument(
+        "--to",
+        required=True,
+        metavar="URL",
+        help="postgresql://USER@HOST:PORT/DB (needs lac-curator[postgresql]; the password from PGPASSWORD or "
+        "~/.pgpass)",
+    )
+    to_pg.add_argument(
+        "--state-dir",
+        type=Path,
+        default=CuratorConfig.state_dir,
+        help=f"the curator's state directory [default: {CuratorConfig.state_dir}]",
+    )
+    to_pg.set_defaults(func=_migrate)
+
     bak = sub.add_parser(
         "backup",
         help="copy the curator's database, segments and release files (online, consistent) into DIR",
@@ -181,6 +207,29 @@ def _migrate_segments(args) -> int:
             store.close()
     print(
         f"migrated {n} segment(s) in {args.state_dir} to Parquet; removed the reports' words from {stripped} segment(s)"
+    )
+    return 0
+
+
+def _migrate(args) -> int:
+    from lac.common.database import redact
+    from lac.common.errors import LacError
+    from lac.common.statelock import StateDirLock, StateDirLocked
+    from lac.curator.store.store import copy_to_postgres
+
+    if not (args.state_dir / "curator.sqlite").is_file():
+        raise SystemExit(f"error: {args.state_dir} holds no curator database (curator.sqlite); check --state-dir")
+    try:
+        with StateDirLock(args.state_dir, "lac curator migrate"):
+            copied = copy_to_postgres(args.state_dir, args.to)
+    except (StateDirLocked, LacError, OSError, ValueError) as exc:
+        raise SystemExit(f"error: {exc}") from None
+    rows = ", ".join(f"{c.table} {c.rows}" for c in copied)
+    print(
+        f"copied the curator database of {args.state_dir} into {redact(args.to)}, counts and checksums verified: "
+        f"{rows} rows. Start the curator with --store {redact(args.to)} and --state-dir {args.state_dir} (its "
+        f"segments, releases and ledger journal stay there); curator.sqlite is kept as the copy's source, marked so "
+        f"that a curator started on it refuses"
     )
     return 0
 

@@ -46,7 +46,15 @@ from typing import Any
 
 import numpy as np
 
-from lac.common.database import Database, PostgresDatabase, SqliteDatabase, is_postgres_url
+from lac.common.database import (
+    Database,
+    PostgresDatabase,
+    SqliteDatabase,
+    TableCopy,
+    copy_tables,
+    is_postgres_url,
+    redact,
+)
 from lac.common.errors import AlreadyExists, DataLoss, ErrorReason, FailedPrecondition, RejectReason, Unavailable
 from lac.common.files import atomic_file, fsync_dir, private_dir
 from lac.common.privacy import Budget
@@ -111,6 +119,29 @@ def open_database(state_dir: Path, store: str = "") -> Database:
     if not is_postgres_url(store):
         raise ValueError(f"store must be empty (SQLite in the state directory) or a postgresql:// URL, not {store!r}")
     return PostgresDatabase(store)
+
+
+def copy_to_postgres(state_dir: Path, url: str) -> list[TableCopy]:
+    """``lac curator migrate``: copy the SQLite database of the (stopped) curator in ``state_dir`` into the empty
+    PostgreSQL database ``url``, every row of every table, verified by counts and checksums before it commits;
+    then mark the SQLite database as copied (``CuratorStore.moved_to``), so that a curator started on it refuses.
+    The files (segments, releases, words, the ledger journal) stay in ``state_dir``."""
+    if not is_postgres_url(url):
+        raise ValueError(f"--to must be a postgresql:// URL, not {redact(url)!r}")
+    if not (state_dir / "curator.sqlite").is_file():
+        raise FileNotFoundError(f"{state_dir} holds no curator database (curator.sqlite); check --state-dir")
+    source = CuratorStore(state_dir)  # brings it to the newest schema and the ledger in line with its journal
+    try:
+        target = PostgresDatabase(url)
+        try:
+            target.migrate(schema.NAME, schema.steps(target))
+            copied = copy_tables(source.database, target, schema.TABLES)
+        finally:
+            target.close()
+        source.database.execute("INSERT INTO meta VALUES ('moved_to', ?)", (redact(url),))
+    finally:
+        source.close()
+    return copied
 
 
 class PrivacyUnitChanged(FailedPrecondition):
