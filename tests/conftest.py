@@ -183,21 +183,34 @@ def pki(tmp_path):
     return Pki(tmp_path / "pki")
 
 
-@pytest.fixture(scope="session")
-def postgres_cluster():
-    """A private PostgreSQL server for the session (``lac.common.pgcluster``: Debian's postgresql package, which
-    scripts/test.sh installs). Tests that need it skip only where it cannot run at all, and never on CI."""
+def _postgres_cluster():
+    """A private PostgreSQL server (``lac.common.pgcluster``: Debian's postgresql package, which scripts/test.sh
+    installs); the test skips only where none can run at all, and never on CI."""
     from lac.common.pgcluster import PostgresCluster, PostgresUnavailable
 
     try:
         import psycopg  # noqa: F401  (the services' postgresql extra)
 
-        cluster = PostgresCluster()
+        return PostgresCluster()
     except (ImportError, PostgresUnavailable) as exc:
         reason = f"no PostgreSQL server can run here: {exc}"
         if os.environ.get("CI"):
             pytest.fail(reason + " (CI must run the PostgreSQL tests: scripts/test.sh installs what they need)")
         pytest.skip(reason)
+
+
+@pytest.fixture(scope="session")
+def postgres_cluster():
+    """The session's private PostgreSQL server (``_postgres_cluster``)."""
+    cluster = _postgres_cluster()
+    yield cluster
+    cluster.stop()
+
+
+@pytest.fixture
+def own_postgres_cluster():
+    """A private PostgreSQL server for this test alone, which it may stop and restart."""
+    cluster = _postgres_cluster()
     yield cluster
     cluster.stop()
 
