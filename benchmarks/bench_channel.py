@@ -1,41 +1,111 @@
 #!/usr/bin/env python3
-"""The channel-aware release's cost: sampling the local channel once per deployment, building the
-n-gram channel, and a default release with the channel against the same release without it
-(the baseline, measured in the same run).
+"""The channel-aware release's cost: getting the deployment's local channel ready (sampling the word channel,
+building its n-gram products) and a default release with the channel against the same release without it.
 
-    python benchmarks/bench_channel.py [--draws 400] [--reports 1000000] [--epsilon 8]
+    python benchmarks/bench_channel.py [--draws 400] [--min-draws 50] [--epsilon 8] [--compare] [--reports 1000000]
 
-Data: the curator's default release vocabulary (the public corpus, `lac data`), the default
-embedding (GloVe 6B 50d, 50,000 words) and real user texts (`lac.suite.data.user_texts`) as the
-reports, repeated to reach ``--reports`` (a timing benchmark: repeats cost what new texts cost).
-The reports are counted as given (clean text): what is timed is the release, not the device.
+The word channel is sampled anew (no cache) with the curator's method: draws by public frequency (``--draws``
+for the words that carry half of the public text, at least ``--min-draws``), numpy's OS-seeded generator, the
+fastest nearest-word kernel this CPU runs; the time is split into noise sampling, the nearest-word search, the
+<unk> row and the rest (counting, the matrix). ``--compare`` also samples it with the old method in the same run
+(``--draws`` for every word, the ChaCha20 CSPRNG, the AVX2 kernel) and prints the ratio; ``--old-every K`` times
+the old method on every K-th word only and scales its time by K (it is linear in the words). ``--reports 0``
+skips the release part.
+
+Data: the curator's default release vocabulary (the public corpus, `lac data`), the default embedding (GloVe 6B
+50d, 50,000 words) and real user texts (`lac.suite.data.user_texts`) as the reports, repeated to reach
+``--reports`` (a timing benchmark: repeats cost what new texts cost). The reports are counted as given (clean
+text): what is timed is the release, not the device.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
+import os
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
 
 
+def _timed(timers: Counter, name: str, fn):
+    @functools.wraps(fn)
+    def run(*args, **kwargs):
+        t = time.perf_counter()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            timers[name] += time.perf_counter() - t
+
+    return run
+
+
+def sample_word_channel(vocab, embedding, epsilon, unk, draws, min_draws, old=False):
+    """(word channel, seconds, seconds per part): the new method, or with ``old`` the method before issue 33."""
+    import lac.client.channel as client_channel
+    from lac.client.mechanisms import MultivariateLaplace
+    from lac.client.nearest import NearestIndex
+    from lac.common.rng import secure_generator
+    from lac.curator.release.channel import word_channel
+
+    timers: Counter = Counter()
+    saved = (client_channel.sample_channel, client_channel.NearestIndex, MultivariateLaplace.sample_noise)
+    calls = iter(("sampling the words", "sampling the <unk> row"))
+    sampler = saved[0]
+    client_channel.sample_channel = lambda *a, **k: _timed(timers, next(calls), sampler)(*a, **k)
+    index = functools.partial(NearestIndex, isa="avx2") if old else NearestIndex
+    client_channel.NearestIndex = lambda *a, **k: _wrap_query(index(*a, **k), timers)
+    MultivariateLaplace.sample_noise = _timed(timers, "noise", saved[2])
+    try:
+        t = time.perf_counter()
+        rng = secure_generator() if old else None
+        mechanism = MultivariateLaplace(epsilon)
+
+        def progress(done: int, total: int) -> None:
+            timers["perturbations"] = total  # (a count, kept with the timers)
+
+        word = word_channel(vocab, embedding, mechanism, unk, draws, rng, progress, draws if old else min_draws)
+        return word, time.perf_counter() - t, timers
+    finally:
+        client_channel.sample_channel, client_channel.NearestIndex, MultivariateLaplace.sample_noise = saved
+
+
+def _wrap_query(index, timers: Counter):
+    index.query = _timed(timers, "nearest-word search", index.query)
+    return index
+
+
+def _parts(total: float, timers: Counter) -> str:
+    words, unk = timers["sampling the words"], timers["sampling the <unk> row"]
+    noise, nearest = timers["noise"], timers["nearest-word search"]
+    rest = total - noise - nearest
+    return (
+        f"noise {noise:.1f} s, nearest-word search {nearest:.1f} s, counting and the matrix {rest:.1f} s "
+        f"(of which the words' sampling {words:.1f} s, the <unk> row's {unk:.1f} s)"
+    )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--draws", type=int, default=400, help="Monte-Carlo draws per word (the curator's default)")
+    ap.add_argument("--draws", type=int, default=400, help="Monte-Carlo draws of the most frequent words")
+    ap.add_argument("--min-draws", type=int, default=50, help="... and of the rarest")
     ap.add_argument("--epsilon", type=float, default=8.0, help="ε per word of the deployment")
-    ap.add_argument("--reports", type=int, default=1_000_000)
+    ap.add_argument("--compare", action="store_true", help="also time the old method (uniform draws) in this run")
+    ap.add_argument("--old-every", type=int, default=1, help="time the old method on every K-th word (scaled by K)")
+    ap.add_argument("--reports", type=int, default=1_000_000, help="reports of the release part (0: skip it)")
     ap.add_argument("--runs", type=int, default=3, help="releases timed per variant (median)")
-    ap.add_argument("--fresh", action="store_true", help="sample the channel anew (default: the data dir's cache)")
     args = ap.parse_args()
 
-    from lac.common.paths import data_dir
+    from lac.client.embedding import glove_default
+    from lac.client.nearest import NearestIndex
     from lac.common.text import sentences
-    from lac.curator.base.ngrams import report_items
+    from lac.curator.base.ngrams import NgramVocabulary, report_items
     from lac.curator.base.prior import public_vocabulary
     from lac.curator.mechanisms import ReleaseSpec
-    from lac.curator.release.channel import NgramChannel, cached_word_channel, public_unk_words
+    from lac.curator.release.channel import NgramChannel, public_unk_words
     from lac.curator.release.core import ItemReports, PublicCaps
     from lac.curator.runner.run import run
     from lac.curator.service.config import CuratorConfig
@@ -45,26 +115,42 @@ def main() -> None:
     corpora = prepare_corpora()
     with tempfile.TemporaryDirectory() as tmp:
         vocab = public_vocabulary(corpora.public_corpus, cc.max_n, cc.vocab_min_count, cc.vocab_max_items, Path(tmp))
-        text = corpora.public_corpus.read_text(encoding="utf-8")
-        t = time.perf_counter()
-        word = cached_word_channel(
-            Path(tmp) / "channel" if args.fresh else data_dir() / "eval-cache",
-            vocab,
-            cc.embedding,
-            cc.local_mechanism,
-            args.epsilon,
-            lambda: public_unk_words(sentences(text), vocab),
-            args.draws,
-        )
-        t_word = time.perf_counter() - t
+    unk = public_unk_words(sentences(corpora.public_corpus.read_text(encoding="utf-8")), vocab)
+    t = time.perf_counter()
+    embedding = glove_default(50_000)
+    t_emb = time.perf_counter() - t
+    load = os.getloadavg()
+    print(f"load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}; kernel {NearestIndex(embedding.vectors).isa}")
+    word, t_word, timers = sample_word_channel(vocab, embedding, args.epsilon, unk, args.draws, args.min_draws)
+    points = int(timers["perturbations"])
+    print(
+        f"word channel, new method: {len(vocab.words):,} words x {word.least_draws}-{word.draws} draws "
+        f"({points:,} perturbations with the <unk> row) sampled in {t_word:.1f} s (+ {t_emb:.1f} s to load the "
+        f"embedding): {_parts(t_word, timers)}"
+    )
     t = time.perf_counter()
     channel = NgramChannel.build(word, vocab)
     t_build = time.perf_counter() - t
-    n_words = len(vocab.words)
-    how = "sampled" if args.fresh else "sampled or read from the data dir's cache"
-    print(f"word channel: {n_words:,} words x {args.draws} draws, {how} in {t_word:.1f} s (embedding load included)")
     nnz = {n: m.nnz for n, m in channel.matrices.items()}
-    print(f"n-gram channel: built in {t_build:.1f} s (non-zeros per order: {nnz})")
+    print(
+        f"n-gram channel: built in {t_build:.1f} s (non-zeros per order: {nnz}); "
+        f"ready after {t_emb + t_word + t_build:.1f} s"
+    )
+    if args.compare:
+        sub = vocab
+        if args.old_every > 1:
+            words = sorted(vocab.words)[:: args.old_every]
+            sub = NgramVocabulary(tuple(words), np.ones(len(words)), 1)  # (uniform draws: the counts do not matter)
+        _, t_old, old_timers = sample_word_channel(sub, embedding, args.epsilon, unk, args.draws, args.draws, old=True)
+        scaled = t_old * args.old_every
+        what = f"every {args.old_every}th word, time x{args.old_every}" if args.old_every > 1 else "every word"
+        print(
+            f"word channel, old method (uniform {args.draws} draws, ChaCha20, AVX2 kernel; {what}): {scaled:.1f} s "
+            f"({_parts(t_old, old_timers)}, unscaled). New / old: {t_word / scaled:.3f} "
+            f"({scaled / t_word:.1f}x faster); load average now {os.getloadavg()[0]:.2f}"
+        )
+    if args.reports <= 0:
+        return
 
     texts = user_texts(min_count=0)
     block = 20_000

@@ -9,6 +9,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+from lac_testkit import wait_until
 
 # A small public text (the opening of the Wikipedia excerpt style), enough for a tiny prior.
 PUBLIC_TEXT = """The quick brown fox jumps over the lazy dog. The dog sleeps in the sun.
@@ -95,7 +96,9 @@ def start_curator(tmp_path, public_corpus, curator_key_dir):
 
     started = []
 
-    def start(**overrides):
+    def start(channel_progress=None, wait_channel=True, **overrides):
+        """``channel_progress``: passed to the Curator (a test can hold the channel's sampling with it);
+        ``wait_channel``: return once the local channel is ready (releases answer UNAVAILABLE before)."""
         overrides.setdefault("state_dir", tmp_path / f"curator{len(started)}")
         overrides.setdefault("key_dir", curator_key_dir)
         overrides.setdefault("insecure", True)  # plaintext transport; tests of TLS pass their own material
@@ -112,7 +115,7 @@ def start_curator(tmp_path, public_corpus, curator_key_dir):
         made = []
 
         async def build():
-            curator = Curator(config, vocab)
+            curator = Curator(config, vocab, channel_progress=channel_progress)
             made.append(curator)
             server, port = create_server(curator)
             curator.start()
@@ -121,6 +124,8 @@ def start_curator(tmp_path, public_corpus, curator_key_dir):
         s = ServerThread(build)
         s.curator = made[0]  # the library object, for tests that look inside
         started.append(s)
+        if wait_channel and config.clean_estimate:
+            wait_until(lambda: s.curator.channel_progress.phase in ("ready", "failed"), timeout=120)
         return s
 
     yield start

@@ -546,7 +546,7 @@ def _python_blocks(markdown: str) -> list[str]:
 
 
 @pytest.mark.slow  # the whole walkthrough (a curator, 2,000 reports, releases; the RPCs are tested above): about 10 s,
-# plus about half a minute the first time, when the curator samples the clients' local channel into the data dir
+# plus the first time the sampling of the clients' local channel into the data dir (the release waits for it)
 def test_quickstart_runs(tmp_path, monkeypatch):
     """Every python block of docs/analyst/quickstart.md, in order, in one namespace."""
     blocks = _python_blocks(QUICKSTART.read_text(encoding="utf-8"))

@@ -204,16 +204,40 @@ def test_backend_choice(glove200, backend):
         NearestIndex(glove200.vectors, backend="hnsw")
 
 
-def _has_avx2_fma() -> bool:
+def _cpu_flags() -> set[str]:
     try:
         with open("/proc/cpuinfo") as f:
-            flags = f.read().split()
+            return set(f.read().split())
     except OSError:
-        return False
-    return "avx2" in flags and "fma" in flags
+        return set()
+
+
+def _has_avx2_fma() -> bool:
+    return {"avx2", "fma"} <= _cpu_flags()
 
 
 @pytest.mark.skipif(platform.machine() != "x86_64" or not _has_avx2_fma(), reason="needs x86-64 with AVX2/FMA")
 def test_fused_kernel_is_built_here():
     """On this kind of machine the install must have compiled the kernel (a silent BLAS fallback is slower)."""
     assert fused_available()
+
+
+def test_every_fused_path_gives_the_exact_answer(glove50k, backend):
+    """The AVX-512 and AVX2 paths of the fused kernel (both, where this CPU runs them) agree with the float64
+    brute force on noisy points of the channel's workload (ε = 8 over 50k words), ties and blocks included."""
+    if backend != "fused":
+        pytest.skip("fused paths only")
+    rng = np.random.default_rng(8)
+    v = glove50k.vectors
+    points = _noisy_points(v, 8.0, 301, rng)  # not a multiple of 12: the AVX-512 path's 6-query tail runs
+    points[-1] = v[7]  # an exact hit
+    want = reference_nearest_rows(points, v)
+    for isa in nearest.fused_isas():
+        np.testing.assert_array_equal(NearestIndex(v, glove50k.norms2, isa=isa).query(points), want, err_msg=isa)
+    with pytest.raises(ValueError, match="isa"):
+        NearestIndex(v, isa="neon")
+
+
+@pytest.mark.skipif(platform.machine() != "x86_64" or "avx512f" not in _cpu_flags(), reason="needs AVX-512")
+def test_avx512_path_is_chosen_where_the_cpu_has_it(glove200):
+    assert NearestIndex(glove200.vectors).isa == "avx512"

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from scipy import stats
 
 from lac.client.embedding import glove_default
 from lac.client.localizer import Localizer
@@ -16,6 +17,7 @@ from lac.client.mechanisms import MultivariateLaplace
 from lac.common.text import sentences
 from lac.curator.base.ngrams import NgramVocabulary, report_items
 from lac.curator.release.channel import (
+    MIN_DRAWS,
     MIN_KEEP_SHARE,
     NgramChannel,
     WordChannel,
@@ -78,7 +80,48 @@ def test_word_channel_rows_are_distributions_and_boundaries_pass_unchanged(setup
     for t in ("<s>", "</s>"):
         assert word.matrix[cid[t], cid[t]] == 1.0
     assert 0.2 < float(np.median(word.keep_rate())) < 0.9  # ε = 8 keeps about half the words
-    assert word.standard_error == pytest.approx(0.5 / np.sqrt(100))
+    # draws by public frequency: 100 for the most frequent words, at least MIN_DRAWS (50) for the rarest
+    sampled = word.row_draws[[cid[w] for w in vocab.words]]
+    assert sampled.max() == word.draws == 100 and sampled.min() == word.least_draws == MIN_DRAWS
+    assert word.standard_error == pytest.approx(0.5 / np.sqrt(MIN_DRAWS))
+    assert "50–100 draws per word by public frequency" in word.describe()
+
+
+def test_each_rows_stated_error_bound_holds_and_the_test_can_fail(setup):
+    """The keep rate P(w → w) of the 20 words with the fewest draws and the 20 with the most, against an
+    independent reference of 4,000 draws of each: |difference| / √(bound² + reference bound²), the bound being
+    the row's stated 0.5/√draws (≥ its real standard error), stays under the two-sided normal quantile of α/40
+    (Bonferroni over the 40 rows): false-alarm rate ≤ α = 0.001. A channel stating 20 times its real draws
+    (bounds √20 times too small) fails the same check."""
+    from lac.client.channel import sample_channel
+
+    vocab, word, *_ = setup
+    emb = glove_default(50_000)
+    cid = {c: i for i, c in enumerate(word.classes)}
+    words = sorted((w for w in vocab.words if w in emb.index), key=lambda w: (word.row_draws[cid[w]], w))
+    check = words[:20] + words[-20:]
+    assert word.row_draws[cid[check[0]]] < word.row_draws[cid[check[-1]]]
+    rows = np.array([emb.index[w] for w in check])
+    ref_draws = 4000
+    ref = sample_channel(emb, MultivariateLaplace(EPS), rows, ref_draws, np.random.default_rng(12))
+    ref_keep = (
+        np.array(
+            [
+                ref.counts[ref.indptr[i] : ref.indptr[i + 1]][ref.cols[ref.indptr[i] : ref.indptr[i + 1]] == r].sum()
+                for i, r in enumerate(rows)
+            ]
+        )
+        / ref_draws
+    )
+    keep = np.array([word.matrix[cid[w], cid[w]] for w in check])
+    bound = word.row_standard_error()[[cid[w] for w in check]]
+    critical = stats.norm.isf(0.001 / 2 / len(check))
+
+    def worst(stated: np.ndarray) -> float:
+        return float(np.max(np.abs(keep - ref_keep) / np.sqrt(stated**2 + 0.25 / ref_draws)))
+
+    assert worst(bound) < critical
+    assert worst(bound / np.sqrt(20)) >= critical
 
 
 def test_word_channel_round_trips_through_its_file(setup, tmp_path):
@@ -86,6 +129,7 @@ def test_word_channel_round_trips_through_its_file(setup, tmp_path):
     word.save(tmp_path / "c.npz")
     back = WordChannel.load(tmp_path / "c.npz")
     assert back.classes == word.classes and back.draws == word.draws and back.deployment_key == word.deployment_key
+    assert np.array_equal(back.row_draws, word.row_draws)
     assert (back.matrix != word.matrix).nnz == 0
 
 

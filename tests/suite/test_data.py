@@ -236,3 +236,16 @@ def test_lac_data_prints_sources_and_licenses(corpus, capsys):
             out,
         ), src.name
     assert f"{len(corpus):,} texts" in out
+
+
+@pytest.mark.slow  # extracts the GloVe embedding and the corpora into a fresh data directory (10-30 s)
+def test_data_for_the_demo_prepares_what_the_demo_reads_and_not_the_user_corpus(monkeypatch, tmp_path, capsys):
+    """`lac data --demo` (scripts/demo.sh) leaves the user corpus, which only `lac eval` reads, to its first use."""
+    from lac_testkit import run_lac
+
+    monkeypatch.setenv("LAC_DATA_DIR", str(tmp_path))
+    code, out, _ = run_lac(capsys, "data", "--demo")
+    assert code == 0 and "built when first used" in out
+    assert (tmp_path / "corpora" / "public.txt").is_file() and (tmp_path / "corpora" / "users.json").is_file()
+    assert not data._user_corpus_paths()[0].exists()
+    assert "lac data --demo" in (REPO / "scripts" / "demo.sh").read_text()

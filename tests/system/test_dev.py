@@ -111,6 +111,7 @@ def test_dev_up_serves_tls_stops_on_ctrl_c_and_starts_again(tmp_path, public_cor
         out = proc.communicate(timeout=60)[0]
     assert proc.returncode == 0, out
     assert "lac client submit" in out and "lac curator release" in out and info["shuffler"]["address"] in out
+    assert "curator: local channel ready (read from its cache, or not used); releases run now" in out, out
     assert "stopped: shuffler (exit 0), curator (exit 0)" in out, out
     assert _gone(info["shuffler"]["pid"]) and _gone(info["curator"]["pid"])
     assert not (root / "dev.json").exists()

@@ -16,8 +16,8 @@ Errors of the service arrive as ``AnalystError`` (``.status``: the gRPC status c
 ``.details``: the curator's message), or one of its subclasses, chosen by the status code (and, for the two
 kinds of FAILED_PRECONDITION, the ``lac-error-reason`` trailing metadata the curator sends), never by the
 message text: ``PermissionDenied``, ``NotFound``, ``InvalidArgument``, ``FailedPrecondition`` (and its
-``BudgetExhausted``, ``ReleaseRefused``), ``ResourceExhausted``, ``Unavailable``. No raw gRPC exception
-escapes.
+``BudgetExhausted``, ``ReleaseRefused``), ``ResourceExhausted``, ``Unavailable`` (and its ``ChannelNotReady``).
+No raw gRPC exception escapes.
 
 DataFrames need pandas (``lac-analyst[frames]``), Arrow tables (``as_arrow=True``), Parquet files and exports
 of privatized reports need pyarrow (``lac-analyst[arrow]``), plots matplotlib (``lac-analyst[plots]``);
@@ -30,6 +30,7 @@ from __future__ import annotations
 import datetime as dt
 import importlib.util
 import json
+import logging
 import math
 import numbers
 import os
@@ -71,6 +72,7 @@ __all__ = [
     "InvalidArgument",
     "ResourceExhausted",
     "Unavailable",
+    "ChannelNotReady",
     "PARQUET_RECORD_KEY",
     "Budget",
     "ExportedReports",
@@ -98,11 +100,14 @@ _KNOBS = {
 }
 
 
+log = logging.getLogger(__name__)
+
 _UINT32_MAX = 2**32 - 1  # the largest k or order a TopNgramsRequest carries
 NOISE_Z = 1.96  # top()'s noise_low/noise_high: probability ∓ NOISE_Z·noise_sd (95% of a normal)
 RELEASE_ATTEMPTS = 4  # a release is sent at most this often (same request id) after UNAVAILABLE or a deadline
 _RETRYABLE = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED})
 RELEASE_BACKOFF = retry.Backoff(initial=1.0, maximum=300.0)  # waits up to 1, 2, 4... s; a retry-after up to 300 s
+CHANNEL_WAIT = 1800.0  # a release waits at most this long in all for the curator's local channel (sampled once)
 
 
 def _retryable(exc: BaseException) -> bool:
@@ -139,22 +144,34 @@ def release_with_retries(
     timeout: float,
     attempts: int = RELEASE_ATTEMPTS,
     sleep: Callable[[float], None] = time.sleep,
+    channel_wait: float = CHANNEL_WAIT,
 ):
     """``call(request, timeout=timeout)`` (a ``Release`` stub method), sent again with the same request id
     after UNAVAILABLE or DEADLINE_EXCEEDED, waiting the server's ``retry-after-seconds`` at least, else up to
     1, 2, 4... s (``lac.common.retry``: full jitter): the curator returns the release an earlier attempt
-    made (spent once), awaits one still running, or makes it. Other errors, and the last attempt's, are
-    raised (``grpc.RpcError``)."""
+    made (spent once), awaits one still running, or makes it. While the curator samples its local channel
+    (``ErrorReason.CHANNEL_NOT_READY``) it waits each retry-after it is told, logging a warning with the
+    progress first, up to ``channel_wait`` seconds in all (those waits do not count as attempts). Other
+    errors, and the last attempt's, are raised (``grpc.RpcError``)."""
     if not request.request_id:
         raise ValueError("release_with_retries needs a request with a request_id (new_request_id())")
-    return retry.call(
-        lambda: call(request, timeout=timeout),
-        attempts=attempts,
-        retryable=_retryable,
-        backoff=RELEASE_BACKOFF,
-        retry_after=lambda exc: _retry_after(exc) if isinstance(exc, grpc.RpcError) else None,
-        sleep=sleep,
-    )
+    waited, failed = 0.0, 0
+    while True:
+        try:
+            return call(request, timeout=timeout)
+        except grpc.RpcError as exc:
+            seconds = _retry_after(exc)
+            if _error_reason(exc) is ErrorReason.CHANNEL_NOT_READY:
+                if waited + seconds > channel_wait:
+                    raise
+                log.warning("%s; asking again in %.0f s", exc.details(), seconds)
+                waited += seconds
+                sleep(seconds)
+                continue
+            failed += 1
+            if failed >= attempts or not _retryable(exc):
+                raise
+            sleep(RELEASE_BACKOFF.delay(failed, seconds))
 
 
 # -- errors ---------------------------------------------------------------------------------------
@@ -223,6 +240,14 @@ class Unavailable(AnalystError):
     handshake was refused) or did not answer in time; retry later."""
 
 
+class ChannelNotReady(Unavailable):
+    """The release needs the curator's local channel, which it is still sampling (once per deployment):
+    ``details`` says how far it is and the time left, ``retry_after`` the seconds to wait (nothing was spent).
+    ``release`` raises it only after waiting ``CHANNEL_WAIT`` seconds in all."""
+
+    retry_after: float | None = None
+
+
 _BY_CODE: dict[grpc.StatusCode, type[AnalystError]] = {
     grpc.StatusCode.NOT_FOUND: NotFound,
     grpc.StatusCode.PERMISSION_DENIED: PermissionDenied,
@@ -236,6 +261,7 @@ _BY_CODE: dict[grpc.StatusCode, type[AnalystError]] = {
 _BY_REASON: dict[ErrorReason, type[AnalystError]] = {
     ErrorReason.BUDGET_EXHAUSTED: BudgetExhausted,
     ErrorReason.RELEASE_REFUSED: ReleaseRefused,
+    ErrorReason.CHANNEL_NOT_READY: ChannelNotReady,
 }
 
 
@@ -258,9 +284,12 @@ def error_from_rpc(exc: grpc.RpcError) -> AnalystError:
         return AnalystError("UNKNOWN", details)
     reason = _error_reason(exc)
     cls = _BY_CODE.get(code, AnalystError)
-    if code == grpc.StatusCode.FAILED_PRECONDITION and reason is not None:
-        cls = _BY_REASON.get(reason, cls)
-    return cls(code.name, details, status=code, reason=reason)
+    if reason is not None and issubclass(_BY_REASON.get(reason, AnalystError), cls):
+        cls = _BY_REASON[reason]
+    error = cls(code.name, details, status=code, reason=reason)
+    if isinstance(error, ChannelNotReady):
+        error.retry_after = _retry_after(exc) or None
+    return error
 
 
 # -- records --------------------------------------------------------------------------------------
@@ -482,6 +511,8 @@ class ReleasePreview:
     advice: str
     statement: str
     budget_after: tuple[WindowBudget, ...] = ()
+    channel_progress: float | None = None  # while the curator samples the local channel the release needs: 0..1
+    channel_status: str = ""  # ... and where it is, with the time left ("" once it is ready)
 
     @classmethod
     def from_proto(cls, p: curator_pb2.ReleasePreview) -> ReleasePreview:
@@ -504,6 +535,8 @@ class ReleasePreview:
             epsilon_needed=opt("epsilon_needed"),
             advice=p.advice,
             statement=p.statement,
+            channel_progress=opt("channel_progress"),
+            channel_status=p.channel_status,
             budget_after=tuple(
                 WindowBudget(w.window, w.spent_epsilon, w.spent_delta, w.remaining_epsilon, w.remaining_delta)
                 for w in p.budget_after
@@ -862,6 +895,12 @@ class CuratorClient:
         again with it after UNAVAILABLE or an expired deadline (``RELEASE_ATTEMPTS`` in all), so a
         release is made and charged once however often it is sent; ``Unavailable`` if every attempt
         failed. Pass the same ``request_id`` again later to fetch the release a lost call made.
+
+        On a fresh deployment the curator first samples its local channel (about a minute on 2 cores):
+        meanwhile the default release answers at once with UNAVAILABLE, its progress and the time left,
+        and this method waits that long (a warning is logged with the progress before each wait) and asks
+        again, up to ``CHANNEL_WAIT`` seconds in all, then raises ``ChannelNotReady`` (an ``Unavailable``,
+        with ``retry_after``). ``preview`` says how far the sampling is without waiting.
         """
         req = self._release_request(epsilon, delta, mechanism, first_window, last_window, knobs, "release")
         req.request_id = request_id or new_request_id()

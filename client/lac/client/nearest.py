@@ -13,10 +13,10 @@ Usually the only candidate is the float32 winner and no re-ranking is needed.
 
 Two backends compute the float32 scores; the candidate rule and re-ranking are shared.
 
-* ``fused`` (default where available): a compiled AVX2+FMA kernel (``_nearest_kernel.c``,
-  loaded with ctypes) that keeps scores in registers and tracks per point the best score,
-  its row and the smallest score of any other row, so no score matrix is ever written.  It
-  runs on every core (Python threads; ctypes releases the GIL).
+* ``fused`` (default where available): a compiled AVX-512 or AVX2+FMA kernel (``_nearest_kernel.c``,
+  loaded with ctypes; ``NearestIndex.isa`` says which) that keeps scores in registers and tracks
+  per point the best score, its row and the smallest score of any other row, so no score matrix is
+  ever written.  It runs on every core (Python threads; ctypes releases the GIL).
 * ``blas``: blocks of 1024 points are multiplied against cache-sized tiles of vocabulary rows
   by numpy's BLAS; per tile only a row-wise argmin runs over the scores.  Tiles whose minimum
   is above best + margin hold no candidate, now or later (best only decreases).
@@ -52,6 +52,7 @@ _LANES, _MICRO = 16, 6  # fused kernel: vocabulary rows per panel, points per mi
 _FUSED_BLOCK = 4096  # points per fused-kernel call (its state is 192 bytes per point)
 _L2_BYTES = 384 * 1024  # vocabulary bytes per fused chunk: fits a 512 KiB L2 cache with room to spare
 BACKENDS = ("auto", "fused", "blas")
+ISAS = {"avx2": 1, "avx512": 2}  # the fused kernel's vectorised paths (its ``isa`` argument)
 
 
 @functools.lru_cache(maxsize=1)
@@ -71,7 +72,7 @@ def _kernel() -> ctypes.CDLL | None:
     if not lib.lac_nearest_simd():
         return None
     ptr, i64 = ctypes.c_void_p, ctypes.c_int64
-    lib.lac_nearest_scan.argtypes = [ptr, ptr, i64, ctypes.c_int, ptr, i64, ptr, ptr, ptr, i64]
+    lib.lac_nearest_scan.argtypes = [ptr, ptr, i64, ctypes.c_int, ptr, i64, ptr, ptr, ptr, i64, ctypes.c_int]
     lib.lac_nearest_scan.restype = ctypes.c_int
     return lib
 
@@ -79,6 +80,13 @@ def _kernel() -> ctypes.CDLL | None:
 def fused_available() -> bool:
     """True if the compiled fused kernel is installed and this CPU runs it."""
     return _kernel() is not None
+
+
+def fused_isas() -> tuple[str, ...]:
+    """The fused kernel's paths this CPU runs (``ISAS``), fastest last; empty without the kernel."""
+    lib = _kernel()
+    best = lib.lac_nearest_simd() if lib is not None else 0
+    return tuple(name for name, level in ISAS.items() if level <= best)
 
 
 def _cpus() -> int:
@@ -122,10 +130,15 @@ def reference_nearest_rows(points: np.ndarray, vectors: np.ndarray, block: int =
 class NearestIndex:
     """Exact Euclidean nearest-row queries against fixed ``vectors`` (V x d, float32 or float64)."""
 
-    def __init__(self, vectors: np.ndarray, norms2: np.ndarray | None = None, backend: str = "auto"):
-        """``backend``: "fused" (compiled kernel), "blas" (numpy GEMM tiles) or "auto" (fused if available)."""
+    def __init__(
+        self, vectors: np.ndarray, norms2: np.ndarray | None = None, backend: str = "auto", isa: str | None = None
+    ):
+        """``backend``: "fused" (compiled kernel), "blas" (numpy GEMM tiles) or "auto" (fused if available);
+        ``isa``: the fused kernel's path (``ISAS``; default the fastest this CPU runs, ``fused_isas()``)."""
         if backend not in BACKENDS:
             raise ValueError(f"backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
+        if isa is not None and isa not in fused_isas():
+            raise ValueError(f"isa must be one of {', '.join(fused_isas()) or '(none here)'}, got {isa!r}")
         v = np.asarray(vectors)
         if v.ndim != 2 or v.shape[0] == 0 or v.shape[1] == 0:
             raise ValueError(f"vectors must be a non-empty 2-D array, got shape {v.shape}")
@@ -156,6 +169,7 @@ class NearestIndex:
                 "(not compiled at install, or the CPU lacks AVX2/FMA); use backend='blas'"
             )
         self.backend = "fused" if fused else "blas"
+        self.isa = (isa or fused_isas()[-1]) if fused else None  # the fused kernel's path, None for blas
         if fused:
             self._panels, self._panel_norms = self._build_panels()
         else:
@@ -281,6 +295,7 @@ class NearestIndex:
             lane_second.ctypes.data,
             lane_idx.ctypes.data,
             chunk,
+            ISAS[self.isa] if self.isa else 0,
         )
         if rc != 0:
             raise RuntimeError(f"fused nearest-row kernel failed ({rc})")

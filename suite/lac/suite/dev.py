@@ -9,8 +9,9 @@ given), waits until both report SERVING, writes ``DIR/env.sh`` and ``DIR/dev.jso
 process ids) and the connection profiles ``dev`` (the operator's certificate and token) and ``dev-analyst``
 (the analyst's certificate) to the profiles file (``$LAC_PROFILES``, else ``$XDG_CONFIG_HOME/lac/profiles.toml``,
 i.e. ``~/.config/lac/profiles.toml``; ``lac.common.profiles``), prints what to run, and stays in the
-foreground. Ctrl-C (SIGINT) or SIGTERM, or ``lac dev down --dir DIR`` from another terminal, stops the
-shuffler and then the curator gracefully. Everything lives
+foreground, printing the curator's local channel's progress until it is ready (a fresh deployment samples it
+first; releases answer UNAVAILABLE until then). Ctrl-C (SIGINT) or SIGTERM, or ``lac dev down --dir DIR`` from
+another terminal, stops the shuffler and then the curator gracefully. Everything lives
 under DIR (keys, tokens, both state directories, logs), so the next ``up`` carries on with the same keys,
 tokens, reports and releases. Not for production: one machine, min_batch 1 by default (a batch of one
 report is not anonymous), tokens kept in files next to the state.
@@ -180,6 +181,7 @@ def _up(args: argparse.Namespace) -> int:
         info["profiles"] = _write_profiles(info)
         _private_text(root / STATE, json.dumps(info, indent=2) + "\n")
         _print(args.dir, info)
+        watch = procs.ChannelWatch(curator.address, pki.client_tls("analyst"))
         while True:
             for service in services:
                 if service.process.poll() is not None:
@@ -187,6 +189,7 @@ def _up(args: argparse.Namespace) -> int:
                         f"error: the {service.name} exited with {service.process.returncode}; its log: "
                         f"{service.log_path}"
                     )
+            watch.poll()
             time.sleep(0.5)
     except KeyboardInterrupt:
         print(f"\nstopping ({'SIGTERM' if stopping else 'Ctrl-C'}): the shuffler, then the curator...", flush=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import subprocess
 import sys
@@ -157,3 +158,50 @@ class LocalDeployment:
         from lac.common.envelope import CuratorPublicKey
 
         return CuratorPublicKey.load(self.root / "curator-keys" / "curator.pub")
+
+
+class ChannelWatch:
+    """Says when the curator's local channel is ready: a line with its progress every ``every`` seconds while
+    the curator samples it (its first release answers UNAVAILABLE until then), one line when it is ready.
+    Asks the curator's preview (free, public), as an analyst."""
+
+    def __init__(self, address: str, tls: ClientTls, every: float = 10.0):
+        self.address, self.tls, self.every = address, tls, every
+        self.started = time.monotonic()
+        self.asked = self.said = -math.inf
+        self.done = False
+
+    def poll(self) -> bool:
+        """Ask the curator at most every 2 s; print what changed. True once the channel is ready."""
+        from lac.analyst.client import AnalystError, CuratorClient
+
+        now = time.monotonic()
+        if self.done or now - self.asked < 2.0:
+            return self.done
+        self.asked = now
+        try:
+            with CuratorClient(self.address, ca=self.tls.ca, cert=self.tls.cert, key=self.tls.key) as c:
+                # a preview of window 0 (free; answers before any report is stored, unlike the default span)
+                status = c.preview(epsilon=1.0, first_window=0, last_window=0).channel_status
+        except AnalystError:
+            return False  # asked again at the next poll
+        if not status:
+            self.done = True
+            how = (
+                f"(waited {now - self.started:.0f} s)"
+                if self.said > -math.inf
+                else "(read from its cache, or not used)"
+            )
+            print(f"curator: local channel ready {how}; releases run now", flush=True)
+        elif now - self.said >= self.every:
+            self.said = now
+            print(f"curator: {status.removeprefix('the curator is ')}; releases wait for it", flush=True)
+        return self.done
+
+    def wait(self, timeout: float) -> None:
+        """Poll until the channel is ready (TimeoutError after ``timeout`` seconds)."""
+        deadline = time.monotonic() + timeout
+        while not self.poll():
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"the curator's local channel is not ready after {timeout:.0f} s")
+            time.sleep(0.5)

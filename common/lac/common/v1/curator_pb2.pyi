@@ -125,7 +125,7 @@ class ReleaseRecord(_message.Message):
     def __init__(self, release_id: _Optional[str] = ..., created_at: _Optional[str] = ..., mechanism: _Optional[str] = ..., params: _Optional[_Mapping[str, float]] = ..., sensitivity_method: _Optional[str] = ..., data_dependent: _Optional[bool] = ..., gamma: _Optional[float] = ..., sigma: _Optional[float] = ..., calibration: _Optional[str] = ..., epsilon: _Optional[float] = ..., delta: _Optional[float] = ..., n_reports: _Optional[int] = ..., vocab_size: _Optional[int] = ..., max_n: _Optional[int] = ..., statement: _Optional[str] = ..., differentially_private: _Optional[bool] = ..., laplace_scale: _Optional[float] = ..., ledger_epsilon: _Optional[float] = ..., ledger_delta: _Optional[float] = ..., first_window: _Optional[int] = ..., last_window: _Optional[int] = ..., privacy_unit: _Optional[str] = ..., reports_per_user: _Optional[int] = ..., discovery_threshold: _Optional[float] = ..., discovered: _Optional[int] = ..., request_id: _Optional[str] = ...) -> None: ...
 
 class ReleasePreview(_message.Message):
-    __slots__ = ("mechanism", "epsilon", "delta", "noise", "noise_unit", "reports", "reports_source", "resolvable", "signal_share", "swamped", "target_share", "reports_needed", "epsilon_needed", "advice", "statement", "budget_after")
+    __slots__ = ("mechanism", "epsilon", "delta", "noise", "noise_unit", "reports", "reports_source", "resolvable", "signal_share", "swamped", "target_share", "reports_needed", "epsilon_needed", "advice", "statement", "budget_after", "channel_progress", "channel_status")
     MECHANISM_FIELD_NUMBER: _ClassVar[int]
     EPSILON_FIELD_NUMBER: _ClassVar[int]
     DELTA_FIELD_NUMBER: _ClassVar[int]
@@ -142,6 +142,8 @@ class ReleasePreview(_message.Message):
     ADVICE_FIELD_NUMBER: _ClassVar[int]
     STATEMENT_FIELD_NUMBER: _ClassVar[int]
     BUDGET_AFTER_FIELD_NUMBER: _ClassVar[int]
+    CHANNEL_PROGRESS_FIELD_NUMBER: _ClassVar[int]
+    CHANNEL_STATUS_FIELD_NUMBER: _ClassVar[int]
     mechanism: str
     epsilon: float
     delta: float
@@ -158,7 +160,9 @@ class ReleasePreview(_message.Message):
     advice: str
     statement: str
     budget_after: _containers.RepeatedCompositeFieldContainer[WindowBudget]
-    def __init__(self, mechanism: _Optional[str] = ..., epsilon: _Optional[float] = ..., delta: _Optional[float] = ..., noise: _Optional[float] = ..., noise_unit: _Optional[str] = ..., reports: _Optional[int] = ..., reports_source: _Optional[str] = ..., resolvable: _Optional[_Iterable[int]] = ..., signal_share: _Optional[float] = ..., swamped: _Optional[bool] = ..., target_share: _Optional[float] = ..., reports_needed: _Optional[int] = ..., epsilon_needed: _Optional[float] = ..., advice: _Optional[str] = ..., statement: _Optional[str] = ..., budget_after: _Optional[_Iterable[_Union[WindowBudget, _Mapping]]] = ...) -> None: ...
+    channel_progress: float
+    channel_status: str
+    def __init__(self, mechanism: _Optional[str] = ..., epsilon: _Optional[float] = ..., delta: _Optional[float] = ..., noise: _Optional[float] = ..., noise_unit: _Optional[str] = ..., reports: _Optional[int] = ..., reports_source: _Optional[str] = ..., resolvable: _Optional[_Iterable[int]] = ..., signal_share: _Optional[float] = ..., swamped: _Optional[bool] = ..., target_share: _Optional[float] = ..., reports_needed: _Optional[int] = ..., epsilon_needed: _Optional[float] = ..., advice: _Optional[str] = ..., statement: _Optional[str] = ..., budget_after: _Optional[_Iterable[_Union[WindowBudget, _Mapping]]] = ..., channel_progress: _Optional[float] = ..., channel_status: _Optional[str] = ...) -> None: ...
 
 class ListReleasesRequest(_message.Message):
     __slots__ = ()

@@ -7,8 +7,11 @@ word are in the curator's published deployment — so its channel P(output | inp
 
 * ``WordChannel``: P(output class | clean class) over the curator's word classes (its public word
   list, ``<unk>`` for every other word, ``<s>``/``</s>`` unchanged), estimated by Monte Carlo with
-  the real mechanism and nearest-word search (``lac.client.channel.sample_channel``). The clean
-  ``<unk>`` row is the mixture over the public corpus's words outside the word list.
+  the real mechanism and exact nearest-word search (``lac.client.channel.sample_channel``). Each word
+  gets draws by its public frequency (``channel_draws``: ``CHANNEL_DRAWS`` for the words that carry
+  half of the public text, ∝ √count below, at least ``MIN_DRAWS``), and its row states its own
+  standard error. The clean ``<unk>`` row is the mixture over the public corpus's words outside
+  the word list.
 * ``NgramChannel``: the n-gram channel over the release vocabulary. Words are perturbed
   independently, so P(j' | j) = Πₜ P(j'ₜ | jₜ): one sparse |P_n| × |P_n| matrix per order n
   (observed public n-gram j' from clean public n-gram j).
@@ -52,6 +55,8 @@ __all__ = [
     "word_channel",
     "deployment_channel",
     "CHANNEL_DRAWS",
+    "MIN_DRAWS",
+    "channel_draws",
     "MIN_KEEP_SHARE",
     "MODEL_ERROR",
 ]
@@ -62,28 +67,61 @@ __all__ = [
 MODEL_ERROR = 0.2
 MAX_ITERATIONS = 50
 MIN_KEEP_SHARE = 0.25  # below: the channel keeps too few words for a clean estimate (see NgramChannel.informative)
-CHANNEL_DRAWS = 400  # Monte-Carlo perturbations per clean word: standard error ≤ 0.5/√400 = 0.025
-UNK_DRAWS_FACTOR = 20  # the <unk> row (a mixture) gets this many times more draws
-_FORMAT = 1
+CHANNEL_DRAWS = 400  # Monte-Carlo perturbations of a frequent clean word: standard error ≤ 0.5/√400 = 0.025
+MIN_DRAWS = 50  # ... and of the rarest: standard error ≤ 0.5/√50 ≈ 0.071 (channel_draws)
+FULL_DRAWS_SHARE = 0.5  # the most frequent words that carry this share of the public text get CHANNEL_DRAWS
+UNK_DRAWS_FACTOR = 20  # the <unk> row (a mixture) gets this many times CHANNEL_DRAWS
+_FORMAT = 2
 
 
 @dataclass(frozen=True, eq=False)
 class WordChannel:
-    """P(output class | clean class) over ``classes`` (CSR rows summing to 1), for one deployment."""
+    """P(output class | clean class) over ``classes`` (CSR rows summing to 1), for one deployment.
+
+    ``draws``: the most Monte-Carlo draws of a word's row; ``row_draws``: each class's draws (0 for
+    the exact ``<s>``/``</s>`` rows), or None when every word had ``draws``."""
 
     classes: tuple[str, ...]
     matrix: sp.csr_matrix
     draws: int
     deployment_key: str  # embedding, mechanism, ε per word and word list this channel was sampled for
+    row_draws: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         if self.matrix.shape != (len(self.classes), len(self.classes)):
             raise ValueError(f"channel matrix {self.matrix.shape} for {len(self.classes)} classes")
+        if self.row_draws is not None and np.shape(self.row_draws) != (len(self.classes),):
+            raise ValueError(f"row_draws of shape {np.shape(self.row_draws)} for {len(self.classes)} classes")
+
+    @property
+    def least_draws(self) -> int:
+        """The fewest draws of any word's row."""
+        if self.row_draws is None:
+            return self.draws
+        sampled = self.row_draws[self.row_draws > 0]
+        return int(sampled.min()) if sampled.size else self.draws
 
     @property
     def standard_error(self) -> float:
-        """Upper bound of the Monte-Carlo standard error of any ordinary word's probability."""
-        return 0.5 / math.sqrt(self.draws)
+        """Upper bound of the Monte-Carlo standard error of any ordinary word's probability (0.5/√draws of the
+        row with the fewest draws; ``row_standard_error`` per row)."""
+        return 0.5 / math.sqrt(self.least_draws)
+
+    def row_standard_error(self) -> np.ndarray:
+        """Per class, the bound 0.5/√draws of the Monte-Carlo standard error of each of its row's entries
+        (0 for the exact rows)."""
+        d = np.full(len(self.classes), self.draws) if self.row_draws is None else self.row_draws
+        return np.divide(0.5, np.sqrt(d), out=np.zeros(d.shape), where=d > 0)
+
+    def describe(self) -> str:
+        """How it was sampled and its error bound, for a release's statement."""
+        if self.row_draws is None or self.least_draws == self.draws:
+            return f"{self.draws} draws per word, standard error ≤ {self.standard_error:.3g}"
+        return (
+            f"{self.least_draws}–{self.draws} draws per word by public frequency ({self.draws} for the words "
+            f"that carry {FULL_DRAWS_SHARE:.0%} of the public text), standard error ≤ 0.5/√draws per row: "
+            f"{0.5 / math.sqrt(self.draws):.3g} to {self.standard_error:.3g}"
+        )
 
     def keep_rate(self) -> np.ndarray:
         """P(a clean word comes out as itself), per class."""
@@ -102,17 +140,19 @@ class WordChannel:
                 data=m.data,
                 draws=np.int64(self.draws),
                 key=np.frombuffer(self.deployment_key.encode("utf-8"), dtype=np.uint8),
+                row_draws=np.empty(0, np.int64) if self.row_draws is None else self.row_draws,
             )
 
     @classmethod
     def load(cls, path: Path) -> WordChannel:
         with np.load(path, allow_pickle=False) as z:
-            if int(z["format"]) != _FORMAT:
+            if int(z["format"]) not in (1, _FORMAT):  # 1: before row_draws (every word had ``draws``)
                 raise ValueError(f"{path}: unsupported channel format {int(z['format'])}")
             classes = tuple(z["classes"].tobytes().decode("utf-8").split("\n"))
             n = len(classes)
             m = sp.csr_matrix((z["data"], z["indices"], z["indptr"]), shape=(n, n))
-            return cls(classes, m, int(z["draws"]), z["key"].tobytes().decode("utf-8"))
+            rows = z["row_draws"] if "row_draws" in z and z["row_draws"].size else None
+            return cls(classes, m, int(z["draws"]), z["key"].tobytes().decode("utf-8"), rows)
 
 
 def deployment_key(embedding: str, mechanism: str, epsilon_per_word: float, vocab: NgramVocabulary) -> str:
@@ -129,6 +169,18 @@ def _classes(vocab: NgramVocabulary) -> tuple[str, ...]:
     return tuple(sorted(tokens | {BOS, EOS, UNK}))
 
 
+def channel_draws(counts: np.ndarray, most: int = CHANNEL_DRAWS, least: int = MIN_DRAWS) -> np.ndarray:
+    """Monte-Carlo draws per word from its public ``counts``: ``most`` for the most frequent words that carry
+    ``FULL_DRAWS_SHARE`` of the public text, ∝ √count below them (the allocation that minimises the
+    frequency-weighted variance Σ π_w/n_w for a given total), never fewer than ``least``. Public data only."""
+    c = np.asarray(counts, dtype=np.float64)
+    if least >= most or c.sum() <= 0:
+        return np.full(c.size, most, dtype=np.int64)
+    ordered = np.sort(c)[::-1]
+    cut = ordered[min(int(np.searchsorted(np.cumsum(ordered) / ordered.sum(), FULL_DRAWS_SHARE)), c.size - 1)]
+    return np.clip(np.ceil(most * np.sqrt(c / cut)), least, most).astype(np.int64)
+
+
 def word_channel(
     vocab: NgramVocabulary,
     embedding,
@@ -136,12 +188,16 @@ def word_channel(
     unk_words: Iterable[str] = (),
     draws: int = CHANNEL_DRAWS,
     rng=None,
-    progress: Callable[[int], None] | None = None,
+    progress: Callable[[int, int], None] | None = None,
+    min_draws: int = MIN_DRAWS,
 ) -> WordChannel:
     """Sample the word channel of ``mechanism`` over ``embedding`` (``lac.client`` objects) for
-    ``vocab``'s word classes. ``unk_words``: public word occurrences outside the word list (the
-    public corpus's rare words), whose mixture is the clean ``<unk>`` row; without them ``<unk>``
-    is perturbed from the centroid like an out-of-vocabulary word."""
+    ``vocab``'s word classes, each word with ``channel_draws`` of its public count (between ``min_draws``
+    and ``draws``; ``min_draws = draws``: the same for all). ``unk_words``: public word occurrences outside
+    the word list (the public corpus's rare words), whose mixture is the clean ``<unk>`` row; without them
+    ``<unk>`` is perturbed from the centroid like an out-of-vocabulary word. ``progress(done, total)``:
+    perturbations sampled so far. The default ``rng`` is numpy's generator seeded from the OS: the channel
+    is public, so its Monte-Carlo draws protect nothing and need no CSPRNG."""
     from lac.client.channel import sample_channel
     from lac.client.localizer import OOV
 
@@ -149,23 +205,35 @@ def word_channel(
     cid = {c: i for i, c in enumerate(classes)}
     n = len(classes)
     emb_index = embedding.index
+    rng = np.random.default_rng() if rng is None else rng
     # output embedding row -> class (a word outside the word list is read as <unk>)
     out_class = np.array([cid[w] if w in vocab.words else cid[UNK] for w in embedding.words])
     words = sorted(vocab.words)
+    uni = {vocab.items[i]: float(vocab.alpha[i]) for i in np.flatnonzero(vocab.orders == 1)}
+    word_draws = channel_draws(np.array([uni.get(w, 0.0) for w in words]), int(draws), min(int(min_draws), int(draws)))
     rows = np.array([emb_index.get(w, OOV) for w in words], dtype=np.int64)
-    distinct, inverse = np.unique(rows, return_inverse=True)
     unk_rows = np.array([emb_index.get(w, OOV) for w in unk_words], dtype=np.int64)
-    unk_n = draws * UNK_DRAWS_FACTOR
+    unk_n = int(draws) * UNK_DRAWS_FACTOR
     if unk_rows.size:
         pick = np.random.default_rng(0).integers(0, unk_rows.size, size=unk_n)  # a fixed public sample
         unk_inputs = unk_rows[pick]
     else:
         unk_inputs = np.full(unk_n, OOV, dtype=np.int64)
-    counts = sample_channel(embedding, mechanism, distinct, draws, rng, progress)
+    # one sampling pass over the words (rows of words read as one embedding row share the most draws any asks)
+    distinct, inverse = np.unique(rows, return_inverse=True)
+    distinct_draws = np.zeros(distinct.size, dtype=np.int64)
+    np.maximum.at(distinct_draws, inverse, word_draws)
+    total = int(distinct_draws.sum()) + unk_n
+    report = None if progress is None else (lambda done, _total: progress(done, total))
+    counts = sample_channel(embedding, mechanism, distinct, distinct_draws, rng, report)
     unk_counts = sample_channel(embedding, mechanism, unk_inputs, 1, rng)
+    if progress is not None:
+        progress(total, total)
     src = np.repeat(np.arange(distinct.size), np.diff(counts.indptr))
     per_row = sp.csr_matrix(
-        (counts.counts / draws, (src, out_class[counts.cols])), shape=(distinct.size, n), dtype=np.float64
+        (counts.counts / distinct_draws[src], (src, out_class[counts.cols])),
+        shape=(distinct.size, n),
+        dtype=np.float64,
     )
     unk_row = np.bincount(out_class[unk_counts.cols], weights=unk_counts.counts, minlength=n) / unk_n
     word_ids = np.array([cid[w] for w in words], dtype=np.int64)
@@ -174,8 +242,11 @@ def word_channel(
     P[cid[UNK]] = unk_row
     for t in (BOS, EOS):
         P[cid[t], cid[t]] = 1.0
+    row_draws = np.zeros(n, dtype=np.int64)
+    row_draws[word_ids] = distinct_draws[inverse]
+    row_draws[cid[UNK]] = unk_n
     key = deployment_key(embedding.name, mechanism.name, float(mechanism.epsilon), vocab)
-    return WordChannel(classes, P.tocsr(), int(draws), key)
+    return WordChannel(classes, P.tocsr(), int(draws), key, row_draws)
 
 
 def cached_word_channel(
@@ -186,27 +257,48 @@ def cached_word_channel(
     epsilon_per_word: float,
     unk_words: Callable[[], Sequence[str]],
     draws: int = CHANNEL_DRAWS,
-    progress: Callable[[int], None] | None = None,
+    progress: Callable[[int, int], None] | None = None,
+    min_draws: int = MIN_DRAWS,
 ) -> WordChannel:
     """The word channel of a deployment, sampled once and cached in ``cache_dir`` (needs
-    ``lac-client`` with the deployment's embedding the first time)."""
+    ``lac-client`` with the deployment's embedding the first time); ``progress`` as for ``word_channel``,
+    never called when the cache has it."""
+    path = word_channel_path(cache_dir, vocab, embedding_name, mechanism_name, epsilon_per_word, draws, min_draws)
     key = deployment_key(embedding_name, mechanism_name, float(epsilon_per_word), vocab)
-    path = cache_dir / f"channel-{hashlib.sha256(f'{key}|{draws}'.encode()).hexdigest()[:16]}.npz"
     if path.exists():
-        ch = WordChannel.load(path)
-        if ch.deployment_key == key and ch.draws == draws:
-            return ch
+        try:
+            ch = WordChannel.load(path)
+            if ch.deployment_key == key and ch.draws == draws:  # (the path names min_draws)
+                return ch
+        except (OSError, ValueError, KeyError, zipfile.BadZipFile) as exc:  # unreadable: sampled again below
+            log.warning("the cached word channel %s is unreadable (%s); sampling it again", path, exc)
     from lac.client.embedding import by_name
     from lac.client.mechanisms import MultivariateLaplace
 
     if mechanism_name != MultivariateLaplace.name:
         raise ValueError(f"no channel model for local mechanism {mechanism_name!r}")
     embedding = by_name(embedding_name)
-    log.info("sampling the local channel for %s (%d words x %d draws)", key, len(vocab.words), draws)
-    ch = word_channel(vocab, embedding, MultivariateLaplace(epsilon_per_word), unk_words(), draws, progress=progress)
+    log.info("sampling the local channel for %s (%d words x %d-%d draws)", key, len(vocab.words), min_draws, draws)
+    mechanism = MultivariateLaplace(epsilon_per_word)
+    ch = word_channel(vocab, embedding, mechanism, unk_words(), draws, progress=progress, min_draws=min_draws)
     private_dir(cache_dir)
     ch.save(path)
     return ch
+
+
+def word_channel_path(
+    cache_dir: Path,
+    vocab: NgramVocabulary,
+    embedding_name: str,
+    mechanism_name: str,
+    epsilon_per_word: float,
+    draws: int = CHANNEL_DRAWS,
+    min_draws: int = MIN_DRAWS,
+) -> Path:
+    """Where ``cached_word_channel`` keeps a deployment's word channel in ``cache_dir``."""
+    key = deployment_key(embedding_name, mechanism_name, float(epsilon_per_word), vocab)
+    digest = hashlib.sha256(f"{key}|{draws}|{min(draws, min_draws)}|{_FORMAT}".encode()).hexdigest()[:16]
+    return cache_dir / f"channel-{digest}.npz"
 
 
 def deployment_channel(
@@ -217,7 +309,8 @@ def deployment_channel(
     mechanism_name: str,
     epsilon_per_word: float,
     draws: int = CHANNEL_DRAWS,
-    progress: Callable[[int], None] | None = None,
+    progress: Callable[[int, int], None] | None = None,
+    min_draws: int = MIN_DRAWS,
 ) -> NgramChannel:
     """The n-gram channel of a deployment over ``vocab``: its word channel (sampled once, cached in
     ``cache_dir``, the clean ``<unk>`` row from ``public_corpus``'s rare words) in products."""
@@ -230,6 +323,7 @@ def deployment_channel(
         lambda: public_unk_words(sentences(public_corpus.read_text(encoding="utf-8")), vocab),
         draws,
         progress,
+        min_draws,
     )
     return NgramChannel.cached(cache_dir, word, vocab)
 
@@ -254,9 +348,10 @@ class NgramChannel:
 
     @classmethod
     def build(cls, word: WordChannel, vocab: NgramVocabulary, block: int = 1 << 22) -> NgramChannel:
-        """A_n for every order of ``vocab``: for each position, the word channel's dense block
-        between the tokens used there; the products over positions, a block of clean items at a
-        time (about ``block`` pairs), keeping the non-zero ones."""
+        """A_n for every order of ``vocab``. Order 1 is the word channel itself, read at the unigrams' classes
+        (sparse). Longer orders: for each position, the word channel's dense block between the tokens used
+        there; a block of clean items at a time (about ``block`` pairs), the first position's non-zero pairs,
+        multiplied by the other positions' factors at those pairs (the same products, in the same order)."""
         cid = {c: i for i, c in enumerate(word.classes)}
         P = word.matrix.tocsr()
         columns, matrices = {}, {}
@@ -264,6 +359,9 @@ class NgramChannel:
         for n in np.unique(orders).tolist():
             cols = np.flatnonzero(orders == n)
             toks = np.array([[cid.get(t, cid[UNK]) for t in vocab.items[c].split(" ")] for c in cols], dtype=np.int64)
+            if n == 1:  # A_1[j', j] = P(j' | j)
+                columns[n], matrices[n] = cols, P[toks[:, 0]][:, toks[:, 0]].T.tocsr()
+                continue
             dense, local = [], []
             for t in range(n):
                 used, inv = np.unique(toks[:, t], return_inverse=True)
@@ -273,13 +371,15 @@ class NgramChannel:
             rows_i, cols_j, vals = [], [], []
             for lo in range(0, cols.size, step):
                 hi = min(lo + step, cols.size)
-                prod = dense[0][np.ix_(local[0][lo:hi], local[0])]
+                first = dense[0][np.ix_(local[0][lo:hi], local[0])]
+                c, r = np.nonzero(first)  # c: clean item (within the block), r: observed item
+                prod = first[c, r]
                 for t in range(1, n):
-                    prod *= dense[t][np.ix_(local[t][lo:hi], local[t])]
-                c, r = np.nonzero(prod)  # c: clean item (within the block), r: observed item
-                rows_i.append(r)
-                cols_j.append(lo + c)
-                vals.append(prod[c, r])
+                    prod *= dense[t][local[t][lo + c], local[t][r]]
+                nz = np.flatnonzero(prod)
+                rows_i.append(r[nz])
+                cols_j.append(lo + c[nz])
+                vals.append(prod[nz])
             A = sp.csr_matrix(
                 (np.concatenate(vals), (np.concatenate(rows_i), np.concatenate(cols_j))), shape=(cols.size, cols.size)
             )

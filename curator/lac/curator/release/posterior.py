@@ -483,7 +483,7 @@ def _guarantee(p: PosteriorParams, sigma: float, threshold: float, V: int, chann
         details.append(
             f"The public n-grams' pseudo-counts estimate the users' clean text: the noisy totals of their perturbed "
             f"reports are deconvolved with the public local channel ({w.deployment_key.split('|words:')[0]}; Monte "
-            f"Carlo, {w.draws} draws per word, standard error ≤ {w.standard_error:.3g}) — post-processing of the "
+            f"Carlo, {w.describe()}) — post-processing of the "
             f"noisy totals with public data, so the guarantee above is unchanged. Discovered n-grams are counted "
             f"as perturbed."
         )

@@ -63,6 +63,9 @@ class Preview:
     # ledger and the release's charge (empty: not charged, or not known here); ``budget``: a window's (ε, δ).
     budget_after: tuple[tuple[int, float, float, float, float], ...] = ()
     budget: tuple[float, float] | None = None
+    # while the local channel the release needs is not ready: the sampling's progress (0..1) and where it is
+    channel_progress: float | None = None
+    channel_status: str = ""
 
     def budget_statement(self) -> str:
         """The budget after the release in words ("" when it is not charged)."""
@@ -103,7 +106,10 @@ class Preview:
         verdict = (
             "." if self.swamped is None else " — the noise would swamp the signal." if self.swamped else " — useful."
         )
-        return head + body + verdict + (f" {self.advice}" if self.advice else "") + self.budget_statement()
+        channel = (
+            f" Not yet: {self.channel_status}; a release answers UNAVAILABLE until then." if self.channel_status else ""
+        )
+        return head + body + verdict + (f" {self.advice}" if self.advice else "") + self.budget_statement() + channel
 
 
 def refusal(preview: Preview, spent: str) -> str:

@@ -1,6 +1,6 @@
-"""``lac curator serve|migrate-segments|backup|restore`` and offline releases (``release --counts``), on top of the
-client commands of the analyst's distribution (``lac.analyst.cli``: release, status, budget, deployment, export,
-query ...), whose ``release --help`` this fills in from the curator's mechanism registry."""
+"""``lac curator serve|channel build|migrate-segments|backup|restore`` and offline releases (``release --counts``), on
+top of the client commands of the analyst's distribution (``lac.analyst.cli``: release, status, budget, deployment,
+export, query ...), whose ``release --help`` this fills in from the curator's mechanism registry."""
 
 from __future__ import annotations
 
@@ -22,6 +22,20 @@ def register(subparsers) -> None:
     serve = sub.add_parser("serve", help="run the curator gRPC server")
     cfg.add_flags(serve, CuratorConfig, ENV_PREFIX)
     serve.set_defaults(func=_serve)
+
+    chan = sub.add_parser("channel", help="the deployment's local channel (what the default release deconvolves with)")
+    build = chan.add_subparsers(dest="channel_command", metavar="ACTION", required=True).add_parser(
+        "build",
+        help="sample the local channel ahead of time into channel_cache_dir (every curator pointed at it reuses it)",
+        description="Sample the deployment's local channel and build its n-gram products into channel_cache_dir "
+        "(default: state_dir/prior), exactly as `lac curator serve` with the same settings would at its start, "
+        "printing the progress. A curator (or every replica) pointed at that directory then reads it and never "
+        "samples: its first release does not wait. Public data only. Takes the settings of `serve`; those that "
+        "matter are the public corpus and vocabulary, the embedding, the local mechanism, ε per word and "
+        "channel_cache_dir.",
+    )
+    cfg.add_flags(build, CuratorConfig, ENV_PREFIX)
+    build.set_defaults(func=_build_channel)
 
     mig = sub.add_parser(
         "migrate-segments",
@@ -185,6 +199,40 @@ def _serve(args) -> int:
         asyncio.run(main())
     except (PortUnavailable, StateDirLocked, PrivacyUnitChanged) as exc:  # port or state taken, or another unit
         raise SystemExit(f"error: {exc}") from None
+    return 0
+
+
+def _build_channel(args) -> int:
+    import time
+
+    from lac.curator.base.prior import public_vocabulary
+    from lac.curator.service.channel import ChannelProgress, load_channel
+
+    config = cfg.from_args(CuratorConfig, ENV_PREFIX, args)
+    vocab = public_vocabulary(
+        config.public_corpus, config.max_n, config.vocab_min_count, config.vocab_max_items, config.state_dir / "prior"
+    )
+    progress = ChannelProgress()
+    shown = [0.0]
+
+    def update(done: int, total: int) -> None:
+        progress.update(done, total)
+        if time.monotonic() - shown[0] >= 5 or done >= total:
+            shown[0] = time.monotonic()
+            print(progress.describe().replace("the curator is ", ""), flush=True)
+
+    try:
+        channel = load_channel(config, vocab, update)
+    except ImportError as exc:
+        raise SystemExit(f"error: the local channel needs lac-client and lac-curator[channel] ({exc})") from None
+    except (LookupError, ValueError, OSError) as exc:
+        raise SystemExit(f"error: no local channel for this deployment: {exc}") from None
+    how = "sampled" if progress.sampled else "already built there (nothing sampled)"
+    print(
+        f"local channel in {config.channel_dir}: {how}, ready after {time.monotonic() - progress.started:.1f} s "
+        f"({channel.word.deployment_key}; {channel.word.describe()}); a curator with --channel-cache-dir "
+        f"{config.channel_dir} (and the same deployment) reads it at its start"
+    )
     return 0
 
 

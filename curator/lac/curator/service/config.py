@@ -113,7 +113,8 @@ class CuratorConfig(ServiceSettings):
     channel_cache_dir: Path | None = setting(
         None,
         "where the sampled local channel and its n-gram products are cached (default: state_dir/prior; public "
-        "data only; the products, ~90 MB for the default vocabulary, make a restart's channel ready in ~2 s, not ~20)",
+        "data only; the products, ~90 MB for the default vocabulary, make a restart's channel ready in ~2 s, not ~20). "
+        "`lac curator channel build` fills it ahead of time; every replica pointed at it reuses it and never samples",
     )
     # -- identities and roles (mTLS common names)
     key_dir: Path | None = setting(
@@ -377,3 +378,8 @@ class CuratorConfig(ServiceSettings):
             Role.OPERATOR: parse_names(self.operator_identities),
             Role.EXPORT: parse_names(self.export_identities),
         }
+
+    @property
+    def channel_dir(self) -> Path:
+        """Where the local channel is cached: ``channel_cache_dir``, by default state_dir/prior."""
+        return self.channel_cache_dir or self.state_dir / "prior"

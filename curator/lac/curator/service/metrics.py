@@ -65,6 +65,26 @@ class CuratorMetrics:
                 value=ingest.stalls,
             ),
         ]
+        if c.config.clean_estimate:
+            ch = c.channel_progress
+            left = ch.seconds_left()
+            out += [
+                GaugeMetricFamily(
+                    "lac_curator_channel_progress",
+                    "Share of the local channel's Monte-Carlo sampling done, 0..1 (1 once read from the cache).",
+                    value=ch.fraction,
+                ),
+                GaugeMetricFamily(
+                    "lac_curator_channel_ready",
+                    "1 once the local channel is ready for releases (they answer UNAVAILABLE before), else 0.",
+                    value=int(ch.ready),
+                ),
+                GaugeMetricFamily(
+                    "lac_curator_channel_seconds_left",
+                    "Estimated seconds left in the local channel's sampling (0 when not sampling).",
+                    value=left or 0.0,
+                ),
+            ]
         try:
             free = shutil.disk_usage(c.config.state_dir).free
             out.append(

@@ -210,6 +210,7 @@ def preview_message(p: Preview) -> curator_pb2.ReleasePreview:
             ("swamped", p.swamped),
             ("reports_needed", p.reports_needed),
             ("epsilon_needed", p.epsilon_needed),
+            ("channel_progress", p.channel_progress),
         )
         if v is not None
     }
@@ -224,6 +225,7 @@ def preview_message(p: Preview) -> curator_pb2.ReleasePreview:
         target_share=p.target_share,
         advice=p.advice,
         statement=p.statement(),
+        channel_status=p.channel_status,
         budget_after=[
             curator_pb2.WindowBudget(
                 window=w, spent_epsilon=e, spent_delta=d, remaining_epsilon=e_left, remaining_delta=d_left

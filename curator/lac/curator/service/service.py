@@ -63,16 +63,16 @@ from lac.common.text import sentences as split_sentences
 from lac.common.v1 import curator_pb2
 from lac.curator import mechanisms
 from lac.curator.base.ngrams import NgramVocabulary
-from lac.curator.base.prior import default_public_corpus
 from lac.curator.lm.model import NgramModel, release_model
 from lac.curator.mechanisms import ReleaseSpec
-from lac.curator.release.channel import NgramChannel, deployment_channel
+from lac.curator.release.channel import NgramChannel
 from lac.curator.release.core import PublicCaps, StoredReports
 from lac.curator.release.engine import Engine, create_engine
 from lac.curator.runner import run as releases
 from lac.curator.runner.preview import Preview, predict, refusal
 from lac.curator.runner.run import ReleaseRecord
 from lac.curator.runner.uncertainty import noise_sd
+from lac.curator.service.channel import ChannelProgress, load_channel
 from lac.curator.service.config import CuratorConfig
 from lac.curator.service.metrics import CuratorMetrics
 from lac.curator.store import export
@@ -151,6 +151,9 @@ def _shown(record: ReleaseRecord, exports: list[tuple[str, str, float, int, int,
     return record if later is None else record.with_later_exports(later)
 
 
+CHANNEL_LOG_SECONDS = 10.0  # the channel's progress is logged this often while it is sampled
+
+
 class _ChannelCancelled(Exception):
     """Raised inside the channel's sampling when the curator stops."""
 
@@ -159,7 +162,14 @@ class Curator:
     """Library object behind the gRPC servicers: ingest, releases charged to a per-window ledger,
     free queries on releases. Replies are built by ``lac.curator.service.serde`` from what this returns."""
 
-    def __init__(self, config: CuratorConfig, vocab: NgramVocabulary, rng: RandomSource | None = None):
+    def __init__(
+        self,
+        config: CuratorConfig,
+        vocab: NgramVocabulary,
+        rng: RandomSource | None = None,
+        channel_progress: ChannelProgress | None = None,
+    ):
+        """``channel_progress``: where the local channel's progress is kept (a fresh one by default)."""
         self.config = config
         self._state_lock = StateDirLock(config.state_dir, "curator")  # one writer per state directory
         self.vocab = vocab
@@ -244,6 +254,7 @@ class Curator:
         self._models: OrderedDict[str, NgramModel] = OrderedDict()
         self._model_lock = asyncio.Lock()
         self._channel: asyncio.Future[NgramChannel | None] | None = None  # the local channel, once started
+        self.channel_progress = channel_progress or ChannelProgress()  # how far it is (releases, previews, metrics)
         self._closing = threading.Event()
         self.metrics = CuratorMetrics(self)  # served at metrics_host:metrics_port once started (operator only)
 
@@ -292,43 +303,52 @@ class Curator:
 
     def _load_channel(self) -> NgramChannel | None:
         """The deployment's local channel over the release vocabulary (sampled once, then read from
-        state_dir/prior), or None where it cannot be had (releases then describe the perturbed text)."""
+        channel_cache_dir), or None where it cannot be had (releases then describe the perturbed text)."""
         c = self.config
+        progress = self.channel_progress
+        logged = [0.0]
 
-        def progress(_done: int) -> None:
+        def update(done: int, total: int) -> None:
             if self._closing.is_set():
                 raise _ChannelCancelled("the curator is stopping")
+            progress.update(done, total)
+            if time.monotonic() - logged[0] >= CHANNEL_LOG_SECONDS or done >= total:
+                logged[0] = time.monotonic()
+                log.info("%s", progress.describe())
 
         cache_dir = c.channel_cache_dir or c.state_dir / "prior"
         try:
-            channel = deployment_channel(
-                cache_dir,
-                self.vocab,
-                c.public_corpus or default_public_corpus(),
-                c.embedding,
-                c.local_mechanism,
-                c.epsilon_per_word,
-                progress=progress,
-            )
+            channel = load_channel(c, self.vocab, update)
         except _ChannelCancelled:
+            progress.finish(False)
             return None
         except (ImportError, LookupError, ValueError, OSError, RuntimeError) as exc:  # RuntimeError: the SDK's
-            log.warning(  # EmbeddingUnavailable
+            progress.finish(False)  # EmbeddingUnavailable
+            log.warning(
                 "no local channel (%s): releases estimate the perturbed text, not the users' clean text; "
                 "fix that, or set clean_estimate = false",
                 _no_channel_cause(exc, c.embedding, cache_dir),
             )
             return None
-        log.info("local channel ready: %s", channel.word.deployment_key)
+        progress.finish(True)
+        how = "sampled" if progress.sampled else "read from the cache"
+        log.info(
+            "local channel ready (%s in %.1f s): %s; %s",
+            how,
+            time.monotonic() - progress.started,
+            channel.word.deployment_key,
+            channel.word.describe(),
+        )
         return channel
 
-    async def channel(self) -> NgramChannel | None:
-        """The local channel the default release uses (waits while it is being sampled), None without one."""
+    def channel(self) -> NgramChannel | None:
+        """The local channel the default release uses, None without one; UNAVAILABLE (with the progress, the
+        time left and a retry-after) while it is being read or sampled: a release never waits for it silently."""
         if self._channel is None:
             return None
         if not self._channel.done():
-            log.info("a release waits for the local channel (sampled once per deployment)")
-        return await asyncio.shield(self._channel)
+            raise self.channel_progress.unavailable()
+        return self._channel.result()
 
     async def stop(self) -> None:
         try:
@@ -569,6 +589,11 @@ class Curator:
         span, unit = await self._span(spec)
         reports, source = await self._known_reports(spec, span, operator)
         p = self._predict(spec, unit, reports, source)
+        waiting = "channel" in mechanisms.get(spec.mechanism).knobs and self._channel and not self._channel.done()
+        if waiting:  # the release would answer UNAVAILABLE now: say how far the channel is
+            p = replace(
+                p, channel_progress=self.channel_progress.fraction, channel_status=self.channel_progress.describe()
+            )
         if spec.data_dependent:  # never charged
             return p
         charge = Budget(p.epsilon, p.delta)
@@ -646,6 +671,8 @@ class Curator:
                 "the operator can enable them with allow_data_dependent_releases"
             )
         self.storage.check()  # a release that cannot be stored is refused before it is computed or charged
+        # UNAVAILABLE while the local channel is not ready: before anything (the accuracy check's DP count) is spent
+        channel = self.channel() if "channel" in mechanisms.get(spec.mechanism).knobs else None
         span, unit = await self._span(spec)
         windows = list(range(span[0], span[1] + 1))
         dd_cap = self.config.data_dependent_releases_per_window
@@ -656,7 +683,6 @@ class Curator:
         dd_before = max((await self._store.run(self.store.data_dependent_releases, windows)).values(), default=0)
         await self._check_accuracy(spec, span, unit, operator)
         reports = await self._store.run(self.reports, *span)
-        channel = await self.channel() if "channel" in mechanisms.get(spec.mechanism).knobs else None
         try:
             r = await asyncio.to_thread(
                 releases.run, reports, self.vocab, spec, self.caps, unit, self._rng, self.engine, channel

@@ -196,6 +196,7 @@ def run_e2e(cfg, out, rng: RandomSource) -> dict:
         "C": caps.C,
         "runs": cfg.e2e_runs,
         "channel_draws": next(iter(channels.values())).word.draws if channels else 0,
+        "channel_sampling": next(iter(channels.values())).word.describe() if channels else "",
     }
 
 

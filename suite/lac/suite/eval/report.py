@@ -516,13 +516,14 @@ def _e2e_section(add, L: list[str], e2: dict) -> None:
     from .e2e import ROWS, mean_kl
 
     add("## 7. End to end: through the device, against the users' clean text\n")
+    sampling = e2.get("channel_sampling") or f"{e2['channel_draws']} draws per word"
     add(
         f"Each user's text goes through the Localizer (multivariate Laplace over {e2['embedding']}, the preset's ε "
         f"per word), is counted as the curator counts it and released by the curator's release path "
         f"(`lac.curator.runner.run.run`, default mechanism, δ = {e2['delta']:g}, W = {e2['W']}, C = {e2['C']}); "
         f"{_f(e2['heldout_texts'])} held-out texts ({_f(e2['heldout_sentences'])} sentences) of the simulated-user "
         f"corpus are the clean test text. The channel-aware release estimates the users' clean statistics with the "
-        f"deployment's public local channel ({e2['channel_draws']} Monte-Carlo draws per word): post-processing, the "
+        f"deployment's public local channel (Monte Carlo, {sampling}): post-processing, the "
         f"same (ε, δ). KL(clean ‖ ·) is the mean over orders 1–3 over the {_f(e2['vocab_size'])} public n-grams. "
         f"{e2['runs']} release(s) per row (median). A point 'privatized k times' is labelled replication.\n"
     )
