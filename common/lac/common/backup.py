@@ -32,6 +32,7 @@ __all__ = [
     "read_manifest",
     "read_backup",
     "drop_sidecars",
+    "moved_to",
 ]
 
 MANIFEST = "manifest.json"
@@ -138,3 +139,20 @@ def drop_sidecars(state_dir: Path, db_name: str) -> None:
     """Remove the ``-wal``/``-shm`` files of a database about to be replaced (they belong to the old one)."""
     for suffix in ("-wal", "-shm"):
         (state_dir / (db_name + suffix)).unlink(missing_ok=True)
+
+
+def moved_to(db_path: Path, key_column: str) -> str | None:
+    """The PostgreSQL store a service's SQLite database was copied to by its ``migrate`` command (the ``meta`` row
+    ``moved_to``; ``key_column`` names ``meta``'s key column), None if it was not."""
+    if not db_path.is_file():
+        return None
+    db = sqlite3.connect(f"file:{db_path}?mode=ro", uri=True)
+    try:
+        if not db.execute("SELECT 1 FROM sqlite_master WHERE name = 'meta'").fetchone():
+            return None
+        row = db.execute(f"SELECT value FROM meta WHERE {key_column} = 'moved_to'").fetchone()
+    finally:
+        db.close()
+    if row is None:
+        return None
+    return row[0].decode() if isinstance(row[0], bytes) else str(row[0])

@@ -29,7 +29,7 @@ import struct
 import threading
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -46,6 +46,8 @@ __all__ = [
     "Rows",
     "TableCopy",
     "copy_tables",
+    "copy_into_postgres",
+    "bump_counters",
     "is_postgres_url",
     "redact",
     "POSTGRESQL_EXTRA",
@@ -176,6 +178,14 @@ class Database(ABC):
                 self.execute("INSERT INTO schema_version VALUES (?, ?, ?)", (step.version, step.what, time.time()))
                 log.info("%s: %s schema version %d applied (%s)", self.where, name, step.version, step.what)
         return int(max(current, newest))
+
+
+def bump_counters(db: Database, bumps: Mapping[str, int]) -> None:
+    """Add ``bumps`` to the service's ``counters`` table (name, value), within a transaction."""
+    db.executemany(
+        "INSERT INTO counters VALUES (?, ?) ON CONFLICT (name) DO UPDATE SET value = counters.value + excluded.value",
+        ((k, v) for k, v in bumps.items() if v),
+    )
 
 
 class SqliteDatabase(Database):
@@ -473,3 +483,18 @@ def copy_tables(source: Database, target: Database, tables: Sequence[str]) -> li
         return done
 
     return target.transaction(copy)
+
+
+def copy_into_postgres(
+    source: Database, url: str, name: str, steps: Callable[[Database], Sequence[Migration]], tables: Sequence[str]
+) -> list[TableCopy]:
+    """A service's ``migrate`` command: bring the empty PostgreSQL database ``url`` to the schema ``name``
+    (``steps`` of its dialect) and copy ``tables`` from ``source`` into it (``copy_tables``)."""
+    if not is_postgres_url(url):
+        raise ValueError(f"--to must be a postgresql:// URL, not {redact(url)!r}")
+    target = PostgresDatabase(url)
+    try:
+        target.migrate(name, steps(target))
+        return copy_tables(source, target, tables)
+    finally:
+        target.close()

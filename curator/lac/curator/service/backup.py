@@ -30,7 +30,16 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
-from lac.common.backup import copy_file, drop_sidecars, read_backup, sha256_file, start_backup, verify, write_manifest
+from lac.common.backup import (
+    copy_file,
+    drop_sidecars,
+    moved_to,
+    read_backup,
+    sha256_file,
+    start_backup,
+    verify,
+    write_manifest,
+)
 from lac.common.database import SqliteDatabase
 from lac.common.files import fsync_dir, private_dir
 from lac.common.statelock import StateDirLock
@@ -61,20 +70,6 @@ def describe(db_path: Path) -> dict:
         db.close()
 
 
-def _moved_to(db_path: Path) -> str | None:
-    """The PostgreSQL store a curator database was copied to (``CuratorStore.moved_to``), None if none."""
-    if not db_path.is_file():
-        return None
-    db = sqlite3.connect(f"file:{db_path}?mode=ro", uri=True)
-    try:
-        if not db.execute("SELECT 1 FROM sqlite_master WHERE name = 'meta'").fetchone():
-            return None
-        row = db.execute("SELECT value FROM meta WHERE key = 'moved_to'").fetchone()
-    finally:
-        db.close()
-    return None if row is None else str(row[0])
-
-
 def _files(db_path: Path) -> list[str]:
     """The files (relative to the state directory) a curator database refers to."""
     db = sqlite3.connect(f"file:{db_path}?mode=ro", uri=True)
@@ -93,7 +88,7 @@ def backup(state_dir: Path, dest: Path) -> dict:
     """Copy the curator state in ``state_dir`` (live or stopped) into ``dest`` (created 0700; must not
     hold a backup already). Returns the manifest. Refused for a state whose database was copied to PostgreSQL
     (``lac curator migrate``): back that up with PostgreSQL's tools."""
-    moved = _moved_to(state_dir / DB_NAME)
+    moved = moved_to(state_dir / DB_NAME, "key")
     if moved is not None:
         raise ValueError(
             f"{state_dir}'s database was copied to the PostgreSQL store {moved} (lac curator migrate): back that "

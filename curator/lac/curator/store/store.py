@@ -51,7 +51,8 @@ from lac.common.database import (
     PostgresDatabase,
     SqliteDatabase,
     TableCopy,
-    copy_tables,
+    bump_counters,
+    copy_into_postgres,
     is_postgres_url,
     redact,
 )
@@ -126,18 +127,11 @@ def copy_to_postgres(state_dir: Path, url: str) -> list[TableCopy]:
     PostgreSQL database ``url``, every row of every table, verified by counts and checksums before it commits;
     then mark the SQLite database as copied (``CuratorStore.moved_to``), so that a curator started on it refuses.
     The files (segments, releases, words, the ledger journal) stay in ``state_dir``."""
-    if not is_postgres_url(url):
-        raise ValueError(f"--to must be a postgresql:// URL, not {redact(url)!r}")
     if not (state_dir / "curator.sqlite").is_file():
         raise FileNotFoundError(f"{state_dir} holds no curator database (curator.sqlite); check --state-dir")
     source = CuratorStore(state_dir)  # brings it to the newest schema and the ledger in line with its journal
     try:
-        target = PostgresDatabase(url)
-        try:
-            target.migrate(schema.NAME, schema.steps(target))
-            copied = copy_tables(source.database, target, schema.TABLES)
-        finally:
-            target.close()
+        copied = copy_into_postgres(source.database, url, schema.NAME, schema.steps, schema.TABLES)
         source.database.execute("INSERT INTO meta VALUES ('moved_to', ?)", (redact(url),))
     finally:
         source.close()
@@ -387,9 +381,7 @@ class CuratorStore:
                 "last_window, words) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (batch_id, len(keep), rejected, segment_name if keep else None, now, privacy, *windows, words_name),
             )
-            self._bump("reports", len(keep))
-            for reason, n in rejects.items():
-                self._bump("reject:" + reason, n)
+            bump_counters(self._db, {"reports": len(keep), **{"reject:" + r: n for r, n in rejects.items()}})
             return BatchResult(False, len(keep), rejected, rejects)
 
         try:
@@ -820,10 +812,3 @@ class CuratorStore:
                 return row[0], items, z["log_probs"], (z["pseudo_counts"] if "pseudo_counts" in z.files else None)
         except (OSError, ValueError, KeyError, zipfile.BadZipFile) as exc:
             raise DataLoss(f"the file of release {release_id} is missing or corrupt: {exc}") from exc
-
-    def _bump(self, name: str, n: int) -> None:
-        self._db.execute(
-            "INSERT INTO counters VALUES (?, ?) "
-            "ON CONFLICT (name) DO UPDATE SET value = counters.value + excluded.value",
-            (name, n),
-        )
