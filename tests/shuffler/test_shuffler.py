@@ -320,70 +320,6 @@ def test_large_release_is_cut_into_batches_that_fit_a_message(start_shuffler, si
     assert sorted(sink.tags()) == sorted(tag_of(r.payload) for r in reports)
 
 
-def test_idempotency_ids_are_remembered_for_one_to_two_windows(tmp_path):
-    from lac.shuffler.reportlog import ReportLog
-
-    def put(log, ids):
-        return log.append_groups([([(i, None, b"sealed") for i in ids], None)], window=0, quota=1, max_bytes=1 << 30)[0]
-
-    a, b = b"a" * 8, b"b" * 8
-    log = ReportLog(tmp_path)
-    t0 = float(log._db.execute("SELECT value FROM meta WHERE name = 'seen_since'").fetchone()[0])
-    assert put(log, [a]) == [True]
-    assert not log.rotate_seen(3600, now=t0 + 10)  # the window has not passed
-    assert log.rotate_seen(3600, now=t0 + 3601)
-    assert put(log, [a, b]) == [False, True]  # a: still known, from the previous generation
-    log.close()
-    log = ReportLog(tmp_path)  # the generations and their start survive a restart
-    assert not log.rotate_seen(3600, now=t0 + 3700)
-    assert log.rotate_seen(3600, now=t0 + 7300)
-    assert put(log, [a, b]) == [True, False]  # a forgotten after two windows; b remembered
-    assert log.buffered() == 3
-    log.close()
-
-
-def test_one_client_never_has_two_reports_in_a_batch_across_windows(tmp_path):
-    """Finding 4: alice's report of window k was carried over and shipped in one batch with her report
-    of window k+1, under a statement assuming distinct users. Now a batch takes at most one report per
-    client; the others wait for a later batch, and every batch names the windows its reports came from."""
-    from lac.shuffler.reportlog import ReportLog
-
-    log = ReportLog(tmp_path)
-    alice, bob, carol = (log.client_key(c) for c in ("token:alice", "token:bob", "token:carol"))
-
-    def put(client, window, tag):
-        sealed = reports_pb2.SealedPayload(encoding=reports_pb2.PAYLOAD_ENCODING_PLAINTEXT_INSECURE, data=tag)
-        r = log.append_groups(
-            [([(os.urandom(16), None, sealed.SerializeToString())], client)], window=window, quota=1, max_bytes=1 << 30
-        )
-        assert r == [[True]]
-
-    put(alice, 100, b"alice-100")
-    put(bob, 100, b"bob-100")
-    assert log.release(threshold=3) is None  # two distinct clients: below the threshold, carried over
-    put(alice, 101, b"alice-101")  # a new window: alice's quota allows one more
-    assert log.append_groups([([(os.urandom(16), None, b"x")], alice)], window=101, quota=1, max_bytes=1 << 30) == [
-        "over_quota"
-    ]
-    assert log.buffered() == 3 and log.takeable() == 2
-    assert log.release(threshold=3) is None  # still two distinct clients, although three reports
-    put(carol, 101, b"carol-101")
-    released = log.release(threshold=3)
-    assert released is not None and released.size == 3
-    batch = log.batch(released.batch_id)
-    assert batch.distinct_clients and (batch.first_window, batch.last_window) in ((100, 101), (101, 101))
-    body = curator_pb2.IngestBatchRequest.FromString(batch.body)
-    got = [p.data for p in body.reports]
-    assert sum(g.startswith(b"alice") for g in got) == 1 and {b"bob-100", b"carol-101"} <= set(got)
-    assert log.buffered() == 1 and log.takeable() == 1  # alice's other report waits for the next batch
-    put(bob, 101, b"bob-101")
-    put(carol, 102, b"carol-102")
-    second = log.release(threshold=3)
-    later = [p.data for p in curator_pb2.IngestBatchRequest.FromString(log.batch(second.batch_id).body).reports]
-    assert sum(g.startswith(b"alice") for g in later) == 1 and sorted(got + later).count(b"alice-100") == 1
-    log.close()
-
-
 def test_shuffler_release_policy_is_a_pure_function():
     from lac.shuffler.policy import Row, select_batch
 
@@ -394,32 +330,6 @@ def test_shuffler_release_policy_is_a_pure_function():
     assert select_batch(rows, threshold=7) is None
     anonymous = [Row(i, None, 0, None, 1) for i in range(3)]
     assert not select_batch(anonymous, 3).distinct_clients
-
-
-def test_windows_per_client_per_period_are_capped(tmp_path):
-    """Issue 23.18: with a cap of 2 windows per period of 4 windows, a client's third window of a period
-    is refused whole (nothing stored, reject period_cap); repeated reports in a counted window, other
-    clients and the next period are not affected, and past periods are pruned."""
-    from lac.shuffler.reportlog import OVER_PERIOD_CAP, ReportLog
-
-    log = ReportLog(tmp_path)
-    alice, bob = (log.client_key(c) for c in ("token:alice", "token:bob"))
-
-    def put(client, window):
-        return log.append_groups(
-            [([(os.urandom(16), None, b"x")], client)], window, 2, 1 << 30, period_cap=2, period_windows=4
-        )[0]
-
-    assert put(alice, 8) == [True] and put(alice, 8) == [True]  # period 2 = windows 8..11; quota 2 per window
-    assert put(alice, 10) == [True]
-    assert put(alice, 11) == OVER_PERIOD_CAP
-    assert put(bob, 11) == [True]
-    assert put(alice, 12) == [True]  # period 3: a fresh cap
-    assert log.buffered() == 5
-    assert log.counters()["reject:period_cap"] == 1
-    log.prune_quota(12, 4)
-    assert log._db.execute("SELECT DISTINCT period FROM period_windows").fetchall() == [(3,)]
-    log.close()
 
 
 @pytest.mark.slow

@@ -144,6 +144,32 @@ def register(subparsers) -> None:
         q.add_argument("--tokens-file", type=Path, default=None, help="tokens file (default: STATE_DIR/clients.tokens)")
     bak.set_defaults(func=_backup)
     res.set_defaults(func=_restore)
+    to_pg = sub.add_parser(
+        "migrate",
+        help="copy a stopped shuffler's SQLite report log into an empty PostgreSQL database (then serve with "
+        "--store URL)",
+        description="Copy every row of the report log (buffered reports, released batches awaiting delivery, "
+        "idempotency ids, quota and period-cap use, counters, the client key and the cached deployment) into an "
+        "empty PostgreSQL database, in one transaction that commits only when every table's row count and "
+        "checksum read back equal the source's. A target that holds any state is refused. The shuffler must be "
+        "stopped (refused while one holds the state directory). The tokens file stays in --state-dir: start the "
+        "shuffler with --store URL and the same --state-dir. shuffler.sqlite is kept, marked as copied: a "
+        "shuffler started on it refuses.",
+    )
+    to_pg.add_argument(
+        "--to",
+        required=True,
+        metavar="URL",
+        help="postgresql://USER@HOST:PORT/DB (needs lac-shuffler[postgresql]; the password from PGPASSWORD or "
+        "~/.pgpass)",
+    )
+    to_pg.add_argument(
+        "--state-dir",
+        type=Path,
+        default=ShufflerConfig.state_dir,
+        help=f"shuffler state directory [default: {ShufflerConfig.state_dir}]",
+    )
+    to_pg.set_defaults(func=_migrate)
     amp = sub.add_parser(
         "amplification",
         help="privacy accountant: central (eps, delta) of a shuffled batch of eps0-LDP reports",
@@ -294,6 +320,28 @@ def _rotate_client(args) -> int:
         f"{format_time(r.old_until)} (not stored anywhere, shown once):"
     )
     print(r.token)
+    return 0
+
+
+def _migrate(args) -> int:
+    from lac.common.database import redact
+    from lac.common.errors import LacError
+    from lac.common.statelock import StateDirLock, StateDirLocked
+    from lac.shuffler.reportlog import copy_to_postgres
+
+    if not (args.state_dir / "shuffler.sqlite").is_file():
+        raise SystemExit(f"error: {args.state_dir} holds no report log (shuffler.sqlite); check --state-dir")
+    try:
+        with StateDirLock(args.state_dir, "lac shuffler migrate"):
+            copied = copy_to_postgres(args.state_dir, args.to)
+    except (StateDirLocked, LacError, OSError, ValueError, RuntimeError) as exc:
+        raise SystemExit(f"error: {exc}") from None
+    rows = ", ".join(f"{c.table} {c.rows}" for c in copied)
+    print(
+        f"copied the report log of {args.state_dir} into {redact(args.to)}, counts and checksums verified: {rows} "
+        f"rows. Start the shuffler with --store {redact(args.to)} and --state-dir {args.state_dir} (its tokens file "
+        f"stays there); shuffler.sqlite is kept as the copy's source, marked so that a shuffler started on it refuses"
+    )
     return 0
 
 

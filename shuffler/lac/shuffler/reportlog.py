@@ -1,9 +1,11 @@
 """The shuffler's durable state: buffered reports, released batches awaiting delivery,
 quota counters per accounting window.
 
-SQLite in WAL mode with ``synchronous=FULL``: a commit returns only after fsync, so a
-report acknowledged to a client survives a crash. ``append_groups`` commits many Submit
-calls in one transaction (group commit: one fsync for all of them).
+SQLite in WAL mode with ``synchronous=FULL`` (``shuffler.sqlite`` in the state directory), or the
+PostgreSQL database ``store`` names (the same tables, ``lac.shuffler.schema``): a commit returns only
+once it is durable, so a report acknowledged to a client survives a crash. ``append_groups`` commits
+many Submit calls in one transaction (group commit: one fsync for all of them); every write is one
+serializable transaction (``lac.common.database``).
 
 What is stored where:
 * ``buffer``: the sealed payload (re-serialized from its known fields only, framed as an
@@ -36,42 +38,35 @@ import hashlib
 import hmac
 import logging
 import os
-import sqlite3
 import threading
 import time
 import uuid
 from collections import Counter
-from contextlib import suppress
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 import numpy as np
 
+from lac.common.database import (
+    Database,
+    PostgresDatabase,
+    SqliteDatabase,
+    TableCopy,
+    bump_counters,
+    copy_into_postgres,
+    is_postgres_url,
+    redact,
+)
 from lac.common.errors import RejectReason
-from lac.common.files import private_dir, private_sqlite
-from lac.shuffler import wire
+from lac.common.files import private_dir
+from lac.shuffler import schema, wire
 from lac.shuffler.policy import Row, Selection, select_batch
 
 log = logging.getLogger(__name__)
 
-_SEEN_TABLE = "CREATE TABLE IF NOT EXISTS {} (idempotency_id BLOB PRIMARY KEY) WITHOUT ROWID"  # one generation
-
-_SCHEMA = f"""
-CREATE TABLE IF NOT EXISTS buffer (seq INTEGER PRIMARY KEY, crowd TEXT, payload BLOB NOT NULL, client BLOB,
-                                   win INTEGER NOT NULL DEFAULT 0);
-{_SEEN_TABLE.format("seen")};
-{_SEEN_TABLE.format("seen_prev")};
-CREATE TABLE IF NOT EXISTS batches (batch_id TEXT PRIMARY KEY, n INTEGER NOT NULL, seqs BLOB,
-                                    release_id TEXT NOT NULL, privacy BLOB, delivered INTEGER NOT NULL DEFAULT 0,
-                                    first_window INTEGER NOT NULL DEFAULT 0, last_window INTEGER NOT NULL DEFAULT 0,
-                                    distinct_clients INTEGER NOT NULL DEFAULT 0);
-CREATE TABLE IF NOT EXISTS window_quota (win INTEGER NOT NULL, client BLOB NOT NULL, n INTEGER NOT NULL,
-                                         PRIMARY KEY (win, client)) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS period_windows (period INTEGER NOT NULL, client BLOB NOT NULL, win INTEGER NOT NULL,
-                                           PRIMARY KEY (period, client, win)) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS counters (name TEXT PRIMARY KEY, value INTEGER NOT NULL);
-CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value BLOB NOT NULL);
-"""
+T = TypeVar("T")
 
 # Outcomes of a group in ``append_groups`` (not counter labels: those are RejectReason.QUOTA and .LOG_FULL).
 OVER_QUOTA = "over_quota"
@@ -79,6 +74,35 @@ OVER_PERIOD_CAP = "over_period_cap"
 LOG_FULL = "log_full"
 KEEP_DELIVERED = 50  # metadata rows of delivered batches kept for `status`
 PROBE_BYTES = 64 * 1024  # size of the write that tests whether the log is writable again
+
+
+def open_database(state_dir: Path, store: str = "") -> Database:
+    """The report log's database: ``shuffler.sqlite`` in ``state_dir`` for an empty ``store``, else the
+    PostgreSQL database its ``postgresql://`` URL names."""
+    if not store:
+        db = SqliteDatabase(private_dir(state_dir) / "shuffler.sqlite")
+        db.execute("PRAGMA cache_size=-65536")  # 64 MiB: the idempotency index is random-access
+        # Checkpoint the WAL into the database every ~40 MiB instead of every 4 MiB: halves ingest cost.
+        db.execute("PRAGMA wal_autocheckpoint=10000")
+        return db
+    if not is_postgres_url(store):
+        raise ValueError(f"store must be empty (SQLite in the state directory) or a postgresql:// URL, not {store!r}")
+    return PostgresDatabase(store)
+
+
+def copy_to_postgres(state_dir: Path, url: str) -> list[TableCopy]:
+    """``lac shuffler migrate``: copy the SQLite report log of the (stopped) shuffler in ``state_dir`` into the empty
+    PostgreSQL database ``url``, every row of every table, verified by counts and checksums before it commits; then
+    mark the SQLite log as copied (``ReportLog.moved_to``), so that a shuffler started on it refuses."""
+    if not (state_dir / "shuffler.sqlite").is_file():
+        raise FileNotFoundError(f"{state_dir} holds no report log (shuffler.sqlite); check --state-dir")
+    source = ReportLog(state_dir)  # brings it to the newest schema
+    try:
+        copied = copy_into_postgres(source.database, url, schema.NAME, schema.steps, schema.TABLES)
+        source.set_meta("moved_to", redact(url).encode())
+    finally:
+        source.close()
+    return copied
 
 
 @dataclass(frozen=True)
@@ -107,11 +131,12 @@ class ReportLog:
     """Durable buffer + released batches. Not thread-safe: use from one thread (except
     ``count_reject``, which only counts in memory and may be called from any thread).
 
-    A failed write (full disk, I/O error) raises ``sqlite3.Error`` or ``OSError`` and leaves the
-    log as it was before the transaction; the in-memory counts change only after a commit.
+    A failed write (full disk, I/O error, a PostgreSQL gone) raises the database's error or ``OSError`` and
+    leaves the log as it was before the transaction; the in-memory counts change only after a commit.
+    ``store``: the database, ``""`` for ``shuffler.sqlite`` in ``state_dir`` or a ``postgresql://`` URL.
     """
 
-    def __init__(self, state_dir: Path):
+    def __init__(self, state_dir: Path, store: str = ""):
         # Reject counters are kept in memory and saved with the next write transaction, so a flood of
         # bad requests costs no fsync each (and counting never fails when the disk does).
         self._unsaved: Counter[str] = Counter()
@@ -120,26 +145,23 @@ class ReportLog:
         self.state_dir = state_dir
         private_dir(state_dir)
         self.path = state_dir / "shuffler.sqlite"
-        self._db = private_sqlite(self.path)
-        self._db.execute("PRAGMA cache_size=-65536")  # 64 MiB: the idempotency index is random-access
-        # Checkpoint the WAL into the database every ~40 MiB instead of every 4 MiB: halves ingest cost.
-        self._db.execute("PRAGMA wal_autocheckpoint=10000")
-        self._db.executescript(_SCHEMA)
-        if "seqs" not in {r[1] for r in self._db.execute("PRAGMA table_info(batches)")}:
-            self._db.close()
-            raise RuntimeError(
-                f"{self.path} is the report log of an earlier development build (batches stored whole), which this "
-                "shuffler does not read: deliver its batches with that build, or start from an empty state directory"
+        self._db = open_database(state_dir, store)
+        try:
+            self._db.migrate(schema.NAME, schema.steps(self._db))
+            moved = self.moved_to()
+            if moved is not None:
+                raise RuntimeError(
+                    f"{self._db.where} was copied to the PostgreSQL store {moved} by `lac shuffler migrate`, and the "
+                    f"report log is there now: start the shuffler with --store {moved} (the password from PGPASSWORD "
+                    f"or ~/.pgpass); this SQLite database is kept only as the copy's source"
+                )
+            self._page_size = (
+                int(self._db.execute("PRAGMA page_size").fetchone()[0]) if self._db.dialect == "sqlite" else 0
             )
-        self._page_size = self._db.execute("PRAGMA page_size").fetchone()[0]
-        with self._tx():
-            row = self._db.execute("SELECT value FROM meta WHERE name = 'client_key'").fetchone()
-            if row is None:
-                row = (os.urandom(32),)
-                self._db.execute("INSERT INTO meta VALUES ('client_key', ?)", row)
-            if self._db.execute("SELECT 1 FROM meta WHERE name = 'seen_since'").fetchone() is None:
-                self._db.execute("INSERT INTO meta VALUES ('seen_since', ?)", (repr(time.time()).encode(),))
-        self._client_key = row[0]
+            self._client_key = self._tx(self._first_meta)
+        except BaseException:
+            self._db.close()
+            raise
         self._buffered = 0
         self._per_client: Counter[bytes] = Counter()  # buffered reports per client (in memory)
         self._anonymous = 0
@@ -154,6 +176,27 @@ class ReportLog:
                 self._count_buffered(client, -1)
         self.used_bytes = self._measure()
         self.commits = 0  # group commits since open (one fsync each)
+
+    def _first_meta(self) -> bytes:
+        """Within a transaction: the key of the client hashes and the idempotency ids' generation start, made at the
+        first start (once, with replicas starting together)."""
+        row = self._db.execute("SELECT value FROM meta WHERE name = 'client_key'").fetchone()
+        if row is None:
+            row = (os.urandom(32),)
+            self._db.execute("INSERT INTO meta VALUES ('client_key', ?)", row)
+        if self._db.execute("SELECT 1 FROM meta WHERE name = 'seen_since'").fetchone() is None:
+            self._db.execute("INSERT INTO meta VALUES ('seen_since', ?)", (repr(time.time()).encode(),))
+        return bytes(row[0])
+
+    @property
+    def database(self) -> Database:
+        """The database under the log (for ``lac shuffler migrate``)."""
+        return self._db
+
+    def moved_to(self) -> str | None:
+        """The PostgreSQL store this SQLite log was copied to by ``lac shuffler migrate`` (None: not copied)."""
+        value = self.get_meta("moved_to")
+        return None if value is None else value.decode()
 
     def _count_buffered(self, client: bytes | None, n: int) -> None:
         self._buffered += n
@@ -172,9 +215,18 @@ class ReportLog:
         return hmac.new(self._client_key, client_id.encode(), hashlib.sha256).digest()[:16]
 
     def _measure(self) -> int:
-        pages = self._db.execute("PRAGMA page_count").fetchone()[0]
-        free = self._db.execute("PRAGMA freelist_count").fetchone()[0]
-        return (pages - free) * self._page_size
+        """Bytes the log's rows take: SQLite's used pages, or PostgreSQL's tables with their indexes and TOAST."""
+        if self._db.dialect == "sqlite":
+            pages = self._db.execute("PRAGMA page_count").fetchone()[0]
+            free = self._db.execute("PRAGMA freelist_count").fetchone()[0]
+            return int((pages - free) * self._page_size)
+        marks = ", ".join("?" * len(schema.TABLES))
+        (used,) = self._db.execute(
+            f"SELECT COALESCE(SUM(pg_total_relation_size(c.oid)), 0) FROM pg_class c "
+            f"WHERE c.relnamespace = current_schema()::regnamespace AND c.relname IN ({marks})",
+            schema.TABLES,
+        ).fetchone()
+        return int(used)
 
     def append_groups(
         self, groups, window: int, quota: int, max_bytes: int, period_cap: int = 0, period_windows: int = 1
@@ -190,11 +242,12 @@ class ReportLog:
         if self.used_bytes >= max_bytes:
             self.count_reject(RejectReason.LOG_FULL, sum(len(g[0]) for g in groups))
             return [LOG_FULL] * len(groups)
-        results: list[list[bool] | str] = []
-        bumps: Counter[str] = Counter()
-        added: list[tuple[bytes | None, int]] = []
         db = self._db
-        with self._tx():
+
+        def store() -> tuple[list[list[bool] | str], list[tuple[bytes | None, int]]]:
+            results: list[list[bool] | str] = []
+            bumps: Counter[str] = Counter()
+            added: list[tuple[bytes | None, int]] = []
             known = self._known([it[0] for items, _ in groups for it in items])
             for items, client in groups:
                 metered = client is not None
@@ -229,11 +282,12 @@ class ReportLog:
                             over = OVER_PERIOD_CAP
                         else:
                             db.execute(
-                                "INSERT OR IGNORE INTO period_windows VALUES (?, ?, ?)", (period, client, window)
+                                "INSERT INTO period_windows VALUES (?, ?, ?) ON CONFLICT DO NOTHING",
+                                (period, client, window),
                             )
                     if over is not None:
-                        db.execute("ROLLBACK TO g")
-                        db.execute("RELEASE g")
+                        db.execute("ROLLBACK TO SAVEPOINT g")
+                        db.execute("RELEASE SAVEPOINT g")
                         known.difference_update(f[0] for f in fresh)
                         reason = RejectReason.QUOTA if over == OVER_QUOTA else RejectReason.PERIOD_CAP
                         bumps["reject:" + reason] += len(items)
@@ -241,11 +295,11 @@ class ReportLog:
                         continue
                     if n_new:
                         db.execute(
-                            "INSERT INTO window_quota VALUES (?, ?, ?) ON CONFLICT(win, client) "
-                            "DO UPDATE SET n = n + excluded.n",
+                            "INSERT INTO window_quota VALUES (?, ?, ?) ON CONFLICT (win, client) "
+                            "DO UPDATE SET n = window_quota.n + excluded.n",
                             (window, client, n_new),
                         )
-                    db.execute("RELEASE g")
+                    db.execute("RELEASE SAVEPOINT g")
                 bumps["accepted"] += n_new
                 bumps["duplicates"] += len(stored) - n_new
                 if n_new:
@@ -253,6 +307,9 @@ class ReportLog:
                 results.append(stored)
             self._bump_all(bumps)
             self._save_unsaved()
+            return results, added
+
+        results, added = self._tx(store)
         self.commits += 1
         for client, n in added:
             self._count_buffered(client, n)
@@ -284,11 +341,14 @@ class ReportLog:
         since = float(self._db.execute("SELECT value FROM meta WHERE name = 'seen_since'").fetchone()[0])
         if now - since < window_seconds:
             return False
-        with self._tx():
+
+        def rotate() -> None:
             self._db.execute("DROP TABLE seen_prev")
             self._db.execute("ALTER TABLE seen RENAME TO seen_prev")
-            self._db.execute(_SEEN_TABLE.format("seen"))
+            self._db.execute(schema.seen_table(self._db, "seen"))
             self._db.execute("UPDATE meta SET value = ? WHERE name = 'seen_since'", (repr(now).encode(),))
+
+        self._tx(rotate)
         self.used_bytes = self._measure()
         return True
 
@@ -319,7 +379,8 @@ class ReportLog:
         """
         if self.takeable() - reserve < max(threshold, 1):
             return None
-        with self._tx():
+
+        def take() -> tuple[list[Row], Selection, list[str]] | None:
             held = self._held()
             rows = [
                 Row._make(r)
@@ -357,6 +418,12 @@ class ReportLog:
                     "dropped_crowd_threshold": sel.dropped_crowd,
                 }
             )
+            return rows, sel, batch_ids
+
+        taken = self._tx(take)
+        if taken is None:
+            return None
+        rows, sel, batch_ids = taken
         by_client = {r.seq: r.client for r in rows}
         for seq in sel.taken:
             self._count_buffered(by_client[seq], -1)
@@ -386,13 +453,15 @@ class ReportLog:
 
     def get_meta(self, name: str) -> bytes | None:
         row = self._db.execute("SELECT value FROM meta WHERE name = ?", (name,)).fetchone()
-        return row[0] if row else None
+        return bytes(row[0]) if row else None
 
     def set_meta(self, name: str, value: bytes) -> None:
-        with self._tx():
-            self._db.execute(
-                "INSERT INTO meta VALUES (?, ?) ON CONFLICT(name) DO UPDATE SET value = excluded.value", (name, value)
-            )
+        self._tx(lambda: self._set_meta(name, value))
+
+    def _set_meta(self, name: str, value: bytes) -> None:
+        self._db.execute(
+            "INSERT INTO meta VALUES (?, ?) ON CONFLICT (name) DO UPDATE SET value = excluded.value", (name, value)
+        )
 
     def pending_batches(self) -> list[str]:
         return [r[0] for r in self._db.execute("SELECT batch_id FROM batches WHERE delivered = 0 ORDER BY rowid")]
@@ -411,16 +480,18 @@ class ReportLog:
         for i in range(0, len(keys), 10_000):
             chunk = keys[i : i + 10_000]
             found.update(
-                self._db.execute(f"SELECT seq, payload FROM buffer WHERE seq IN ({','.join('?' * len(chunk))})", chunk)
+                (seq, bytes(payload))
+                for seq, payload in self._db.execute(
+                    f"SELECT seq, payload FROM buffer WHERE seq IN ({','.join('?' * len(chunk))})", chunk
+                )
             )
         if len(found) != n or len(order) != n:
             raise RuntimeError(f"report log damaged: batch {batch_id} has {len(found)} of its {n} reports")
         body = wire.batch_header(batch_id) + b"".join([found[seq] for seq in order.tolist()])
-        return StoredBatch(n, body, privacy, first, last, bool(distinct))
+        return StoredBatch(n, body, None if privacy is None else bytes(privacy), first, last, bool(distinct))
 
     def set_privacy(self, batch_id: str, privacy: bytes) -> None:
-        with self._tx():
-            self._db.execute("UPDATE batches SET privacy = ? WHERE batch_id = ?", (privacy, batch_id))
+        self._tx(lambda: self._db.execute("UPDATE batches SET privacy = ? WHERE batch_id = ?", (privacy, batch_id)))
 
     def recent_batches(self, limit: int = 10) -> list[tuple[str, int, bool, bytes | None]]:
         return self._db.execute(
@@ -430,7 +501,8 @@ class ReportLog:
     def delivered(self, batch_id: str) -> None:
         """Note that the curator acknowledged a batch. Once every batch of its release is acknowledged, the
         release's rows are deleted and its batches keep only their metadata (the newest ones, a while)."""
-        with self._tx():
+
+        def note() -> None:
             row = self._db.execute(
                 "UPDATE batches SET delivered = 1 WHERE batch_id = ? AND delivered = 0 RETURNING n, release_id",
                 (batch_id,),
@@ -452,14 +524,19 @@ class ReportLog:
                     "(SELECT rowid FROM batches WHERE delivered = 1 ORDER BY rowid DESC LIMIT ?)",
                     (KEEP_DELIVERED,),
                 )
+
+        self._tx(note)
         self.used_bytes = self._measure()
 
     def prune_quota(self, window: int, period_windows: int = 1) -> None:
         """Delete the quota counters of accounting windows before ``window``, and the windows counted
         against the cap in periods (of ``period_windows`` windows) before ``window``'s."""
-        with self._tx():
+
+        def prune() -> None:
             self._db.execute("DELETE FROM window_quota WHERE win < ?", (window,))
             self._db.execute("DELETE FROM period_windows WHERE period < ?", (window // period_windows,))
+
+        self._tx(prune)
 
     def count_reject(self, reason: RejectReason, n: int = 1) -> None:
         """Count ``n`` rejected reports (in memory; saved by the next write). Any thread."""
@@ -468,7 +545,7 @@ class ReportLog:
 
     def counters(self) -> dict[str, int]:
         """Every counter, saved or not yet saved."""
-        out = Counter(dict(self._db.execute("SELECT name, value FROM counters")))
+        out = Counter({str(k): int(v) for k, v in self._db.execute("SELECT name, value FROM counters")})
         with self._unsaved_lock:
             out.update(self._unsaved)
         return dict(out)
@@ -476,13 +553,12 @@ class ReportLog:
     def probe(self, nbytes: int = PROBE_BYTES) -> None:
         """A real durable write of ``nbytes`` (replacing the previous probe's): raises if the log cannot
         be written. Also saves the counters kept in memory."""
-        with self._tx():
-            self._db.execute(
-                "INSERT INTO meta VALUES ('write_probe', randomblob(?)) ON CONFLICT(name) "
-                "DO UPDATE SET value = excluded.value",
-                (nbytes,),
-            )
+
+        def write() -> None:
+            self._set_meta("write_probe", os.urandom(nbytes))
             self._save_unsaved()
+
+        self._tx(write)
         self.used_bytes = self._measure()
 
     def save_counters(self) -> None:
@@ -490,12 +566,14 @@ class ReportLog:
         with self._unsaved_lock:
             if not self._unsaved:
                 return
-        with self._tx():
-            self._save_unsaved()
+        self._tx(self._save_unsaved)
 
-    def free_bytes(self) -> int:
+    def free_bytes(self) -> int | None:
         """Space the log can still grow into: free space of the state directory's filesystem (for an
-        unprivileged writer) plus the free pages inside the database, which new writes reuse."""
+        unprivileged writer) plus the free pages inside the database, which new writes reuse. None on
+        PostgreSQL, whose disk is the server's (it answers a full disk with an error, a storage failure)."""
+        if self._db.dialect != "sqlite":
+            return None
         st = os.statvfs(self.state_dir)
         free_pages = self._db.execute("PRAGMA freelist_count").fetchone()[0]
         return st.f_bavail * st.f_frsize + free_pages * self._page_size
@@ -508,13 +586,29 @@ class ReportLog:
         self._bump_all(taken)
 
     def _bump_all(self, bumps) -> None:
-        self._db.executemany(
-            "INSERT INTO counters VALUES (?, ?) ON CONFLICT(name) DO UPDATE SET value = value + ?",
-            ((k, v, v) for k, v in bumps.items() if v),
-        )
+        bump_counters(self._db, bumps)
 
-    def _tx(self):
-        return _Transaction(self)
+    def _tx(self, fn: Callable[[], T]) -> T:
+        """``fn()`` in one transaction (``Database.transaction``). The in-memory counters it took
+        (``_save_unsaved``) are given back if it fails, and before it runs again after a conflict."""
+
+        def attempt() -> T:
+            self._give_back()
+            return fn()
+
+        try:
+            return self._db.transaction(attempt)
+        except BaseException:
+            self._give_back()
+            raise
+        finally:
+            self._taken = Counter()
+
+    def _give_back(self) -> None:
+        if self._taken:
+            with self._unsaved_lock:
+                self._unsaved.update(self._taken)
+            self._taken = Counter()
 
 
 def _pack(seqs) -> bytes:
@@ -524,38 +618,3 @@ def _pack(seqs) -> bytes:
 
 def _unpack(packed: bytes) -> np.ndarray:
     return np.frombuffer(packed, dtype="<i8")
-
-
-class _Transaction:
-    """BEGIN IMMEDIATE ... COMMIT; on any failure (including a failed COMMIT) the transaction is
-    rolled back, if SQLite has not already done so, and the original error is raised."""
-
-    def __init__(self, log: ReportLog):
-        self.log = log
-        self.db = log._db
-
-    def __enter__(self):
-        if self.db.in_transaction:  # left open by an earlier failure SQLite did not roll back itself
-            self.db.execute("ROLLBACK")
-        self.log._taken = Counter()
-        self.db.execute("BEGIN IMMEDIATE")
-
-    def __exit__(self, exc_type, exc, tb):
-        try:
-            if exc_type is None:
-                self.db.execute("COMMIT")
-                return False
-        except BaseException:
-            self._undo()
-            raise
-        self._undo()
-        return False
-
-    def _undo(self) -> None:
-        if self.log._taken:
-            with self.log._unsaved_lock:
-                self.log._unsaved.update(self.log._taken)
-        if self.db.in_transaction:
-            # The original error is the one to report; the next BEGIN retries the rollback.
-            with suppress(sqlite3.Error):
-                self.db.execute("ROLLBACK")
