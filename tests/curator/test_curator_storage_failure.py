@@ -58,6 +58,19 @@ class Shuffler:
             self.refused.append(request)
         return code
 
+    def resend_refused(self) -> curator_pb2.CuratorStatus:
+        """Send the refused batches again (what a shuffler does with UNAVAILABLE), check that every acknowledged
+        batch is stored once (a resend is a duplicate), and return the curator's status."""
+        refused, self.refused = self.refused, []
+        for request in refused:
+            assert self.send(request) == grpc.StatusCode.OK
+        for batch_id in self.acked:
+            reply = self.stubs.ingest.IngestBatch(curator_pb2.IngestBatchRequest(batch_id=batch_id), timeout=10)
+            assert reply.duplicate, batch_id
+        status = self.stubs.status()
+        assert status.batches == len(self.acked) and status.reports == sum(self.acked.values())
+        return status
+
 
 @pytest.mark.slow
 @pytest.mark.parametrize("failure", ["segments-full", "sqlite-full", "low-space", "rlimit-fsize"])
@@ -121,14 +134,7 @@ def test_storage_failure_is_reported_and_recovers(tmp_path, public_corpus, failu
             else:
                 (disk / "filler").unlink()
             wait_until(lambda: all(proc.health(s) == "SERVING" for s in CURATOR_SERVICES), timeout=30)
-            refused, shuffler.refused = shuffler.refused, []
-            for request in refused:  # what the shuffler does with UNAVAILABLE: the same batch again
-                assert shuffler.send(request) == grpc.StatusCode.OK
-            for batch_id in shuffler.acked:  # every acknowledged batch is stored (a resend is a duplicate)
-                reply = stubs.ingest.IngestBatch(curator_pb2.IngestBatchRequest(batch_id=batch_id), timeout=10)
-                assert reply.duplicate, batch_id
-            status = stubs.status()
-            assert status.batches == len(shuffler.acked) and status.reports == sum(shuffler.acked.values())
+            status = shuffler.resend_refused()
             record = stubs.query.Release(release, timeout=60)  # the refused release, same request id
             assert record.n_reports == status.reports and record.request_id == "r-1"
             assert stubs.status().releases == 1
@@ -213,14 +219,7 @@ def test_a_postgresql_restarted_or_down_is_unavailable_then_serving_again(
             cluster.start()
             wait_until(lambda: all(proc.health(s) == "SERVING" for s in CURATOR_SERVICES), timeout=60)
             assert stubs.spent() == spent  # nothing charged
-            refused, shuffler.refused = shuffler.refused, []
-            for request in refused:  # what the shuffler does with UNAVAILABLE: the same batch again
-                assert shuffler.send(request) == grpc.StatusCode.OK
-            for batch_id in shuffler.acked:  # every acknowledged batch is stored (a resend is a duplicate)
-                reply = stubs.ingest.IngestBatch(curator_pb2.IngestBatchRequest(batch_id=batch_id), timeout=10)
-                assert reply.duplicate, batch_id
-            status = stubs.status()
-            assert status.batches == len(shuffler.acked) and status.reports == sum(shuffler.acked.values())
+            status = shuffler.resend_refused()
             assert stubs.query.Release(release, timeout=60).n_reports == status.reports
     finally:
         proc.stop()

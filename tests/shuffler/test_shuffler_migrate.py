@@ -114,4 +114,4 @@ def test_migrate_refuses_a_target_that_holds_state(tmp_path, capsys, postgres_ur
     assert code != 0 and "is not empty" in err and "buffer:" in err
     ReportLog(tmp_path / "b").close()  # the refused source is still the state (not marked as copied)
     code, _, err = run_lac(capsys, "shuffler", "migrate", "--to", postgres_url, "--state-dir", str(tmp_path / "none"))
-    assert code != 0 and "holds no report log" in err
+    assert code != 0 and "holds no shuffler database" in err

@@ -17,6 +17,7 @@ import os
 import shutil
 import sqlite3
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +34,7 @@ __all__ = [
     "read_backup",
     "drop_sidecars",
     "moved_to",
+    "migrate_command",
 ]
 
 MANIFEST = "manifest.json"
@@ -156,3 +158,28 @@ def moved_to(db_path: Path, key_column: str) -> str | None:
     if row is None:
         return None
     return row[0].decode() if isinstance(row[0], bytes) else str(row[0])
+
+
+def migrate_command(
+    service: str, state_dir: Path, url: str, db_name: str, copy: Callable[[Path, str], Sequence[Any]], stays: str
+) -> str:
+    """``lac <service> migrate``: ``copy(state_dir, url)`` (returning ``lac.common.database.TableCopy``s) under the
+    state directory's lock (the service stopped); returns what to print, and raises ``SystemExit`` with one line
+    on any refusal. ``stays``: what stays in the state directory."""
+    from lac.common.database import redact
+    from lac.common.errors import LacError
+    from lac.common.statelock import StateDirLock, StateDirLocked
+
+    if not (state_dir / db_name).is_file():
+        raise SystemExit(f"error: {state_dir} holds no {service} database ({db_name}); check --state-dir")
+    try:
+        with StateDirLock(state_dir, f"lac {service} migrate"):
+            copied = copy(state_dir, url)
+    except (StateDirLocked, LacError, OSError, ValueError, RuntimeError) as exc:
+        raise SystemExit(f"error: {exc}") from None
+    rows = ", ".join(f"{c.table} {c.rows}" for c in copied)
+    return (
+        f"copied the {service} database of {state_dir} into {redact(url)}, counts and checksums verified: {rows} "
+        f"rows. Start the {service} with --store {redact(url)} and --state-dir {state_dir} ({stays} stay there); "
+        f"{db_name} is kept as the copy's source, marked so that a {service} started on it refuses"
+    )

@@ -48,6 +48,7 @@ __all__ = [
     "copy_tables",
     "copy_into_postgres",
     "bump_counters",
+    "open_database",
     "is_postgres_url",
     "redact",
     "POSTGRESQL_EXTRA",
@@ -178,6 +179,16 @@ class Database(ABC):
                 self.execute("INSERT INTO schema_version VALUES (?, ?, ?)", (step.version, step.what, time.time()))
                 log.info("%s: %s schema version %d applied (%s)", self.where, name, step.version, step.what)
         return int(max(current, newest))
+
+
+def open_database(sqlite_path: Path, store: str = "") -> Database:
+    """A service's database: the SQLite file ``sqlite_path`` for an empty ``store`` setting, else the PostgreSQL
+    database its ``postgresql://`` URL names."""
+    if not store:
+        return SqliteDatabase(sqlite_path)
+    if not is_postgres_url(store):
+        raise ValueError(f"store must be empty (SQLite in the state directory) or a postgresql:// URL, not {store!r}")
+    return PostgresDatabase(store)
 
 
 def bump_counters(db: Database, bumps: Mapping[str, int]) -> None:

@@ -134,16 +134,6 @@ def register(subparsers) -> None:
         action="store_true",
         help="replace an existing report log / tokens file (not while a shuffler runs on it)",
     )
-    for q in (bak, res):
-        q.add_argument(
-            "--state-dir",
-            type=Path,
-            default=ShufflerConfig.state_dir,
-            help=f"shuffler state directory [default: {ShufflerConfig.state_dir}]",
-        )
-        q.add_argument("--tokens-file", type=Path, default=None, help="tokens file (default: STATE_DIR/clients.tokens)")
-    bak.set_defaults(func=_backup)
-    res.set_defaults(func=_restore)
     to_pg = sub.add_parser(
         "migrate",
         help="copy a stopped shuffler's SQLite report log into an empty PostgreSQL database (then serve with "
@@ -163,13 +153,20 @@ def register(subparsers) -> None:
         help="postgresql://USER@HOST:PORT/DB (needs lac-shuffler[postgresql]; the password from PGPASSWORD or "
         "~/.pgpass)",
     )
-    to_pg.add_argument(
-        "--state-dir",
-        type=Path,
-        default=ShufflerConfig.state_dir,
-        help=f"shuffler state directory [default: {ShufflerConfig.state_dir}]",
-    )
     to_pg.set_defaults(func=_migrate)
+    for q in (bak, res, to_pg):
+        q.add_argument(
+            "--state-dir",
+            type=Path,
+            default=ShufflerConfig.state_dir,
+            help=f"shuffler state directory [default: {ShufflerConfig.state_dir}]",
+        )
+        if q is not to_pg:
+            q.add_argument(
+                "--tokens-file", type=Path, default=None, help="tokens file (default: STATE_DIR/clients.tokens)"
+            )
+    bak.set_defaults(func=_backup)
+    res.set_defaults(func=_restore)
     amp = sub.add_parser(
         "amplification",
         help="privacy accountant: central (eps, delta) of a shuffled batch of eps0-LDP reports",
@@ -324,24 +321,10 @@ def _rotate_client(args) -> int:
 
 
 def _migrate(args) -> int:
-    from lac.common.database import redact
-    from lac.common.errors import LacError
-    from lac.common.statelock import StateDirLock, StateDirLocked
+    from lac.common.backup import migrate_command
     from lac.shuffler.reportlog import copy_to_postgres
 
-    if not (args.state_dir / "shuffler.sqlite").is_file():
-        raise SystemExit(f"error: {args.state_dir} holds no report log (shuffler.sqlite); check --state-dir")
-    try:
-        with StateDirLock(args.state_dir, "lac shuffler migrate"):
-            copied = copy_to_postgres(args.state_dir, args.to)
-    except (StateDirLocked, LacError, OSError, ValueError, RuntimeError) as exc:
-        raise SystemExit(f"error: {exc}") from None
-    rows = ", ".join(f"{c.table} {c.rows}" for c in copied)
-    print(
-        f"copied the report log of {args.state_dir} into {redact(args.to)}, counts and checksums verified: {rows} "
-        f"rows. Start the shuffler with --store {redact(args.to)} and --state-dir {args.state_dir} (its tokens file "
-        f"stays there); shuffler.sqlite is kept as the copy's source, marked so that a shuffler started on it refuses"
-    )
+    print(migrate_command("shuffler", args.state_dir, args.to, "shuffler.sqlite", copy_to_postgres, "its tokens file"))
     return 0
 
 

@@ -49,16 +49,7 @@ from typing import TypeVar
 
 import numpy as np
 
-from lac.common.database import (
-    Database,
-    PostgresDatabase,
-    SqliteDatabase,
-    TableCopy,
-    bump_counters,
-    copy_into_postgres,
-    is_postgres_url,
-    redact,
-)
+from lac.common.database import Database, TableCopy, bump_counters, copy_into_postgres, open_database, redact
 from lac.common.errors import RejectReason
 from lac.common.files import private_dir
 from lac.shuffler import schema, wire
@@ -74,20 +65,6 @@ OVER_PERIOD_CAP = "over_period_cap"
 LOG_FULL = "log_full"
 KEEP_DELIVERED = 50  # metadata rows of delivered batches kept for `status`
 PROBE_BYTES = 64 * 1024  # size of the write that tests whether the log is writable again
-
-
-def open_database(state_dir: Path, store: str = "") -> Database:
-    """The report log's database: ``shuffler.sqlite`` in ``state_dir`` for an empty ``store``, else the
-    PostgreSQL database its ``postgresql://`` URL names."""
-    if not store:
-        db = SqliteDatabase(private_dir(state_dir) / "shuffler.sqlite")
-        db.execute("PRAGMA cache_size=-65536")  # 64 MiB: the idempotency index is random-access
-        # Checkpoint the WAL into the database every ~40 MiB instead of every 4 MiB: halves ingest cost.
-        db.execute("PRAGMA wal_autocheckpoint=10000")
-        return db
-    if not is_postgres_url(store):
-        raise ValueError(f"store must be empty (SQLite in the state directory) or a postgresql:// URL, not {store!r}")
-    return PostgresDatabase(store)
 
 
 def copy_to_postgres(state_dir: Path, url: str) -> list[TableCopy]:
@@ -145,7 +122,11 @@ class ReportLog:
         self.state_dir = state_dir
         private_dir(state_dir)
         self.path = state_dir / "shuffler.sqlite"
-        self._db = open_database(state_dir, store)
+        self._db = open_database(self.path, store)
+        if self._db.dialect == "sqlite":
+            self._db.execute("PRAGMA cache_size=-65536")  # 64 MiB: the idempotency index is random-access
+            # Checkpoint the WAL into the database every ~40 MiB instead of every 4 MiB: halves ingest cost.
+            self._db.execute("PRAGMA wal_autocheckpoint=10000")
         try:
             self._db.migrate(schema.NAME, schema.steps(self._db))
             moved = self.moved_to()

@@ -42,12 +42,6 @@ def register(subparsers) -> None:
         help="convert the .npz segments of earlier versions to Parquet and remove the reports' words that "
         "earlier versions kept in their Parquet segments (run with the curator stopped)",
     )
-    mig.add_argument(
-        "--state-dir",
-        type=Path,
-        default=CuratorConfig.state_dir,
-        help=f"the curator's state directory [default: {CuratorConfig.state_dir}]",
-    )
     mig.set_defaults(func=_migrate_segments)
 
     to_pg = sub.add_parser(
@@ -67,12 +61,6 @@ def register(subparsers) -> None:
         metavar="URL",
         help="postgresql://USER@HOST:PORT/DB (needs lac-curator[postgresql]; the password from PGPASSWORD or "
         "~/.pgpass)",
-    )
-    to_pg.add_argument(
-        "--state-dir",
-        type=Path,
-        default=CuratorConfig.state_dir,
-        help=f"the curator's state directory [default: {CuratorConfig.state_dir}]",
     )
     to_pg.set_defaults(func=_migrate)
 
@@ -106,7 +94,7 @@ def register(subparsers) -> None:
     res.add_argument(
         "--force", action="store_true", help="replace an existing curator database (not while a curator runs on it)"
     )
-    for q in (bak, res):
+    for q in (mig, to_pg, bak, res):
         q.add_argument(
             "--state-dir",
             type=Path,
@@ -260,25 +248,11 @@ def _migrate_segments(args) -> int:
 
 
 def _migrate(args) -> int:
-    from lac.common.database import redact
-    from lac.common.errors import LacError
-    from lac.common.statelock import StateDirLock, StateDirLocked
+    from lac.common.backup import migrate_command
     from lac.curator.store.store import copy_to_postgres
 
-    if not (args.state_dir / "curator.sqlite").is_file():
-        raise SystemExit(f"error: {args.state_dir} holds no curator database (curator.sqlite); check --state-dir")
-    try:
-        with StateDirLock(args.state_dir, "lac curator migrate"):
-            copied = copy_to_postgres(args.state_dir, args.to)
-    except (StateDirLocked, LacError, OSError, ValueError) as exc:
-        raise SystemExit(f"error: {exc}") from None
-    rows = ", ".join(f"{c.table} {c.rows}" for c in copied)
-    print(
-        f"copied the curator database of {args.state_dir} into {redact(args.to)}, counts and checksums verified: "
-        f"{rows} rows. Start the curator with --store {redact(args.to)} and --state-dir {args.state_dir} (its "
-        f"segments, releases and ledger journal stay there); curator.sqlite is kept as the copy's source, marked so "
-        f"that a curator started on it refuses"
-    )
+    stays = "its segments, releases and ledger journal"
+    print(migrate_command("curator", args.state_dir, args.to, "curator.sqlite", copy_to_postgres, stays))
     return 0
 
 

@@ -46,16 +46,7 @@ from typing import Any
 
 import numpy as np
 
-from lac.common.database import (
-    Database,
-    PostgresDatabase,
-    SqliteDatabase,
-    TableCopy,
-    bump_counters,
-    copy_into_postgres,
-    is_postgres_url,
-    redact,
-)
+from lac.common.database import Database, TableCopy, bump_counters, copy_into_postgres, open_database, redact
 from lac.common.errors import AlreadyExists, DataLoss, ErrorReason, FailedPrecondition, RejectReason, Unavailable
 from lac.common.files import atomic_file, fsync_dir, private_dir
 from lac.common.privacy import Budget
@@ -112,16 +103,6 @@ UNIT_FIELDS = ("window_seconds", "reports_per_window", "period_seconds", "window
 """What a state directory's stored windows, ledger and statements are counted in: recorded at its first start."""
 
 
-def open_database(state_dir: Path, store: str = "") -> Database:
-    """The curator's database: ``curator.sqlite`` in ``state_dir`` for an empty ``store``, else the PostgreSQL
-    database its ``postgresql://`` URL names."""
-    if not store:
-        return SqliteDatabase(private_dir(state_dir) / "curator.sqlite")
-    if not is_postgres_url(store):
-        raise ValueError(f"store must be empty (SQLite in the state directory) or a postgresql:// URL, not {store!r}")
-    return PostgresDatabase(store)
-
-
 def copy_to_postgres(state_dir: Path, url: str) -> list[TableCopy]:
     """``lac curator migrate``: copy the SQLite database of the (stopped) curator in ``state_dir`` into the empty
     PostgreSQL database ``url``, every row of every table, verified by counts and checksums before it commits;
@@ -174,7 +155,7 @@ class CuratorStore:
         self.segments_dir = private_dir(state_dir / "segments")
         self.releases_dir = private_dir(state_dir / "releases")
         self.words_dir = private_dir(state_dir / WORDS_DIR) if keep_words else state_dir / WORDS_DIR
-        self._db = open_database(state_dir, store)
+        self._db = open_database(state_dir / "curator.sqlite", store)
         try:
             self._db.migrate(schema.NAME, schema.steps(self._db))
             moved = self.moved_to()
