@@ -171,3 +171,25 @@ def test_two_replicas_enforce_one_quota_and_one_idempotency_id(open_log, store):
     assert outcomes.count([True]) == 3 + 1 and outcomes.count(OVER_QUOTA) == 17 and outcomes.count([False]) == 3
     (rows,) = logs[0].database.execute("SELECT COUNT(*) FROM buffer").fetchone()
     assert rows == 4
+
+
+def test_two_replicas_rotating_the_idempotency_ids_at_once_rotate_once(open_log, store):
+    """A rotation dropped twice would forget ids after one window instead of two."""
+    logs = [open_log("state" if not store else f"replica{i}") for i in range(2)]
+    kept = os.urandom(16)
+    assert logs[0].append_groups([([(kept, None, b"x")], None)], 0, 1, BIG)[0] == [True]
+    t0 = float(logs[0].get_meta("seen_since"))
+    barrier = threading.Barrier(2)
+    rotated: list[bool] = []
+
+    def rotate(log: ReportLog) -> None:
+        barrier.wait()
+        rotated.append(log.rotate_seen(3600, now=t0 + 3601))
+
+    threads = [threading.Thread(target=rotate, args=(log,)) for log in logs]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(rotated) == [False, True]
+    assert logs[1].append_groups([([(kept, None, b"x")], None)], 0, 1, BIG)[0] == [False]  # still remembered

@@ -319,17 +319,19 @@ class ReportLog:
         Returns True if it rotated. Ids are then remembered for between one and two windows.
         """
         now = time.time() if now is None else now
-        since = float(self._db.execute("SELECT value FROM meta WHERE name = 'seen_since'").fetchone()[0])
-        if now - since < window_seconds:
-            return False
 
-        def rotate() -> None:
+        def rotate() -> bool:  # the start read in the transaction: two replicas rotate once
+            since = float(self._db.execute("SELECT value FROM meta WHERE name = 'seen_since'").fetchone()[0])
+            if now - since < window_seconds:
+                return False
             self._db.execute("DROP TABLE seen_prev")
             self._db.execute("ALTER TABLE seen RENAME TO seen_prev")
             self._db.execute(schema.seen_table(self._db, "seen"))
             self._db.execute("UPDATE meta SET value = ? WHERE name = 'seen_since'", (repr(now).encode(),))
+            return True
 
-        self._tx(rotate)
+        if not self._tx(rotate):
+            return False
         self.used_bytes = self._measure()
         return True
 
