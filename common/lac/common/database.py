@@ -30,6 +30,7 @@ import threading
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -59,6 +60,7 @@ T = TypeVar("T")
 
 POSTGRESQL_EXTRA = "psycopg[binary,pool]"  # what the services' `postgresql` extras install
 CONNECT_SECONDS = 5.0  # a PostgreSQL connection not had within this long is a storage failure
+DOWN_WAIT_SECONDS = 0.5  # the wait for a pooled connection while the last one could not be had
 RETRIES = 20  # serializable transactions retried after a conflict with a concurrent one, at most this often
 RETRY_SECONDS = 0.002, 0.2  # back-off between those retries (jittered below a ceiling that doubles)
 
@@ -280,13 +282,15 @@ class PostgresDatabase(Database):
         self.where = redact(url)
         try:
             import psycopg
-            from psycopg_pool import ConnectionPool
+            from psycopg_pool import ConnectionPool, PoolTimeout
         except ImportError as exc:
             raise FailedPrecondition(
                 f"a PostgreSQL store needs psycopg 3 and psycopg_pool ({exc.name} does not import): install the "
                 f"service's postgresql extra, e.g. pip install 'lac-curator[postgresql]' (or '{POSTGRESQL_EXTRA}')"
             ) from None
         self.Error = (psycopg.Error,)
+        self._pool_timeout = PoolTimeout
+        self._down = False
         self._retryable = (psycopg.errors.SerializationFailure, psycopg.errors.DeadlockDetected)
 
         def configure(conn: Any) -> None:
@@ -312,6 +316,24 @@ class PostgresDatabase(Database):
                 retry_after=CONNECT_SECONDS,
             ) from None
 
+    @contextmanager
+    def _connection(self) -> Iterator[Any]:
+        """A connection from the pool. While the server is unreachable (the last wait failed), a call waits
+        ``DOWN_WAIT_SECONDS`` rather than ``CONNECT_SECONDS``, so the storage thread's calls fail one after another
+        at once instead of queueing behind each other's waits; the pool keeps reconnecting meanwhile, and the
+        first connection it has ends that."""
+        timeout = DOWN_WAIT_SECONDS if self._down else CONNECT_SECONDS
+        try:
+            conn = self.pool.getconn(timeout=timeout)
+        except self._pool_timeout:
+            self._down = True
+            raise
+        self._down = False
+        try:
+            yield conn
+        finally:
+            self.pool.putconn(conn)
+
     @staticmethod
     @cache
     def _sql(sql: str) -> str:
@@ -322,7 +344,7 @@ class PostgresDatabase(Database):
         conn = getattr(self._local, "conn", None)
         if conn is not None:
             return fn(conn)
-        with self.pool.connection() as conn:  # autocommit: the statement is its own transaction
+        with self._connection() as conn:  # autocommit: the statement is its own transaction
             return fn(conn)
 
     def execute(self, sql: str, params: Sequence[Any] = ()) -> Rows:
@@ -345,7 +367,7 @@ class PostgresDatabase(Database):
         ceiling = RETRY_SECONDS[0]
         for attempt in range(RETRIES + 1):
             try:
-                with self.pool.connection() as conn:
+                with self._connection() as conn:
                     self._local.conn = conn
                     try:
                         with conn.transaction():
@@ -365,7 +387,7 @@ class PostgresDatabase(Database):
 
     def migrate(self, name: str, steps: Sequence[Migration]) -> int:
         key = int.from_bytes(hashlib.sha256(f"lac-schema:{name}".encode()).digest()[:8], "big", signed=True)
-        with self.pool.connection() as conn:
+        with self._connection() as conn:
             conn.execute("SELECT pg_advisory_lock(%s)", (key,))  # held by this session until unlocked
             try:
                 self._local.conn = conn
