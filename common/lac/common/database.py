@@ -296,6 +296,7 @@ class PostgresDatabase(Database):
         def configure(conn: Any) -> None:
             conn.isolation_level = psycopg.IsolationLevel.SERIALIZABLE
 
+        logging.getLogger("psycopg.pool").setLevel(logging.ERROR)  # its retries; the StorageGuard logs the failure
         self.pool = ConnectionPool(
             url,
             min_size=1,
@@ -304,6 +305,9 @@ class PostgresDatabase(Database):
             configure=configure,
             check=ConnectionPool.check_connection,  # a connection the server dropped (a restart) is replaced
             timeout=CONNECT_SECONDS,
+            # The pool's own reconnection backs off without bound for this long: giving up soon lets the next call
+            # start a fresh attempt at once, so a server back after a long outage is used within a call or two.
+            reconnect_timeout=2 * CONNECT_SECONDS,
             name="lac",
             open=False,
         )
