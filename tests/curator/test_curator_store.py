@@ -258,3 +258,19 @@ def test_two_replicas_with_one_request_id_or_one_batch_store_it_once(open_store,
     assert sorted(g for g in got if isinstance(g, bool)) == [False, True]
     assert stores[0].spent() == {3: Budget(1.0, 0.0), 4: Budget(1.0, 0.0)}
     assert stores[0].counts() == {"batches": 1, "reports": 1, "releases": 1, "quarantined": 0}
+
+
+def _tables(db) -> dict[str, set[str]]:
+    """Every table of ``db`` with its columns, PostgreSQL's ``rowid`` left out (SQLite's is implicit)."""
+    return {t: set(db.columns(t)) - {"rowid"} for t in db.tables()}
+
+
+def test_postgresql_holds_the_tables_and_columns_sqlite_holds(tmp_path, postgres_url):
+    """Nothing more on PostgreSQL than in curator.sqlite (issue 35: privacy must not weaken)."""
+    sqlite, pg = CuratorStore(tmp_path / "a"), CuratorStore(tmp_path / "b", store=postgres_url)
+    try:
+        assert _tables(pg.database) == _tables(sqlite.database)
+        assert set(schema.TABLES) | {"probe", "schema_version"} == set(_tables(pg.database))
+    finally:
+        sqlite.close()
+        pg.close()

@@ -193,3 +193,19 @@ def test_two_replicas_rotating_the_idempotency_ids_at_once_rotate_once(open_log,
         t.join()
     assert sorted(rotated) == [False, True]
     assert logs[1].append_groups([([(kept, None, b"x")], None)], 0, 1, BIG)[0] == [False]  # still remembered
+
+
+def _tables(db) -> dict[str, set[str]]:
+    """Every table of ``db`` with its columns, PostgreSQL's ``rowid`` left out (SQLite's is implicit)."""
+    return {t: set(db.columns(t)) - {"rowid"} for t in db.tables()}
+
+
+def test_postgresql_holds_the_tables_and_columns_sqlite_holds(tmp_path, postgres_url):
+    """Nothing more on PostgreSQL than in shuffler.sqlite (issue 35: privacy must not weaken)."""
+    sqlite, pg = ReportLog(tmp_path / "a"), ReportLog(tmp_path / "b", postgres_url)
+    try:
+        assert _tables(pg.database) == _tables(sqlite.database)
+        assert set(schema.TABLES) | {"schema_version"} == set(_tables(pg.database))
+    finally:
+        sqlite.close()
+        pg.close()

@@ -159,6 +159,15 @@ class Database(ABC):
         """The columns of ``table``, in order ([] if there is no such table)."""
         return [str(r[0]) for r in self.execute(*self._columns_query(table))]
 
+    def tables(self) -> list[str]:
+        """Every table, by name."""
+        query = (
+            "SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name"
+            if self.dialect == "sqlite"
+            else "SELECT tablename FROM pg_tables WHERE schemaname = current_schema() ORDER BY tablename"
+        )
+        return [str(r[0]) for r in self.execute(query)]
+
     @abstractmethod
     def _columns_query(self, table: str) -> tuple[str, tuple[Any, ...]]: ...
 
