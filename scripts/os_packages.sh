@@ -15,6 +15,7 @@ set -euo pipefail
 LAC_OS_PACKAGES=(
   wordnet-base   # WordNet 3.0 glosses and example sentences, /usr/share/wordnet (user corpus; WordNet license)
   dict-gcide     # GCIDE dictionary, /usr/share/dictd/gcide.dict.dz (user corpus; GPL); depends on dictd
+  dict-foldoc    # FOLDOC, /usr/share/dictd/foldoc.dict.dz (the second user corpus, lac eval e2e; GFDL)
   fortunes-min   # fortune cookies, /usr/share/games/fortunes (user corpus; BSD)
   fortunes
 )

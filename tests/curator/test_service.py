@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import importlib.metadata
 import os
 import re
@@ -431,6 +432,28 @@ def test_the_default_release_estimates_the_clean_text_with_the_local_channel(sta
             assert (r.ledger_epsilon, r.ledger_delta) == (1, 1e-6)
             lap = stub.Release(curator_pb2.ReleaseRequest(mechanism="laplace", epsilon=1), timeout=60)
             assert "not the users' clean text" in lap.statement and "does not estimate" in lap.statement
+
+
+def test_a_release_without_the_expected_channel_says_first_that_it_describes_the_perturbed_text(
+    start_curator, seal, tmp_path
+):
+    """A curator configured to estimate the clean text (clean_estimate) whose local channel cannot be had (here: a
+    cache directory below a file) still releases, but each release's statement says in its first sentence that it
+    describes the perturbed reports, and the metric the alert rule LacCuratorChannelMissing reads is 1."""
+    from lac.curator.service.metrics import CuratorMetrics
+
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    cur = start_curator(channel_cache_dir=blocker / "cache")
+    with grpc.insecure_channel(cur.address) as ch:
+        ingest(ch, "b1", [seal(content(t)) for t in TEXTS * 4])
+        r = curator_pb2_grpc.CuratorStub(ch).Release(curator_pb2.ReleaseRequest(epsilon=1, delta=1e-6), timeout=120)
+    first = r.statement.split(": the curator's local channel")[0]
+    assert first == "This release describes the users' perturbed reports, not their clean text", r.statement
+    assert str(blocker / "cache") in r.statement.split(".")[0] + r.statement and r.params["channel"] == 0.0
+    assert "deconvolved with the public local channel" not in r.statement
+    families = {f.name: f for f in asyncio.run(CuratorMetrics(cur.curator)._collect())}
+    assert families["lac_curator_channel_missing"].samples[0].value == 1
 
 
 def test_queries(start_curator, seal):

@@ -102,6 +102,31 @@ def test_fortune_loaders():
     assert 12_000 < len(data.fortunes()) < 13_000
 
 
+def test_foldoc_paragraphs_are_plain_prose():
+    raw = (
+        "   <language> (StarLISP) A {data-parallel} extension of {Common LISP (http://x.org/cl)} developed by "
+        "Cliff Lasser. [{Jargon File}] (2014-12-17)"
+    )
+    plain = "(StarLISP) A data-parallel extension of Common LISP developed by Cliff Lasser."
+    assert data.foldoc_paragraph(raw) == plain
+    assert data.foldoc_paragraph("2. <games> /nod'ee/ Small and un-useful.") == "Small and un-useful."
+
+
+@pytest.mark.slow
+def test_the_close_corpus_is_foldoc_prose_distinct_from_the_public_corpus():
+    """The second user corpus (lac eval e2e): FOLDOC's paragraphs, encyclopedic prose on computing, none of them
+    a public-corpus sentence, none of them in the first user corpus's sources."""
+    texts = data.close_texts()
+    assert 20_000 < len(texts) < 30_000
+    _check_short_unique(texts)
+    assert not [t for t in texts if "{" in t or "http://" in t or re.search(r"\(\d{4,5}\S?-\d\d-\d\d\)", t)]
+    assert any(t.startswith("(StarLISP) A data-parallel extension of Common LISP") for t in texts)
+    public_text = data.prepare_corpora().public_corpus.read_text(encoding="utf-8")
+    public = {" ".join(s) for s in sentences(public_text)}
+    assert not [t for t in texts if _key(t) in public]
+    assert data.close_texts() == texts  # read back from its cache
+
+
 def test_missing_debian_package_is_named(monkeypatch, tmp_path):
     monkeypatch.setattr(data, "WORDNET_DIR", tmp_path / "wordnet")
     with pytest.raises(FileNotFoundError, match="wordnet-base.*os_packages.sh"):
@@ -111,7 +136,7 @@ def test_missing_debian_package_is_named(monkeypatch, tmp_path):
 def test_os_packages_script_installs_every_debian_source():
     script = (REPO / "scripts" / "os_packages.sh").read_text()
     listed = set(re.findall(r"^\s+([a-z0-9][a-z0-9.+-]+)(?::\S+)?\s*(?:#|$)", script, re.M))
-    for src in data.SOURCES:
+    for src in (*data.SOURCES, data.CLOSE_SOURCE):
         for pkg in re.findall(r"Debian (.*)", src.package):
             assert {p.strip() for p in pkg.split(",")} <= listed, (src.name, listed)
     for name in ("demo.sh", "test.sh"):

@@ -10,7 +10,10 @@ Everything comes from packages (see DESIGN.md, "Data"), so set-up needs no hub:
   user): WordNet 3.0 glosses and example sentences (Debian ``wordnet-base``), GCIDE definitions and
   literary quotations (Debian ``dict-gcide``), the Debian ``fortunes``/``fortunes-min`` cookies and the
   BSD fortunes. None of it is Wikipedia or Lee text; texts equal to a public-corpus sentence are dropped.
-  ``scripts/os_packages.sh`` installs the Debian packages.
+  ``scripts/os_packages.sh`` installs the Debian packages;
+- a second user corpus close to the public corpus's domain (``close_texts``: encyclopedic prose, not Wikipedia
+  or Lee text): the paragraphs of the Free On-line Dictionary of Computing (Debian ``dict-foldoc``, GFDL), one
+  paragraph per user.
 """
 
 from __future__ import annotations
@@ -167,10 +170,14 @@ def load_users() -> list[str]:
 MIN_WORDS = 3
 MAX_WORDS = 100
 USER_CORPUS_VERSION = 1  # bump when a loader changes: the cache is rebuilt
-INSTALL_HINT = "run scripts/os_packages.sh (Debian/Ubuntu: apt-get install wordnet-base dict-gcide fortunes)"
+CLOSE_CORPUS_VERSION = 1  # the same for close_texts
+INSTALL_HINT = (
+    "run scripts/os_packages.sh (Debian/Ubuntu: apt-get install wordnet-base dict-gcide fortunes dict-foldoc)"
+)
 
 WORDNET_DIR = Path(os.environ.get("LAC_WORDNET_DIR", "/usr/share/wordnet"))
 GCIDE_DICT = Path(os.environ.get("LAC_GCIDE_DICT", "/usr/share/dictd/gcide.dict.dz"))
+FOLDOC_DICT = Path(os.environ.get("LAC_FOLDOC_DICT", "/usr/share/dictd/foldoc.dict.dz"))
 FORTUNES_DIR = Path(os.environ.get("LAC_FORTUNES_DIR", "/usr/share/games/fortunes"))
 # Debian cookie files that are not prose (pictures drawn in characters).
 FORTUNES_SKIP = frozenset({"ascii-art"})
@@ -544,6 +551,48 @@ def gcide_quotations() -> list[str]:
     return short_texts(_gcide()[1])
 
 
+# --- FOLDOC (Debian dict-foldoc): dictd format, entries of a headword line at column 0 and indented paragraphs:
+#   *LISP
+#      <language> (StarLISP) A {data-parallel} extension of {Common LISP} developed by ...
+#      [{Jargon File}]
+#      (2014-12-17)
+# Cross-references are in braces (a URL in parentheses inside them), citations in brackets, dates in parentheses.
+
+_FOLDOC_LINK = re.compile(r"\{([^{}]*?)\s*\((?:https?|ftp|mailto|file):[^()]*\)\s*\}", re.S)
+_FOLDOC_URL = re.compile(
+    r"\((?:https?|ftp|mailto|news|telnet|file):[^()\s]*\)|(?:https?|ftp|mailto|news|telnet|file)://\S+|\S+@\S+\.\w+"
+)
+_FOLDOC_HEAD = re.compile(r"^(?:\d+\.\s*)?(?:<[^<>]*>\s*)?(?:/[^/\s][^/]*/\s*)?")  # sense number, <category>, /pron/
+_FOLDOC_DATE = re.compile(r"\(\d{4,5}}?-\d{2}-\d{2}\)")  # (typos as "(2001}-02-03)" and "(20002-04-20)" too)
+
+
+def foldoc_paragraph(text: str) -> str:
+    """Plain prose of one FOLDOC paragraph: links, URLs, citations, dates, sense numbers and category tags removed."""
+    text = _FOLDOC_LINK.sub(r"\1", clean_text(text))
+    text = _FOLDOC_URL.sub("", text)
+    text = _BRACKET.sub("", _FOLDOC_DATE.sub("", text))
+    text = _FOLDOC_HEAD.sub("", text.strip()).replace("{", "").replace("}", "")
+    return clean_text(text)
+
+
+def foldoc_texts() -> list[str]:
+    """The paragraphs of FOLDOC's entries (not the dictionary's own header entries), cleaned, 3-100 words."""
+    raw = gzip.decompress(_require(FOLDOC_DICT, "dict-foldoc").read_bytes()).decode("utf-8", errors="replace")
+    paragraphs, head = [], ""
+    for block in re.split(r"\n\s*\n", raw):
+        lines = block.split("\n")
+        if lines[0][:1] not in (" ", "\t"):  # a headword line
+            head, lines = lines[0], lines[1:]
+        if lines and lines[0][:1] in (" ", "\t") and head not in _FOLDOC_HEADER and not head.startswith("00-"):
+            paragraphs.append(" ".join(line.strip() for line in lines))
+    return short_texts(foldoc_paragraph(p) for p in paragraphs)
+
+
+_FOLDOC_HEADER = frozenset(
+    {"Free On-line Dictionary of Computing%%%computer dictionary%%%computing", "Acknowledgements"}
+)
+
+
 # --- fortune cookies
 
 
@@ -756,6 +805,33 @@ def user_texts(min_count: int = 200_000) -> list[str]:
     if len(corpus) < min_count:
         raise RuntimeError(f"the user corpus has {len(corpus):,} texts, fewer than {min_count:,}; {INSTALL_HINT}")
     return corpus.texts
+
+
+CLOSE_SOURCE = TextSource(
+    "foldoc",
+    "FOLDOC 2023-01-19 paragraphs (encyclopedic prose on computing, close to the public corpus's Wikipedia domain)",
+    "Debian dict-foldoc",
+    "GFDL-1.1-or-later",
+    foldoc_texts,
+)
+
+
+def close_texts() -> list[str]:
+    """The second user corpus, close to the public corpus's domain (``CLOSE_SOURCE``: encyclopedic prose from a
+    package that is not in the public corpus), one text per user, texts equal to a public-corpus sentence dropped;
+    built once (a few seconds) and cached as ``corpora/close_corpus.json``."""
+    path = corpora_dir() / "close_corpus.json"
+    key = {"version": CLOSE_CORPUS_VERSION, "source": CLOSE_SOURCE.name, "package": CLOSE_SOURCE.package}
+    try:
+        cached = json.loads(path.read_text(encoding="utf-8"))
+        if cached["key"] == key:
+            return list(cached["texts"])
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    public = _public_sentence_keys()
+    texts = [t for t in CLOSE_SOURCE.load() if " ".join(words(t)) not in public]
+    _write_atomic(path, json.dumps({"key": key, "texts": texts}, ensure_ascii=False))
+    return texts
 
 
 def register(subparsers) -> None:

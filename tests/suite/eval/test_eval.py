@@ -136,13 +136,21 @@ def test_eval_is_a_lac_subcommand(capsys):
 
 def test_tiny_run_measures_the_release_end_to_end_against_the_clean_text(tiny_run):
     """Section 7: the perturbed and the channel-aware releases, the public prior and the clean counts, all
-    measured on the clean held-out text; every target says what it needs or what it measured."""
+    measured on the clean held-out text of both user corpora (the simulated users and FOLDOC, close to the
+    public domain); KL per order and jointly over all orders, and each order's share of the mass, which the
+    per-order KL cannot see; every target says what it needs or what it measured."""
     out = tiny_run
     e2e = json.loads((out / "results.json").read_text(encoding="utf-8"))["e2e"]
-    (pt,) = e2e["points"]
-    assert pt["clean"]["ppl"] < pt["public"]["ppl"]  # the users' own counts model their text best
-    (row,) = pt["rows"]
-    assert row["preset"] == "balanced" and 0.3 < row["words_changed"] < 0.9
-    for name in ("release-perturbed", "release-clean"):
-        assert math.isfinite(row[name]["ppl"]["median"]) and len(row[name]["kl"]) == 3
+    assert [pt["corpus"] for pt in e2e["points"]] == ["user", "close"] and e2e["L"] == 40
+    for pt in e2e["points"]:
+        assert pt["clean"]["ppl"] < pt["public"]["ppl"]  # the users' own counts model their text best
+        assert pt["clean"]["kl_joint"] == 0.0 and pt["public"]["kl_joint"] > 0
+        assert sum(pt["clean"]["shares"]) == pytest.approx(1.0)
+        (row,) = pt["rows"]
+        assert row["preset"] == "balanced" and 0.3 < row["words_changed"] < 0.9
+        for name in ("release-perturbed", "release-clean"):
+            assert math.isfinite(row[name]["ppl"]["median"]) and len(row[name]["kl"]) == 3
+            assert math.isfinite(row[name]["kl_joint"]) and sum(row[name]["shares"]) == pytest.approx(1.0)
+    report = (out / "report.md").read_text(encoding="utf-8")
+    assert "close corpus" in report and "joint KL" in report
     assert {c["text"] for c in e2e["checks"]} and all("shown" in c for c in e2e["checks"])

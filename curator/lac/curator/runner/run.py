@@ -119,11 +119,14 @@ class ReleaseRecord:
         data_dependent_before: int = 0,
         period: PeriodLoss | None = None,
         exported: ExportedWindows | None = None,
+        preface: str = "",
     ) -> ReleaseRecord:
         """The record of ``release``; ``data_dependent_before``: the most data-dependent releases any of
         its windows had before it (a DP release's statements then say its guarantee is not the whole story);
         ``period``: one client's loss over a period, which its statements end with; ``exported``: its windows whose
-        privatized reports were exported before it (a DP release's statements say how the two compose)."""
+        privatized reports were exported before it (a DP release's statements say how the two compose);
+        ``preface``: what its statements say first (what the numbers describe, when not what a reader would
+        assume)."""
         g = release.guarantee
         charge = release.charge
         dp = release.differentially_private
@@ -157,8 +160,10 @@ class ReleaseRecord:
             last_window=windows[1],
             privacy_unit=unit.describe(),
             reports_per_user=unit.max_reports,
-            statement=release.statement + caveat,
-            public_statement=(g.public_statement() if g else release.note) + caveat,
+            statement=(preface + " " if preface else "") + release.statement + caveat,
+            public_statement=(preface + " " if preface else "")
+            + (g.public_statement() if g else release.note)
+            + caveat,
             threshold=release.threshold if np.isfinite(release.threshold) else 0.0,
             discovered=release.discovered,
             request_id=request_id,

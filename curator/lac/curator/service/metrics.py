@@ -43,6 +43,12 @@ class CuratorMetrics:
                 "lac_curator_budget_epsilon", "ε budget of each accounting window.", value=budget.epsilon
             ),
             GaugeMetricFamily("lac_curator_budget_delta", "δ budget of each accounting window.", value=budget.delta),
+            GaugeMetricFamily(
+                "lac_curator_channel_missing",
+                "1 while the local channel the configuration expects (clean_estimate) could not be had: releases "
+                "then describe the perturbed reports, not the users' clean text (their statements say so first).",
+                value=1 if c.channel_missing else 0,
+            ),
         ]
         ingest = c._ingest
         out += [

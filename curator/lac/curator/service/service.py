@@ -154,6 +154,14 @@ def _shown(record: ReleaseRecord, exports: list[tuple[str, str, float, int, int,
 CHANNEL_LOG_SECONDS = 10.0  # the channel's progress is logged this often while it is sampled
 
 
+def _perturbed_preface(cause: str) -> str:
+    """The first sentence of a release that was to estimate the users' clean text but has no local channel."""
+    return (
+        f"This release describes the users' perturbed reports, not their clean text: the curator's local channel, "
+        f"which this deployment's releases use to estimate the clean text, is missing ({cause})."
+    )
+
+
 class _ChannelCancelled(Exception):
     """Raised inside the channel's sampling when the curator stops."""
 
@@ -255,6 +263,7 @@ class Curator:
         self._model_lock = asyncio.Lock()
         self._channel: asyncio.Future[NgramChannel | None] | None = None  # the local channel, once started
         self.channel_progress = channel_progress or ChannelProgress()  # how far it is (releases, previews, metrics)
+        self.channel_missing = ""  # why the local channel the configuration expects could not be had ("": it could)
         self._closing = threading.Event()
         self.metrics = CuratorMetrics(self)  # served at metrics_host:metrics_port once started (operator only)
 
@@ -323,11 +332,12 @@ class Curator:
             progress.finish(False)
             return None
         except (ImportError, LookupError, ValueError, OSError, RuntimeError) as exc:  # RuntimeError: the SDK's
-            progress.finish(False)  # EmbeddingUnavailable
-            log.warning(
-                "no local channel (%s): releases estimate the perturbed text, not the users' clean text; "
-                "fix that, or set clean_estimate = false",
-                _no_channel_cause(exc, c.embedding, cache_dir),
+            progress.finish(False)
+            self.channel_missing = _no_channel_cause(exc, c.embedding, cache_dir)  # EmbeddingUnavailable
+            log.error(
+                "no local channel (%s): releases estimate the perturbed text, not the users' clean text, and say so "
+                "first; fix that, or set clean_estimate = false",
+                self.channel_missing,
             )
             return None
         progress.finish(True)
@@ -700,6 +710,7 @@ class Curator:
             data_dependent_before=dd_before,
             period=self.deployment.period_loss(self.budget),
             exported=exported_windows(span, await self.exports()),
+            preface=_perturbed_preface(self.channel_missing) if channel is None and self.channel_missing else "",
         )
         stored = await self._store.run(
             partial(

@@ -61,6 +61,12 @@ class EvalConfig:
         ("200k real users", 200_000, 1),
         ("1.02M users: 340k real texts, each privatized 3 times independently", 340_000, 3),
     )
+    e2e_corpora: tuple[str, ...] = ("user", "close")  # lac.suite.eval.e2e.CORPORA
+    e2e_close_points: tuple[tuple[str, int, int], ...] = (  # the corpus close to the public domain: 23,635 texts
+        ("20k real users", 20_000, 1),
+        ("200k users: 20k real texts, each privatized 10 times independently", 20_000, 10),
+    )
+    e2e_close_heldout: int = 2_000  # held-out texts of the close corpus (never released)
     e2e_presets: tuple[str, ...] = ("private", "balanced", "utility")
     e2e_central: tuple[float, ...] = (0.1, 0.3, 1.0, 3.0)
     e2e_embedding_vocab: int = 50_000  # the presets' embedding (GloVe 6B 50d, 50,000 words)
@@ -147,6 +153,7 @@ PRESETS = {
         target_epsilons=(1.0,),
         target_runs=1,
         e2e_points=(("20k real users", 20_000, 1),),
+        e2e_close_points=(("20k real users", 20_000, 1),),
         e2e_presets=("balanced",),
         e2e_central=(0.3, 1.0),
         authorship_authors=20,
@@ -182,6 +189,8 @@ PRESETS = {
         target_runs=1,
         target_heldout=300,
         e2e_points=(("2k real users", 2_000, 1),),
+        e2e_close_points=(("1k real users", 1_000, 1),),
+        e2e_close_heldout=200,
         e2e_presets=("balanced",),
         e2e_central=(1.0,),
         e2e_embedding_vocab=5_000,

@@ -516,21 +516,29 @@ def _e2e_section(add, L: list[str], e2: dict) -> None:
     from .e2e import ROWS, mean_kl
 
     add("## 7. End to end: through the device, against the users' clean text\n")
+    corpora = e2.get("corpora", {"user": "the simulated-user corpus"})
     sampling = e2.get("channel_sampling") or f"{e2['channel_draws']} draws per word"
     add(
         f"Each user's text goes through the Localizer (multivariate Laplace over {e2['embedding']}, the preset's ε "
-        f"per word), is counted as the curator counts it and released by the curator's release path "
-        f"(`lac.curator.runner.run.run`, default mechanism, δ = {e2['delta']:g}, W = {e2['W']}, C = {e2['C']}); "
-        f"{_f(e2['heldout_texts'])} held-out texts ({_f(e2['heldout_sentences'])} sentences) of the simulated-user "
-        f"corpus are the clean test text. The channel-aware release estimates the users' clean statistics with the "
-        f"deployment's public local channel (Monte Carlo, {sampling}): post-processing, the "
-        f"same (ε, δ). KL(clean ‖ ·) is the mean over orders 1–3 over the {_f(e2['vocab_size'])} public n-grams. "
-        f"{e2['runs']} release(s) per row (median). A point 'privatized k times' is labelled replication.\n"
+        f"per word, the deployment's first L = {e2.get('L', '—')} words of a text, as the SDK keeps them), is "
+        f"counted as the curator counts it and released by the curator's release path "
+        f"(`lac.curator.runner.run.run`, default mechanism, δ = {e2['delta']:g}, W = {e2['W']}, C = {e2['C']}). "
+        "User corpora (held-out texts of each are its clean test text): "
+        + "; ".join(f"**{k}**: {v}" for k, v in corpora.items())
+        + f". The channel-aware release estimates the users' clean statistics with the deployment's public local "
+        f"channel (Monte Carlo, {sampling}): post-processing, the same (ε, δ). KL(clean ‖ ·) "
+        f"over the {_f(e2['vocab_size'])} public n-grams: the mean over orders 1–3, and jointly over all orders "
+        f"(which also sees how the mass is split between orders); order shares: unigrams / bigrams / trigrams of "
+        f"the released pseudo-counts (discovered n-grams included). {e2['runs']} release(s) per row (median). A "
+        "point 'privatized k times' is labelled replication.\n"
     )
     for pt in e2["points"]:
+        pub, clean = pt["public"], pt["clean"]
         add(
-            f"**{pt['label']}** ({_f(pt['users'])} users): public prior perplexity {_f(pt['public']['ppl'])} "
-            f"(KL {mean_kl(pt['public']):.3f}); clean non-private {_f(pt['clean']['ppl'])}.\n"
+            f"**{pt.get('corpus', 'user')} corpus, {pt['label']}** ({_f(pt['users'])} users; "
+            f"{_f(pt.get('heldout_sentences', e2['heldout_sentences']))} held-out sentences): public prior perplexity "
+            f"{_f(pub['ppl'])} (mean KL {mean_kl(pub):.3f}, joint KL {_kl_joint(pub)}, shares {_shares(pub)}); "
+            f"clean non-private {_f(clean['ppl'])} (shares {_shares(clean)}).\n"
         )
         names = ("perturbed", "release-perturbed", "release-clean", "curator-only")
         head = ["preset (ε/word, words replaced)", "central ε"] + [ROWS[n] for n in names]
@@ -539,16 +547,24 @@ def _e2e_section(add, L: list[str], e2: dict) -> None:
             cells = [f"{r['preset']} ({r['local_epsilon']:g}, {100 * r['words_changed']:.0f}%)", f"{r['epsilon']:g}"]
             for n in names:
                 ppl = r[n]["ppl"]["median"] if isinstance(r[n]["ppl"], dict) else r[n]["ppl"]
-                cells.append(f"{_f(ppl)} / {mean_kl(r[n]):.3f}")
+                cells.append(f"{_f(ppl)} / {mean_kl(r[n]):.3f} / {_kl_joint(r[n])} ({_shares(r[n])})")
             rows.append(cells)
-        add("perplexity / mean KL (lower is better):\n")
+        add("perplexity / mean KL / joint KL (order shares) — lower is better:\n")
         L.extend(_table(head, rows))
         add("")
     add(f"![frontier]({Path(e2['figure']).name})\n")
-    add("**Targets** (end to end, balanced preset, (1, 1e-6), default release):\n")
+    add("**Targets** (end to end, default release):\n")
     for c in e2["checks"]:
         add(f"- {c['text']} — " + (f"{c['point']}: {c['shown']}: {_mark(c['met'])}" if c["point"] else c["shown"]))
     add("")
+
+
+def _kl_joint(row: dict) -> str:
+    return f"{row['kl_joint']:.3f}" if "kl_joint" in row else "—"
+
+
+def _shares(row: dict) -> str:
+    return " / ".join(f"{x:.2f}" for x in row["shares"]) if "shares" in row else "—"
 
 
 def _acc(r: dict | None) -> str:

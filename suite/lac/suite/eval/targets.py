@@ -150,10 +150,12 @@ def checks(points: list[dict]) -> list[dict]:
     return out
 
 
-def heldout_split(n_heldout: int, rng: RandomSource) -> tuple[list[str], list, np.ndarray]:
-    """The user corpus's texts, the sentences of ``n_heldout`` texts held out first (never released) and
-    the order of the others (the pool users are drawn from)."""
-    texts = user_texts(min_count=0)
+def heldout_split(
+    n_heldout: int, rng: RandomSource, texts: list[str] | None = None
+) -> tuple[list[str], list, np.ndarray]:
+    """The texts (default: the user corpus's), the sentences of ``n_heldout`` texts held out first (never
+    released) and the order of the others (the pool users are drawn from)."""
+    texts = user_texts(min_count=0) if texts is None else texts
     order = rng.permutation(len(texts))
     held = [s for i in order[:n_heldout] for s in sentences(texts[i])]
     return texts, held, order[n_heldout:]
