@@ -50,7 +50,8 @@ if ! command -v dpkg-query >/dev/null 2>&1 || ! command -v apt-get >/dev/null 2>
   [ ${#missing[@]} -eq 0 ] && exit 0
   fail "this is not a Debian/Ubuntu system (no apt-get/dpkg-query). Install the equivalent of: ${missing[*]}
   (WordNet 3.0 data in /usr/share/wordnet, GCIDE in /usr/share/dictd, fortune cookies in /usr/share/games/fortunes,
-  a Java 17+ runtime on the PATH for Spark),
+  a Java 17+ runtime on the PATH for Spark, a PostgreSQL server's initdb and pg_ctl for the storage tests:
+  \$LAC_PG_BIN names their directory),
   then rerun with LAC_SKIP_OS_PACKAGES=1."
 fi
 

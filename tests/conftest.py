@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
+import uuid
 from pathlib import Path
 
 import pytest
@@ -186,3 +188,51 @@ def pki(tmp_path):
     from lac_testkit import Pki
 
     return Pki(tmp_path / "pki")
+
+
+def _postgres_cluster():
+    """A private PostgreSQL server (``lac.common.pgcluster``: Debian's postgresql package, which scripts/test.sh
+    installs); the test skips only where none can run at all, and never on CI."""
+    from lac.common.pgcluster import PostgresCluster, PostgresUnavailable
+
+    try:
+        import psycopg  # noqa: F401  (the services' postgresql extra)
+
+        return PostgresCluster()
+    except (ImportError, PostgresUnavailable) as exc:
+        reason = f"no PostgreSQL server can run here: {exc}"
+        if os.environ.get("CI"):
+            pytest.fail(reason + " (CI must run the PostgreSQL tests: scripts/test.sh installs what they need)")
+        pytest.skip(reason)
+
+
+@pytest.fixture(scope="session")
+def postgres_cluster():
+    """The session's private PostgreSQL server (``_postgres_cluster``)."""
+    cluster = _postgres_cluster()
+    yield cluster
+    cluster.stop()
+
+
+@pytest.fixture
+def own_postgres_cluster():
+    """A private PostgreSQL server for this test alone, which it may stop and restart."""
+    cluster = _postgres_cluster()
+    yield cluster
+    cluster.stop()
+
+
+@pytest.fixture
+def postgres_url(postgres_cluster):
+    """The URL of a new empty database on the session's PostgreSQL server, dropped after the test."""
+    name = f"t_{uuid.uuid4().hex[:12]}"
+    url = postgres_cluster.create_database(name)
+    yield url
+    postgres_cluster.drop_database(name)
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def store(request) -> str:
+    """A service's ``store`` setting for each implementation: "" (SQLite in the state directory) and a fresh
+    PostgreSQL database."""
+    return "" if request.param == "sqlite" else request.getfixturevalue("postgres_url")

@@ -68,3 +68,22 @@ def test_a_failure_is_noted_once_probed_and_recovered():
 )
 def test_failure_reasons(exc, reason):
     assert storage_failure_reason(exc) == reason
+
+
+def test_postgresql_server_failures_are_storage_failures_and_bugs_are_not():
+    """What a PostgreSQL store raises when its server is gone, full, shutting down or a read-only standby is a
+    storage failure (UNAVAILABLE, NOT_SERVING); a constraint or syntax error is a bug."""
+    psycopg = pytest.importorskip("psycopg")  # the services' postgresql extra
+    from lac_testkit import free_port
+
+    with pytest.raises(psycopg.OperationalError) as refused:  # nothing listens there
+        psycopg.connect(f"postgresql://lac@127.0.0.1:{free_port()}/x", connect_timeout=5)
+    assert storage_failure_reason(refused.value) == "POSTGRESQL_UNREACHABLE"
+    e = psycopg.errors
+    assert storage_failure_reason(e.DiskFull()) == "POSTGRESQL_53100"
+    assert storage_failure_reason(e.AdminShutdown()) == "POSTGRESQL_57P01"
+    assert storage_failure_reason(e.CannotConnectNow()) == "POSTGRESQL_57P03"
+    assert storage_failure_reason(e.ReadOnlySqlTransaction()) == "POSTGRESQL_25006"
+    assert storage_failure_reason(e.ConnectionFailure()) == "POSTGRESQL_08006"
+    for bug in (e.UniqueViolation(), e.UndefinedTable(), e.SyntaxError(), e.SerializationFailure()):
+        assert storage_failure_reason(bug) is None, bug

@@ -8,7 +8,8 @@ the running process (RLIMIT_FSIZE: every write past it fails with EFBIG, an I/O 
 ignores SIGXFSZ). In each: IngestBatch and Release answer UNAVAILABLE with retry-after promptly,
 health is NOT_SERVING, one log line says why, a refused release charges nothing; once space
 returns the curator serves again by itself, the refused batches (sent again, as the shuffler does)
-are stored, and every acknowledged batch is there exactly once."""
+are stored, and every acknowledged batch is there exactly once. The same holds for the curator's PostgreSQL
+restarted or stopped under it."""
 
 from __future__ import annotations
 
@@ -56,6 +57,19 @@ class Shuffler:
         else:
             self.refused.append(request)
         return code
+
+    def resend_refused(self) -> curator_pb2.CuratorStatus:
+        """Send the refused batches again (what a shuffler does with UNAVAILABLE), check that every acknowledged
+        batch is stored once (a resend is a duplicate), and return the curator's status."""
+        refused, self.refused = self.refused, []
+        for request in refused:
+            assert self.send(request) == grpc.StatusCode.OK
+        for batch_id in self.acked:
+            reply = self.stubs.ingest.IngestBatch(curator_pb2.IngestBatchRequest(batch_id=batch_id), timeout=10)
+            assert reply.duplicate, batch_id
+        status = self.stubs.status()
+        assert status.batches == len(self.acked) and status.reports == sum(self.acked.values())
+        return status
 
 
 @pytest.mark.slow
@@ -120,14 +134,7 @@ def test_storage_failure_is_reported_and_recovers(tmp_path, public_corpus, failu
             else:
                 (disk / "filler").unlink()
             wait_until(lambda: all(proc.health(s) == "SERVING" for s in CURATOR_SERVICES), timeout=30)
-            refused, shuffler.refused = shuffler.refused, []
-            for request in refused:  # what the shuffler does with UNAVAILABLE: the same batch again
-                assert shuffler.send(request) == grpc.StatusCode.OK
-            for batch_id in shuffler.acked:  # every acknowledged batch is stored (a resend is a duplicate)
-                reply = stubs.ingest.IngestBatch(curator_pb2.IngestBatchRequest(batch_id=batch_id), timeout=10)
-                assert reply.duplicate, batch_id
-            status = stubs.status()
-            assert status.batches == len(shuffler.acked) and status.reports == sum(shuffler.acked.values())
+            status = shuffler.resend_refused()
             record = stubs.query.Release(release, timeout=60)  # the refused release, same request id
             assert record.n_reports == status.reports and record.request_id == "r-1"
             assert stubs.status().releases == 1
@@ -172,3 +179,52 @@ def test_a_hanging_disk_is_reported_as_stalled_and_recovers(start_curator):
         wait_until(lambda: health(srv.address) == "SERVING", timeout=30)
         assert stubs.ingest.IngestBatch(refused, timeout=10).accepted == 20
         assert stubs.status().reports == 40
+
+
+@pytest.mark.slow
+def test_a_postgresql_restarted_or_down_is_unavailable_then_serving_again(
+    tmp_path, public_corpus, own_postgres_cluster
+):
+    """``lac curator serve --store postgresql://…`` while its PostgreSQL restarts after a crash (``pg_ctl restart
+    -m immediate``) and then stops for a while: calls answer UNAVAILABLE with retry-after (never UNKNOWN or
+    INTERNAL) within PROMPT, health is NOT_SERVING while the server is down, one log line says why; once it is
+    back the curator serves again by itself, the refused batches sent again are stored, every acknowledged batch
+    is there exactly once, and the release refused meanwhile charged nothing and goes through."""
+    rng = random.Random(int.from_bytes(os.urandom(8), "big"))
+    cluster = own_postgres_cluster
+    store = cluster.create_database("c")  # the local channel is not what this is about: releases do not wait for it
+    proc = serve_curator(tmp_path / "proc", tmp_path / "state", public_corpus, "--store", store, "--no-clean-estimate")
+    try:
+        with Stubs(proc.address) as stubs:
+            shuffler = Shuffler(stubs)
+            for _ in range(3):
+                assert shuffler.send(batch(40, rng)) == grpc.StatusCode.OK
+            cluster.restart("immediate")  # every pooled connection is broken
+            for _ in range(3):
+                shuffler.send(batch(40, rng))  # OK, or UNAVAILABLE while the server recovers
+            wait_until(lambda: all(proc.health(s) == "SERVING" for s in CURATOR_SERVICES), timeout=60)
+            assert shuffler.send(batch(40, rng)) == grpc.StatusCode.OK
+            spent = stubs.spent()
+
+            cluster.stop_server("immediate")
+            codes = [shuffler.send(batch(40, rng)) for _ in range(3)]
+            assert codes == [grpc.StatusCode.UNAVAILABLE] * 3
+            assert "cannot be written (POSTGRESQL_" in shuffler.last_error, shuffler.last_error
+            assert all(proc.health(s) == "NOT_SERVING" for s in CURATOR_SERVICES)
+            release = curator_pb2.ReleaseRequest(epsilon=0.5, delta=1e-6, force=True, request_id="r-1")
+            with pytest.raises(grpc.RpcError) as err:
+                stubs.query.Release(release, timeout=DEADLINE)
+            assert err.value.code() == grpc.StatusCode.UNAVAILABLE, err.value.details()
+            assert shuffler.slowest < PROMPT, f"an answer took {shuffler.slowest:.1f}s"
+
+            cluster.start()
+            wait_until(lambda: all(proc.health(s) == "SERVING" for s in CURATOR_SERVICES), timeout=60)
+            assert stubs.spent() == spent  # nothing charged
+            status = shuffler.resend_refused()
+            assert stubs.query.Release(release, timeout=60).n_reports == status.reports
+    finally:
+        proc.stop()
+    text = proc.log_text()
+    down = text.count("curator storage (segments and PostgreSQL) unusable")
+    assert down >= 1 and down == text.count("curator storage (segments and PostgreSQL) writable again"), text[-3000:]
+    assert "Traceback" not in text, text[-3000:]

@@ -7,15 +7,12 @@ import json
 import threading
 
 import grpc
-import numpy as np
 import pytest
 from lac_testkit import batch_privacy, content
 
 from lac.analyst.client import CuratorClient, release_with_retries
 from lac.common import envelope
-from lac.common.privacy import Budget
 from lac.common.v1 import curator_pb2, curator_pb2_grpc
-from lac.curator.store.store import CuratorStore
 
 R = curator_pb2.ReleaseRequest
 
@@ -140,40 +137,3 @@ def test_cli_release_is_idempotent_by_request_id(curator, capsys):
     assert a == b and a["request_id"] == "cli-7"
     c = run("curator", "release", *srv, "--epsilon", "1", "--delta", "1e-6")
     assert c["release_id"] != a["release_id"] and len(c["request_id"]) == 32
-
-
-def _release(store: CuratorStore, rid: str, request_id: str | None, spec: str = "{}") -> str:
-    return store.add_release(
-        rid,
-        json.dumps({"release_id": rid}).encode(),
-        ("a", "b"),
-        np.log([0.5, 0.5]),
-        None,
-        [3, 4],
-        Budget(1.0, 0.0),
-        Budget(10.0, 0.0),
-        request_id=request_id,
-        spec=spec,
-    )
-
-
-def test_release_files_and_ledger_entries_appear_together(tmp_path):
-    store = CuratorStore(tmp_path)
-    assert _release(store, "r1", "q1") == "r1"
-    assert _release(store, "r2", "q1") == "r1"  # same request: nothing written or spent
-    assert not (tmp_path / "releases" / "r2.npz").exists()
-    assert store.spent() == {3: Budget(1.0, 0.0), 4: Budget(1.0, 0.0)}
-    with pytest.raises(Exception, match="other parameters"):
-        _release(store, "r3", "q1", spec='{"epsilon": 2}')
-    assert not (tmp_path / "releases" / "r3.npz").exists()
-    with pytest.raises(Exception, match="budget exhausted"):  # refused inside the transaction: no file
-        store.add_release("r4", b"{}", ("a",), np.zeros(1), None, [3], Budget(9.5, 0.0), Budget(10.0, 0.0))
-    assert sorted(p.name for p in (tmp_path / "releases").iterdir()) == ["r1.npz"]
-    store.close()
-    # A crash after a release file was renamed into place but before its commit, and one mid-write:
-    (tmp_path / "releases" / "r9.npz").write_bytes(b"never committed")
-    (tmp_path / "releases" / ".r8.npz.x1y2.tmp").write_bytes(b"half")
-    store = CuratorStore(tmp_path)  # restart
-    assert sorted(p.name for p in (tmp_path / "releases").iterdir()) == ["r1.npz"]
-    assert store.release("r1") is not None and store.counts()["releases"] == 1
-    store.close()

@@ -13,10 +13,10 @@ import pytest
 
 from lac.common import envelope
 from lac.common.v1 import curator_pb2, curator_pb2_grpc, reports_pb2
-from lac.curator.base.ngrams import NgramVocabulary, ReportItems, item_names, report_items, user_counts
+from lac.curator.base.ngrams import NgramVocabulary, item_names, report_items, user_counts
 from lac.curator.release.core import StoredReports
 from lac.curator.store import segments as seg
-from lac.curator.store.store import OPENED, CuratorStore, Quarantined
+from lac.curator.store.store import OPENED, CuratorStore
 
 TEXTS = [
     ["the", "dog", "sleeps", "in", "the", "sun"],
@@ -81,48 +81,6 @@ def test_segments_read_words_against_the_vocabulary(tmp_path):
     assert {
         direct.items[i]: int(c) for i, c in zip(direct.item_ids[: direct.indptr[1]], direct.counts[: direct.indptr[1]])
     } == row0
-
-
-def test_quarantine_keeps_only_the_newest_rows(tmp_path):
-    store = CuratorStore(tmp_path, quarantine_max_rows=5)
-
-    def seg(keep):
-        raise AssertionError("no report is kept")
-
-    for b in range(4):
-        bad = [Quarantined("decrypt_failed", f"batch {b} report {i}", bytes([b, i])) for i in range(3)]
-        assert store.add_batch(f"b{b}", [], seg, bad, 86400.0).rejects == {"decrypt_failed": 3}
-    assert store.counts()["quarantined"] == 5
-    assert [r[3] for r in store.quarantine()] == [
-        bytes([3, 2]),
-        bytes([3, 1]),
-        bytes([3, 0]),
-        bytes([2, 2]),
-        bytes([2, 1]),
-    ]
-    assert store.rejects() == {"decrypt_failed": 12}  # the totals are kept
-
-
-def test_replay_window_prunes_old_ids(tmp_path):
-    store = CuratorStore(tmp_path)
-    rid = os.urandom(16)
-
-    def items(keep):
-        return ReportItems(
-            np.arange(len(keep) + 1, dtype=np.int64),
-            np.zeros(len(keep), np.int32),
-            np.ones(len(keep), np.int32),
-            ("a",),
-        )
-
-    day = 86400.0
-    assert store.add_batch("b1", [rid, rid], items, [], 30 * day, now=0.0).rejects == {"replayed_report_id": 1}
-    assert store.add_batch("b2", [rid], items, [], 30 * day, now=29 * day).rejects == {"replayed_report_id": 1}
-    assert store.add_batch("b2", [rid], items, [], 30 * day, now=29 * day).duplicate
-    r = store.add_batch("b3", [rid], items, [], 30 * day, now=31 * day)  # forgotten after the window
-    assert (r.accepted, r.rejected) == (1, 0)
-    assert store.counts()["reports"] == 2 and sum(seg.read(p).n_reports for p in store.segment_paths()) == 2
-    store.close()
 
 
 @pytest.fixture
@@ -604,7 +562,7 @@ def test_npz_segments_migrate_to_parquet(tmp_path, capsys):
         indices=items.item_ids,
         data=items.counts,
     )
-    store._db.execute("UPDATE batches SET segment = 'old.npz'")
+    store.database.execute("UPDATE batches SET segment = 'old.npz'")
     new.unlink()
     store.close()
     with pytest.raises(SystemExit) as e:

@@ -323,68 +323,67 @@ def test_large_release_is_cut_into_batches_that_fit_a_message(start_shuffler, si
     assert sorted(sink.tags()) == sorted(tag_of(r.payload) for r in reports)
 
 
-def test_idempotency_ids_are_remembered_for_one_to_two_windows(tmp_path):
-    from lac.shuffler.reportlog import ReportLog
+def test_a_log_written_before_the_numbered_schema_steps_is_brought_to_them_as_it_was(tmp_path):
+    """A report log as the shuffler wrote it before its schema became numbered steps (issue 34's layout: period_use,
+    dead letters, the client key's id beside client.key; no schema_version) gets every step recorded and keeps each
+    row: its buffered reports, its dead letter, its clients' period use under the same hashes."""
+    import numpy as np
 
-    def put(log, ids):
-        return log.append_groups([([(i, None, b"sealed") for i in ids], None)], window=0, quota=1, max_bytes=1 << 30)[0]
+    from lac.shuffler import wire
+    from lac.shuffler.reportlog import OVER_PERIOD_CAP, ReportLog, key_id, write_key
 
-    a, b = b"a" * 8, b"b" * 8
+    key = os.urandom(32)
+    write_key(tmp_path / "client.key", key)
+    db = sqlite3.connect(tmp_path / "shuffler.sqlite")
+    db.executescript(
+        """
+        CREATE TABLE buffer (seq INTEGER PRIMARY KEY, crowd TEXT, payload BLOB NOT NULL, client BLOB,
+                             win INTEGER NOT NULL DEFAULT 0);
+        CREATE TABLE seen (idempotency_id BLOB PRIMARY KEY) WITHOUT ROWID;
+        CREATE TABLE seen_prev (idempotency_id BLOB PRIMARY KEY) WITHOUT ROWID;
+        CREATE TABLE batches (batch_id TEXT PRIMARY KEY, n INTEGER NOT NULL, seqs BLOB, release_id TEXT NOT NULL,
+                              privacy BLOB, delivered INTEGER NOT NULL DEFAULT 0,
+                              first_window INTEGER NOT NULL DEFAULT 0, last_window INTEGER NOT NULL DEFAULT 0,
+                              distinct_clients INTEGER NOT NULL DEFAULT 0, dead TEXT, dead_at REAL);
+        CREATE TABLE window_quota (win INTEGER NOT NULL, client BLOB NOT NULL, n INTEGER NOT NULL,
+                                   PRIMARY KEY (win, client)) WITHOUT ROWID;
+        CREATE TABLE period_use (period INTEGER NOT NULL, client BLOB NOT NULL, windows INTEGER NOT NULL,
+                                 last_window INTEGER NOT NULL, PRIMARY KEY (period, client)) WITHOUT ROWID;
+        CREATE TABLE counters (name TEXT PRIMARY KEY, value INTEGER NOT NULL);
+        CREATE TABLE meta (name TEXT PRIMARY KEY, value BLOB NOT NULL);
+        """
+    )
+    log = ReportLog.__new__(ReportLog)  # only for its hash of a client id with this key
+    log._client_key = key
+    alice, bob = log.client_key("token:alice"), log.client_key("token:bob")
+    db.executemany(
+        "INSERT INTO buffer (seq, payload, client, win) VALUES (?, ?, ?, 7)",
+        [(1, wire.batch_entry(b"a"), alice), (2, wire.batch_entry(b"b"), bob), (3, wire.batch_entry(b"c"), alice)],
+    )
+    db.execute(
+        "INSERT INTO batches (batch_id, n, seqs, release_id, first_window, last_window, distinct_clients, dead, "
+        "dead_at) VALUES ('b1', 2, ?, 'b1', 7, 7, 1, 'INVALID_ARGUMENT: refused', 1.5)",
+        (np.asarray([2, 1], dtype="<i8").tobytes(),),
+    )
+    db.execute("INSERT INTO period_use VALUES (0, ?, 2, 7)", (alice,))
+    db.executemany("INSERT INTO meta VALUES (?, ?)", [("seen_since", b"1.0"), ("client_key_id", key_id(key))])
+    db.commit()
+    db.close()
+
     log = ReportLog(tmp_path)
-    t0 = float(log._db.execute("SELECT value FROM meta WHERE name = 'seen_since'").fetchone()[0])
-    assert put(log, [a]) == [True]
-    assert not log.rotate_seen(3600, now=t0 + 10)  # the window has not passed
-    assert log.rotate_seen(3600, now=t0 + 3601)
-    assert put(log, [a, b]) == [False, True]  # a: still known, from the previous generation
-    log.close()
-    log = ReportLog(tmp_path)  # the generations and their start survive a restart
-    assert not log.rotate_seen(3600, now=t0 + 3700)
-    assert log.rotate_seen(3600, now=t0 + 7300)
-    assert put(log, [a, b]) == [True, False]  # a forgotten after two windows; b remembered
-    assert log.buffered() == 3
-    log.close()
-
-
-def test_one_client_never_has_two_reports_in_a_batch_across_windows(tmp_path):
-    """Finding 4: alice's report of window k was carried over and shipped in one batch with her report
-    of window k+1, under a statement assuming distinct users. Now a batch takes at most one report per
-    client; the others wait for a later batch, and every batch names the windows its reports came from."""
-    from lac.shuffler.reportlog import ReportLog
-
-    log = ReportLog(tmp_path)
-    alice, bob, carol = (log.client_key(c) for c in ("token:alice", "token:bob", "token:carol"))
-
-    def put(client, window, tag):
-        sealed = reports_pb2.SealedPayload(encoding=reports_pb2.PAYLOAD_ENCODING_PLAINTEXT_INSECURE, data=tag)
-        r = log.append_groups(
-            [([(os.urandom(16), None, sealed.SerializeToString())], client)], window=window, quota=1, max_bytes=1 << 30
+    try:
+        versions = [v for (v,) in log.database.execute("SELECT version FROM schema_version ORDER BY version")]
+        assert versions == [1, 2, 3] and "period_windows" not in log.database.tables()
+        assert log.dead_letters() == [("b1", 2, "INVALID_ARGUMENT: refused", 1.5, None)]
+        assert log.pending_batches() == [] and log.buffered() == 1 and log.takeable() == 1  # alice's other report
+        assert log.client_key("token:alice") == alice
+        put = log.append_groups([([(os.urandom(16), None, b"x")], alice)], 8, 2, 1 << 30, 2, 10)
+        assert put == [OVER_PERIOD_CAP]  # her two windows of period 0 kept
+        assert log.retry_dead(["b1"]) == [("b1", 2)] and log.batch("b1").body.endswith(
+            b"".join(wire.batch_entry(p) for p in (b"b", b"a"))
         )
-        assert r == [[True]]
-
-    put(alice, 100, b"alice-100")
-    put(bob, 100, b"bob-100")
-    assert log.release(threshold=3) is None  # two distinct clients: below the threshold, carried over
-    put(alice, 101, b"alice-101")  # a new window: alice's quota allows one more
-    assert log.append_groups([([(os.urandom(16), None, b"x")], alice)], window=101, quota=1, max_bytes=1 << 30) == [
-        "over_quota"
-    ]
-    assert log.buffered() == 3 and log.takeable() == 2
-    assert log.release(threshold=3) is None  # still two distinct clients, although three reports
-    put(carol, 101, b"carol-101")
-    released = log.release(threshold=3)
-    assert released is not None and released.size == 3
-    batch = log.batch(released.batch_id)
-    assert batch.distinct_clients and (batch.first_window, batch.last_window) in ((100, 101), (101, 101))
-    body = curator_pb2.IngestBatchRequest.FromString(batch.body)
-    got = [p.data for p in body.reports]
-    assert sum(g.startswith(b"alice") for g in got) == 1 and {b"bob-100", b"carol-101"} <= set(got)
-    assert log.buffered() == 1 and log.takeable() == 1  # alice's other report waits for the next batch
-    put(bob, 101, b"bob-101")
-    put(carol, 102, b"carol-102")
-    second = log.release(threshold=3)
-    later = [p.data for p in curator_pb2.IngestBatchRequest.FromString(log.batch(second.batch_id).body).reports]
-    assert sum(g.startswith(b"alice") for g in later) == 1 and sorted(got + later).count(b"alice-100") == 1
-    log.close()
+    finally:
+        log.close()
 
 
 def test_shuffler_release_policy_is_a_pure_function():
@@ -397,76 +396,6 @@ def test_shuffler_release_policy_is_a_pure_function():
     assert select_batch(rows, threshold=7) is None
     anonymous = [Row(i, None, 0, None, 1) for i in range(3)]
     assert not select_batch(anonymous, 3).distinct_clients
-
-
-def test_windows_per_client_per_period_are_capped(tmp_path):
-    """Issue 23.18: with a cap of 2 windows per period of 4 windows, a client's third window of a period
-    is refused whole (nothing stored, reject period_cap); repeated reports in a counted window, other
-    clients and the next period are not affected, and past periods are pruned."""
-    from lac.shuffler.reportlog import OVER_PERIOD_CAP, ReportLog
-
-    log = ReportLog(tmp_path)
-    alice, bob = (log.client_key(c) for c in ("token:alice", "token:bob"))
-
-    def put(client, window):
-        return log.append_groups(
-            [([(os.urandom(16), None, b"x")], client)], window, 2, 1 << 30, period_cap=2, period_windows=4
-        )[0]
-
-    assert put(alice, 8) == [True] and put(alice, 8) == [True]  # period 2 = windows 8..11; quota 2 per window
-    assert put(alice, 10) == [True]
-    assert put(alice, 11) == OVER_PERIOD_CAP
-    assert put(bob, 11) == [True]
-    assert put(alice, 12) == [True]  # period 3: a fresh cap
-    assert log.buffered() == 5
-    assert log.counters()["reject:period_cap"] == 1
-    log.prune_quota(12, 4)
-    assert log._db.execute("SELECT DISTINCT period FROM period_use").fetchall() == [(3,)]
-    log.close()
-
-
-def test_the_period_cap_keeps_a_count_and_the_last_window_per_client(tmp_path):
-    """Issue 34.8: for the cap the log keeps, per client (keyed hash) and period, how many windows the client
-    stored reports in and the last one, never which windows (a year of them, before); a window before the last
-    counts as a new one (a clock set back only refuses more). A log written before keeps its counts."""
-    import sqlite3
-
-    from lac.shuffler.reportlog import OVER_PERIOD_CAP, ReportLog
-
-    log = ReportLog(tmp_path)
-    alice = log.client_key("token:alice")
-
-    def put(window):
-        return log.append_groups(
-            [([(os.urandom(16), None, b"x")], alice)], window, 2, 1 << 30, period_cap=3, period_windows=10
-        )[0]
-
-    assert [put(w) for w in (20, 20, 23, 27)] == [[True]] * 4  # period 2: windows 20..29
-    tables = {r[0] for r in log._db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-    assert "period_windows" not in tables
-    assert log._db.execute("SELECT period, client, windows, last_window FROM period_use").fetchall() == [
-        (2, alice, 3, 27)
-    ]
-    assert put(27) == [True] and put(25) == OVER_PERIOD_CAP and put(28) == OVER_PERIOD_CAP
-    log.close()
-
-    old = tmp_path / "old"  # a log of the earlier layout: one row per (period, client, window)
-    log = ReportLog(old)
-    log.close()
-    db = sqlite3.connect(old / "shuffler.sqlite")
-    db.execute(
-        "CREATE TABLE period_windows (period INTEGER, client BLOB, win INTEGER, PRIMARY KEY (period, client, win))"
-    )
-    db.executemany("INSERT INTO period_windows VALUES (2, ?, ?)", [(alice, 21), (alice, 24), (b"bob", 22)])
-    db.commit()
-    db.close()
-    log = ReportLog(old)
-    assert set(log._db.execute("SELECT period, client, windows, last_window FROM period_use")) == {
-        (2, alice, 2, 24),
-        (2, b"bob", 1, 22),
-    }
-    assert "period_windows" not in {r[0] for r in log._db.execute("SELECT name FROM sqlite_master")}
-    log.close()
 
 
 @pytest.mark.slow

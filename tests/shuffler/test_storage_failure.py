@@ -7,7 +7,7 @@ limit set on the running process (RLIMIT_FSIZE: every write past it fails with E
 error; CPython ignores SIGXFSZ). In each: Submit answers UNAVAILABLE with retry-after promptly
 (never DEADLINE_EXCEEDED), health is NOT_SERVING, one log line and a metric say why, and once
 space returns the server serves again by itself and every acknowledged report reaches the
-curator exactly once."""
+curator exactly once. The same holds for the report log's PostgreSQL restarted or stopped under it."""
 
 from __future__ import annotations
 
@@ -145,4 +145,51 @@ def test_storage_failure_is_reported_and_recovers(tmp_path, sink, failure):
     assert set(got) == want_tags, "a report reached the curator that was never acknowledged, or one is missing"
     text = proc.log_text()
     assert text.count("report log unusable") == 1 and text.count("report log writable again") == 1, text[-3000:]
+    assert "Traceback" not in text, text[-3000:]
+
+
+@pytest.mark.slow
+def test_a_postgresql_restarted_or_down_is_unavailable_then_serving_again(tmp_path, sink, own_postgres_cluster):
+    """``lac shuffler serve --store postgresql://…`` while its PostgreSQL restarts after a crash (``pg_ctl restart
+    -m immediate``) and then stops for a while: Submit answers UNAVAILABLE with retry-after (never UNKNOWN or
+    INTERNAL) within PROMPT, health is NOT_SERVING while the server is down, a metric names the reason; once it
+    is back the shuffler serves again by itself and every acknowledged report reaches the curator exactly once."""
+    cluster = own_postgres_cluster
+    args = ["--state-dir", str(tmp_path / "state"), "--store", cluster.create_database("s"), "--curator", sink.address]
+    args += ["--auth", "none", "--insecure", "--allow-plaintext-payloads", "--min-batch", "5"]
+    proc = ServeProc([*args, "--forward-retry-max-seconds", "0.2", "--metrics-port", "0"], tmp_path / "proc")
+    try:
+        client = Client(proc.address)
+        for _ in range(4):
+            assert client.submit(_chunk()) == grpc.StatusCode.OK
+        cluster.restart("immediate")  # every pooled connection is broken
+        for _ in range(3):
+            client.submit(_chunk())  # OK, or UNAVAILABLE while the server recovers
+        wait_for(lambda: proc.health("") == "SERVING", timeout=60)
+        assert client.submit(_chunk()) == grpc.StatusCode.OK
+
+        cluster.stop_server("immediate")
+        assert [client.submit(_chunk()) for _ in range(3)] == [grpc.StatusCode.UNAVAILABLE] * 3
+        assert "report log cannot be written (POSTGRESQL_" in client.last_error, client.last_error
+        assert proc.health("") == "NOT_SERVING" and proc.health("lac.v1.Shuffler") == "NOT_SERVING"
+        assert client.slowest < PROMPT, f"an answer took {client.slowest:.1f}s"
+        reasons = re.findall(r'lac_shuffler_storage_failures_total\{reason="([A-Z0-9_]+)"\} [1-9]', proc.metrics())
+        assert any(r.startswith("POSTGRESQL_") for r in reasons), reasons
+
+        cluster.start()
+        wait_for(lambda: proc.health("") == "SERVING" and proc.health("lac.v1.Shuffler") == "SERVING", timeout=60)
+        refused, client.refused = client.refused, []
+        for chunk in refused:  # what a client does with UNAVAILABLE: resend, same idempotency ids
+            assert client.submit(chunk) == grpc.StatusCode.OK
+        want_tags = {tag_of(r.payload) for chunk in client.acked for r in chunk}
+        wait_for(lambda: want_tags <= set(sink.tags()), timeout=60)
+        client.channel.close()
+    finally:
+        proc.stop()
+    got = sink.tags()
+    assert len(got) == len(set(got)), "a report reached the curator twice under different batch ids"
+    assert set(got) == want_tags, "a report reached the curator that was never acknowledged, or one is missing"
+    text = proc.log_text()
+    down = text.count("report log unusable")
+    assert down >= 1 and down == text.count("report log writable again"), text[-3000:]
     assert "Traceback" not in text, text[-3000:]

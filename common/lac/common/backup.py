@@ -17,6 +17,7 @@ import os
 import shutil
 import sqlite3
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +33,8 @@ __all__ = [
     "read_manifest",
     "read_backup",
     "drop_sidecars",
+    "moved_to",
+    "migrate_command",
 ]
 
 MANIFEST = "manifest.json"
@@ -138,3 +141,45 @@ def drop_sidecars(state_dir: Path, db_name: str) -> None:
     """Remove the ``-wal``/``-shm`` files of a database about to be replaced (they belong to the old one)."""
     for suffix in ("-wal", "-shm"):
         (state_dir / (db_name + suffix)).unlink(missing_ok=True)
+
+
+def moved_to(db_path: Path, key_column: str) -> str | None:
+    """The PostgreSQL store a service's SQLite database was copied to by its ``migrate`` command (the ``meta`` row
+    ``moved_to``; ``key_column`` names ``meta``'s key column), None if it was not."""
+    if not db_path.is_file():
+        return None
+    db = sqlite3.connect(f"file:{db_path}?mode=ro", uri=True)
+    try:
+        if not db.execute("SELECT 1 FROM sqlite_master WHERE name = 'meta'").fetchone():
+            return None
+        row = db.execute(f"SELECT value FROM meta WHERE {key_column} = 'moved_to'").fetchone()
+    finally:
+        db.close()
+    if row is None:
+        return None
+    return row[0].decode() if isinstance(row[0], bytes) else str(row[0])
+
+
+def migrate_command(
+    service: str, state_dir: Path, url: str, db_name: str, copy: Callable[[Path, str], Sequence[Any]], stays: str
+) -> str:
+    """``lac <service> migrate``: ``copy(state_dir, url)`` (returning ``lac.common.database.TableCopy``s) under the
+    state directory's lock (the service stopped); returns what to print, and raises ``SystemExit`` with one line
+    on any refusal. ``stays``: what stays in the state directory."""
+    from lac.common.database import redact
+    from lac.common.errors import LacError
+    from lac.common.statelock import StateDirLock, StateDirLocked
+
+    if not (state_dir / db_name).is_file():
+        raise SystemExit(f"error: {state_dir} holds no {service} database ({db_name}); check --state-dir")
+    try:
+        with StateDirLock(state_dir, f"lac {service} migrate"):
+            copied = copy(state_dir, url)
+    except (StateDirLocked, LacError, OSError, ValueError, RuntimeError) as exc:
+        raise SystemExit(f"error: {exc}") from None
+    rows = ", ".join(f"{c.table} {c.rows}" for c in copied)
+    return (
+        f"copied the {service} database of {state_dir} into {redact(url)}, counts and checksums verified: {rows} "
+        f"rows. Start the {service} with --store {redact(url)} and --state-dir {state_dir} ({stays} stay there); "
+        f"{db_name} is kept as the copy's source, marked so that a {service} started on it refuses"
+    )

@@ -14,17 +14,18 @@ import errno
 import logging
 import os
 import sqlite3
+import sys
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable
-from concurrent.futures import Executor
+from concurrent.futures import Executor, ThreadPoolExecutor
 from contextlib import suppress
 from typing import Any, TypeVar
 
 from lac.common.errors import Unavailable
 from lac.common.retry import Backoff, jittered
 
-__all__ = ["LowDiskSpace", "StorageFailed", "StorageGuard", "storage_failure_reason", "free_bytes"]
+__all__ = ["LowDiskSpace", "StorageFailed", "StorageGuard", "StoreThread", "storage_failure_reason", "free_bytes"]
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -42,6 +43,11 @@ STORAGE_CODES = {
     sqlite3.SQLITE_PROTOCOL,
     sqlite3.SQLITE_NOTADB,
 }
+# PostgreSQL SQLSTATE classes and codes that mean the database server (not the code) failed: a lost or refused
+# connection (08), insufficient resources such as a full disk (53), a server shutting down or starting (57P),
+# its I/O (58), a read-only standby (25006).
+POSTGRES_CLASSES = {"08", "53", "58"}
+POSTGRES_CODES = {"57P01", "57P02", "57P03", "57P04", "57P05", "25006"}
 PROBE_MIN_SECONDS, PROBE_MAX_SECONDS = 0.5, 10.0  # back-off of the test writes while the storage fails
 STABLE_SECONDS = 60.0  # healthy this long after a recovery: the next failure starts the back-off anew
 PROBES = Backoff(PROBE_MIN_SECONDS, PROBE_MAX_SECONDS)  # ceilings; each wait is jittered below its ceiling
@@ -57,8 +63,9 @@ class StorageFailed(Unavailable):
 
 
 def storage_failure_reason(exc: BaseException) -> str | None:
-    """A short label (``SQLITE_FULL``, ``SQLITE_IOERR_WRITE``, ``ENOSPC``, ``LOW_DISK_SPACE``) if ``exc``
-    is a failure of the storage, None if it is anything else (a bug)."""
+    """A short label (``SQLITE_FULL``, ``SQLITE_IOERR_WRITE``, ``ENOSPC``, ``LOW_DISK_SPACE``,
+    ``POSTGRESQL_57P01``, ``POSTGRESQL_UNREACHABLE``) if ``exc`` is a failure of the storage, None if it is
+    anything else (a bug)."""
     if isinstance(exc, LowDiskSpace):
         return "LOW_DISK_SPACE"
     if isinstance(exc, OSError):
@@ -67,7 +74,17 @@ def storage_failure_reason(exc: BaseException) -> str | None:
         code = getattr(exc, "sqlite_errorcode", None)
         if code is not None and code & 0xFF in STORAGE_CODES:
             return getattr(exc, "sqlite_errorname", None) or f"SQLITE_{code}"
-    return None
+    return _postgres_failure(exc)
+
+
+def _postgres_failure(exc: BaseException) -> str | None:
+    psycopg = sys.modules.get("psycopg")  # not imported: the error cannot be one of its
+    if psycopg is None or not isinstance(exc, psycopg.Error):
+        return None
+    code = getattr(exc, "sqlstate", None)
+    if code is None:  # no answer from a server: refused, reset, timed out, no connection in the pool
+        return "POSTGRESQL_UNREACHABLE" if isinstance(exc, psycopg.OperationalError | psycopg.InterfaceError) else None
+    return f"POSTGRESQL_{code}" if code[:2] in POSTGRES_CLASSES or code in POSTGRES_CODES else None
 
 
 def free_bytes(path: str | os.PathLike[str]) -> int:
@@ -231,3 +248,33 @@ class StorageGuard:
             self.error, self._recovered_at = None, now
             self._ok.set()
             self._on_change(True)
+
+
+class StoreThread:
+    """The one thread a service's storage is used from, with the ``StorageGuard`` that watches it: ``run`` for
+    the service's calls (a storage failure noted and raised as ``StorageFailed``), ``raw`` for the guard's own
+    test writes, ``durably`` for background work that must happen once the storage is back."""
+
+    def __init__(self, name: str, guard: StorageGuard):
+        self.guard = guard
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=name)
+
+    async def raw(self, fn: Callable[..., T], *args: Any) -> T:
+        """``fn(*args)`` on the storage thread, its errors unchanged."""
+        return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
+
+    async def run(self, fn: Callable[..., T], *args: Any) -> T:
+        """``fn(*args)`` on the storage thread; a storage failure is noted (one log line, health NOT_SERVING, test
+        writes until it works again) and raised as ``StorageFailed`` (UNAVAILABLE with retry-after)."""
+        return await self.guard.run(self._executor, fn, *args)
+
+    async def durably(self, fn: Callable[..., T], *args: Any) -> T:
+        """``run``, tried again after each recovery of the storage until it succeeds."""
+        while True:
+            try:
+                return await self.run(fn, *args)
+            except StorageFailed:
+                await self.guard.wait_ok()
+
+    def shutdown(self) -> None:
+        self._executor.shutdown()

@@ -30,7 +30,16 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
-from lac.common.backup import copy_file, drop_sidecars, read_backup, sha256_file, start_backup, verify, write_manifest
+from lac.common.backup import (
+    copy_file,
+    drop_sidecars,
+    moved_to,
+    read_backup,
+    sha256_file,
+    start_backup,
+    verify,
+    write_manifest,
+)
 from lac.common.files import fsync_dir, private_dir
 from lac.common.statelock import StateDirLock
 from lac.shuffler.reportlog import KEY_FILE, key_id, write_key
@@ -68,7 +77,15 @@ def _meta(db: sqlite3.Connection, name: str) -> tuple | None:
 
 def backup(state_dir: Path, dest: Path, tokens_file: Path | None = None) -> dict:
     """Copy the report log of ``state_dir`` (live or stopped) and its tokens file into ``dest``
-    (created 0700, must not hold a backup already). Returns the manifest."""
+    (created 0700, must not hold a backup already). Returns the manifest. Refused for a log copied to PostgreSQL
+    (``lac shuffler migrate``): back that up with PostgreSQL's tools."""
+    moved = moved_to(state_dir / DB_NAME, "name")
+    if moved is not None:
+        raise ValueError(
+            f"{state_dir}'s report log was copied to the PostgreSQL store {moved} (lac shuffler migrate): back that "
+            f"database up with pg_dump or PostgreSQL's continuous archiving, and the tokens file with it; the SQLite "
+            f"log left there is no longer the shuffler's state"
+        )
     manifest = {
         **start_backup(state_dir, dest, DB_NAME, FORMAT, "report log"),
         **describe(dest / DB_NAME),
@@ -155,7 +172,7 @@ def _forget_clients(db_path: Path) -> None:
     db = sqlite3.connect(db_path, isolation_level=None)
     try:
         db.execute("BEGIN IMMEDIATE")
-        for table in ("window_quota", "period_use"):
+        for table in ("window_quota", "period_use", "period_windows"):  # period_windows: a log before schema step 3
             if _has_table(db, table):
                 db.execute(f"DELETE FROM {table}")
         db.execute("DELETE FROM meta WHERE name IN ('client_key_id', 'client_key')")

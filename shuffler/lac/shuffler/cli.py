@@ -167,14 +167,38 @@ def register(subparsers) -> None:
         help="restore without the old client key: the shuffler makes a new one, and every client's quota and "
         "period-cap use is forgotten (a client may store its quota again in the current window)",
     )
-    for q in (bak, res):
+    to_pg = sub.add_parser(
+        "migrate",
+        help="copy a stopped shuffler's SQLite report log into an empty PostgreSQL database (then serve with "
+        "--store URL)",
+        description="Copy every row of the report log (buffered reports, released batches awaiting delivery and "
+        "dead letters, idempotency ids, quota and period-cap use, counters, the client key's id and the cached "
+        "deployment) into an empty PostgreSQL database, in one transaction that commits only when every table's "
+        "row count and checksum read back equal the source's. A target that holds any state is refused. The "
+        "shuffler must be stopped (refused while one holds the state directory). The tokens file and the client "
+        "key (client.key) stay in --state-dir: start the shuffler with --store URL and the same --state-dir, and "
+        "give every other replica over that database a copy of both. shuffler.sqlite is kept, marked as copied: "
+        "a shuffler started on it refuses.",
+    )
+    to_pg.add_argument(
+        "--to",
+        required=True,
+        metavar="URL",
+        help="postgresql://USER@HOST:PORT/DB (needs lac-shuffler[postgresql]; the password from PGPASSWORD or "
+        "~/.pgpass)",
+    )
+    to_pg.set_defaults(func=_migrate)
+    for q in (bak, res, to_pg):
         q.add_argument(
             "--state-dir",
             type=Path,
             default=ShufflerConfig.state_dir,
             help=f"shuffler state directory [default: {ShufflerConfig.state_dir}]",
         )
-        q.add_argument("--tokens-file", type=Path, default=None, help="tokens file (default: STATE_DIR/clients.tokens)")
+        if q is not to_pg:
+            q.add_argument(
+                "--tokens-file", type=Path, default=None, help="tokens file (default: STATE_DIR/clients.tokens)"
+            )
     bak.set_defaults(func=_backup)
     res.set_defaults(func=_restore)
     amp = sub.add_parser(
@@ -328,6 +352,18 @@ def _rotate_client(args) -> int:
         f"{format_time(r.old_until)} (not stored anywhere, shown once):"
     )
     print(r.token)
+    return 0
+
+
+def _migrate(args) -> int:
+    from lac.common.backup import migrate_command
+    from lac.shuffler.reportlog import copy_to_postgres
+
+    print(
+        migrate_command(
+            "shuffler", args.state_dir, args.to, "shuffler.sqlite", copy_to_postgres, "its tokens file and client.key"
+        )
+    )
     return 0
 
 

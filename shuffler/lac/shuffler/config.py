@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from lac.common.config import ServiceSettings, setting
+from lac.common.database import is_postgres_url
 from lac.shuffler.shards import parse_shards
 
 ENV_PREFIX = "LAC_SHUFFLER_"
@@ -17,7 +18,15 @@ class ShufflerConfig(ServiceSettings):
     host: str = setting("127.0.0.1", "address to listen on")
     port: int = setting(50051, "port to listen on (0 = any free port)")
     port_file: Path | None = setting(None, "write the bound port to this file once serving")
-    state_dir: Path = setting(Path("lac-state/shuffler"), "directory of the durable report log")
+    state_dir: Path = setting(
+        Path("lac-state/shuffler"), "directory of the durable report log (without store) and the tokens file"
+    )
+    store: str = setting(
+        "",
+        "the report log's database: empty for SQLite (shuffler.sqlite in state_dir), or a "
+        "postgresql://USER@HOST:PORT/DB URL (needs lac-shuffler[postgresql]; the password from PGPASSWORD or "
+        "~/.pgpass, not the URL); `lac shuffler migrate --to URL` copies a SQLite log there",
+    )
     curator: str = setting("127.0.0.1:50052", "curator ingest address host:port")
     min_batch: int = setting(
         100,
@@ -241,6 +250,8 @@ class ShufflerConfig(ServiceSettings):
                 )
         if self.min_batch < 1:
             raise ValueError("min_batch must be at least 1")
+        if self.store and not is_postgres_url(self.store):
+            raise ValueError("store must be empty (SQLite in state_dir) or a postgresql:// URL")
         if not (self.release_interval_seconds > 0 and self.window_seconds > 0):
             raise ValueError("release_interval_seconds and window_seconds must be positive")
         if not self.idempotency_window_days > 0:

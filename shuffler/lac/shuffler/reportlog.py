@@ -1,9 +1,11 @@
 """The shuffler's durable state: buffered reports, released batches awaiting delivery,
 quota counters per accounting window.
 
-SQLite in WAL mode with ``synchronous=FULL``: a commit returns only after fsync, so a
-report acknowledged to a client survives a crash. ``append_groups`` commits many Submit
-calls in one transaction (group commit: one fsync for all of them).
+SQLite in WAL mode with ``synchronous=FULL`` (``shuffler.sqlite`` in the state directory), or the
+PostgreSQL database ``store`` names (the same tables, ``lac.shuffler.schema``): a commit returns only
+once it is durable, so a report acknowledged to a client survives a crash. ``append_groups`` commits
+many Submit calls in one transaction (group commit: one fsync for all of them); every write is one
+serializable transaction (``lac.common.database``).
 
 What is stored where:
 * ``buffer``: the sealed payload (re-serialized from its known fields only, framed as an
@@ -33,11 +35,14 @@ What is stored where:
   one and starts a new one once a window has passed, so an id is remembered for at least one
   window and at most two, and the tables stay bounded. Nothing links an id to a report.
 
-The key of the client hashes is not in the database: it is ``client.key`` beside it (32 random bytes,
-0600), which backups leave out, so a copy of the log, even with the tokens file's client ids, cannot tell
+The key of the client hashes is not in the database: it is ``client.key`` in the state directory (32 random
+bytes, 0600), which backups leave out, so a copy of the log, even with the tokens file's client ids, cannot tell
 whose hashes it holds. The database records the key's id (``meta.client_key_id``, a hash of the key) and
-refuses to open with another key or none (``ClientKeyError``). A log written when the key was kept inside
-(``meta.client_key``) moves it out at its next start and rewrites its pages (``VACUUM``), leaving no copy.
+refuses to open with another key or none (``ClientKeyError``). On PostgreSQL too the key stays in each
+replica's state directory: every replica over one database must hold the same ``client.key`` (the operator
+copies the first one's). A log written when the key was kept inside (``meta.client_key``) moves it out at its
+next start and rewrites its pages (SQLite's ``VACUUM``; PostgreSQL's ``VACUUM FULL meta``), leaving no copy;
+an earlier SQLite log's windows of the period cap become counts (schema step 3) and its pages are rewritten too.
 """
 
 from __future__ import annotations
@@ -46,49 +51,33 @@ import hashlib
 import hmac
 import logging
 import os
-import sqlite3
 import threading
 import time
 import uuid
 from collections import Counter
-from contextlib import suppress
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 import numpy as np
 
+from lac.common.database import Database, TableCopy, bump_counters, copy_into_postgres, open_database, redact
 from lac.common.errors import RejectReason
-from lac.common.files import atomic_file, fsync_dir, private_dir, private_sqlite
-from lac.shuffler import wire
+from lac.common.files import atomic_file, fsync_dir, private_dir
+from lac.shuffler import schema, wire
 from lac.shuffler.policy import Row, Selection, select_batch
 
 log = logging.getLogger(__name__)
 
-_SEEN_TABLE = "CREATE TABLE IF NOT EXISTS {} (idempotency_id BLOB PRIMARY KEY) WITHOUT ROWID"  # one generation
-
-_SCHEMA = f"""
-CREATE TABLE IF NOT EXISTS buffer (seq INTEGER PRIMARY KEY, crowd TEXT, payload BLOB NOT NULL, client BLOB,
-                                   win INTEGER NOT NULL DEFAULT 0);
-{_SEEN_TABLE.format("seen")};
-{_SEEN_TABLE.format("seen_prev")};
-CREATE TABLE IF NOT EXISTS batches (batch_id TEXT PRIMARY KEY, n INTEGER NOT NULL, seqs BLOB,
-                                    release_id TEXT NOT NULL, privacy BLOB, delivered INTEGER NOT NULL DEFAULT 0,
-                                    first_window INTEGER NOT NULL DEFAULT 0, last_window INTEGER NOT NULL DEFAULT 0,
-                                    distinct_clients INTEGER NOT NULL DEFAULT 0);
-CREATE TABLE IF NOT EXISTS window_quota (win INTEGER NOT NULL, client BLOB NOT NULL, n INTEGER NOT NULL,
-                                         PRIMARY KEY (win, client)) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS period_use (period INTEGER NOT NULL, client BLOB NOT NULL, windows INTEGER NOT NULL,
-                                       last_window INTEGER NOT NULL, PRIMARY KEY (period, client)) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS counters (name TEXT PRIMARY KEY, value INTEGER NOT NULL);
-CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value BLOB NOT NULL);
-"""
+T = TypeVar("T")
 
 # Outcomes of a group in ``append_groups`` (not counter labels: those are RejectReason.QUOTA and .LOG_FULL).
 OVER_QUOTA = "over_quota"
 OVER_PERIOD_CAP = "over_period_cap"
 LOG_FULL = "log_full"
 KEEP_DELIVERED = 50  # metadata rows of delivered batches kept for `status`
-KEY_FILE = "client.key"  # the key of the client hashes, beside the database and never in it
+KEY_FILE = "client.key"  # the key of the client hashes, in the state directory and never in the database
 PROBE_BYTES = 64 * 1024  # size of the write that tests whether the log is writable again
 
 
@@ -106,6 +95,22 @@ def write_key(path: Path, key: bytes) -> None:
     with atomic_file(path) as f:
         f.write(key)
     fsync_dir(path.parent)
+
+
+def copy_to_postgres(state_dir: Path, url: str) -> list[TableCopy]:
+    """``lac shuffler migrate``: copy the SQLite report log of the (stopped) shuffler in ``state_dir`` into the empty
+    PostgreSQL database ``url``, every row of every table, verified by counts and checksums before it commits; then
+    mark the SQLite log as copied (``ReportLog.moved_to``), so that a shuffler started on it refuses. The client key
+    stays in ``state_dir`` (the database records only its id)."""
+    if not (state_dir / "shuffler.sqlite").is_file():
+        raise FileNotFoundError(f"{state_dir} holds no report log (shuffler.sqlite); check --state-dir")
+    source = ReportLog(state_dir)  # brings it to the newest schema
+    try:
+        copied = copy_into_postgres(source.database, url, schema.NAME, schema.steps, schema.TABLES)
+        source.set_meta("moved_to", redact(url).encode())
+    finally:
+        source.close()
+    return copied
 
 
 @dataclass(frozen=True)
@@ -135,11 +140,12 @@ class ReportLog:
     """Durable buffer + released batches. Not thread-safe: use from one thread (except
     ``count_reject``, which only counts in memory and may be called from any thread).
 
-    A failed write (full disk, I/O error) raises ``sqlite3.Error`` or ``OSError`` and leaves the
-    log as it was before the transaction; the in-memory counts change only after a commit.
+    A failed write (full disk, I/O error, a PostgreSQL gone) raises the database's error or ``OSError`` and
+    leaves the log as it was before the transaction; the in-memory counts change only after a commit.
+    ``store``: the database, ``""`` for ``shuffler.sqlite`` in ``state_dir`` or a ``postgresql://`` URL.
     """
 
-    def __init__(self, state_dir: Path):
+    def __init__(self, state_dir: Path, store: str = ""):
         # Reject counters are kept in memory and saved with the next write transaction, so a flood of
         # bad requests costs no fsync each (and counting never fails when the disk does).
         self._unsaved: Counter[str] = Counter()
@@ -148,29 +154,27 @@ class ReportLog:
         self.state_dir = state_dir
         private_dir(state_dir)
         self.path = state_dir / "shuffler.sqlite"
-        self._db = private_sqlite(self.path)
-        self._db.execute("PRAGMA cache_size=-65536")  # 64 MiB: the idempotency index is random-access
-        # Checkpoint the WAL into the database every ~40 MiB instead of every 4 MiB: halves ingest cost.
-        self._db.execute("PRAGMA wal_autocheckpoint=10000")
-        self._db.executescript(_SCHEMA)
-        columns = {r[1] for r in self._db.execute("PRAGMA table_info(batches)")}
-        if "dead" not in columns:  # a log from before dead letters
-            self._db.execute("ALTER TABLE batches ADD COLUMN dead TEXT")
-            self._db.execute("ALTER TABLE batches ADD COLUMN dead_at REAL")
-        if "seqs" not in columns:
-            self._db.close()
-            raise RuntimeError(
-                f"{self.path} is the report log of an earlier development build (batches stored whole), which this "
-                "shuffler does not read: deliver its batches with that build, or start from an empty state directory"
-            )
-        self._page_size = self._db.execute("PRAGMA page_size").fetchone()[0]
-        self._rewrite = False  # VACUUM once opened: rows of an earlier layout were dropped
-        with self._tx():
-            if self._db.execute("SELECT 1 FROM meta WHERE name = 'seen_since'").fetchone() is None:
-                self._db.execute("INSERT INTO meta VALUES ('seen_since', ?)", (repr(time.time()).encode(),))
-            self._migrate_period_windows()
+        self._db = open_database(self.path, store)
+        if self._db.dialect == "sqlite":
+            self._db.execute("PRAGMA cache_size=-65536")  # 64 MiB: the idempotency index is random-access
+            # Checkpoint the WAL into the database every ~40 MiB instead of every 4 MiB: halves ingest cost.
+            self._db.execute("PRAGMA wal_autocheckpoint=10000")
         try:
-            self._client_key = self._open_client_key()
+            # An earlier log's windows of the period cap become counts (schema step 3): its pages are rewritten.
+            rewrite = "period_windows" in self._db.tables()
+            self._db.migrate(schema.NAME, schema.steps(self._db))
+            moved = self.moved_to()
+            if moved is not None:
+                raise RuntimeError(
+                    f"{self._db.where} was copied to the PostgreSQL store {moved} by `lac shuffler migrate`, and the "
+                    f"report log is there now: start the shuffler with --store {moved} (the password from PGPASSWORD "
+                    f"or ~/.pgpass); this SQLite database is kept only as the copy's source"
+                )
+            self._page_size = (
+                int(self._db.execute("PRAGMA page_size").fetchone()[0]) if self._db.dialect == "sqlite" else 0
+            )
+            self._tx(self._first_meta)
+            self._client_key = self._open_client_key(rewrite)
         except BaseException:
             self._db.close()
             raise
@@ -189,57 +193,83 @@ class ReportLog:
         self.used_bytes = self._measure()
         self.commits = 0  # group commits since open (one fsync each)
 
-    def _migrate_period_windows(self) -> None:
-        """Within a transaction: turn the windows of the earlier layout (one row per window a client used in a
-        period) into a count and the last window per client and period."""
-        if self._db.execute("SELECT 1 FROM sqlite_master WHERE name = 'period_windows'").fetchone() is None:
-            return
-        self._db.execute(
-            "INSERT OR REPLACE INTO period_use SELECT period, client, COUNT(*), MAX(win) FROM period_windows "
-            "GROUP BY period, client"
-        )
-        self._db.execute("DROP TABLE period_windows")
-        self._rewrite = True  # the dropped rows' pages still hold them: VACUUM (in _open_client_key)
+    def _first_meta(self) -> None:
+        """Within a transaction: the idempotency ids' generation start, made at the first start (once, with replicas
+        starting together)."""
+        if self._db.execute("SELECT 1 FROM meta WHERE name = 'seen_since'").fetchone() is None:
+            self._db.execute("INSERT INTO meta VALUES ('seen_since', ?)", (repr(time.time()).encode(),))
 
-    def _open_client_key(self) -> bytes:
+    def _open_client_key(self, rewrite: bool) -> bytes:
         """The key of the client hashes, from ``client.key`` (made at the first start); ``ClientKeyError`` if the
         file is missing or holds another key than the one recorded. A key kept in the database (earlier layout)
-        is moved to the file, and the database rewritten so that no copy of it is left in a page."""
+        is moved to the file, and the database rewritten (``rewrite`` too) so that no copy of it is left in a page.
+
+        Replicas over one PostgreSQL database each read their own ``state_dir``'s file: the operator copies the
+        first replica's ``client.key`` to the others; one with another key, or none once a key is recorded, refuses
+        to start (a replica racing the first to make one removes the key it made)."""
         path = self.state_dir / KEY_FILE
-        recorded = self.get_meta("client_key_id")
         inside = self.get_meta("client_key")
         if inside is not None:
             if path.exists() and path.read_bytes() != inside:
-                raise ClientKeyError(f"{path} is not the key inside {self.path}; move it aside and start again")
+                raise ClientKeyError(f"{path} is not the key inside {self._db.where}; move it aside and start again")
             write_key(path, inside)
-            with self._tx():
-                self._db.execute("DELETE FROM meta WHERE name = 'client_key'")
-                self._db.execute("INSERT OR REPLACE INTO meta VALUES ('client_key_id', ?)", (key_id(inside),))
-            log.info("the client key moved out of %s into %s (once; the database is rewritten)", self.path, path)
-            self._rewrite = True
-        if self._rewrite:
-            self._db.execute("VACUUM")
-            self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-        if inside is not None:
-            return inside
-        if not path.exists():
-            if recorded is not None:
+            self._tx(lambda: self._move_key_out(inside))
+            log.info("the client key moved out of %s into %s (once; the database is rewritten)", self._db.where, path)
+            rewrite = True
+        if rewrite:
+            self._rewrite()
+        made = not path.exists()
+        if made:
+            if self.get_meta("client_key_id") is not None:
                 raise ClientKeyError(
-                    f"{path} is missing, and {self.path}'s client hashes were made with the key it held: put the old "
-                    f"state directory's client.key there (backups leave it out), or restore the backup with "
-                    f"`lac shuffler restore --new-client-key`, which forgets every client's quota use"
+                    f"{path} is missing, and {self._db.where}'s client hashes were made with the key it held: put the "
+                    f"old state directory's client.key there (backups leave it out; every replica over one PostgreSQL "
+                    f"database holds the same one), or restore the backup with `lac shuffler restore "
+                    f"--new-client-key`, which forgets every client's quota use"
                 )
             write_key(path, os.urandom(32))
         key = path.read_bytes()
-        if recorded is None:
-            with self._tx():
-                self._db.execute("INSERT INTO meta VALUES ('client_key_id', ?)", (key_id(key),))
-        elif recorded != key_id(key):
+        if self._tx(lambda: self._record_key_id(key)) != key_id(key):
+            if made and path.read_bytes() == key:  # another replica recorded its new key first: ours was never used
+                path.unlink()
             raise ClientKeyError(
-                f"{path} is not the key {self.path}'s client hashes were made with: put the old state directory's "
-                f"client.key there, or restore the backup with `lac shuffler restore --new-client-key`"
+                f"{path} is not the key {self._db.where}'s client hashes were made with: put the old state "
+                f"directory's client.key there (every replica over one PostgreSQL database holds the same one), or "
+                f"restore the backup with `lac shuffler restore --new-client-key`"
             )
         return key
+
+    def _move_key_out(self, key: bytes) -> None:
+        """Within a transaction: an earlier layout's key in ``meta`` replaced by its id."""
+        self._db.execute("DELETE FROM meta WHERE name = 'client_key'")
+        self._db.execute("INSERT INTO meta VALUES ('client_key_id', ?) ON CONFLICT (name) DO NOTHING", (key_id(key),))
+
+    def _record_key_id(self, key: bytes) -> bytes:
+        """Within a transaction: the recorded client key's id, ``key``'s if none was recorded yet."""
+        recorded = self.get_meta("client_key_id")
+        if recorded is None:
+            recorded = key_id(key)
+            self._db.execute("INSERT INTO meta VALUES ('client_key_id', ?)", (recorded,))
+        return recorded
+
+    def _rewrite(self) -> None:
+        """Rewrite the database's pages, so that no copy of deleted rows is left in them (SQLite: the file and its
+        WAL; PostgreSQL: the meta table that held the key, its old rows' space given back)."""
+        if self._db.dialect == "sqlite":
+            self._db.execute("VACUUM")
+            self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        else:
+            self._db.execute("VACUUM FULL meta")
+
+    @property
+    def database(self) -> Database:
+        """The database under the log (for ``lac shuffler migrate``)."""
+        return self._db
+
+    def moved_to(self) -> str | None:
+        """The PostgreSQL store this SQLite log was copied to by ``lac shuffler migrate`` (None: not copied)."""
+        value = self.get_meta("moved_to")
+        return None if value is None else value.decode()
 
     def _count_buffered(self, client: bytes | None, n: int) -> None:
         self._buffered += n
@@ -258,9 +288,18 @@ class ReportLog:
         return hmac.new(self._client_key, client_id.encode(), hashlib.sha256).digest()[:16]
 
     def _measure(self) -> int:
-        pages = self._db.execute("PRAGMA page_count").fetchone()[0]
-        free = self._db.execute("PRAGMA freelist_count").fetchone()[0]
-        return (pages - free) * self._page_size
+        """Bytes the log's rows take: SQLite's used pages, or PostgreSQL's tables with their indexes and TOAST."""
+        if self._db.dialect == "sqlite":
+            pages = self._db.execute("PRAGMA page_count").fetchone()[0]
+            free = self._db.execute("PRAGMA freelist_count").fetchone()[0]
+            return int((pages - free) * self._page_size)
+        marks = ", ".join("?" * len(schema.TABLES))
+        (used,) = self._db.execute(
+            f"SELECT COALESCE(SUM(pg_total_relation_size(c.oid)), 0) FROM pg_class c "
+            f"WHERE c.relnamespace = current_schema()::regnamespace AND c.relname IN ({marks})",
+            schema.TABLES,
+        ).fetchone()
+        return int(used)
 
     def append_groups(
         self, groups, window: int, quota: int, max_bytes: int, period_cap: int = 0, period_windows: int = 1
@@ -276,11 +315,12 @@ class ReportLog:
         if self.used_bytes >= max_bytes:
             self.count_reject(RejectReason.LOG_FULL, sum(len(g[0]) for g in groups))
             return [LOG_FULL] * len(groups)
-        results: list[list[bool] | str] = []
-        bumps: Counter[str] = Counter()
-        added: list[tuple[bytes | None, int]] = []
         db = self._db
-        with self._tx():
+
+        def store() -> tuple[list[list[bool] | str], list[tuple[bytes | None, int]]]:
+            results: list[list[bool] | str] = []
+            bumps: Counter[str] = Counter()
+            added: list[tuple[bytes | None, int]] = []
             known = self._known([it[0] for items, _ in groups for it in items])
             for items, client in groups:
                 metered = client is not None
@@ -308,8 +348,8 @@ class ReportLog:
                     if over is None and n_new and period_cap:
                         over = self._count_window(client, window, period_cap, period_windows)
                     if over is not None:
-                        db.execute("ROLLBACK TO g")
-                        db.execute("RELEASE g")
+                        db.execute("ROLLBACK TO SAVEPOINT g")
+                        db.execute("RELEASE SAVEPOINT g")
                         known.difference_update(f[0] for f in fresh)
                         reason = RejectReason.QUOTA if over == OVER_QUOTA else RejectReason.PERIOD_CAP
                         bumps["reject:" + reason] += len(items)
@@ -317,11 +357,11 @@ class ReportLog:
                         continue
                     if n_new:
                         db.execute(
-                            "INSERT INTO window_quota VALUES (?, ?, ?) ON CONFLICT(win, client) "
-                            "DO UPDATE SET n = n + excluded.n",
+                            "INSERT INTO window_quota VALUES (?, ?, ?) ON CONFLICT (win, client) "
+                            "DO UPDATE SET n = window_quota.n + excluded.n",
                             (window, client, n_new),
                         )
-                    db.execute("RELEASE g")
+                    db.execute("RELEASE SAVEPOINT g")
                 bumps["accepted"] += n_new
                 bumps["duplicates"] += len(stored) - n_new
                 if n_new:
@@ -329,6 +369,9 @@ class ReportLog:
                 results.append(stored)
             self._bump_all(bumps)
             self._save_unsaved()
+            return results, added
+
+        results, added = self._tx(store)
         self.commits += 1
         for client, n in added:
             self._count_buffered(client, n)
@@ -348,8 +391,8 @@ class ReportLog:
         if (row[0] if row else 0) >= cap:
             return OVER_PERIOD_CAP
         self._db.execute(
-            "INSERT INTO period_use VALUES (?, ?, 1, ?) ON CONFLICT(period, client) "
-            "DO UPDATE SET windows = windows + 1, last_window = excluded.last_window",
+            "INSERT INTO period_use VALUES (?, ?, 1, ?) ON CONFLICT (period, client) "
+            "DO UPDATE SET windows = period_use.windows + 1, last_window = excluded.last_window",
             (period, client, window),
         )
         return None
@@ -376,14 +419,19 @@ class ReportLog:
         Returns True if it rotated. Ids are then remembered for between one and two windows.
         """
         now = time.time() if now is None else now
-        since = float(self._db.execute("SELECT value FROM meta WHERE name = 'seen_since'").fetchone()[0])
-        if now - since < window_seconds:
-            return False
-        with self._tx():
+
+        def rotate() -> bool:  # the start read in the transaction: two replicas rotate once
+            since = float(self._db.execute("SELECT value FROM meta WHERE name = 'seen_since'").fetchone()[0])
+            if now - since < window_seconds:
+                return False
             self._db.execute("DROP TABLE seen_prev")
             self._db.execute("ALTER TABLE seen RENAME TO seen_prev")
-            self._db.execute(_SEEN_TABLE.format("seen"))
+            self._db.execute(schema.seen_table(self._db, "seen"))
             self._db.execute("UPDATE meta SET value = ? WHERE name = 'seen_since'", (repr(now).encode(),))
+            return True
+
+        if not self._tx(rotate):
+            return False
         self.used_bytes = self._measure()
         return True
 
@@ -414,7 +462,8 @@ class ReportLog:
         """
         if self.takeable() - reserve < max(threshold, 1):
             return None
-        with self._tx():
+
+        def take() -> tuple[list[Row], Selection, list[str]] | None:
             held = self._held()
             rows = [
                 Row._make(r)
@@ -452,6 +501,12 @@ class ReportLog:
                     "dropped_crowd_threshold": sel.dropped_crowd,
                 }
             )
+            return rows, sel, batch_ids
+
+        taken = self._tx(take)
+        if taken is None:
+            return None
+        rows, sel, batch_ids = taken
         by_client = {r.seq: r.client for r in rows}
         for seq in sel.taken:
             self._count_buffered(by_client[seq], -1)
@@ -482,13 +537,15 @@ class ReportLog:
 
     def get_meta(self, name: str) -> bytes | None:
         row = self._db.execute("SELECT value FROM meta WHERE name = ?", (name,)).fetchone()
-        return row[0] if row else None
+        return bytes(row[0]) if row else None
 
     def set_meta(self, name: str, value: bytes) -> None:
-        with self._tx():
-            self._db.execute(
-                "INSERT INTO meta VALUES (?, ?) ON CONFLICT(name) DO UPDATE SET value = excluded.value", (name, value)
-            )
+        self._tx(lambda: self._set_meta(name, value))
+
+    def _set_meta(self, name: str, value: bytes) -> None:
+        self._db.execute(
+            "INSERT INTO meta VALUES (?, ?) ON CONFLICT (name) DO UPDATE SET value = excluded.value", (name, value)
+        )
 
     def pending_batches(self) -> list[str]:
         """The batches to deliver, oldest first (dead letters are not)."""
@@ -501,12 +558,16 @@ class ReportLog:
 
     def dead_letter(self, batch_id: str, refusal: str) -> None:
         """Set a pending batch aside as a dead letter: the curator refused it for good (``refusal``)."""
-        with self._tx():
+
+        def set_aside() -> None:
             done = self._db.execute(
-                "UPDATE batches SET dead = ?, dead_at = ? WHERE batch_id = ? AND delivered = 0 AND dead IS NULL",
+                "UPDATE batches SET dead = ?, dead_at = ? WHERE batch_id = ? AND delivered = 0 AND dead IS NULL "
+                "RETURNING batch_id",
                 (refusal, time.time(), batch_id),
-            ).rowcount
-            self._bump_all({"batches_dead_lettered": done})
+            ).fetchall()
+            self._bump_all({"batches_dead_lettered": len(done)})
+
+        self._tx(set_aside)
 
     def dead_letters(self) -> list[tuple[str, int, str, float, bytes | None]]:
         """(batch id, reports, refusal, since, privacy statement) of every dead letter, oldest first."""
@@ -532,17 +593,21 @@ class ReportLog:
     def retry_dead(self, batch_ids: list[str] | None = None) -> list[tuple[str, int]]:
         """Make dead letters (those named; all: None) pending again; (id, reports) of each. KeyError for an id
         that is not a dead letter."""
-        with self._tx():
+
+        def retry() -> list[tuple[str, int, str]]:
             chosen = self._select_dead(batch_ids)
             self._db.executemany(
                 "UPDATE batches SET dead = NULL, dead_at = NULL WHERE batch_id = ?", [(b,) for b, _, _ in chosen]
             )
-        return [(b, n) for b, n, _ in chosen]
+            return chosen
+
+        return [(b, n) for b, n, _ in self._tx(retry)]
 
     def drop_dead(self, batch_ids: list[str] | None = None) -> list[tuple[str, int]]:
         """Delete dead letters (those named; all: None) and their reports, which are then never delivered;
         (id, reports) of each. KeyError for an id that is not a dead letter."""
-        with self._tx():
+
+        def drop() -> list[tuple[str, int, str]]:
             chosen = self._select_dead(batch_ids)
             for batch_id, _, release_id in chosen:
                 (packed,) = self._db.execute("SELECT seqs FROM batches WHERE batch_id = ?", (batch_id,)).fetchone()
@@ -555,6 +620,9 @@ class ReportLog:
                     "reports_dropped_dead_letter": sum(n for _, n, _ in chosen),
                 }
             )
+            return chosen
+
+        chosen = self._tx(drop)
         self.used_bytes = self._measure()
         return [(b, n) for b, n, _ in chosen]
 
@@ -572,16 +640,18 @@ class ReportLog:
         for i in range(0, len(keys), 10_000):
             chunk = keys[i : i + 10_000]
             found.update(
-                self._db.execute(f"SELECT seq, payload FROM buffer WHERE seq IN ({','.join('?' * len(chunk))})", chunk)
+                (seq, bytes(payload))
+                for seq, payload in self._db.execute(
+                    f"SELECT seq, payload FROM buffer WHERE seq IN ({','.join('?' * len(chunk))})", chunk
+                )
             )
         if len(found) != n or len(order) != n:
             raise RuntimeError(f"report log damaged: batch {batch_id} has {len(found)} of its {n} reports")
         body = wire.batch_header(batch_id) + b"".join([found[seq] for seq in order.tolist()])
-        return StoredBatch(n, body, privacy, first, last, bool(distinct))
+        return StoredBatch(n, body, None if privacy is None else bytes(privacy), first, last, bool(distinct))
 
     def set_privacy(self, batch_id: str, privacy: bytes) -> None:
-        with self._tx():
-            self._db.execute("UPDATE batches SET privacy = ? WHERE batch_id = ?", (privacy, batch_id))
+        self._tx(lambda: self._db.execute("UPDATE batches SET privacy = ? WHERE batch_id = ?", (privacy, batch_id)))
 
     def recent_batches(self, limit: int = 10) -> list[tuple[str, int, bool, bytes | None, str | None]]:
         """(id, reports, delivered, statement, refusal of a dead letter) of the newest batches, newest first."""
@@ -592,7 +662,8 @@ class ReportLog:
     def delivered(self, batch_id: str) -> None:
         """Note that the curator acknowledged a batch. Once every batch of its release is acknowledged, the
         release's rows are deleted and its batches keep only their metadata (the newest ones, a while)."""
-        with self._tx():
+
+        def note() -> None:
             row = self._db.execute(
                 "UPDATE batches SET delivered = 1 WHERE batch_id = ? AND delivered = 0 RETURNING n, release_id",
                 (batch_id,),
@@ -606,6 +677,8 @@ class ReportLog:
                     "(SELECT rowid FROM batches WHERE delivered = 1 ORDER BY rowid DESC LIMIT ?)",
                     (KEEP_DELIVERED,),
                 )
+
+        self._tx(note)
         self.used_bytes = self._measure()
 
     def _finish_release(self, release_id: str) -> None:
@@ -624,9 +697,12 @@ class ReportLog:
     def prune_quota(self, window: int, period_windows: int = 1) -> None:
         """Delete the quota counters of accounting windows before ``window``, and the windows counted
         against the cap in periods (of ``period_windows`` windows) before ``window``'s."""
-        with self._tx():
+
+        def prune() -> None:
             self._db.execute("DELETE FROM window_quota WHERE win < ?", (window,))
             self._db.execute("DELETE FROM period_use WHERE period < ?", (window // period_windows,))
+
+        self._tx(prune)
 
     def count_reject(self, reason: RejectReason, n: int = 1) -> None:
         """Count ``n`` rejected reports (in memory; saved by the next write). Any thread."""
@@ -635,7 +711,7 @@ class ReportLog:
 
     def counters(self) -> dict[str, int]:
         """Every counter, saved or not yet saved."""
-        out = Counter(dict(self._db.execute("SELECT name, value FROM counters")))
+        out = Counter({str(k): int(v) for k, v in self._db.execute("SELECT name, value FROM counters")})
         with self._unsaved_lock:
             out.update(self._unsaved)
         return dict(out)
@@ -643,13 +719,12 @@ class ReportLog:
     def probe(self, nbytes: int = PROBE_BYTES) -> None:
         """A real durable write of ``nbytes`` (replacing the previous probe's): raises if the log cannot
         be written. Also saves the counters kept in memory."""
-        with self._tx():
-            self._db.execute(
-                "INSERT INTO meta VALUES ('write_probe', randomblob(?)) ON CONFLICT(name) "
-                "DO UPDATE SET value = excluded.value",
-                (nbytes,),
-            )
+
+        def write() -> None:
+            self._set_meta("write_probe", os.urandom(nbytes))
             self._save_unsaved()
+
+        self._tx(write)
         self.used_bytes = self._measure()
 
     def save_counters(self) -> None:
@@ -657,12 +732,14 @@ class ReportLog:
         with self._unsaved_lock:
             if not self._unsaved:
                 return
-        with self._tx():
-            self._save_unsaved()
+        self._tx(self._save_unsaved)
 
-    def free_bytes(self) -> int:
+    def free_bytes(self) -> int | None:
         """Space the log can still grow into: free space of the state directory's filesystem (for an
-        unprivileged writer) plus the free pages inside the database, which new writes reuse."""
+        unprivileged writer) plus the free pages inside the database, which new writes reuse. None on
+        PostgreSQL, whose disk is the server's (it answers a full disk with an error, a storage failure)."""
+        if self._db.dialect != "sqlite":
+            return None
         st = os.statvfs(self.state_dir)
         free_pages = self._db.execute("PRAGMA freelist_count").fetchone()[0]
         return st.f_bavail * st.f_frsize + free_pages * self._page_size
@@ -675,13 +752,29 @@ class ReportLog:
         self._bump_all(taken)
 
     def _bump_all(self, bumps) -> None:
-        self._db.executemany(
-            "INSERT INTO counters VALUES (?, ?) ON CONFLICT(name) DO UPDATE SET value = value + ?",
-            ((k, v, v) for k, v in bumps.items() if v),
-        )
+        bump_counters(self._db, bumps)
 
-    def _tx(self):
-        return _Transaction(self)
+    def _tx(self, fn: Callable[[], T]) -> T:
+        """``fn()`` in one transaction (``Database.transaction``). The in-memory counters it took
+        (``_save_unsaved``) are given back if it fails, and before it runs again after a conflict."""
+
+        def attempt() -> T:
+            self._give_back()
+            return fn()
+
+        try:
+            return self._db.transaction(attempt)
+        except BaseException:
+            self._give_back()
+            raise
+        finally:
+            self._taken = Counter()
+
+    def _give_back(self) -> None:
+        if self._taken:
+            with self._unsaved_lock:
+                self._unsaved.update(self._taken)
+            self._taken = Counter()
 
 
 def _pack(seqs) -> bytes:
@@ -691,38 +784,3 @@ def _pack(seqs) -> bytes:
 
 def _unpack(packed: bytes) -> np.ndarray:
     return np.frombuffer(packed, dtype="<i8")
-
-
-class _Transaction:
-    """BEGIN IMMEDIATE ... COMMIT; on any failure (including a failed COMMIT) the transaction is
-    rolled back, if SQLite has not already done so, and the original error is raised."""
-
-    def __init__(self, log: ReportLog):
-        self.log = log
-        self.db = log._db
-
-    def __enter__(self):
-        if self.db.in_transaction:  # left open by an earlier failure SQLite did not roll back itself
-            self.db.execute("ROLLBACK")
-        self.log._taken = Counter()
-        self.db.execute("BEGIN IMMEDIATE")
-
-    def __exit__(self, exc_type, exc, tb):
-        try:
-            if exc_type is None:
-                self.db.execute("COMMIT")
-                return False
-        except BaseException:
-            self._undo()
-            raise
-        self._undo()
-        return False
-
-    def _undo(self) -> None:
-        if self.log._taken:
-            with self.log._unsaved_lock:
-                self.log._unsaved.update(self.log._taken)
-        if self.db.in_transaction:
-            # The original error is the one to report; the next BEGIN retries the rollback.
-            with suppress(sqlite3.Error):
-                self.db.execute("ROLLBACK")

@@ -48,7 +48,6 @@ import json
 import logging
 import math
 import time
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import suppress
 
 import grpc
@@ -69,7 +68,14 @@ from lac.common.rpc import parse_names
 from lac.common.serde import deployment_from_proto, deployment_to_proto
 from lac.common.server import Health
 from lac.common.statelock import StateDirLock
-from lac.common.storage import STABLE_SECONDS, LowDiskSpace, StorageFailed, StorageGuard, storage_failure_reason
+from lac.common.storage import (
+    STABLE_SECONDS,
+    LowDiskSpace,
+    StorageFailed,
+    StorageGuard,
+    StoreThread,
+    storage_failure_reason,
+)
 from lac.common.v1 import curator_pb2, curator_pb2_grpc, reports_pb2, shuffler_pb2
 from lac.common.version import server_version
 from lac.shuffler import amplification, wire
@@ -236,8 +242,7 @@ class Shuffler:
                 "there is no per-client quota and batches carry no distinct-client guarantee. Local demos "
                 "and tests only."
             )
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="reportlog")
-        self._log = ReportLog(config.state_dir)
+        self._log = ReportLog(config.state_dir, config.store)
         self._wake_forwarder = asyncio.Event()
         self._pending: list = []  # (items, client key, future, arrival time, payload bytes) per Submit
         self._pending_bytes = 0
@@ -248,11 +253,12 @@ class Shuffler:
             "Submit answers UNAVAILABLE and health is NOT_SERVING; acknowledged reports are kept",
             probe=self._probe,
             on_change=self._storage_changed,
-            check_space=lambda: self._run_raw(self._check_space),
+            check_space=lambda: self._store.raw(self._check_space),
             advice="the reports may or may not be stored: retry later with the same idempotency ids",
             stall_seconds=config.commit_timeout_seconds,
             stall_setting="commit_timeout_seconds",
         )
+        self._store = StoreThread("reportlog", self.storage)
         self.disk_free_bytes: int | None = None
         self._tasks: list[asyncio.Task] = []
         self._threshold = self._draw_threshold()
@@ -357,22 +363,6 @@ class Shuffler:
 
     # ------------------------------------------------------------------ plumbing
 
-    async def _run_raw(self, fn, *args):
-        return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
-
-    async def _run(self, fn, *args):
-        """``fn(*args)`` on the report log's thread; a storage failure is noted (``self.storage``) and
-        raised as StorageFailed."""
-        return await self.storage.run(self._executor, fn, *args)
-
-    async def _durably(self, fn, *args):
-        """``_run`` retried after each storage recovery until it succeeds (for background work)."""
-        while True:
-            try:
-                return await self._run(fn, *args)
-            except StorageFailed:
-                await self.storage.wait_ok()
-
     def _storage_changed(self, ok: bool) -> None:
         self._set_health()
         if ok:
@@ -387,7 +377,7 @@ class Shuffler:
         below ``min_free_disk_bytes``."""
         free = self._log.free_bytes()
         self.disk_free_bytes = free
-        if free < self.config.min_free_disk_bytes:
+        if free is not None and free < self.config.min_free_disk_bytes:
             raise LowDiskSpace(
                 f"{free} bytes free for the report log, fewer than min_free_disk_bytes="
                 f"{self.config.min_free_disk_bytes}"
@@ -399,7 +389,7 @@ class Shuffler:
 
     async def _probe(self) -> None:
         """The test write after a storage failure; a release that failed must work too before ingest resumes."""
-        await self._run_raw(self._test_write)
+        await self._store.raw(self._test_write)
         await self._release_on_threshold()
 
     async def _release_on_threshold(self) -> None:
@@ -469,10 +459,10 @@ class Shuffler:
                 fut.set_result(Unavailable("shuffler is shutting down; retry"))
         self._pending, self._pending_bytes = [], 0
         with suppress(StorageFailed):
-            await self._run(self._log.save_counters)
+            await self._store.run(self._log.save_counters)
         with suppress(StorageFailed):
-            await self._run(self._log.close)
-        self._executor.shutdown()
+            await self._store.run(self._log.close)
+        self._store.shutdown()
         self._state_lock.release()
 
     # ------------------------------------------------------------------ ingest
@@ -611,7 +601,7 @@ class Shuffler:
         """One group commit of ``batch``: a result or an exception per call. A commit that takes longer
         than commit_timeout_seconds marks the storage as stalled (its callers have given up by then)."""
         try:
-            return await self._run(self._commit_groups, [(b[0], b[1]) for b in batch], self.window())
+            return await self._store.run(self._commit_groups, [(b[0], b[1]) for b in batch], self.window())
         except StorageFailed:
             return [self.storage.unavailable() for _ in batch]
         except Exception:
@@ -628,7 +618,7 @@ class Shuffler:
         drawn anew after each release; it counts distinct clients among the buffered reports.
         """
         cfg = self.config
-        released = await self._run(
+        released = await self._store.run(
             self._log.release, self._threshold, cfg.subsample_q, cfg.crowd_threshold, cfg.max_batch_bytes, reserve
         )
         if released is None:
@@ -774,7 +764,7 @@ class Shuffler:
         if d != self._deployment:
             log.info("curator deployment: %s", d.report_guarantee().statement())
             with suppress(StorageFailed):  # only the cache for the next start; logged once as a storage failure
-                await self._run(self._log.set_meta, "deployment", reply.SerializeToString())
+                await self._store.run(self._log.set_meta, "deployment", reply.SerializeToString())
         self._deployment, self._deployment_at = d, time.monotonic()
         return d
 
@@ -789,9 +779,9 @@ class Shuffler:
         while True:
             await asyncio.sleep(interval - time.time() % interval + 0.001)
             await self.flush("end of release interval")
-            await self._run(self._log.prune_quota, self.window(), self._period)
-            await self._run(self._log.rotate_seen, self.config.idempotency_window_days * 86400.0)
-            await self._run(self._log.save_counters)
+            await self._store.run(self._log.prune_quota, self.window(), self._period)
+            await self._store.run(self._log.rotate_seen, self.config.idempotency_window_days * 86400.0)
+            await self._store.run(self._log.save_counters)
 
     def _forward_backoff(self) -> retry.Backoff:
         """The forwarder's back-off (deployment fetches and deliveries alike): waits drawn below 0.5, 1, 2...
@@ -831,7 +821,7 @@ class Shuffler:
                         await asyncio.wait_for(self._wake_forwarder.wait(), fresh)
                     self._wake_forwarder.clear()
                     _reap(sending)
-                    for batch_id in await self._run(self._log.pending_batches):
+                    for batch_id in await self._store.run(self._log.pending_batches):
                         if batch_id in sending:
                             continue
                         while len(sending) >= self.config.forward_in_flight:
@@ -849,14 +839,14 @@ class Shuffler:
         """Send one pending batch until the curator acknowledges it, then mark it delivered."""
         backoff = self._forward_backoff()
         ceiling = backoff.initial  # of the next wait; each batch in flight backs off on its own
-        batch = await self._run(self._log.batch, batch_id)
+        batch = await self._store.run(self._log.batch, batch_id)
         privacy = batch.privacy
         if privacy is None:
             await self._refresh_deployment(channel)
             deployment = self.deployment()  # known: set before the forwarder sends anything, never unset
             stmt = await asyncio.get_running_loop().run_in_executor(None, self.privacy, batch, deployment)
             privacy = stmt.SerializeToString()
-            await self._durably(self._log.set_privacy, batch_id, privacy)
+            await self._store.durably(self._log.set_privacy, batch_id, privacy)
         body, n = wire.with_privacy(batch.body, privacy), batch.n
         del batch  # its body: only ``body`` is kept while the batch is in flight
         while True:
@@ -891,7 +881,7 @@ class Shuffler:
                 ceiling = backoff.grow(ceiling)
                 continue
             self.metrics.forward_seconds.labels("OK").observe(time.perf_counter() - sent)
-            await self._durably(self._log.delivered, batch_id)
+            await self._store.durably(self._log.delivered, batch_id)
             log.info(
                 "curator acknowledged batch %s (%d accepted, %d rejected%s)",
                 batch_id,
@@ -911,7 +901,7 @@ class Shuffler:
 
     async def _set_aside(self, batch_id: str, refusal: str) -> None:
         """Make a batch the curator refused for good a dead letter, so the batches after it are delivered."""
-        await self._durably(self._log.dead_letter, batch_id, refusal)
+        await self._store.durably(self._log.dead_letter, batch_id, refusal)
         log.error(
             "the curator refused batch %s for good (%s): set aside as a dead letter, newer batches go on; see "
             "`lac shuffler dead-letter list`, then retry or drop it",
@@ -924,7 +914,7 @@ class Shuffler:
 
     async def dead_letters(self) -> shuffler_pb2.DeadLetters:
         """Every dead letter, oldest first."""
-        rows = await self._run(self._log.dead_letters)
+        rows = await self._store.run(self._log.dead_letters)
         return shuffler_pb2.DeadLetters(
             batches=[
                 shuffler_pb2.DeadLetter(
@@ -945,7 +935,9 @@ class Shuffler:
         if any(len(b) > MAX_BATCH_ID_CHARS for b in batch_ids):  # their number is bounded before parsing
             raise InvalidArgument(f"batch ids have at most {MAX_BATCH_ID_CHARS} characters")
         try:
-            done = await self._run(self._log.drop_dead if drop else self._log.retry_dead, None if every else batch_ids)
+            done = await self._store.run(
+                self._log.drop_dead if drop else self._log.retry_dead, None if every else batch_ids
+            )
         except KeyError as exc:
             unknown = exc.args[0]
             named = ", ".join(repr(b[:40]) for b in unknown[:3]) + (
@@ -968,10 +960,10 @@ class Shuffler:
     # ------------------------------------------------------------------ operator view
 
     async def status(self) -> shuffler_pb2.ShufflerStatus:
-        counters = await self._run(self._log.counters)
-        pending = await self._run(self._log.pending_batches)
-        dead = await self._run(self._log.dead_letters)
-        recent = await self._run(self._log.recent_batches)
+        counters = await self._store.run(self._log.counters)
+        pending = await self._store.run(self._log.pending_batches)
+        dead = await self._store.run(self._log.dead_letters)
+        recent = await self._store.run(self._log.recent_batches)
         cfg = self.config
         notes = [
             f"STORAGE FAILING: {self.storage.error}; " if self.storage.error else "",
@@ -1016,15 +1008,15 @@ class Shuffler:
         return self._pending_bytes
 
     async def counters(self) -> dict[str, int]:
-        return await self._run(self._log.counters)
+        return await self._store.run(self._log.counters)
 
     async def batches_pending(self) -> int:
         """Released batches the curator has not acknowledged yet (dead letters aside)."""
-        return len(await self._run(self._log.pending_batches))
+        return len(await self._store.run(self._log.pending_batches))
 
     async def batches_dead_letter(self) -> int:
         """Batches the curator refused for good, set aside."""
-        return len(await self._run(self._log.dead_letters))
+        return len(await self._store.run(self._log.dead_letters))
 
     def buffered(self) -> int:
         return self._log.buffered()

@@ -30,7 +30,17 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
-from lac.common.backup import copy_file, drop_sidecars, read_backup, sha256_file, start_backup, verify, write_manifest
+from lac.common.backup import (
+    copy_file,
+    drop_sidecars,
+    moved_to,
+    read_backup,
+    sha256_file,
+    start_backup,
+    verify,
+    write_manifest,
+)
+from lac.common.database import SqliteDatabase
 from lac.common.files import fsync_dir, private_dir
 from lac.common.statelock import StateDirLock
 from lac.curator.store import journal
@@ -76,7 +86,15 @@ def _files(db_path: Path) -> list[str]:
 
 def backup(state_dir: Path, dest: Path) -> dict:
     """Copy the curator state in ``state_dir`` (live or stopped) into ``dest`` (created 0700; must not
-    hold a backup already). Returns the manifest."""
+    hold a backup already). Returns the manifest. Refused for a state whose database was copied to PostgreSQL
+    (``lac curator migrate``): back that up with PostgreSQL's tools."""
+    moved = moved_to(state_dir / DB_NAME, "key")
+    if moved is not None:
+        raise ValueError(
+            f"{state_dir}'s database was copied to the PostgreSQL store {moved} (lac curator migrate): back that "
+            f"database up with pg_dump or PostgreSQL's continuous archiving, and {state_dir}'s segments/ and "
+            f"releases/ with it; the SQLite database left there is no longer the curator's state"
+        )
     database = start_backup(state_dir, dest, DB_NAME, FORMAT, "curator database")
     files = {}
     for rel in _files(dest / DB_NAME):
@@ -132,7 +150,7 @@ def restore(source: Path, state_dir: Path, force: bool = False, carry_journal: P
         if target.exists():  # --force: keep its charges, then no database while files change
             old = sqlite3.connect(target, isolation_level=None)
             try:
-                journal.reconcile(old, state_dir)
+                journal.reconcile(SqliteDatabase.wrap(old, str(target)), state_dir)
             finally:
                 old.close()
             target.unlink()
@@ -146,7 +164,7 @@ def restore(source: Path, state_dir: Path, force: bool = False, carry_journal: P
         fsync_dir(state_dir)
         restored = sqlite3.connect(f"file:{target}?mode=ro", uri=True)
         try:
-            in_backup = {c.key for c in journal.database_charges(restored)}
+            in_backup = {c.key for c in journal.database_charges(SqliteDatabase.wrap(restored, str(target)))}
         finally:
             restored.close()
     kept = [c for c in journal.read(state_dir / journal.JOURNAL_NAME) if c.key not in in_backup]

@@ -42,13 +42,27 @@ def register(subparsers) -> None:
         help="convert the .npz segments of earlier versions to Parquet and remove the reports' words that "
         "earlier versions kept in their Parquet segments (run with the curator stopped)",
     )
-    mig.add_argument(
-        "--state-dir",
-        type=Path,
-        default=CuratorConfig.state_dir,
-        help=f"the curator's state directory [default: {CuratorConfig.state_dir}]",
-    )
     mig.set_defaults(func=_migrate_segments)
+
+    to_pg = sub.add_parser(
+        "migrate",
+        help="copy a stopped curator's SQLite state into an empty PostgreSQL database (then serve with --store URL)",
+        description="Copy every row of the curator's SQLite database (batches, report ids of the replay window, "
+        "quarantine, releases and their request ids, the ledger, noisy counts, exports, counters, the recorded "
+        "privacy unit) into an empty PostgreSQL database, in one transaction that commits only when every table's "
+        "row count and checksum read back equal the source's. A target that holds any state is refused. The "
+        "curator must be stopped (refused while one holds the state directory). The files stay in --state-dir: "
+        "start the curator with --store URL and the same --state-dir. curator.sqlite is kept, marked as copied: a "
+        "curator started on it refuses.",
+    )
+    to_pg.add_argument(
+        "--to",
+        required=True,
+        metavar="URL",
+        help="postgresql://USER@HOST:PORT/DB (needs lac-curator[postgresql]; the password from PGPASSWORD or "
+        "~/.pgpass)",
+    )
+    to_pg.set_defaults(func=_migrate)
 
     bak = sub.add_parser(
         "backup",
@@ -80,7 +94,7 @@ def register(subparsers) -> None:
     res.add_argument(
         "--force", action="store_true", help="replace an existing curator database (not while a curator runs on it)"
     )
-    for q in (bak, res):
+    for q in (mig, to_pg, bak, res):
         q.add_argument(
             "--state-dir",
             type=Path,
@@ -230,6 +244,15 @@ def _migrate_segments(args) -> int:
     print(
         f"migrated {n} segment(s) in {args.state_dir} to Parquet; removed the reports' words from {stripped} segment(s)"
     )
+    return 0
+
+
+def _migrate(args) -> int:
+    from lac.common.backup import migrate_command
+    from lac.curator.store.store import copy_to_postgres
+
+    stays = "its segments, releases and ledger journal"
+    print(migrate_command("curator", args.state_dir, args.to, "curator.sqlite", copy_to_postgres, stays))
     return 0
 
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from lac.common.config import ServiceSettings, setting
+from lac.common.database import is_postgres_url
 from lac.common.deployment import DEFAULT_EMBEDDING, DEFAULT_EMBEDDING_DIAMETER, Deployment
 from lac.common.rpc import Role, parse_names
 from lac.curator.release.errorbars import DRAWS
@@ -30,7 +31,17 @@ class CuratorConfig(ServiceSettings):
     host: str = setting("127.0.0.1", "address to listen on")
     port: int = setting(50052, "port to listen on (0 = any free port)")
     port_file: Path | None = setting(None, "write the bound port to this file once serving")
-    state_dir: Path = setting(Path("lac-state/curator"), "directory of the report store and releases")
+    state_dir: Path = setting(
+        Path("lac-state/curator"),
+        "directory of the report store's files (segments, releases, the ledger journal) and, without store, its "
+        "SQLite database",
+    )
+    store: str = setting(
+        "",
+        "the curator's database: empty for SQLite (curator.sqlite in state_dir), or a postgresql://USER@HOST:PORT/DB "
+        "URL (needs lac-curator[postgresql]; the password from PGPASSWORD or ~/.pgpass, not the URL); "
+        "`lac curator migrate --to URL` copies a SQLite state there",
+    )
     public_corpus: Path | None = setting(
         None, "public text for the prior and release vocabulary (default: the corpus prepared by `lac data`)"
     )
@@ -343,6 +354,8 @@ class CuratorConfig(ServiceSettings):
             raise ValueError("release_workers must be at least 1")
         if self.error_bar_draws < 2:
             raise ValueError("error_bar_draws must be at least 2")
+        if self.store and not is_postgres_url(self.store):
+            raise ValueError("store must be empty (SQLite in state_dir) or a postgresql:// URL")
         _ = self.deployment  # validates the published configuration
 
     @property

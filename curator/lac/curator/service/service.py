@@ -41,7 +41,6 @@ import threading
 import time
 import uuid
 from collections import Counter, OrderedDict
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, replace
 from functools import partial
 from pathlib import Path
@@ -58,7 +57,7 @@ from lac.common.rng import RandomSource, secure_generator
 from lac.common.rpc import Role
 from lac.common.server import Health
 from lac.common.statelock import StateDirLock
-from lac.common.storage import StorageGuard
+from lac.common.storage import StorageGuard, StoreThread
 from lac.common.text import BOS, EOS, UNK
 from lac.common.text import sentences as split_sentences
 from lac.common.v1 import curator_pb2
@@ -192,7 +191,11 @@ class Curator:
         self.exporting = bool(config.roles[Role.EXPORT])  # reports' words are kept only then (for export)
         try:
             self.store = CuratorStore(
-                config.state_dir, config.quarantine_max_rows, config.min_free_disk_bytes, keep_words=self.exporting
+                config.state_dir,
+                config.quarantine_max_rows,
+                config.min_free_disk_bytes,
+                keep_words=self.exporting,
+                store=config.store,
             )
         except BaseException:
             self._state_lock.release()
@@ -215,15 +218,16 @@ class Curator:
         self.health = Health(SERVICE_NAMES)
         self._health_lock = threading.Lock()
         self.storage = StorageGuard(
-            "curator storage (segments and SQLite)",
+            f"curator storage (segments and {'PostgreSQL' if config.store else 'SQLite'})",
             "IngestBatch and Release answer UNAVAILABLE and health is "
             "NOT_SERVING; acknowledged batches and releases are kept",
-            probe=lambda: self._run_raw(self.store.probe),
+            probe=lambda: self._store.raw(self.store.probe),
             on_change=self._serving,
-            check_space=lambda: self._run_raw(self.store.check_space),
+            check_space=lambda: self._store.raw(self.store.check_space),
             stall_seconds=config.stall_timeout_seconds,
             stall_setting="stall_timeout_seconds",
         )
+        self._store = StoreThread("curator-store", self.storage)
         self._inflight: dict[str, tuple[str, asyncio.Task]] = {}  # releases running, by request id
         self._rng = rng  # None: a fresh CSPRNG generator per release (production)
         self._bootstrap = Bootstrap(config.error_bar_draws)  # its own generator, seeded from the OS per release
@@ -237,7 +241,6 @@ class Curator:
                 "data-dependent releases are enabled: they are NOT differentially private (labelled so, "
                 "never charged to the budget)"
             )
-        self._db = ThreadPoolExecutor(max_workers=1, thread_name_prefix="curator-store")
         # where releases' aggregations run (lac.curator.release.engine); noise and ledger stay here
         self.engine = create_engine(config.engine, config.spark_master, config.release_workers)
         ingest = IngestContext.of(config, self.keyring, vocab.max_n)
@@ -270,14 +273,6 @@ class Curator:
         with self._health_lock:
             self.health.set_serving(self.storage.ok and self._ingest.ok)
 
-    async def _run_raw(self, fn, *args):
-        return await asyncio.get_running_loop().run_in_executor(self._db, fn, *args)
-
-    async def _run(self, fn, *args):
-        """``fn(*args)`` on the store's thread; a storage failure is noted (``self.storage``: one log line,
-        health NOT_SERVING, test writes until it works again) and raised as UNAVAILABLE with retry-after."""
-        return await self.storage.run(self._db, fn, *args)
-
     def start(self) -> None:
         """Start the background parts (on the running event loop): the storage watch (free space, test
         writes after a failure) and the metrics endpoint, if configured."""
@@ -297,7 +292,7 @@ class Curator:
         if self.exporting:
             before = self.deployment.window(time.time() - self.config.export_retention_days * 86400.0)
         async with self._words_lock:
-            n = await self._run(self.store.purge_words, before)
+            n = await self._store.run(self.store.purge_words, before)
         if n:
             log.info(
                 "deleted the words of %d batch(es) (%s)",
@@ -379,8 +374,8 @@ class Curator:
             await asyncio.to_thread(self._ingest.close)
             if self._ingest_started is not None:  # ended by close (it never raises)
                 await asyncio.wait({self._ingest_started})
-            await self._run(self.store.close)
-            self._db.shutdown()
+            await self._store.run(self.store.close)
+            self._store.shutdown()
             for engine in (self.engine, self._spark):  # the Spark sessions this curator started
                 stop = getattr(engine, "stop", None)
                 if stop is not None:
@@ -448,11 +443,13 @@ class Curator:
             raise InvalidArgument("batch_id must be 1..128 characters")
         self.storage.check()  # failing storage: UNAVAILABLE at once, the shuffler keeps the batch and retries
         tracing.set_attributes({"lac.batch_id": batch.batch_id, "lac.reports": len(batch.payloads)})
-        if await self._run(self.store.has_batch, batch.batch_id):
+        if await self._store.run(self.store.has_batch, batch.batch_id):
             tracing.set_attributes({"lac.duplicate": True})
             return curator_pb2.IngestBatchResponse(batch_id=batch.batch_id, duplicate=True)
         windows = self._batch_windows(batch)
-        await self._run(self.store.check_not_exported, batch.batch_id, windows[1])  # fail fast; re-checked on store
+        await self._store.run(
+            self.store.check_not_exported, batch.batch_id, windows[1]
+        )  # fail fast; re-checked on store
         chunks = await self._ingest.count(batch.payloads)  # on ingest_workers processes; Unavailable if one died
         ids = [rid for c in chunks for rid in c.ids]
         quarantined = [q for c in chunks for q in c.quarantined]
@@ -471,7 +468,7 @@ class Curator:
             )
         window = self.config.replay_window_days * 86400.0
         privacy = batch.privacy.SerializeToString() if batch.privacy is not None else None
-        result = await self._run(
+        result = await self._store.run(
             partial(
                 self.store.add_batch,
                 batch.batch_id,
@@ -521,10 +518,11 @@ class Curator:
     async def _span(self, spec: ReleaseSpec) -> tuple[tuple[int, int], PrivacyUnit]:
         """The windows ``spec`` covers and the privacy unit over them (one client's reports there)."""
         _check_mechanism(spec)
+        span: tuple[int, int] | None = None
         if spec.first_window is not None and spec.last_window is not None:  # (both or neither: ReleaseSpec)
             span = (spec.first_window, spec.last_window)
         else:
-            span = await self._run(self.store.windows)
+            span = await self._store.run(self.store.windows)
             if span is None:
                 raise FailedPrecondition("no reports are stored yet: there is nothing to release")
         n_windows = span[1] - span[0] + 1
@@ -572,8 +570,8 @@ class Curator:
         if spec.expected_reports is not None:
             return spec.expected_reports, "assumed by the request"
         if operator:
-            return await self._run(self.store.report_count, *span), "stored, exact (operator view)"
-        kept = await self._run(self.store.noisy_count, *span)
+            return await self._store.run(self.store.report_count, *span), "stored, exact (operator view)"
+        kept = await self._store.run(self.store.noisy_count, *span)
         if kept is not None:
             value, scale, eps, at = kept
             closes = (span[1] + 1) * self.deployment.window_seconds
@@ -590,10 +588,10 @@ class Curator:
         there), kept and charged ``count_epsilon`` to every window it covers."""
         eps = self.config.count_epsilon
         scale = unit.max_reports / eps
-        exact = await self._run(self.store.report_count, *span)
+        exact = await self._store.run(self.store.report_count, *span)
         rng = self._rng if self._rng is not None else secure_generator()
         value = float(np.rint((exact + rng.laplace(0.0, scale)) * 1024) / 1024)
-        await self._run(self.store.add_noisy_count, *span, value, scale, Budget(eps, 0.0), self.budget)
+        await self._store.run(self.store.add_noisy_count, *span, value, scale, Budget(eps, 0.0), self.budget)
         return max(0, round(value)), f"a DP count taken now (ε = {eps:g} charged, Laplace scale {scale:.3g})"
 
     async def preview(self, spec: ReleaseSpec, operator: bool = False) -> Preview:
@@ -613,7 +611,7 @@ class Curator:
         checked = not (spec.force or self.config.min_signal_share <= 0)
         if checked and reports is None and p.reports_needed is not None:  # the check takes a DP count first
             charge = Budget(p.epsilon + self.config.count_epsilon, p.delta)
-        spent = await self._run(self.store.spent)
+        spent = await self._store.run(self.store.spent)
         after = []
         for w in range(span[0], span[1] + 1):
             was = spent.get(w, Budget(0.0))
@@ -645,7 +643,7 @@ class Curator:
         its caller goes away (a deadline), so that a retry finds it."""
         request_id = request_id or uuid.uuid4().hex
         key = spec_key(spec)
-        earlier = await self._run(self.store.release_for_request, request_id, key)
+        earlier = await self._store.run(self.store.release_for_request, request_id, key)
         if earlier is not None:
             log.info(
                 "release request %s repeated: release %s returned again, nothing spent",
@@ -690,12 +688,12 @@ class Curator:
         windows = list(range(span[0], span[1] + 1))
         dd_cap = self.config.data_dependent_releases_per_window
         if spec.data_dependent:  # fail fast; re-checked where it is counted
-            await self._run(self.store.check_data_dependent, windows, dd_cap)
+            await self._store.run(self.store.check_data_dependent, windows, dd_cap)
         else:
-            await self._run(self.store.check_budget, windows, spec.budget, self.budget)  # fail fast; re-checked
-        dd_before = max((await self._run(self.store.data_dependent_releases, windows)).values(), default=0)
+            await self._store.run(self.store.check_budget, windows, spec.budget, self.budget)  # fail fast; re-checked
+        dd_before = max((await self._store.run(self.store.data_dependent_releases, windows)).values(), default=0)
         await self._check_accuracy(spec, span, unit, operator)
-        reports = await self._run(self.reports, *span)
+        reports = await self._store.run(self.reports, *span)
         try:
             r = await asyncio.to_thread(
                 releases.run,
@@ -724,7 +722,7 @@ class Curator:
             exported=exported_windows(span, await self.exports()),
             preface=_perturbed_preface(self.channel_missing) if channel is None and self.channel_missing else "",
         )
-        stored = await self._run(
+        stored = await self._store.run(
             partial(
                 self.store.add_release,
                 record.release_id,
@@ -771,7 +769,7 @@ class Curator:
 
     async def list_releases(self) -> list[ReleaseRecord]:
         exports = await self.exports()
-        return [_shown(ReleaseRecord.from_json(r), exports) for r in await self._run(self.store.releases)]
+        return [_shown(ReleaseRecord.from_json(r), exports) for r in await self._store.run(self.store.releases)]
 
     async def get_release(
         self, release_id: str
@@ -779,7 +777,7 @@ class Curator:
         """(record, items, released log-probabilities, pseudo-counts or None, error bars or None: a release made
         before releases had them) or NotFound. The record as it is shown now: with the caveat of exports of its
         windows made since it."""
-        found = await self._run(self.store.release, release_id) if release_id else None
+        found = await self._store.run(self.store.release, release_id) if release_id else None
         if found is None:
             raise NotFound(f"no release {release_id[:200]!r}")
         data, items, log_probs, pseudo, arrays = found
@@ -893,7 +891,7 @@ class Curator:
         export.check_grant(self.config.roles[Role.EXPORT], roles)
         export.check_windows(first_window, last_window, self.deployment, settle_seconds=self.config.settle_seconds)
         async with self._words_lock:  # no purge deletes a words file while this reads it
-            batches = await self._run(self.store.export_batches, first_window, last_window)
+            batches = await self._store.run(self.store.export_batches, first_window, last_window)
             if not batches:
                 raise InvalidArgument(f"no reports are stored in windows {first_window}..{last_window}")
             without = sum(w is None for *_, w in batches)
@@ -915,7 +913,7 @@ class Curator:
             guarantee = export.local_guarantee(self.deployment, first_window, last_window, rows.rows, shuffles)
             export_id = uuid.uuid4().hex
             who = identity.removeprefix("mtls:") if identity else ""
-            await self._run(
+            await self._store.run(
                 self.store.add_export,
                 export_id,
                 who,
@@ -940,13 +938,13 @@ class Curator:
 
     async def exports(self) -> list[tuple[str, str, float, int, int, int]]:
         """Every export of privatized reports, oldest first (``CuratorStore.exports``)."""
-        return await self._run(self.store.exports)
+        return await self._store.run(self.store.exports)
 
     async def spent(self) -> dict[int, Budget]:
         """Budget spent per window, for every window with spending or between the first and the last that hold
         reports (that span is disclosed un-noised: public information, README "Privacy, as implemented today")."""
-        span = await self._run(self.store.windows)
-        spent = await self._run(self.store.spent)
+        span = await self._store.run(self.store.windows)
+        spent = await self._store.run(self.store.spent)
         if span is not None and span[1] - span[0] < 10_000:
             for w in range(span[0], span[1] + 1):
                 spent.setdefault(w, Budget(0.0))
@@ -954,13 +952,13 @@ class Curator:
 
     async def releases_by_mechanism(self) -> dict[tuple[str, bool], int]:
         """The number of stored releases per (mechanism, differentially private)."""
-        return await self._run(self.store.releases_by_mechanism)
+        return await self._store.run(self.store.releases_by_mechanism)
 
     async def status(self) -> dict:
         """The operator's view: exact counts, rejects by reason, reports per window."""
-        counts = await self._run(self.store.counts)
+        counts = await self._store.run(self.store.counts)
         return {
             **counts,
-            "rejects": await self._run(self.store.rejects),
-            "reports_by_window": await self._run(self.store.reports_by_window),
+            "rejects": await self._store.run(self.store.rejects),
+            "reports_by_window": await self._store.run(self.store.reports_by_window),
         }

@@ -21,11 +21,11 @@ from __future__ import annotations
 import json
 import logging
 import os
-import sqlite3
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from lac.common.database import Database
 from lac.common.files import fsync_dir
 
 log = logging.getLogger(__name__)
@@ -132,9 +132,11 @@ def _append(path: Path, charges: Sequence[Entry]) -> None:
         fsync_dir(path.parent)
 
 
-def database_charges(db: sqlite3.Connection) -> list[Charge]:
+def database_charges(db: Database) -> list[Charge]:
     """The charges in the ledger of the curator database ``db``."""
-    requests = {rid: (req, spec) for req, spec, rid in db.execute("SELECT * FROM release_requests")}
+    requests = {
+        rid: (req, spec) for req, spec, rid in db.execute("SELECT request_id, spec, release_id FROM release_requests")
+    }
     rows = db.execute(
         "SELECT release_id, at, MIN(win), MAX(win), MAX(epsilon), MAX(delta), MAX(data_dependent) FROM window_ledger "
         "GROUP BY release_id, at ORDER BY MIN(id)"
@@ -146,13 +148,9 @@ def database_charges(db: sqlite3.Connection) -> list[Charge]:
     return charges
 
 
-def _has_exports_table(db: sqlite3.Connection) -> bool:
-    return db.execute("SELECT 1 FROM sqlite_master WHERE name = 'exports'").fetchone() is not None
-
-
-def database_exports(db: sqlite3.Connection) -> list[ExportRecord]:
+def database_exports(db: Database) -> list[ExportRecord]:
     """The exports the curator database ``db`` lists."""
-    if not _has_exports_table(db):  # a database from before exports
+    if not db.columns("exports"):  # a database from before exports (a backup's)
         return []
     rows = db.execute(
         "SELECT export_id, identity, at, first_window, last_window, rows, guarantee FROM exports ORDER BY at, rowid"
@@ -160,22 +158,19 @@ def database_exports(db: sqlite3.Connection) -> list[ExportRecord]:
     return [ExportRecord(str(e), str(i), float(t), int(a), int(b), int(n), str(g)) for e, i, t, a, b, n, g in rows]
 
 
-def reconcile(db: sqlite3.Connection, state_dir: Path) -> int:
+def reconcile(db: Database, state_dir: Path) -> int:
     """Make the journal and ``db`` hold the same charges and export records (see the module doc); returns
-    how many journal charges were put back into the database. ``db`` is in autocommit mode
-    (``lac.common.files.private_sqlite``); this runs its own transaction."""
+    how many journal charges were put back into the database, in one transaction (all or none; two replicas
+    doing it at once put each back once)."""
     path = state_dir / JOURNAL_NAME
     journal = _entries(path)
-    in_db: list[Entry] = [*database_charges(db), *database_exports(db)]
     journal_keys = {e.key for e in journal}
-    _append(path, [e for e in in_db if e.key not in journal_keys])
-    db_keys = {e.key for e in in_db}
-    charges = [e for e in journal if e.key not in db_keys and isinstance(e, Charge)]
-    exports = [e for e in journal if e.key not in db_keys and isinstance(e, ExportRecord)]
-    if not (charges or exports):
-        return 0
-    db.execute("BEGIN IMMEDIATE")  # one transaction: all put back or none
-    try:
+
+    def put_back() -> tuple[list[Entry], list[Charge], list[ExportRecord]]:
+        in_db: list[Entry] = [*database_charges(db), *database_exports(db)]
+        db_keys = {e.key for e in in_db}
+        charges = [e for e in journal if e.key not in db_keys and isinstance(e, Charge)]
+        exports = [e for e in journal if e.key not in db_keys and isinstance(e, ExportRecord)]
         for c in charges:
             db.executemany(
                 "INSERT INTO window_ledger (release_id, win, epsilon, delta, at, data_dependent) "
@@ -187,24 +182,25 @@ def reconcile(db: sqlite3.Connection, state_dir: Path) -> int:
             )
             if c.request_id is not None:
                 db.execute(
-                    "INSERT OR IGNORE INTO release_requests VALUES (?, ?, ?)", (c.request_id, c.spec, c.release_id)
+                    "INSERT INTO release_requests VALUES (?, ?, ?) ON CONFLICT DO NOTHING",
+                    (c.request_id, c.spec, c.release_id),
                 )
-        if exports and _has_exports_table(db):
+        if exports and db.columns("exports"):
             db.executemany(
-                "INSERT OR IGNORE INTO exports VALUES (?, ?, ?, ?, ?, ?, ?)",
+                "INSERT INTO exports VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
                 ((e.export_id, e.identity, e.at, e.first_window, e.last_window, e.rows, e.guarantee) for e in exports),
             )
-        db.execute("COMMIT")
-    except BaseException:
-        if db.in_transaction:
-            db.execute("ROLLBACK")
-        raise
-    log.warning(
-        "the ledger journal holds %d charge(s) and %d export record(s) that the database does not (it was restored "
-        "from an older backup): put back, so their budget stays spent and their request ids stay used",
-        len(charges),
-        len(exports),
-    )
+        return in_db, charges, exports
+
+    in_db, charges, exports = db.transaction(put_back)
+    _append(path, [e for e in in_db if e.key not in journal_keys])
+    if charges or exports:
+        log.warning(
+            "the ledger journal holds %d charge(s) and %d export record(s) that the database does not (it was "
+            "restored from an older backup): put back, so their budget stays spent and their request ids stay used",
+            len(charges),
+            len(exports),
+        )
     return len(charges)
 
 

@@ -2,7 +2,8 @@
 
 Layout under ``state_dir``:
 
-* ``curator.sqlite`` (WAL, ``synchronous=FULL``, mode 0600 in a 0700 directory): batches (with the
+* ``curator.sqlite`` (WAL, ``synchronous=FULL``, mode 0600 in a 0700 directory), or the PostgreSQL database
+  ``store`` names (the same tables, ``lac.curator.store.schema``): batches (with the
   range of accounting windows their reports were accepted in), the report ids of the replay
   window, quarantined reports, releases, the request id of each release (idempotent retries), the
   privacy ledger (one row per release and window it covers), counters, the exports of privatized
@@ -26,7 +27,7 @@ Layout under ``state_dir``:
 Privacy: the report content beyond its words (report ids, local-privacy parameters) is not stored;
 each report's n-grams with counts are (of the perturbed words, as the report had them, in order of
 first occurrence: the report's text in another form), and its words as such only for export, as
-above; report ids live in SQLite only for the replay window and are then deleted. Quarantined reports keep
+above; report ids live in the database only for the replay window and are then deleted. Quarantined reports keep
 their reason and a detail naming the rule, a position and a length (never the report's content), and
 their sealed bytes (for diagnosis) only if they could not be opened (``OPENED``), the newest
 ``quarantine_max_rows`` of them only, so a stream of bad reports cannot fill the disk; reject counters keep the totals.
@@ -37,7 +38,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import sqlite3
 import time
 import zipfile
 from collections.abc import Mapping
@@ -47,13 +47,14 @@ from typing import Any
 
 import numpy as np
 
+from lac.common.database import Database, TableCopy, bump_counters, copy_into_postgres, open_database, redact
 from lac.common.errors import AlreadyExists, DataLoss, ErrorReason, FailedPrecondition, RejectReason, Unavailable
-from lac.common.files import atomic_file, fsync_dir, private_dir, private_sqlite
+from lac.common.files import atomic_file, fsync_dir, private_dir
 from lac.common.privacy import Budget
 from lac.common.storage import LowDiskSpace, free_bytes
 from lac.common.v1 import reports_pb2
 from lac.curator.base.ngrams import ReportItems
-from lac.curator.store import journal
+from lac.curator.store import journal, schema
 from lac.curator.store import segments as seg
 from lac.curator.store.export import WORDS_DIR, write_words
 from lac.curator.store.ledger import refuse_overspending
@@ -62,31 +63,6 @@ log = logging.getLogger(__name__)
 
 _NPZ_SEGMENT_FORMAT = 1
 
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS batches (batch_id TEXT PRIMARY KEY, accepted INTEGER NOT NULL, rejected INTEGER NOT NULL,
-                                    segment TEXT, received_at REAL NOT NULL, privacy BLOB,
-                                    first_window INTEGER NOT NULL DEFAULT 0, last_window INTEGER NOT NULL DEFAULT 0,
-                                    words TEXT);
-CREATE TABLE IF NOT EXISTS report_ids (report_id BLOB PRIMARY KEY, seen_at REAL NOT NULL);
-CREATE INDEX IF NOT EXISTS report_ids_seen ON report_ids (seen_at);
-CREATE TABLE IF NOT EXISTS quarantine (id INTEGER PRIMARY KEY, batch_id TEXT NOT NULL, reason TEXT NOT NULL,
-                                       detail TEXT NOT NULL, sealed BLOB NOT NULL, at REAL NOT NULL);
-CREATE TABLE IF NOT EXISTS releases (release_id TEXT PRIMARY KEY, record BLOB NOT NULL);
-CREATE TABLE IF NOT EXISTS window_ledger (id INTEGER PRIMARY KEY, release_id TEXT NOT NULL, win INTEGER NOT NULL,
-                                          epsilon REAL NOT NULL, delta REAL NOT NULL, at REAL NOT NULL);
-CREATE INDEX IF NOT EXISTS window_ledger_win ON window_ledger (win);
-CREATE TABLE IF NOT EXISTS counters (name TEXT PRIMARY KEY, value INTEGER NOT NULL);
-CREATE TABLE IF NOT EXISTS noisy_counts (first_window INTEGER NOT NULL, last_window INTEGER NOT NULL,
-                                         value REAL NOT NULL, scale REAL NOT NULL, epsilon REAL NOT NULL,
-                                         at REAL NOT NULL, PRIMARY KEY (first_window, last_window));
-CREATE TABLE IF NOT EXISTS release_requests (request_id TEXT PRIMARY KEY, spec TEXT NOT NULL,
-                                             release_id TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS probe (id INTEGER PRIMARY KEY CHECK (id = 1), at REAL NOT NULL, pad BLOB NOT NULL);
-CREATE TABLE IF NOT EXISTS exports (export_id TEXT PRIMARY KEY, identity TEXT NOT NULL, at REAL NOT NULL,
-                                    first_window INTEGER NOT NULL, last_window INTEGER NOT NULL,
-                                    rows INTEGER NOT NULL, guarantee TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-"""
 PROBE_BYTES = 1 << 20  # a test write: this much to a file, and a page-sized row to the database
 
 
@@ -128,6 +104,22 @@ UNIT_FIELDS = ("window_seconds", "reports_per_window", "period_seconds", "window
 """What a state directory's stored windows, ledger and statements are counted in: recorded at its first start."""
 
 
+def copy_to_postgres(state_dir: Path, url: str) -> list[TableCopy]:
+    """``lac curator migrate``: copy the SQLite database of the (stopped) curator in ``state_dir`` into the empty
+    PostgreSQL database ``url``, every row of every table, verified by counts and checksums before it commits;
+    then mark the SQLite database as copied (``CuratorStore.moved_to``), so that a curator started on it refuses.
+    The files (segments, releases, words, the ledger journal) stay in ``state_dir``."""
+    if not (state_dir / "curator.sqlite").is_file():
+        raise FileNotFoundError(f"{state_dir} holds no curator database (curator.sqlite); check --state-dir")
+    source = CuratorStore(state_dir)  # brings it to the newest schema and the ledger in line with its journal
+    try:
+        copied = copy_into_postgres(source.database, url, schema.NAME, schema.steps, schema.TABLES)
+        source.database.execute("INSERT INTO meta VALUES ('moved_to', ?)", (redact(url),))
+    finally:
+        source.close()
+    return copied
+
+
 class PrivacyUnitChanged(FailedPrecondition):
     """The curator's configured privacy unit is not the one its state directory was created with."""
 
@@ -141,14 +133,22 @@ class BatchResult:
 
 
 class CuratorStore:
-    """Single-writer store; call from one thread (the service uses a one-thread executor)."""
+    """The curator's durable state: its database (``store``: SQLite in the state directory, or PostgreSQL) and its
+    files (segments, releases, words, the ledger journal: in the state directory either way). Call from one
+    thread at a time (the service uses ``lac.common.storage.StoreThread``)."""
 
     def __init__(
-        self, state_dir: Path, quarantine_max_rows: int = 10_000, min_free_bytes: int = 0, keep_words: bool = False
+        self,
+        state_dir: Path,
+        quarantine_max_rows: int = 10_000,
+        min_free_bytes: int = 0,
+        keep_words: bool = False,
+        store: str = "",
     ):
         """``quarantine_max_rows``: quarantined reports kept for diagnosis (the most recent; counters keep totals).
         ``min_free_bytes``: writes are refused (``LowDiskSpace``) while the filesystem has less free space.
-        ``keep_words``: keep each batch's reports' words for export (only while export is on)."""
+        ``keep_words``: keep each batch's reports' words for export (only while export is on).
+        ``store``: the database, ``""`` for ``curator.sqlite`` in ``state_dir`` or a ``postgresql://`` URL."""
         self.state_dir = private_dir(state_dir)
         self.quarantine_max_rows = quarantine_max_rows
         self.min_free_bytes = min_free_bytes
@@ -156,21 +156,32 @@ class CuratorStore:
         self.segments_dir = private_dir(state_dir / "segments")
         self.releases_dir = private_dir(state_dir / "releases")
         self.words_dir = private_dir(state_dir / WORDS_DIR) if keep_words else state_dir / WORDS_DIR
-        self._db = private_sqlite(state_dir / "curator.sqlite")
-        if self._db.execute("SELECT 1 FROM sqlite_master WHERE name = 'reports'").fetchone():
-            raise FailedPrecondition(
-                f"{state_dir} holds a pre-segment curator store (reports table); start from a fresh state directory"
-            )
-        if self._db.execute("SELECT 1 FROM sqlite_master WHERE name = 'ledger'").fetchone():
-            raise FailedPrecondition(
-                f"{state_dir} holds a curator store whose ledger has no accounting windows "
-                "(before 0.2); start from a fresh state directory"
-            )
-        self._db.executescript(_SCHEMA)
-        self._migrate()
-        self._remove_orphans()
-        self._journal = state_dir / journal.JOURNAL_NAME
-        journal.reconcile(self._db, state_dir)
+        self._db = open_database(state_dir / "curator.sqlite", store)
+        try:
+            self._db.migrate(schema.NAME, schema.steps(self._db))
+            moved = self.moved_to()
+            if moved is not None:
+                raise FailedPrecondition(
+                    f"{self._db.where} was copied to the PostgreSQL store {moved} by `lac curator migrate`, and the "
+                    f"curator's state is there now: start the curator with --store {moved} (the password from "
+                    f"PGPASSWORD or ~/.pgpass); this SQLite database is kept only as the copy's source"
+                )
+            self._remove_orphans()
+            self._journal = state_dir / journal.JOURNAL_NAME
+            journal.reconcile(self._db, state_dir)
+        except BaseException:
+            self._db.close()
+            raise
+
+    @property
+    def database(self) -> Database:
+        """The database under this store (for ``lac curator migrate``)."""
+        return self._db
+
+    def moved_to(self) -> str | None:
+        """The PostgreSQL store this SQLite database was copied to by ``lac curator migrate`` (None: not copied)."""
+        row = self._db.execute("SELECT value FROM meta WHERE key = 'moved_to'").fetchone()
+        return None if row is None else str(row[0])
 
     def _remove_orphans(self) -> None:
         """Files written for a batch or release whose commit never happened (crash), or that the database no
@@ -226,6 +237,9 @@ class CuratorStore:
         """Record ``unit`` (the deployment's ``UNIT_FIELDS``) at this state's first start; later, raise
         ``PrivacyUnitChanged`` if it differs from the recorded one. A state from before the record is checked
         against the quota and window its newest batch was stored under."""
+        self._db.transaction(lambda: self._keep_unit(unit))  # two replicas starting at once record it once
+
+    def _keep_unit(self, unit: dict[str, float]) -> None:
         row = self._db.execute("SELECT value FROM meta WHERE key = 'privacy_unit'").fetchone()
         if row is not None:
             recorded = json.loads(row[0])
@@ -273,27 +287,13 @@ class CuratorStore:
                 f.write(os.urandom(PROBE_BYTES))
         finally:
             path.unlink(missing_ok=True)
-        if self._db.in_transaction:  # left open by a failure the connection could not roll back then
-            self._db.execute("ROLLBACK")
-        self._begin()
-        try:
-            self._db.execute("INSERT OR REPLACE INTO probe VALUES (1, ?, randomblob(4096))", (time.time(),))
-            self._db.execute("COMMIT")
-        except BaseException:
-            self._rollback()
-            raise
-
-    def _rollback(self) -> None:
-        """Roll back the open transaction, if any; a failing rollback (the disk again) is left to the
-        next transaction (``probe`` first) rather than hiding the error being handled."""
-        try:
-            if self._db.in_transaction:
-                self._db.execute("ROLLBACK")
-        except sqlite3.Error:
-            pass
-
-    def _begin(self) -> None:
-        self._db.execute("BEGIN IMMEDIATE")
+        self._db.transaction(
+            lambda: self._db.execute(
+                "INSERT INTO probe VALUES (1, ?, ?) "
+                "ON CONFLICT (id) DO UPDATE SET at = excluded.at, pad = excluded.pad",
+                (time.time(), os.urandom(4096)),
+            )
+        )
 
     def has_batch(self, batch_id: str) -> bool:
         return self._db.execute("SELECT 1 FROM batches WHERE batch_id = ?", (batch_id,)).fetchone() is not None
@@ -313,18 +313,17 @@ class CuratorStore:
         ``report_ids``) into ``ReportItems``. Report ids seen within the window (or twice in the
         batch) are counted as ``replayed_report_id`` and dropped. Returns the outcome."""
         now = time.time() if now is None else now
-        segment_name = None
         self.check_space()
-        self._begin()
-        try:
+        segment_name = seg.segment_name(batch_id, windows[1])
+
+        def store() -> BatchResult:
             if self.has_batch(batch_id):
-                self._db.execute("ROLLBACK")
                 return BatchResult(True, 0, 0, {})
             self.check_not_exported(batch_id, windows[1])
             self._db.execute("DELETE FROM report_ids WHERE seen_at < ?", (now - window_seconds,))
-            keep, seen = [], set()
+            keep, seen = [], self._replayed(report_ids)
             for i, rid in enumerate(report_ids):
-                if rid in seen or self._db.execute("SELECT 1 FROM report_ids WHERE report_id = ?", (rid,)).fetchone():
+                if rid in seen:
                     continue
                 seen.add(rid)
                 keep.append(i)
@@ -334,8 +333,7 @@ class CuratorStore:
             if len(keep) < len(report_ids):
                 rejects[str(RejectReason.REPLAYED_REPORT_ID)] = len(report_ids) - len(keep)
             words_name = None
-            if keep:
-                segment_name = seg.segment_name(batch_id, windows[1])
+            if keep:  # written again under the same name if the transaction runs again
                 path = self.segments_dir / segment_name
                 items = count(keep)
                 seg.write(path, items, {"batch_id": batch_id, "first_window": windows[0], "last_window": windows[1]})
@@ -349,30 +347,42 @@ class CuratorStore:
             self._db.executemany("INSERT INTO report_ids VALUES (?, ?)", ((report_ids[i], now) for i in keep))
             self._db.executemany(
                 "INSERT INTO quarantine (batch_id, reason, detail, sealed, at) VALUES (?, ?, ?, ?, ?)",
-                ((batch_id, q.reason, q.detail, b"" if q.reason in OPENED else q.sealed, now) for q in quarantined),
+                (
+                    (batch_id, str(q.reason), q.detail, b"" if q.reason in OPENED else q.sealed, now)
+                    for q in quarantined
+                ),
             )
-            if quarantined:  # rowids grow by one per row, so this keeps the newest quarantine_max_rows
+            if quarantined:
                 self._db.execute(
-                    "DELETE FROM quarantine WHERE id <= (SELECT MAX(id) FROM quarantine) - ?",
+                    "DELETE FROM quarantine WHERE id NOT IN (SELECT id FROM quarantine ORDER BY id DESC LIMIT ?)",
                     (self.quarantine_max_rows,),
                 )
             rejected = sum(rejects.values())
             self._db.execute(
                 "INSERT INTO batches (batch_id, accepted, rejected, segment, received_at, privacy, first_window, "
                 "last_window, words) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (batch_id, len(keep), rejected, segment_name, now, privacy, *windows, words_name),
+                (batch_id, len(keep), rejected, segment_name if keep else None, now, privacy, *windows, words_name),
             )
-            self._bump("reports", len(keep))
-            for reason, n in rejects.items():
-                self._bump("reject:" + reason, n)
-            self._db.execute("COMMIT")
+            bump_counters(self._db, {"reports": len(keep), **{"reject:" + r: n for r, n in rejects.items()}})
+            return BatchResult(False, len(keep), rejected, rejects)
+
+        try:
+            return self._db.transaction(store)
         except BaseException:
-            self._rollback()
-            if segment_name and not self._maybe_committed(batch_id):
+            if not self._maybe_committed(batch_id):
                 (self.segments_dir / segment_name).unlink(missing_ok=True)
                 (self.words_dir / segment_name).unlink(missing_ok=True)
             raise
-        return BatchResult(False, len(keep), rejected, rejects)
+
+    def _replayed(self, report_ids: list[bytes]) -> set[bytes]:
+        """The subset of ``report_ids`` seen within the replay window (one query per 10,000: a round trip each on
+        PostgreSQL)."""
+        out: set[bytes] = set()
+        for i in range(0, len(report_ids), 10_000):
+            chunk = report_ids[i : i + 10_000]
+            query = f"SELECT report_id FROM report_ids WHERE report_id IN ({','.join('?' * len(chunk))})"
+            out.update(bytes(r[0]) for r in self._db.execute(query, chunk))
+        return out
 
     def check_not_exported(self, batch_id: str, window: int) -> None:
         """FailedPrecondition (``ErrorReason.WINDOW_EXPORTED``) if the reports of ``window``, the last window of
@@ -396,7 +406,7 @@ class CuratorStore:
         segment is kept; if the batch is not stored the next start removes it as an orphan.)"""
         try:
             return self.has_batch(batch_id)
-        except sqlite3.Error:
+        except self._db.Error:
             return True
 
     def windows(self) -> tuple[int, int] | None:
@@ -408,7 +418,10 @@ class CuratorStore:
 
     def reports_by_window(self) -> dict[int, int]:
         """Exact report counts per batch's last window (operator view)."""
-        return dict(self._db.execute("SELECT last_window, SUM(accepted) FROM batches GROUP BY last_window"))
+        return {
+            int(w): int(n)
+            for w, n in self._db.execute("SELECT last_window, SUM(accepted) FROM batches GROUP BY last_window")
+        }
 
     def report_count(self, first_window: int, last_window: int) -> int:
         """Exact number of stored reports in the batches a release over those windows reads (operator view)."""
@@ -437,22 +450,19 @@ class CuratorStore:
         first re-checks the budget (nothing is kept or spent when it refuses)."""
         windows = list(range(first_window, last_window + 1))
         self.check_space()
-        self._begin()
-        try:
+
+        def keep() -> float:
             self.check_budget(windows, charge, limit)
             now = time.time()
             self._db.execute(
-                "INSERT OR REPLACE INTO noisy_counts VALUES (?, ?, ?, ?, ?, ?)",
+                "INSERT INTO noisy_counts VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (first_window, last_window) DO UPDATE "
+                "SET value = excluded.value, scale = excluded.scale, epsilon = excluded.epsilon, at = excluded.at",
                 (first_window, last_window, value, scale, charge.epsilon, now),
             )
-            self._db.executemany(
-                "INSERT INTO window_ledger (release_id, win, epsilon, delta, at) VALUES (?, ?, ?, ?, ?)",
-                ((f"count:{first_window}-{last_window}", w, charge.epsilon, charge.delta, now) for w in windows),
-            )
-            self._db.execute("COMMIT")
-        except BaseException:
-            self._rollback()
-            raise
+            self._charge(f"count:{first_window}-{last_window}", windows, charge, now)
+            return now
+
+        now = self._db.transaction(keep)
         journal.append(
             self._journal,
             [
@@ -500,19 +510,18 @@ class CuratorStore:
         """Delete the words files of the batches whose last window is before ``before_window`` (None: all), the
         database first (a crash before the files go leaves orphans, removed at the next start); returns how many."""
         hi = (1 << 62) if before_window is None else before_window
-        self._begin()
-        try:
+
+        def forget() -> list[str]:
             names = [
-                r[0]
+                str(r[0])
                 for r in self._db.execute(
                     "SELECT words FROM batches WHERE words IS NOT NULL AND last_window < ?", (hi,)
-                ).fetchall()
+                )
             ]
             self._db.execute("UPDATE batches SET words = NULL WHERE words IS NOT NULL AND last_window < ?", (hi,))
-            self._db.execute("COMMIT")
-        except BaseException:
-            self._rollback()
-            raise
+            return names
+
+        names = self._db.transaction(forget)
         for name in names:
             (self.words_dir / name).unlink(missing_ok=True)
         return len(names)
@@ -532,8 +541,8 @@ class CuratorStore:
         ``batches``: how many batches the export read (``export_batches``); if one more was stored meanwhile the
         export is refused (Unavailable: read again), so that no batch gets in after an export without being in it."""
         self.check_space()
-        self._begin()
-        try:
+
+        def record() -> float:
             if batches is not None and len(self.export_batches(first_window, last_window)) != batches:
                 raise Unavailable(
                     f"a batch of windows {first_window}..{last_window} was stored while the export read them; "
@@ -545,10 +554,9 @@ class CuratorStore:
                 "INSERT INTO exports VALUES (?, ?, ?, ?, ?, ?, ?)",
                 (export_id, identity, now, first_window, last_window, rows, guarantee),
             )
-            self._db.execute("COMMIT")
-        except BaseException:
-            self._rollback()
-            raise
+            return now
+
+        now = self._db.transaction(record)
         journal.append(
             self._journal, [journal.ExportRecord(export_id, identity, now, first_window, last_window, rows, guarantee)]
         )
@@ -591,31 +599,17 @@ class CuratorStore:
                 {"batch_id": batch_id, "first_window": first, "last_window": last, "migrated_from": name},
             )
             fsync_dir((self.segments_dir / new).parent)
-            self._begin()
             self._db.execute("UPDATE batches SET segment = ? WHERE batch_id = ?", (new, batch_id))
-            self._db.execute("COMMIT")
             old.unlink()
             done += 1
         return done
-
-    def _migrate(self) -> None:
-        have = {r[1] for r in self._db.execute("PRAGMA table_info(batches)")}
-        for col in ("first_window", "last_window"):
-            if col not in have:
-                self._db.execute(f"ALTER TABLE batches ADD COLUMN {col} INTEGER NOT NULL DEFAULT 0")
-        if "words" not in have:  # segments of earlier versions may hold their reports' words (strip_words)
-            self._db.execute("ALTER TABLE batches ADD COLUMN words TEXT")
-            if self._db.execute("SELECT 1 FROM batches WHERE segment LIKE '%.parquet' LIMIT 1").fetchone():
-                self._db.execute("INSERT OR REPLACE INTO meta VALUES ('segment_words', 'unchecked')")
-        if "data_dependent" not in {r[1] for r in self._db.execute("PRAGMA table_info(window_ledger)")}:
-            self._db.execute("ALTER TABLE window_ledger ADD COLUMN data_dependent INTEGER NOT NULL DEFAULT 0")
 
     def counts(self) -> dict[str, int]:
         (batches,) = self._db.execute("SELECT COUNT(*) FROM batches").fetchone()
         (releases,) = self._db.execute("SELECT COUNT(*) FROM releases").fetchone()
         (quarantined,) = self._db.execute("SELECT COUNT(*) FROM quarantine").fetchone()
         (reports,) = self._db.execute("SELECT COALESCE(SUM(accepted), 0) FROM batches").fetchone()
-        return {"batches": batches, "reports": reports, "releases": releases, "quarantined": quarantined}
+        return {"batches": batches, "reports": int(reports), "releases": releases, "quarantined": quarantined}
 
     def rejects(self) -> dict[str, int]:
         return {
@@ -695,13 +689,13 @@ class CuratorStore:
         and its ledger entries are there together or not at all."""
         path = self.releases_dir / f"{release_id}.npz"
         self.check_space()
-        self._begin()
-        try:
+        counted = charge if charge is not None else (None if data_dependent_cap is None else Budget(0.0))
+
+        def store() -> tuple[str, float]:
             if request_id is not None:
                 earlier = self._release_for_request(request_id, spec)
                 if earlier is not None:
-                    self._db.execute("ROLLBACK")
-                    return earlier
+                    return earlier, 0.0
             if charge is not None:
                 self.check_budget(windows, charge, limit)
             elif data_dependent_cap is not None:
@@ -722,19 +716,19 @@ class CuratorStore:
             if request_id is not None:
                 self._db.execute("INSERT INTO release_requests VALUES (?, ?, ?)", (request_id, spec, release_id))
             now = time.time()
-            counted = charge if charge is not None else (None if data_dependent_cap is None else Budget(0.0))
             if counted is not None:
-                self._db.executemany(
-                    "INSERT INTO window_ledger (release_id, win, epsilon, delta, at, data_dependent) "
-                    "VALUES (?, ?, ?, ?, ?, ?)",
-                    ((release_id, w, counted.epsilon, counted.delta, now, int(charge is None)) for w in windows),
-                )
-            self._db.execute("COMMIT")
+                self._charge(release_id, windows, counted, now, data_dependent=charge is None)
+            return release_id, now
+
+        try:
+            stored, now = self._db.transaction(store)
         except BaseException:
-            self._rollback()
             if not self._release_maybe_committed(release_id):
                 path.unlink(missing_ok=True)
             raise
+        if stored != release_id:  # a concurrent call with the request id (a replica's) stored it first
+            path.unlink(missing_ok=True)
+            return stored
         if counted is not None and windows:  # after the commit: a crash before this is reconciled at start
             journal.append(
                 self._journal,
@@ -753,6 +747,13 @@ class CuratorStore:
                 ],
             )
         return release_id
+
+    def _charge(self, release_id: str, windows: list[int], counted: Budget, now: float, data_dependent=False) -> None:
+        """Within a transaction: the ledger's rows of one charge (one per window)."""
+        self._db.executemany(
+            "INSERT INTO window_ledger (release_id, win, epsilon, delta, at, data_dependent) VALUES (?, ?, ?, ?, ?, ?)",
+            ((release_id, w, counted.epsilon, counted.delta, now, int(data_dependent)) for w in windows),
+        )
 
     def _release_for_request(self, request_id: str, spec: str) -> str | None:
         """The release an earlier call with ``request_id`` made (None: none); AlreadyExists if that call
@@ -777,21 +778,23 @@ class CuratorStore:
     def _release_maybe_committed(self, release_id: str) -> bool:
         try:
             return self._db.execute("SELECT 1 FROM releases WHERE release_id = ?", (release_id,)).fetchone() is not None
-        except sqlite3.Error:
+        except self._db.Error:
             return True
 
     def releases_by_mechanism(self) -> dict[tuple[str, bool], int]:
         """The number of releases per (mechanism, differentially private), from their records."""
-        rows = self._db.execute(
-            "SELECT json_extract(CAST(record AS TEXT), '$.mechanism'), "
-            "json_extract(CAST(record AS TEXT), '$.differentially_private'), COUNT(*) "
-            "FROM releases GROUP BY 1, 2"
+        record = "CAST(record AS TEXT)" if self._db.dialect == "sqlite" else "convert_from(record, 'UTF8')::jsonb"
+        fields = (
+            (f"json_extract({record}, '$.mechanism')", f"json_extract({record}, '$.differentially_private')")
+            if self._db.dialect == "sqlite"
+            else (f"{record} ->> 'mechanism'", f"({record} -> 'differentially_private')::boolean")
         )
-        return {(str(m), bool(dp)): n for m, dp, n in rows}
+        rows = self._db.execute(f"SELECT {fields[0]}, {fields[1]}, COUNT(*) FROM releases GROUP BY 1, 2")
+        return {(str(m), bool(dp)): int(n) for m, dp, n in rows}
 
     def releases(self) -> list[bytes]:
         """Every release's serialized record, in creation order."""
-        return [r[0] for r in self._db.execute("SELECT record FROM releases ORDER BY rowid")]
+        return [bytes(r[0]) for r in self._db.execute("SELECT record FROM releases ORDER BY rowid")]
 
     def release(
         self, release_id: str
@@ -809,8 +812,3 @@ class CuratorStore:
                 return row[0], items, z["log_probs"], pseudo, errors
         except (OSError, ValueError, KeyError, zipfile.BadZipFile) as exc:
             raise DataLoss(f"the file of release {release_id} is missing or corrupt: {exc}") from exc
-
-    def _bump(self, name: str, n: int) -> None:
-        self._db.execute(
-            "INSERT INTO counters VALUES (?, ?) ON CONFLICT(name) DO UPDATE SET value = value + ?", (name, n, n)
-        )
