@@ -120,8 +120,8 @@ def test_release_files_and_ledger_entries_appear_together(open_store, tmp_path):
         _release(s, "r4", windows=[3], charge=Budget(9.5, 0.0))
     assert refused.value.error_reason == ErrorReason.BUDGET_EXHAUSTED
     assert sorted(p.name for p in releases.iterdir()) == ["r1.npz"]
-    record, items, log_probs, pseudo = s.release("r1")
-    assert json.loads(record)["release_id"] == "r1" and items == ("a", "b") and pseudo is None
+    record, items, log_probs, pseudo, errors = s.release("r1")
+    assert json.loads(record)["release_id"] == "r1" and items == ("a", "b") and pseudo is None and errors == {}
     assert np.allclose(np.exp(log_probs), 0.5, rtol=1e-12)
     assert s.releases_by_mechanism() == {("posterior", True): 1} and len(s.releases()) == 1
     s.close()
