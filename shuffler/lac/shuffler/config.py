@@ -19,13 +19,15 @@ class ShufflerConfig(ServiceSettings):
     port: int = setting(50051, "port to listen on (0 = any free port)")
     port_file: Path | None = setting(None, "write the bound port to this file once serving")
     state_dir: Path = setting(
-        Path("lac-state/shuffler"), "directory of the durable report log (without store) and the tokens file"
+        Path("lac-state/shuffler"),
+        "directory of the durable report log (without store), the tokens file and client.key",
     )
     store: str = setting(
         "",
         "the report log's database: empty for SQLite (shuffler.sqlite in state_dir), or a "
         "postgresql://USER@HOST:PORT/DB URL (needs lac-shuffler[postgresql]; the password from PGPASSWORD or "
-        "~/.pgpass, not the URL); `lac shuffler migrate --to URL` copies a SQLite log there",
+        "~/.pgpass, not the URL; every replica's state_dir holds the same client.key, the key of the client "
+        "hashes, which the database never holds); `lac shuffler migrate --to URL` copies a SQLite log there",
     )
     curator: str = setting("127.0.0.1:50052", "curator ingest address host:port")
     min_batch: int = setting(
