@@ -248,10 +248,20 @@ def test_two_servers_share_batches_releases_and_the_last_epsilon(tmp_path, publi
             assert sorted(o == "FAILED_PRECONDITION" for o in outcomes) == [False, True], outcomes
             records = sb.query.ListReleases(curator_pb2.ListReleasesRequest(), timeout=DEADLINE).releases
             assert len(records) == 2
-            window_spent = {w: e for w, (e, _) in sa.spent().items() if e}
-            assert set(window_spent.values()) == {pytest.approx(0.7, rel=1e-9)}
+            spent = {w: e for w, (e, _) in sa.spent().items() if e}
+            assert spent == pytest.approx(_ledger(records), rel=1e-9)
+            assert spent and spent == pytest.approx(dict.fromkeys(spent, 0.7), rel=1e-9)
     finally:
         a.stop(), b.stop()
+
+
+def _ledger(records) -> dict[int, float]:
+    """The ε each window's ledger should hold: the sum of the charges of the releases covering it."""
+    want: dict[int, float] = {}
+    for r in records:
+        for w in range(r.first_window, r.last_window + 1):
+            want[w] = want.get(w, 0.0) + r.ledger_epsilon
+    return want
 
 
 def _check(stubs: Stubs, traffic: Traffic, shared) -> tuple[int, int]:
@@ -266,11 +276,7 @@ def _check(stubs: Stubs, traffic: Traffic, shared) -> tuple[int, int]:
     assert {f"{r.release_id}.npz" for r in records} <= releases
     for r in records[-3:]:  # read from the shared directory
         stubs.query.GetRelease(curator_pb2.GetReleaseRequest(release_id=r.release_id), timeout=DEADLINE)
-    want: dict[int, float] = {}
-    for r in records:
-        for w in range(r.first_window, r.last_window + 1):
-            want[w] = want.get(w, 0.0) + r.ledger_epsilon
-    assert {w: e for w, (e, _) in stubs.spent().items() if e} == pytest.approx(want, rel=1e-9, abs=1e-12)
+    assert {w: e for w, (e, _) in stubs.spent().items() if e} == pytest.approx(_ledger(records), rel=1e-9, abs=1e-12)
     return status.batches, len(records)
 
 
@@ -283,6 +289,7 @@ def test_sigkill_one_server_mid_ingest_and_mid_release_the_other_serves_on(tmp_p
     rng = random.Random(seed)
     traffic = Traffic(random.Random(rng.random()))
     args = ("--budget-epsilon", "1000000")
+    cut = {"batches": 0, "releases": 0}  # calls a's kills cut off, sent again to b
     b = _serve(tmp_path, "b", public_corpus, postgres_url, *args)
     try:
         for k in range(4):
@@ -299,6 +306,8 @@ def test_sigkill_one_server_mid_ingest_and_mid_release_the_other_serves_on(tmp_p
                 stop.set()
                 for t in threads:
                     t.join(DEADLINE)
+                cut["batches"] += len(traffic.pending_batches)
+                cut["releases"] += len(traffic.pending_releases)
                 traffic.settle(b.address)  # b serves on, and takes over what a's kill cut off
                 with Stubs(b.address) as sb:
                     batches, releases = _check(sb, traffic, tmp_path / "shared")
@@ -313,5 +322,8 @@ def test_sigkill_one_server_mid_ingest_and_mid_release_the_other_serves_on(tmp_p
             a.stop()
     finally:
         b.stop()
-    assert batches >= 4 and releases >= 1, (batches, releases, seed)
-    print(f"replicas: 4 kills of a, {batches} batches ({sum(traffic.sent.values())} reports), {releases} releases")
+    assert batches >= 4 and releases >= 1 and cut["batches"] >= 2 and cut["releases"] >= 1, (cut, seed)
+    print(
+        f"replicas: 4 kills of a, {batches} batches ({sum(traffic.sent.values())} reports), {releases} releases; "
+        f"cut off and sent to b: {cut}; seed {seed}"
+    )
