@@ -9,6 +9,8 @@ import random
 import signal
 import threading
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 import grpc
 import numpy as np
@@ -372,3 +374,21 @@ def stored_release(store: CuratorStore, rid: str, request_id: str | None = None,
         spec=spec,
         **kw,
     )
+
+
+@contextmanager
+def opened_stores(tmp_path, url: str, **defaults) -> Iterator[Callable[..., CuratorStore]]:
+    """A factory of ``CuratorStore``s on the database ``url`` ("" for SQLite), the state directory
+    ``tmp_path/state`` (or the name it is given) and ``defaults`` for its other arguments; each closed at the end."""
+    opened: list[CuratorStore] = []
+
+    def make(state: str = "state", **kw) -> CuratorStore:
+        s = CuratorStore(tmp_path / state, store=url, **(defaults | kw))
+        opened.append(s)
+        return s
+
+    try:
+        yield make
+    finally:
+        for s in opened:
+            s.close()

@@ -14,7 +14,7 @@ import time
 import grpc
 import numpy as np
 import pytest
-from curator_testkit import DAY, Stubs, Traffic, batch, serve_curator
+from curator_testkit import DAY, Stubs, Traffic, batch, opened_stores, serve_curator
 from curator_testkit import stored_items as _items
 from curator_testkit import stored_release as _release
 from lac_testkit import DEADLINE, PROMPT
@@ -32,17 +32,8 @@ from lac.curator.store.store import FILES_MARKER, CuratorStore, FilesElsewhere
 def replica(tmp_path, postgres_url):
     """Factory: a ``CuratorStore`` on the test's PostgreSQL database with the state directory ``tmp_path/name`` and
     the shared directory ``tmp_path/shared`` (unless ``shared_dir`` says otherwise); closed after."""
-    opened: list[CuratorStore] = []
-
-    def make(name: str, **kw) -> CuratorStore:
-        kw.setdefault("shared_dir", tmp_path / "shared")
-        s = CuratorStore(tmp_path / name, store=postgres_url, **kw)
-        opened.append(s)
-        return s
-
-    yield make
-    for s in opened:
-        s.close()
+    with opened_stores(tmp_path, postgres_url, shared_dir=tmp_path / "shared") as make:
+        yield make
 
 
 def test_a_release_made_on_one_replica_is_read_and_retried_on_another(replica, tmp_path):

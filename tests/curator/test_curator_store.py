@@ -13,7 +13,7 @@ import time
 
 import numpy as np
 import pytest
-from curator_testkit import DAY, UNIT
+from curator_testkit import DAY, UNIT, opened_stores
 from curator_testkit import stored_items as _items
 from curator_testkit import stored_release as _release
 
@@ -36,16 +36,8 @@ from lac.curator.store.store import (
 @pytest.fixture
 def open_store(tmp_path, store):
     """Factory: a ``CuratorStore`` on the test's database (``state`` names its state directory); closed after."""
-    opened: list[CuratorStore] = []
-
-    def make(state: str = "state", **kw) -> CuratorStore:
-        s = CuratorStore(tmp_path / state, store=store, **kw)
-        opened.append(s)
-        return s
-
-    yield make
-    for s in opened:
-        s.close()
+    with opened_stores(tmp_path, store) as make:
+        yield make
 
 
 def test_a_batch_is_stored_once_and_read_back(open_store, tmp_path):

@@ -276,7 +276,7 @@ class CuratorConfig(ServiceSettings):
     )
     min_free_disk_bytes: int = setting(
         128 * 1024**2,
-        "free space the state directory's filesystem must keep: "
+        "free space the filesystem of the segments and releases (shared_dir, by default state_dir) must keep: "
         "below it (or after any write error) IngestBatch and Release "
         "answer UNAVAILABLE with retry-after-seconds and health is "
         "NOT_SERVING until a test write succeeds with enough space",
