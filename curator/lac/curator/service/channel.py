@@ -14,7 +14,6 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from lac.common.errors import ErrorReason, Unavailable
-from lac.common.files import private_dir
 from lac.common.statelock import waiting_lock
 
 if TYPE_CHECKING:
@@ -22,8 +21,6 @@ if TYPE_CHECKING:
     from lac.curator.service.config import CuratorConfig
 
 log = logging.getLogger(__name__)
-
-CHANNEL_LOCK = ".lock"  # in the channel cache: held while a curator reads or builds it
 
 BUILD_RETRY_SECONDS = 5.0  # the retry-after while the n-gram products are built or the cache is read (no rate)
 
@@ -112,13 +109,15 @@ def load_channel(
     or sampled (``progress(done, total)`` meanwhile) and cached there. Needs ``lac-curator[channel]``.
 
     Replicas share the cache (by default the shared directory's ``prior/``): each reads or builds it holding the
-    cache's lock (``CHANNEL_LOCK``), so while one samples and builds, another waits (``InterruptedError`` once
-    ``stop()``) and then reads what the first wrote; the files are written atomically either way."""
+    cache's lock (the file ``<cache>.lock`` beside it), so while one samples and builds, another waits
+    (``InterruptedError`` once ``stop()``) and then reads what the first wrote; the files are written atomically
+    either way."""
     from lac.curator.base.prior import default_public_corpus
     from lac.curator.release.channel import deployment_channel
 
-    cache = private_dir(config.channel_dir)
-    with waiting_lock(cache / CHANNEL_LOCK, stop) as waited:
+    cache = config.channel_dir
+    cache.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    with waiting_lock(cache.with_name(cache.name + ".lock"), stop) as waited:
         if waited:
             log.info("waited for another curator to read or build the local channel in %s", cache)
         return deployment_channel(
