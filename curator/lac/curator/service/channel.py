@@ -116,7 +116,8 @@ def load_channel(
     from lac.curator.release.channel import deployment_channel
 
     cache = config.channel_dir
-    cache.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    if not cache.parent.exists():
+        cache.parent.mkdir(parents=True, mode=0o700)
     with waiting_lock(cache.with_name(cache.name + ".lock"), stop) as waited:
         if waited:
             log.info("waited for another curator to read or build the local channel in %s", cache)
