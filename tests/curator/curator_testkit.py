@@ -3,23 +3,29 @@ of real (plaintext) reports sent to it with IngestBatch; and the coverage of a r
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import signal
+import threading
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 import grpc
 import numpy as np
 from lac_testkit import ServeProc, batch_privacy, content
 
 from lac.common import envelope
+from lac.common.privacy import Budget
 from lac.common.v1 import curator_pb2, curator_pb2_grpc
-from lac.curator.base.ngrams import NgramVocabulary, report_items
+from lac.curator.base.ngrams import NgramVocabulary, ReportItems, report_items
 from lac.curator.release.channel import NgramChannel
 from lac.curator.release.core import StoredReports
 from lac.curator.release.errorbars import Bootstrap, held_post_process, interval, posterior_errors
 from lac.curator.release.posterior import PosteriorParams, WeightedTotals, posterior_release
 from lac.curator.store import segments
+from lac.curator.store.store import CuratorStore
 
 WORDS = (
     "the",
@@ -286,3 +292,103 @@ def posterior_coverage(
         rates["order"].append(coverage(e.order_center, e.order_sd, order))
         rates["half"].append(coverage(e.center, e.sd, joint, width=0.5))
     return rates
+
+
+class Traffic:
+    """A shuffler (batches of 30 reports) and an analyst (small releases with request ids) against one
+    curator incarnation; a call cut off by the kill stays pending and is sent again to the next."""
+
+    def __init__(self, rng: random.Random):
+        self.rng = rng
+        self.sent: dict[str, int] = {}  # batch id -> reports (every batch ever sent)
+        self.pending_batches: list[curator_pb2.IngestBatchRequest] = []
+        self.pending_releases: list[str] = []
+        self.requests: set[str] = set()  # every release request id ever sent
+        self.n = 0
+
+    def ingest(self, address: str, stop: threading.Event) -> None:
+        with Stubs(address) as s:
+            while not stop.is_set():
+                request = self.pending_batches.pop(0) if self.pending_batches else batch(30, self.rng)
+                self.sent[request.batch_id] = len(request.reports)
+                try:
+                    s.ingest.IngestBatch(request, timeout=10)
+                except grpc.RpcError:
+                    self.pending_batches.append(request)  # cut off: sent again after the restart
+                    return
+
+    def release(self, address: str, stop: threading.Event, started: threading.Event | None = None) -> None:
+        with Stubs(address) as s:
+            while not stop.is_set():
+                if self.pending_releases:
+                    rid = self.pending_releases.pop(0)
+                else:
+                    self.n += 1
+                    rid = f"release-{self.n}"
+                self.requests.add(rid)
+                if started is not None:
+                    started.set()
+                try:
+                    s.query.Release(
+                        curator_pb2.ReleaseRequest(epsilon=0.01, delta=1e-8, force=True, request_id=rid), timeout=30
+                    )
+                except grpc.RpcError:
+                    self.pending_releases.append(rid)
+                    return
+
+    def settle(self, address: str) -> None:
+        """Send everything the last kill cut off, to the new incarnation (nothing may fail now)."""
+        with Stubs(address) as s:
+            while self.pending_batches:
+                s.ingest.IngestBatch(self.pending_batches.pop(0), timeout=30)
+            while self.pending_releases:
+                rid = self.pending_releases.pop(0)
+                s.query.Release(
+                    curator_pb2.ReleaseRequest(epsilon=0.01, delta=1e-8, force=True, request_id=rid), timeout=60
+                )
+
+
+DAY = 86400.0
+UNIT = {"window_seconds": DAY, "reports_per_window": 1, "period_seconds": 365 * DAY, "windows_per_period": 0}
+
+
+def stored_items(keep) -> ReportItems:
+    """``CuratorStore.add_batch``'s ``count`` for reports of one n-gram, "a", each."""
+    return ReportItems(
+        np.arange(len(keep) + 1, dtype=np.int64), np.zeros(len(keep), np.int32), np.ones(len(keep), np.int32), ("a",)
+    )
+
+
+def stored_release(store: CuratorStore, rid: str, request_id: str | None = None, spec: str = "{}", **kw) -> str:
+    """``store.add_release`` of a small posterior release, charged (1, 0) to windows 3 and 4 unless ``kw`` says."""
+    kw.setdefault("windows", [3, 4])
+    kw.setdefault("charge", Budget(1.0, 0.0))
+    kw.setdefault("limit", Budget(10.0, 0.0))
+    return store.add_release(
+        rid,
+        json.dumps({"release_id": rid, "mechanism": "posterior", "differentially_private": True}).encode(),
+        ("a", "b"),
+        np.log([0.5, 0.5]),
+        None,
+        request_id=request_id,
+        spec=spec,
+        **kw,
+    )
+
+
+@contextmanager
+def opened_stores(tmp_path, url: str, **defaults) -> Iterator[Callable[..., CuratorStore]]:
+    """A factory of ``CuratorStore``s on the database ``url`` ("" for SQLite), the state directory
+    ``tmp_path/state`` (or the name it is given) and ``defaults`` for its other arguments; each closed at the end."""
+    opened: list[CuratorStore] = []
+
+    def make(state: str = "state", **kw) -> CuratorStore:
+        s = CuratorStore(tmp_path / state, store=url, **(defaults | kw))
+        opened.append(s)
+        return s
+
+    try:
+        yield make
+    finally:
+        for s in opened:
+            s.close()

@@ -17,67 +17,12 @@ import sqlite3
 import threading
 import time
 
-import grpc
 import pytest
-from curator_testkit import Stubs, batch, serve_curator
+from curator_testkit import Stubs, Traffic, serve_curator
 
 from lac.common.v1 import curator_pb2
 
 KILLS = 22
-
-
-class Traffic:
-    """A shuffler (batches of 30 reports) and an analyst (small releases with request ids) against one
-    curator incarnation; a call cut off by the kill stays pending and is sent again to the next."""
-
-    def __init__(self, rng: random.Random):
-        self.rng = rng
-        self.sent: dict[str, int] = {}  # batch id -> reports (every batch ever sent)
-        self.pending_batches: list[curator_pb2.IngestBatchRequest] = []
-        self.pending_releases: list[str] = []
-        self.requests: set[str] = set()  # every release request id ever sent
-        self.n = 0
-
-    def ingest(self, address: str, stop: threading.Event) -> None:
-        with Stubs(address) as s:
-            while not stop.is_set():
-                request = self.pending_batches.pop(0) if self.pending_batches else batch(30, self.rng)
-                self.sent[request.batch_id] = len(request.reports)
-                try:
-                    s.ingest.IngestBatch(request, timeout=10)
-                except grpc.RpcError:
-                    self.pending_batches.append(request)  # cut off: sent again after the restart
-                    return
-
-    def release(self, address: str, stop: threading.Event, started: threading.Event | None = None) -> None:
-        with Stubs(address) as s:
-            while not stop.is_set():
-                if self.pending_releases:
-                    rid = self.pending_releases.pop(0)
-                else:
-                    self.n += 1
-                    rid = f"release-{self.n}"
-                self.requests.add(rid)
-                if started is not None:
-                    started.set()
-                try:
-                    s.query.Release(
-                        curator_pb2.ReleaseRequest(epsilon=0.01, delta=1e-8, force=True, request_id=rid), timeout=30
-                    )
-                except grpc.RpcError:
-                    self.pending_releases.append(rid)
-                    return
-
-    def settle(self, address: str) -> None:
-        """Send everything the last kill cut off, to the new incarnation (nothing may fail now)."""
-        with Stubs(address) as s:
-            while self.pending_batches:
-                s.ingest.IngestBatch(self.pending_batches.pop(0), timeout=30)
-            while self.pending_releases:
-                rid = self.pending_releases.pop(0)
-                s.query.Release(
-                    curator_pb2.ReleaseRequest(epsilon=0.01, delta=1e-8, force=True, request_id=rid), timeout=60
-                )
 
 
 def _files(directory) -> set[str]:

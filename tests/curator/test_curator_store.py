@@ -9,57 +9,35 @@ from __future__ import annotations
 import json
 import os
 import threading
+import time
 
 import numpy as np
 import pytest
+from curator_testkit import DAY, UNIT, opened_stores
+from curator_testkit import stored_items as _items
+from curator_testkit import stored_release as _release
 
 from lac.common.database import Migration
 from lac.common.errors import AlreadyExists, ErrorReason, FailedPrecondition
 from lac.common.privacy import Budget
-from lac.curator.base.ngrams import ReportItems, report_items
+from lac.curator.base.ngrams import report_items
 from lac.curator.store import journal, schema
 from lac.curator.store import segments as seg
-from lac.curator.store.store import OPENED, UNIT_FIELDS, CuratorStore, PrivacyUnitChanged, Quarantined
-
-DAY = 86400.0
-UNIT = {"window_seconds": DAY, "reports_per_window": 1, "period_seconds": 365 * DAY, "windows_per_period": 0}
-
-
-def _items(keep) -> ReportItems:
-    return ReportItems(
-        np.arange(len(keep) + 1, dtype=np.int64), np.zeros(len(keep), np.int32), np.ones(len(keep), np.int32), ("a",)
-    )
-
-
-def _release(store: CuratorStore, rid: str, request_id: str | None = None, spec: str = "{}", **kw) -> str:
-    kw.setdefault("windows", [3, 4])
-    kw.setdefault("charge", Budget(1.0, 0.0))
-    kw.setdefault("limit", Budget(10.0, 0.0))
-    return store.add_release(
-        rid,
-        json.dumps({"release_id": rid, "mechanism": "posterior", "differentially_private": True}).encode(),
-        ("a", "b"),
-        np.log([0.5, 0.5]),
-        None,
-        request_id=request_id,
-        spec=spec,
-        **kw,
-    )
+from lac.curator.store.store import (
+    OPENED,
+    ORPHAN_GRACE_SECONDS,
+    UNIT_FIELDS,
+    CuratorStore,
+    PrivacyUnitChanged,
+    Quarantined,
+)
 
 
 @pytest.fixture
 def open_store(tmp_path, store):
     """Factory: a ``CuratorStore`` on the test's database (``state`` names its state directory); closed after."""
-    opened: list[CuratorStore] = []
-
-    def make(state: str = "state", **kw) -> CuratorStore:
-        s = CuratorStore(tmp_path / state, store=store, **kw)
-        opened.append(s)
-        return s
-
-    yield make
-    for s in opened:
-        s.close()
+    with opened_stores(tmp_path, store) as make:
+        yield make
 
 
 def test_a_batch_is_stored_once_and_read_back(open_store, tmp_path):
@@ -106,7 +84,7 @@ def test_quarantine_keeps_only_the_newest_rows_and_no_opened_report(open_store):
     assert s.quarantine(1) == [("b9", str(opened), "token 1 of sentence 2", b"")]
 
 
-def test_release_files_and_ledger_entries_appear_together(open_store, tmp_path):
+def test_release_files_and_ledger_entries_appear_together(open_store, store, tmp_path):
     s = open_store()
     releases = tmp_path / "state" / "releases"
     assert _release(s, "r1", "q1") == "r1"
@@ -126,6 +104,9 @@ def test_release_files_and_ledger_entries_appear_together(open_store, tmp_path):
     assert s.releases_by_mechanism() == {("posterior", True): 1} and len(s.releases()) == 1
     s.close()
     (releases / "r9.npz").write_bytes(b"never committed")  # a crash between the file and the commit
+    if store:  # a shared database: removed once older than the grace (another replica may be about to commit it)
+        old = time.time() - ORPHAN_GRACE_SECONDS - 60
+        os.utime(releases / "r9.npz", (old, old))
     s = open_store()
     assert sorted(p.name for p in releases.iterdir()) == ["r1.npz"] and s.counts()["releases"] == 1
 
@@ -210,11 +191,11 @@ def test_the_schema_is_versioned_and_a_newer_one_refused(open_store):
         open_store()
 
 
-def test_two_replicas_race_for_the_last_epsilon_and_one_wins(open_store, store):
-    """Replicas are stores over one database, each used by one thread (on SQLite they share the state directory,
-    whose database is the one they can share): six releases that each fit the budget alone and not with another,
-    started together, give exactly one release and one charge."""
-    stores = [open_store("state" if not store else f"replica{i}") for i in range(6)]
+def test_two_replicas_race_for_the_last_epsilon_and_one_wins(open_store, store, tmp_path):
+    """Replicas are stores over one database and one shared directory, each used by one thread (on SQLite they share
+    the state directory, whose database is the one they can share): six releases that each fit the budget alone and
+    not with another, started together, give exactly one release and one charge."""
+    stores = [open_store("state" if not store else f"replica{i}", shared_dir=tmp_path / "shared") for i in range(6)]
     barrier = threading.Barrier(6)
     outcomes: list[str] = []
 
@@ -236,8 +217,8 @@ def test_two_replicas_race_for_the_last_epsilon_and_one_wins(open_store, store):
     assert stores[1].counts()["releases"] == 1
 
 
-def test_two_replicas_with_one_request_id_or_one_batch_store_it_once(open_store, store):
-    stores = [open_store("state" if not store else f"replica{i}") for i in range(4)]
+def test_two_replicas_with_one_request_id_or_one_batch_store_it_once(open_store, store, tmp_path):
+    stores = [open_store("state" if not store else f"replica{i}", shared_dir=tmp_path / "shared") for i in range(4)]
     barrier = threading.Barrier(4)
     got: list[object] = []
 

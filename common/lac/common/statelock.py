@@ -10,12 +10,15 @@ from __future__ import annotations
 
 import fcntl
 import os
+import time
 import weakref
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from lac.common.files import StrPath, private_dir
 
-__all__ = ["LOCK_NAME", "StateDirLocked", "StateDirLock"]
+__all__ = ["LOCK_NAME", "StateDirLocked", "StateDirLock", "waiting_lock"]
 
 LOCK_NAME = "lac.lock"
 
@@ -67,3 +70,26 @@ def _holder(path: Path) -> str:
     if not pid.isdigit():  # the holder has just taken the lock and not yet written its name
         return "another process (pid not known yet)"
     return f"{role or 'another process'} (pid {pid})"
+
+
+@contextmanager
+def waiting_lock(path: StrPath, stop: Callable[[], bool] = lambda: False, poll: float = 0.5) -> Iterator[bool]:
+    """Hold the exclusive ``flock`` of the file ``path`` (created 0600) for the ``with`` block, waiting while another
+    process holds it (checked every ``poll`` s; ``InterruptedError`` once ``stop()`` is true). Yields whether it had
+    to wait. On NFSv4 Linux clients ``flock`` is a whole-file lock the server holds, released when the holder's
+    process ends, however it ends."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        waited = False
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if stop():
+                    raise InterruptedError(f"stopped while waiting for the lock {path}") from None
+                waited = True
+                time.sleep(poll)
+        yield waited
+    finally:
+        os.close(fd)  # drops the lock

@@ -5,6 +5,7 @@ the rate so far. Public information only (the deployment's channel depends on no
 
 from __future__ import annotations
 
+import logging
 import math
 import threading
 import time
@@ -13,10 +14,13 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from lac.common.errors import ErrorReason, Unavailable
+from lac.common.statelock import waiting_lock
 
 if TYPE_CHECKING:
     from lac.curator.base.ngrams import NgramVocabulary
     from lac.curator.service.config import CuratorConfig
+
+log = logging.getLogger(__name__)
 
 BUILD_RETRY_SECONDS = 5.0  # the retry-after while the n-gram products are built or the cache is read (no rate)
 
@@ -95,18 +99,34 @@ class ChannelProgress:
         )
 
 
-def load_channel(config: CuratorConfig, vocab: NgramVocabulary, progress: Callable[[int, int], None] | None = None):
+def load_channel(
+    config: CuratorConfig,
+    vocab: NgramVocabulary,
+    progress: Callable[[int, int], None] | None = None,
+    stop: Callable[[], bool] = lambda: False,
+):
     """The deployment's n-gram channel over ``vocab`` as ``config`` names it: read from ``config.channel_dir``,
-    or sampled (``progress(done, total)`` meanwhile) and cached there. Needs ``lac-curator[channel]``."""
+    or sampled (``progress(done, total)`` meanwhile) and cached there. Needs ``lac-curator[channel]``.
+
+    Replicas share the cache (by default the shared directory's ``prior/``): each reads or builds it holding the
+    cache's lock (the file ``<cache>.lock`` beside it), so while one samples and builds, another waits
+    (``InterruptedError`` once ``stop()``) and then reads what the first wrote; the files are written atomically
+    either way."""
     from lac.curator.base.prior import default_public_corpus
     from lac.curator.release.channel import deployment_channel
 
-    return deployment_channel(
-        config.channel_dir,
-        vocab,
-        config.public_corpus or default_public_corpus(),
-        config.embedding,
-        config.local_mechanism,
-        config.epsilon_per_word,
-        progress=progress,
-    )
+    cache = config.channel_dir
+    if not cache.parent.exists():
+        cache.parent.mkdir(parents=True, mode=0o700)
+    with waiting_lock(cache.with_name(cache.name + ".lock"), stop) as waited:
+        if waited:
+            log.info("waited for another curator to read or build the local channel in %s", cache)
+        return deployment_channel(
+            cache,
+            vocab,
+            config.public_corpus or default_public_corpus(),
+            config.embedding,
+            config.local_mechanism,
+            config.epsilon_per_word,
+            progress=progress,
+        )

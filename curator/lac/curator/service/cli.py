@@ -163,7 +163,7 @@ def _serve(args) -> int:
     from lac.curator.base.prior import public_vocabulary
     from lac.curator.service.server import create_server
     from lac.curator.service.service import Curator
-    from lac.curator.store.store import PrivacyUnitChanged
+    from lac.curator.store.store import FilesElsewhere, PrivacyUnitChanged
 
     config = cfg.from_args(CuratorConfig, ENV_PREFIX, args)
     if config.key_dir is None and not (config.insecure or config.allow_plaintext_payloads):
@@ -185,7 +185,7 @@ def _serve(args) -> int:
 
     try:
         asyncio.run(main())
-    except (PortUnavailable, StateDirLocked, PrivacyUnitChanged) as exc:  # port or state taken, or another unit
+    except (PortUnavailable, StateDirLocked, PrivacyUnitChanged, FilesElsewhere) as exc:  # port or state taken, ...
         raise SystemExit(f"error: {exc}") from None
     return 0
 

@@ -33,7 +33,8 @@ class CuratorConfig(ServiceSettings):
     port_file: Path | None = setting(None, "write the bound port to this file once serving")
     state_dir: Path = setting(
         Path("lac-state/curator"),
-        "directory of the report store's files (segments, releases, the ledger journal) and, without store, its "
+        "this replica's own directory: its lock, the ledger journal, local caches, the segments and releases unless "
+        "shared_dir is set, and, without store, its "
         "SQLite database",
     )
     store: str = setting(
@@ -41,6 +42,13 @@ class CuratorConfig(ServiceSettings):
         "the curator's database: empty for SQLite (curator.sqlite in state_dir), or a postgresql://USER@HOST:PORT/DB "
         "URL (needs lac-curator[postgresql]; the password from PGPASSWORD or ~/.pgpass, not the URL); "
         "`lac curator migrate --to URL` copies a SQLite state there",
+    )
+    shared_dir: Path | None = setting(
+        None,
+        "directory of the files every replica reads: segments, words and release files (default: state_dir). With "
+        "a PostgreSQL store and more than one replica, every replica names the same directory here (NFSv4 or a "
+        'cluster filesystem across machines: the operator guide\'s "Curator replicas"); the database records it at '
+        "its first start and a replica started on another directory is refused",
     )
     public_corpus: Path | None = setting(
         None, "public text for the prior and release vocabulary (default: the corpus prepared by `lac data`)"
@@ -113,7 +121,8 @@ class CuratorConfig(ServiceSettings):
     )
     channel_cache_dir: Path | None = setting(
         None,
-        "where the sampled local channel and its n-gram products are cached (default: state_dir/prior; public "
+        "where the sampled local channel and its n-gram products are cached (default: the shared_dir's prior/, which "
+        "is state_dir/prior without one; public "
         "data only; the products, ~90 MB for the default vocabulary, make a restart's channel ready in ~2 s, not ~20). "
         "`lac curator channel build` fills it ahead of time; every replica pointed at it reuses it and never samples",
     )
@@ -163,9 +172,9 @@ class CuratorConfig(ServiceSettings):
     )
     export_retention_days: float = setting(
         30.0,
-        "with export on: each batch's reports' words are kept (in state_dir/words, for export only) this many days "
-        "after its window closes, then deleted; its window can no longer be exported then. With export off no "
-        "words are kept, and those kept earlier are deleted at start",
+        "with export on: each batch's reports' words are kept (in the shared directory's words/, for export only) "
+        "this many days after its window closes, then deleted; its window can no longer be exported then. With "
+        "export off no words are kept, and those kept earlier are deleted at start",
     )
     insecure: bool = setting(
         False,
@@ -220,7 +229,7 @@ class CuratorConfig(ServiceSettings):
         "",
         "the Spark master of engine or ingest_engine 'spark': local[N], "
         "spark://host:port, yarn, ... or sc://host:port (Spark Connect); executors "
-        "must read the state directory's segments at the same path",
+        "must read the shared directory's segments (shared_dir, by default state_dir) at the same path",
     )
     release_workers: int = setting(
         1,
@@ -267,7 +276,7 @@ class CuratorConfig(ServiceSettings):
     )
     min_free_disk_bytes: int = setting(
         128 * 1024**2,
-        "free space the state directory's filesystem must keep: "
+        "free space the filesystem of the segments and releases (shared_dir, by default state_dir) must keep: "
         "below it (or after any write error) IngestBatch and Release "
         "answer UNAVAILABLE with retry-after-seconds and health is "
         "NOT_SERVING until a test write succeeds with enough space",
@@ -389,6 +398,11 @@ class CuratorConfig(ServiceSettings):
         }
 
     @property
+    def files_dir(self) -> Path:
+        """Where the files every replica reads are: ``shared_dir``, by default ``state_dir``."""
+        return self.shared_dir or self.state_dir
+
+    @property
     def channel_dir(self) -> Path:
-        """Where the local channel is cached: ``channel_cache_dir``, by default state_dir/prior."""
-        return self.channel_cache_dir or self.state_dir / "prior"
+        """Where the local channel is cached: ``channel_cache_dir``, by default files_dir/prior."""
+        return self.channel_cache_dir or self.files_dir / "prior"

@@ -95,10 +95,12 @@ class CuratorMetrics:
                 ),
             ]
         try:
-            free = shutil.disk_usage(c.config.state_dir).free
+            free = shutil.disk_usage(c.config.files_dir).free
             out.append(
                 GaugeMetricFamily(
-                    "lac_curator_disk_free_bytes", "Free space on the state directory's filesystem.", value=free
+                    "lac_curator_disk_free_bytes",
+                    "Free space on the filesystem of the segments and releases (shared_dir, by default state_dir).",
+                    value=free,
                 )
             )
         except OSError:

@@ -196,6 +196,7 @@ class Curator:
                 config.min_free_disk_bytes,
                 keep_words=self.exporting,
                 store=config.store,
+                shared_dir=config.shared_dir,
             )
         except BaseException:
             self._state_lock.release()
@@ -326,15 +327,14 @@ class Curator:
                 logged[0] = time.monotonic()
                 log.info("%s", progress.describe())
 
-        cache_dir = c.channel_cache_dir or c.state_dir / "prior"
         try:
-            channel = load_channel(c, self.vocab, update)
-        except _ChannelCancelled:
+            channel = load_channel(c, self.vocab, update, stop=self._closing.is_set)
+        except (_ChannelCancelled, InterruptedError):  # stopped while sampling, or while waiting for another
             progress.finish(False)
             return None
         except (ImportError, LookupError, ValueError, OSError, RuntimeError) as exc:  # RuntimeError: the SDK's
             progress.finish(False)
-            self.channel_missing = _no_channel_cause(exc, c.embedding, cache_dir)  # EmbeddingUnavailable
+            self.channel_missing = _no_channel_cause(exc, c.embedding, c.channel_dir)  # EmbeddingUnavailable
             log.error(
                 "no local channel (%s): releases estimate the perturbed text, not the users' clean text, and say so "
                 "first; fix that, or set clean_estimate = false",

@@ -14,6 +14,22 @@ before a restore replaces a database:
 
 A charge is identified by (release id, time); a torn last line (a crash while appending) is cut
 off and its charge comes back from the database.
+
+Replicas over one PostgreSQL database (``--store``) each keep their own journal in their own state
+directory (appends from several machines to one file are not atomic over NFS). Neither a double
+charge nor a lost one follows:
+
+* no double charge: a charge is put back only if its key is missing from the database, in one
+  serializable transaction, and the ledger's unique index on (release id, time, window) refuses a
+  second copy, however many journals hold it (each replica's start appends to its own journal the
+  charges the database had, so journals overlap) and however many replicas reconcile at once;
+* no lost charge: the database is the ledger every replica reads and charges in a transaction; a
+  journal is only its second copy, appended after the commit (a crash before the append is made good
+  from the database at the next start). What a journal adds is protection against the database going
+  back (an older backup restored): then each replica's start puts back what its journal holds, so a
+  charge is lost only if the database goes back *and* the journal of the replica that made it is lost
+  with its state directory before that replica starts again. With PostgreSQL that is the database's
+  own duty (synchronous replication to a standby, continuous archiving), not the journal's.
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
 """The curator's durable state.
 
-Layout under ``state_dir``:
+Layout: the database and the ledger journal are this replica's (``state_dir``); the files every replica reads
+(segments, words and release files) are under ``files_dir`` (``shared_dir``, by default ``state_dir``):
 
 * ``curator.sqlite`` (WAL, ``synchronous=FULL``, mode 0600 in a 0700 directory), or the PostgreSQL database
   ``store`` names (the same tables, ``lac.curator.store.schema``): batches (with the
@@ -8,18 +9,21 @@ Layout under ``state_dir``:
   window, quarantined reports, releases, the request id of each release (idempotent retries), the
   privacy ledger (one row per release and window it covers), counters, the exports of privatized
   reports (who, when, which windows, how many rows, the guarantee; never charged). Small rows only.
+* ``.lac-curator-files`` (with a PostgreSQL store): the id the database recorded for this directory at its first
+  start (``FilesElsewhere``): a replica started on another directory is refused rather than missing the others'
+  files.
 * ``segments/window=<w>/<batch>.parquet``: one immutable Parquet segment per ingested batch
   (``lac.curator.store.segments``): every distinct n-gram of every report with its raw count, in the
   report's first-occurrence order, so W, C and the vocabulary are applied at release time.
   Written with ``atomic_file`` (fsync) and the directory fsync'd before the batch's transaction
   commits; a batch is acknowledged only after that commit. Spark, DuckDB or pandas read the
   same files. ``migrate_npz`` converts the ``.npz`` segments of earlier versions.
-* ``ledger.journal``: every charge of the ledger again, appended after its commit, in a file that
-  ``lac curator restore`` does not replace (``lac.curator.store.journal``), so restoring an older backup
-  never hands spent budget back.
+* ``ledger.journal`` (in ``state_dir``, one per replica): every charge of the ledger again, appended after its
+  commit, in a file that ``lac curator restore`` does not replace (``lac.curator.store.journal``), so restoring an
+  older backup never hands spent budget back.
 * ``releases/<id>.npz``: the released log-probabilities and items (nothing un-noised), written
   before the release row and its ledger entries commit; at start a file without a release row
-  (a crash between the two) is removed.
+  (a crash between the two) is removed, with a shared database only once older than ``ORPHAN_GRACE_SECONDS``.
 * ``words/window=<w>/<batch>.parquet``: only while export is on (``keep_words``), each batch's
   reports' words, for ``lac.curator.store.export``, written like its segment and named by its batch
   row; ``purge_words`` deletes them (after the retention, and all of them when export is off).
@@ -38,6 +42,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import socket
 import time
 import zipfile
 from collections.abc import Mapping
@@ -65,6 +70,14 @@ _NPZ_SEGMENT_FORMAT = 1
 
 PROBE_BYTES = 1 << 20  # a test write: this much to a file, and a page-sized row to the database
 
+ORPHAN_GRACE_SECONDS = 3600.0
+"""With a PostgreSQL store (replicas share the files), a file the database does not name is removed at start only
+once it was last modified this long ago: until then it may be another replica's segment or release written before
+its commit (a write-to-commit gap is seconds; a storage stall beyond stall_timeout_seconds ends it as a failure).
+Measured by the shared filesystem's modification times: keep the replicas' clocks within minutes of its own."""
+
+FILES_MARKER = ".lac-curator-files"
+
 
 def _load_npz_segment(path: Path) -> ReportItems:
     """A segment in the ``.npz`` format of earlier versions (vocabulary n-grams only)."""
@@ -78,6 +91,23 @@ def _load_npz_segment(path: Path) -> ReportItems:
         return ReportItems(
             z["indptr"].astype(np.int64), z["indices"].astype(np.int32), z["data"].astype(np.int32), items
         )
+
+
+def _create_once(path: Path, text: str) -> str:
+    """The text of the file ``path``, created durably with ``text`` unless it exists (two processes at once: one
+    creates it, both read the same: a link fails where a rename would replace)."""
+    if not path.exists():
+        tmp = path.with_name(f".{path.name}.{os.urandom(4).hex()}.tmp")
+        with atomic_file(tmp) as f:
+            f.write(text.encode() + b"\n")
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            pass
+        finally:
+            tmp.unlink()
+        fsync_dir(path.parent)
+    return path.read_text().strip()
 
 
 @dataclass(frozen=True)
@@ -120,6 +150,10 @@ def copy_to_postgres(state_dir: Path, url: str) -> list[TableCopy]:
     return copied
 
 
+class FilesElsewhere(FailedPrecondition):
+    """The PostgreSQL store's files (segments, releases) are in another directory than this replica's files_dir."""
+
+
 class PrivacyUnitChanged(FailedPrecondition):
     """The curator's configured privacy unit is not the one its state directory was created with."""
 
@@ -134,8 +168,10 @@ class BatchResult:
 
 class CuratorStore:
     """The curator's durable state: its database (``store``: SQLite in the state directory, or PostgreSQL) and its
-    files (segments, releases, words, the ledger journal: in the state directory either way). Call from one
-    thread at a time (the service uses ``lac.common.storage.StoreThread``)."""
+    files (segments, releases, words: in ``shared_dir``, by default the state directory; the ledger journal: in
+    the state directory). Replicas over one PostgreSQL database each open their own store on their own state
+    directory and the same ``shared_dir``. Call from one thread at a time (the service uses
+    ``lac.common.storage.StoreThread``)."""
 
     def __init__(
         self,
@@ -144,18 +180,21 @@ class CuratorStore:
         min_free_bytes: int = 0,
         keep_words: bool = False,
         store: str = "",
+        shared_dir: Path | None = None,
     ):
         """``quarantine_max_rows``: quarantined reports kept for diagnosis (the most recent; counters keep totals).
         ``min_free_bytes``: writes are refused (``LowDiskSpace``) while the filesystem has less free space.
         ``keep_words``: keep each batch's reports' words for export (only while export is on).
-        ``store``: the database, ``""`` for ``curator.sqlite`` in ``state_dir`` or a ``postgresql://`` URL."""
+        ``store``: the database, ``""`` for ``curator.sqlite`` in ``state_dir`` or a ``postgresql://`` URL.
+        ``shared_dir``: where the segments, words and release files are (None: ``state_dir``)."""
         self.state_dir = private_dir(state_dir)
+        self.files_dir = private_dir(shared_dir) if shared_dir is not None else self.state_dir
         self.quarantine_max_rows = quarantine_max_rows
         self.min_free_bytes = min_free_bytes
         self.keep_words = keep_words
-        self.segments_dir = private_dir(state_dir / "segments")
-        self.releases_dir = private_dir(state_dir / "releases")
-        self.words_dir = private_dir(state_dir / WORDS_DIR) if keep_words else state_dir / WORDS_DIR
+        self.segments_dir = private_dir(self.files_dir / "segments")
+        self.releases_dir = private_dir(self.files_dir / "releases")
+        self.words_dir = private_dir(self.files_dir / WORDS_DIR) if keep_words else self.files_dir / WORDS_DIR
         self._db = open_database(state_dir / "curator.sqlite", store)
         try:
             self._db.migrate(schema.NAME, schema.steps(self._db))
@@ -166,6 +205,8 @@ class CuratorStore:
                     f"curator's state is there now: start the curator with --store {moved} (the password from "
                     f"PGPASSWORD or ~/.pgpass); this SQLite database is kept only as the copy's source"
                 )
+            if self._db.dialect != "sqlite":
+                self._db.transaction(self._check_files_dir)
             self._remove_orphans()
             self._journal = state_dir / journal.JOURNAL_NAME
             journal.reconcile(self._db, state_dir)
@@ -183,19 +224,68 @@ class CuratorStore:
         row = self._db.execute("SELECT value FROM meta WHERE key = 'moved_to'").fetchone()
         return None if row is None else str(row[0])
 
+    def _check_files_dir(self) -> None:
+        """Within a transaction, with a PostgreSQL store: record ``files_dir`` as the store's (a random id in the
+        database and in its ``FILES_MARKER`` file) at the first start, after checking it holds every file the
+        database names (a state migrated from SQLite: its files moved there first); later, ``FilesElsewhere`` unless
+        ``files_dir`` holds the recorded id."""
+        marker = self.files_dir / FILES_MARKER
+        row = self._db.execute("SELECT value FROM meta WHERE key = 'files_dir'").fetchone()
+        if row is not None:
+            recorded = json.loads(row[0])
+            try:
+                here = marker.read_text().strip()
+            except FileNotFoundError:
+                here = None
+            if here != recorded["id"]:
+                raise FilesElsewhere(
+                    f"the curator's files (segments, releases) of {self._db.where} are in the directory first used "
+                    f"as {recorded['path']} on {recorded['host']}, not in {self.files_dir} (it "
+                    f"{'holds another id' if here else f'has no {FILES_MARKER}'}): start every replica with "
+                    f"--shared-dir naming that directory (mounted at the same path on every machine)"
+                )
+            return
+        named = [
+            self.segments_dir / str(r[0])
+            for r in self._db.execute("SELECT segment FROM batches WHERE segment IS NOT NULL")
+        ] + [self.releases_dir / f"{r[0]}.npz" for r in self._db.execute("SELECT release_id FROM releases")]
+        missing = [p for p in named if not p.is_file()]
+        if missing:
+            raise FilesElsewhere(
+                f"{self._db.where} names {len(named)} segment and release file(s) and {len(missing)} of them are not "
+                f"under {self.files_dir} (e.g. {missing[0]}): move the old state directory's segments/, releases/ "
+                f"and words/ there (or point --shared-dir at it) before the first start on this database"
+            )
+        token = _create_once(marker, os.urandom(16).hex())
+        value = {"id": token, "path": str(self.files_dir.resolve()), "host": socket.gethostname()}
+        self._db.execute("INSERT INTO meta VALUES ('files_dir', ?)", (json.dumps(value),))
+
+    def _unnamed(self, directory: Path, named: set[str]) -> list[Path]:
+        """The files under ``directory`` whose relative paths are not in ``named`` and that may be removed: every one
+        with SQLite (one process: the state directory's lock); with a shared database only those older than
+        ``ORPHAN_GRACE_SECONDS`` (a younger one may be another replica's, written before its commit)."""
+        if not directory.exists():
+            return []
+        cutoff = time.time() - ORPHAN_GRACE_SECONDS if self._db.dialect != "sqlite" else float("inf")
+        out = []
+        for p in directory.rglob("*"):
+            try:
+                if p.is_file() and str(p.relative_to(directory)) not in named and p.stat().st_mtime < cutoff:
+                    out.append(p)
+            except FileNotFoundError:  # renamed or removed by another replica meanwhile
+                pass
+        return out
+
     def _remove_orphans(self) -> None:
         """Files written for a batch or release whose commit never happened (crash), or that the database no
-        longer names (a restored backup, a purge that stopped between its commit and its deletes)."""
+        longer names (a restored backup, a purge that stopped between its commit and its deletes). The database is
+        read before the directories are listed, so a file committed meanwhile is new (within the grace)."""
         known = {r[0] for r in self._db.execute("SELECT segment FROM batches WHERE segment IS NOT NULL")}
-        segments = [
-            p
-            for p in self.segments_dir.rglob("*")
-            if p.is_file() and str(p.relative_to(self.segments_dir)) not in known
-        ]
         named = {r[0] for r in self._db.execute("SELECT words FROM batches WHERE words IS NOT NULL")}
-        for p in self.words_dir.rglob("*") if self.words_dir.exists() else ():
-            if p.is_file() and str(p.relative_to(self.words_dir)) not in named:
-                p.unlink()
+        releases = {r[0] + ".npz" for r in self._db.execute("SELECT release_id FROM releases")}
+        segments = self._unnamed(self.segments_dir, known)
+        for p in self._unnamed(self.words_dir, named):
+            p.unlink(missing_ok=True)
         gone = [w for w in named if not (self.words_dir / w).is_file()]
         if gone:  # backups hold no words: a restored batch's cannot be exported
             self._db.executemany("UPDATE batches SET words = NULL WHERE words = ?", ((w,) for w in gone))
@@ -204,10 +294,9 @@ class CuratorStore:
                 "be exported",
                 len(gone),
             )
-        releases = {r[0] + ".npz" for r in self._db.execute("SELECT release_id FROM releases")}
-        files = [p for p in self.releases_dir.iterdir() if p.name not in releases]
+        files = self._unnamed(self.releases_dir, releases)
         for p in segments + files:
-            p.unlink()
+            p.unlink(missing_ok=True)
         charged = {c.release_id + ".npz" for c in journal.read(self.state_dir / journal.JOURNAL_NAME)}
         restored_away = sum(p.name in charged for p in files)
         if segments:
@@ -269,9 +358,9 @@ class CuratorStore:
             )
 
     def check_space(self) -> None:
-        """``LowDiskSpace`` if the state directory's filesystem has less than ``min_free_bytes`` free."""
+        """``LowDiskSpace`` if the files' filesystem (``files_dir``) has less than ``min_free_bytes`` free."""
         if self.min_free_bytes:
-            free = free_bytes(self.state_dir)
+            free = free_bytes(self.files_dir)
             if free < self.min_free_bytes:
                 raise LowDiskSpace(
                     f"{free} bytes free for the curator's state, fewer than min_free_disk_bytes={self.min_free_bytes}"
