@@ -318,3 +318,14 @@ def test_sigkill_one_server_mid_ingest_and_mid_release_the_other_serves_on(tmp_p
         f"replicas: 4 kills of a, {batches} batches ({sum(traffic.sent.values())} reports), {releases} releases; "
         f"cut off and sent to b: {cut}; seed {seed}"
     )
+
+
+def test_a_shared_directory_needs_a_postgresql_store(tmp_path):
+    """One curator on SQLite keeps its files in state_dir, where `lac curator backup` copies them from: a
+    shared_dir elsewhere is refused (backups would miss the segments and releases); state_dir itself is allowed."""
+    from lac.curator.service.config import CuratorConfig
+
+    with pytest.raises(ValueError, match="shared_dir is for replicas over a PostgreSQL store"):
+        CuratorConfig(state_dir=tmp_path / "state", shared_dir=tmp_path / "shared")
+    CuratorConfig(state_dir=tmp_path / "state", shared_dir=tmp_path / "state")
+    CuratorConfig(state_dir=tmp_path / "state", shared_dir=tmp_path / "shared", store="postgresql://lac@h/db")

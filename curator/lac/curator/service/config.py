@@ -46,9 +46,10 @@ class CuratorConfig(ServiceSettings):
     shared_dir: Path | None = setting(
         None,
         "directory of the files every replica reads: segments, words and release files (default: state_dir). With "
-        "a PostgreSQL store and more than one replica, every replica names the same directory here (NFSv4 or a "
-        'cluster filesystem across machines: the operator guide\'s "Curator replicas"); the database records it at '
-        "its first start and a replica started on another directory is refused",
+        "a PostgreSQL store only (with SQLite the files stay in state_dir); with more than one replica, every "
+        "replica names the same directory here (NFSv4 or a cluster filesystem across machines: the operator "
+        'guide\'s "Curator replicas"); the database records it at its first start and a replica started on another '
+        "directory is refused",
     )
     public_corpus: Path | None = setting(
         None, "public text for the prior and release vocabulary (default: the corpus prepared by `lac data`)"
@@ -365,6 +366,12 @@ class CuratorConfig(ServiceSettings):
             raise ValueError("error_bar_draws must be at least 2")
         if self.store and not is_postgres_url(self.store):
             raise ValueError("store must be empty (SQLite in state_dir) or a postgresql:// URL")
+        if not self.store and self.shared_dir is not None and Path(self.shared_dir) != Path(self.state_dir):
+            # one curator on SQLite: its files stay in state_dir, where `lac curator backup` copies them from
+            raise ValueError(
+                "shared_dir is for replicas over a PostgreSQL store (store postgresql://...); with SQLite the files "
+                "stay in state_dir"
+            )
         _ = self.deployment  # validates the published configuration
 
     @property
