@@ -216,12 +216,30 @@ def test_sharded_profile_runs_two_replicas_that_agree(deployed):
 
 def test_dockerfile_installs_one_component():
     text = (ROOT / "docker" / "Dockerfile").read_text()
-    assert "pip install --no-cache-dir ./common ./${COMPONENT} $extra" in text
+    assert 'pip install --no-cache-dir "./common[postgresql]" "./${COMPONENT}[postgresql]" $extra' in text
     assert 'if [ "${COMPONENT}" = curator ]; then extra="./client[glove] ./analyst ./curator[channel]"' in text
     assert "COPY analyst ./analyst" in text  # lac-curator depends on lac-analyst
     assert 'ENTRYPOINT ["lac"]' in text
     for mount in ("/etc/lac/keys", "/etc/lac/tls", "/keys/ca", "/keys/curator-tls", "/keys/shuffler-tls"):
         assert mount in text, f"{mount} must exist in the image, owned by the service user"
+
+
+def test_every_volume_a_service_user_writes_is_made_in_the_image():
+    """A named volume mounted where the image has no directory is created owned by root, and the service user (lac)
+    could not write it: every volume (not read-only) of a service built from docker/Dockerfile is mounted on a directory the
+    Dockerfile makes and gives to lac, unless the service runs as root (shuffler-ha-init, which hands its volumes
+    to lac itself)."""
+    steps = [" ".join(s.split()) for s in DOCKERFILE.replace("\\\n", " ").split("&&")]
+    made = next(s for s in steps if s.startswith("mkdir -p /var/lib/lac")).split()[2:]
+    for name, spec in COMPOSE["services"].items():
+        if spec.get("build", {}).get("dockerfile") != "docker/Dockerfile" or spec.get("user") == "root":
+            continue
+        for v in spec.get("volumes", []):
+            source, target, *mode = v.split(":")
+            if source.startswith("./") or mode == ["ro"]:
+                continue  # a bind mount of the repository's files, or one the service only reads
+            assert target in made, (name, target)
+    assert "chown -R lac /var/lib/lac /var/cache/lac /etc/lac /keys" in " ".join(steps)
 
 
 def test_the_image_user_has_a_data_directory_of_its_own():
@@ -514,3 +532,93 @@ def test_alert_rules_pass_promtool():
         ["promtool", "test", "rules", "alerts.test.yml"], capture_output=True, text=True, cwd=PROMETHEUS_DIR
     )
     assert unit.returncode == 0, unit.stdout + unit.stderr
+
+
+def _ha_args(service: str, tmp: Path, public: Path, replace: dict[str, str]) -> tuple[str, list[str]]:
+    """``_serve_args`` of an `ha` service with the values of the flags in ``replace`` (its database, its curator)."""
+    name, args = _serve_args(service, tmp, public, {})
+    return name, [a for flag, value in zip(args[::2], args[1::2]) for a in (flag, replace.get(flag, value))]
+
+
+@pytest.mark.slow
+def test_the_ha_profile_runs_two_of_each_service_over_postgresql(deployed, postgres_cluster):
+    """`docker compose --profile ha up`, run locally over a private PostgreSQL (one database per service, as the
+    profile's two servers): the init step gives both shuffler replicas the key of their client hashes that `keys`
+    made; two curators share one directory, two shufflers one tokens file; the SDK's failover reaches the other
+    shuffler when the one it used is stopped, which knows the quota the client used there (one database), and both
+    curators answer an operator."""
+    from lac.client import AckStatus, PrivatizedReport, QuotaExceeded, ShufflerClient
+    from lac.common.deployment import DEFAULT_EMBEDDING, Deployment
+    from lac.common.v1 import curator_pb2, curator_pb2_grpc
+    from lac.shuffler.auth import add_client
+
+    tmp, public = deployed
+    vol = tmp / "volumes"
+    ha = [s for s, spec in COMPOSE["services"].items() if "ha" in spec.get("profiles", [])]
+    assert sorted(ha) == sorted(
+        ["postgres-shuffler", "postgres-curator", "curator-ha-a", "curator-ha-b", "shuffler-ha-init"]
+        + ["shuffler-ha-a", "shuffler-ha-b"]
+    )
+    init = COMPOSE["services"]["shuffler-ha-init"]
+    script = _map(init["command"][0], _mounts("shuffler-ha-init", tmp, public))
+    if os.geteuid() != 0:
+        script = script.replace("-o 10001 ", "")  # the container runs it as root, handing the files to lac
+    subprocess.run(["sh", "-c", script], check=True, capture_output=True, timeout=60)
+    key = (vol / "shuffler-client-key" / "client.key").read_bytes()
+    assert len(key) == 32
+    for replica in ("a", "b"):
+        assert (vol / f"shuffler-ha-{replica}-state" / "client.key").read_bytes() == key
+    stores = {
+        "curator": postgres_cluster.create_database("compose_ha_curator"),
+        "shuffler": postgres_cluster.create_database("compose_ha_shuffler"),
+    }
+    for s in ha:
+        if s.startswith(("curator-ha", "shuffler-ha-a", "shuffler-ha-b")):
+            spec = COMPOSE["services"][s]
+            service = s.split("-")[0]
+            assert f"--store postgresql://lac_{service}@postgres-{service}:5432/lac_{service}" in " ".join(
+                spec["command"]
+            )
+            assert spec["environment"]["PGPASSWORD"] == f"${{LAC_PG_{service.upper()}_PASSWORD}}"
+    ca = str(vol / "curator-tls" / "ca.pem")
+    operator = tls.client_tls(ca, str(vol / "ca" / "operator.pem"), str(vol / "ca" / "operator.key"))
+    running: dict[str, procs.Service] = {}
+    try:
+        for s in ("curator-ha-a", "curator-ha-b"):  # one after the other: the first records the shared directory
+            name, args = _ha_args(s, tmp, public, {"--store": stores["curator"]})
+            env = _env(tmp, _mounts(s, tmp, public))
+            running[s] = procs.start(name, args, tmp / s, timeout=120, env=env, tls=operator)
+        token = add_client(vol / "shuffler-tokens" / "clients.tokens", "compose-ha-client")
+        other = add_client(vol / "shuffler-tokens" / "clients.tokens", "compose-ha-client-2")
+        shuffler_ca = tls.client_tls(str(vol / "shuffler-tls" / "ca.pem"))
+        for s, curator in (("shuffler-ha-a", "curator-ha-a"), ("shuffler-ha-b", "curator-ha-b")):
+            replace = {"--store": stores["shuffler"], "--curator": running[curator].address}
+            name, args = _ha_args(s, tmp, public, replace)
+            env = _env(tmp, _mounts(s, tmp, public))
+            running[s] = procs.start(name, args, tmp / s, timeout=60, env=env, tls=shuffler_ca)
+        addresses = [running["shuffler-ha-a"].address, running["shuffler-ha-b"].address]
+        report = PrivatizedReport(
+            sentences=(("hello", "world"),),
+            n_words=2,
+            mechanism="multivariate-laplace",
+            epsilon_per_word=8.0,
+            embedding=DEFAULT_EMBEDDING,
+            guarantee=Deployment().word_guarantee(),
+        )
+        curator_pub = vol / "curator-keys" / "curator.pub"
+        with ShufflerClient.connect(addresses, curator_key=curator_pub, ca=ca, token=token, timeout=30) as c:
+            assert [a.status for a in c.submit(report)] == [AckStatus.STORED]
+            used = c.replica()
+            stopped = next(s for s in ("shuffler-ha-a", "shuffler-ha-b") if running[s].address == used)
+            assert running.pop(stopped).stop() == 0
+            with pytest.raises(QuotaExceeded):  # the other replica knows the client's quota: one database
+                c.submit(report)
+            assert [a.status for a in c.submit(report, token=other)] == [AckStatus.STORED]
+            assert c.replica() != used
+        for s in ("curator-ha-a", "curator-ha-b"):
+            with tls.channel(running[s].address, operator) as ch:
+                status = curator_pb2_grpc.CuratorStub(ch).GetStatus(curator_pb2.CuratorStatusRequest(), timeout=30)
+            assert status is not None
+    finally:
+        for proc in running.values():
+            proc.stop()
