@@ -225,10 +225,10 @@ def test_dockerfile_installs_one_component():
 
 
 def test_every_volume_a_service_user_writes_is_made_in_the_image():
-    """A named volume mounted where the image has no directory is created owned by root, and the service user (lac)
-    could not write it: every volume (not read-only) of a service built from docker/Dockerfile is mounted on a directory the
-    Dockerfile makes and gives to lac, unless the service runs as root (shuffler-ha-init, which hands its volumes
-    to lac itself)."""
+    """A named volume mounted where the image has no directory is created owned by root, and the service user
+    (lac) could not write it: every volume (not read-only) of a service built from docker/Dockerfile is mounted on
+    a directory the Dockerfile makes and gives to lac, unless the service runs as root (shuffler-ha-init, which
+    hands its volumes to lac itself)."""
     steps = [" ".join(s.split()) for s in DOCKERFILE.replace("\\\n", " ").split("&&")]
     made = next(s for s in steps if s.startswith("mkdir -p /var/lib/lac")).split()[2:]
     for name, spec in COMPOSE["services"].items():
