@@ -512,3 +512,40 @@ def documented_commands(*pages: str) -> list[str]:
                     if _TALKS.match(command) and "--counts" not in command:
                         found.append(command)
     return found
+
+
+class BlockingAio:
+    """``lac.client.AsyncShufflerClient(*args, **kwargs)`` on its own event loop behind the blocking client's
+    methods (each awaited method called without ``await``; ``client`` is the asyncio client), so that one test
+    checks both SDK clients."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        import asyncio
+
+        import lac.client
+
+        self._loop = asyncio.Runner()
+        self.client = lac.client.AsyncShufflerClient(*args, **kwargs)
+
+    def __getattr__(self, name: str):
+        import inspect
+
+        method = getattr(self.client, name)
+        if not inspect.iscoroutinefunction(method):
+            return method
+        return lambda *args, **kwargs: self._loop.run(method(*args, **kwargs))
+
+    def __enter__(self) -> BlockingAio:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._loop.run(self.client.close())
+        self._loop.close()
+
+
+def sdk_addresses_in_order(monkeypatch) -> None:
+    """SDK clients made from now on (in this test) try their addresses in the order given: they start at a random
+    one, to spread devices over the replicas."""
+    import lac.client.submit
+
+    monkeypatch.setattr(lac.client.submit, "randrange", lambda n: 0)

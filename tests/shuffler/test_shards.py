@@ -5,7 +5,6 @@ showing exactly-once delivery and the per-client quota across replicas."""
 
 from __future__ import annotations
 
-import asyncio
 import itertools
 import logging
 import math
@@ -17,6 +16,7 @@ from typing import Any
 
 import grpc
 import pytest
+from lac_testkit import BlockingAio, sdk_addresses_in_order
 from shuffler_testkit import ServeProc, free_port, report, wait_for
 
 import lac.client
@@ -160,33 +160,11 @@ def _status(address: str) -> shuffler_pb2.ShufflerStatus:
         return shuffler_pb2_grpc.ShufflerStub(ch).GetStatus(shuffler_pb2.ShufflerStatusRequest(), timeout=10)
 
 
-def _sdk(address: str, aio: bool = False) -> Any:
+def _sdk(address: str | list[str], aio: bool = False) -> Any:
     """The SDK's blocking client of ``address``, or (``aio``) its asyncio client behind the same methods."""
     if aio:
-        return _AioSdk(address)
+        return BlockingAio(address, insecure=True, timeout=10, attempts=1)
     return lac.client.ShufflerClient(address, insecure=True, timeout=10, attempts=1)
-
-
-class _AioSdk:
-    """``lac.client.AsyncShufflerClient`` run on its own event loop behind the blocking client's methods, so
-    that the SDK tests below check both clients' routing."""
-
-    def __init__(self, address: str) -> None:
-        self._loop = asyncio.Runner()
-        self._client = lac.client.AsyncShufflerClient(address, insecure=True, timeout=10, attempts=1)
-
-    def submit_prepared(self, chunk, token=None):
-        return self._loop.run(self._client.submit_prepared(chunk, token))
-
-    def replica(self, token=None):
-        return self._loop.run(self._client.replica(token))
-
-    def __enter__(self) -> _AioSdk:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._loop.run(self._client.close())
-        self._loop.close()
 
 
 both_clients = pytest.mark.parametrize("aio", [False, True], ids=["blocking", "asyncio"])
@@ -283,6 +261,38 @@ def test_sdk_routes_each_token_to_its_replica(two_replicas, aio):
     for name in shards:
         status = _status(name)
         assert status.counters["accepted"] == expected[name] and not status.rejects.get("wrong_shard")
+
+
+@both_clients
+def test_sdk_asks_the_next_bootstrap_address_when_one_is_down(two_replicas, monkeypatch, aio):
+    """Several bootstrap addresses, the first one closed: the SDK asks the next for each token's replica and submits
+    there (a bootstrap that is down costs a retry, as for unsharded replicas)."""
+    sdk_addresses_in_order(monkeypatch)
+    shards, tokens = two_replicas
+    with _sdk([f"127.0.0.1:{free_port()}", shards[0]], aio) as c:
+        for client, token in tokens.items():
+            assert [a.status for a in c.submit_prepared([report()], token=token)] == [AckStatus.STORED]
+            assert c.replica(token) == assign_shard(f"token:{client}", shards)
+    assert sum(_status(name).counters["accepted"] for name in shards) == len(tokens)
+
+
+@both_clients
+def test_a_clients_own_replica_down_is_an_error_never_another_replica(start_replica, tmp_path, monkeypatch, aio):
+    """Sharded replicas A and B, A stopped: a client of A bootstrapping from B (first, then A) gets a
+    ``RetryableError`` naming A; B, which takes none of A's clients, stores nothing (its quota is not A's)."""
+    sdk_addresses_in_order(monkeypatch)
+    pa, pb = free_port(), free_port()
+    a, b = f"127.0.0.1:{pa}", f"127.0.0.1:{pb}"
+    client = next(f"c{i}" for i in itertools.count() if assign_shard(f"token:c{i}", (a, b)) == a)
+    token = add_clients(tmp_path / "replicas.tokens", [client])[0]
+    replica_a = start_replica(pa, "127.0.0.1:1", shards=f"{a},{b}", shard_name=a, min_batch=1000)
+    start_replica(pb, "127.0.0.1:1", shards=f"{a},{b}", shard_name=b, min_batch=1000)
+    replica_a.stop()
+    with _sdk([b, a], aio) as sdk, pytest.raises(lac.client.RetryableError) as err:
+        sdk.submit_prepared([report()], token=token)
+    assert f"could not connect to the shuffler at {a}: " in str(err.value), err.value
+    status = _status(b)
+    assert not status.counters.get("accepted") and not status.rejects
 
 
 @both_clients

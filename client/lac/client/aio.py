@@ -3,9 +3,10 @@
 
 Same arguments, same defaults (a call fails at once when a connection attempt fails, and after
 ``connect_timeout``, 10 s, when none is answered), same errors (``lac.client.errors``, never a raw
-``grpc.RpcError``), same retries, curator key check and sharded-replica routing: every step between two
-I/O operations is the blocking client's own code (``lac.client.submit._Submitter``); only the RPCs, the
-pauses between retries and the sealing (off the event loop, in a thread) are done here, with ``await``::
+``grpc.RpcError``), same retries, failover between several addresses, curator key check and sharded-replica
+routing: every step between two I/O operations is the blocking client's own code
+(``lac.client.submit._Submitter``); only the RPCs, the pauses between retries and the sealing (off the
+event loop, in a thread) are done here, with ``await``::
 
     from lac.client import AsyncShufflerClient
 
@@ -19,6 +20,7 @@ Channels are opened on first use, on the running event loop; use one client per 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
@@ -68,7 +70,7 @@ class AsyncShufflerClient(_Submitter):
 
     def __init__(
         self,
-        target: str,
+        target: str | Sequence[str],
         curator_key: CuratorPublicKey | None = None,
         tls_config: tls.ClientTls | None = None,
         token: str | None = None,
@@ -81,13 +83,13 @@ class AsyncShufflerClient(_Submitter):
         super().__init__(
             target, curator_key, tls_config, token, insecure, batch_size, attempts, timeout, connect_timeout
         )
-        self._bootstrap: tuple[grpc.aio.Channel, shuffler_pb2_grpc.ShufflerStub] | None = None  # on first use
+        self._given: dict[str, tuple[grpc.aio.Channel, shuffler_pb2_grpc.ShufflerStub]] = {}  # opened on first use
         self._evicted: list[grpc.aio.Channel] = []  # replica channels to close
 
     @classmethod
     def connect(
         cls,
-        address: str,
+        address: str | Sequence[str],
         *,
         curator_key: str | os.PathLike[str] | CuratorPublicKey | None = None,
         ca: str | os.PathLike[str] | None = None,
@@ -97,22 +99,20 @@ class AsyncShufflerClient(_Submitter):
         insecure: bool = False,
         **options: Any,
     ) -> AsyncShufflerClient:
-        """A client of the shuffler at ``address`` from files, as ``ShufflerClient.connect``: ``curator_key``
-        (``curator.pub``), ``ca``, optionally ``cert``/``key``, the bearer ``token`` (default:
-        ``$LAC_CLIENT_TOKEN``); ``options`` go to the constructor. Nothing connects until the first call."""
+        """A client of the shuffler at ``address`` (or a list of its replicas') from files, as
+        ``ShufflerClient.connect``: ``curator_key`` (``curator.pub``), ``ca``, optionally ``cert``/``key``, the
+        bearer ``token`` (default: ``$LAC_CLIENT_TOKEN``); ``options`` go to the constructor. Nothing connects
+        until the first call."""
         public, channel_tls, token = cls._from_files(
             curator_key, ca, token, cert, key, insecure, f"{cls.__name__}.connect"
         )
         return cls(address, public, channel_tls, token=token, insecure=insecure, **options)
 
     async def close(self) -> None:
-        """Close the channels to the bootstrap address and to every replica."""
+        """Close the channels to the addresses given and to every replica."""
         with self._lock:
-            channels = [ch for ch, _ in self._replicas.values()] + self._evicted
-            self._replicas, self._evicted = OrderedDict(), []
-        if self._bootstrap is not None:
-            channels.append(self._bootstrap[0])
-            self._bootstrap = None
+            channels = [ch for ch, _ in [*self._replicas.values(), *self._given.values()]] + self._evicted
+            self._replicas, self._given, self._evicted = OrderedDict(), {}, []
         for channel in channels:
             await channel.close()
 
@@ -159,45 +159,38 @@ class AsyncShufflerClient(_Submitter):
             channel = tls.channel(to, self.tls_config, CHANNEL_OPTIONS, aio=True)
             return channel, shuffler_pb2_grpc.ShufflerStub(channel)
 
-        if address == self.target:
-            if self._bootstrap is None:
-                self._bootstrap = make(address)
-            return self._bootstrap
+        if address in self.targets:
+            if address not in self._given:
+                self._given[address] = make(address)
+            return self._given[address]
         entry, evicted = self._replica_entry(address, make)
         if evicted is not None:
             self._evicted.append(evicted[0])  # closed by close(): a call may still run on it
         return entry
 
     async def _attempt(self, rpc: _Rpc, channel: grpc.aio.Channel, method: Any) -> Any:
-        """One call, waiting for a connection (``wait_for_ready``) until ``_Connecting`` gives up, as
-        ``ShufflerClient``'s: then it is cancelled and ``RetryableError`` (UNAVAILABLE) says the address and why."""
-        call = method(rpc.request, timeout=self.timeout, wait_for_ready=True, metadata=rpc.metadata)
-        answer: asyncio.Future[Any] = asyncio.ensure_future(call)
-        connecting = _Connecting(self.connect_timeout, rpc.address in self._failing)
-        state = channel.get_state(try_to_connect=False)
-        try:
-            while not answer.done() and state != grpc.ChannelConnectivity.READY:
-                connecting.see(state)
-                verdict = connecting.verdict()
-                if verdict is not None:
-                    why = await self._why(channel, verdict)
-                    if why is None:  # connected since the attempt failed: the call goes on
-                        break
-                    answer.cancel()  # cancels the call
-                    self._failing.add(rpc.address)
-                    seconds = self.connect_timeout if verdict == "timeout" else None
-                    raise _not_reached(rpc.address, seconds, f"Shuffler.{rpc.method}", why)
-                change = asyncio.ensure_future(channel.wait_for_state_change(state))
-                try:
-                    await asyncio.wait({answer, change}, timeout=connecting.wait(), return_when=asyncio.FIRST_COMPLETED)
-                finally:
-                    change.cancel()
-                state = channel.get_state(try_to_connect=False)
-            self._failing.discard(rpc.address)
-            return await answer
-        finally:
-            if not answer.done():
-                answer.cancel()
+        """One call, sent fail-fast once the channel is connected (``_connect``), as ``ShufflerClient``'s."""
+        await self._connect(rpc.address, channel, f"Shuffler.{rpc.method}")
+        return await method(rpc.request, timeout=self.timeout, wait_for_ready=False, metadata=rpc.metadata)
+
+    async def _connect(self, address: str, channel: grpc.aio.Channel, what: str) -> None:
+        """Wait for ``channel`` to be connected until ``_Connecting`` gives up, as ``ShufflerClient``'s: then
+        ``RetryableError`` (UNAVAILABLE) says the address and why."""
+        connecting = _Connecting(self.connect_timeout, address in self._failing)
+        state = channel.get_state(try_to_connect=True)
+        while state != grpc.ChannelConnectivity.READY:
+            connecting.see(state)
+            verdict = connecting.verdict()
+            if verdict is not None:
+                why = await self._why(channel, verdict)
+                if why is None:  # connected since the attempt failed
+                    break
+                self._failing.add(address)
+                raise _not_reached(address, self.connect_timeout if verdict == "timeout" else None, what, why)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(channel.wait_for_state_change(state), connecting.wait())
+            state = channel.get_state(try_to_connect=True)
+        self._failing.discard(address)
 
     async def _why(self, channel: grpc.aio.Channel, verdict: str) -> str | None:
         """``ShufflerClient``'s reason for a channel that did not connect, asked with a fail-fast call."""

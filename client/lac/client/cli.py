@@ -19,7 +19,7 @@ import warnings
 from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from lac.client.errors import LacClientError, PartlyUnsupportedText, QuotaExceeded, UnsupportedText
 from lac.client.presets import DEFAULT_PRESET, PRESETS
@@ -119,7 +119,13 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="a text longer than the deployment's L words: keep its first L words, or split it into "
         "several reports (each one report of this client's quota per accounting window)",
     )
-    sm.add_argument("--server", default="127.0.0.1:50051", help="shuffler address host:port")
+    sm.add_argument(
+        "--server",
+        action=_Repeated,
+        default="127.0.0.1:50051",
+        help="shuffler address host:port; repeat it for each replica of one shuffler (a call that one replica cannot "
+        "take, down or draining, goes to the next)",
+    )
     sm.add_argument("--timeout", type=positive(float), default=30.0, help="seconds each call to the shuffler may take")
     sm.add_argument(
         "--connect-timeout",
@@ -200,6 +206,16 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     info.add_argument("--vocab-size", type=positive(int), default=50_000, help="vocabulary size (most frequent words)")
     info.set_defaults(func=_reported(_embedding_info))
+
+
+class _Repeated(argparse.Action):
+    """An option that may be given several times: the list of its values (its default until it is given)."""
+
+    def __call__(
+        self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any, option: Any = None
+    ) -> None:
+        given = getattr(namespace, self.dest)
+        setattr(namespace, self.dest, [*given, values] if isinstance(given, list) else [values])
 
 
 def _reported(command: Command) -> Command:

@@ -5,7 +5,7 @@ never a raw ``grpc.RpcError``.
 
     LacClientError
     ├── Cancelled               the app cancelled a long privatize_many (progress callback or cancel event)
-    ├── RetryableError          UNAVAILABLE, DEADLINE_EXCEEDED (after the client's own retries)
+    ├── RetryableError          UNAVAILABLE, DEADLINE_EXCEEDED, CANCELLED (after the client's own retries)
     │   └── QuotaExceeded       RESOURCE_EXHAUSTED: this client's reports per window are used up
     └── NotRetryableError       any other status (FAILED_PRECONDITION, INTERNAL, ...)
         ├── AuthenticationError UNAUTHENTICATED, PERMISSION_DENIED
@@ -172,6 +172,7 @@ class PartlyUnsupportedText(LacClientWarning):
 _BY_STATUS: dict[str, type[LacClientError]] = {
     "UNAVAILABLE": RetryableError,
     "DEADLINE_EXCEEDED": RetryableError,
+    "CANCELLED": RetryableError,
     "RESOURCE_EXHAUSTED": QuotaExceeded,
     "UNAUTHENTICATED": AuthenticationError,
     "PERMISSION_DENIED": AuthenticationError,

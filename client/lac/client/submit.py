@@ -7,18 +7,32 @@ idempotency ids, so a retry is stored once. Content is HPKE-sealed to the curato
 public key; the channel is TLS and the client authenticates with a bearer token (or
 an mTLS certificate). Plaintext payloads and channels need ``insecure=True``.
 
+Several addresses (failover): ``ShufflerClient(["a:50051", "b:50051"], ...)`` takes the addresses of
+replicas of one shuffler. A call goes to one of them (a random one first, then the last that answered);
+when it cannot connect, or the replica answers UNAVAILABLE (down, draining in a graceful shutdown, its
+storage failing) or DEADLINE_EXCEEDED, the same request, with the same idempotency ids, goes to the next
+address at once. Only when every address failed does the client wait (the back-off, at least the smallest
+``retry-after-seconds`` when every replica asked for one) and try them all again, up to ``attempts``
+rounds; the error then names every address and why it failed (at once when none could be connected to).
+Any other answer (a refusal of the token, of the report, the quota) is the answer, never asked elsewhere.
+Every replica listed must take every client: replicas of one database, not sharded (``GetShards`` lists no
+shards). An address may also be a DNS name with several addresses (or gRPC's ``ipv4:host:port,host:port``):
+gRPC connects to one of them, in a random order per channel (``pick_first`` with ``shuffleAddressList``),
+and the retry after a failure connects to the next.
+
 Sharded shufflers: when the operator runs several replicas, each client belongs to one of them
-(``Shuffler.GetShards`` says which). The address given to ``ShufflerClient`` is then only the
-bootstrap: before a token's first submission the client asks it for that token's replica and
-submits there (same TLS settings and token); a replica that refuses a client it does not serve
-names the right one (FAILED_PRECONDITION with trailing metadata ``lac-shard``), and the client
-asks that replica and retries there once. Replicas must agree on the shard list: the client submits
-through a bootstrap whose list every replica in it reports too (the digest ``GetShards`` gives, asked
-of each replica once, with a short timeout: one that cannot answer now is asked again later), else
-raises ``NotRetryableError`` saying the lists differ, and it sends that digest with each Submit
-(metadata ``lac-shards-digest``): a replica with another list refuses it, and the client asks the
+(``Shuffler.GetShards`` says which). The addresses given to ``ShufflerClient`` are then only
+bootstraps (asked in turn, as above): before a token's first submission the client asks one for that
+token's replica and submits there (same TLS settings and token); a replica that refuses a client it does
+not serve names the right one (FAILED_PRECONDITION with trailing metadata ``lac-shard``), and the client
+asks that replica and retries there once. A client's replica that is down fails its calls: no other replica
+may take its reports (each counts its own clients' quota). Replicas must agree on the shard list: the
+client submits through a bootstrap whose list every replica in it reports too (the digest ``GetShards``
+gives, asked of each replica once, with a short timeout: one that cannot answer now is asked again later),
+else raises ``NotRetryableError`` saying the lists differ, and it sends that digest with each Submit
+(metadata ``lac-shards-digest``): a replica with another list refuses it, and the client asks a
 bootstrap again once (the list may have changed at a window boundary). Against an unsharded
-shuffler every call goes to the address given, as before.
+shuffler every call goes to the addresses given, as said above.
 
 Connecting: a call waits for a connection to the shuffler at most ``connect_timeout`` seconds (10 by
 default), for a host that does not answer. A connection attempt that fails (refused, no route, a name that
@@ -26,11 +40,16 @@ does not resolve, a refused TLS handshake) fails the call at once instead, as ``
 (UNAVAILABLE) naming the address and gRPC's reason: waiting would not help, and nothing was sent. The one
 exception is a channel whose last attempt had failed before the call: the call gives gRPC's next attempt
 (the SDK's channels retry a failed connection after at most 1 s, not gRPC's default of up to 2 minutes; the
-call gives it ``STALE_GRACE``, 2 s) its chance, so a shuffler that has come back is reached.
+call gives it ``STALE_GRACE``, 2 s) its chance, so a shuffler that has come back is reached. With several
+addresses, it is that address's attempt that fails at once: the call goes on at the next. Once connected, the
+call is sent fail-fast: one that loses its connection before it is sent (the replica went away, or drains and
+refuses new calls) fails at once, UNAVAILABLE, instead of waiting for another connection until its deadline,
+while one already sent finishes on its connection as the replica drains.
 
 Failures surface as ``lac.client.errors`` (never a raw ``grpc.RpcError``): a shuffler that cannot be
-reached as said above, at once; other transient ones (UNAVAILABLE, DEADLINE_EXCEEDED) after this
-client's own retries as ``RetryableError``; a used-up quota as ``QuotaExceeded``, after storing as many
+reached as said above, at once; other transient ones (UNAVAILABLE, DEADLINE_EXCEEDED, CANCELLED: this SDK
+cancels no call, so the server did, e.g. one it had not started when it began to shut down)
+after this client's own retries as ``RetryableError``; a used-up quota as ``QuotaExceeded``, after storing as many
 of the reports, in order, as the quota allows (its ``acks``); credentials as ``AuthenticationError``,
 refused input as ``InvalidReportError``; replicas that keep sending a client elsewhere as
 ``NotRetryableError``. Each report stored is acknowledged with a ``lac.client.ReportAck``.
@@ -39,6 +58,7 @@ refused input as ``InvalidReportError``; replicas that keep sending a client els
 from __future__ import annotations
 
 import functools
+import json
 import os
 import queue
 import threading
@@ -47,6 +67,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Generator, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from random import randrange
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import grpc
@@ -55,7 +76,14 @@ from google.protobuf.message import Message
 from lac.client import _grpc_errors
 from lac.client._grpc_errors import retry_after, trailing_of, wrap
 from lac.client.acks import AckStatus, ReportAck
-from lac.client.errors import DeploymentMismatch, LacClientError, Metadata, QuotaExceeded, UnsupportedText
+from lac.client.errors import (
+    DeploymentMismatch,
+    LacClientError,
+    Metadata,
+    QuotaExceeded,
+    RetryableError,
+    UnsupportedText,
+)
 from lac.client.presets import DEFAULT_PRESET, Preset
 from lac.common import envelope, retry, tls, tracing
 from lac.common.deployment import Deployment
@@ -66,7 +94,9 @@ from lac.common.v1 import reports_pb2, shuffler_pb2, shuffler_pb2_grpc
 if TYPE_CHECKING:
     from lac.client.localizer import Localizer, PrivatizedReport
 
-RETRYABLE = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED}
+# CANCELLED: this SDK cancels no call, so the server did: e.g. one it had received but not started when it began to
+# shut down. Like any retry, it is sent again with the same idempotency ids.
+RETRYABLE = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.CANCELLED}
 FIRST_RETRY_WAIT = 0.2  # seconds: the back-off's first ceiling (then doubling; waits are drawn below it)
 MAX_RETRY_WAIT = 30.0  # seconds: the longest the SDK sleeps between two attempts
 TOKEN_ENV = "LAC_CLIENT_TOKEN"
@@ -80,8 +110,15 @@ PROBE_SECONDS = 1.0  # a fail-fast call that asks gRPC why a channel in TRANSIEN
 HEALTH_CHECK = "/grpc.health.v1.Health/Check"  # the probe's method
 # gRPC retries a failed connection after 1 s, then 1.6 times longer each time, up to 2 minutes: a channel
 # whose shuffler was down would fail calls for that long after it is back. The SDK's wait at most 1 s.
-CHANNEL_OPTIONS = (("grpc.initial_reconnect_backoff_ms", 200), ("grpc.max_reconnect_backoff_ms", 1000))
+# A name with several addresses: each channel connects to one of them at random (gRFC A62), not all to the first.
+_PICK_FIRST_SHUFFLED = json.dumps({"loadBalancingConfig": [{"pick_first": {"shuffleAddressList": True}}]})
+CHANNEL_OPTIONS = (
+    ("grpc.initial_reconnect_backoff_ms", 200),
+    ("grpc.max_reconnect_backoff_ms", 1000),
+    ("grpc.service_config", _PICK_FIRST_SHUFFLED),
+)
 STALE_GRACE = 2.0  # seconds: a call on a channel that failed before it waits this long for a new attempt (1 s ± 20%)
+ANY = ""  # the route "any of the addresses given": a call tries them in turn (failover)
 _ACK_STATUS = {shuffler_pb2.ACK_STATUS_STORED: AckStatus.STORED, shuffler_pb2.ACK_STATUS_DUPLICATE: AckStatus.DUPLICATE}
 
 
@@ -153,6 +190,50 @@ def _why(channel: grpc.Channel, verdict: str) -> str | None:
     except grpc.RpcError as exc:
         failure = exc
     return _reason(failure, verdict)
+
+
+def _addresses(target: str | Sequence[str]) -> tuple[str, ...]:
+    """The addresses of ``target``: one address, or a list of replicas' (ValueError if empty or repeated)."""
+    addresses = (target,) if isinstance(target, str) else tuple(target)
+    if not addresses or not all(isinstance(a, str) and a for a in addresses):
+        raise ValueError(f"a shuffler address, or a list of its replicas' addresses, is needed; got {target!r}")
+    repeated = sorted({a for a in addresses if addresses.count(a) > 1})
+    if repeated:
+        raise ValueError(f"shuffler address {', '.join(repeated)} given more than once")
+    return addresses
+
+
+def _none_took(what: str, failures: Sequence[tuple[str, grpc.RpcError]]) -> LacClientError:
+    """The error for a call that every address in ``failures`` failed (address, its error: an SDK error when it
+    could not be connected to, else the replica's answer): one address's own error, or one naming each."""
+    errors = [(at, exc if isinstance(exc, LacClientError) else wrap(exc, what)) for at, exc in failures]
+    if len(errors) == 1:
+        return errors[0][1]
+    unreached = [isinstance(exc, LacClientError) for _, exc in failures]
+    reasons = "; ".join(
+        f"{at}: not reached ({exc.status_details})"
+        if far
+        else f"{at}: {exc.status_code.name}: {exc.status_details}"
+        + (f" (retry after {exc.retry_after:g} s)" if isinstance(exc, RetryableError) and exc.retry_after else "")
+        for (at, exc), far in zip(errors, unreached)
+    )
+    waits = [getattr(exc, "retry_after", None) for _, exc in errors]
+    timed_out = all(exc.status_code == grpc.StatusCode.DEADLINE_EXCEEDED for _, exc in errors)
+    code = grpc.StatusCode.DEADLINE_EXCEEDED if timed_out else grpc.StatusCode.UNAVAILABLE
+    return _grpc_errors.RetryableError(
+        f"{what} failed: {code.name}: none of the {len(errors)} shuffler addresses took the call: {reasons}"
+        + ("; nothing was sent" if all(unreached) else ""),
+        status_code=code,
+        status_details=reasons,
+        retry_after=_floor(waits),
+    )
+
+
+def _floor(waits: Sequence[float | None]) -> float | None:
+    """The smallest of ``waits`` (the replicas' ``retry-after-seconds``), None when one of them asked for none:
+    that replica may take a call again at any time."""
+    asked = [w for w in waits if w is not None]
+    return min(asked) if asked and len(asked) == len(waits) else None
 
 
 def _not_reached(address: str, seconds: float | None, what: str, why: str) -> LacClientError:
@@ -322,7 +403,7 @@ class _Submitter:
 
     def __init__(
         self,
-        target: str,
+        target: str | Sequence[str],
         curator_key: CuratorPublicKey | None = None,
         tls_config: tls.ClientTls | None = None,
         token: str | None = None,
@@ -332,6 +413,7 @@ class _Submitter:
         timeout: float = 30.0,
         connect_timeout: float = CONNECT_TIMEOUT,
     ) -> None:
+        self.targets = _addresses(target)
         if not connect_timeout > 0:
             raise ValueError(f"connect_timeout must be > 0 seconds, got {connect_timeout!r}")
         if not insecure and (curator_key is None or tls_config is None):
@@ -340,7 +422,8 @@ class _Submitter:
                 "local demo)"
             )
         self.curator_key = curator_key
-        self.target = target
+        self.target = self.targets[0]  # the first address given
+        self._first = randrange(len(self.targets))  # the address tried first: the last that answered
         self.tls_config = tls_config
         self.token = token
         self.metadata = _bearer(token)
@@ -350,8 +433,8 @@ class _Submitter:
         self.connect_timeout = connect_timeout
         self._unsharded = False  # the bootstrap said it is not sharded: submit there without asking
         self._replica_of: OrderedDict[str | None, str] = OrderedDict()  # token -> its replica's address
-        self._digest_of: dict[str, str] = {}  # replica address -> the digest of its shard list (GetShards)
-        self._bootstrap_list: tuple[tuple[str, ...], str] = ((), "")  # the bootstrap's shard list and own entry
+        self._digest_of: dict[str, str] = {}  # replica address (ANY: a bootstrap) -> its shard list's digest
+        self._bootstrap_list: tuple[tuple[str, ...], str, str] = ((), "", "")  # its shard list, entry and address
         self._replicas: OrderedDict[str, Any] = OrderedDict()  # address -> (channel, stub) of replicas
         self._lock = threading.Lock()
         self._curator_key_ids: frozenset[str] | None = None  # published by the curator's deployment, once asked
@@ -392,26 +475,50 @@ class _Submitter:
 
     # -- the steps
 
-    def _call(self, name: str, request: Message, metadata: Metadata | None = None, address: str = "") -> _Steps[Any]:
-        """``Shuffler.<name>(request)`` at ``address`` (default: the bootstrap address) with retries of transient
-        failures (``lac.common.retry``'s policy: exponential back-off with full jitter, the server's
-        ``retry-after-seconds`` a floor, all up to ``MAX_RETRY_WAIT``); a final failure is raised as a
-        ``lac.client.errors.LacClientError``. An attempt whose channel does not connect (``_Connecting``)
-        fails at once, not retried."""
+    def _call(
+        self, name: str, request: Message, metadata: Metadata | None = None, address: str = ANY, rounds: int = 0
+    ) -> _Steps[Any]:
+        """``Shuffler.<name>(request)``'s reply, from ``address`` or, by default, from the first address given to
+        answer (``_call_at``)."""
+        return (yield from self._call_at(name, request, metadata, address, rounds))[1]
+
+    def _call_at(
+        self, name: str, request: Message, metadata: Metadata | None = None, address: str = ANY, rounds: int = 0
+    ) -> _Steps[tuple[str, Any]]:
+        """``Shuffler.<name>(request)`` at ``address`` (ANY: each address given in turn, the last that answered
+        first, until one answers), up to ``rounds`` times (0: ``attempts``); the address that answered and its
+        reply. A failure to connect, UNAVAILABLE and DEADLINE_EXCEEDED pass the call on to the next address at
+        once; when every address failed, the next round waits (``lac.common.retry``'s policy: exponential
+        back-off with full jitter, the smallest ``retry-after-seconds`` a floor when every address gave one,
+        all up to ``MAX_RETRY_WAIT``). The last round's failures are raised as one ``LacClientError``, at once
+        when no address could be connected to (``_Connecting``); any other answer is raised at once."""
         # the app's current OpenTelemetry span, if any, becomes the parent of the shuffler's span of this call
         metadata = (*(self.metadata if metadata is None else metadata), *tracing.inject())
-        rpc = _Rpc(address or self.target, name, request, metadata)
         backoff = _backoff()
-        for attempt in range(1, self.attempts + 1):
-            try:
-                return (yield rpc)
-            except LacClientError:  # could not connect: said at once, not retried
-                raise
-            except grpc.RpcError as exc:
-                if exc.code() not in RETRYABLE or attempt == self.attempts:
-                    raise wrap(exc, f"Shuffler.{name}") from None
-                yield _Sleep(backoff.delay(attempt, retry_after(trailing_of(exc))))
+        rounds = rounds or self.attempts
+        for attempt in range(1, rounds + 1):
+            failures: list[tuple[str, grpc.RpcError]] = []
+            for at in self._in_turn() if address == ANY else (address,):
+                try:
+                    reply = yield _Rpc(at, name, request, metadata)
+                except grpc.RpcError as exc:
+                    if exc.code() not in RETRYABLE:
+                        raise wrap(exc, f"Shuffler.{name}") from None
+                    failures.append((at, exc))  # an SDK error: it could not be connected to
+                    continue
+                if address == ANY:
+                    self._first = self.targets.index(at)
+                return at, reply
+            if attempt == rounds or all(isinstance(exc, LacClientError) for _, exc in failures):
+                raise _none_took(f"Shuffler.{name}", failures)
+            waits = [None if isinstance(exc, LacClientError) else retry_after(trailing_of(exc)) for _, exc in failures]
+            yield _Sleep(backoff.delay(attempt, _floor(waits)))
         raise AssertionError("unreachable")
+
+    def _in_turn(self) -> tuple[str, ...]:
+        """The addresses given, from the one to try first."""
+        first = self._first
+        return self.targets[first:] + self.targets[:first]
 
     def _deployment(self) -> _Steps[Deployment]:
         return deployment_from_proto((yield from self._call("GetDeployment", reports_pb2.DeploymentRequest())))
@@ -492,11 +599,11 @@ class _Submitter:
             return
         metadata = _bearer(token) if token else self.metadata
         try:
-            reply = yield _Rpc(self.target, "GetDeployment", reports_pb2.DeploymentRequest(), metadata)
-        except grpc.RpcError as exc:
-            if exc.code() in RETRYABLE:  # the shuffler has not heard from the curator yet: the curator checks
+            reply = yield from self._call("GetDeployment", reports_pb2.DeploymentRequest(), metadata, rounds=1)
+        except RetryableError as exc:
+            if exc.status_code in RETRYABLE:  # the shuffler has not heard from the curator yet: the curator checks
                 return
-            raise wrap(exc, "Shuffler.GetDeployment") from None
+            raise
         known = self._curator_key_ids = frozenset(reply.key_ids)
         if known and not wanted <= known:
             raise DeploymentMismatch(
@@ -509,21 +616,21 @@ class _Submitter:
 
     def _replica(self, token: str | None) -> _Steps[str]:
         metadata = _bearer(token) if token else self.metadata
-        yield from self._address_for(token or self.token, metadata)
-        with self._lock:
-            return self._replica_of.get(token or self.token, self.target)
+        address = yield from self._address_for(token or self.token, metadata)
+        return address or self._in_turn()[0]
 
     def _address_for(self, token: str | None, metadata: Metadata) -> _Steps[str]:
-        """The address of ``token``'s replica, asking the bootstrap with ``GetShards`` the first time."""
+        """The address of ``token``'s replica (ANY: any address given), asking a bootstrap with ``GetShards``
+        the first time."""
         with self._lock:
             address = self._replica_of.get(token)
             if address is not None:
                 self._replica_of.move_to_end(token)
             elif self._unsharded:
-                return self.target
+                return ANY
         if address is None:
-            address = yield from self._assignment(self.target, metadata, bootstrap=True)
-            shards, own = self._bootstrap_list
+            address = yield from self._assignment(ANY, metadata, bootstrap=True)
+            shards, own, _ = self._bootstrap_list
             yield from self._check_lists([a for a in shards if a != own], metadata)
             self._remember(token, address)
         return address
@@ -531,7 +638,7 @@ class _Submitter:
     def _check_lists(self, addresses: Iterable[str], metadata: Metadata) -> _Steps[None]:
         """``_lists_differ`` unless each replica at ``addresses`` reports the bootstrap's shard-list digest
         (each asked once; one that does not answer within ``LIST_CHECK_SECONDS`` is asked next time)."""
-        bootstrap = self._digest_of.get(self.target, "")
+        bootstrap = self._digest_of.get(ANY, "")
         if not bootstrap:
             return
         for address in addresses:
@@ -544,11 +651,11 @@ class _Submitter:
                     continue
                 self._digest_of[address] = reply.shards_digest
             if self._digest_of[address] != bootstrap:
-                raise _lists_differ(self.target, bootstrap, address, self._digest_of[address])
+                raise _lists_differ(self._bootstrap_list[2], bootstrap, address, self._digest_of[address])
 
     def _routed(self, metadata: Metadata) -> Metadata:
         """``metadata`` plus the bootstrap's shard-list digest (when sharded), which the replica checks."""
-        digest = self._digest_of.get(self.target, "")
+        digest = self._digest_of.get(ANY, "")
         return (*metadata, (SHARDS_DIGEST_KEY, digest)) if digest else metadata
 
     def _forget_routes(self) -> None:
@@ -559,24 +666,25 @@ class _Submitter:
             self._unsharded = False
 
     def _assignment(self, address: str, metadata: Metadata, bootstrap: bool = False) -> _Steps[str]:
-        """Where the replica at ``address`` says the caller of ``metadata`` submits: its assigned replica,
-        or ``address`` itself when it serves the caller or is not sharded."""
+        """Where the replica at ``address`` (ANY: the first address given to answer) says the caller of
+        ``metadata`` submits: its assigned replica, the replica that answered when it serves the caller, or
+        ``address`` when the shuffler is not sharded (or the caller anonymous)."""
         reply: shuffler_pb2.ShardAssignment
         try:
-            reply = yield from self._call("GetShards", shuffler_pb2.GetShardsRequest(), metadata, address)
+            at, reply = yield from self._call_at("GetShards", shuffler_pb2.GetShardsRequest(), metadata, address)
         except LacClientError as exc:
             if exc.status_code != grpc.StatusCode.UNIMPLEMENTED:
                 raise
-            reply = shuffler_pb2.ShardAssignment()  # a shuffler from before sharding: not sharded
+            at, reply = address, shuffler_pb2.ShardAssignment()  # a shuffler from before sharding: not sharded
         self._digest_of[address] = reply.shards_digest
         if bootstrap:
-            self._bootstrap_list = (tuple(reply.shards), reply.shard_name)
+            self._bootstrap_list = (tuple(reply.shards), reply.shard_name, at)
         if not reply.shards and bootstrap:
             with self._lock:
                 self._unsharded = True
-        if not reply.assigned_shard or reply.assigned_shard == reply.shard_name:
+        if not reply.assigned_shard:
             return address
-        return reply.assigned_shard
+        return at if reply.assigned_shard == reply.shard_name else reply.assigned_shard
 
     def _follow(self, token: str | None, metadata: Metadata, shard: str, refusal: LacClientError) -> _Steps[str]:
         """After ``refusal`` naming ``shard``: re-fetch the assignment from that replica and route there."""
@@ -611,14 +719,16 @@ class ShufflerClient(_Submitter):
     connection attempt fails (refused, no route, unknown name) and after ``connect_timeout`` seconds
     when none is answered (``RetryableError`` naming the address and why), and each call may take
     ``timeout`` seconds. ``ShufflerClient.connect`` builds the same
-    from file paths. ``target`` may be any replica of a sharded shuffler: each
-    token's reports go to its own replica (``replica``), found and followed as the module says.
+    from file paths. ``target`` is the shuffler's address, or a list of its replicas' addresses: a call that
+    one of them cannot take (down, draining, failing) goes to the next at once, as the module says. With a
+    sharded shuffler they are bootstraps: each token's reports go to its own replica (``replica``), found and
+    followed as the module says.
     For asyncio code, ``lac.client.AsyncShufflerClient`` does the same with the same arguments.
     """
 
     def __init__(
         self,
-        target: str,
+        target: str | Sequence[str],
         curator_key: CuratorPublicKey | None = None,
         tls_config: tls.ClientTls | None = None,
         token: str | None = None,
@@ -631,13 +741,12 @@ class ShufflerClient(_Submitter):
         super().__init__(
             target, curator_key, tls_config, token, insecure, batch_size, attempts, timeout, connect_timeout
         )
-        self.channel = tls.channel(target, tls_config, CHANNEL_OPTIONS)  # the bootstrap: the address given
-        self.stub = shuffler_pb2_grpc.ShufflerStub(self.channel)
+        self._given = {address: self._open(address) for address in self.targets}  # never evicted
 
     @classmethod
     def connect(
         cls,
-        address: str,
+        address: str | Sequence[str],
         *,
         curator_key: str | os.PathLike[str] | CuratorPublicKey | None = None,
         ca: str | os.PathLike[str] | None = None,
@@ -647,9 +756,9 @@ class ShufflerClient(_Submitter):
         insecure: bool = False,
         **options: Any,
     ) -> ShufflerClient:
-        """A client of the shuffler at ``address`` ("host:port") from files: ``curator_key`` (the
-        curator's ``curator.pub``, or a loaded ``CuratorPublicKey``), ``ca`` (the CA that signed
-        the shuffler's certificate), optionally ``cert``/``key`` for mutual TLS, and the bearer
+        """A client of the shuffler at ``address`` ("host:port", or a list of its replicas' addresses) from
+        files: ``curator_key`` (the curator's ``curator.pub``, or a loaded ``CuratorPublicKey``), ``ca`` (the CA
+        that signed the shuffler's certificate), optionally ``cert``/``key`` for mutual TLS, and the bearer
         ``token`` (default: ``$LAC_CLIENT_TOKEN``). ``options`` go to the constructor
         (``batch_size``, ``attempts``, ``timeout``, ``connect_timeout``)."""
         public, channel_tls, token = cls._from_files(
@@ -658,10 +767,11 @@ class ShufflerClient(_Submitter):
         return cls(address, public, channel_tls, token=token, insecure=insecure, **options)
 
     def close(self) -> None:
-        """Close the channels to the bootstrap address and to every replica."""
+        """Close the channels to the addresses given and to every replica."""
         with self._lock:
             replicas, self._replicas = list(self._replicas.values()), OrderedDict()
-        for channel in [ch for ch, _ in replicas] + [self.channel]:
+            given, self._given = list(self._given.values()), {}
+        for channel, _ in replicas + given:
             _quiesce(channel)
             channel.close()
 
@@ -685,54 +795,53 @@ class ShufflerClient(_Submitter):
             return getattr(stub, effect.method)(effect.request, metadata=effect.metadata, timeout=effect.quick)
         return self._attempt(effect, channel, stub)
 
+    def _open(self, address: str) -> tuple[grpc.Channel, shuffler_pb2_grpc.ShufflerStub]:
+        channel = tls.channel(address, self.tls_config, CHANNEL_OPTIONS)
+        return channel, shuffler_pb2_grpc.ShufflerStub(channel)
+
     def _at(self, address: str) -> tuple[grpc.Channel, shuffler_pb2_grpc.ShufflerStub]:
-        """The channel and stub to ``address`` (the bootstrap's own for the address given)."""
-        if address == self.target:
-            return self.channel, self.stub
-
-        def make(to: str) -> tuple[grpc.Channel, shuffler_pb2_grpc.ShufflerStub]:
-            channel = tls.channel(to, self.tls_config, CHANNEL_OPTIONS)
-            return channel, shuffler_pb2_grpc.ShufflerStub(channel)
-
-        entry, evicted = self._replica_entry(address, make)
+        """The channel and stub to ``address`` (its own for an address given)."""
+        if address in self._given:
+            return self._given[address]
+        entry, evicted = self._replica_entry(address, self._open)
         if evicted is not None:
             evicted[0].close()
         return entry
 
     def _attempt(self, rpc: _Rpc, channel: grpc.Channel, stub: shuffler_pb2_grpc.ShufflerStub) -> Any:
-        """One call, waiting for a connection (``wait_for_ready``) until ``_Connecting`` gives up: then it is
-        cancelled and ``RetryableError`` (UNAVAILABLE) says the address and why. The channel's state is
-        watched without asking it to connect (the call does), so no watcher outlives it."""
-        seen: queue.SimpleQueue[grpc.ChannelConnectivity | str] = queue.SimpleQueue()  # the states, then "ended"
+        """One call: once the channel is connected (``_connect``), sent fail-fast. A call that loses its
+        connection before it is sent (a replica that went away, or drains and refuses new streams) then fails
+        UNAVAILABLE at once, and one that was sent finishes on its connection while the replica drains; waiting
+        for a connection (``wait_for_ready``) would hold the first until its deadline."""
+        self._connect(rpc.address, channel, f"Shuffler.{rpc.method}")
+        return getattr(stub, rpc.method)(rpc.request, timeout=self.timeout, wait_for_ready=False, metadata=rpc.metadata)
+
+    def _connect(self, address: str, channel: grpc.Channel, what: str) -> None:
+        """Wait for ``channel`` to be connected until ``_Connecting`` gives up: then ``RetryableError``
+        (UNAVAILABLE) says the address and why (``what`` failed)."""
+        seen: queue.SimpleQueue[grpc.ChannelConnectivity] = queue.SimpleQueue()
         watch = seen.put
-        connecting = _Connecting(self.connect_timeout, rpc.address in self._failing)
-        channel.subscribe(watch, try_to_connect=False)
+        connecting = _Connecting(self.connect_timeout, address in self._failing)
+        channel.subscribe(watch, try_to_connect=True)
         try:
-            call = getattr(stub, rpc.method).future(
-                rpc.request, timeout=self.timeout, wait_for_ready=True, metadata=rpc.metadata
-            )
-            call.add_done_callback(lambda _: seen.put("ended"))
             while True:
-                state: grpc.ChannelConnectivity | str | None
+                state: grpc.ChannelConnectivity | None
                 try:
                     state = seen.get(timeout=connecting.wait())
                 except queue.Empty:  # time has passed: judge the same state again (None: none seen yet)
                     state = connecting.state
-                if state == "ended" or state == grpc.ChannelConnectivity.READY:
+                if state == grpc.ChannelConnectivity.READY:
                     break
-                if isinstance(state, grpc.ChannelConnectivity):
+                if state is not None:
                     connecting.see(state)
                 verdict = connecting.verdict()
                 if verdict is not None:
                     why = _why(channel, verdict)
-                    if why is None:  # connected since the attempt failed: the call goes on
+                    if why is None:  # connected since the attempt failed
                         break
-                    call.cancel()
-                    self._failing.add(rpc.address)
-                    seconds = self.connect_timeout if verdict == "timeout" else None
-                    raise _not_reached(rpc.address, seconds, f"Shuffler.{rpc.method}", why)
-            self._failing.discard(rpc.address)
-            return call.result()
+                    self._failing.add(address)
+                    raise _not_reached(address, self.connect_timeout if verdict == "timeout" else None, what, why)
+            self._failing.discard(address)
         finally:
             channel.unsubscribe(watch)
 
@@ -773,5 +882,6 @@ class ShufflerClient(_Submitter):
 
     def replica(self, token: str | None = None) -> str:
         """The address this client (or ``token``'s client) submits to: its replica when the shuffler is
-        sharded (asked of the bootstrap address once, then remembered), else the address given."""
+        sharded (asked of a bootstrap address once, then remembered), else the address given that it tries
+        first (the last that answered)."""
         return self._run(self._replica(token))
