@@ -10,6 +10,12 @@ one while it stores another), each retried with its own back-off until acknowled
 delivered only then; a batch is never in flight twice, and one sent again after a restart carries the
 same id and bytes, which the curator stores once.
 
+Replicas over one PostgreSQL database (``store``): every replica takes any client's Submit (quotas, idempotency ids
+and period caps are checked in the database's serializable transactions), and the one holding the release lease
+(``lac.shuffler.lease``) releases, forwards and prunes; it reads the buffered counts from the database every
+``CHECK_SECONDS``, and loses the lease, cancelling its deliveries, when its lease session ends. ``Flush`` on another
+replica takes the lease if it is free, else answers UNAVAILABLE. A SQLite shuffler always holds it.
+
 Storage failures (full disk, I/O errors, a commit that stalls, free space below
 ``min_free_disk_bytes``) never end a background task and never leave a call waiting: the first
 one is logged once, counted (``lac_shuffler_storage_failures_total``), turns gRPC health to
@@ -64,6 +70,7 @@ from lac.common.version import server_version
 from lac.shuffler import amplification, wire
 from lac.shuffler.auth import ShufflerAuth
 from lac.shuffler.config import ShufflerConfig
+from lac.shuffler.lease import CHECK_SECONDS, CHECK_TIMEOUT_SECONDS
 from lac.shuffler.metrics import ShufflerMetrics
 from lac.shuffler.reportlog import LOG_FULL, OVER_PERIOD_CAP, OVER_QUOTA, ReportLog, StoredBatch
 from lac.shuffler.shards import assign_shard, shards_digest
@@ -219,6 +226,9 @@ class Shuffler:
                 "and tests only."
             )
         self._log = ReportLog(config.state_dir, config.store)
+        self.lease = self._log.lease  # this replica releases and forwards only while it holds it
+        self._lease_lock = asyncio.Lock()
+        self._deliveries: dict[str, asyncio.Task] = {}  # batch id -> its delivery, while this replica holds the lease
         self._wake_forwarder = asyncio.Event()
         self._pending: list = []  # (items, client key, future, arrival time, payload bytes) per Submit
         self._pending_bytes = 0
@@ -365,7 +375,7 @@ class Shuffler:
         """After a commit (or a recovery): release if the threshold is reached, keeping the next threshold's
         worth of reports back with ``keep_reserve``."""
         reserve = self._next_threshold if self.config.keep_reserve else 0
-        if self._log.takeable() >= self._threshold + reserve:
+        if self.lease.held and self._log.takeable() >= self._threshold + reserve:
             await self.flush("threshold", reserve)
 
     def _commit_groups(self, groups, window: int) -> list:
@@ -388,7 +398,7 @@ class Shuffler:
     def start(self) -> None:
         self._tasks = [
             asyncio.create_task(self._supervised(loop))
-            for loop in (self._commit_loop, self._forward_loop, self._interval_loop)
+            for loop in (self._commit_loop, self._forward_loop, self._interval_loop, self._lease_loop)
         ]
         self.storage.start()
         self._wake_forwarder.set()  # deliver batches left over from before a restart
@@ -579,6 +589,13 @@ class Shuffler:
         drawn anew after each release; it counts distinct clients among the buffered reports.
         """
         cfg = self.config
+        if not self.lease.held and not await self._check_lease():
+            raise Unavailable(
+                "another shuffler replica over this report log's database holds the release lease and releases the "
+                "batches (GetStatus's release_lease says which); flush there, or wait: it releases at the threshold "
+                "and at the end of each release interval",
+                retry_after=CHECK_SECONDS,
+            )
         released = await self._store.run(
             self._log.release, self._threshold, cfg.subsample_q, cfg.crowd_threshold, cfg.max_batch_bytes, reserve
         )
@@ -715,10 +732,48 @@ class Shuffler:
         interval = self.config.release_interval_seconds
         while True:
             await asyncio.sleep(interval - time.time() % interval + 0.001)
-            await self.flush("end of release interval")
-            await self._store.run(self._log.prune_quota, self.window(), self._period)
-            await self._store.run(self._log.rotate_seen, self.config.idempotency_window_days * 86400.0)
+            if self.lease.held:  # the housekeeping too is the lease holder's alone
+                await self.flush("end of release interval")
+                await self._store.run(self._log.prune_quota, self.window(), self._period)
+                await self._store.run(self._log.rotate_seen, self.config.idempotency_window_days * 86400.0)
             await self._store.run(self._log.save_counters)
+
+    async def _lease_loop(self) -> None:
+        """Every ``CHECK_SECONDS``: the release lease's holder checks it, reads the buffered counts from a shared
+        database (every replica stores reports into it) and releases at the threshold; the others try to take it."""
+        while True:
+            await self._check_lease()
+            if self.lease.held:
+                if self._log.shared:
+                    await self._store.run(self._log.recount)
+                await self._release_on_threshold()
+            await asyncio.sleep(CHECK_SECONDS)
+
+    async def _check_lease(self) -> bool:
+        """Check the release lease if this replica holds it, else try to take it; whether it holds it now. A lost
+        lease cancels the deliveries in flight at once (the next holder sends those batches under the same ids)."""
+        async with self._lease_lock:
+            was = self.lease.held
+            try:
+                held = await asyncio.wait_for(
+                    asyncio.to_thread(self.lease.check if was else self.lease.acquire), CHECK_TIMEOUT_SECONDS
+                )
+            except TimeoutError:
+                await asyncio.to_thread(self.lease.release)
+                held = False
+            if held and not was:
+                log.info("this replica holds the release lease: it releases and forwards the batches")
+                self._wake_forwarder.set()
+            elif was and not held:
+                log.warning(
+                    "RELEASE LEASE LOST (its database session ended or did not answer within %gs): no longer "
+                    "releasing or forwarding; %d deliveries in flight cancelled, another replica sends them again",
+                    CHECK_TIMEOUT_SECONDS,
+                    len(self._deliveries),
+                )
+                for task in self._deliveries.values():
+                    task.cancel()
+            return held
 
     def _forward_backoff(self) -> retry.Backoff:
         """The forwarder's back-off (deployment fetches and deliveries alike): waits drawn below 0.5, 1, 2...
@@ -733,7 +788,7 @@ class Shuffler:
         after a restart carries the same id, which the curator de-duplicates."""
         backoff = self._forward_backoff()
         ceiling = backoff.initial  # of the next wait for the deployment
-        sending: dict[str, asyncio.Task] = {}
+        sending = self._deliveries
         async with tls.channel(self.config.curator, self._curator_tls, aio=True) as channel:
             # Raw bytes: the batch's request is built once from the log and sent as built.
             ingest: grpc.aio.UnaryUnaryMultiCallable[bytes, curator_pb2.IngestBatchResponse] = channel.unary_unary(
@@ -755,12 +810,16 @@ class Shuffler:
                     await self._wake_forwarder.wait()
                     self._wake_forwarder.clear()
                     _reap(sending)
+                    if not self.lease.held:
+                        continue
                     for batch_id in await self._store.run(self._log.pending_batches):
                         if batch_id in sending:
                             continue
                         while len(sending) >= self.config.forward_in_flight:
                             await asyncio.wait(list(sending.values()), return_when=asyncio.FIRST_COMPLETED)
                             _reap(sending)
+                        if not self.lease.held:
+                            break
                         task = asyncio.create_task(self._deliver(ingest, channel, batch_id))
                         task.add_done_callback(finished)
                         sending[batch_id] = task
@@ -833,6 +892,7 @@ class Shuffler:
     # ------------------------------------------------------------------ operator view
 
     async def status(self) -> shuffler_pb2.ShufflerStatus:
+        await self.recount()
         counters = await self._store.run(self._log.counters)
         pending = await self._store.run(self._log.pending_batches)
         recent = await self._store.run(self._log.recent_batches)
@@ -858,6 +918,7 @@ class Shuffler:
                 for b, n, d, p in recent
             ],
             auth="token" if self.auth.enabled else "none (INSECURE)",
+            release_lease=self.lease.held,
         )
 
     async def count_reject(self, reason: RejectReason, n: int = 1) -> None:
@@ -877,6 +938,10 @@ class Shuffler:
 
     def buffered(self) -> int:
         return self._log.buffered()
+
+    async def recount(self) -> None:
+        """Read the buffered counts from a shared database (``ReportLog.recount``) for ``buffered`` and the status."""
+        await self._store.run(self._log.recount)
 
     def used_bytes(self) -> int:
         return self._log.used_bytes

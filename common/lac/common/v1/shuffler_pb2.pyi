@@ -52,7 +52,7 @@ class ShufflerStatusRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class ShufflerStatus(_message.Message):
-    __slots__ = ("buffered_reports", "min_batch", "buffered_clients", "batches_forwarded", "reports_forwarded", "batches_pending", "rejects", "note", "window", "seconds_to_next_window", "log_bytes", "max_log_bytes", "counters", "recent_batches", "auth")
+    __slots__ = ("buffered_reports", "min_batch", "buffered_clients", "batches_forwarded", "reports_forwarded", "batches_pending", "rejects", "note", "window", "seconds_to_next_window", "log_bytes", "max_log_bytes", "counters", "recent_batches", "auth", "release_lease")
     class RejectsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -82,6 +82,7 @@ class ShufflerStatus(_message.Message):
     COUNTERS_FIELD_NUMBER: _ClassVar[int]
     RECENT_BATCHES_FIELD_NUMBER: _ClassVar[int]
     AUTH_FIELD_NUMBER: _ClassVar[int]
+    RELEASE_LEASE_FIELD_NUMBER: _ClassVar[int]
     buffered_reports: int
     min_batch: int
     buffered_clients: int
@@ -97,7 +98,8 @@ class ShufflerStatus(_message.Message):
     counters: _containers.ScalarMap[str, int]
     recent_batches: _containers.RepeatedCompositeFieldContainer[BatchInfo]
     auth: str
-    def __init__(self, buffered_reports: _Optional[int] = ..., min_batch: _Optional[int] = ..., buffered_clients: _Optional[int] = ..., batches_forwarded: _Optional[int] = ..., reports_forwarded: _Optional[int] = ..., batches_pending: _Optional[int] = ..., rejects: _Optional[_Mapping[str, int]] = ..., note: _Optional[str] = ..., window: _Optional[int] = ..., seconds_to_next_window: _Optional[float] = ..., log_bytes: _Optional[int] = ..., max_log_bytes: _Optional[int] = ..., counters: _Optional[_Mapping[str, int]] = ..., recent_batches: _Optional[_Iterable[_Union[BatchInfo, _Mapping]]] = ..., auth: _Optional[str] = ...) -> None: ...
+    release_lease: bool
+    def __init__(self, buffered_reports: _Optional[int] = ..., min_batch: _Optional[int] = ..., buffered_clients: _Optional[int] = ..., batches_forwarded: _Optional[int] = ..., reports_forwarded: _Optional[int] = ..., batches_pending: _Optional[int] = ..., rejects: _Optional[_Mapping[str, int]] = ..., note: _Optional[str] = ..., window: _Optional[int] = ..., seconds_to_next_window: _Optional[float] = ..., log_bytes: _Optional[int] = ..., max_log_bytes: _Optional[int] = ..., counters: _Optional[_Mapping[str, int]] = ..., recent_batches: _Optional[_Iterable[_Union[BatchInfo, _Mapping]]] = ..., auth: _Optional[str] = ..., release_lease: _Optional[bool] = ...) -> None: ...
 
 class BatchInfo(_message.Message):
     __slots__ = ("batch_id", "size", "delivered", "privacy")
