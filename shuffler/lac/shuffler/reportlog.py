@@ -166,15 +166,23 @@ class ReportLog:
         self.lease: Lease = open_lease(self._db, state_dir, schema.NAME)  # who releases (lac.shuffler.lease)
 
     def _first_meta(self) -> bytes:
-        """Within a transaction: the key of the client hashes and the idempotency ids' generation start, made at the
-        first start (once, with replicas starting together)."""
+        """Within a transaction: the key of the client hashes, the idempotency ids' generation start and the log's id
+        (``store_id``), made at the first start (once, with replicas starting together)."""
         row = self._db.execute("SELECT value FROM meta WHERE name = 'client_key'").fetchone()
         if row is None:
             row = (os.urandom(32),)
             self._db.execute("INSERT INTO meta VALUES ('client_key', ?)", row)
         if self._db.execute("SELECT 1 FROM meta WHERE name = 'seen_since'").fetchone() is None:
             self._db.execute("INSERT INTO meta VALUES ('seen_since', ?)", (repr(time.time()).encode(),))
+        if self._db.execute("SELECT 1 FROM meta WHERE name = 'store_id'").fetchone() is None:
+            self._db.execute("INSERT INTO meta VALUES ('store_id', ?)", (os.urandom(16).hex().encode(),))
         return bytes(row[0])
+
+    @property
+    def store_id(self) -> str:
+        """The log's random id, made once: the same for every replica over one database, and which idempotency ids
+        it knows (``GetShards`` gives it to the SDK)."""
+        return (self.get_meta("store_id") or b"").decode()
 
     @property
     def database(self) -> Database:

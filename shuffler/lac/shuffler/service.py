@@ -51,7 +51,14 @@ import grpc
 from lac.common import envelope, retry, tls, tracing
 from lac.common.deployment import Deployment, windows_in_period
 from lac.common.envelope import PayloadRejected
-from lac.common.errors import FailedPrecondition, InvalidArgument, RejectReason, ResourceExhausted, Unavailable
+from lac.common.errors import (
+    ErrorReason,
+    FailedPrecondition,
+    InvalidArgument,
+    RejectReason,
+    ResourceExhausted,
+    Unavailable,
+)
 from lac.common.privacy import Adjacency, Guarantee, Model, PrivacyUnit
 from lac.common.rpc import parse_names
 from lac.common.serde import deployment_from_proto, deployment_to_proto
@@ -226,6 +233,7 @@ class Shuffler:
                 "and tests only."
             )
         self._log = ReportLog(config.state_dir, config.store)
+        self.store_id = self._log.store_id
         self.lease = self._log.lease  # this replica releases and forwards only while it holds it
         self._lease_lock = asyncio.Lock()
         self._deliveries: dict[str, asyncio.Task] = {}  # batch id -> its delivery, while this replica holds the lease
@@ -329,6 +337,7 @@ class Shuffler:
                 f"this replica's shard list applies from accounting window {start} (in {wait:.0f} s); retry then",
                 retry_after=wait,
                 reason=RejectReason.SHARDS_NOT_EFFECTIVE,
+                error_reason=ErrorReason.NOTHING_STORED,
             )
         if home != self.config.shard_name:
             self._log.count_reject(RejectReason.WRONG_SHARD, n_reports)
@@ -342,6 +351,7 @@ class Shuffler:
             assigned_shard=self.assigned_shard(client_id) or "",
             effective_window=self.config.shards_effective_window,
             shards_digest=self.shards_digest,
+            store_id=self.store_id,
         )
 
     # ------------------------------------------------------------------ plumbing
@@ -435,7 +445,7 @@ class Shuffler:
         await asyncio.gather(*self._tasks, return_exceptions=True)
         for _, _, fut, _, _ in self._pending:
             if not fut.done():
-                fut.set_result(Unavailable("shuffler is shutting down; retry"))
+                fut.set_result(Unavailable("shuffler is shutting down; retry", error_reason=ErrorReason.NOTHING_STORED))
         self._pending, self._pending_bytes = [], 0
         with suppress(StorageFailed):
             await self._store.run(self._log.save_counters)
@@ -493,7 +503,9 @@ class Shuffler:
             raise
         if not self.storage.ok:
             self._log.count_reject(RejectReason.STORAGE_UNAVAILABLE, len(items))
-            raise self.storage.unavailable()
+            refusal = self.storage.unavailable()
+            refusal.error_reason = ErrorReason.NOTHING_STORED
+            raise refusal
         size = sum(len(it[2]) for it in items)
         if self._pending_bytes and self._pending_bytes + size > cfg.max_pending_bytes:
             self._log.count_reject(RejectReason.OVERLOADED, len(items))
@@ -502,6 +514,7 @@ class Shuffler:
                 f"max_pending_bytes={cfg.max_pending_bytes}); retry",
                 retry_after=1,
                 reason=RejectReason.OVERLOADED,
+                error_reason=ErrorReason.NOTHING_STORED,
             )
         key = self._log.client_key(client_id) if client_id is not None else None
         fut = asyncio.get_running_loop().create_future()
@@ -546,6 +559,7 @@ class Shuffler:
                 "the curator is not taking batches; retry later",
                 retry_after=30,
                 reason=RejectReason.LOG_FULL,
+                error_reason=ErrorReason.NOTHING_STORED,
             )
         return result
 

@@ -134,15 +134,17 @@ class GetShardsRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class ShardAssignment(_message.Message):
-    __slots__ = ("shards", "shard_name", "assigned_shard", "effective_window", "shards_digest")
+    __slots__ = ("shards", "shard_name", "assigned_shard", "effective_window", "shards_digest", "store_id")
     SHARDS_FIELD_NUMBER: _ClassVar[int]
     SHARD_NAME_FIELD_NUMBER: _ClassVar[int]
     ASSIGNED_SHARD_FIELD_NUMBER: _ClassVar[int]
     EFFECTIVE_WINDOW_FIELD_NUMBER: _ClassVar[int]
     SHARDS_DIGEST_FIELD_NUMBER: _ClassVar[int]
+    STORE_ID_FIELD_NUMBER: _ClassVar[int]
     shards: _containers.RepeatedScalarFieldContainer[str]
     shard_name: str
     assigned_shard: str
     effective_window: int
     shards_digest: str
-    def __init__(self, shards: _Optional[_Iterable[str]] = ..., shard_name: _Optional[str] = ..., assigned_shard: _Optional[str] = ..., effective_window: _Optional[int] = ..., shards_digest: _Optional[str] = ...) -> None: ...
+    store_id: str
+    def __init__(self, shards: _Optional[_Iterable[str]] = ..., shard_name: _Optional[str] = ..., assigned_shard: _Optional[str] = ..., effective_window: _Optional[int] = ..., shards_digest: _Optional[str] = ..., store_id: _Optional[str] = ...) -> None: ...
