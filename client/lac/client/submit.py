@@ -15,6 +15,9 @@ address at once. Only when every address failed does the client wait (the back-o
 ``retry-after-seconds`` when every replica asked for one) and try them all again, up to ``attempts``
 rounds; the error then names every address and why it failed (at once when none could be connected to).
 Any other answer (a refusal of the token, of the report, the quota) is the answer, never asked elsewhere.
+A Submit that may have been stored (DEADLINE_EXCEEDED, CANCELLED, a connection lost after sending, an UNAVAILABLE
+without the shuffler's ``nothing_stored`` reason) goes on only to an address that reported the same report log
+(``GetShards``' ``store_id``, asked once per address), else to the same address again: never into a second log.
 Every replica listed must take every client: replicas of one database, not sharded (``GetShards`` lists no
 shards). An address may also be a DNS name with several addresses (or gRPC's ``ipv4:host:port,host:port``):
 gRPC connects to one of them, in a random order per channel (``pick_first`` with ``shuffleAddressList``),
