@@ -758,9 +758,10 @@ class Shuffler:
         while True:
             await self._check_lease()
             if self.lease.held:
-                if self._log.shared:
-                    await self._store.run(self._log.recount)
-                await self._release_on_threshold()
+                with suppress(StorageFailed):  # logged once by the StorageGuard; the lease is checked on meanwhile
+                    if self._log.shared:
+                        await self._store.run(self._log.recount)
+                    await self._release_on_threshold()
             await asyncio.sleep(CHECK_SECONDS)
 
     async def _check_lease(self) -> bool:
