@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 
 import pytest
+from lac_testkit import PROMPT
 
 from lac.common.database import Migration
 from lac.common.v1 import curator_pb2, reports_pb2
@@ -278,3 +280,23 @@ def test_two_replicas_releasing_at_once_never_take_a_report_twice(open_log, stor
     assert batches
     reports = [p.data for b in batches for p in curator_pb2.IngestBatchRequest.FromString(b.body).reports]
     assert len(reports) == len(set(reports)) and len(reports) <= 40
+
+
+def test_a_silent_lease_holder_loses_the_lease_after_its_idle_session_timeout(tmp_path, postgres_url, monkeypatch):
+    """A holder that stops checking (frozen, or its machine cut off) holds its lease only until the server ends its
+    idle session (``idle_session_timeout``, here shortened to 1 s); then another replica takes it, and the silent
+    one's next check says it lost it."""
+    from lac.shuffler import lease
+
+    monkeypatch.setattr(lease, "IDLE_SESSION_SECONDS", 1)
+    silent, other = ReportLog(tmp_path / "a", postgres_url), ReportLog(tmp_path / "b", postgres_url)
+    try:
+        assert silent.lease.acquire() and not other.lease.acquire()
+        deadline = time.monotonic() + PROMPT
+        while not other.lease.acquire():  # the silent holder sends nothing meanwhile
+            assert time.monotonic() < deadline, "the silent holder's lease never passed"
+            time.sleep(0.2)
+        assert not silent.lease.check() and not silent.lease.held
+    finally:
+        silent.close()
+        other.close()
