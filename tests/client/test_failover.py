@@ -195,39 +195,80 @@ def test_one_address_with_several_ip_addresses(start_shuffler, sink, glove200, a
 @pytest.fixture
 def cancelling_server():
     """A real gRPC server whose ``Shuffler.Submit`` answers CANCELLED, as a shuffler does for calls it had received
-    but not started when it began to shut down (counts its calls)."""
+    but not started when it begins to shut down (counts its calls), and whose ``GetShards`` reports the report log
+    id the test puts in ``store`` (a replica of that log)."""
     from concurrent import futures
 
-    calls = []
+    calls: list[int] = []
+    store = [""]
 
     def cancel(raw, context):
         calls.append(1)
         context.abort(grpc.StatusCode.CANCELLED, "server shutting down")
 
+    def shards(raw, context):
+        return shuffler_pb2.ShardAssignment(store_id=store[0]).SerializeToString()
+
     server = grpc.server(futures.ThreadPoolExecutor(2))
-    handler = grpc.unary_unary_rpc_method_handler(cancel, request_deserializer=None, response_serializer=None)
-    server.add_generic_rpc_handlers([grpc.method_handlers_generic_handler("lac.v1.Shuffler", {"Submit": handler})])
+    methods = {
+        "Submit": grpc.unary_unary_rpc_method_handler(cancel, request_deserializer=None, response_serializer=None),
+        "GetShards": grpc.unary_unary_rpc_method_handler(shards, request_deserializer=None, response_serializer=None),
+    }
+    server.add_generic_rpc_handlers([grpc.method_handlers_generic_handler("lac.v1.Shuffler", methods)])
     port = server.add_insecure_port("127.0.0.1:0")
     server.start()
-    yield f"127.0.0.1:{port}", calls
+    yield f"127.0.0.1:{port}", calls, store
     server.stop(0)
 
 
 @both_clients
-def test_a_call_the_server_cancelled_is_retried_elsewhere(
+def test_a_call_the_server_cancelled_is_retried_at_a_replica_of_its_log(
     cancelling_server, start_shuffler, sink, in_order, glove200, aio
 ):
-    """CANCELLED comes from the server (the SDK raises its own error for a call it gives up): passed on to the next
-    address like UNAVAILABLE, and alone, a ``RetryableError`` after the client's attempts."""
-    address, calls = cancelling_server
+    """CANCELLED comes from the server (the SDK raises its own error for a call it gives up), and the call may have
+    been stored: passed on to the next address when that reports the same report log (GetShards' store_id), else
+    sent to the same address again; alone, a ``RetryableError`` after the client's attempts."""
+    address, calls, store = cancelling_server
     healthy = start_shuffler(sink.address, min_batch=1000)
+    store[0] = healthy.shuffler.store_id
     with _client([address, healthy.address], aio) as c:
         assert c.submit(privatized(glove200))[0].status == STORED
     assert calls == [1] and healthy.shuffler.buffered() == 1
-    with _client(address, aio, attempts=2) as c, pytest.raises(lac.client.RetryableError) as err:
+    store[0] = "another report log"
+    with _client([address, healthy.address], aio, attempts=2) as c, pytest.raises(lac.client.RetryableError) as err:
         c.submit(privatized(glove200))
     assert_wrapped(err.value, lac.client.RetryableError, grpc.StatusCode.CANCELLED)
     assert len(calls) == 3 and "server shutting down" in str(err.value)
+    assert healthy.shuffler.buffered() == 1  # never sent to a replica of another log
+
+
+@both_clients
+def test_a_submit_that_may_have_stored_is_never_stored_in_a_second_log(start_shuffler, sink, in_order, glove200, aio):
+    """Two independent shufflers (two SQLite report logs: two store ids) behind one client list; the first stores
+    the report, then holds its reply past the call's deadline (DEADLINE_EXCEEDED: the client cannot know whether it
+    was stored). The SDK sends it to the first again, not to the second: stored once, in the first log, acknowledged
+    DUPLICATE. (Passed on to the second, as before this guard, it was stored in both.)"""
+    first, second = (start_shuffler(sink.address, min_batch=1000) for _ in range(2))
+    assert first.shuffler.store_id != second.shuffler.store_id
+    held: list[int] = []
+    release = threading.Event()
+    submit = first.shuffler.submit
+
+    async def stored_then_late(*args, **kwargs):
+        result = await submit(*args, **kwargs)  # committed
+        if not held:
+            held.append(1)
+            await asyncio.to_thread(release.wait, 2 * DEADLINE)  # the reply, after the client's deadline
+        return result
+
+    first.shuffler.submit = stored_then_late
+    try:
+        with _client([first.address, second.address], aio, timeout=3.0, attempts=5) as c:
+            acks = c.submit(privatized(glove200))
+    finally:
+        release.set()
+    assert held and [a.status for a in acks] == [AckStatus.DUPLICATE]
+    assert first.shuffler.buffered() == 1 and second.shuffler.buffered() == 0
 
 
 def test_the_cli_takes_several_servers(start_shuffler, sink, data_dir, glove50k, tmp_path, capsys, in_order):
@@ -259,10 +300,10 @@ def test_the_cli_takes_several_servers(start_shuffler, sink, data_dir, glove50k,
 WINDOW_SECONDS = 1e9  # one accounting window for the whole test
 
 
-def _serve(curator: str, state, port: int, workdir) -> ServeProc:
-    """``lac shuffler serve`` on ``port`` with its own state directory, releasing batches of one report or more
-    after each commit and every second (a restarted replica releases what it holds by the next second)."""
-    args = ["--port", str(port), "--state-dir", str(state), "--curator", curator, "--insecure"]
+def _serve(curator: str, state, port: int, workdir, store: str) -> ServeProc:
+    """``lac shuffler serve`` on ``port`` with its own state directory and the report log in ``store``, releasing
+    batches of one report or more after each commit and every second."""
+    args = ["--port", str(port), "--state-dir", str(state), "--store", store, "--curator", curator, "--insecure"]
     args += ["--min-batch", "1", "--release-interval-seconds", "1", "--window-seconds", str(WINDOW_SECONDS)]
     return ServeProc(args, workdir)
 
@@ -270,13 +311,14 @@ def _serve(curator: str, state, port: int, workdir) -> ServeProc:
 @pytest.mark.slow
 @both_clients
 def test_sigterm_to_the_replica_in_use_mid_stream_costs_no_error_nothing_lost_or_doubled(
-    start_curator, curator_public_key, tmp_path, aio
+    start_curator, curator_public_key, tmp_path, postgres_url, aio
 ):
-    """Three ``lac shuffler serve`` processes (own state directories, one tokens file's contents) in front of one
-    curator; 60 clients submit one sealed report each through one SDK client, 4 at a time. After 20, the replica
-    in use gets SIGTERM (it drains: calls in flight finish, new ones are refused): every submission still
-    succeeds. The stopped replica is started again so it forwards what it acknowledged; the curator then holds
-    each of the 60 reports exactly once (its replay check would have refused a second copy)."""
+    """Three ``lac shuffler serve`` processes over one PostgreSQL report log (own state directories, one tokens
+    file's contents) in front of one curator; 60 clients submit one sealed report each through one SDK client, 4
+    at a time. After 20, the replica in use gets SIGTERM (it drains: calls in flight finish, new ones are refused):
+    every submission still succeeds (a call it cancelled may have been stored, so it goes on only to replicas of
+    the same log). The stopped replica is started again; the curator then holds each of the 60 reports exactly
+    once (its replay check would have refused a second copy)."""
     from lac.shuffler.auth import add_clients
 
     curator = start_curator(window_seconds=WINDOW_SECONDS)
@@ -288,7 +330,7 @@ def test_sigterm_to_the_replica_in_use_mid_stream_costs_no_error_nothing_lost_or
         state.mkdir(mode=0o700)
         (state / "clients.tokens").write_bytes((tmp_path / "clients.tokens").read_bytes())
         (state / "clients.tokens").chmod(0o600)
-    procs = [_serve(curator.address, s, p, tmp_path / f"proc-{p}") for s, p in zip(states, ports)]
+    procs = [_serve(curator.address, s, p, tmp_path / f"proc-{p}", postgres_url) for s, p in zip(states, ports)]
     sent: dict[str, bytes] = {}  # client -> the report id of its acknowledged report
     addresses = [p.address for p in procs]
     try:
@@ -311,7 +353,7 @@ def test_sigterm_to_the_replica_in_use_mid_stream_costs_no_error_nothing_lost_or
                             async with gate:
                                 r, rid = report(c)
                                 acks = await sdk.submit_prepared([r], token=tokens[c])
-                                assert [a.status for a in acks] == [STORED], c
+                                assert [a.status for a in acks] in ([STORED], [AckStatus.DUPLICATE]), c
                                 sent[c] = rid
                                 if len(sent) == 20:
                                     in_use.append(await sdk.replica(tokens[c]))
@@ -345,7 +387,8 @@ def test_sigterm_to_the_replica_in_use_mid_stream_costs_no_error_nothing_lost_or
 
                 def one(c: str) -> None:
                     r, rid = report(c)
-                    assert [a.status for a in sdk.submit_prepared([r], token=tokens[c])] == [STORED], c
+                    acks = sdk.submit_prepared([r], token=tokens[c])
+                    assert [a.status for a in acks] in ([STORED], [AckStatus.DUPLICATE]), c
                     sent[c] = rid
 
                 futures = [pool.submit(one, c) for c in ids]
@@ -358,7 +401,8 @@ def test_sigterm_to_the_replica_in_use_mid_stream_costs_no_error_nothing_lost_or
         assert procs[victim].process.wait(DEADLINE) == 0  # drained and exited cleanly (stop() would signal again)
         procs[victim].stop()
         assert "shuffler stopping" in procs[victim].log_text()
-        procs[victim] = _serve(curator.address, states[victim], ports[victim], tmp_path / f"proc-{ports[victim]}-again")
+        again = tmp_path / f"proc-{ports[victim]}-again"
+        procs[victim] = _serve(curator.address, states[victim], ports[victim], again, postgres_url)
 
         def curator_status() -> curator_pb2.CuratorStatus:
             with grpc.insecure_channel(curator.address) as ch:
@@ -370,8 +414,7 @@ def test_sigterm_to_the_replica_in_use_mid_stream_costs_no_error_nothing_lost_or
         with sqlite3.connect(f"file:{tmp_path / 'curator0' / 'curator.sqlite'}?mode=ro", uri=True) as db:
             stored = [row[0] for row in db.execute("SELECT report_id FROM report_ids")]
         assert sorted(stored) == sorted(sent.values())
-        accepted = [_status(a).counters["accepted"] for a in addresses]
-        assert sum(accepted) == len(ids) and accepted[victim] > 0, accepted  # it took some before its SIGTERM
+        assert _status(addresses[0]).counters["accepted"] == len(ids)  # the replicas' one log
     finally:
         for proc in procs:
             proc.stop()

@@ -118,6 +118,9 @@ def test_online_backup_restores_the_same_state_and_delivers_the_same_reports(sta
     assert code == 2, err  # no overwrite
     b = start_shuffler(sink.address, auth="token", state_dir=fresh, min_batch=10, forward_retry_max_seconds=0.2)
     _same(before, _status(b.address))
+    # another log than the one backed up (which may still run): its own store_id, so the SDK never passes a call
+    # that may be stored in one to the other as if they were replicas of one log
+    assert _store_id(fresh) and _store_id(fresh) != _store_id(state)
 
     # 3. The curator returns: the restored shuffler delivers the pending batches and, once the
     #    threshold is reached again, the buffered reports: each acknowledged report exactly once.
@@ -132,6 +135,14 @@ def test_online_backup_restores_the_same_state_and_delivers_the_same_reports(sta
     got = sink.tags()
     assert len(got) == len(set(got))
     assert set(got) <= acked_tags and len(acked_tags - set(got)) == left
+
+
+def _store_id(state_dir) -> bytes:
+    db = sqlite3.connect(state_dir / "shuffler.sqlite")
+    try:
+        return db.execute("SELECT value FROM meta WHERE name = 'store_id'").fetchone()[0]
+    finally:
+        db.close()
 
 
 def test_the_client_key_stays_out_of_the_report_log_and_its_backups(tmp_path, capsys):

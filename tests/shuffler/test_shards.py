@@ -188,7 +188,8 @@ def test_get_shards_publishes_the_list_and_each_callers_replica(two_replicas, st
     unsharded = start_shuffler("127.0.0.1:1", min_batch=1000)
     with grpc.insecure_channel(unsharded.address) as ch:
         reply = shuffler_pb2_grpc.ShufflerStub(ch).GetShards(shuffler_pb2.GetShardsRequest(), timeout=10)
-    assert reply == shuffler_pb2.ShardAssignment()
+    assert reply == shuffler_pb2.ShardAssignment(store_id=unsharded.shuffler.store_id)  # no shards, its log's id
+    assert len(bytes.fromhex(reply.store_id)) == 16
 
 
 def test_another_replicas_client_is_refused_with_its_address_and_nothing_is_stored(two_replicas):

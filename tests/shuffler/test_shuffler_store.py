@@ -9,10 +9,12 @@ and agreeing on one client key."""
 from __future__ import annotations
 
 import os
+import shutil
 import threading
+import time
 
 import pytest
-from lac_testkit import DEADLINE
+from lac_testkit import DEADLINE, PROMPT
 
 from lac.common.database import Migration, open_database
 from lac.common.files import private_dir
@@ -71,6 +73,7 @@ def test_idempotency_ids_are_remembered_for_one_to_two_windows(open_log):
     assert not log.rotate_seen(3600, now=t0 + 3700)
     assert log.rotate_seen(3600, now=t0 + 7300)
     assert put(log, [a, b]) == [True, False]  # a forgotten after two windows; b remembered
+    log.recount()
     assert log.buffered() == 3
     assert log.counters()["accepted"] == 3 and log.counters()["duplicates"] == 2
 
@@ -85,11 +88,14 @@ def test_one_report_per_client_per_batch_delivered_once(open_log):
 
     put(alice, 100, b"alice-100")
     put(bob, 100, b"bob-100")
+    log.recount()  # PostgreSQL: the counts are the database's as last read (other replicas store too)
     assert log.release(threshold=3) is None  # two distinct clients: below the threshold, carried over
     put(alice, 101, b"alice-101")  # a new window: alice's quota allows one more
     assert log.append_groups([([(os.urandom(16), None, b"x")], alice)], 101, 1, BIG) == [OVER_QUOTA]
+    log.recount()
     assert log.buffered() == 3 and log.takeable() == 2
     put(carol, 101, b"carol-101")
+    log.recount()
     released = log.release(threshold=3)
     assert released is not None and released.size == 3 and log.pending_batches() == [released.batch_id]
     batch = log.batch(released.batch_id)
@@ -127,6 +133,7 @@ def test_windows_per_client_per_period_are_capped(open_log):
     assert put(alice, 11) == OVER_PERIOD_CAP
     assert put(bob, 11) == [True]
     assert put(alice, 12) == [True]  # period 3: a fresh cap
+    log.recount()
     assert log.buffered() == 5 and log.counters()["reject:period_cap"] == 1
     log.prune_quota(12, 4)
     assert log.database.execute("SELECT DISTINCT period FROM period_use").fetchall() == [(3,)]
@@ -405,3 +412,90 @@ def test_replicas_starting_together_on_a_new_database_agree_on_one_client_key(tm
     finally:
         for log in opened:
             log.close()
+
+
+def test_two_replicas_never_both_hold_the_release_lease(open_log, store):
+    """Four logs over one database try to take the lease at once, again and again: exactly one holds it at every
+    try; given up, it passes to another; on PostgreSQL, the holder's session ended by the server (as when its
+    process dies) is the lease lost on its next check, and another takes it."""
+    logs = [open_log("state" if not store else f"replica{i}") for i in range(4)]
+    barrier = threading.Barrier(4)
+    holders: list[list[int]] = [[] for _ in range(20)]
+
+    def contend(i: int) -> None:
+        for attempt in holders:
+            barrier.wait()
+            if logs[i].lease.acquire():
+                attempt.append(i)
+            barrier.wait()
+
+    threads = [threading.Thread(target=contend, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert all(len(h) == 1 for h in holders) and len({h[0] for h in holders}) == 1  # one holder, which keeps it
+    first = logs[holders[0][0]]
+    assert first.lease.check()
+    first.lease.release()
+    assert not first.lease.held
+    taken = [log for log in logs if log is not first and log.lease.acquire()]
+    assert len(taken) == 1 and not first.lease.acquire()
+    if store:
+        second = taken[0]
+        first.database.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_locks WHERE locktype = 'advisory' AND objsubid = 2"
+        )
+        assert not second.lease.check() and not second.lease.held
+        taken = [log for log in logs if log.lease.acquire()]
+        assert len(taken) == 1 and taken[0].lease.check()
+
+
+def test_two_replicas_releasing_at_once_never_take_a_report_twice(open_log, store):
+    """A replica that lost the lease and has not noticed yet may release beside the new holder: the releases are
+    serializable transactions, so no report is in two batches (at READ COMMITTED, both took the same rows)."""
+    logs = [open_log("state" if not store else f"replica{i}") for i in range(2)]
+    for i in range(40):
+        key = logs[0].client_key(f"token:c{i}")
+        logs[i % 2].append_groups([([(os.urandom(16), None, _sealed(b"r%d" % i))], key)], 5, 1, BIG)
+    for log in logs:
+        log.recount()
+    barrier = threading.Barrier(2)
+    released = []
+
+    def release(log: ReportLog) -> None:
+        barrier.wait()
+        released.append(log.release(threshold=10))
+
+    threads = [threading.Thread(target=release, args=(log,)) for log in logs]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    batches = [log.batch(r.batch_id) for r in released if r is not None and r.batch_id is not None]
+    assert batches
+    reports = [p.data for b in batches for p in curator_pb2.IngestBatchRequest.FromString(b.body).reports]
+    assert len(reports) == len(set(reports)) and len(reports) <= 40
+
+
+def test_a_silent_lease_holder_loses_the_lease_after_its_idle_session_timeout(tmp_path, postgres_url, monkeypatch):
+    """A holder that stops checking (frozen, or its machine cut off) holds its lease only until the server ends its
+    idle session (``idle_session_timeout``, here shortened to 1 s); then another replica takes it, and the silent
+    one's next check says it lost it."""
+    from lac.shuffler import lease
+
+    monkeypatch.setattr(lease, "IDLE_SESSION_SECONDS", 1)
+    silent = ReportLog(tmp_path / "a", postgres_url)
+    (tmp_path / "b").mkdir(mode=0o700)
+    shutil.copy(tmp_path / "a" / KEY_FILE, tmp_path / "b" / KEY_FILE)  # every replica holds the same client key
+    other = ReportLog(tmp_path / "b", postgres_url)
+    try:
+        assert silent.lease.acquire() and not other.lease.acquire()
+        deadline = time.monotonic() + PROMPT
+        while not other.lease.acquire():  # the silent holder sends nothing meanwhile
+            assert time.monotonic() < deadline, "the silent holder's lease never passed"
+            time.sleep(0.2)
+        assert not silent.lease.check() and not silent.lease.held
+    finally:
+        silent.close()
+        other.close()

@@ -487,6 +487,7 @@ def test_alert_rules_are_loaded_by_the_monitoring_profile():
         "lac_curator_storage_ok",
         "lac_shuffler_batches_pending",
         "lac_shuffler_buffered_reports",
+        "lac_shuffler_release_lease",
         "lac_curator_budget_epsilon_remaining",
         "lac_curator_reports_rejected_total",
         "lac_curator_ingest_pool_ok",

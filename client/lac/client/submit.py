@@ -15,6 +15,9 @@ address at once. Only when every address failed does the client wait (the back-o
 ``retry-after-seconds`` when every replica asked for one) and try them all again, up to ``attempts``
 rounds; the error then names every address and why it failed (at once when none could be connected to).
 Any other answer (a refusal of the token, of the report, the quota) is the answer, never asked elsewhere.
+A Submit that may have been stored (DEADLINE_EXCEEDED, CANCELLED, a connection lost after sending, an UNAVAILABLE
+without the shuffler's ``nothing_stored`` reason) goes on only to an address that reported the same report log
+(``GetShards``' ``store_id``, asked once per address), else to the same address again: never into a second log.
 Every replica listed must take every client: replicas of one database, not sharded (``GetShards`` lists no
 shards). An address may also be a DNS name with several addresses (or gRPC's ``ipv4:host:port,host:port``):
 gRPC connects to one of them, in a random order per channel (``pick_first`` with ``shuffleAddressList``),
@@ -88,6 +91,7 @@ from lac.client.presets import DEFAULT_PRESET, Preset
 from lac.common import envelope, retry, tls, tracing
 from lac.common.deployment import Deployment
 from lac.common.envelope import CuratorPublicKey
+from lac.common.errors import ERROR_REASON_KEY, ErrorReason
 from lac.common.serde import deployment_from_proto, mechanism_id
 from lac.common.v1 import reports_pb2, shuffler_pb2, shuffler_pb2_grpc
 
@@ -203,10 +207,21 @@ def _addresses(target: str | Sequence[str]) -> tuple[str, ...]:
     return addresses
 
 
-def _none_took(what: str, failures: Sequence[tuple[str, grpc.RpcError]]) -> LacClientError:
+def _none_took(what: str, failures: Sequence[tuple[str, grpc.RpcError]], pinned: str | None = None) -> LacClientError:
     """The error for a call that every address in ``failures`` failed (address, its error: an SDK error when it
-    could not be connected to, else the replica's answer): one address's own error, or one naming each."""
+    could not be connected to, else the replica's answer): one address's own error, or one naming each; with
+    ``pinned``, the address that may have stored the call, which alone was asked again."""
     errors = [(at, exc if isinstance(exc, LacClientError) else wrap(exc, what)) for at, exc in failures]
+    if pinned is not None:
+        last = _none_took(what, failures)
+        return _grpc_errors.RetryableError(
+            f"{what} failed: {last.status_code.name}: {pinned} may have stored these reports and no other address "
+            f"reported its report log (GetShards' store_id), so it alone was asked again: {last.status_details}; "
+            f"retry later with the same idempotency ids",
+            status_code=last.status_code,
+            status_details=last.status_details,
+            retry_after=getattr(last, "retry_after", None),
+        )
     if len(errors) == 1:
         return errors[0][1]
     unreached = [isinstance(exc, LacClientError) for _, exc in failures]
@@ -227,6 +242,16 @@ def _none_took(what: str, failures: Sequence[tuple[str, grpc.RpcError]]) -> LacC
         status_details=reasons,
         retry_after=_floor(waits),
     )
+
+
+def _may_have_stored(exc: grpc.RpcError) -> bool:
+    """Whether a failed Submit may have stored its reports: not when it was never sent (the SDK's own error: no
+    connection) or the shuffler refused it saying so (UNAVAILABLE with ``ErrorReason.NOTHING_STORED``); after a
+    deadline, a cancellation, a connection lost once it was sent or any other UNAVAILABLE, it may."""
+    if isinstance(exc, LacClientError):
+        return False
+    reason = dict(trailing_of(exc)).get(ERROR_REASON_KEY)
+    return not (exc.code() == grpc.StatusCode.UNAVAILABLE and reason == ErrorReason.NOTHING_STORED)
 
 
 def _floor(waits: Sequence[float | None]) -> float | None:
@@ -439,6 +464,7 @@ class _Submitter:
         self._lock = threading.Lock()
         self._curator_key_ids: frozenset[str] | None = None  # published by the curator's deployment, once asked
         self._failing: set[str] = set()  # addresses whose channel's last connection attempt failed
+        self._store_of: dict[str, str] = {}  # address -> the report log id it reported (GetShards' store_id)
 
     @staticmethod
     def _from_files(
@@ -491,29 +517,56 @@ class _Submitter:
         once; when every address failed, the next round waits (``lac.common.retry``'s policy: exponential
         back-off with full jitter, the smallest ``retry-after-seconds`` a floor when every address gave one,
         all up to ``MAX_RETRY_WAIT``). The last round's failures are raised as one ``LacClientError``, at once
-        when no address could be connected to (``_Connecting``); any other answer is raised at once."""
+        when no address could be connected to (``_Connecting``); any other answer is raised at once.
+        A Submit that failed where it may have stored (``_may_have_stored``) goes on only to addresses that
+        reported the same report log (``_store_id``), whose idempotency ids then find it, else to the same
+        address again: never into a second log."""
         # the app's current OpenTelemetry span, if any, becomes the parent of the shuffler's span of this call
         metadata = (*(self.metadata if metadata is None else metadata), *tracing.inject())
         backoff = _backoff()
         rounds = rounds or self.attempts
+        guarded = name == "Submit" and address == ANY and len(self.targets) > 1
+        pinned = None  # where a Submit may have stored: only that address's report log may take it now
         for attempt in range(1, rounds + 1):
             failures: list[tuple[str, grpc.RpcError]] = []
             for at in self._in_turn() if address == ANY else (address,):
+                if pinned is not None and at != pinned:
+                    store = yield from self._store_id(at, metadata)
+                    if not store or store != self._store_of.get(pinned, ""):
+                        continue
                 try:
                     reply = yield _Rpc(at, name, request, metadata)
                 except grpc.RpcError as exc:
                     if exc.code() not in RETRYABLE:
                         raise wrap(exc, f"Shuffler.{name}") from None
                     failures.append((at, exc))  # an SDK error: it could not be connected to
+                    if guarded and pinned is None and _may_have_stored(exc):
+                        pinned = at
                     continue
+                if guarded and at not in self._store_of:  # known before a call there fails where it may have stored
+                    yield from self._store_id(at, metadata)
                 if address == ANY:
                     self._first = self.targets.index(at)
                 return at, reply
-            if attempt == rounds or all(isinstance(exc, LacClientError) for _, exc in failures):
-                raise _none_took(f"Shuffler.{name}", failures)
+            never_sent = pinned is None and all(isinstance(exc, LacClientError) for _, exc in failures)
+            if attempt == rounds or never_sent:
+                raise _none_took(f"Shuffler.{name}", failures, pinned)
             waits = [None if isinstance(exc, LacClientError) else retry_after(trailing_of(exc)) for _, exc in failures]
             yield _Sleep(backoff.delay(attempt, _floor(waits)))
         raise AssertionError("unreachable")
+
+    def _store_id(self, address: str, metadata: Metadata) -> _Steps[str]:
+        """The id of the report log behind ``address`` (``GetShards``' ``store_id``), asked once and remembered;
+        "" while it cannot be asked (asked again next time) or from a shuffler too old to say."""
+        if address not in self._store_of:
+            try:
+                reply = yield _Rpc(
+                    address, "GetShards", shuffler_pb2.GetShardsRequest(), metadata, quick=LIST_CHECK_SECONDS
+                )
+            except grpc.RpcError:
+                return ""
+            self._store_of[address] = reply.store_id
+        return self._store_of[address]
 
     def _in_turn(self) -> tuple[str, ...]:
         """The addresses given, from the one to try first."""
@@ -677,6 +730,8 @@ class _Submitter:
                 raise
             at, reply = address, shuffler_pb2.ShardAssignment()  # a shuffler from before sharding: not sharded
         self._digest_of[address] = reply.shards_digest
+        if reply.store_id:
+            self._store_of.setdefault(at, reply.store_id)
         if bootstrap:
             self._bootstrap_list = (tuple(reply.shards), reply.shard_name, at)
         if not reply.shards and bootstrap:

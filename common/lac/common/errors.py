@@ -80,6 +80,9 @@ class ErrorReason(StrEnum):
     # were exported already; it will never be accepted, so a shuffler should set it aside rather than retry it
     WINDOW_EXPORTED = "window_exported"
     CHANNEL_NOT_READY = "channel_not_ready"  # UNAVAILABLE: the release needs the local channel, still being sampled
+    # UNAVAILABLE to Submit: refused before anything was stored (overloaded, log full, storage failing, stopping), so
+    # the SDK may send it to a replica of another report log; without it, an UNAVAILABLE Submit may have stored
+    NOTHING_STORED = "nothing_stored"
 
 
 class LacError(Exception):

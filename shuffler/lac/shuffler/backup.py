@@ -154,6 +154,7 @@ def restore(
             )
         drop_sidecars(state_dir, DB_NAME)
         copy_file(db, target)
+        _forget_store_id(target)
         if new_client_key:
             _forget_clients(target)
             (state_dir / KEY_FILE).unlink(missing_ok=True)  # the shuffler makes a new one at its start
@@ -164,6 +165,17 @@ def restore(
             copy_file(source / tokens_copy["file"], tokens_target)
         fsync_dir(state_dir)
     return manifest
+
+
+def _forget_store_id(db_path: Path) -> None:
+    """A restored log is another log than the one backed up, which may still run: it makes a new ``store_id`` at
+    its start, so the SDK never takes the two for replicas of one log (and passes a call that may have been stored
+    in one to the other)."""
+    db = sqlite3.connect(db_path, isolation_level=None)
+    try:
+        db.execute("DELETE FROM meta WHERE name = 'store_id'")
+    finally:
+        db.close()
 
 
 def _forget_clients(db_path: Path) -> None:

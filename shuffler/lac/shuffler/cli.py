@@ -422,6 +422,7 @@ def _status(args) -> int:
         print(message_json(s))
         return 0
     print(f"authentication:     {s.auth}")
+    print(f"release lease:      {'held: this replica releases and forwards' if s.release_lease else 'not held'}")
     print(f"window:             {s.window} (next in {s.seconds_to_next_window:.0f}s)")
     print(
         f"buffered reports:   {s.buffered_reports} of {s.buffered_clients} distinct clients (min_batch {s.min_batch})"

@@ -55,6 +55,7 @@ class ShufflerMetrics:
     async def _collect(self):
         s = self.shuffler
         try:
+            await s.recount()
             c = await s.counters()
             pending = await s.batches_pending()
             dead = await s.batches_dead_letter()
@@ -122,6 +123,12 @@ class ShufflerMetrics:
                 "by reason: SQLITE_FULL, SQLITE_IOERR_*, LOW_DISK_SPACE, STALLED, ...",
                 labels=("reason",),
                 samples=[((k,), v) for k, v in sorted(s.storage.failures.items())],
+            ),
+            gauge(
+                "lac_shuffler_release_lease",
+                "1 while this replica holds the release lease (it alone releases and forwards batches; replicas over "
+                "one PostgreSQL database hold it one at a time, a SQLite shuffler always), else 0.",
+                int(s.lease.held),
             ),
             gauge(
                 "lac_shuffler_pending_bytes",

@@ -66,6 +66,7 @@ from lac.common.database import Database, TableCopy, bump_counters, copy_into_po
 from lac.common.errors import RejectReason
 from lac.common.files import atomic_file, fsync_dir, private_dir
 from lac.shuffler import schema, wire
+from lac.shuffler.lease import Lease, open_lease
 from lac.shuffler.policy import Row, Selection, select_batch
 
 log = logging.getLogger(__name__)
@@ -192,12 +193,20 @@ class ReportLog:
                 self._count_buffered(client, -1)
         self.used_bytes = self._measure()
         self.commits = 0  # group commits since open (one fsync each)
+        # Replicas over one PostgreSQL database store reports into one buffer: their counts are the database's
+        # (``recount``), not what this process added.
+        self.shared = self._db.dialect == "postgresql"
+        self._counts = (0, 0)  # (buffered, takeable) as last read from the database
+        self.recount()
+        self.lease: Lease = open_lease(self._db, state_dir, schema.NAME)  # who releases (lac.shuffler.lease)
 
     def _first_meta(self) -> None:
-        """Within a transaction: the idempotency ids' generation start, made at the first start (once, with replicas
-        starting together)."""
+        """Within a transaction: the idempotency ids' generation start and the log's id (``store_id``), made at the
+        first start (once, with replicas starting together)."""
         if self._db.execute("SELECT 1 FROM meta WHERE name = 'seen_since'").fetchone() is None:
             self._db.execute("INSERT INTO meta VALUES ('seen_since', ?)", (repr(time.time()).encode(),))
+        if self._db.execute("SELECT 1 FROM meta WHERE name = 'store_id'").fetchone() is None:
+            self._db.execute("INSERT INTO meta VALUES ('store_id', ?)", (os.urandom(16).hex().encode(),))
 
     def _open_client_key(self, rewrite: bool) -> bytes:
         """The key of the client hashes, from ``client.key`` (made at the first start); ``ClientKeyError`` if the
@@ -262,6 +271,12 @@ class ReportLog:
             self._db.execute("VACUUM FULL meta")
 
     @property
+    def store_id(self) -> str:
+        """The log's random id, made once: the same for every replica over one database, and which idempotency ids
+        it knows (``GetShards`` gives it to the SDK)."""
+        return (self.get_meta("store_id") or b"").decode()
+
+    @property
     def database(self) -> Database:
         """The database under the log (for ``lac shuffler migrate``)."""
         return self._db
@@ -281,6 +296,7 @@ class ReportLog:
                 del self._per_client[client]
 
     def close(self) -> None:
+        self.lease.release()
         self._db.close()
 
     def client_key(self, client_id: str) -> bytes:
@@ -436,12 +452,46 @@ class ReportLog:
         return True
 
     def buffered(self) -> int:
-        """Reports waiting for a batch (kept in memory; the table is only counted at open)."""
-        return self._buffered
+        """Reports waiting for a batch (on SQLite kept in memory, the table counted only at open; on PostgreSQL the
+        database's count at the last ``recount``)."""
+        return self._counts[0] if self.shared else self._buffered
 
     def takeable(self) -> int:
-        """Reports the next batch could take: one per buffered client plus every anonymous one."""
-        return len(self._per_client) + self._anonymous
+        """Reports the next batch could take: one per buffered client plus every anonymous one (on PostgreSQL at
+        the last ``recount``)."""
+        return self._counts[1] if self.shared else len(self._per_client) + self._anonymous
+
+    def recount(self) -> None:
+        """On PostgreSQL, where other replicas store reports too, read ``buffered`` and ``takeable`` from the database
+        in one transaction: the buffer's rows and clients counted by the server, less the rows held by pending
+        releases and the clients all of whose rows are held. On SQLite nothing to do: this process's counts are
+        the log's."""
+        if not self.shared:
+            return
+
+        def count() -> tuple[int, int]:
+            total, clients, anonymous = self._db.execute(
+                "SELECT COUNT(*), COUNT(DISTINCT client), COUNT(*) - COUNT(client) FROM buffer"
+            ).fetchone()
+            held: Counter[bytes | None] = Counter()
+            for chunk in _chunks(sorted(self._held())):
+                marks = ",".join("?" * len(chunk))
+                for client, n in self._db.execute(
+                    f"SELECT client, COUNT(*) FROM buffer WHERE seq IN ({marks}) GROUP BY client", chunk
+                ):
+                    held[None if client is None else bytes(client)] += n
+            held_anonymous = held.pop(None, 0)
+            emptied = 0  # clients every buffered row of whom is held
+            for chunk in _chunks(list(held)):
+                marks = ",".join("?" * len(chunk))
+                for client, n in self._db.execute(
+                    f"SELECT client, COUNT(*) FROM buffer WHERE client IN ({marks}) GROUP BY client", chunk
+                ):
+                    emptied += n == held[bytes(client)]
+            buffered = total - sum(held.values()) - held_anonymous
+            return int(buffered), int(clients - emptied + anonymous - held_anonymous)
+
+        self._counts = self._tx(count)
 
     def release(
         self,
@@ -510,6 +560,7 @@ class ReportLog:
         by_client = {r.seq: r.client for r in rows}
         for seq in sel.taken:
             self._count_buffered(by_client[seq], -1)
+        self.recount()
         self.used_bytes = self._measure()
         return Released(
             batch_ids[0] if batch_ids else None,
@@ -775,6 +826,11 @@ class ReportLog:
             with self._unsaved_lock:
                 self._unsaved.update(self._taken)
             self._taken = Counter()
+
+
+def _chunks(items: list, size: int = 10_000):
+    """``items`` in slices of ``size`` (the most values one statement's ``IN (...)`` takes here)."""
+    return (items[i : i + size] for i in range(0, len(items), size))
 
 
 def _pack(seqs) -> bytes:

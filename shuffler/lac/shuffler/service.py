@@ -20,6 +20,12 @@ on windows per period) against the curator's published deployment, the one last 
 or, at a first start, the first one fetched: while they differ, Submit answers UNAVAILABLE (reject
 ``deployment_mismatch``) and health is NOT_SERVING, since every batch of such reports would be refused.
 
+Replicas over one PostgreSQL database (``store``): every replica takes any client's Submit (quotas, idempotency ids
+and period caps are checked in the database's serializable transactions), and the one holding the release lease
+(``lac.shuffler.lease``) releases, forwards and prunes; it reads the buffered counts from the database every
+``CHECK_SECONDS``, and loses the lease, cancelling its deliveries, when its lease session ends. ``Flush`` on another
+replica takes the lease if it is free, else answers UNAVAILABLE. A SQLite shuffler always holds it.
+
 Storage failures (full disk, I/O errors, a commit that stalls, free space below
 ``min_free_disk_bytes``) never end a background task and never leave a call waiting: the first
 one is logged once, counted (``lac_shuffler_storage_failures_total``), turns gRPC health to
@@ -56,6 +62,7 @@ from lac.common import envelope, retry, tls, tracing
 from lac.common.deployment import Deployment, windows_in_period
 from lac.common.envelope import PayloadRejected
 from lac.common.errors import (
+    ErrorReason,
     FailedPrecondition,
     InvalidArgument,
     NotFound,
@@ -81,6 +88,7 @@ from lac.common.version import server_version
 from lac.shuffler import amplification, wire
 from lac.shuffler.auth import ShufflerAuth
 from lac.shuffler.config import ShufflerConfig
+from lac.shuffler.lease import CHECK_SECONDS, CHECK_TIMEOUT_SECONDS
 from lac.shuffler.metrics import ShufflerMetrics
 from lac.shuffler.reportlog import LOG_FULL, OVER_PERIOD_CAP, OVER_QUOTA, ReportLog, StoredBatch
 from lac.shuffler.shards import assign_shard, shards_digest
@@ -243,6 +251,10 @@ class Shuffler:
                 "and tests only."
             )
         self._log = ReportLog(config.state_dir, config.store)
+        self.store_id = self._log.store_id
+        self.lease = self._log.lease  # this replica releases and forwards only while it holds it
+        self._lease_lock = asyncio.Lock()
+        self._deliveries: dict[str, asyncio.Task] = {}  # batch id -> its delivery, while this replica holds the lease
         self._wake_forwarder = asyncio.Event()
         self._pending: list = []  # (items, client key, future, arrival time, payload bytes) per Submit
         self._pending_bytes = 0
@@ -346,6 +358,7 @@ class Shuffler:
                 f"this replica's shard list applies from accounting window {start} (in {wait:.0f} s); retry then",
                 retry_after=wait,
                 reason=RejectReason.SHARDS_NOT_EFFECTIVE,
+                error_reason=ErrorReason.NOTHING_STORED,
             )
         if home != self.config.shard_name:
             self._log.count_reject(RejectReason.WRONG_SHARD, n_reports)
@@ -359,6 +372,7 @@ class Shuffler:
             assigned_shard=self.assigned_shard(client_id) or "",
             effective_window=self.config.shards_effective_window,
             shards_digest=self.shards_digest,
+            store_id=self.store_id,
         )
 
     # ------------------------------------------------------------------ plumbing
@@ -396,7 +410,7 @@ class Shuffler:
         """After a commit (or a recovery): release if the threshold is reached, keeping the next threshold's
         worth of reports back with ``keep_reserve``."""
         reserve = self._next_threshold if self.config.keep_reserve else 0
-        if self._log.takeable() >= self._threshold + reserve:
+        if self.lease.held and self._log.takeable() >= self._threshold + reserve:
             await self.flush("threshold", reserve)
 
     def _commit_groups(self, groups, window: int) -> list:
@@ -419,7 +433,7 @@ class Shuffler:
     def start(self) -> None:
         self._tasks = [
             asyncio.create_task(self._supervised(loop))
-            for loop in (self._commit_loop, self._forward_loop, self._interval_loop)
+            for loop in (self._commit_loop, self._forward_loop, self._interval_loop, self._lease_loop)
         ]
         self.storage.start()
         self._wake_forwarder.set()  # deliver batches left over from before a restart
@@ -456,7 +470,7 @@ class Shuffler:
         await asyncio.gather(*self._tasks, return_exceptions=True)
         for _, _, fut, _, _ in self._pending:
             if not fut.done():
-                fut.set_result(Unavailable("shuffler is shutting down; retry"))
+                fut.set_result(Unavailable("shuffler is shutting down; retry", error_reason=ErrorReason.NOTHING_STORED))
         self._pending, self._pending_bytes = [], 0
         with suppress(StorageFailed):
             await self._store.run(self._log.save_counters)
@@ -522,7 +536,9 @@ class Shuffler:
             )
         if not self.storage.ok:
             self._log.count_reject(RejectReason.STORAGE_UNAVAILABLE, len(items))
-            raise self.storage.unavailable()
+            refusal = self.storage.unavailable()
+            refusal.error_reason = ErrorReason.NOTHING_STORED
+            raise refusal
         size = sum(len(it[2]) for it in items)
         if self._pending_bytes and self._pending_bytes + size > cfg.max_pending_bytes:
             self._log.count_reject(RejectReason.OVERLOADED, len(items))
@@ -531,6 +547,7 @@ class Shuffler:
                 f"max_pending_bytes={cfg.max_pending_bytes}); retry",
                 retry_after=1,
                 reason=RejectReason.OVERLOADED,
+                error_reason=ErrorReason.NOTHING_STORED,
             )
         key = self._log.client_key(client_id) if client_id is not None else None
         fut = asyncio.get_running_loop().create_future()
@@ -575,6 +592,7 @@ class Shuffler:
                 "the curator is not taking batches; retry later",
                 retry_after=30,
                 reason=RejectReason.LOG_FULL,
+                error_reason=ErrorReason.NOTHING_STORED,
             )
         return result
 
@@ -618,6 +636,13 @@ class Shuffler:
         drawn anew after each release; it counts distinct clients among the buffered reports.
         """
         cfg = self.config
+        if not self.lease.held and not await self._check_lease():
+            raise Unavailable(
+                "another shuffler replica over this report log's database holds the release lease and releases the "
+                "batches (GetStatus's release_lease says which); flush there, or wait: it releases at the threshold "
+                "and at the end of each release interval",
+                retry_after=CHECK_SECONDS,
+            )
         released = await self._store.run(
             self._log.release, self._threshold, cfg.subsample_q, cfg.crowd_threshold, cfg.max_batch_bytes, reserve
         )
@@ -778,10 +803,49 @@ class Shuffler:
         interval = self.config.release_interval_seconds
         while True:
             await asyncio.sleep(interval - time.time() % interval + 0.001)
-            await self.flush("end of release interval")
-            await self._store.run(self._log.prune_quota, self.window(), self._period)
-            await self._store.run(self._log.rotate_seen, self.config.idempotency_window_days * 86400.0)
+            if self.lease.held:  # the housekeeping too is the lease holder's alone
+                await self.flush("end of release interval")
+                await self._store.run(self._log.prune_quota, self.window(), self._period)
+                await self._store.run(self._log.rotate_seen, self.config.idempotency_window_days * 86400.0)
             await self._store.run(self._log.save_counters)
+
+    async def _lease_loop(self) -> None:
+        """Every ``CHECK_SECONDS``: the release lease's holder checks it, reads the buffered counts from a shared
+        database (every replica stores reports into it) and releases at the threshold; the others try to take it."""
+        while True:
+            await self._check_lease()
+            if self.lease.held:
+                with suppress(StorageFailed):  # logged once by the StorageGuard; the lease is checked on meanwhile
+                    if self._log.shared:
+                        await self._store.run(self._log.recount)
+                    await self._release_on_threshold()
+            await asyncio.sleep(CHECK_SECONDS)
+
+    async def _check_lease(self) -> bool:
+        """Check the release lease if this replica holds it, else try to take it; whether it holds it now. A lost
+        lease cancels the deliveries in flight at once (the next holder sends those batches under the same ids)."""
+        async with self._lease_lock:
+            was = self.lease.held
+            try:
+                held = await asyncio.wait_for(
+                    asyncio.to_thread(self.lease.check if was else self.lease.acquire), CHECK_TIMEOUT_SECONDS
+                )
+            except TimeoutError:
+                await asyncio.to_thread(self.lease.release)
+                held = False
+            if held and not was:
+                log.info("this replica holds the release lease: it releases and forwards the batches")
+                self._wake_forwarder.set()
+            elif was and not held:
+                log.warning(
+                    "RELEASE LEASE LOST (its database session ended or did not answer within %gs): no longer "
+                    "releasing or forwarding; %d deliveries in flight cancelled, another replica sends them again",
+                    CHECK_TIMEOUT_SECONDS,
+                    len(self._deliveries),
+                )
+                for task in self._deliveries.values():
+                    task.cancel()
+            return held
 
     def _forward_backoff(self) -> retry.Backoff:
         """The forwarder's back-off (deployment fetches and deliveries alike): waits drawn below 0.5, 1, 2...
@@ -796,7 +860,7 @@ class Shuffler:
         after a restart carries the same id, which the curator de-duplicates."""
         backoff = self._forward_backoff()
         ceiling = backoff.initial  # of the next wait for the deployment
-        sending: dict[str, asyncio.Task] = {}
+        sending = self._deliveries
         async with tls.channel(self.config.curator, self._curator_tls, aio=True) as channel:
             # Raw bytes: the batch's request is built once from the log and sent as built.
             ingest: grpc.aio.UnaryUnaryMultiCallable[bytes, curator_pb2.IngestBatchResponse] = channel.unary_unary(
@@ -821,12 +885,16 @@ class Shuffler:
                         await asyncio.wait_for(self._wake_forwarder.wait(), fresh)
                     self._wake_forwarder.clear()
                     _reap(sending)
+                    if not self.lease.held:
+                        continue
                     for batch_id in await self._store.run(self._log.pending_batches):
                         if batch_id in sending:
                             continue
                         while len(sending) >= self.config.forward_in_flight:
                             await asyncio.wait(list(sending.values()), return_when=asyncio.FIRST_COMPLETED)
                             _reap(sending)
+                        if not self.lease.held:
+                            break
                         task = asyncio.create_task(self._deliver(ingest, channel, batch_id))
                         task.add_done_callback(finished)
                         sending[batch_id] = task
@@ -960,6 +1028,7 @@ class Shuffler:
     # ------------------------------------------------------------------ operator view
 
     async def status(self) -> shuffler_pb2.ShufflerStatus:
+        await self.recount()
         counters = await self._store.run(self._log.counters)
         pending = await self._store.run(self._log.pending_batches)
         dead = await self._store.run(self._log.dead_letters)
@@ -997,6 +1066,7 @@ class Shuffler:
             auth="token" if self.auth.enabled else "none (INSECURE)",
             batches_dead_letter=len(dead),
             deployment_mismatch=self.mismatch,
+            release_lease=self.lease.held,
         )
 
     async def count_reject(self, reason: RejectReason, n: int = 1) -> None:
@@ -1020,6 +1090,10 @@ class Shuffler:
 
     def buffered(self) -> int:
         return self._log.buffered()
+
+    async def recount(self) -> None:
+        """Read the buffered counts from a shared database (``ReportLog.recount``) for ``buffered`` and the status."""
+        await self._store.run(self._log.recount)
 
     def used_bytes(self) -> int:
         return self._log.used_bytes

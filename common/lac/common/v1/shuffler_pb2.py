@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from lac.common.v1 import reports_pb2 as lac_dot_v1_dot_reports__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x15lac/v1/shuffler.proto\x12\x06lac.v1\x1a\x14lac/v1/reports.proto\"`\n\x0c\x43lientReport\x12\x16\n\x0eidempotency_id\x18\x01 \x01(\x0c\x12&\n\x07payload\x18\x02 \x01(\x0b\x32\x15.lac.v1.SealedPayload\x12\x10\n\x08\x63rowd_id\x18\x03 \x01(\t\"6\n\rSubmitRequest\x12%\n\x07reports\x18\x01 \x03(\x0b\x32\x14.lac.v1.ClientReport\"F\n\tReportAck\x12\x16\n\x0eidempotency_id\x18\x01 \x01(\x0c\x12!\n\x06status\x18\x02 \x01(\x0e\x32\x11.lac.v1.AckStatus\"1\n\x0eSubmitResponse\x12\x1f\n\x04\x61\x63ks\x18\x01 \x03(\x0b\x32\x11.lac.v1.ReportAck\"\x17\n\x15ShufflerStatusRequest\"\xd0\x04\n\x0eShufflerStatus\x12\x18\n\x10\x62uffered_reports\x18\x01 \x01(\x04\x12\x11\n\tmin_batch\x18\x02 \x01(\r\x12\x18\n\x10\x62uffered_clients\x18\x0f \x01(\x04\x12\x19\n\x11\x62\x61tches_forwarded\x18\x03 \x01(\x04\x12\x19\n\x11reports_forwarded\x18\x04 \x01(\x04\x12\x17\n\x0f\x62\x61tches_pending\x18\x05 \x01(\x04\x12\x34\n\x07rejects\x18\x06 \x03(\x0b\x32#.lac.v1.ShufflerStatus.RejectsEntry\x12\x0c\n\x04note\x18\x07 \x01(\t\x12\x0e\n\x06window\x18\x08 \x01(\x04\x12\x1e\n\x16seconds_to_next_window\x18\t \x01(\x01\x12\x11\n\tlog_bytes\x18\n \x01(\x04\x12\x15\n\rmax_log_bytes\x18\x0b \x01(\x04\x12\x36\n\x08\x63ounters\x18\x0c \x03(\x0b\x32$.lac.v1.ShufflerStatus.CountersEntry\x12)\n\x0erecent_batches\x18\r \x03(\x0b\x32\x11.lac.v1.BatchInfo\x12\x0c\n\x04\x61uth\x18\x0e \x01(\t\x12\x1b\n\x13\x62\x61tches_dead_letter\x18\x10 \x01(\x04\x12\x1b\n\x13\x64\x65ployment_mismatch\x18\x11 \x01(\t\x1a.\n\x0cRejectsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x04:\x02\x38\x01\x1a/\n\rCountersEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x04:\x02\x38\x01\"v\n\tBatchInfo\x12\x10\n\x08\x62\x61tch_id\x18\x01 \x01(\t\x12\x0c\n\x04size\x18\x02 \x01(\x04\x12\x11\n\tdelivered\x18\x03 \x01(\x08\x12%\n\x07privacy\x18\x04 \x01(\x0b\x32\x14.lac.v1.BatchPrivacy\x12\x0f\n\x07refusal\x18\x05 \x01(\t\"\x0e\n\x0c\x46lushRequest\"U\n\rFlushResponse\x12\x10\n\x08released\x18\x01 \x01(\x08\x12\x10\n\x08\x62\x61tch_id\x18\x02 \x01(\t\x12\x12\n\nbatch_size\x18\x03 \x01(\x04\x12\x0c\n\x04note\x18\x04 \x01(\t\"\x18\n\x16ListDeadLettersRequest\"}\n\nDeadLetter\x12\x10\n\x08\x62\x61tch_id\x18\x01 \x01(\t\x12\x0c\n\x04size\x18\x02 \x01(\x04\x12\x0f\n\x07refusal\x18\x03 \x01(\t\x12\x17\n\x0f\x64\x65\x61\x64_since_unix\x18\x04 \x01(\x01\x12%\n\x07privacy\x18\x05 \x01(\x0b\x32\x14.lac.v1.BatchPrivacy\"2\n\x0b\x44\x65\x61\x64Letters\x12#\n\x07\x62\x61tches\x18\x01 \x03(\x0b\x32\x12.lac.v1.DeadLetter\"5\n\x13\x44\x65\x61\x64LetterSelection\x12\x11\n\tbatch_ids\x18\x01 \x03(\t\x12\x0b\n\x03\x61ll\x18\x02 \x01(\x08\"6\n\x10\x44\x65\x61\x64LetterResult\x12\x11\n\tbatch_ids\x18\x01 \x03(\t\x12\x0f\n\x07reports\x18\x02 \x01(\x04\"\x12\n\x10GetShardsRequest\"~\n\x0fShardAssignment\x12\x0e\n\x06shards\x18\x01 \x03(\t\x12\x12\n\nshard_name\x18\x02 \x01(\t\x12\x16\n\x0e\x61ssigned_shard\x18\x03 \x01(\t\x12\x18\n\x10\x65\x66\x66\x65\x63tive_window\x18\x04 \x01(\x04\x12\x15\n\rshards_digest\x18\x05 \x01(\t*X\n\tAckStatus\x12\x1a\n\x16\x41\x43K_STATUS_UNSPECIFIED\x10\x00\x12\x15\n\x11\x41\x43K_STATUS_STORED\x10\x01\x12\x18\n\x14\x41\x43K_STATUS_DUPLICATE\x10\x02\x32\xdb\x04\n\x08Shuffler\x12\x37\n\x06Submit\x12\x15.lac.v1.SubmitRequest\x1a\x16.lac.v1.SubmitResponse\x12?\n\x0cSubmitStream\x12\x15.lac.v1.SubmitRequest\x1a\x16.lac.v1.SubmitResponse(\x01\x12>\n\rGetDeployment\x12\x19.lac.v1.DeploymentRequest\x1a\x12.lac.v1.Deployment\x12\x42\n\tGetStatus\x12\x1d.lac.v1.ShufflerStatusRequest\x1a\x16.lac.v1.ShufflerStatus\x12\x34\n\x05\x46lush\x12\x14.lac.v1.FlushRequest\x1a\x15.lac.v1.FlushResponse\x12>\n\tGetShards\x12\x18.lac.v1.GetShardsRequest\x1a\x17.lac.v1.ShardAssignment\x12\x46\n\x0fListDeadLetters\x12\x1e.lac.v1.ListDeadLettersRequest\x1a\x13.lac.v1.DeadLetters\x12I\n\x10RetryDeadLetters\x12\x1b.lac.v1.DeadLetterSelection\x1a\x18.lac.v1.DeadLetterResult\x12H\n\x0f\x44ropDeadLetters\x12\x1b.lac.v1.DeadLetterSelection\x1a\x18.lac.v1.DeadLetterResultb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x15lac/v1/shuffler.proto\x12\x06lac.v1\x1a\x14lac/v1/reports.proto\"`\n\x0c\x43lientReport\x12\x16\n\x0eidempotency_id\x18\x01 \x01(\x0c\x12&\n\x07payload\x18\x02 \x01(\x0b\x32\x15.lac.v1.SealedPayload\x12\x10\n\x08\x63rowd_id\x18\x03 \x01(\t\"6\n\rSubmitRequest\x12%\n\x07reports\x18\x01 \x03(\x0b\x32\x14.lac.v1.ClientReport\"F\n\tReportAck\x12\x16\n\x0eidempotency_id\x18\x01 \x01(\x0c\x12!\n\x06status\x18\x02 \x01(\x0e\x32\x11.lac.v1.AckStatus\"1\n\x0eSubmitResponse\x12\x1f\n\x04\x61\x63ks\x18\x01 \x03(\x0b\x32\x11.lac.v1.ReportAck\"\x17\n\x15ShufflerStatusRequest\"\xe7\x04\n\x0eShufflerStatus\x12\x18\n\x10\x62uffered_reports\x18\x01 \x01(\x04\x12\x11\n\tmin_batch\x18\x02 \x01(\r\x12\x18\n\x10\x62uffered_clients\x18\x0f \x01(\x04\x12\x19\n\x11\x62\x61tches_forwarded\x18\x03 \x01(\x04\x12\x19\n\x11reports_forwarded\x18\x04 \x01(\x04\x12\x17\n\x0f\x62\x61tches_pending\x18\x05 \x01(\x04\x12\x34\n\x07rejects\x18\x06 \x03(\x0b\x32#.lac.v1.ShufflerStatus.RejectsEntry\x12\x0c\n\x04note\x18\x07 \x01(\t\x12\x0e\n\x06window\x18\x08 \x01(\x04\x12\x1e\n\x16seconds_to_next_window\x18\t \x01(\x01\x12\x11\n\tlog_bytes\x18\n \x01(\x04\x12\x15\n\rmax_log_bytes\x18\x0b \x01(\x04\x12\x36\n\x08\x63ounters\x18\x0c \x03(\x0b\x32$.lac.v1.ShufflerStatus.CountersEntry\x12)\n\x0erecent_batches\x18\r \x03(\x0b\x32\x11.lac.v1.BatchInfo\x12\x0c\n\x04\x61uth\x18\x0e \x01(\t\x12\x1b\n\x13\x62\x61tches_dead_letter\x18\x10 \x01(\x04\x12\x1b\n\x13\x64\x65ployment_mismatch\x18\x11 \x01(\t\x12\x15\n\rrelease_lease\x18\x12 \x01(\x08\x1a.\n\x0cRejectsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x04:\x02\x38\x01\x1a/\n\rCountersEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x04:\x02\x38\x01\"v\n\tBatchInfo\x12\x10\n\x08\x62\x61tch_id\x18\x01 \x01(\t\x12\x0c\n\x04size\x18\x02 \x01(\x04\x12\x11\n\tdelivered\x18\x03 \x01(\x08\x12%\n\x07privacy\x18\x04 \x01(\x0b\x32\x14.lac.v1.BatchPrivacy\x12\x0f\n\x07refusal\x18\x05 \x01(\t\"\x0e\n\x0c\x46lushRequest\"U\n\rFlushResponse\x12\x10\n\x08released\x18\x01 \x01(\x08\x12\x10\n\x08\x62\x61tch_id\x18\x02 \x01(\t\x12\x12\n\nbatch_size\x18\x03 \x01(\x04\x12\x0c\n\x04note\x18\x04 \x01(\t\"\x18\n\x16ListDeadLettersRequest\"}\n\nDeadLetter\x12\x10\n\x08\x62\x61tch_id\x18\x01 \x01(\t\x12\x0c\n\x04size\x18\x02 \x01(\x04\x12\x0f\n\x07refusal\x18\x03 \x01(\t\x12\x17\n\x0f\x64\x65\x61\x64_since_unix\x18\x04 \x01(\x01\x12%\n\x07privacy\x18\x05 \x01(\x0b\x32\x14.lac.v1.BatchPrivacy\"2\n\x0b\x44\x65\x61\x64Letters\x12#\n\x07\x62\x61tches\x18\x01 \x03(\x0b\x32\x12.lac.v1.DeadLetter\"5\n\x13\x44\x65\x61\x64LetterSelection\x12\x11\n\tbatch_ids\x18\x01 \x03(\t\x12\x0b\n\x03\x61ll\x18\x02 \x01(\x08\"6\n\x10\x44\x65\x61\x64LetterResult\x12\x11\n\tbatch_ids\x18\x01 \x03(\t\x12\x0f\n\x07reports\x18\x02 \x01(\x04\"\x12\n\x10GetShardsRequest\"\x90\x01\n\x0fShardAssignment\x12\x0e\n\x06shards\x18\x01 \x03(\t\x12\x12\n\nshard_name\x18\x02 \x01(\t\x12\x16\n\x0e\x61ssigned_shard\x18\x03 \x01(\t\x12\x18\n\x10\x65\x66\x66\x65\x63tive_window\x18\x04 \x01(\x04\x12\x15\n\rshards_digest\x18\x05 \x01(\t\x12\x10\n\x08store_id\x18\x06 \x01(\t*X\n\tAckStatus\x12\x1a\n\x16\x41\x43K_STATUS_UNSPECIFIED\x10\x00\x12\x15\n\x11\x41\x43K_STATUS_STORED\x10\x01\x12\x18\n\x14\x41\x43K_STATUS_DUPLICATE\x10\x02\x32\xdb\x04\n\x08Shuffler\x12\x37\n\x06Submit\x12\x15.lac.v1.SubmitRequest\x1a\x16.lac.v1.SubmitResponse\x12?\n\x0cSubmitStream\x12\x15.lac.v1.SubmitRequest\x1a\x16.lac.v1.SubmitResponse(\x01\x12>\n\rGetDeployment\x12\x19.lac.v1.DeploymentRequest\x1a\x12.lac.v1.Deployment\x12\x42\n\tGetStatus\x12\x1d.lac.v1.ShufflerStatusRequest\x1a\x16.lac.v1.ShufflerStatus\x12\x34\n\x05\x46lush\x12\x14.lac.v1.FlushRequest\x1a\x15.lac.v1.FlushResponse\x12>\n\tGetShards\x12\x18.lac.v1.GetShardsRequest\x1a\x17.lac.v1.ShardAssignment\x12\x46\n\x0fListDeadLetters\x12\x1e.lac.v1.ListDeadLettersRequest\x1a\x13.lac.v1.DeadLetters\x12I\n\x10RetryDeadLetters\x12\x1b.lac.v1.DeadLetterSelection\x1a\x18.lac.v1.DeadLetterResult\x12H\n\x0f\x44ropDeadLetters\x12\x1b.lac.v1.DeadLetterSelection\x1a\x18.lac.v1.DeadLetterResultb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -36,8 +36,8 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_SHUFFLERSTATUS_REJECTSENTRY']._serialized_options = b'8\001'
   _globals['_SHUFFLERSTATUS_COUNTERSENTRY']._loaded_options = None
   _globals['_SHUFFLERSTATUS_COUNTERSENTRY']._serialized_options = b'8\001'
-  _globals['_ACKSTATUS']._serialized_start=1639
-  _globals['_ACKSTATUS']._serialized_end=1727
+  _globals['_ACKSTATUS']._serialized_start=1681
+  _globals['_ACKSTATUS']._serialized_end=1769
   _globals['_CLIENTREPORT']._serialized_start=55
   _globals['_CLIENTREPORT']._serialized_end=151
   _globals['_SUBMITREQUEST']._serialized_start=153
@@ -49,31 +49,31 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_SHUFFLERSTATUSREQUEST']._serialized_start=332
   _globals['_SHUFFLERSTATUSREQUEST']._serialized_end=355
   _globals['_SHUFFLERSTATUS']._serialized_start=358
-  _globals['_SHUFFLERSTATUS']._serialized_end=950
-  _globals['_SHUFFLERSTATUS_REJECTSENTRY']._serialized_start=855
-  _globals['_SHUFFLERSTATUS_REJECTSENTRY']._serialized_end=901
-  _globals['_SHUFFLERSTATUS_COUNTERSENTRY']._serialized_start=903
-  _globals['_SHUFFLERSTATUS_COUNTERSENTRY']._serialized_end=950
-  _globals['_BATCHINFO']._serialized_start=952
-  _globals['_BATCHINFO']._serialized_end=1070
-  _globals['_FLUSHREQUEST']._serialized_start=1072
-  _globals['_FLUSHREQUEST']._serialized_end=1086
-  _globals['_FLUSHRESPONSE']._serialized_start=1088
-  _globals['_FLUSHRESPONSE']._serialized_end=1173
-  _globals['_LISTDEADLETTERSREQUEST']._serialized_start=1175
-  _globals['_LISTDEADLETTERSREQUEST']._serialized_end=1199
-  _globals['_DEADLETTER']._serialized_start=1201
-  _globals['_DEADLETTER']._serialized_end=1326
-  _globals['_DEADLETTERS']._serialized_start=1328
-  _globals['_DEADLETTERS']._serialized_end=1378
-  _globals['_DEADLETTERSELECTION']._serialized_start=1380
-  _globals['_DEADLETTERSELECTION']._serialized_end=1433
-  _globals['_DEADLETTERRESULT']._serialized_start=1435
-  _globals['_DEADLETTERRESULT']._serialized_end=1489
-  _globals['_GETSHARDSREQUEST']._serialized_start=1491
-  _globals['_GETSHARDSREQUEST']._serialized_end=1509
-  _globals['_SHARDASSIGNMENT']._serialized_start=1511
-  _globals['_SHARDASSIGNMENT']._serialized_end=1637
-  _globals['_SHUFFLER']._serialized_start=1730
-  _globals['_SHUFFLER']._serialized_end=2333
+  _globals['_SHUFFLERSTATUS']._serialized_end=973
+  _globals['_SHUFFLERSTATUS_REJECTSENTRY']._serialized_start=878
+  _globals['_SHUFFLERSTATUS_REJECTSENTRY']._serialized_end=924
+  _globals['_SHUFFLERSTATUS_COUNTERSENTRY']._serialized_start=926
+  _globals['_SHUFFLERSTATUS_COUNTERSENTRY']._serialized_end=973
+  _globals['_BATCHINFO']._serialized_start=975
+  _globals['_BATCHINFO']._serialized_end=1093
+  _globals['_FLUSHREQUEST']._serialized_start=1095
+  _globals['_FLUSHREQUEST']._serialized_end=1109
+  _globals['_FLUSHRESPONSE']._serialized_start=1111
+  _globals['_FLUSHRESPONSE']._serialized_end=1196
+  _globals['_LISTDEADLETTERSREQUEST']._serialized_start=1198
+  _globals['_LISTDEADLETTERSREQUEST']._serialized_end=1222
+  _globals['_DEADLETTER']._serialized_start=1224
+  _globals['_DEADLETTER']._serialized_end=1349
+  _globals['_DEADLETTERS']._serialized_start=1351
+  _globals['_DEADLETTERS']._serialized_end=1401
+  _globals['_DEADLETTERSELECTION']._serialized_start=1403
+  _globals['_DEADLETTERSELECTION']._serialized_end=1456
+  _globals['_DEADLETTERRESULT']._serialized_start=1458
+  _globals['_DEADLETTERRESULT']._serialized_end=1512
+  _globals['_GETSHARDSREQUEST']._serialized_start=1514
+  _globals['_GETSHARDSREQUEST']._serialized_end=1532
+  _globals['_SHARDASSIGNMENT']._serialized_start=1535
+  _globals['_SHARDASSIGNMENT']._serialized_end=1679
+  _globals['_SHUFFLER']._serialized_start=1772
+  _globals['_SHUFFLER']._serialized_end=2375
 # @@protoc_insertion_point(module_scope)

@@ -52,7 +52,7 @@ class ShufflerStatusRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class ShufflerStatus(_message.Message):
-    __slots__ = ("buffered_reports", "min_batch", "buffered_clients", "batches_forwarded", "reports_forwarded", "batches_pending", "rejects", "note", "window", "seconds_to_next_window", "log_bytes", "max_log_bytes", "counters", "recent_batches", "auth", "batches_dead_letter", "deployment_mismatch")
+    __slots__ = ("buffered_reports", "min_batch", "buffered_clients", "batches_forwarded", "reports_forwarded", "batches_pending", "rejects", "note", "window", "seconds_to_next_window", "log_bytes", "max_log_bytes", "counters", "recent_batches", "auth", "batches_dead_letter", "deployment_mismatch", "release_lease")
     class RejectsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -84,6 +84,7 @@ class ShufflerStatus(_message.Message):
     AUTH_FIELD_NUMBER: _ClassVar[int]
     BATCHES_DEAD_LETTER_FIELD_NUMBER: _ClassVar[int]
     DEPLOYMENT_MISMATCH_FIELD_NUMBER: _ClassVar[int]
+    RELEASE_LEASE_FIELD_NUMBER: _ClassVar[int]
     buffered_reports: int
     min_batch: int
     buffered_clients: int
@@ -101,7 +102,8 @@ class ShufflerStatus(_message.Message):
     auth: str
     batches_dead_letter: int
     deployment_mismatch: str
-    def __init__(self, buffered_reports: _Optional[int] = ..., min_batch: _Optional[int] = ..., buffered_clients: _Optional[int] = ..., batches_forwarded: _Optional[int] = ..., reports_forwarded: _Optional[int] = ..., batches_pending: _Optional[int] = ..., rejects: _Optional[_Mapping[str, int]] = ..., note: _Optional[str] = ..., window: _Optional[int] = ..., seconds_to_next_window: _Optional[float] = ..., log_bytes: _Optional[int] = ..., max_log_bytes: _Optional[int] = ..., counters: _Optional[_Mapping[str, int]] = ..., recent_batches: _Optional[_Iterable[_Union[BatchInfo, _Mapping]]] = ..., auth: _Optional[str] = ..., batches_dead_letter: _Optional[int] = ..., deployment_mismatch: _Optional[str] = ...) -> None: ...
+    release_lease: bool
+    def __init__(self, buffered_reports: _Optional[int] = ..., min_batch: _Optional[int] = ..., buffered_clients: _Optional[int] = ..., batches_forwarded: _Optional[int] = ..., reports_forwarded: _Optional[int] = ..., batches_pending: _Optional[int] = ..., rejects: _Optional[_Mapping[str, int]] = ..., note: _Optional[str] = ..., window: _Optional[int] = ..., seconds_to_next_window: _Optional[float] = ..., log_bytes: _Optional[int] = ..., max_log_bytes: _Optional[int] = ..., counters: _Optional[_Mapping[str, int]] = ..., recent_batches: _Optional[_Iterable[_Union[BatchInfo, _Mapping]]] = ..., auth: _Optional[str] = ..., batches_dead_letter: _Optional[int] = ..., deployment_mismatch: _Optional[str] = ..., release_lease: _Optional[bool] = ...) -> None: ...
 
 class BatchInfo(_message.Message):
     __slots__ = ("batch_id", "size", "delivered", "privacy", "refusal")
@@ -178,15 +180,17 @@ class GetShardsRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class ShardAssignment(_message.Message):
-    __slots__ = ("shards", "shard_name", "assigned_shard", "effective_window", "shards_digest")
+    __slots__ = ("shards", "shard_name", "assigned_shard", "effective_window", "shards_digest", "store_id")
     SHARDS_FIELD_NUMBER: _ClassVar[int]
     SHARD_NAME_FIELD_NUMBER: _ClassVar[int]
     ASSIGNED_SHARD_FIELD_NUMBER: _ClassVar[int]
     EFFECTIVE_WINDOW_FIELD_NUMBER: _ClassVar[int]
     SHARDS_DIGEST_FIELD_NUMBER: _ClassVar[int]
+    STORE_ID_FIELD_NUMBER: _ClassVar[int]
     shards: _containers.RepeatedScalarFieldContainer[str]
     shard_name: str
     assigned_shard: str
     effective_window: int
     shards_digest: str
-    def __init__(self, shards: _Optional[_Iterable[str]] = ..., shard_name: _Optional[str] = ..., assigned_shard: _Optional[str] = ..., effective_window: _Optional[int] = ..., shards_digest: _Optional[str] = ...) -> None: ...
+    store_id: str
+    def __init__(self, shards: _Optional[_Iterable[str]] = ..., shard_name: _Optional[str] = ..., assigned_shard: _Optional[str] = ..., effective_window: _Optional[int] = ..., shards_digest: _Optional[str] = ..., store_id: _Optional[str] = ...) -> None: ...
