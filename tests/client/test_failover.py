@@ -33,6 +33,7 @@ import lac.client
 from lac.client import AckStatus
 from lac.common import envelope
 from lac.common.v1 import curator_pb2, curator_pb2_grpc, shuffler_pb2, shuffler_pb2_grpc
+from lac.shuffler.reportlog import KEY_FILE, write_key
 
 STORED = AckStatus.STORED
 both_clients = pytest.mark.parametrize("aio", [False, True], ids=["blocking", "asyncio"])
@@ -326,8 +327,10 @@ def test_sigterm_to_the_replica_in_use_mid_stream_costs_no_error_nothing_lost_or
     tokens = dict(zip(ids, add_clients(tmp_path / "clients.tokens", ids)))
     ports = [free_port() for _ in range(3)]
     states = [tmp_path / f"state-{p}" for p in ports]
+    client_key = os.urandom(32)  # every replica's state directory holds the same key of the client hashes
     for state in states:
         state.mkdir(mode=0o700)
+        write_key(state / KEY_FILE, client_key)
         (state / "clients.tokens").write_bytes((tmp_path / "clients.tokens").read_bytes())
         (state / "clients.tokens").chmod(0o600)
     procs = [_serve(curator.address, s, p, tmp_path / f"proc-{p}", postgres_url) for s, p in zip(states, ports)]

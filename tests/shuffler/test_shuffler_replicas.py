@@ -20,6 +20,7 @@ from lac.client import AckStatus
 from lac.common.database import PostgresDatabase
 from lac.common.v1 import curator_pb2, shuffler_pb2, shuffler_pb2_grpc
 from lac.shuffler.auth import add_client, add_clients
+from lac.shuffler.reportlog import KEY_FILE, write_key
 
 N_CLIENTS = 90
 
@@ -44,9 +45,11 @@ def test_replicas_over_one_postgresql_pass_the_lease_and_lose_nothing(tmp_path, 
     tokens = dict(zip(ids, add_clients(tokens_file, ids)))
     ops = [("authorization", f"Bearer {add_client(tokens_file, 'ops', role='operator')}")]
     procs: list[ServeProc] = []
+    client_key = os.urandom(32)  # every replica's state directory holds the same key of the client hashes
     for i in range(3):
         state = tmp_path / f"state{i}"
         state.mkdir(mode=0o700)
+        write_key(state / KEY_FILE, client_key)
         (state / "clients.tokens").write_bytes(tokens_file.read_bytes())
         (state / "clients.tokens").chmod(0o600)
         procs.append(_serve(postgres_url, state, sink.address, tmp_path / f"proc{i}"))
