@@ -335,6 +335,7 @@ class Soak:
         self.events: list[str] = []
         self.stop_traffic = threading.Event()
         self.paused = threading.Event()
+        self.releasing = threading.Lock()  # held by the analyst for a release, by the backup while it runs
         self.release_ids: list[str] = []
         self.answered: dict[str, object] = {}  # request id -> the ReleaseInfo returned for it during the run
         self.releases_ok = 0
@@ -513,19 +514,22 @@ class Soak:
                 if not self._wait_unpaused():
                     break
                 rid = new_request_id()
-                self.release_ids.append(rid)
                 t = time.monotonic()
-                try:
-                    info = c.release(RELEASE_EPSILON, 1e-6, force=True, request_id=rid)
-                    self.answered[rid] = info
-                    self.releases_ok += 1
-                    self.note(
-                        f"release {info.release_id} of windows {info.first_window}..{info.last_window} in "
-                        f"{time.monotonic() - t:.1f} s"
-                    )
-                except AnalystError as exc:
-                    self.release_errors[f"{exc.code}: {exc.details[:90]}"] += 1
-                    self.note(f"release refused after {time.monotonic() - t:.1f} s: {exc.code}: {exc.details[:400]}")
+                with self.releasing:  # no release runs across the backup's statuses and copies
+                    self.release_ids.append(rid)
+                    try:
+                        info = c.release(RELEASE_EPSILON, 1e-6, force=True, request_id=rid)
+                        self.answered[rid] = info
+                        self.releases_ok += 1
+                        self.note(
+                            f"release {info.release_id} of windows {info.first_window}..{info.last_window} in "
+                            f"{time.monotonic() - t:.1f} s"
+                        )
+                    except AnalystError as exc:
+                        self.release_errors[f"{exc.code}: {exc.details[:90]}"] += 1
+                        self.note(
+                            f"release refused after {time.monotonic() - t:.1f} s: {exc.code}: {exc.details[:400]}"
+                        )
                 if time.monotonic() - last_export > self.args.export_every:
                     last_export = time.monotonic()
                     now = int(time.time() // WINDOW_SECONDS)
@@ -589,6 +593,11 @@ class Soak:
     def backup_restore(self) -> None:
         self.paused.set()
         self.clients.wait_idle()
+        with self.releasing:  # a release in flight ends first (it would land on one side of the copies only)
+            self._backup_restore()
+        self.paused.clear()
+
+    def _backup_restore(self) -> None:
         shuffler_flush(self.shuffler, self.operator)
         _until(lambda: shuffler_status(self.shuffler, self.operator).batches_pending == 0, 300)
         before_s, before_c = shuffler_status(self.shuffler, self.operator), curator_status(self.curator)
@@ -629,7 +638,6 @@ class Soak:
             == (after_c.batches, after_c.reports, after_c.releases),
         }
         self.note(f"backup/restore: same state {self.restored}")
-        self.paused.clear()
 
     # -- the run -----------------------------------------------------------------------------------------------
 
