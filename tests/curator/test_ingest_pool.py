@@ -279,13 +279,15 @@ def test_a_worker_killed_during_a_batch_fails_it_at_once_and_is_replaced(start_c
         t0 = time.monotonic()
         call = threading.Thread(target=_call, args=(s.ingest, request, answer))
         call.start()
-        time.sleep(0.5)
+        wait_until(lambda: bool(pool._pool._jobs), timeout=PROMPT)  # the batch waits on the stopped workers
         os.kill(pids[0], signal.SIGKILL)
         call.join(DEADLINE + PROMPT)
         assert answer[0][0] == "UNAVAILABLE" and answer[0][1] - t0 < PROMPT, answer
         assert s.status().batches == 0
         wait_until(lambda: len(pool.worker_pids()) == 2, timeout=PROMPT)
         assert set(pool.worker_pids()).isdisjoint(pids) and not any(map(alive, pids))
+        # SERVING is set once the new crew has answered its handshake, a moment after its pids are known
+        wait_until(lambda: len(served) == 2, timeout=PROMPT)
         assert served == [False, True] and cur.curator.health.serving
         try:
             s.ingest.IngestBatch(request, timeout=DEADLINE)
