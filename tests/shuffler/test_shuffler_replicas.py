@@ -52,7 +52,12 @@ def test_replicas_over_one_postgresql_pass_the_lease_and_lose_nothing(tmp_path, 
         write_key(state / KEY_FILE, client_key)
         (state / "clients.tokens").write_bytes(tokens_file.read_bytes())
         (state / "clients.tokens").chmod(0o600)
-        procs.append(_serve(postgres_url, state, sink.address, tmp_path / f"proc{i}"))
+        try:
+            procs.append(_serve(postgres_url, state, sink.address, tmp_path / f"proc{i}"))
+        except BaseException:  # no replica left running when another cannot start
+            for p in procs:
+                p.stop()
+            raise
     addresses = [p.address for p in procs]
     alive = set(range(3))
 
