@@ -333,7 +333,14 @@ def test_sigterm_to_the_replica_in_use_mid_stream_costs_no_error_nothing_lost_or
         write_key(state / KEY_FILE, client_key)
         (state / "clients.tokens").write_bytes((tmp_path / "clients.tokens").read_bytes())
         (state / "clients.tokens").chmod(0o600)
-    procs = [_serve(curator.address, s, p, tmp_path / f"proc-{p}", postgres_url) for s, p in zip(states, ports)]
+    procs: list[ServeProc] = []
+    for s, p in zip(states, ports):
+        try:
+            procs.append(_serve(curator.address, s, p, tmp_path / f"proc-{p}", postgres_url))
+        except BaseException:  # no replica left running when another cannot start
+            for started in procs:
+                started.stop()
+            raise
     sent: dict[str, bytes] = {}  # client -> the report id of its acknowledged report
     addresses = [p.address for p in procs]
     try:
