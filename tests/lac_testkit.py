@@ -549,3 +549,19 @@ def sdk_addresses_in_order(monkeypatch) -> None:
     import lac.client.submit
 
     monkeypatch.setattr(lac.client.submit, "randrange", lambda n: 0)
+
+
+def hello_report():
+    """A privatized report made by hand ("hello world", the default deployment's mechanism, ε and embedding), for
+    tests where the shuffler carries it sealed and nothing reads its words."""
+    from lac.client import PrivatizedReport
+    from lac.common.deployment import DEFAULT_EMBEDDING
+
+    return PrivatizedReport(
+        sentences=(("hello", "world"),),
+        n_words=2,
+        mechanism="multivariate-laplace",
+        epsilon_per_word=8.0,
+        embedding=DEFAULT_EMBEDDING,
+        guarantee=Deployment().word_guarantee(),
+    )

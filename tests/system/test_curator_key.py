@@ -8,22 +8,10 @@ import subprocess
 import sys
 
 import pytest
-from lac_testkit import wait_until
+from lac_testkit import hello_report, wait_until
 
-from lac.client import AckStatus, DeploymentMismatch, PrivatizedReport, ShufflerClient
-from lac.common.deployment import DEFAULT_EMBEDDING, Deployment
+from lac.client import AckStatus, DeploymentMismatch, ShufflerClient
 from lac.common.envelope import CuratorKeyRing, generate_key
-
-
-def _report() -> PrivatizedReport:
-    return PrivatizedReport(
-        sentences=(("hello", "world"),),
-        n_words=2,
-        mechanism="multivariate-laplace",
-        epsilon_per_word=8.0,
-        embedding=DEFAULT_EMBEDDING,
-        guarantee=Deployment().word_guarantee(),
-    )
 
 
 def _relayed(client: ShufflerClient) -> bool:
@@ -46,12 +34,12 @@ def test_the_sdk_refuses_to_seal_to_a_key_the_curator_does_not_hold(
         wait_until(lambda: _relayed(wrong))  # the shuffler has fetched the curator's deployment
         assert wrong.deployment().key_ids == (ring.current,)
         with pytest.raises(DeploymentMismatch) as refused:
-            wrong.submit(_report())
+            wrong.submit(hello_report())
     message = str(refused.value)
     assert f"key id {other.key_id}" in message and ring.current in message and "Nothing was sent" in message
     assert shf.shuffler.buffered() == 0  # nothing stored, no quota spent
     with ShufflerClient(shf.address, curator_key=ring.public_key(), insecure=True, attempts=1, timeout=10) as right:
-        assert [a.status for a in right.submit(_report())] == [AckStatus.STORED]
+        assert [a.status for a in right.submit(hello_report())] == [AckStatus.STORED]
 
 
 def test_a_tls_curator_without_a_key_ring_does_not_start(tmp_path, pki, public_corpus):

@@ -548,8 +548,9 @@ def test_the_ha_profile_runs_two_of_each_service_over_postgresql(deployed, postg
     made; two curators share one directory, two shufflers one tokens file; the SDK's failover reaches the other
     shuffler when the one it used is stopped, which knows the quota the client used there (one database), and both
     curators answer an operator."""
-    from lac.client import AckStatus, PrivatizedReport, QuotaExceeded, ShufflerClient
-    from lac.common.deployment import DEFAULT_EMBEDDING, Deployment
+    from lac_testkit import hello_report
+
+    from lac.client import AckStatus, QuotaExceeded, ShufflerClient
     from lac.common.v1 import curator_pb2, curator_pb2_grpc
     from lac.shuffler.auth import add_client
 
@@ -598,14 +599,7 @@ def test_the_ha_profile_runs_two_of_each_service_over_postgresql(deployed, postg
             env = _env(tmp, _mounts(s, tmp, public))
             running[s] = procs.start(name, args, tmp / s, timeout=60, env=env, tls=shuffler_ca)
         addresses = [running["shuffler-ha-a"].address, running["shuffler-ha-b"].address]
-        report = PrivatizedReport(
-            sentences=(("hello", "world"),),
-            n_words=2,
-            mechanism="multivariate-laplace",
-            epsilon_per_word=8.0,
-            embedding=DEFAULT_EMBEDDING,
-            guarantee=Deployment().word_guarantee(),
-        )
+        report = hello_report()
         curator_pub = vol / "curator-keys" / "curator.pub"
         with ShufflerClient.connect(addresses, curator_key=curator_pub, ca=ca, token=token, timeout=30) as c:
             assert [a.status for a in c.submit(report)] == [AckStatus.STORED]
