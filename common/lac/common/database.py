@@ -531,6 +531,16 @@ def copy_tables(source: Database, target: Database, tables: Sequence[str]) -> li
     return target.transaction(copy)
 
 
+def copied_elsewhere(where: str, url: str, service: str, holds: str) -> str:
+    """Why a service refuses the SQLite database ``where`` that `lac SERVICE migrate` copied to ``url``: its state
+    (``holds``) is there now."""
+    return (
+        f"{where} was copied to the PostgreSQL store {url} by `lac {service} migrate`, and the {holds} is there now: "
+        f"start the {service} with --store {url} (the password from PGPASSWORD or ~/.pgpass); this SQLite database is "
+        "kept only as the copy's source"
+    )
+
+
 def copy_into_postgres(
     source: Database, url: str, name: str, steps: Callable[[Database], Sequence[Migration]], tables: Sequence[str]
 ) -> list[TableCopy]:

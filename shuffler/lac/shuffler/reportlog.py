@@ -62,7 +62,15 @@ from typing import TypeVar
 
 import numpy as np
 
-from lac.common.database import Database, TableCopy, bump_counters, copy_into_postgres, open_database, redact
+from lac.common.database import (
+    Database,
+    TableCopy,
+    bump_counters,
+    copied_elsewhere,
+    copy_into_postgres,
+    open_database,
+    redact,
+)
 from lac.common.errors import RejectReason
 from lac.common.files import atomic_file, fsync_dir, private_dir
 from lac.shuffler import schema, wire
@@ -166,11 +174,7 @@ class ReportLog:
             self._db.migrate(schema.NAME, schema.steps(self._db))
             moved = self.moved_to()
             if moved is not None:
-                raise RuntimeError(
-                    f"{self._db.where} was copied to the PostgreSQL store {moved} by `lac shuffler migrate`, and the "
-                    f"report log is there now: start the shuffler with --store {moved} (the password from PGPASSWORD "
-                    f"or ~/.pgpass); this SQLite database is kept only as the copy's source"
-                )
+                raise RuntimeError(copied_elsewhere(self._db.where, moved, "shuffler", "report log"))
             self._page_size = (
                 int(self._db.execute("PRAGMA page_size").fetchone()[0]) if self._db.dialect == "sqlite" else 0
             )

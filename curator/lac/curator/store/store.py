@@ -52,7 +52,15 @@ from typing import Any
 
 import numpy as np
 
-from lac.common.database import Database, TableCopy, bump_counters, copy_into_postgres, open_database, redact
+from lac.common.database import (
+    Database,
+    TableCopy,
+    bump_counters,
+    copied_elsewhere,
+    copy_into_postgres,
+    open_database,
+    redact,
+)
 from lac.common.errors import AlreadyExists, DataLoss, ErrorReason, FailedPrecondition, RejectReason, Unavailable
 from lac.common.files import atomic_file, fsync_dir, private_dir
 from lac.common.privacy import Budget
@@ -200,11 +208,7 @@ class CuratorStore:
             self._db.migrate(schema.NAME, schema.steps(self._db))
             moved = self.moved_to()
             if moved is not None:
-                raise FailedPrecondition(
-                    f"{self._db.where} was copied to the PostgreSQL store {moved} by `lac curator migrate`, and the "
-                    f"curator's state is there now: start the curator with --store {moved} (the password from "
-                    f"PGPASSWORD or ~/.pgpass); this SQLite database is kept only as the copy's source"
-                )
+                raise FailedPrecondition(copied_elsewhere(self._db.where, moved, "curator", "curator's state"))
             if self._db.dialect != "sqlite":
                 self._db.transaction(self._check_files_dir)
             self._remove_orphans()
