@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 from lac.common.logs import LOG_FORMATS
 
 T = TypeVar("T")
+CORES = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1  # usable here
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off"}
 

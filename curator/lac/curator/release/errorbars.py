@@ -33,11 +33,13 @@ from __future__ import annotations
 import math
 import secrets
 from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
 from scipy.special import ndtri
 
+from lac.common.config import CORES
 from lac.common.privacy import ErrorBarMethod, ErrorBars
 from lac.curator.base.ngrams import NgramVocabulary
 from lac.curator.release.channel import NgramChannel, deconvolve_steps
@@ -206,10 +208,23 @@ def posterior_errors(
         noise += ", which does not move the released probabilities (the public prior's): standard deviation 0"
         return rms.errors(ErrorBars(ErrorBarMethod.CLOSED_FORM, noise, given=given))
     rng, seed, source = boot.generator()
-    for size in _chunks(boot.draws, DRAW_CHUNK):
-        noisy = noisy_public[None, :] + sigma * rng.standard_normal((size, noisy_public.size))
-        f_noisy = found_noisy[None, :] + sigma * rng.standard_normal((size, found_noisy.size))
-        rms.add(held_post_process(noisy, found, f_noisy, fits, vocab, sigma, threshold, channel))
+    sizes = _chunks(boot.draws, DRAW_CHUNK)
+
+    def redraw(size: int) -> tuple[np.ndarray, np.ndarray]:  # drawn in order from the seeded generator
+        return (
+            noisy_public[None, :] + sigma * rng.standard_normal((size, noisy_public.size)),
+            found_noisy[None, :] + sigma * rng.standard_normal((size, found_noisy.size)),
+        )
+
+    def post(drawn: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
+        return held_post_process(drawn[0], found, drawn[1], fits, vocab, sigma, threshold, channel, np.float32)
+
+    # chunks run side by side on the cores (the sparse products and numpy's array work release the GIL)
+    workers = min(CORES, len(sizes))
+    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="lac-errorbars") as pool:
+        for wave in range(0, len(sizes), workers):
+            for counts in pool.map(post, [redraw(size) for size in sizes[wave : wave + workers]]):
+                rms.add(counts)
     steps = any(fit.steps >= 0 for fit in fits.values())
     return rms.errors(
         ErrorBars(
@@ -234,12 +249,15 @@ def held_post_process(
     sigma: float,
     threshold: float,
     channel: NgramChannel | None,
+    dtype: type[np.floating] = np.float64,
 ) -> np.ndarray:
     """The posterior's step 5 (``lac.curator.release.posterior.post_process``) with what the release fitted held
     (``fits``: each order's empirical-Bayes prior and number of deconvolution steps), for several sets of noisy
     totals at once: ``noisy`` (draws × public items) and the discovered items' (draws × ``found``), each released
     only above ``threshold`` as discovery does. Returns the pseudo-counts (draws × public then discovered items).
-    At the release's own noisy totals it gives its pseudo-counts again (to rounding)."""
+    At the release's own noisy totals it gives its pseudo-counts again (to rounding). ``dtype``: of the
+    deconvolution's EM steps (the bootstrap runs them in float32: its standard deviations are good to a few percent,
+    float32's rounding is ~1e-7 relative)."""
     V = len(vocab)
     found_orders = orders_of(found)
     counts = np.zeros((noisy.shape[0], V + len(found)))
@@ -248,7 +266,7 @@ def held_post_process(
         sel = np.flatnonzero(vocab.orders == n)
         h = eb_means(fit.eb, noisy[:, sel], sigma, prune=PRUNE)
         if fit.steps >= 0 and channel is not None:
-            x = deconvolve_steps(h.T, channel.order(n, vocab), channel_prior(vocab.alpha[sel]), fit.steps).T
+            x = deconvolve_steps(h.T, channel.order(n, vocab), channel_prior(vocab.alpha[sel]), fit.steps, dtype).T
             mass = x.sum(axis=1, keepdims=True)
             h = np.where(mass > 0, x * (h.sum(axis=1, keepdims=True) / np.where(mass > 0, mass, 1.0)), x)
         strength = lm_strength(h, vocab.alpha[sel])[:, None]

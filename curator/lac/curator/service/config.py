@@ -9,11 +9,10 @@ whether data-dependent (NOT differentially private) releases may run at all.
 from __future__ import annotations
 
 import math
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from lac.common.config import ServiceSettings, setting
+from lac.common.config import CORES, ServiceSettings, setting
 from lac.common.database import is_postgres_url
 from lac.common.deployment import DEFAULT_EMBEDDING, DEFAULT_EMBEDDING_DIAMETER, Deployment
 from lac.common.rpc import Role, parse_names
@@ -22,7 +21,6 @@ from lac.curator.runner.preview import MIN_SIGNAL_SHARE
 from lac.curator.store.ingest import STALL_SECONDS
 
 ENV_PREFIX = "LAC_CURATOR_"
-CORES = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 """The cores this process may run on."""
 
 
