@@ -171,6 +171,26 @@ def main() -> None:
     _, t_small = timed(NgramModel.from_counts, small_items, small_counts, 3)
     _, t_arpa = timed(exact.arpa)
     print(f"build {len(small_items)} items: {t_small:.3f} s; ARPA text of the full model: {t_arpa:.3f} s")
+    held = test * 20  # enough words to time
+    ppl, t_at_once = timed(exact.perplexity, held)
+    ref, t_by_word = timed(perplexity_word_by_word, exact, held)
+    print(
+        f"perplexity of {sum(len(x) + 1 for x in held):,} words: looked up at once {t_at_once:.3f} s, word by word "
+        f"(the definition, the baseline) {t_by_word:.3f} s: {t_by_word / t_at_once:.1f}x faster; equal: {ppl == ref}"
+    )
+
+
+def perplexity_word_by_word(model: NgramModel, sents) -> float:
+    """The definition (and the implementation before 2026-11-27): one ``conditional`` per word and sentence end."""
+    total, count = 0.0, 0
+    for x in sents:
+        hist = ["<s>"]
+        for w in [*x, "</s>"]:
+            p = model.conditional(w, hist[-model.order :])
+            total += math.log(p) if p > 0 else -math.inf
+            hist.append(w)
+            count += 1
+    return math.exp(-total / count)
 
 
 if __name__ == "__main__":

@@ -431,6 +431,36 @@ def test_perplexity_finite_and_ordered(model, lee_model):
         assert math.isfinite(m.perplexity(odd))
 
 
+def _perplexity_word_by_word(m: NgramModel, sents) -> float:
+    """The definition: one conditional per word and per sentence end, summed in order."""
+    total, count = 0.0, 0
+    for s in sents:
+        words = s.split() if isinstance(s, str) else list(s)
+        hist = ["<s>"]
+        for w in words + ["</s>"] if words else []:
+            p = m.conditional(w, hist[-m.order :])
+            total += math.log(p) if p > 0 else -math.inf
+            hist.append(w)
+            count += 1
+    return math.exp(-total / count)
+
+
+def test_perplexity_looks_every_word_up_at_once_and_equals_the_word_by_word_definition(model, lee, lee_model):
+    """Bit for bit, on held-out text (unknown words, sentence starts, every back-off depth), for models of each
+    order, a partial one and one whose keys do not fit int64 (then the lookups run one word at a time)."""
+    _, test, items, counts = lee
+    odd = [["<s>", "</s>", "<unk>", "the"], ["xyzzy"] * 5, ["<s>"], ["the"] * 4, "the dog", []]
+    models = [model, lee_model, NgramModel.from_counts(items, counts, 3, partial=True)]
+    for n in (1, 2):
+        low = [i for i, it in enumerate(items) if it.count(" ") < n]
+        models.append(NgramModel.from_counts([items[i] for i in low], np.asarray(counts)[low], n))
+    for m in models:
+        assert m.perplexity(test + odd) == _perplexity_word_by_word(m, test + odd)
+    wide = NgramModel.from_counts(items, counts, 3)
+    wide._keys = {n: k.astype(object) for n, k in wide._keys.items()}
+    assert wide.perplexity(test + odd) == _perplexity_word_by_word(lee_model, test + odd)
+
+
 def test_zero_counts_and_missing_prefixes():
     items = ["a", "b", "</s>", "a b", "b a", "b </s>", "c a b", "a b </s>", "b b </s>"]
     with np.errstate(divide="ignore"):

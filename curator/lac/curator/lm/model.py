@@ -587,20 +587,86 @@ class NgramModel:
         """exp(−mean log P) over every word and each sentence's ``</s>`` (empty sentences
         skipped) under the smoothed model; finite for any input (unless a unigram discount of 0
         was forced and a word without counts occurs: then inf)."""
-        total, count = 0.0, 0
+        ids: list[str] = []
+        starts: list[int] = []
         for s in sentences:
-            words = list(_tokens(s))
-            if not words:
-                continue
-            hist = [BOS]
-            for w in words + [EOS]:
-                p = self.conditional(w, hist[-self.order :])
-                total += math.log(p) if p > 0 else -math.inf
-                hist.append(w)
-                count += 1
-        if count == 0:
+            words = _tokens(s)
+            if words:
+                starts.append(len(ids))
+                ids.append(BOS)
+                ids.extend(words)
+                ids.append(EOS)
+        if not starts:
             raise ValueError("no words to score")
-        return math.exp(-total / count)
+        # a word's id as the word predicted, and as context (where <s> keeps its own id 0, as in ``conditional``)
+        scored = np.fromiter(map(self._id, ids), dtype=np.int64, count=len(ids))
+        context = np.where(np.array([w == BOS for w in ids]), 0, scored)
+        probs = self._scored(scored, context, np.asarray(starts, dtype=np.int64))
+        # summed in order with math.log, as one word at a time would: the same value to the last bit
+        total = sum(math.log(p) if p > 0 else -math.inf for p in probs.tolist())
+        return math.exp(-total / probs.size)
+
+    def _scored(self, ids: np.ndarray, context: np.ndarray, starts: np.ndarray) -> np.ndarray:
+        """P(token | its context) of every token of ``ids`` but each sentence's leading ``<s>`` (``starts``: where
+        the sentences begin; ``context``: the tokens' ids as context), equal to ``_conditional_ids`` token by token,
+        looked up for all tokens at once."""
+        k = self.order - 1
+        first = np.zeros(ids.size, dtype=bool)
+        first[starts] = True
+        at = np.flatnonzero(~first)  # the scored tokens
+        since = at - starts[np.searchsorted(starts, at, side="right") - 1]  # tokens of its sentence before it
+        length = np.minimum(since, k)
+        if self._keys[1].dtype == object:  # keys beyond int64: one token at a time
+            return np.array(
+                [self._conditional_ids(int(ids[t]), context[t - n : t].tolist()) for t, n in zip(at, length)]
+            )
+        out = np.empty(at.size)
+        for n in np.unique(length).tolist():
+            sel = np.flatnonzero(length == n)
+            t = at[sel]
+            h = context[t[:, None] + np.arange(-n, 0)]
+            out[sel] = self._backoff(h, ids[t])
+        return out
+
+    def _lookup(self, grams: np.ndarray) -> np.ndarray:
+        """Each row of ``grams`` (ids) as an item of its order: its position among that order's items, or -1."""
+        n = grams.shape[1]
+        key = np.zeros(grams.shape[0], dtype=np.int64)
+        for i in range(n):
+            key = key * self._B + grams[:, i]
+        keys = self._keys[n]
+        if keys.size == 0:
+            return np.full(grams.shape[0], -1)
+        pos = np.minimum(np.searchsorted(keys, key), keys.size - 1)
+        return np.where(keys[pos] == key, pos, -1)
+
+    def _bows_of(self, ctx: np.ndarray) -> np.ndarray:
+        """``_bow`` of each row of ``ctx``."""
+        if ctx.shape[1] == 0:
+            return np.ones(ctx.shape[0])
+        pos = self._lookup(ctx)
+        out = np.where(pos >= 0, self._bows[ctx.shape[1]][np.maximum(pos, 0)], 1.0)
+        if ctx.shape[1] == 1:
+            out[ctx[:, 0] == 0] = 1.0 if self._bos_bow is None else self._bos_bow
+        return out
+
+    def _backoff(self, h: np.ndarray, w: np.ndarray) -> np.ndarray:
+        """``_conditional_ids`` of each word of ``w`` given its row of ``h`` (contexts of one length)."""
+        p = np.empty(w.size)
+        scale = np.ones(w.size)
+        todo = np.arange(w.size)
+        for s in range(h.shape[1] + 1):
+            g = np.concatenate([h[todo, s:], w[todo, None]], axis=1)
+            pos = self._lookup(g)
+            hit = pos >= 0
+            p[todo[hit]] = scale[todo[hit]] * self._probs[g.shape[1]][pos[hit]]
+            todo = todo[~hit]
+            if todo.size == 0:
+                break
+            scale[todo] *= self._bows_of(h[todo, s:])
+        if todo.size:
+            raise AssertionError("unreachable: every vocabulary word is a unigram")
+        return p
 
     def write_arpa(self, path_or_file: str | os.PathLike | io.TextIOBase) -> None:
         """Write the back-off form as an ARPA file (log10 probabilities and back-off weights)."""
