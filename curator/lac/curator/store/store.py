@@ -131,6 +131,7 @@ OPENED = frozenset(
         RejectReason.INVALID,
         RejectReason.MECHANISM_NOT_ALLOWED,
         RejectReason.EPSILON_TOO_LARGE,
+        RejectReason.EPSILON_NOT_EXACT,
         RejectReason.EMBEDDING_MISMATCH,
         RejectReason.TOO_MANY_WORDS,
     }
