@@ -17,7 +17,7 @@ from lac.common.serde import mechanism_id
 from lac.common.v1 import curator_pb2, reports_pb2
 
 ROOT = Path(__file__).resolve().parents[1]  # the repository
-DEPLOYMENT = Deployment()  # what a curator with the default configuration publishes
+DEPLOYMENT = Deployment(exact_epsilon=True)  # what a curator with the default configuration publishes
 
 # "Answered at once" vs "hung": a call whose promptness a test checks gets DEADLINE; a prompt answer comes
 # well before it (under PROMPT, a third of it), a hung one only at it. Never a tight figure: tests run on
@@ -29,7 +29,7 @@ PROMPT = DEADLINE / 3
 def content(
     *sentences: list[str],
     report_id: bytes | None = None,
-    epsilon: float = 1.0,
+    epsilon: float = DEPLOYMENT.epsilon_per_word,
     mechanism: str = DEPLOYMENT.mechanism,
     embedding: str = DEPLOYMENT.embedding,
 ) -> reports_pb2.ReportContent:

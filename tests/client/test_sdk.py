@@ -539,6 +539,25 @@ def test_any_other_status_is_not_retryable(start_curator, glove200):
 # ---------------------------------------------------------------------------------------- submit snippet, TLS
 
 
+def test_the_sdk_never_sends_a_report_at_another_epsilon_than_an_exact_deployments(tls_services, glove50k, monkeypatch):
+    """Issue 32 item 2: the default curator takes reports at exactly its channel's ε = 8. The SDK neither raises the
+    private preset's ε = 5 to 8 (the device asked for more privacy) nor sends a report made at 5, which the curator
+    would quarantine after the quota took it: both are DeploymentMismatch, and the client's one report of the window
+    is still there for a report at ε = 8."""
+    address, files, token = tls_services
+    monkeypatch.chdir(files)
+    with lac.client.ShufflerClient.connect(address, curator_key="curator.pub", ca="ca.pem", token=token) as client:
+        with pytest.raises(errors.DeploymentMismatch, match="preset 'private' perturbs at ε = 5 per word, but this "):
+            client.localizer("private", embedding=glove50k)
+        private = lac.client.Localizer.from_preset("private", embedding=glove50k).privatize("the dog sleeps in the sun")
+        with pytest.raises(errors.DeploymentMismatch, match="report 0 was made at ε = 5 per word") as err:
+            client.submit(private)
+        said = str(err.value)
+        assert "accepts exactly 8, the ε of the local channel" in said and "Nothing was sent" in said
+        (ack,) = client.submit(client.localizer("balanced", embedding=glove50k).privatize("the dog sleeps in the sun"))
+        assert ack.status == AckStatus.STORED
+
+
 def test_submit_snippet_runs_as_printed(tls_services, data_dir, monkeypatch, fresh_warnings, caplog):
     address, files, token = tls_services
     assert _code_lines(SUBMIT) <= 5
@@ -548,12 +567,14 @@ def test_submit_snippet_runs_as_printed(tls_services, data_dir, monkeypatch, fre
         exec(SUBMIT, namespace)
     (ack,) = namespace["acks"]
     assert isinstance(ack, ReportAck) and ack.status == AckStatus.STORED and len(ack.idempotency_id) == 16
-    assert namespace["localizer"].mechanism.epsilon == 8.0  # the curator publishes 15; the preset is smaller
+    assert namespace["localizer"].mechanism.epsilon == 8.0  # the curator takes exactly 8, the preset's
     assert not caplog.records
     monkeypatch.setenv("LAC_CLIENT_TOKEN", token)  # connect() reads the token from the environment too
     with lac.client.ShufflerClient.connect(address, curator_key="curator.pub", ca="ca.pem") as client:
         published = client.deployment()  # the defaults, and the ids of the curator's keys to seal to
-        assert dataclasses.replace(published, key_ids=()) == Deployment() and len(published.key_ids) == 1
+        assert (
+            dataclasses.replace(published, key_ids=()) == Deployment(exact_epsilon=True) and len(published.key_ids) == 1
+        )
         with pytest.raises(lac.client.QuotaExceeded):  # one report per client and window
             client.submit(namespace["localizer"].privatize("another message"))
     with pytest.raises(ValueError, match="TLS needs the CA"):

@@ -1,8 +1,8 @@
 """The curator's durable state (``CuratorStore``), one suite over both databases (the ``store`` fixture: SQLite in
 the state directory and a fresh database on a real PostgreSQL server): batches and their idempotency, the replay
 window, quarantine, the ledger's charge and release request ids, noisy counts, exports, the journal, the privacy
-unit, the schema's numbered steps, and two stores over one database (replicas) racing for the same batch, request
-id and last ε."""
+unit and the first window of reports at the channel's ε, the schema's numbered steps, and two stores over one
+database (replicas) racing for the same batch, request id and last ε."""
 
 from __future__ import annotations
 
@@ -159,6 +159,22 @@ def test_the_privacy_unit_is_recorded_once(open_store):
     with pytest.raises(PrivacyUnitChanged, match="window_seconds = 86400"):
         s.keep_unit({**UNIT, "window_seconds": 3600.0})
     assert set(UNIT) == set(UNIT_FIELDS)
+
+
+def test_the_first_window_of_reports_at_the_channels_epsilon_is_recorded(open_store):
+    """Issue 32 item 2: a fresh state has every report at the ε it takes (None: every window); once it holds
+    batches, taking another exact ε (or turning exactness on) starts from the window after the current one, which a
+    restart with the same ε keeps; with no exact ε (None) there is no such window."""
+    s = open_store()
+    assert s.keep_report_epsilon(8.0, 10) is None and s.keep_report_epsilon(8.0, 11) is None  # fresh: every window
+    s.add_batch("b1", [b"r1" * 8], _items, [], DAY)
+    assert s.keep_report_epsilon(8.0, 12) is None  # the same ε: its reports were all at 8
+    assert s.keep_report_epsilon(5.0, 12) == 13  # another ε: window 12 may hold reports at 8
+    assert s.keep_report_epsilon(5.0, 20) == 13  # a restart with the same ε keeps it
+    assert s.keep_report_epsilon(None, 21) is None  # no exact ε: no channel to keep apart
+    assert s.keep_report_epsilon(5.0, 22) == 23  # exact again: reports at any ε were taken until now
+    s.close()
+    assert open_store().keep_report_epsilon(5.0, 30) == 23  # recorded in the database
 
 
 def test_the_journal_puts_back_charges_a_restored_database_lacks(open_store, tmp_path):

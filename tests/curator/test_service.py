@@ -6,6 +6,7 @@ import asyncio
 import importlib.metadata
 import os
 import re
+import time
 
 import grpc
 import numpy as np
@@ -27,7 +28,7 @@ TEXTS = [
 ]
 
 
-from lac_testkit import content, run_lac
+from lac_testkit import PROMPT, content, run_lac, wait_until
 
 
 def random_reports(rng, words, n):
@@ -111,7 +112,8 @@ def test_quarantine_keeps_the_rest_and_survives_restart(start_curator, seal, cur
         seal(content(["bad token"])),  # invalid
         seal(content(["a" * 100])),  # invalid
         reports_pb2.SealedPayload(),  # unsupported encoding
-        seal(content(["the"], epsilon=16.0)),  # epsilon_too_large (the deployment accepts at most 15)
+        seal(content(["the"], epsilon=16.0)),  # epsilon_too_large (the deployment takes ε = 8)
+        seal(content(["the"], epsilon=5.0)),  # epsilon_not_exact (issue 32 item 2: its channel is ε = 8's)
         seal(content(["the"], embedding="glove-6b-50d/20000")),  # embedding_mismatch
         seal(content(["the"], mechanism="knn-truncated")),  # mechanism_not_allowed
         seal(content(["the"] * 41)),  # too_many_words (L = 40)
@@ -127,10 +129,10 @@ def test_quarantine_keeps_the_rest_and_survives_restart(start_curator, seal, cur
     bad.append(reports_pb2.SealedPayload(encoding=envelope.HPKE, key_id="boom", data=b"x"))
     with grpc.insecure_channel(cur.address) as ch:
         reply = ingest(ch, "b1", good[:3] + bad + good[3:])
-        assert (reply.accepted, reply.rejected, reply.duplicate) == (5, 11, False)
+        assert (reply.accepted, reply.rejected, reply.duplicate) == (5, 12, False)
         assert ingest(ch, "b1", good).duplicate
         status = curator_pb2_grpc.CuratorStub(ch).GetStatus(curator_pb2.CuratorStatusRequest(), timeout=5)
-        assert status.reports == 5 and status.quarantined == 11
+        assert status.reports == 5 and status.quarantined == 12
         assert dict(status.rejects) == {
             "decrypt_failed": 1,
             "unknown_key": 1,
@@ -139,6 +141,7 @@ def test_quarantine_keeps_the_rest_and_survives_restart(start_curator, seal, cur
             "unsupported_encoding": 1,
             "internal": 1,
             "epsilon_too_large": 1,
+            "epsilon_not_exact": 1,
             "embedding_mismatch": 1,
             "mechanism_not_allowed": 1,
             "too_many_words": 1,
@@ -147,7 +150,7 @@ def test_quarantine_keeps_the_rest_and_survives_restart(start_curator, seal, cur
     rows = CuratorStore(tmp_path / "c").quarantine()
     kept = [r[3] for r in rows if r[1] not in OPENED]  # only reports never opened keep their sealed bytes
     assert sorted(kept) == sorted(b.SerializeToString() for b in (*bad[:3], bad[5], bad[-1]))
-    assert [r[3] for r in rows if r[1] in OPENED] == [b""] * 6
+    assert [r[3] for r in rows if r[1] in OPENED] == [b""] * 7
     cur2 = start_curator(state_dir=tmp_path / "c")
     with grpc.insecure_channel(cur2.address) as ch:
         r = ingest(ch, "b2", [seal(content(["the", "dog"])), good[0]])  # good[0]: replayed report id
@@ -454,6 +457,58 @@ def test_a_release_without_the_expected_channel_says_first_that_it_describes_the
     assert "deconvolved with the public local channel" not in r.statement
     families = {f.name: f for f in asyncio.run(CuratorMetrics(cur.curator)._collect())}
     assert families["lac_curator_channel_missing"].samples[0].value == 1
+
+
+def test_a_curator_that_estimates_the_clean_text_takes_reports_at_its_channels_epsilon_only(start_curator, seal):
+    """Issue 32 item 2: with clean_estimate the deployment says reports are made at exactly ε = 8 (its channel's)
+    and a report at ε = 5 (the private preset) is quarantined, not deconvolved with the channel of ε = 8; without
+    it, ε = 8 stays the largest accepted and the report at ε = 5 is stored."""
+    for clean_estimate in (True, False):
+        cur = start_curator(clean_estimate=clean_estimate)
+        with grpc.insecure_channel(cur.address) as ch:
+            stub = curator_pb2_grpc.CuratorStub(ch)
+            d = stub.GetDeployment(reports_pb2.DeploymentRequest(), timeout=10)
+            assert (d.epsilon_per_word, d.exact_epsilon) == (8.0, clean_estimate)
+            r = ingest(ch, "b1", [seal(content(["the", "dog"])), seal(content(["the", "dog"], epsilon=5.0))])
+            assert (r.accepted, r.rejected) == ((1, 1) if clean_estimate else (2, 0))
+            rejects = dict(stub.GetStatus(curator_pb2.CuratorStatusRequest(), timeout=5).rejects)
+            assert rejects == ({"epsilon_not_exact": 1} if clean_estimate else {})
+
+
+@pytest.mark.slow  # ~7 s: waits for the next 2 s window and samples the channel
+def test_a_release_over_windows_stored_before_its_channels_epsilon_says_first_it_describes_the_perturbed_text(
+    start_curator, seal, tmp_path
+):
+    """Issue 32 item 2: reports stored while the curator took any ε up to 8 (clean_estimate off) are never
+    deconvolved with the channel of ε = 8 once it is turned on: a default release over their windows says in its
+    first sentence that it describes the perturbed reports, and names the first window whose reports are all at the
+    channel's ε; a release from that window on is deconvolved. A restart with the same ε keeps that window."""
+    state, seconds = tmp_path / "c", 2.0  # short windows: the test waits for the next one
+    cur = start_curator(state_dir=state, clean_estimate=False, window_seconds=seconds)
+    with grpc.insecure_channel(cur.address) as ch:
+        assert ingest(ch, "b1", [seal(content(t, epsilon=5.0)) for t in TEXTS * 4]).accepted == len(TEXTS) * 4
+    cur.stop()
+    before = int(time.time() // seconds)
+    cur = start_curator(state_dir=state, window_seconds=seconds)
+    since = cur.curator.channel_since
+    assert before + 1 <= since <= int(time.time() // seconds) + 1  # the window after the one it started in
+    with grpc.insecure_channel(cur.address) as ch:
+        stub = curator_pb2_grpc.CuratorStub(ch)
+        r = stub.Release(curator_pb2.ReleaseRequest(epsilon=1, delta=1e-6), timeout=120)
+        first = r.statement.split(":")[0]
+        assert first == "This release describes the users' perturbed reports, not their clean text", r.statement
+        assert f"its windows before {since} may hold reports made at another ε per word" in r.statement
+        assert r.params["channel"] == 0.0 and "deconvolved with the public local channel" not in r.statement
+        wait_until(lambda: cur.curator.deployment.window(time.time()) >= since, timeout=PROMPT)
+        ingest(ch, "b2", [seal(content(t)) for t in TEXTS * 4])
+        last = cur.curator.deployment.window(time.time())
+        r = stub.Release(
+            curator_pb2.ReleaseRequest(epsilon=1, delta=1e-6, first_window=since, last_window=last), timeout=120
+        )
+        assert r.params["channel"] == 1.0 and "deconvolved with the public local channel" in r.statement
+        assert not r.statement.startswith("This release describes the users' perturbed reports"), r.statement
+    cur.stop()
+    assert start_curator(state_dir=state, window_seconds=seconds).curator.channel_since == since
 
 
 def test_queries(start_curator, seal):

@@ -40,6 +40,7 @@ STORED = {
     "invalid",
     "mechanism_not_allowed",
     "epsilon_too_large",
+    "epsilon_not_exact",
     "embedding_mismatch",
     "too_many_words",
     "internal",
@@ -98,6 +99,7 @@ def test_quarantine_reasons_are_members():
         max_sentences_per_report=4,
         max_token_chars=10,
         max_n=2,
+        exact_epsilon=True,
     )
     hpke = reports_pb2.SealedPayload(encoding=envelope.HPKE, key_id="0" * 16, data=b"x" * 600)
     cases = {
@@ -106,6 +108,7 @@ def test_quarantine_reasons_are_members():
         envelope.seal_insecure(_content(report_id=b"short")).SerializeToString(): RejectReason.BAD_REPORT_ID,
         envelope.seal_insecure(_content(mechanism=2)).SerializeToString(): RejectReason.MECHANISM_NOT_ALLOWED,
         envelope.seal_insecure(_content(epsilon=2.0)).SerializeToString(): RejectReason.EPSILON_TOO_LARGE,
+        envelope.seal_insecure(_content(epsilon=0.5)).SerializeToString(): RejectReason.EPSILON_NOT_EXACT,
         envelope.seal_insecure(_content(embedding="f")).SerializeToString(): RejectReason.EMBEDDING_MISMATCH,
         envelope.seal_insecure(_content(words=("a b",))).SerializeToString(): RejectReason.INVALID,
         envelope.seal_insecure(_content(words=("a",) * 4)).SerializeToString(): RejectReason.TOO_MANY_WORDS,

@@ -423,7 +423,9 @@ def _deployment(args: argparse.Namespace) -> int:
     m = _client(args).call("GetDeployment", reports_pb2.DeploymentRequest(), timeout=30)
     served_by = f"\nserved by {m.server_version}" if m.server_version else ""  # empty from older curators
     keys = f"\nreports are sealed to key id {', '.join(m.key_ids)}" if m.key_ids else ""
-    _print(args, m, deployment_from_proto(m).report_guarantee().statement() + keys + served_by)
+    d = deployment_from_proto(m)
+    rule = f"\nreports are made at ε per word {d.epsilon_rule()}"
+    _print(args, m, d.report_guarantee().statement() + rule + keys + served_by)
     return 0
 
 

@@ -109,8 +109,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     common(
         sm,
-        "metric-DP ε per word [default: the deployment's]",
-        "use the smaller of the deployment's ε and this preset's [default: the deployment's ε]",
+        "metric-DP ε per word [default: the deployment's; a deployment that takes exactly its ε refuses another]",
+        "use the smaller of the deployment's ε and this preset's (a deployment that takes exactly its ε refuses a "
+        "smaller one) [default: the deployment's ε]",
     )
     sm.add_argument(
         "--long-text",

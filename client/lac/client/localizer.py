@@ -260,7 +260,9 @@ class Localizer:
 
         Raises ``DeploymentMismatch`` when the deployment's mechanism is not multivariate Laplace
         (build ``Localizer(embedding, mechanism, deployment=...)`` yourself), when its embedding id
-        is not one the SDK can load, or when ``embedding`` is not the deployment's."""
+        is not one the SDK can load, when ``embedding`` is not the deployment's, or when the preset's ε is
+        smaller than a deployment's ``exact_epsilon`` (its curator takes that ε only; the SDK never raises
+        the ε a preset asks for)."""
         if deployment.mechanism != MultivariateLaplace.name:
             raise DeploymentMismatch(
                 f"the deployment uses mechanism {deployment.mechanism}; for_deployment builds "
@@ -274,6 +276,13 @@ class Localizer:
         epsilon = deployment.epsilon_per_word
         if preset is not None:
             p = get_preset(preset)
+            if p.epsilon < epsilon and deployment.exact_epsilon:  # never a larger ε than the one asked for
+                raise DeploymentMismatch(
+                    f"preset {p.name!r} perturbs at ε = {p.epsilon:g} per word, but this deployment accepts "
+                    f"{deployment.epsilon_rule()}: a report at ε = {p.epsilon:g} would be quarantined. Use the "
+                    f"deployment's ε (preset=None, or a preset of ε ≥ {deployment.epsilon_per_word:g}), or ask "
+                    f"the curator's operator for a deployment at ε = {p.epsilon:g}. Nothing was sent"
+                )
             if p.epsilon < epsilon:
                 epsilon, calibrated = p.epsilon, True
         emb = embedding if embedding is not None else by_name(deployment.embedding, cache_dir=cache_dir)
@@ -312,8 +321,8 @@ class Localizer:
         problems = []
         if mech.name != d.mechanism:
             problems.append(f"mechanism {mech.name} (the deployment accepts {d.mechanism})")
-        if mech.epsilon > d.epsilon_per_word:
-            problems.append(f"ε = {mech.epsilon:g} per word (the deployment accepts at most {d.epsilon_per_word:g})")
+        if not d.accepts_epsilon(mech.epsilon):
+            problems.append(f"ε = {mech.epsilon:g} per word (the deployment accepts {d.epsilon_rule()})")
         if emb.name != d.embedding:
             problems.append(f"embedding {emb.name} (the deployment uses {d.embedding})")
         if mech.local_epsilon(1, self.diameter) > mech.epsilon * d.word_distance_bound * (1 + 1e-9):

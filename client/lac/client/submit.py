@@ -60,6 +60,7 @@ refused input as ``InvalidReportError``; replicas that keep sending a client els
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
@@ -91,7 +92,7 @@ from lac.client.presets import DEFAULT_PRESET, Preset
 from lac.common import envelope, retry, tls, tracing
 from lac.common.deployment import Deployment
 from lac.common.envelope import CuratorPublicKey
-from lac.common.errors import ERROR_REASON_KEY, ErrorReason
+from lac.common.errors import ERROR_REASON_KEY, ErrorReason, InvalidArgument
 from lac.common.serde import deployment_from_proto, mechanism_id
 from lac.common.v1 import reports_pb2, shuffler_pb2, shuffler_pb2_grpc
 
@@ -334,6 +335,18 @@ def _acks(reply: shuffler_pb2.SubmitResponse, sent: int) -> list[ReportAck]:
     return [ReportAck(_ACK_STATUS[a.status], a.idempotency_id) for a in reply.acks]
 
 
+def _check_epsilons(reports: Sequence[PrivatizedReport], published: Deployment) -> None:
+    """``DeploymentMismatch`` naming the first report made at an ε per word the ``published`` deployment does not
+    accept (its curator would quarantine it; nothing is sent)."""
+    for i, r in enumerate(reports):
+        if not published.accepts_epsilon(r.epsilon_per_word):
+            raise DeploymentMismatch(
+                f"report {i} was made at ε = {r.epsilon_per_word:g} per word, but the curator's deployment accepts "
+                f"{published.epsilon_rule()} (its curator would quarantine it): privatize with client.localizer(), "
+                f"which follows the deployment. Nothing was sent"
+            )
+
+
 def client_report(report: PrivatizedReport, curator_key: CuratorPublicKey | None) -> shuffler_pb2.ClientReport:
     """A report ready for the shuffler: sealed to ``curator_key`` (None = plaintext, demos only).
     A report without words is refused here (``UnsupportedText``): it would spend a quota for nothing."""
@@ -463,6 +476,7 @@ class _Submitter:
         self._replicas: OrderedDict[str, Any] = OrderedDict()  # address -> (channel, stub) of replicas
         self._lock = threading.Lock()
         self._curator_key_ids: frozenset[str] | None = None  # published by the curator's deployment, once asked
+        self._published: Deployment | None = None  # that deployment (its ε rule checks each report)
         self._failing: set[str] = set()  # addresses whose channel's last connection attempt failed
         self._store_of: dict[str, str] = {}  # address -> the report log id it reported (GetShards' store_id)
 
@@ -581,10 +595,13 @@ class _Submitter:
     ) -> _Steps[list[ReportAck]]:
         if self.curator_key is not None:  # before sealing anything to it
             yield from self._check_curator_key([self.curator_key.key_id], token)
+        reports = list(_as_list(reports))
+        if self._published is not None:
+            _check_epsilons(reports, self._published)
         acks: list[ReportAck] = []
         chunk: list[PrivatizedReport] = []
         try:
-            for r in _as_list(reports):
+            for r in reports:
                 chunk.append(r)
                 if len(chunk) == self.batch_size:
                     sealed = yield _Compute(functools.partial(_sealed, chunk, self.curator_key))
@@ -658,6 +675,8 @@ class _Submitter:
                 return
             raise
         known = self._curator_key_ids = frozenset(reply.key_ids)
+        with contextlib.suppress(InvalidArgument):  # not a deployment this SDK reads: the curator checks
+            self._published = deployment_from_proto(reply)
         if known and not wanted <= known:
             raise DeploymentMismatch(
                 f"the curator cannot open reports sealed to key id {', '.join(sorted(wanted - known))}: it holds "
@@ -920,6 +939,9 @@ class ShufflerClient(_Submitter):
         When this client's quota for the window runs out, the reports before it are stored and
         ``QuotaExceeded`` is raised with their acks (``acks``) and when to retry (``retry_after``).
         ``token`` overrides this client's token for this call (e.g. a simulation playing many clients).
+        A report made at an ε per word the curator's deployment does not take (another than its exact ε, or
+        more than its largest) raises ``DeploymentMismatch`` before anything is sent (checked once the
+        deployment was asked for the curator key's check).
         """
         return self._run(self._submit(reports, token))
 

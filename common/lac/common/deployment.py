@@ -14,7 +14,14 @@ from dataclasses import dataclass
 
 from lac.common.privacy import Adjacency, Budget, Guarantee, Model, PeriodLoss, PrivacyUnit, check_epsilon
 
-__all__ = ["Deployment", "windows_in_period", "LOCAL_MECHANISMS", "DEFAULT_EMBEDDING", "DEFAULT_EMBEDDING_DIAMETER"]
+__all__ = [
+    "Deployment",
+    "epsilon_problem",
+    "windows_in_period",
+    "LOCAL_MECHANISMS",
+    "DEFAULT_EMBEDDING",
+    "DEFAULT_EMBEDDING_DIAMETER",
+]
 
 # Mechanism names (as the client's mechanisms call themselves) <-> wire ids (LocalMechanism enum).
 LOCAL_MECHANISMS = {
@@ -35,6 +42,16 @@ def windows_in_period(period_seconds: float, window_seconds: float) -> int:
     return max(1, int(period_seconds // window_seconds))
 
 
+def epsilon_problem(epsilon: float, epsilon_per_word: float, exact: bool) -> str:
+    """What is wrong with a report made at ``epsilon`` per word under a deployment of ``epsilon_per_word``
+    (``exact``: reports are made at exactly it, else at most): "" (nothing), "too_large" or "not_exact". Equal
+    up to a relative 1e-12, for floats that went through text."""
+    tol = epsilon_per_word * 1e-12
+    if not (math.isfinite(epsilon) and 0 < epsilon <= epsilon_per_word + tol):
+        return "too_large"
+    return "not_exact" if exact and epsilon < epsilon_per_word - tol else ""
+
+
 @dataclass(frozen=True)
 class Deployment:
     """Local-privacy configuration of one LAC deployment.
@@ -45,7 +62,9 @@ class Deployment:
     ε0 = L·ε·bound. The privacy unit downstream is one client over an accounting window of
     ``window_seconds`` with at most ``reports_per_window`` reports. ``key_ids`` (not privacy
     configuration) are the ids of the HPKE keys the curator opens reports with, its current key first:
-    the SDK seals only to one of them (empty: not published, not checked).
+    the SDK seals only to one of them (empty: not published, not checked). ``exact_epsilon``: reports are made at
+    exactly ``epsilon_per_word``, not at most (a curator that estimates the users' clean text deconvolves with
+    the local channel of that one ε, so it takes no report made at another; ``accepts_epsilon``).
     """
 
     mechanism: str = "multivariate-laplace"
@@ -58,6 +77,7 @@ class Deployment:
     key_ids: tuple[str, ...] = ()
     period_seconds: float = 365 * 86400.0
     windows_per_period: int = 0
+    exact_epsilon: bool = False
 
     def __post_init__(self) -> None:
         if self.mechanism not in LOCAL_MECHANISMS:
@@ -79,6 +99,19 @@ class Deployment:
             raise ValueError(f"windows_per_period must be an integer in [0, {self.windows_in_period}], got {v!r}")
         if not all(isinstance(k, str) and k for k in self.key_ids):
             raise ValueError(f"key_ids must be non-empty strings, got {self.key_ids!r}")
+
+    def accepts_epsilon(self, epsilon: float) -> bool:
+        """Whether a report made at ``epsilon`` per word is accepted (``epsilon_problem``)."""
+        return not epsilon_problem(epsilon, self.epsilon_per_word, self.exact_epsilon)
+
+    def epsilon_rule(self) -> str:
+        """The ε per word it accepts, in words ("at most 8", or "exactly 8, ..." with ``exact_epsilon``)."""
+        if self.exact_epsilon:
+            return (
+                f"exactly {self.epsilon_per_word:g}, the ε of the local channel its curator estimates the users' "
+                f"clean text with"
+            )
+        return f"at most {self.epsilon_per_word:g}"
 
     @property
     def report_epsilon0(self) -> float:

@@ -60,6 +60,7 @@ class RejectReason(StrEnum):
     INVALID = "invalid"  # report id length, sentence count or token rules
     MECHANISM_NOT_ALLOWED = "mechanism_not_allowed"
     EPSILON_TOO_LARGE = "epsilon_too_large"
+    EPSILON_NOT_EXACT = "epsilon_not_exact"  # a smaller ε than the one a deployment with exact_epsilon takes
     EMBEDDING_MISMATCH = "embedding_mismatch"
     TOO_MANY_WORDS = "too_many_words"
     INTERNAL = "internal"  # an unexpected error while opening (a bug): quarantined, logged

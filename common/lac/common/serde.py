@@ -41,6 +41,7 @@ def deployment_to_proto(d: Deployment, server_version: str = "") -> reports_pb2.
         key_ids=d.key_ids,
         period_seconds=d.period_seconds,
         windows_per_period=d.windows_per_period,
+        exact_epsilon=d.exact_epsilon,
     )
 
 
@@ -61,6 +62,7 @@ def deployment_from_proto(m: reports_pb2.Deployment) -> Deployment:
             key_ids=tuple(m.key_ids),
             period_seconds=m.period_seconds or Deployment.period_seconds,
             windows_per_period=m.windows_per_period,
+            exact_epsilon=m.exact_epsilon,
         )
     except ValueError as exc:
         raise InvalidArgument(f"invalid deployment: {exc}") from None

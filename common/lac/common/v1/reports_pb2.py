@@ -24,17 +24,17 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x14lac/v1/reports.proto\x12\x06lac.v1\"X\n\rSealedPayload\x12)\n\x08\x65ncoding\x18\x01 \x01(\x0e\x32\x17.lac.v1.PayloadEncoding\x12\x0e\n\x06key_id\x18\x02 \x01(\t\x12\x0c\n\x04\x64\x61ta\x18\x03 \x01(\x0c\"\x1a\n\x08Sentence\x12\x0e\n\x06tokens\x18\x01 \x03(\t\"f\n\x0cLocalPrivacy\x12)\n\tmechanism\x18\x01 \x01(\x0e\x32\x16.lac.v1.LocalMechanism\x12\x18\n\x10\x65psilon_per_word\x18\x02 \x01(\x01\x12\x11\n\tembedding\x18\x03 \x01(\t\"\x9e\x01\n\rReportContent\x12\x11\n\treport_id\x18\x01 \x01(\x0c\x12#\n\tsentences\x18\x02 \x03(\x0b\x32\x10.lac.v1.Sentence\x12+\n\rlocal_privacy\x18\x05 \x01(\x0b\x32\x14.lac.v1.LocalPrivacyJ\x04\x08\x03\x10\x04J\x04\x08\x04\x10\x05R\x07privacyR\x13n_out_of_vocabulary\"\xc5\x02\n\nDeployment\x12)\n\tmechanism\x18\x01 \x01(\x0e\x32\x16.lac.v1.LocalMechanism\x12\x18\n\x10\x65psilon_per_word\x18\x02 \x01(\x01\x12\x11\n\tembedding\x18\x03 \x01(\t\x12\x1b\n\x13word_distance_bound\x18\x04 \x01(\x01\x12\x18\n\x10max_report_words\x18\x05 \x01(\r\x12\x1a\n\x12reports_per_window\x18\x06 \x01(\r\x12\x16\n\x0ewindow_seconds\x18\x07 \x01(\x01\x12\x17\n\x0freport_epsilon0\x18\x08 \x01(\x01\x12\x16\n\x0eserver_version\x18\t \x01(\t\x12\x0f\n\x07key_ids\x18\n \x03(\t\x12\x16\n\x0eperiod_seconds\x18\x0b \x01(\x01\x12\x1a\n\x12windows_per_period\x18\x0c \x01(\r\"\x13\n\x11\x44\x65ploymentRequest\"\xf3\x02\n\x0c\x42\x61tchPrivacy\x12\x11\n\tn_reports\x18\x01 \x01(\x04\x12\x17\n\x0freport_epsilon0\x18\x02 \x01(\x01\x12\r\n\x05\x64\x65lta\x18\x03 \x01(\x01\x12\x17\n\x0f\x63\x65ntral_epsilon\x18\x04 \x01(\x01\x12\x11\n\tamplified\x18\x05 \x01(\x08\x12\x0e\n\x06method\x18\x06 \x01(\t\x12\x13\n\x0bsubsample_q\x18\x07 \x01(\x01\x12\x17\n\x0f\x63rowd_threshold\x18\x08 \x01(\r\x12\x11\n\tstatement\x18\t \x01(\t\x12\x18\n\x10\x64istinct_clients\x18\n \x01(\x08\x12\x1a\n\x12reports_per_window\x18\x0b \x01(\r\x12\x16\n\x0ewindow_seconds\x18\x0c \x01(\x01\x12\x14\n\x0c\x66irst_window\x18\r \x01(\x03\x12\x13\n\x0blast_window\x18\x0e \x01(\x03\x12\x1a\n\x12windows_per_period\x18\x0f \x01(\r\x12\x16\n\x0eperiod_seconds\x18\x10 \x01(\x01*\x90\x01\n\x0fPayloadEncoding\x12 \n\x1cPAYLOAD_ENCODING_UNSPECIFIED\x10\x00\x12\'\n#PAYLOAD_ENCODING_PLAINTEXT_INSECURE\x10\x01\x12\x32\n.PAYLOAD_ENCODING_HPKE_X25519_SHA256_CHACHAPOLY\x10\x02*\xcd\x01\n\x0eLocalMechanism\x12\x1f\n\x1bLOCAL_MECHANISM_UNSPECIFIED\x10\x00\x12(\n$LOCAL_MECHANISM_MULTIVARIATE_LAPLACE\x10\x01\x12&\n\"LOCAL_MECHANISM_DISTANCE_TRUNCATED\x10\x02\x12!\n\x1dLOCAL_MECHANISM_KNN_TRUNCATED\x10\x03\x12%\n!LOCAL_MECHANISM_DENSITY_MODULATED\x10\x04\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x14lac/v1/reports.proto\x12\x06lac.v1\"X\n\rSealedPayload\x12)\n\x08\x65ncoding\x18\x01 \x01(\x0e\x32\x17.lac.v1.PayloadEncoding\x12\x0e\n\x06key_id\x18\x02 \x01(\t\x12\x0c\n\x04\x64\x61ta\x18\x03 \x01(\x0c\"\x1a\n\x08Sentence\x12\x0e\n\x06tokens\x18\x01 \x03(\t\"f\n\x0cLocalPrivacy\x12)\n\tmechanism\x18\x01 \x01(\x0e\x32\x16.lac.v1.LocalMechanism\x12\x18\n\x10\x65psilon_per_word\x18\x02 \x01(\x01\x12\x11\n\tembedding\x18\x03 \x01(\t\"\x9e\x01\n\rReportContent\x12\x11\n\treport_id\x18\x01 \x01(\x0c\x12#\n\tsentences\x18\x02 \x03(\x0b\x32\x10.lac.v1.Sentence\x12+\n\rlocal_privacy\x18\x05 \x01(\x0b\x32\x14.lac.v1.LocalPrivacyJ\x04\x08\x03\x10\x04J\x04\x08\x04\x10\x05R\x07privacyR\x13n_out_of_vocabulary\"\xdc\x02\n\nDeployment\x12)\n\tmechanism\x18\x01 \x01(\x0e\x32\x16.lac.v1.LocalMechanism\x12\x18\n\x10\x65psilon_per_word\x18\x02 \x01(\x01\x12\x11\n\tembedding\x18\x03 \x01(\t\x12\x1b\n\x13word_distance_bound\x18\x04 \x01(\x01\x12\x18\n\x10max_report_words\x18\x05 \x01(\r\x12\x1a\n\x12reports_per_window\x18\x06 \x01(\r\x12\x16\n\x0ewindow_seconds\x18\x07 \x01(\x01\x12\x17\n\x0freport_epsilon0\x18\x08 \x01(\x01\x12\x16\n\x0eserver_version\x18\t \x01(\t\x12\x0f\n\x07key_ids\x18\n \x03(\t\x12\x16\n\x0eperiod_seconds\x18\x0b \x01(\x01\x12\x1a\n\x12windows_per_period\x18\x0c \x01(\r\x12\x15\n\rexact_epsilon\x18\r \x01(\x08\"\x13\n\x11\x44\x65ploymentRequest\"\xf3\x02\n\x0c\x42\x61tchPrivacy\x12\x11\n\tn_reports\x18\x01 \x01(\x04\x12\x17\n\x0freport_epsilon0\x18\x02 \x01(\x01\x12\r\n\x05\x64\x65lta\x18\x03 \x01(\x01\x12\x17\n\x0f\x63\x65ntral_epsilon\x18\x04 \x01(\x01\x12\x11\n\tamplified\x18\x05 \x01(\x08\x12\x0e\n\x06method\x18\x06 \x01(\t\x12\x13\n\x0bsubsample_q\x18\x07 \x01(\x01\x12\x17\n\x0f\x63rowd_threshold\x18\x08 \x01(\r\x12\x11\n\tstatement\x18\t \x01(\t\x12\x18\n\x10\x64istinct_clients\x18\n \x01(\x08\x12\x1a\n\x12reports_per_window\x18\x0b \x01(\r\x12\x16\n\x0ewindow_seconds\x18\x0c \x01(\x01\x12\x14\n\x0c\x66irst_window\x18\r \x01(\x03\x12\x13\n\x0blast_window\x18\x0e \x01(\x03\x12\x1a\n\x12windows_per_period\x18\x0f \x01(\r\x12\x16\n\x0eperiod_seconds\x18\x10 \x01(\x01*\x90\x01\n\x0fPayloadEncoding\x12 \n\x1cPAYLOAD_ENCODING_UNSPECIFIED\x10\x00\x12\'\n#PAYLOAD_ENCODING_PLAINTEXT_INSECURE\x10\x01\x12\x32\n.PAYLOAD_ENCODING_HPKE_X25519_SHA256_CHACHAPOLY\x10\x02*\xcd\x01\n\x0eLocalMechanism\x12\x1f\n\x1bLOCAL_MECHANISM_UNSPECIFIED\x10\x00\x12(\n$LOCAL_MECHANISM_MULTIVARIATE_LAPLACE\x10\x01\x12&\n\"LOCAL_MECHANISM_DISTANCE_TRUNCATED\x10\x02\x12!\n\x1dLOCAL_MECHANISM_KNN_TRUNCATED\x10\x03\x12%\n!LOCAL_MECHANISM_DENSITY_MODULATED\x10\x04\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'lac.v1.reports_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_PAYLOADENCODING']._serialized_start=1139
-  _globals['_PAYLOADENCODING']._serialized_end=1283
-  _globals['_LOCALMECHANISM']._serialized_start=1286
-  _globals['_LOCALMECHANISM']._serialized_end=1491
+  _globals['_PAYLOADENCODING']._serialized_start=1162
+  _globals['_PAYLOADENCODING']._serialized_end=1306
+  _globals['_LOCALMECHANISM']._serialized_start=1309
+  _globals['_LOCALMECHANISM']._serialized_end=1514
   _globals['_SEALEDPAYLOAD']._serialized_start=32
   _globals['_SEALEDPAYLOAD']._serialized_end=120
   _globals['_SENTENCE']._serialized_start=122
@@ -44,9 +44,9 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_REPORTCONTENT']._serialized_start=255
   _globals['_REPORTCONTENT']._serialized_end=413
   _globals['_DEPLOYMENT']._serialized_start=416
-  _globals['_DEPLOYMENT']._serialized_end=741
-  _globals['_DEPLOYMENTREQUEST']._serialized_start=743
-  _globals['_DEPLOYMENTREQUEST']._serialized_end=762
-  _globals['_BATCHPRIVACY']._serialized_start=765
-  _globals['_BATCHPRIVACY']._serialized_end=1136
+  _globals['_DEPLOYMENT']._serialized_end=764
+  _globals['_DEPLOYMENTREQUEST']._serialized_start=766
+  _globals['_DEPLOYMENTREQUEST']._serialized_end=785
+  _globals['_BATCHPRIVACY']._serialized_start=788
+  _globals['_BATCHPRIVACY']._serialized_end=1159
 # @@protoc_insertion_point(module_scope)

@@ -66,7 +66,7 @@ class ReportContent(_message.Message):
     def __init__(self, report_id: _Optional[bytes] = ..., sentences: _Optional[_Iterable[_Union[Sentence, _Mapping]]] = ..., local_privacy: _Optional[_Union[LocalPrivacy, _Mapping]] = ...) -> None: ...
 
 class Deployment(_message.Message):
-    __slots__ = ("mechanism", "epsilon_per_word", "embedding", "word_distance_bound", "max_report_words", "reports_per_window", "window_seconds", "report_epsilon0", "server_version", "key_ids", "period_seconds", "windows_per_period")
+    __slots__ = ("mechanism", "epsilon_per_word", "embedding", "word_distance_bound", "max_report_words", "reports_per_window", "window_seconds", "report_epsilon0", "server_version", "key_ids", "period_seconds", "windows_per_period", "exact_epsilon")
     MECHANISM_FIELD_NUMBER: _ClassVar[int]
     EPSILON_PER_WORD_FIELD_NUMBER: _ClassVar[int]
     EMBEDDING_FIELD_NUMBER: _ClassVar[int]
@@ -79,6 +79,7 @@ class Deployment(_message.Message):
     KEY_IDS_FIELD_NUMBER: _ClassVar[int]
     PERIOD_SECONDS_FIELD_NUMBER: _ClassVar[int]
     WINDOWS_PER_PERIOD_FIELD_NUMBER: _ClassVar[int]
+    EXACT_EPSILON_FIELD_NUMBER: _ClassVar[int]
     mechanism: LocalMechanism
     epsilon_per_word: float
     embedding: str
@@ -91,7 +92,8 @@ class Deployment(_message.Message):
     key_ids: _containers.RepeatedScalarFieldContainer[str]
     period_seconds: float
     windows_per_period: int
-    def __init__(self, mechanism: _Optional[_Union[LocalMechanism, str]] = ..., epsilon_per_word: _Optional[float] = ..., embedding: _Optional[str] = ..., word_distance_bound: _Optional[float] = ..., max_report_words: _Optional[int] = ..., reports_per_window: _Optional[int] = ..., window_seconds: _Optional[float] = ..., report_epsilon0: _Optional[float] = ..., server_version: _Optional[str] = ..., key_ids: _Optional[_Iterable[str]] = ..., period_seconds: _Optional[float] = ..., windows_per_period: _Optional[int] = ...) -> None: ...
+    exact_epsilon: bool
+    def __init__(self, mechanism: _Optional[_Union[LocalMechanism, str]] = ..., epsilon_per_word: _Optional[float] = ..., embedding: _Optional[str] = ..., word_distance_bound: _Optional[float] = ..., max_report_words: _Optional[int] = ..., reports_per_window: _Optional[int] = ..., window_seconds: _Optional[float] = ..., report_epsilon0: _Optional[float] = ..., server_version: _Optional[str] = ..., key_ids: _Optional[_Iterable[str]] = ..., period_seconds: _Optional[float] = ..., windows_per_period: _Optional[int] = ..., exact_epsilon: _Optional[bool] = ...) -> None: ...
 
 class DeploymentRequest(_message.Message):
     __slots__ = ()

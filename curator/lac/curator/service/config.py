@@ -76,8 +76,11 @@ class CuratorConfig(ServiceSettings):
     )
     epsilon_per_word: float = setting(
         8.0,
-        "largest accepted metric-DP ε per word (reports declaring more are "
-        "quarantined); 8 is the SDK's 'balanced' preset",
+        "metric-DP ε per word of the clients' reports; 8 is the SDK's 'balanced' preset. With clean_estimate (the "
+        "default) reports are made at exactly this ε (the deployment publishes exact_epsilon; the SDK refuses a "
+        "smaller preset and the curator quarantines another ε as epsilon_not_exact), since the clean text is "
+        "estimated with this ε's local channel; without it, it is the largest accepted. Reports declaring more are "
+        "quarantined",
     )
     embedding: str = setting(DEFAULT_EMBEDDING, "the clients' embedding id (reports naming another are quarantined)")
     word_distance_bound: float = setting(
@@ -385,6 +388,7 @@ class CuratorConfig(ServiceSettings):
             window_seconds=self.window_seconds,
             period_seconds=self.period_days * 86400.0,
             windows_per_period=self.max_windows_per_client_per_period,
+            exact_epsilon=self.clean_estimate,
         )
 
     @property

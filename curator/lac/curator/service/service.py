@@ -164,6 +164,17 @@ def _perturbed_preface(cause: str) -> str:
     )
 
 
+def _mixed_preface(since: int, epsilon: float) -> str:
+    """The first sentence of a release that was to estimate the users' clean text over windows before ``since``,
+    which may hold reports made at another ε than the local channel's ``epsilon``."""
+    return (
+        f"This release describes the users' perturbed reports, not their clean text: its windows before {since} "
+        f"may hold reports made at another ε per word than the local channel's {epsilon:g} (stored before this "
+        f"curator took reports at exactly that ε), and one channel cannot deconvolve reports of several ε; "
+        f"releases of windows {since} on estimate the clean text."
+    )
+
+
 class _ChannelCancelled(Exception):
     """Raised inside the channel's sampling when the curator stops."""
 
@@ -205,6 +216,11 @@ class Curator:
             raise
         try:  # the stored windows and the ledger are in the unit this state was created with
             self.store.keep_unit({f: getattr(self.deployment, f) for f in UNIT_FIELDS})
+            d = self.deployment
+            # from this window on every stored report was made at the local channel's ε (None: every window)
+            self.channel_since = self.store.keep_report_epsilon(
+                d.epsilon_per_word if d.exact_epsilon else None, d.window(time.time())
+            )
         except BaseException:
             self.store.close()
             self._state_lock.release()
@@ -687,6 +703,10 @@ class Curator:
         # UNAVAILABLE while the local channel is not ready: before anything (the accuracy check's DP count) is spent
         channel = self.channel() if "channel" in mechanisms.get(spec.mechanism).knobs else None
         span, unit = await self._span(spec)
+        preface = _perturbed_preface(self.channel_missing) if channel is None and self.channel_missing else ""
+        since = self.channel_since
+        if channel is not None and since is not None and span[0] < since:  # never one channel for mixed ε
+            channel, preface = None, _mixed_preface(since, self.deployment.epsilon_per_word)
         windows = list(range(span[0], span[1] + 1))
         dd_cap = self.config.data_dependent_releases_per_window
         if spec.data_dependent:  # fail fast; re-checked where it is counted
@@ -722,7 +742,7 @@ class Curator:
             data_dependent_before=dd_before,
             period=self.deployment.period_loss(self.budget),
             exported=exported_windows(span, await self.exports()),
-            preface=_perturbed_preface(self.channel_missing) if channel is None and self.channel_missing else "",
+            preface=preface,
         )
         stored = await self._store.run(
             partial(

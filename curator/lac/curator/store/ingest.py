@@ -8,6 +8,7 @@ Spark executor can run them):
   token rules; a report that fails is quarantined with a reason, never failing the chunk.
   Reasons (``lac.common.errors.RejectReason``) come from the envelope's ``PayloadRejected`` (else
   "malformed") or are "invalid" (validation), "mechanism_not_allowed", "epsilon_too_large",
+  "epsilon_not_exact" (another ε than the one a curator estimating the clean text deconvolves with),
   "embedding_mismatch", "too_many_words", or "internal" (an unexpected error while opening).
 * ``count_chunk``: every n-gram of the accepted reports (``lac.curator.base.ngrams.keyed_report_items``,
   spelled by Arrow), with what ``merge_counts`` needs to combine chunks.
@@ -49,6 +50,7 @@ from google.protobuf.message import DecodeError
 
 from lac.common import envelope
 from lac.common.checks import check_int
+from lac.common.deployment import epsilon_problem
 from lac.common.errors import LacError, RejectReason
 from lac.common.serde import mechanism_id
 from lac.common.text import BOS, EOS, UNK
@@ -117,6 +119,7 @@ class IngestContext:
     max_sentences_per_report: int
     max_token_chars: int
     max_n: int
+    exact_epsilon: bool = False  # reports at exactly epsilon_per_word only (the deployment's exact_epsilon)
 
     @classmethod
     def of(cls, config: CuratorConfig, keyring: envelope.CuratorKeyRing | None, max_n: int) -> IngestContext:
@@ -132,6 +135,7 @@ class IngestContext:
             max_sentences_per_report=config.max_sentences_per_report,
             max_token_chars=config.max_token_chars,
             max_n=max_n,
+            exact_epsilon=d.exact_epsilon,
         )
 
 
@@ -181,9 +185,17 @@ def _validate(ctx: IngestContext, content: reports_pb2.ReportContent) -> None:
         raise _Reject(
             RejectReason.MECHANISM_NOT_ALLOWED, f"another local mechanism; this deployment accepts {ctx.mechanism}"
         )
-    if not (math.isfinite(lp.epsilon_per_word) and 0 < lp.epsilon_per_word <= ctx.epsilon_per_word * (1 + 1e-12)):
+    problem = epsilon_problem(lp.epsilon_per_word, ctx.epsilon_per_word, ctx.exact_epsilon)
+    if problem == "too_large":
         raise _Reject(
             RejectReason.EPSILON_TOO_LARGE, f"ε per word outside this deployment's 0 < ε ≤ {ctx.epsilon_per_word:g}"
+        )
+    if problem:
+        raise _Reject(
+            RejectReason.EPSILON_NOT_EXACT,
+            f"ε per word smaller than this deployment's ε = {ctx.epsilon_per_word:g}, the one it takes: the curator "
+            f"estimates the users' clean text with the local channel of that ε (clean_estimate), so a report made at "
+            f"another would be deconvolved with the wrong channel",
         )
     if lp.embedding != ctx.embedding:
         raise _Reject(

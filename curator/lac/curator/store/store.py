@@ -131,6 +131,7 @@ OPENED = frozenset(
         RejectReason.INVALID,
         RejectReason.MECHANISM_NOT_ALLOWED,
         RejectReason.EPSILON_TOO_LARGE,
+        RejectReason.EPSILON_NOT_EXACT,
         RejectReason.EMBEDDING_MISMATCH,
         RejectReason.TOO_MANY_WORDS,
     }
@@ -360,6 +361,27 @@ class CuratorStore:
             self._db.execute(
                 "INSERT INTO meta VALUES ('privacy_unit', ?)", (json.dumps({f: unit[f] for f in UNIT_FIELDS}),)
             )
+
+    def keep_report_epsilon(self, epsilon: float | None, window: int) -> int | None:
+        """The first accounting window from which every report stored was made at exactly ``epsilon`` per word
+        (None: every window), for a curator that takes reports at exactly ``epsilon`` only (None: at any ε up to
+        its largest). Recorded at this state's first start and whenever ``epsilon`` changes: a state that already
+        holds batches then counts from the window after ``window`` (the current one, whose reports may have been
+        stored under the earlier configuration)."""
+        return self._db.transaction(lambda: self._keep_report_epsilon(epsilon, window))
+
+    def _keep_report_epsilon(self, epsilon: float | None, window: int) -> int | None:
+        row = self._db.execute("SELECT value FROM meta WHERE key = 'report_epsilon'").fetchone()
+        if row is not None:
+            recorded = json.loads(row[0])
+            if recorded["epsilon_per_word"] == epsilon:
+                return recorded["since_window"]
+            self._db.execute("DELETE FROM meta WHERE key = 'report_epsilon'")
+        held = self._db.execute("SELECT 1 FROM batches LIMIT 1").fetchone() is not None
+        since = window + 1 if held and epsilon is not None else None
+        value = json.dumps({"epsilon_per_word": epsilon, "since_window": since})
+        self._db.execute("INSERT INTO meta VALUES ('report_epsilon', ?)", (value,))
+        return since
 
     def check_space(self) -> None:
         """``LowDiskSpace`` if the files' filesystem (``files_dir``) has less than ``min_free_bytes`` free."""

@@ -139,13 +139,9 @@ def run_e2e(cfg, out, rng: RandomSource) -> dict:
     words = vocab.words
     embedding = glove_default(cfg.e2e_embedding_vocab)
     presets = [get_preset(p) for p in cfg.e2e_presets]
-    # the deployment the devices follow: its L words per report (the SDK keeps a text's first L words)
-    deployment = dataclasses.replace(
-        cc.deployment,
-        embedding=embedding.name,
-        word_distance_bound=embedding.diameter(),
-        epsilon_per_word=max(p.epsilon for p in presets),
-    )
+    # the deployment the devices follow: its L words per report (the SDK keeps a text's first L words); each preset
+    # is a deployment of its own ε (a curator estimating the clean text takes reports at exactly its channel's ε)
+    deployment = dataclasses.replace(cc.deployment, embedding=embedding.name, word_distance_bound=embedding.diameter())
     channels = {}
     for p in presets:
         print(f"  local channel at ε = {p.epsilon:g} per word (sampled once, cached)", flush=True)
@@ -196,7 +192,8 @@ def run_e2e(cfg, out, rng: RandomSource) -> dict:
         }
         rows = []
         for p in presets:
-            localizer = Localizer(embedding, _mechanism(p.epsilon), rng=rng, deployment=deployment, calibrated=True)
+            at = dataclasses.replace(deployment, epsilon_per_word=p.epsilon)
+            localizer = Localizer(embedding, _mechanism(p.epsilon), rng=rng, deployment=at, calibrated=True)
             with warnings.catch_warnings():
                 # A text with accented letters is privatized on its a-z/0-9 words, as on a device; the clean
                 # counts are of the same words (the tokeniser's), so the warning says nothing the eval needs.
