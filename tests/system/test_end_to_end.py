@@ -26,6 +26,7 @@ def data():
 
 
 def test_pipeline_release_matches_library(tmp_path, data):
+    from lac.analyst.client import new_request_id, release_with_retries
     from lac.client.acks import AckStatus
     from lac.client.localizer import Localizer
     from lac.client.mechanisms import MultivariateLaplace
@@ -100,7 +101,14 @@ def test_pipeline_release_matches_library(tmp_path, data):
             with tls.channel(curator.address, analyst) as ch:
                 stub = curator_pb2_grpc.CuratorStub(ch)
                 # a few dozen reports: the accuracy check would refuse both releases, so they are forced
-                default = stub.Release(curator_pb2.ReleaseRequest(epsilon=0.5, delta=1e-6, force=True), timeout=300)
+                # the default release needs the local channel, sampled since the curator started: it waits the
+                # curator's retry-after while the channel is not ready, as the analyst's client does
+                default = release_with_retries(
+                    stub.Release,
+                    curator_pb2.ReleaseRequest(epsilon=0.5, delta=1e-6, force=True, request_id=new_request_id()),
+                    300,
+                    channel_wait=900,
+                )
                 record = stub.Release(
                     curator_pb2.ReleaseRequest(mechanism="bayesian", epsilon=0.5, delta=1e-6, force=True), timeout=300
                 )
