@@ -60,6 +60,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import scipy.sparse as sp
 from scipy.special import log_ndtr, ndtri
+from threadpoolctl import threadpool_limits
 
 from lac.common.checks import check_int
 from lac.common.privacy import Adjacency, Guarantee, Model, PrivacyUnit, check_delta, check_epsilon
@@ -313,6 +314,13 @@ class EBPrior:
 def eb_fit(noisy: np.ndarray, prior_mean: np.ndarray, sigma: float, bins: int) -> EBPrior:
     """The prior ``empirical_bayes`` fits: per bin of μ (``information_bins``), the mixture weights over
     the ratio grid that maximise the bin's marginal likelihood (EM from a log-normal centred on r = 1)."""
+    # One BLAS thread: the EM's matrix-vector products are memory-bound and OpenBLAS's threads spin; with other
+    # work on the cores two threads took several times as long as one (benchmarks/bench_eb.py, BENCHMARKS.md).
+    with threadpool_limits(1, user_api="blas"):
+        return _eb_fit(noisy, prior_mean, sigma, bins)
+
+
+def _eb_fit(noisy: np.ndarray, prior_mean: np.ndarray, sigma: float, bins: int) -> EBPrior:
     idx = np.flatnonzero(prior_mean > 0)
     if idx.size == 0:
         return EBPrior(prior_mean, ())
