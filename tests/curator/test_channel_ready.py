@@ -100,7 +100,7 @@ def test_a_release_while_the_channel_is_sampled_answers_unavailable_at_once(star
                 progress.gate.set()
                 time.sleep(0.2)
 
-            with caplog.at_level(logging.WARNING, logger="lac.analyst.client"):
+            with caplog.at_level(logging.WARNING, logger="lac.analyst.transport"):
                 r = release_with_retries(stub.Release, request, DEADLINE * 4, sleep=sleep)
             assert waits and waits[0] >= 1
             assert "sampling the deployment's local channel" in caplog.text and "asking again in" in caplog.text

@@ -23,30 +23,68 @@ DataFrames need pandas (``lac-analyst[frames]``), Arrow tables (``as_arrow=True`
 of privatized reports need pyarrow (``lac-analyst[arrow]``), plots matplotlib (``lac-analyst[plots]``);
 ``lac-analyst[notebook]`` takes all three. Each is imported on first use, so ``import lac.analyst`` works
 without them.
+
+The client's rooms: ``errors`` (the error tree), ``transport`` (request ids and a release's retries), ``records``
+(what the calls return), ``frames`` (DataFrames and Arrow tables) and this module (``CuratorClient``); every public
+name is importable from here and from ``lac.analyst``.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-import importlib.util
 import json
-import logging
 import math
 import numbers
 import os
-import time
-import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import grpc
 import numpy as np
 
-from lac.common import retry, tls
-from lac.common.errors import ERROR_REASON_KEY, ErrorReason, RemoteError
-from lac.common.privacy import ERROR_BAR_LEVEL, ExportedWindows
+from lac.analyst.errors import (
+    AnalystError,
+    BudgetExhausted,
+    ChannelNotReady,
+    FailedPrecondition,
+    InvalidArgument,
+    NotFound,
+    PermissionDenied,
+    ReleaseRefused,
+    ResourceExhausted,
+    Unavailable,
+    error_from_rpc,
+)
+from lac.analyst.frames import (
+    BOOL,
+    FLOAT64,
+    INT8,
+    INT64,
+    NULLABLE_INT64,
+    PARAMS,
+    STRING,
+    TIMESTAMP,
+    _arrow_table,
+    _frame,
+    _orders,
+    _pandas,
+    _pyarrow,
+)
+from lac.analyst.records import (
+    Budget,
+    CuratorStatus,
+    ExportedReports,
+    PerplexityResult,
+    ReleaseInfo,
+    ReleasePreview,
+    WindowBudget,
+    _timestamp,
+    read_export,
+)
+from lac.analyst.transport import new_request_id, release_with_retries
+from lac.common import tls
+from lac.common.privacy import ERROR_BAR_LEVEL
 from lac.common.v1 import curator_pb2, curator_pb2_grpc, reports_pb2
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -54,7 +92,6 @@ if TYPE_CHECKING:  # pragma: no cover
     import pyarrow
 
     from lac.common.deployment import Deployment
-    from lac.common.privacy import LocalGuarantee
 
 __all__ = [
     "CuratorClient",
@@ -82,8 +119,6 @@ __all__ = [
     "release_with_retries",
 ]
 
-EXTRA_FRAMES = "lac-analyst[frames]"  # pandas
-EXTRA_ARROW = "lac-analyst[arrow]"  # pyarrow
 PARQUET_RECORD_KEY = "lac.release"  # Parquet key-value metadata: the release record as JSON
 PARQUET_FORMAT_KEY = "lac.format"
 PARQUET_FORMAT = "lac-release/1"
@@ -100,630 +135,8 @@ _KNOBS = {
 }
 
 
-log = logging.getLogger(__name__)
-
 _UINT32_MAX = 2**32 - 1  # the largest k or order a TopNgramsRequest carries
 ERROR_BARS_KEY = "lac.error_bars"  # top()'s metadata: the intervals' level and what the error bars describe
-RELEASE_ATTEMPTS = 4  # a release is sent at most this often (same request id) after UNAVAILABLE or a deadline
-_RETRYABLE = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED})
-RELEASE_BACKOFF = retry.Backoff(initial=1.0, maximum=300.0)  # waits up to 1, 2, 4... s; a retry-after up to 300 s
-CHANNEL_WAIT = 1800.0  # a release waits at most this long in all for the curator's local channel (sampled once)
-
-
-def _retryable(exc: BaseException) -> bool:
-    """Whether a Release attempt's failure is worth another attempt (UNAVAILABLE, DEADLINE_EXCEEDED)."""
-    return isinstance(exc, grpc.RpcError) and callable(getattr(exc, "code", None)) and exc.code() in _RETRYABLE
-
-
-def new_request_id() -> str:
-    """A fresh release request id (random, 32 hex digits)."""
-    return uuid.uuid4().hex
-
-
-def _trailing(exc: grpc.RpcError, name: str) -> str | None:
-    """The value of trailing metadata ``name`` of a failed call (None if absent)."""
-    try:
-        metadata: Any = exc.trailing_metadata() or ()  # (key, value) pairs
-        return next((value for key, value in metadata if key == name), None)
-    except (AttributeError, TypeError, ValueError):
-        return None
-
-
-def _retry_after(exc: grpc.RpcError) -> float:
-    """The server's ``retry-after-seconds`` trailing metadata, 0 if none."""
-    try:
-        value = _trailing(exc, "retry-after-seconds")
-        return 0.0 if value is None else max(0.0, min(float(value), 300.0))
-    except (TypeError, ValueError):
-        return 0.0
-
-
-def release_with_retries(
-    call: Callable,
-    request: curator_pb2.ReleaseRequest,
-    timeout: float,
-    attempts: int = RELEASE_ATTEMPTS,
-    sleep: Callable[[float], None] = time.sleep,
-    channel_wait: float = CHANNEL_WAIT,
-):
-    """``call(request, timeout=timeout)`` (a ``Release`` stub method), sent again with the same request id
-    after UNAVAILABLE or DEADLINE_EXCEEDED, waiting the server's ``retry-after-seconds`` at least, else up to
-    1, 2, 4... s (``lac.common.retry``: full jitter): the curator returns the release an earlier attempt
-    made (spent once), awaits one still running, or makes it. While the curator samples its local channel
-    (``ErrorReason.CHANNEL_NOT_READY``) it waits each retry-after it is told, logging a warning with the
-    progress first, up to ``channel_wait`` seconds in all (those waits do not count as attempts). Other
-    errors, and the last attempt's, are raised (``grpc.RpcError``)."""
-    if not request.request_id:
-        raise ValueError("release_with_retries needs a request with a request_id (new_request_id())")
-    waited, failed = 0.0, 0
-    while True:
-        try:
-            return call(request, timeout=timeout)
-        except grpc.RpcError as exc:
-            seconds = _retry_after(exc)
-            if _error_reason(exc) is ErrorReason.CHANNEL_NOT_READY:
-                if waited + seconds > channel_wait:
-                    raise
-                log.warning("%s; asking again in %.0f s", exc.details(), seconds)
-                waited += seconds
-                sleep(seconds)
-                continue
-            failed += 1
-            if failed >= attempts or not _retryable(exc):
-                raise
-            sleep(RELEASE_BACKOFF.delay(failed, seconds))
-
-
-# -- errors ---------------------------------------------------------------------------------------
-
-
-class AnalystError(RemoteError):
-    """An error reported by the curator (or the transport to it).
-
-    ``status`` is the gRPC status code (``grpc.StatusCode``; None when the transport gave none), ``code`` its
-    name (e.g. ``"FAILED_PRECONDITION"``), ``details`` the curator's message, which quotes only public
-    quantities (requests, configuration, budgets), and ``reason`` the machine-readable
-    ``lac.common.errors.ErrorReason`` the curator sent with it, if any. The subclass is chosen by ``status``
-    and ``reason`` only (``error_from_rpc``), never by the message text.
-    """
-
-    def __init__(
-        self,
-        code: str,
-        details: str,
-        *,
-        status: grpc.StatusCode | None = None,
-        reason: ErrorReason | None = None,
-    ):
-        super().__init__(code, details)
-        self.status = status if status is not None else getattr(grpc.StatusCode, code, None)
-        self.reason = reason
-
-
-class PermissionDenied(AnalystError):
-    """PERMISSION_DENIED or UNAUTHENTICATED: the certificate's identity lacks the role the call needs (or
-    identifies no one)."""
-
-
-class NotFound(AnalystError):
-    """NOT_FOUND: an unknown release id."""
-
-
-class InvalidArgument(AnalystError):
-    """INVALID_ARGUMENT: a malformed or out-of-range request (unknown mechanism, bad ε or δ, bad n-gram
-    order, unknown windows...)."""
-
-
-class FailedPrecondition(AnalystError):
-    """FAILED_PRECONDITION: the curator is not in a state that allows the request (no reports yet, open
-    windows to export, data-dependent releases disabled...). Two kinds have their own subclass:
-    ``BudgetExhausted`` and ``ReleaseRefused``."""
-
-
-class BudgetExhausted(FailedPrecondition):
-    """The release would overspend the privacy budget of an accounting window it covers (nothing was
-    spent); ``details`` names the windows, what they spent and what remains."""
-
-
-class ReleaseRefused(FailedPrecondition):
-    """The accuracy check predicted that the release's noise would swamp the signal; ``details`` says
-    what would help. Retry with ``force=True`` to release anyway (see ``CuratorClient.preview``)."""
-
-
-class ResourceExhausted(AnalystError):
-    """RESOURCE_EXHAUSTED: a limit of the curator is reached (e.g. too many concurrent calls, a message too
-    large); retry later or ask for less."""
-
-
-class Unavailable(AnalystError):
-    """UNAVAILABLE or DEADLINE_EXCEEDED: the curator is unreachable (down, wrong address, or the TLS
-    handshake was refused) or did not answer in time; retry later."""
-
-
-class ChannelNotReady(Unavailable):
-    """The release needs the curator's local channel, which it is still sampling (once per deployment):
-    ``details`` says how far it is and the time left, ``retry_after`` the seconds to wait (nothing was spent).
-    ``release`` raises it only after waiting ``CHANNEL_WAIT`` seconds in all."""
-
-    retry_after: float | None = None
-
-
-_BY_CODE: dict[grpc.StatusCode, type[AnalystError]] = {
-    grpc.StatusCode.NOT_FOUND: NotFound,
-    grpc.StatusCode.PERMISSION_DENIED: PermissionDenied,
-    grpc.StatusCode.UNAUTHENTICATED: PermissionDenied,
-    grpc.StatusCode.INVALID_ARGUMENT: InvalidArgument,
-    grpc.StatusCode.FAILED_PRECONDITION: FailedPrecondition,
-    grpc.StatusCode.RESOURCE_EXHAUSTED: ResourceExhausted,
-    grpc.StatusCode.UNAVAILABLE: Unavailable,
-    grpc.StatusCode.DEADLINE_EXCEEDED: Unavailable,
-}
-_BY_REASON: dict[ErrorReason, type[AnalystError]] = {
-    ErrorReason.BUDGET_EXHAUSTED: BudgetExhausted,
-    ErrorReason.RELEASE_REFUSED: ReleaseRefused,
-    ErrorReason.CHANNEL_NOT_READY: ChannelNotReady,
-}
-
-
-def _error_reason(exc: grpc.RpcError) -> ErrorReason | None:
-    """The ``lac-error-reason`` trailing metadata of a failed call (None if absent or unknown to this client)."""
-    value = _trailing(exc, ERROR_REASON_KEY)
-    try:
-        return None if value is None else ErrorReason(value)
-    except ValueError:
-        return None
-
-
-def error_from_rpc(exc: grpc.RpcError) -> AnalystError:
-    """The ``AnalystError`` for a failed RPC: its class from the status code and the ``lac-error-reason``
-    trailing metadata (``lac.common.errors.ErrorReason``), never from the message."""
-    code = exc.code() if callable(getattr(exc, "code", None)) else None
-    details = exc.details() if callable(getattr(exc, "details", None)) else None
-    details = details or str(exc)
-    if not isinstance(code, grpc.StatusCode):
-        return AnalystError("UNKNOWN", details)
-    reason = _error_reason(exc)
-    cls = _BY_CODE.get(code, AnalystError)
-    if reason is not None and issubclass(_BY_REASON.get(reason, AnalystError), cls):
-        cls = _BY_REASON[reason]
-    error = cls(code.name, details, status=code, reason=reason)
-    if isinstance(error, ChannelNotReady):
-        error.retry_after = _retry_after(exc) or None
-    return error
-
-
-# -- records --------------------------------------------------------------------------------------
-
-
-def _timestamp(text: str) -> dt.datetime | None:
-    try:
-        t = dt.datetime.fromisoformat(text)
-    except (TypeError, ValueError):
-        return None
-    return t if t.tzinfo else t.replace(tzinfo=dt.UTC)
-
-
-def _finite_or_none(x: float) -> float | None:
-    return x if math.isfinite(x) else None
-
-
-@dataclass(frozen=True)
-class ReleaseInfo:
-    """One release as the caller may see it (the curator's view for the caller's role).
-
-    ``statement`` is rendered by the curator from the release's typed guarantee (and ends with what its
-    error bars describe: ``error_bars``, empty for a release made before releases had them). ``epsilon`` is
-    ``inf`` for a release that is not differentially private (``differentially_private`` False).
-    There is deliberately no report count: the curator shows analysts none.
-    """
-
-    release_id: str
-    created_at: dt.datetime | None
-    mechanism: str
-    epsilon: float
-    delta: float
-    differentially_private: bool
-    data_dependent: bool
-    first_window: int
-    last_window: int
-    privacy_unit: str
-    reports_per_user: int
-    statement: str
-    sensitivity_method: str
-    calibration: str
-    gamma: float
-    sigma: float
-    laplace_scale: float
-    ledger_epsilon: float
-    ledger_delta: float
-    vocab_size: int
-    max_n: int
-    params: dict[str, float] = field(default_factory=dict)
-    request_id: str = ""  # the id of the request that made the release (send it again to get this release)
-    error_bars: str = ""  # what its per-n-gram error bars describe (or why it has none)
-
-    @classmethod
-    def from_proto(cls, r: curator_pb2.ReleaseRecord) -> ReleaseInfo:
-        """From the ``lac.v1.ReleaseRecord`` the curator returned (its ``n_reports`` is not kept)."""
-        return cls(
-            release_id=r.release_id,
-            created_at=_timestamp(r.created_at),
-            mechanism=r.mechanism,
-            epsilon=r.epsilon,
-            delta=r.delta,
-            differentially_private=r.differentially_private,
-            data_dependent=r.data_dependent,
-            first_window=r.first_window,
-            last_window=r.last_window,
-            privacy_unit=r.privacy_unit,
-            reports_per_user=r.reports_per_user,
-            statement=r.statement,
-            sensitivity_method=r.sensitivity_method,
-            calibration=r.calibration,
-            gamma=r.gamma,
-            sigma=r.sigma,
-            laplace_scale=r.laplace_scale,
-            ledger_epsilon=r.ledger_epsilon,
-            ledger_delta=r.ledger_delta,
-            vocab_size=r.vocab_size,
-            max_n=r.max_n,
-            params={k: float(v) for k, v in sorted(r.params.items())},
-            request_id=r.request_id,
-            error_bars=r.error_bars,
-        )
-
-    def to_dict(self) -> dict[str, Any]:
-        """A JSON-able dict (``created_at`` as RFC 3339; a non-finite ε as None)."""
-        d = asdict(self)
-        d["created_at"] = self.created_at.isoformat() if self.created_at else None
-        d["epsilon"] = _finite_or_none(self.epsilon)
-        d["params"] = {k: _finite_or_none(v) for k, v in self.params.items()}
-        return d
-
-    def to_json(self) -> str:
-        """``to_dict`` as strict JSON."""
-        return json.dumps(self.to_dict(), ensure_ascii=False, allow_nan=False)
-
-    def __str__(self) -> str:
-        dp = "" if self.differentially_private else "  NOT DIFFERENTIALLY PRIVATE (no budget spent)\n"
-        return (
-            f"release {self.release_id} ({self.created_at.isoformat() if self.created_at else '?'})\n{dp}"
-            f"  mechanism {self.mechanism}, sensitivity {self.sensitivity_method}, calibration "
-            f"{self.calibration or '-'}\n"
-            f"  (ε, δ) = ({self.epsilon:g}, {self.delta:g}); spent ({self.ledger_epsilon:g}, "
-            f"{self.ledger_delta:g}) from each of windows {self.first_window}..{self.last_window}\n"
-            f"  {self.vocab_size} n-grams (n ≤ {self.max_n}); privacy unit: {self.privacy_unit}\n"
-            f"  {self.statement}"
-        )
-
-    def _repr_html_(self) -> str:
-        """The record as a small HTML table with its statement (what a notebook shows)."""
-        from lac.analyst.notebook import release_html
-
-        return release_html(self)
-
-    def plot_top(
-        self,
-        k: int = 20,
-        *,
-        order: int = 0,
-        exclude_special: bool = False,
-        level: float = ERROR_BAR_LEVEL,
-        ax: Any = None,
-        client: CuratorClient | None = None,
-    ) -> Any:
-        """Plot the ``k`` most probable n-grams (``CuratorClient.top``) as bars with their error bars at ``level``
-        (matplotlib: ``lac-analyst[plots]``; with pandas or pyarrow); returns the axes. The n-grams are asked
-        of ``client``, by default the client this record came from."""
-        from lac.analyst.notebook import plot_top
-
-        client = client or self.__dict__.get("_client")
-        if client is None:
-            raise ValueError("this release record did not come from a CuratorClient: pass client=")
-        as_arrow = importlib.util.find_spec("pandas") is None  # a DataFrame, or an Arrow table without pandas
-        table = client.top(self, k, order, as_arrow=as_arrow, exclude_special=exclude_special, level=level)
-        return plot_top(table, self, ax)
-
-    def __getstate__(self) -> dict[str, Any]:
-        return {k: v for k, v in self.__dict__.items() if k != "_client"}  # the client it came from stays behind
-
-
-@dataclass(frozen=True)
-class WindowBudget:
-    """The privacy budget of one accounting window: spent and remaining (ε, δ), and how many exports of its
-    privatized reports there were (there the remaining budget bounds central releases only)."""
-
-    window: int
-    spent_epsilon: float
-    spent_delta: float
-    remaining_epsilon: float
-    remaining_delta: float
-    exports: int = 0
-
-
-@dataclass(frozen=True)
-class Budget:
-    """The privacy budget of every accounting window with stored reports or spending
-    (``CuratorClient.budget_summary``): the per-window budget, each window's spent and remaining (ε, δ),
-    and what it guarantees (``statement``). In a notebook it shows as a table; ``plot()`` draws it."""
-
-    windows: tuple[WindowBudget, ...]
-    budget_epsilon: float
-    budget_delta: float
-    window_seconds: float
-    reports_per_window: int
-
-    @property
-    def exported(self) -> ExportedWindows | None:
-        """The windows whose privatized reports were exported (None: none)."""
-        return ExportedWindows.of(w.window for w in self.windows if w.exports)
-
-    @property
-    def statement(self) -> str:
-        """What the per-window budget guarantees, in words (and what it does not where reports were exported)."""
-        text = (
-            f"Each accounting window ({self.window_seconds:g} s, at most {self.reports_per_window} report(s) per "
-            f"client) has a privacy budget of (ε, δ) = ({self.budget_epsilon:g}, {self.budget_delta:g}): all the "
-            "central releases covering a window together are (ε, δ)-differentially private for one client's reports "
-            "in it (basic composition), and a release that would overspend a window is refused."
-        )
-        exported = self.exported
-        return text if exported is None else f"{text} {exported.budget_note()}"
-
-    def __str__(self) -> str:
-        lines = [
-            f"window {w.window}: spent ({w.spent_epsilon:g}, {w.spent_delta:g}), remaining "
-            f"({w.remaining_epsilon:g}, {w.remaining_delta:g})"
-            + (f", exported {w.exports}x (remaining: central releases only)" if w.exports else "")
-            for w in self.windows
-        ]
-        return "\n".join([*lines, self.statement])
-
-    def _repr_html_(self) -> str:
-        """The windows as a small HTML table with the statement (what a notebook shows)."""
-        from lac.analyst.notebook import budget_html
-
-        return budget_html(self)
-
-    def plot(self, ax: Any = None) -> Any:
-        """Bars of the ε spent and remaining per window, up to the budget (matplotlib: ``lac-analyst[plots]``);
-        returns the axes."""
-        from lac.analyst.notebook import plot_budget
-
-        return plot_budget(self, ax)
-
-
-@dataclass(frozen=True)
-class ReleasePreview:
-    """A release's predicted accuracy (``CuratorClient.preview``); None where it is not known.
-    ``budget_after``: each window the release covers, as the ledger would hold it after the release (a
-    remaining value below 0: it would be refused); empty for a release that is not charged."""
-
-    mechanism: str
-    epsilon: float
-    delta: float
-    noise: float
-    noise_unit: str
-    reports: int | None
-    reports_source: str
-    resolvable: tuple[int, ...]
-    signal_share: float | None
-    swamped: bool | None
-    target_share: float
-    reports_needed: int | None
-    epsilon_needed: float | None
-    advice: str
-    statement: str
-    budget_after: tuple[WindowBudget, ...] = ()
-    channel_progress: float | None = None  # while the curator samples the local channel the release needs: 0..1
-    channel_status: str = ""  # ... and where it is, with the time left ("" once it is ready)
-
-    @classmethod
-    def from_proto(cls, p: curator_pb2.ReleasePreview) -> ReleasePreview:
-        def opt(name):
-            return getattr(p, name) if p.HasField(name) else None
-
-        return cls(
-            mechanism=p.mechanism,
-            epsilon=p.epsilon,
-            delta=p.delta,
-            noise=p.noise,
-            noise_unit=p.noise_unit,
-            reports=opt("reports"),
-            reports_source=p.reports_source,
-            resolvable=tuple(p.resolvable),
-            signal_share=opt("signal_share"),
-            swamped=opt("swamped"),
-            target_share=p.target_share,
-            reports_needed=opt("reports_needed"),
-            epsilon_needed=opt("epsilon_needed"),
-            advice=p.advice,
-            statement=p.statement,
-            channel_progress=opt("channel_progress"),
-            channel_status=p.channel_status,
-            budget_after=tuple(
-                WindowBudget(w.window, w.spent_epsilon, w.spent_delta, w.remaining_epsilon, w.remaining_delta)
-                for w in p.budget_after
-            ),
-        )
-
-    def __str__(self) -> str:
-        return self.statement
-
-    def _repr_html_(self) -> str:
-        """The preview as a small HTML table, the budget after it and its statement (what a notebook shows)."""
-        from lac.analyst.notebook import preview_html
-
-        return preview_html(self)
-
-
-@dataclass(frozen=True)
-class PerplexityResult:
-    """Perplexity of a text under a release's smoothed back-off model (``lac.curator.lm.model``)."""
-
-    perplexity: float
-    n_sentences: int
-    n_tokens: int  # words plus one </s> per sentence
-    n_out_of_vocabulary: int
-
-
-@dataclass(frozen=True)
-class CuratorStatus:
-    """The operator's view of the curator (exact counts; operators only)."""
-
-    batches: int
-    reports: int
-    releases: int
-    quarantined: int
-    rejects: dict[str, int]
-    reports_by_window: dict[int, int]
-    budget_epsilon: float
-    budget_delta: float
-    replay_window_days: float
-
-
-@dataclass(frozen=True)
-class ExportedReports:
-    """An export of privatized reports (``CuratorClient.export_reports``): its id, its typed guarantee
-    (``lac.common.privacy.LocalGuarantee``: local DP only, no central DP; ``statement`` prints it), the
-    number of rows, and the rows as a ``pyarrow.Table`` (column ``words``, list<string>) or the Parquet
-    file they were written to. The table's and the file's schema metadata carry the guarantee too."""
-
-    export_id: str
-    guarantee: LocalGuarantee
-    rows: int
-    table: pyarrow.Table | None = None
-    path: Path | None = None
-
-    @property
-    def statement(self) -> str:
-        """The export's guarantee in words (rendered from ``guarantee``)."""
-        return self.guarantee.statement()
-
-    def texts(self) -> list[str]:
-        """Each row's words joined by spaces (reads the Parquet file if the rows were written to one)."""
-        table = self.table
-        if table is None:
-            assert self.path is not None
-            table = _pyarrow().parquet.read_table(self.path)
-        return [" ".join(ws) for ws in table.column("words").to_pylist()]
-
-
-def read_export(stream: Iterable[curator_pb2.ExportChunk], path: str | os.PathLike | None = None) -> ExportedReports:
-    """The ``ExportReports`` reply stream as ``ExportedReports``: a table in memory, or with ``path`` written
-    chunk by chunk (bounded memory) to a Parquet file, atomically. The stream's errors propagate
-    (``CuratorClient.stream`` raises them as ``AnalystError``)."""
-    pa = _pyarrow()
-    from lac.common import exports as export
-    from lac.common.serde import local_guarantee_from_proto
-
-    pq = pa.parquet
-    chunks = iter(stream)
-    head = next(chunks, None)
-    if head is None or not head.HasField("guarantee"):
-        raise AnalystError("DATA_LOSS", "the curator's export stream carried no guarantee")
-    guarantee = local_guarantee_from_proto(head.guarantee)
-    schema = export.SCHEMA.with_metadata(export.parquet_metadata(guarantee, head.export_id))
-    rows = 0
-    if path is None:
-        tables = []
-        for c in chunks:
-            t = export.read_ipc(c.arrow_ipc)
-            rows += t.num_rows
-            tables.append(t)
-        table = pa.concat_tables([t.cast(export.SCHEMA) for t in tables]) if tables else export.SCHEMA.empty_table()
-        table = table.replace_schema_metadata(schema.metadata)
-        return ExportedReports(head.export_id, guarantee, rows, table=table)
-    from lac.common.files import atomic_file
-
-    out = Path(path)
-    with atomic_file(out) as f, pq.ParquetWriter(f, schema, compression="zstd") as writer:
-        for c in chunks:
-            t = export.read_ipc(c.arrow_ipc)
-            rows += t.num_rows
-            writer.write_table(t.cast(export.SCHEMA).replace_schema_metadata(schema.metadata))
-    return ExportedReports(head.export_id, guarantee, rows, path=out)
-
-
-# -- optional dependencies ------------------------------------------------------------------------
-
-
-def _pyarrow():
-    try:
-        import pyarrow
-        import pyarrow.parquet
-    except ImportError as exc:
-        raise ImportError(f"Arrow tables, Parquet files and exports need pyarrow: pip install '{EXTRA_ARROW}'") from exc
-    return pyarrow
-
-
-def _pandas():
-    try:
-        import pandas
-    except ImportError as exc:
-        raise ImportError(
-            f"DataFrames need pandas: pip install '{EXTRA_FRAMES}' (or pass as_arrow=True for an Arrow "
-            f"table, which needs pyarrow only: '{EXTRA_ARROW}')"
-        ) from exc
-    return pandas
-
-
-# The column types of the tables (``CuratorClient._table``), as Arrow and as pandas build them.
-STRING, INT8, INT64, FLOAT64, BOOL = "string", "int8", "int64", "float64", "bool"
-NULLABLE_INT64 = "int64?"  # values: int or None (a DataFrame holds float64 with NaN once one is None, as Arrow's)
-TIMESTAMP = "timestamp[us, UTC]"  # values: datetime (UTC) or None
-PARAMS = "map<string, float64>"  # values: (name, value) pairs; a DataFrame holds a dict per row
-
-
-def _arrow_table(columns: Mapping[str, tuple[Any, str]], metadata: Mapping[str, str] | None = None) -> pyarrow.Table:
-    """A typed Arrow table of ``columns`` (name -> (values, column type)) with the schema ``metadata``."""
-    pa = _pyarrow()
-    types = {
-        STRING: pa.string(),
-        INT8: pa.int8(),
-        INT64: pa.int64(),
-        NULLABLE_INT64: pa.int64(),
-        FLOAT64: pa.float64(),
-        BOOL: pa.bool_(),
-        TIMESTAMP: pa.timestamp("us", tz="UTC"),
-        PARAMS: pa.map_(pa.string(), pa.float64()),
-    }
-    schema = pa.schema(
-        [pa.field(name, types[kind]) for name, (_, kind) in columns.items()],
-        metadata={k.encode(): v.encode() for k, v in (metadata or {}).items()} or None,
-    )
-    arrays = [pa.array(values, type=types[kind]) for values, kind in columns.values()]
-    return pa.Table.from_arrays(arrays, schema=schema)
-
-
-def _frame(columns: Mapping[str, tuple[Any, str]], attrs: Mapping[str, Any] | None = None) -> pandas.DataFrame:
-    """A DataFrame of ``columns`` (name -> (values, column type)) with the dtypes an Arrow table of them
-    converts to (strings as pandas' ``str``, int8, int64, float64, bool, ``datetime64[us, UTC]``, a dict
-    per row of a map), built without pyarrow; ``attrs`` in ``df.attrs``."""
-    pd = _pandas()
-
-    def series(values: Any, kind: str) -> Any:
-        if kind == STRING:
-            return pd.Series(list(values), dtype="str")
-        if kind == TIMESTAMP:
-            return pd.Series(pd.to_datetime(list(values), utc=True)).astype("datetime64[us, UTC]")
-        if kind == PARAMS:
-            return pd.Series([dict(v) for v in values], dtype=object)
-        if kind == NULLABLE_INT64:
-            values = list(values)
-            if None not in values:
-                return pd.Series(np.asarray(values, dtype=np.int64))
-            return pd.Series(np.asarray([math.nan if v is None else v for v in values], dtype=np.float64))
-        return pd.Series(np.asarray(values, dtype=kind))
-
-    df = pd.DataFrame({name: series(values, kind) for name, (values, kind) in columns.items()})
-    df.attrs.update(attrs or {})
-    return df
-
-
-def _orders(ngrams: Iterable[str]) -> list[int]:
-    """The n of each n-gram (tokens joined by single spaces)."""
-    return [len(g.split()) for g in ngrams]
 
 
 # -- the client -----------------------------------------------------------------------------------
