@@ -6,6 +6,7 @@ correct sampler a fresh seed would fail each check with probability 1e-3.
 
 from __future__ import annotations
 
+import argparse
 import math
 
 import numpy as np
@@ -114,3 +115,50 @@ def test_radius_and_direction_large_sample(dim, eps):
     u = z / r[:, None]
     assert stats.kstest((1 + u[:, 7]) / 2, stats.beta((dim - 1) / 2, (dim - 1) / 2).cdf).pvalue > P_MIN
     assert stats.chi2(dim).sf(n * dim * np.sum(u.mean(0) ** 2)) > P_MIN
+
+
+# -- the registry of local mechanisms (lac.client.mechanisms.LOCAL_KINDS) ------------------------------------
+
+
+def _client_parser() -> argparse.ArgumentParser:
+    from lac.client.cli import register
+
+    parser = argparse.ArgumentParser(prog="lac")
+    register(parser.add_subparsers())
+    return parser
+
+
+def test_every_registered_local_mechanism_is_built_under_the_name_a_deployment_gives_it(glove200):
+    emb = glove200
+    from lac.client.calibrate import mechanism_factory
+    from lac.client.mechanisms import LOCAL_KINDS
+    from lac.common.deployment import LOCAL_MECHANISMS
+
+    assert set(LOCAL_MECHANISMS) == {kind.name for kind in LOCAL_KINDS.values()}
+    for option, kind in LOCAL_KINDS.items():
+        mechanism = mechanism_factory(option, emb, tau=1.0, k=5)(3.0)
+        assert mechanism.name == kind.name and mechanism.epsilon == 3.0, option
+    with pytest.raises(ValueError, match="unknown mechanism 'bogus'; known: laplace, truncated, knn, modulated"):
+        mechanism_factory("bogus", emb)
+
+
+def test_a_local_mechanism_added_to_the_registry_is_offered_and_built_by_the_commands(glove200, monkeypatch, capsys):
+    """The registry is the one place: a toy kind added there is a --mechanism choice of both commands, in
+    their help, and what calibrate builds."""
+    from lac.client import mechanisms
+    from lac.client.calibrate import mechanism_factory
+
+    toy = mechanisms.LocalKind(
+        "toy", "multivariate-laplace", "a toy for this test", lambda *a, **k: MultivariateLaplace
+    )
+    monkeypatch.setitem(mechanisms.LOCAL_KINDS, "toy", toy)
+    parser = _client_parser()
+    for command in (["privatize", "-"], ["calibrate"]):
+        assert parser.parse_args(["client", *command, "--mechanism", "toy"]).mechanism == "toy"
+    with pytest.raises(SystemExit):
+        parser.parse_args(["client", "calibrate", "--help"])
+    assert "toy: a toy for this test" in " ".join(capsys.readouterr().out.split())
+    assert mechanism_factory("toy", glove200)(2.0).epsilon == 2.0
+    monkeypatch.delitem(mechanisms.LOCAL_KINDS, "toy")
+    with pytest.raises(SystemExit):
+        _client_parser().parse_args(["client", "calibrate", "--mechanism", "toy"])

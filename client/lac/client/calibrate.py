@@ -27,7 +27,7 @@ import numpy.typing as npt
 
 from lac.client.embedding import Embedding
 from lac.client.localizer import Localizer
-from lac.client.mechanisms import LocalMechanism
+from lac.client.mechanisms import LocalMechanism, local_kind
 from lac.client.nearest import sqdist64
 from lac.common.progress import Progress
 from lac.common.rng import RandomSource
@@ -277,22 +277,5 @@ def parse_floats(text: str) -> list[float]:
 def mechanism_factory(
     name: str, embedding: Embedding, *, tau: float | None = None, k: int = 20, sigma: float | None = None
 ) -> Callable[[float], LocalMechanism]:
-    """``eps -> mechanism`` for the CLI's ``--mechanism`` names."""
-    if name == "laplace":
-        from lac.client.mechanisms import MultivariateLaplace
-
-        return MultivariateLaplace
-    if name == "truncated":
-        from lac.client.truncated import DistanceTruncated, default_tau
-
-        t = default_tau(embedding) if tau is None else tau
-        return lambda eps: DistanceTruncated(embedding, eps, t)
-    if name == "knn":
-        from lac.client.truncated import KNNTruncated
-
-        return lambda eps: KNNTruncated(embedding, eps, k)
-    if name == "modulated":
-        from lac.client.modulated import DensityModulated
-
-        return lambda eps: DensityModulated(embedding, eps, sigma=sigma)
-    raise ValueError(f"unknown mechanism {name!r}")
+    """``eps -> mechanism`` for the CLI's ``--mechanism`` names (``lac.client.mechanisms.LOCAL_KINDS``)."""
+    return local_kind(name).build(embedding, tau=tau, k=k, sigma=sigma)

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from lac.client.errors import LacClientError, PartlyUnsupportedText, QuotaExceeded, UnsupportedText
+from lac.client.mechanisms import LOCAL_KINDS, local_kinds_help
 from lac.client.presets import DEFAULT_PRESET, PRESETS
 from lac.common.cli import positive
 
@@ -56,9 +57,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         q.add_argument(
             "--mechanism",
             default="laplace",
-            choices=["laplace", "truncated", "knn", "modulated"],
-            help="laplace: multivariate Laplace + exact nearest word; truncated: distance-truncated "
-            "(--tau); knn: kNN-truncated (--k); modulated: density-modulated",
+            choices=list(LOCAL_KINDS),
+            help=local_kinds_help(),
         )
         q.add_argument(
             "--tau",
@@ -181,8 +181,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     ca.add_argument(
         "--mechanism",
         default="laplace",
-        choices=["laplace", "truncated", "knn", "modulated"],
-        help="perturbation mechanism to calibrate",
+        choices=list(LOCAL_KINDS),
+        help=f"perturbation mechanism to calibrate ({local_kinds_help()})",
     )
     ca.add_argument(
         "--tau",

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import ClassVar, Protocol, TypeAlias, runtime_checkable
+from typing import TYPE_CHECKING, ClassVar, Protocol, TypeAlias, runtime_checkable
 
 import numpy as np
 import numpy.typing as npt
@@ -14,6 +14,9 @@ import numpy.typing as npt
 from lac.common.checks import check_int
 from lac.common.privacy import check_epsilon
 from lac.common.rng import FloatArray, RandomSource
+
+if TYPE_CHECKING:  # pragma: no cover
+    from lac.client.embedding import Embedding
 
 RowArray: TypeAlias = npt.NDArray[np.int64]
 Nearest: TypeAlias = Callable[[FloatArray], RowArray]
@@ -122,3 +125,74 @@ class MultivariateLaplace:
             f"worst case pure local DP with {worst}. The number of words and the sentence "
             f"boundaries are not hidden."
         )
+
+
+# -- the registry of local mechanisms ------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LocalKind:
+    """One local mechanism as the SDK's commands choose it: ``option`` (the CLI's ``--mechanism`` value),
+    ``name`` (the mechanism's own, as a deployment names it: ``lac.common.deployment.LOCAL_MECHANISMS``), a line
+    for ``--help``, and ``build(embedding, tau, k, sigma)``: ``ε -> mechanism`` over that embedding (``tau``,
+    ``k``, ``sigma``: the options of the mechanisms that take them, None for their defaults)."""
+
+    option: str
+    name: str
+    summary: str
+    build: Callable[..., Callable[[float], LocalMechanism]]
+
+
+def _laplace(
+    embedding: Embedding, tau: float | None = None, k: int | None = None, sigma: float | None = None
+) -> Callable[[float], LocalMechanism]:
+    return MultivariateLaplace
+
+
+def _truncated(
+    embedding: Embedding, tau: float | None = None, k: int | None = None, sigma: float | None = None
+) -> Callable[[float], LocalMechanism]:
+    from lac.client.truncated import DistanceTruncated, default_tau
+
+    t = default_tau(embedding) if tau is None else tau
+    return lambda eps: DistanceTruncated(embedding, eps, t)
+
+
+def _knn(
+    embedding: Embedding, tau: float | None = None, k: int | None = None, sigma: float | None = None
+) -> Callable[[float], LocalMechanism]:
+    from lac.client.truncated import KNNTruncated
+
+    return lambda eps: KNNTruncated(embedding, eps, 20 if k is None else k)
+
+
+def _modulated(
+    embedding: Embedding, tau: float | None = None, k: int | None = None, sigma: float | None = None
+) -> Callable[[float], LocalMechanism]:
+    from lac.client.modulated import DensityModulated
+
+    return lambda eps: DensityModulated(embedding, eps, sigma=sigma)
+
+
+LOCAL_KINDS: dict[str, LocalKind] = {
+    kind.option: kind
+    for kind in (
+        LocalKind("laplace", "multivariate-laplace", "multivariate Laplace + exact nearest word", _laplace),
+        LocalKind("truncated", "distance-truncated", "distance-truncated (--tau)", _truncated),
+        LocalKind("knn", "knn-truncated", "kNN-truncated (--k)", _knn),
+        LocalKind("modulated", "density-modulated", "density-modulated", _modulated),
+    )
+}
+
+
+def local_kind(option: str) -> LocalKind:
+    """The registered local mechanism of a ``--mechanism`` value (ValueError naming the known ones)."""
+    try:
+        return LOCAL_KINDS[option]
+    except KeyError:
+        raise ValueError(f"unknown mechanism {option!r}; known: {', '.join(LOCAL_KINDS)}") from None
+
+
+def local_kinds_help() -> str:
+    """The ``--mechanism`` help line: every registered kind and what it is."""
+    return "; ".join(f"{kind.option}: {kind.summary}" for kind in LOCAL_KINDS.values())
