@@ -66,6 +66,27 @@ def _curator_reports(info: dict) -> int:
         return curator_pb2_grpc.CuratorStub(ch).GetStatus(curator_pb2.CuratorStatusRequest(), timeout=10).reports
 
 
+def _lac(*argv: str, root: Path, timeout: float = 120) -> subprocess.CompletedProcess:
+    """``lac ARGV`` in its own process, in the environment of the dev stack in ``root``."""
+    return subprocess.run(
+        [sys.executable, "-m", "lac.common", *argv], capture_output=True, text=True, env=_env(root), timeout=timeout
+    )
+
+
+def _down(proc: subprocess.Popen, root: Path) -> str:
+    """``lac dev down --dir ROOT`` (which must succeed), then all that ``lac dev up`` (``proc``) printed."""
+    down = _lac("dev", "down", "--dir", str(root), root=root, timeout=90)
+    assert down.returncode == 0, down.stderr
+    return proc.communicate(timeout=60)[0]
+
+
+def _kill(proc: subprocess.Popen) -> None:
+    """A ``lac dev up`` a failed test left running: killed, its pipe closed."""
+    if proc.poll() is None:
+        proc.kill()
+        proc.communicate(timeout=30)
+
+
 def _gone(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -126,18 +147,9 @@ def test_dev_up_serves_tls_stops_on_ctrl_c_and_starts_again(tmp_path, public_cor
         assert Path(again["files"]["ca"]).read_bytes() == ca
         assert Path(again["files"]["client_token"]).read_text().strip() == token
         assert _curator_reports(again) == 1
-        down = subprocess.run(
-            [sys.executable, "-m", "lac.common", "dev", "down", "--dir", str(root)],
-            capture_output=True,
-            text=True,
-            timeout=90,
-        )
-        assert down.returncode == 0, down.stderr
-        out = proc.communicate(timeout=60)[0]
+        out = _down(proc, root)
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        _kill(proc)
     assert proc.returncode == 0 and "stopped: shuffler (exit 0), curator (exit 0)" in out, out
     assert _gone(again["shuffler"]["pid"]) and _gone(again["curator"]["pid"])
     down = subprocess.run(
@@ -239,12 +251,6 @@ def ha_tmp():
     shutil.rmtree(path, ignore_errors=True)
 
 
-def _lac(*argv: str, root: Path, timeout: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "lac.common", *argv], capture_output=True, text=True, env=_env(root), timeout=timeout
-    )
-
-
 @pytest.mark.slow  # PostgreSQL, four servers, twice: 40-120 s
 def test_dev_up_ha_survives_a_shuffler_and_shares_releases_across_curators(
     ha_tmp, public_corpus, postgres_cluster, monkeypatch
@@ -289,13 +295,9 @@ def test_dev_up_ha_survives_a_shuffler_and_shares_releases_across_curators(
             release_id = a.release(epsilon=1.0).release_id
         with CuratorClient(info["processes"]["curator-b"]["address"], **analyst) as b:
             assert len(b.top(release_id, k=5)) > 0
-        down = _lac("dev", "down", "--dir", str(root), root=root)
-        assert down.returncode == 0, down.stderr
-        out = proc.communicate(timeout=60)[0]
+        out = _down(proc, root)
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        _kill(proc)
     assert proc.returncode == 0, out
     assert f"the {killed} exited with -9" in out and "still serves" in out, out
     assert "stopped: " in out and "postgresql (exit 0)" in out, out
@@ -315,9 +317,7 @@ def test_dev_up_ha_survives_a_shuffler_and_shares_releases_across_curators(
         assert down.returncode == 0 and "stopped what it left" in down.stdout, down.stderr
         wait_until(lambda: all(_gone(pid) for pid in left.values()), timeout=30)
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate(timeout=30)
+        _kill(proc)
 
 
 def test_dev_up_ha_without_postgresql_says_what_to_install(tmp_path, public_corpus):
