@@ -337,6 +337,16 @@ def test_dev_up_ha_without_postgresql_says_what_to_install(tmp_path, public_corp
     assert done.stderr.count("\n") == 1 and not root.exists()
 
 
+def test_dev_up_ha_without_psycopg_says_what_to_install(tmp_path, capsys, monkeypatch):
+    """Without the services' postgresql extra (psycopg cannot be imported): one line with the pip command."""
+    from lac_testkit import run_lac
+
+    monkeypatch.setitem(sys.modules, "psycopg", None)  # what `import psycopg` meets where it is not installed
+    code, _, err = run_lac(capsys, "dev", "up", "--ha", "--dir", str(tmp_path / "lac-dev"))
+    assert code == 2 and "pip install './shuffler[postgresql]' './curator[postgresql]'" in err, err
+    assert err.count("\n") == 1 and not (tmp_path / "lac-dev").exists()
+
+
 def test_one_directory_holds_one_kind_of_dev_stack(tmp_path, capsys):
     """`up --ha` on a directory with SQLite state and `up` on one with PostgreSQL refuse at once, saying why."""
     from lac_testkit import run_lac
