@@ -279,6 +279,9 @@ def test_dev_up_ha_survives_a_shuffler_and_shares_releases_across_curators(
         assert shuffler["replicas"] == replicas and shuffler["server"] == replicas[0]
         f = info["files"]
         tokens = [json.loads(line)["token"] for line in (root / "clients.jsonl").read_text().splitlines()]
+        status = _lac("dev", "status", "--dir", str(root), root=root)
+        assert status.returncode == 0 and status.stdout.count("SERVING") == 4, status.stdout + status.stderr
+        assert re.search(rf"postgresql +127\.0\.0\.1:\d+ +pid {pids['postgresql']} +running", status.stdout)
         with ShufflerClient.connect(
             shuffler["replicas"], curator_key=f["curator_key"], ca=shuffler["ca"], token=tokens[0], timeout=30
         ) as client:
@@ -290,6 +293,9 @@ def test_dev_up_ha_survives_a_shuffler_and_shares_releases_across_curators(
             acks = client.submit(hello_report(), token=tokens[1])  # the other client: the first used its quota
             assert [a.status for a in acks] == [AckStatus.STORED] and client.replica() != used
         wait_until(lambda: _curator_reports(info) == 2, timeout=60)  # the surviving replica forwards both
+        status = _lac("dev", "status", "--dir", str(root), root=root)
+        assert status.returncode == 1 and re.search(rf"{killed} .* exited", status.stdout), status.stdout
+        assert status.stdout.count("SERVING") == 3, status.stdout
         analyst = {"ca": f["ca"], "cert": f["analyst_cert"], "key": f["analyst_key"]}
         with CuratorClient(info["processes"]["curator-a"]["address"], **analyst) as a:
             release_id = a.release(epsilon=1.0).release_id

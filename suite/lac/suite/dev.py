@@ -1,4 +1,4 @@
-"""``lac dev up|down``: a local TLS stack in one command, for development and trying LAC out.
+"""``lac dev up|down|status``: a local TLS stack in one command, for development and trying LAC out.
 
 ``lac dev up --dir lac-dev`` does, once, what the operator guide's long form does by hand: the curator's
 HPKE key ring and a private CA with certificates for the curator, the shuffler, an analyst and an operator
@@ -22,8 +22,9 @@ one database per service, two curator replicas over one of them sharing ``DIR/cu
 replicas over the other sharing one tokens file and the key of their client hashes, each forwarding to its own
 curator. The profile ``dev`` lists both shufflers (``replicas``, for the SDK's failover) and names curator-a, as do
 env.sh's ``LAC_DEV_SHUFFLER``/``LAC_DEV_CURATOR`` (``..._B``: the other replicas). A replica that dies is reported
-and the others carry on; ``lac dev down`` stops every replica and then PostgreSQL. A directory holds one kind of
-stack: ``--ha`` refuses one with SQLite state, and ``up`` without it one with PostgreSQL.
+and the others carry on; ``lac dev status`` says which serve, ``lac dev down`` stops every replica and then
+PostgreSQL. A directory holds one kind of stack: ``--ha`` refuses one with SQLite state, and ``up`` without it one
+with PostgreSQL.
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ DATABASES = {"shuffler": "lac_shuffler", "curator": "lac_curator"}  # with --ha,
 
 
 def register(subparsers: Any) -> None:
-    """Add ``lac dev up|down`` to the ``lac`` command."""
+    """Add ``lac dev up|down|status`` to the ``lac`` command."""
     p = subparsers.add_parser("dev", help="a local TLS shuffler + curator with keys and tokens, in one command")
     sub = p.add_subparsers(dest="dev_command", metavar="ACTION", required=True)
     up = sub.add_parser(
@@ -98,6 +99,15 @@ def register(subparsers: Any) -> None:
     down.add_argument("--dir", type=Path, default=Path("lac-dev"), help="the directory of `lac dev up`")
     down.add_argument("--timeout", type=positive(float), default=60.0, help="seconds to wait for it to stop")
     down.set_defaults(func=_down)
+    status = sub.add_parser(
+        "status",
+        help="every process of the `lac dev up` running on --dir: its address and whether it serves",
+        description="For each server DIR/dev.json names (with --ha: every replica and PostgreSQL), whether its "
+        "process runs and, for the shufflers and curators, whether it answers its health check with SERVING. "
+        "Exit status 0 when every one does, 1 when any does not, 2 when no `lac dev up` runs on DIR.",
+    )
+    status.add_argument("--dir", type=Path, default=Path("lac-dev"), help="the directory of `lac dev up`")
+    status.set_defaults(func=_status)
 
 
 def _private_text(path: Path, text: str) -> None:
@@ -502,6 +512,36 @@ def _down(args: argparse.Namespace) -> int:
         time.sleep(0.2)
     print(f"stopped the dev stack on {root}", file=sys.stdout)
     return 0
+
+
+def _status(args: argparse.Namespace) -> int:
+    import grpc
+
+    from lac.common import health, tls
+
+    root: Path = args.dir.resolve()
+    found = _running(root)
+    if found is None:
+        raise SystemExit(f"error: no `lac dev up` is running on {root} (no {STATE} naming a live process)")
+    f = found["files"]
+    reach = {
+        "shuffler": tls.ClientTls(Path(f["ca"])),
+        "curator": tls.ClientTls(Path(f["ca"]), Path(f["operator_cert"]), Path(f["operator_key"])),
+    }
+    rows = []
+    for name, p in found["processes"].items():
+        try:
+            serving = _alive(p["pid"]) and health.check(p["address"], reach[name.split("-")[0]], timeout=5)
+        except grpc.RpcError:  # refused, no answer in time: not serving
+            serving = False
+        state = "SERVING" if serving else ("not serving" if _alive(p["pid"]) else "exited")
+        rows.append((name, p["address"], p["pid"], state))
+    if (pg := found.get("postgres")) is not None:
+        rows.append(("postgresql", pg["address"], pg["pid"], "running" if _alive(pg["pid"]) else "exited"))
+    print(f"`lac dev up` (pid {found['pid']}) on {root}:")
+    for name, address, pid, state in rows:
+        print(f"  {name:<10}  {address}  pid {pid:<7}  {state}")
+    return 0 if all(state in ("SERVING", "running") for *_, state in rows) else 1
 
 
 def _clean_up(root: Path) -> int:
