@@ -583,7 +583,8 @@ def _serves_from(pid: int, root: Path) -> bool:
         command = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
     except OSError:
         return False
-    return b"serve" in command and any(a.startswith(str(root).encode()) for a in command)
+    inside = str(root).encode()
+    return b"serve" in command and any(a == inside or a.startswith(inside + b"/") for a in command)
 
 
 def _alive(pid: int) -> bool:
