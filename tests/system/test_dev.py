@@ -81,10 +81,15 @@ def _down(proc: subprocess.Popen, root: Path) -> str:
 
 
 def _kill(proc: subprocess.Popen) -> None:
-    """A ``lac dev up`` a failed test left running: killed, its pipe closed."""
+    """A ``lac dev up`` a failed test left running: stopped as Ctrl-C does (its servers with it; killed only if that
+    hangs), its pipe closed."""
     if proc.poll() is None:
-        proc.kill()
-        proc.communicate(timeout=30)
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.communicate(timeout=90)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.communicate(timeout=30)
 
 
 def _gone(pid: int) -> bool:
@@ -248,6 +253,8 @@ def ha_tmp():
     path = Path(tempfile.mkdtemp(prefix="lac-dev-ha-"))
     path.chmod(0o711)
     yield path
+    if (path / "lac-dev").exists():  # whatever a failed test left running (PostgreSQL above all) is stopped
+        _lac("dev", "down", "--dir", str(path / "lac-dev"), root=path / "lac-dev")
     shutil.rmtree(path, ignore_errors=True)
 
 
