@@ -32,6 +32,7 @@ __all__ = [
 
 ROLE = "lac"
 START_SECONDS = 120
+RUN_AS = ["runuser", "-u", "postgres", "--"]  # as root: the server's tools run as its account
 
 
 class PostgresUnavailable(RuntimeError):
@@ -95,7 +96,7 @@ class PostgresCluster:
     def __init__(self, durable: bool = False, directory: Path | None = None):
         self.bin = server_binaries()
         owner = server_account()
-        self._as = ["runuser", "-u", "postgres", "--"] if owner is not None else []
+        self._as = RUN_AS if owner is not None else []
         self.kept = directory is not None
         if directory is None:
             self.dir = Path(tempfile.mkdtemp(prefix="lac-pg-"))
@@ -233,7 +234,7 @@ def stop_kept(directory: Path) -> int | None:
     data = directory / "data"
     if not (data / "postmaster.pid").exists():
         return None
-    run_as = ["runuser", "-u", "postgres", "--"] if server_account() is not None else []
+    run_as = RUN_AS if server_account() is not None else []
     bin_dir = server_binaries()
     pid = _running_pid(data, run_as, bin_dir)
     if pid is not None:
