@@ -140,3 +140,15 @@ def test_writing_a_profile_replaces_it_and_keeps_the_rest(tmp_path, env):
     env.setenv("LAC_PROFILES", str(tmp_path / "new" / "profiles.toml"))  # a first profile in a new file
     write_profile("dev", {"shuffler": {"server": "h:1"}})
     assert tomllib.loads((tmp_path / "new" / "profiles.toml").read_text()) == {"dev": {"shuffler": {"server": "h:1"}}}
+
+
+def test_a_profile_lists_every_replica_for_the_sdk_and_commands_take_its_server(tmp_path, env):
+    """``replicas`` (what `lac dev up --ha` writes for its shufflers) reads back as a list; a command still talks to
+    the one ``server``; replicas that are not a list of addresses are refused."""
+    env.setenv("LAC_PROFILES", str(tmp_path / "replicas.toml"))
+    write_profile("ha", {"shuffler": {"server": "h:1", "replicas": ["h:1", "h:2"]}})
+    assert profiles.profile("ha", "shuffler")["replicas"] == ["h:1", "h:2"]
+    assert _where(_resolved("shuffler", "--profile", "ha"))[0] == "h:1"
+    (tmp_path / "replicas.toml").write_text('[ha]\nserver = "h:1"\nreplicas = "h:1,h:2"\n')
+    with pytest.raises(SystemExit, match="and replicas a list"):
+        _resolved("shuffler", "--profile", "ha")

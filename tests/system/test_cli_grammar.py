@@ -134,6 +134,7 @@ MISSING_FILE = {
     ("curator", "query", "perplexity"): lambda m: ["--insecure", "rid", "@" + m["missing"]],
     ("client", "calibrate"): lambda m: ["--embedding", m["missing"]],
     ("client", "embedding-info"): lambda m: ["--embedding", m["missing"]],
+    ("dev", "status"): lambda m: ["--dir", m["missing"]],
 }
 
 

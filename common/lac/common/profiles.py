@@ -5,9 +5,10 @@ Each setting comes from its flag, else its environment variable (``LAC_SERVER``,
 else the command's default. Profiles are tables of a TOML file, ``$LAC_PROFILES`` if set, else
 ``$XDG_CONFIG_HOME/lac/profiles.toml`` (``~/.config/lac/profiles.toml``): configuration, kept apart from the data
 directory, which is a cache. A profile holds ``server``, ``ca``, ``cert``, ``key`` and ``token-file`` (relative
-paths are relative to the file), or one table per service, ``[NAME.curator]`` and ``[NAME.shuffler]``, which
-``lac curator …`` and ``lac shuffler …`` pick; ``--profile NAME.curator`` names one table outright. ``lac dev up``
-writes the profile ``dev``.
+paths are relative to the file) and may hold ``replicas``, the list of every replica's address, for the SDK's
+failover (``ShufflerClient.connect(profile(...)["replicas"], ...)``; a command talks to ``server``); or one table per
+service, ``[NAME.curator]`` and ``[NAME.shuffler]``, which ``lac curator …`` and ``lac shuffler …`` pick;
+``--profile NAME.curator`` names one table outright. ``lac dev up`` writes the profile ``dev``.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ PROFILES_ENV = "LAC_PROFILES"
 ENV = {"server": "LAC_SERVER", "ca": "LAC_CA", "cert": "LAC_CERT", "key": "LAC_KEY"}
 TOKEN_ENV = "LAC_OPERATOR_TOKEN"  # a token itself: when set, a profile's token-file is not read
 KEYS = {"server": "server", "ca": "ca", "cert": "cert", "key": "key", "token_file": "token-file"}
+KEYS["replicas"] = "replicas"  # a list: every replica's address, which the SDK takes (no command has the flag)
 _PATHS = ("ca", "cert", "key", "token_file")
 _NAME = re.compile(r"^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)?$")
 _HEADER = re.compile(r"^\s*\[\s*([^\[\]]+?)\s*\]\s*(#.*)?$")
@@ -69,8 +71,12 @@ def profile(name: str, service: str | None) -> dict[str, Any]:
         found = found[service]
     settings = {k: v for k, v in found.items() if not isinstance(v, dict)}
     unknown = set(settings) - set(KEYS.values())
-    if unknown or not all(isinstance(v, str) for v in settings.values()):
-        raise ProfileError(f"profile {name!r} in {path}: expected text values of {', '.join(KEYS.values())} only")
+    if unknown or not all(
+        isinstance(v, list) and all(isinstance(a, str) for a in v) if k == "replicas" else isinstance(v, str)
+        for k, v in settings.items()
+    ):
+        texts = ", ".join(k for k in KEYS.values() if k != "replicas")
+        raise ProfileError(f"profile {name!r} in {path}: expected text values of {texts} only, and replicas a list")
     if not settings:
         tables = ", ".join(k for k, v in found.items() if isinstance(v, dict))
         raise ProfileError(
@@ -86,7 +92,7 @@ def _value(dest: str, value: str, base: Path) -> Any:
     return p if dest == "token_file" else str(p)
 
 
-def write_profile(name: str, tables: dict[str, dict[str, str]]) -> Path:
+def write_profile(name: str, tables: dict[str, dict[str, str | list[str]]]) -> Path:
     """Set profile ``name`` to ``tables`` (service -> settings) in ``profiles_file()``, keeping its other profiles
     and their comments; the file is written atomically, readable by its owner only. Returns its path."""
     path = profiles_file()

@@ -48,15 +48,19 @@ def start(
     env: dict | None = None,
     tls: ClientTls | None = None,
     port: int = 0,
+    label: str | None = None,
 ) -> Service:
     """Run ``lac <name> serve <args> --port PORT --port-file ...`` on 127.0.0.1 and wait for SERVING health.
 
-    ``tls`` is how to reach the service for the health check when it serves TLS; ``port`` 0 is any free one.
+    ``tls`` is how to reach the service for the health check when it serves TLS; ``port`` 0 is any free one;
+    ``label`` (default ``name``) names the service and its files in ``workdir`` (``LABEL.log``, ``LABEL.port``), e.g.
+    one replica of several.
     """
+    label = label or name
     workdir.mkdir(parents=True, exist_ok=True)
-    port_file = workdir / f"{name}.port"
+    port_file = workdir / f"{label}.port"
     port_file.unlink(missing_ok=True)
-    log_path = workdir / f"{name}.log"
+    log_path = workdir / f"{label}.log"
     cmd = [
         sys.executable,
         "-m",
@@ -76,12 +80,12 @@ def start(
     deadline = time.monotonic() + timeout
     while not port_file.exists():
         if proc.poll() is not None:
-            raise RuntimeError(f"{name} exited with {proc.returncode}; log {log_path}:\n{_tail(log_path)}")
+            raise RuntimeError(f"{label} exited with {proc.returncode}; log {log_path}:\n{_tail(log_path)}")
         if time.monotonic() > deadline:
             proc.kill()
-            raise TimeoutError(f"{name} did not start within {timeout}s; log {log_path}:\n{_tail(log_path)}")
+            raise TimeoutError(f"{label} did not start within {timeout}s; log {log_path}:\n{_tail(log_path)}")
         time.sleep(0.05)
-    service = Service(name, proc, int(port_file.read_text()), log_path)
+    service = Service(label, proc, int(port_file.read_text()), log_path)
     try:
         if not health.check(service.address, tls, timeout=max(deadline - time.monotonic(), 1.0), wait=True):
             raise RuntimeError(f"{service.address} is not serving")
