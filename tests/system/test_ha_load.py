@@ -20,6 +20,7 @@ release and the ledger holds exactly their charges."""
 
 from __future__ import annotations
 
+import itertools
 import os
 import queue
 import random
@@ -45,7 +46,7 @@ from lac_testkit import (
 
 import lac.client
 from lac.client import AckStatus
-from lac.client.errors import RetryableError
+from lac.client.errors import QuotaExceeded, RetryableError
 from lac.common import envelope, tls
 from lac.common.database import PostgresDatabase
 from lac.common.envelope import CuratorKeyRing
@@ -110,6 +111,10 @@ class Load:
                     time.sleep(max(0.0, due - time.monotonic()))
                 try:
                     acks = sdk.submit_prepared(reports, token=self.tokens[client])
+                except QuotaExceeded as exc:  # a retry would never end: the quota holds until the next window
+                    with self.lock:
+                        self.errors.append(f"{client}: {exc}")
+                    continue
                 except RetryableError:
                     with self.lock:
                         self.resent += 1
@@ -164,13 +169,19 @@ class Services:
         self.procs[name] = ServeProc(args, workdir, timeout=120, service=service, tls=client_tls, port=port)
         return self.procs[name]
 
-    def kill_and_restart(self, name: str) -> float:
-        """SIGKILL ``name``, start it again on its port; the seconds until it serves again."""
+    def restart(self, name: str) -> float:
+        """Start ``name`` again on its port (after a kill); the seconds until it serves."""
         t0 = time.monotonic()
-        port = self.procs[name].port
-        self.procs[name].kill()
         args, workdir, service, client_tls = self.made[name]
+        port = self.procs[name].port
         self.procs[name] = ServeProc(args, workdir, timeout=120, service=service, tls=client_tls, port=port)
+        return time.monotonic() - t0
+
+    def kill_and_restart(self, name: str) -> float:
+        """SIGKILL ``name`` and start it again; the seconds until it serves again."""
+        t0 = time.monotonic()
+        self.procs[name].kill()
+        self.restart(name)
         return time.monotonic() - t0
 
     def all_serving(self) -> bool:
@@ -289,14 +300,12 @@ def test_nothing_acknowledged_is_lost_or_duplicated_while_every_part_dies(
         wait_until(lambda: shuffler_status(lease).batches_pending > 0, timeout=DEADLINE)
         sessions = lease_sessions()
         killed_at = time.monotonic()
-        port = services.procs[lease].port
         services.procs[lease].kill()
         wait_until(lambda: lease_sessions() - sessions, timeout=DEADLINE)  # a new session holds the lease
         passed = time.monotonic() - killed_at
         assert passed < PROMPT, f"the lease passed {passed:.1f} s after the holder's SIGKILL"
         new = holder(dead=lease)
-        services.procs[lease] = ServeProc(*services.made[lease][:2], timeout=120, service="shuffler",
-                                          tls=clients_tls, port=port)  # fmt: skip
+        services.restart(lease)
         lease = recovered(f"SIGKILL lease holder {lease} mid-release; the lease passed to {new} after {passed:.1f} s")
 
         at(0.38)
@@ -344,16 +353,19 @@ def test_nothing_acknowledged_is_lost_or_duplicated_while_every_part_dies(
         load.work.join()  # every item acknowledged
         assert not load.errors, load.errors[:5]
         note(f"all {len(load.acked):,} reports acknowledged ({load.resent} calls sent again after the SDK gave up)")
-        fillers = ids[N_CLIENTS:]
+        fillers = itertools.cycle(ids[N_CLIENTS:])  # 100 clients with a quota of 50: 5,000 reports at most
+        load.tokens.update({c: tokens[c] for c in ids[N_CLIENTS:]})
+        deadline = time.monotonic() + 4 * DEADLINE
         while True:  # drain: reports of fewer than MIN_BATCH clients wait for more clients' reports
             status = shuffler_status(holder())
             if status.buffered_reports == 0 and status.batches_pending == 0:
                 break
-            if status.buffered_reports:
-                load.tokens.update({c: tokens[c] for c in fillers})
-                for c in fillers:
-                    load.send(c, 1)
+            assert time.monotonic() < deadline, f"not drained: {status}"
+            if status.buffered_reports and not status.batches_pending and status.buffered_clients < MIN_BATCH:
+                for _ in range(MIN_BATCH - status.buffered_clients):
+                    load.send(next(fillers), 1)
                 load.work.join()
+                assert not load.errors, load.errors[:5]
             time.sleep(1)
         note(f"drained: {len(load.acked):,} reports acknowledged in all")
         load.stop.set()
