@@ -42,7 +42,7 @@ from lac.suite import procs
 SUBMIT = "/lac.v1.Shuffler/Submit"
 
 
-def _payload_field(size: int = 560) -> bytes:
+def payload_field(size: int = 560) -> bytes:
     """ClientReport.payload: an HPKE-shaped sealed payload (valid key id and padded size, random bytes)."""
     size = min(n for n in envelope.SEALED_SIZES if n >= size)
     p = reports_pb2.SealedPayload(encoding=envelope.HPKE, key_id="0" * envelope.KEY_ID_CHARS, data=os.urandom(size))
@@ -50,11 +50,11 @@ def _payload_field(size: int = 560) -> bytes:
     return b"\x12" + _varint(len(body)) + body
 
 
-def _request(per_call: int, payload_field: bytes) -> bytes:
+def _request(per_call: int, payload: bytes) -> bytes:
     """A serialized SubmitRequest of ``per_call`` reports with fresh idempotency ids."""
     parts = []
     for _ in range(per_call):
-        report = b"\x0a\x10" + os.urandom(16) + payload_field
+        report = b"\x0a\x10" + os.urandom(16) + payload
         parts.append(b"\x0a" + _varint(len(report)) + report)
     return b"".join(parts)
 
@@ -80,10 +80,23 @@ class Result:
     load_cpu: float = 0.0  # the load generator's, likewise
 
 
-async def _drive(address: str, tokens: list[str], per_call: int, seconds: float, payload_field: bytes):
-    """Each client: its own channel (own connection) and token, one call in flight, for ``seconds``."""
+async def drive(
+    addresses: list[str],
+    tokens: list[str],
+    per_call: int,
+    seconds: float,
+    payload: bytes,
+    credentials: grpc.ChannelCredentials | None = None,
+):
+    """Each client: its own channel (own connection) and token, one call in flight, for ``seconds``; client i
+    calls ``addresses[i % len(addresses)]``, over TLS with ``credentials`` (plaintext without)."""
     own = [("grpc.use_local_subchannel_pool", 1)]
-    channels = [grpc.aio.insecure_channel(address, options=own) for _ in tokens]
+    channels = [
+        grpc.aio.secure_channel(addresses[i % len(addresses)], credentials, options=own)
+        if credentials
+        else grpc.aio.insecure_channel(addresses[i % len(addresses)], options=own)
+        for i in range(len(tokens))
+    ]
     latencies: list[float] = []
     errors: Counter = Counter()
     done = 0
@@ -94,7 +107,7 @@ async def _drive(address: str, tokens: list[str], per_call: int, seconds: float,
         nonlocal done, ready
         submit = channel.unary_unary(SUBMIT, request_serializer=None, response_deserializer=None)
         md = (("authorization", f"Bearer {token}"),)
-        await submit(_request(per_call, payload_field), metadata=md, timeout=60)  # connect + warm up
+        await submit(_request(per_call, payload), metadata=md, timeout=60)  # connect + warm up
         ready += 1
         if ready == len(tokens):  # every client connected: the clock starts for all at once
             t_start[0] = time.perf_counter()
@@ -102,7 +115,7 @@ async def _drive(address: str, tokens: list[str], per_call: int, seconds: float,
         await start.wait()
         end = t_start[0] + seconds
         while time.perf_counter() < end:
-            req = _request(per_call, payload_field)
+            req = _request(per_call, payload)
             t0 = time.perf_counter()
             try:
                 await submit(req, metadata=md, timeout=60)
@@ -142,9 +155,9 @@ def run(name: str, tmp: Path, tokens_file_lines: Path, tokens: list[str], per_ca
     ]
     service = procs.start("shuffler", args, tmp / name)
     try:
-        payload_field = _payload_field()
+        payload = payload_field()
         cpu0, lcpu0, t0 = _cpu_seconds(service.process.pid), time.process_time(), time.perf_counter()
-        done, lat, errors, wall = asyncio.run(_drive(service.address, tokens, per_call, seconds, payload_field))
+        done, lat, errors, wall = asyncio.run(drive([service.address], tokens, per_call, seconds, payload))
         cpu1, lcpu1, t1 = _cpu_seconds(service.process.pid), time.process_time(), time.perf_counter()
     finally:
         service.stop()

@@ -275,12 +275,14 @@ class Pki:
         return ClientTls(Path(self.ca), Path(cert), Path(key))
 
 
-def health(address: str, service: str = "") -> str:
-    """The gRPC health status name of ``service`` ("" = the server) at a plaintext ``address``, or the
-    status code's name if the check fails."""
+def health(address: str, service: str = "", tls=None) -> str:
+    """The gRPC health status name of ``service`` ("" = the server) at ``address`` (plaintext, or TLS with the
+    ``lac.common.tls.ClientTls`` ``tls``), or the status code's name if the check fails."""
     from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-    with grpc.insecure_channel(address) as ch:
+    from lac.common.tls import channel
+
+    with channel(address, tls) as ch:
         try:
             reply = health_pb2_grpc.HealthStub(ch).Check(health_pb2.HealthCheckRequest(service=service), timeout=5)
         except grpc.RpcError as exc:
@@ -289,13 +291,20 @@ def health(address: str, service: str = "") -> str:
 
 
 class ServeProc:
-    """A real ``lac <service> serve`` process on 127.0.0.1 (port 0) whose output is read through a
-    pipe into ``lines`` and ``log_path``: limits set on the process (RLIMIT_FSIZE) never touch
-    its logging; ``env`` replaces its environment. ``stop()`` sends SIGTERM (graceful) and waits;
-    ``kill()`` sends SIGKILL."""
+    """A real ``lac <service> serve`` process on 127.0.0.1 (``port``, 0 = any free one) whose output is read
+    through a pipe into ``lines`` and ``log_path``: limits set on the process (RLIMIT_FSIZE) never touch
+    its logging; ``env`` replaces its environment; ``tls`` (a ``ClientTls``) is how its health is asked when it
+    serves TLS. ``stop()`` sends SIGTERM (graceful) and waits; ``kill()`` sends SIGKILL."""
 
     def __init__(
-        self, args: list[str], workdir, timeout: float = 60.0, service: str = "shuffler", env: dict | None = None
+        self,
+        args: list[str],
+        workdir,
+        timeout: float = 60.0,
+        service: str = "shuffler",
+        env: dict | None = None,
+        tls=None,
+        port: int = 0,
     ):
         import subprocess
         import sys
@@ -304,6 +313,7 @@ class ServeProc:
         port_file = workdir / f"{service}.port"
         port_file.unlink(missing_ok=True)
         self.log_path = workdir / f"{service}.log"
+        self.tls = tls
         self.lines: list[str] = []
         self.process = subprocess.Popen(
             [
@@ -315,7 +325,7 @@ class ServeProc:
                 "--host",
                 "127.0.0.1",
                 "--port",
-                "0",
+                str(port),
                 "--port-file",
                 str(port_file),
                 *args,
@@ -354,7 +364,7 @@ class ServeProc:
 
     def health(self, service: str = "") -> str:
         """The gRPC health status name of ``service`` ("" = the server)."""
-        return health(self.address, service)
+        return health(self.address, service, self.tls)
 
     def rss_bytes(self) -> int:
         with open(f"/proc/{self.pid}/status") as status:
@@ -565,3 +575,147 @@ def hello_report():
         embedding=DEFAULT_EMBEDDING,
         guarantee=Deployment().word_guarantee(),
     )
+
+
+class TcpFailover:
+    """A TCP relay on 127.0.0.1 standing in for one name that resolves to several replicas (a load balancer in TCP
+    mode): each connection goes to the first of ``backends`` (host:port) that accepts it, and its bytes pass through
+    unread (TLS stays end to end; the certificate names 127.0.0.1). When a backend dies its connections close and
+    the caller's next connection goes to the next backend. ``sent[backend]`` counts the bytes each was sent and
+    ``last_sent[backend]`` says when (``time.monotonic()``)."""
+
+    def __init__(self, backends: list[str]):
+        import socket
+
+        self.backends = list(backends)
+        self.sent = dict.fromkeys(self.backends, 0)
+        self.last_sent = dict.fromkeys(self.backends, 0.0)
+        self._lock = threading.Lock()
+        self._sockets: set = set()
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self._listener.getsockname()[1]
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                conn, _ = self._listener.accept()
+            except OSError:  # closed by stop()
+                return
+            threading.Thread(target=self._relay, args=(conn,), daemon=True).start()
+
+    def _relay(self, conn) -> None:
+        import socket
+
+        for backend in self.backends:
+            host, port = backend.rsplit(":", 1)
+            try:
+                upstream = socket.create_connection((host, int(port)), timeout=5)
+                break
+            except OSError:
+                continue
+        else:
+            conn.close()  # none accepts: the caller sees the connection closed, as with a name of dead addresses
+            return
+        upstream.settimeout(None)
+        with self._lock:
+            self._sockets |= {conn, upstream}
+        threading.Thread(target=self._pump, args=(conn, upstream, backend), daemon=True).start()
+        self._pump(upstream, conn, None)
+
+    def _pump(self, source, sink, backend: str | None) -> None:
+        import socket
+
+        try:
+            while data := source.recv(1 << 16):
+                sink.sendall(data)
+                if backend is not None:
+                    with self._lock:
+                        self.sent[backend] += len(data)
+                        self.last_sent[backend] = time.monotonic()
+        except OSError:
+            pass
+        finally:  # one side ended: end both, as a TCP load balancer does
+            for s in (source, sink):
+                try:
+                    s.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+                s.close()
+            with self._lock:
+                self._sockets -= {source, sink}
+
+    def stop(self) -> None:
+        self._listener.close()
+        with self._lock:
+            open_now = list(self._sockets)
+        for s in open_now:
+            s.close()
+
+
+def ledger_of(records) -> dict[int, float]:
+    """The ε each window's ledger should hold: the sum of the charges of the releases (``ReleaseRecord`` protos)
+    covering it."""
+    want: dict[int, float] = {}
+    for r in records:
+        for w in range(r.first_window, r.last_window + 1):
+            want[w] = want.get(w, 0.0) + r.ledger_epsilon
+    return want
+
+
+def shuffler_replica_states(root: Path, n: int, tokens_file: Path) -> list[Path]:
+    """The state directories ``root/state0`` … of ``n`` shuffler replicas over one database: each holds the same
+    key of the client hashes (made here; a replica without it refuses to start) and a copy of ``tokens_file``."""
+    from lac.shuffler.reportlog import KEY_FILE, write_key
+
+    client_key = os.urandom(32)
+    states = []
+    for i in range(n):
+        state = root / f"state{i}"
+        state.mkdir(mode=0o700)
+        write_key(state / KEY_FILE, client_key)
+        (state / "clients.tokens").write_bytes(tokens_file.read_bytes())
+        (state / "clients.tokens").chmod(0o600)
+        states.append(state)
+    return states
+
+
+def lease_holders(addresses: list[str], operator_metadata, tls=None) -> list[str]:
+    """The addresses among ``addresses`` (shuffler replicas) whose GetStatus says they hold the release lease."""
+    from lac.common.tls import channel
+    from lac.common.v1 import shuffler_pb2, shuffler_pb2_grpc
+
+    held = []
+    for address in addresses:
+        with channel(address, tls) as ch:
+            status = shuffler_pb2_grpc.ShufflerStub(ch).GetStatus(
+                shuffler_pb2.ShufflerStatusRequest(), metadata=operator_metadata, timeout=DEADLINE
+            )
+        if status.release_lease:
+            held.append(address)
+    return held
+
+
+def postgres_tls(cluster, pki: Pki) -> str:
+    """Turn TLS on in the private PostgreSQL ``cluster`` (``lac.common.pgcluster``) with a certificate for 127.0.0.1
+    from ``pki``'s CA, and restart it; returns what a URL to it appends to insist on TLS and verify the server
+    (``?sslmode=verify-full&sslrootcert=CA``)."""
+    import shutil
+
+    from lac.common import tls
+
+    tls.issue(pki.root, "postgres", ["localhost", "127.0.0.1"])
+    owner = cluster.dir.stat()
+    for name in ("postgres.pem", "postgres.key"):
+        shutil.copy(pki.root / name, cluster.dir / name)
+        os.chown(cluster.dir / name, owner.st_uid, owner.st_gid)
+        (cluster.dir / name).chmod(0o600)
+    with open(cluster.data / "postgresql.conf", "a") as conf:
+        conf.write(f"ssl = on\nssl_cert_file = '{cluster.dir / 'postgres.pem'}'\n")
+        conf.write(f"ssl_key_file = '{cluster.dir / 'postgres.key'}'\n")
+    cluster.restart()
+    return f"?sslmode=verify-full&sslrootcert={pki.ca}"

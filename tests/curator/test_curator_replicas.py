@@ -17,7 +17,7 @@ import pytest
 from curator_testkit import DAY, Stubs, Traffic, batch, opened_stores, serve_curator
 from curator_testkit import stored_items as _items
 from curator_testkit import stored_release as _release
-from lac_testkit import DEADLINE, PROMPT
+from lac_testkit import DEADLINE, PROMPT, ledger_of
 
 from lac.common.errors import DataLoss
 from lac.common.privacy import Budget
@@ -240,19 +240,10 @@ def test_two_servers_share_batches_releases_and_the_last_epsilon(tmp_path, publi
             records = sb.query.ListReleases(curator_pb2.ListReleasesRequest(), timeout=DEADLINE).releases
             assert len(records) == 2
             spent = {w: e for w, (e, _) in sa.spent().items() if e}
-            assert spent == pytest.approx(_ledger(records), rel=1e-9)
+            assert spent == pytest.approx(ledger_of(records), rel=1e-9)
             assert spent and spent == pytest.approx(dict.fromkeys(spent, 0.7), rel=1e-9)
     finally:
         a.stop(), b.stop()
-
-
-def _ledger(records) -> dict[int, float]:
-    """The ε each window's ledger should hold: the sum of the charges of the releases covering it."""
-    want: dict[int, float] = {}
-    for r in records:
-        for w in range(r.first_window, r.last_window + 1):
-            want[w] = want.get(w, 0.0) + r.ledger_epsilon
-    return want
 
 
 def _check(stubs: Stubs, traffic: Traffic, shared) -> tuple[int, int]:
@@ -267,7 +258,7 @@ def _check(stubs: Stubs, traffic: Traffic, shared) -> tuple[int, int]:
     assert {f"{r.release_id}.npz" for r in records} <= releases
     for r in records[-3:]:  # read from the shared directory
         stubs.query.GetRelease(curator_pb2.GetReleaseRequest(release_id=r.release_id), timeout=DEADLINE)
-    assert {w: e for w, (e, _) in stubs.spent().items() if e} == pytest.approx(_ledger(records), rel=1e-9, abs=1e-12)
+    assert {w: e for w, (e, _) in stubs.spent().items() if e} == pytest.approx(ledger_of(records), rel=1e-9, abs=1e-12)
     return status.batches, len(records)
 
 

@@ -12,7 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import grpc
 import pytest
-from lac_testkit import DEADLINE, PROMPT
+from lac_testkit import DEADLINE, PROMPT, lease_holders, shuffler_replica_states
 from shuffler_testkit import ServeProc, report, tag_of, wait_for
 
 import lac.client
@@ -20,7 +20,6 @@ from lac.client import AckStatus
 from lac.common.database import PostgresDatabase
 from lac.common.v1 import curator_pb2, shuffler_pb2, shuffler_pb2_grpc
 from lac.shuffler.auth import add_client, add_clients
-from lac.shuffler.reportlog import KEY_FILE, write_key
 
 N_CLIENTS = 90
 
@@ -45,13 +44,7 @@ def test_replicas_over_one_postgresql_pass_the_lease_and_lose_nothing(tmp_path, 
     tokens = dict(zip(ids, add_clients(tokens_file, ids)))
     ops = [("authorization", f"Bearer {add_client(tokens_file, 'ops', role='operator')}")]
     procs: list[ServeProc] = []
-    client_key = os.urandom(32)  # every replica's state directory holds the same key of the client hashes
-    for i in range(3):
-        state = tmp_path / f"state{i}"
-        state.mkdir(mode=0o700)
-        write_key(state / KEY_FILE, client_key)
-        (state / "clients.tokens").write_bytes(tokens_file.read_bytes())
-        (state / "clients.tokens").chmod(0o600)
+    for i, state in enumerate(shuffler_replica_states(tmp_path, 3, tokens_file)):
         try:
             procs.append(_serve(postgres_url, state, sink.address, tmp_path / f"proc{i}"))
         except BaseException:  # no replica left running when another cannot start
@@ -62,13 +55,7 @@ def test_replicas_over_one_postgresql_pass_the_lease_and_lose_nothing(tmp_path, 
     alive = set(range(3))
 
     def holders() -> list[int]:
-        held = []
-        for i in sorted(alive):
-            channel, stub = _stub(addresses[i])
-            with channel:
-                if stub.GetStatus(shuffler_pb2.ShufflerStatusRequest(), metadata=ops, timeout=DEADLINE).release_lease:
-                    held.append(i)
-        return held
+        return [addresses.index(a) for a in lease_holders([addresses[i] for i in sorted(alive)], ops)]
 
     def new_holder(after: float) -> tuple[int, float]:
         """The replica that takes the lease after a kill at ``after``, and how long after the kill it held it."""
