@@ -158,11 +158,3 @@ def test_tiny_run_measures_the_release_end_to_end_against_the_clean_text(tiny_ru
     report = (out / "report.md").read_text(encoding="utf-8")
     assert "close corpus" in report and "joint KL" in report
     assert {c["text"] for c in e2e["checks"]} and all("shown" in c for c in e2e["checks"])
-
-
-def test_work_started_early_gives_its_value_or_raises_its_error_where_it_is_awaited():
-    from lac.suite.eval.runner import _Background
-
-    assert _Background(lambda: 42).result() == 42
-    with pytest.raises(ZeroDivisionError):
-        _Background(lambda: 1 / 0).result()

@@ -123,30 +123,29 @@ def _measures(p: np.ndarray, q: np.ndarray, vocab, smoothing: float, found: tupl
     }
 
 
-def _vocabulary(cfg):
-    cc = CuratorConfig()
-    return public_vocabulary(
-        prepare_corpora().public_corpus,
-        cc.max_n,
-        cfg.e2e_vocab_min_count,
-        cfg.e2e_vocab_items,
-        data_dir() / "eval-cache",
-    )
-
-
-def channels(cfg, say: bool = True) -> dict[str, NgramChannel]:
-    """Each preset's local channel over the e2e release vocabulary (sampled once, then read from the eval's cache;
-    ``lac.suite.eval.runner`` starts this early on a spare core)."""
+def run_e2e(cfg, out, rng: RandomSource) -> dict:
+    """The end-to-end rows on each user corpus, the targets at the balanced preset, and the frontier figure."""
     from lac.client.embedding import glove_default
+    from lac.client.errors import PartlyUnsupportedText
+    from lac.client.localizer import Localizer, fit_words
     from lac.client.presets import get_preset
 
-    vocab, corpora = _vocabulary(cfg), prepare_corpora()
+    corpora = prepare_corpora()
+    cc = CuratorConfig()
+    vocab = public_vocabulary(
+        corpora.public_corpus, cc.max_n, cfg.e2e_vocab_min_count, cfg.e2e_vocab_items, data_dir() / "eval-cache"
+    )
+    caps = PublicCaps(W=cfg.target_W, C=cfg.target_C)
+    words = vocab.words
     embedding = glove_default(cfg.e2e_embedding_vocab)
-    out = {}
-    for p in (get_preset(name) for name in cfg.e2e_presets):
-        if say:
-            print(f"  local channel at ε = {p.epsilon:g} per word (sampled once, cached)", flush=True)
-        out[p.name] = deployment_channel(
+    presets = [get_preset(p) for p in cfg.e2e_presets]
+    # the deployment the devices follow: its L words per report (the SDK keeps a text's first L words); each preset
+    # is a deployment of its own ε (a curator estimating the clean text takes reports at exactly its channel's ε)
+    deployment = dataclasses.replace(cc.deployment, embedding=embedding.name, word_distance_bound=embedding.diameter())
+    channels = {}
+    for p in presets:
+        print(f"  local channel at ε = {p.epsilon:g} per word (sampled once, cached)", flush=True)
+        channels[p.name] = deployment_channel(
             data_dir() / "eval-cache",
             vocab,
             corpora.public_corpus,
@@ -155,26 +154,6 @@ def channels(cfg, say: bool = True) -> dict[str, NgramChannel]:
             p.epsilon,
             cfg.e2e_channel_draws,
         )
-    return out
-
-
-def run_e2e(cfg, out, rng: RandomSource) -> dict:
-    """The end-to-end rows on each user corpus, the targets at the balanced preset, and the frontier figure."""
-    from lac.client.embedding import glove_default
-    from lac.client.errors import PartlyUnsupportedText
-    from lac.client.localizer import Localizer, fit_words
-    from lac.client.presets import get_preset
-
-    cc = CuratorConfig()
-    vocab = _vocabulary(cfg)
-    caps = PublicCaps(W=cfg.target_W, C=cfg.target_C)
-    words = vocab.words
-    embedding = glove_default(cfg.e2e_embedding_vocab)
-    presets = [get_preset(p) for p in cfg.e2e_presets]
-    # the deployment the devices follow: its L words per report (the SDK keeps a text's first L words); each preset
-    # is a deployment of its own ε (a curator estimating the clean text takes reports at exactly its channel's ε)
-    deployment = dataclasses.replace(cc.deployment, embedding=embedding.name, word_distance_bound=embedding.diameter())
-    by_preset = channels(cfg)
     splits = {}
     for name in cfg.e2e_corpora:
         texts = user_texts(min_count=0) if name == "user" else close_texts()
@@ -229,7 +208,7 @@ def run_e2e(cfg, out, rng: RandomSource) -> dict:
             for eps in cfg.e2e_central:
                 res: dict[str, list[dict]] = {"release-perturbed": [], "release-clean": []}
                 for _ in range(cfg.e2e_runs):
-                    for name, ch in (("release-perturbed", None), ("release-clean", by_preset[p.name])):
+                    for name, ch in (("release-perturbed", None), ("release-clean", channels[p.name])):
                         res[name].append(measured(pert_blocks, eps, ch, clean_counts=clean_counts))
                         bar.update()
                 rows.append(
@@ -271,8 +250,8 @@ def run_e2e(cfg, out, rng: RandomSource) -> dict:
         "C": caps.C,
         "L": deployment.max_report_words,
         "runs": cfg.e2e_runs,
-        "channel_draws": next(iter(by_preset.values())).word.draws if by_preset else 0,
-        "channel_sampling": next(iter(by_preset.values())).word.describe() if by_preset else "",
+        "channel_draws": next(iter(channels.values())).word.draws if channels else 0,
+        "channel_sampling": next(iter(channels.values())).word.describe() if channels else "",
     }
 
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -44,28 +43,6 @@ def _json_default(o):
     raise TypeError(type(o).__name__)
 
 
-class _Background:
-    """``fn()`` in a daemon thread from now on; ``result()`` waits for it and raises what it raised."""
-
-    def __init__(self, fn) -> None:
-        self._value: object = None
-        self._error: BaseException | None = None
-        self._thread = threading.Thread(target=self._run, args=(fn,), name="lac-eval-early", daemon=True)
-        self._thread.start()
-
-    def _run(self, fn) -> None:
-        try:
-            self._value = fn()
-        except BaseException as exc:  # re-raised in the caller's thread by result()
-            self._error = exc
-
-    def result(self) -> object:
-        self._thread.join()
-        if self._error is not None:
-            raise self._error
-        return self._value
-
-
 def run(cfg: EvalConfig, out: Path, preset: str = "custom", sections=SECTIONS) -> dict:
     """Run the data step and the selected ``sections`` into ``out``; returns the results written to results.json."""
     out.mkdir(parents=True, exist_ok=True)
@@ -84,9 +61,6 @@ def run(cfg: EvalConfig, out: Path, preset: str = "custom", sections=SECTIONS) -
         timings[name] = time.perf_counter() - t
         return value
 
-    # The e2e section's local channels are sampled (once; cached) while the sections before it run: those are mostly
-    # one-threaded, so the sampling takes the spare core instead of waiting for its own turn.
-    early = _Background(lambda: e2e.channels(cfg, say=False)) if "e2e" in sections else None
     data = step("data", lambda: eval_data.load(cfg, rngs["data"]))
     res["data"] = data.sizes
     _say(
@@ -118,13 +92,7 @@ def run(cfg: EvalConfig, out: Path, preset: str = "custom", sections=SECTIONS) -
     if "targets" in sections:
         res["targets"] = step("targets", lambda: targets.run(cfg, out, rngs["targets"]))
     if "e2e" in sections:
-
-        def end_to_end() -> dict:
-            if early is not None:
-                early.result()  # the channels are in the cache now (or their sampling's error is raised here)
-            return e2e.run_e2e(cfg, out, rngs["e2e"])
-
-        res["e2e"] = step("e2e", end_to_end)
+        res["e2e"] = step("e2e", lambda: e2e.run_e2e(cfg, out, rngs["e2e"]))
     if "authorship" in sections:
         res["authorship"] = step("authorship", lambda: authorship.run(cfg, out, rngs["authorship"]))
     if "downstream" in sections:
