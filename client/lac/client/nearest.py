@@ -31,13 +31,14 @@ import ctypes
 import functools
 import importlib.machinery
 import itertools
-import os
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
+
+from lac.common.config import CORES
 
 _Scan = tuple[npt.NDArray[np.int64], npt.NDArray[np.float64], npt.NDArray[np.float64]]
 
@@ -89,16 +90,9 @@ def fused_isas() -> tuple[str, ...]:
     return tuple(name for name, level in ISAS.items() if level <= best)
 
 
-def _cpus() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        return os.cpu_count() or 1
-
-
 @functools.lru_cache(maxsize=1)
 def _pool() -> ThreadPoolExecutor:
-    return ThreadPoolExecutor(max_workers=_cpus(), thread_name_prefix="lac-nearest")
+    return ThreadPoolExecutor(max_workers=CORES, thread_name_prefix="lac-nearest")
 
 
 def _gamma(k: int, u: float) -> float:
@@ -262,7 +256,7 @@ class NearestIndex:
                 e = min(s + block, hi)
                 out[s:e], best[s:e], second[s:e] = self._scan_block(q32[s:e], chunk)
 
-        threads = min(_cpus(), max(1, m // (8 * _MICRO)))
+        threads = min(CORES, max(1, m // (8 * _MICRO)))
         if threads == 1:
             run(0, m)
         else:
