@@ -158,3 +158,10 @@ def test_tiny_run_measures_the_release_end_to_end_against_the_clean_text(tiny_ru
     report = (out / "report.md").read_text(encoding="utf-8")
     assert "close corpus" in report and "joint KL" in report
     assert {c["text"] for c in e2e["checks"]} and all("shown" in c for c in e2e["checks"])
+
+
+def test_the_evaluations_channel_is_sampled_as_a_curator_samples_it():
+    from lac.curator.release.channel import CHANNEL_DRAWS
+    from lac.suite.eval.config import EvalConfig
+
+    assert EvalConfig().e2e_channel_draws == CHANNEL_DRAWS

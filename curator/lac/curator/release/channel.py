@@ -7,11 +7,12 @@ word are in the curator's published deployment — so its channel P(output | inp
 
 * ``WordChannel``: P(output class | clean class) over the curator's word classes (its public word
   list, ``<unk>`` for every other word, ``<s>``/``</s>`` unchanged), estimated by Monte Carlo with
-  the real mechanism and exact nearest-word search (``lac.client.channel.sample_channel``). Each word
-  gets draws by its public frequency (``channel_draws``: ``CHANNEL_DRAWS`` for the words that carry
-  half of the public text, ∝ √count below, at least ``MIN_DRAWS``), and its row states its own
-  standard error. The clean ``<unk>`` row is the mixture over the public corpus's words outside
-  the word list.
+  the real mechanism and exact nearest-word search (``lac.client.channel.sample_channel``). The words
+  share ``CHANNEL_DRAWS`` draws each on average by public frequency, at least ``MIN_DRAWS`` each
+  (``channel_draws``: half of the rest ∝ count, since the error of the predicted perturbed totals comes
+  from the frequent words' rows times their counts; half ∝ √count, for each word's own relative error).
+  Each row states its own standard error. The clean
+  ``<unk>`` row is the mixture over the public corpus's words outside the word list.
 * ``NgramChannel``: the n-gram channel over the release vocabulary. Words are perturbed
   independently, so P(j' | j) = Πₜ P(j'ₜ | jₜ): one sparse |P_n| × |P_n| matrix per order n
   (observed public n-gram j' from clean public n-gram j).
@@ -62,25 +63,33 @@ __all__ = [
     "MODEL_ERROR",
 ]
 
-# The channel model's own relative error on real text: from the clean totals of 100k real users it predicts
-# their perturbed unigram totals to within a median 18% (the per-report weights change when words change, and
-# the clean <unk> row is a public mixture); a fit closer than that chases the model's error, not the users'.
-MODEL_ERROR = 0.2
+# The channel model's own relative error on real text: from the clean totals of 20k real users it predicts their
+# perturbed unigram totals to within a median 8.7%, mass-weighted 4.7% (benchmarks/channel_error.py, ε = 8 over
+# GloVe 50k; with 400 draws for the words carrying half the text and ∝ √count below it was 19% and 11%), about what
+# the users' own random choices leave (a median 8.9% at 20k users); a fit closer than that chases the model's error.
+MODEL_ERROR = 0.08
 MAX_ITERATIONS = 50
 MIN_KEEP_SHARE = 0.25  # below: the channel keeps too few words for a clean estimate (see NgramChannel.informative)
-CHANNEL_DRAWS = 400  # Monte-Carlo perturbations of a frequent clean word: standard error ≤ 0.5/√400 = 0.025
-MIN_DRAWS = 50  # ... and of the rarest: standard error ≤ 0.5/√50 ≈ 0.071 (channel_draws)
-FULL_DRAWS_SHARE = 0.5  # the most frequent words that carry this share of the public text get CHANNEL_DRAWS
-UNK_DRAWS_FACTOR = 20  # the <unk> row (a mixture) gets this many times CHANNEL_DRAWS
+# Monte-Carlo perturbations per word of the word list on average (the <unk> row's share included), shared by
+# public frequency: the predicted perturbed total of an output word is Σ_w x_w P(out | w), whose sampling
+# variance Σ_w x_w² P(1−P)/n_w is smallest for n_w ∝ x_w; a word's own relative error, weighted by its
+# frequency, is smallest for n_w ∝ √x_w. Measured on 20k real users at ε = 8 over GloVe 50k
+# (benchmarks/channel_error.py): median error of the predicted unigram totals 19% with 400 draws for the words
+# carrying half the text and ∝ √count below (1.53M draws); 7% with 1.24M draws shared as ``channel_draws`` does.
+CHANNEL_DRAWS = 70
+MIN_DRAWS = 30  # ... and never fewer for one word: its row's standard error ≤ 0.5/√30 ≈ 0.091
 _FORMAT = 2
+COUNT_SHARE = 0.5  # of the draws above the floor: shared ∝ count; the rest ∝ √count (channel_draws)
+_ALLOCATION = f"count{COUNT_SHARE}"  # how the draws are shared (in the cache file's name: no other file is reused)
 
 
 @dataclass(frozen=True, eq=False)
 class WordChannel:
     """P(output class | clean class) over ``classes`` (CSR rows summing to 1), for one deployment.
 
-    ``draws``: the most Monte-Carlo draws of a word's row; ``row_draws``: each class's draws (0 for
-    the exact ``<s>``/``</s>`` rows), or None when every word had ``draws``."""
+    ``draws``: the Monte-Carlo draws per word on average it was sampled with (``channel_draws``);
+    ``row_draws``: each class's draws (0 for the exact ``<s>``/``</s>`` rows), or None when every word had
+    ``draws``."""
 
     classes: tuple[str, ...]
     matrix: sp.csr_matrix
@@ -118,10 +127,10 @@ class WordChannel:
         """How it was sampled and its error bound, for a release's statement."""
         if self.row_draws is None or self.least_draws == self.draws:
             return f"{self.draws} draws per word, standard error ≤ {self.standard_error:.3g}"
+        most = int(self.row_draws.max())
         return (
-            f"{self.least_draws}–{self.draws} draws per word by public frequency ({self.draws} for the words "
-            f"that carry {FULL_DRAWS_SHARE:.0%} of the public text), standard error ≤ 0.5/√draws per row: "
-            f"{0.5 / math.sqrt(self.draws):.3g} to {self.standard_error:.3g}"
+            f"{self.least_draws}–{most} draws per word ({self.draws} on average, shared by public frequency), "
+            f"standard error ≤ 0.5/√draws per row: {0.5 / math.sqrt(most):.3g} to {self.standard_error:.3g}"
         )
 
     def keep_rate(self) -> np.ndarray:
@@ -170,16 +179,18 @@ def _classes(vocab: NgramVocabulary) -> tuple[str, ...]:
     return tuple(sorted(tokens | {BOS, EOS, UNK}))
 
 
-def channel_draws(counts: np.ndarray, most: int = CHANNEL_DRAWS, least: int = MIN_DRAWS) -> np.ndarray:
-    """Monte-Carlo draws per word from its public ``counts``: ``most`` for the most frequent words that carry
-    ``FULL_DRAWS_SHARE`` of the public text, ∝ √count below them (the allocation that minimises the
-    frequency-weighted variance Σ π_w/n_w for a given total), never fewer than ``least``. Public data only."""
-    c = np.asarray(counts, dtype=np.float64)
-    if least >= most or c.sum() <= 0:
-        return np.full(c.size, most, dtype=np.int64)
-    ordered = np.sort(c)[::-1]
-    cut = ordered[min(int(np.searchsorted(np.cumsum(ordered) / ordered.sum(), FULL_DRAWS_SHARE)), c.size - 1)]
-    return np.clip(np.ceil(most * np.sqrt(c / cut)), least, most).astype(np.int64)
+def channel_draws(counts: np.ndarray, mean: int = CHANNEL_DRAWS, least: int = MIN_DRAWS) -> np.ndarray:
+    """Monte-Carlo draws per word from its public ``counts``: ``mean`` draws per word on average, ``least`` each
+    and the rest shared ``COUNT_SHARE`` in proportion to the counts (what the predicted totals need) and the
+    remainder in proportion to their square roots (what each word's own relative error needs), rounded up.
+    ``least >= mean`` or no counts: ``mean`` each. Public data only."""
+    c = np.maximum(np.asarray(counts, dtype=np.float64), 0.0)
+    if least >= mean or c.sum() <= 0:
+        return np.full(c.size, mean, dtype=np.int64)
+    rest = float(mean - least) * c.size
+    root = np.sqrt(c)
+    share = COUNT_SHARE * c / c.sum() + (1.0 - COUNT_SHARE) * root / root.sum()
+    return (least + np.ceil(rest * share)).astype(np.int64)
 
 
 def word_channel(
@@ -193,9 +204,10 @@ def word_channel(
     min_draws: int = MIN_DRAWS,
 ) -> WordChannel:
     """Sample the word channel of ``mechanism`` over ``embedding`` (``lac.client`` objects) for
-    ``vocab``'s word classes, each word with ``channel_draws`` of its public count (between ``min_draws``
-    and ``draws``; ``min_draws = draws``: the same for all). ``unk_words``: public word occurrences outside
-    the word list (the public corpus's rare words), whose mixture is the clean ``<unk>`` row; without them
+    ``vocab``'s word classes, each word (and the clean ``<unk>``) with ``channel_draws`` of its public
+    count (``draws`` on average, at least ``min_draws``; ``min_draws >= draws``: ``draws`` for each).
+    ``unk_words``: public word occurrences outside the word list (the public corpus's rare words), whose
+    mixture is the clean ``<unk>`` row; without them
     ``<unk>`` is perturbed from the centroid like an out-of-vocabulary word. ``progress(done, total)``:
     perturbations sampled so far. The default ``rng`` is numpy's generator seeded from the OS: the channel
     is public, so its Monte-Carlo draws protect nothing and need no CSPRNG."""
@@ -211,10 +223,10 @@ def word_channel(
     out_class = np.array([cid[w] if w in vocab.words else cid[UNK] for w in embedding.words])
     words = sorted(vocab.words)
     uni = {vocab.items[i]: float(vocab.alpha[i]) for i in np.flatnonzero(vocab.orders == 1)}
-    word_draws = channel_draws(np.array([uni.get(w, 0.0) for w in words]), int(draws), min(int(min_draws), int(draws)))
+    allotted = channel_draws(np.array([uni.get(w, 0.0) for w in [*words, UNK]]), int(draws), int(min_draws))
+    word_draws, unk_n = allotted[:-1], int(allotted[-1])
     rows = np.array([emb_index.get(w, OOV) for w in words], dtype=np.int64)
     unk_rows = np.array([emb_index.get(w, OOV) for w in unk_words], dtype=np.int64)
-    unk_n = int(draws) * UNK_DRAWS_FACTOR
     if unk_rows.size:
         pick = np.random.default_rng(0).integers(0, unk_rows.size, size=unk_n)  # a fixed public sample
         unk_inputs = unk_rows[pick]
@@ -279,7 +291,7 @@ def cached_word_channel(
     if mechanism_name != MultivariateLaplace.name:
         raise ValueError(f"no channel model for local mechanism {mechanism_name!r}")
     embedding = by_name(embedding_name)
-    log.info("sampling the local channel for %s (%d words x %d-%d draws)", key, len(vocab.words), min_draws, draws)
+    log.info("sampling the local channel for %s (%d words x %d draws on average)", key, len(vocab.words), draws)
     mechanism = MultivariateLaplace(epsilon_per_word)
     ch = word_channel(vocab, embedding, mechanism, unk_words(), draws, progress=progress, min_draws=min_draws)
     private_dir(cache_dir)
@@ -298,7 +310,7 @@ def word_channel_path(
 ) -> Path:
     """Where ``cached_word_channel`` keeps a deployment's word channel in ``cache_dir``."""
     key = deployment_key(embedding_name, mechanism_name, float(epsilon_per_word), vocab)
-    digest = hashlib.sha256(f"{key}|{draws}|{min(draws, min_draws)}|{_FORMAT}".encode()).hexdigest()[:16]
+    digest = hashlib.sha256(f"{key}|{draws}|{min(draws, min_draws)}|{_FORMAT}|{_ALLOCATION}".encode()).hexdigest()[:16]
     return cache_dir / f"channel-{digest}.npz"
 
 
@@ -477,9 +489,12 @@ def deconvolve(
     max_iter: int = MAX_ITERATIONS,
     target: float | None = None,
     model_error: float = MODEL_ERROR,
+    occurrence_weight: float = 1.0,
 ) -> Deconvolution:
-    """Clean totals x ≥ 0 with A x ≈ ``observed`` (noisy totals, variance σ² + A x + (η·A x)² each, η =
-    ``model_error`` the channel model's own relative error).
+    """Clean totals x ≥ 0 with A x ≈ ``observed`` (noisy totals, variance σ² + κ·A x + (η·A x)² each: the DP
+    noise, the devices' own random choices (Poisson, each occurrence counted with weight κ =
+    ``occurrence_weight``: 1 for raw counts, 1/‖c‖₂ of its report for normalised ones) and η = ``model_error``,
+    the channel model's own relative error).
 
     Started at the public ``prior`` scaled to the observed mass; each step is the EM update of
     Poisson deconvolution with censoring (mass that leaves the observed cells is accounted for by
@@ -504,7 +519,7 @@ def deconvolve(
 
     def disc(fit: np.ndarray) -> float:
         f = np.maximum(fit, 0.0)
-        return float(np.mean((obs - fit) ** 2 / (s2 + f + (model_error * f) ** 2)))
+        return float(np.mean((obs - fit) ** 2 / (s2 + occurrence_weight * f + (model_error * f) ** 2)))
 
     fit = A @ x
     d0 = d = disc(fit)
