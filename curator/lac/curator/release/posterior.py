@@ -122,6 +122,13 @@ class PosteriorParams:
         return self.unit.max_reports
 
     @property
+    def occurrence_weight(self) -> float:
+        """The weight 1/max(√W, τ) of one occurrence in a report that fills its W items: what the clean estimate's
+        stopping rule takes for the variance of the devices' random choices per unit of weighted total (public;
+        reports with fewer items weigh more: measured on the evaluation's user corpora, 0.13–0.16 at W = 100)."""
+        return 1.0 / max(math.sqrt(self.W), self.tau)
+
+    @property
     def delta_select(self) -> float:
         """δ_s: the share of δ the discovery threshold spends (0 without discovery)."""
         return self.delta * self.discovery_delta_share if self.discovery else 0.0
@@ -434,26 +441,29 @@ def channel_prior(alpha: np.ndarray) -> np.ndarray:
 
 
 def _clean_estimate(
-    noisy: np.ndarray, alpha: np.ndarray, sigma: float, bins: int, A: sp.csr_matrix
+    noisy: np.ndarray, alpha: np.ndarray, sigma: float, bins: int, A: sp.csr_matrix, occurrence_weight: float = 1.0
 ) -> tuple[np.ndarray, OrderFit]:
     prior = channel_prior(alpha)
     pushed = A @ prior
     total = max(float(noisy.sum()), 1.0)
     eb = eb_fit(noisy, total * pushed / max(float(pushed.sum()), 1e-300), sigma, bins)
     denoised = eb_means(eb, noisy, sigma)
-    d = deconvolve(noisy, A, prior, sigma, fit_to=denoised)
+    d = deconvolve(noisy, A, prior, sigma, fit_to=denoised, occurrence_weight=occurrence_weight)
     clean = d.clean
     mass = float(clean.sum())
     return (clean * (float(denoised.sum()) / mass) if mass > 0 else clean), OrderFit(eb, d.iterations)
 
 
-def clean_estimate(noisy: np.ndarray, alpha: np.ndarray, sigma: float, bins: int, A: sp.csr_matrix) -> np.ndarray:
+def clean_estimate(
+    noisy: np.ndarray, alpha: np.ndarray, sigma: float, bins: int, A: sp.csr_matrix, occurrence_weight: float = 1.0
+) -> np.ndarray:
     """One order's clean totals from the noisy totals of its perturbed public n-grams, A the
     order's channel (observed × clean): the empirical-Bayes posterior under the pushed-through
     prior A·π, deconvolved from the prior π (``lac.curator.release.channel.deconvolve``), then scaled to
     the posterior's mass (the EM's mass on the public items is inflated by leaks from n-grams the
-    public vocabulary does not list, whose chance of being seen intact is small)."""
-    return _clean_estimate(noisy, alpha, sigma, bins, A)[0]
+    public vocabulary does not list, whose chance of being seen intact is small). ``occurrence_weight``: as
+    ``deconvolve`` takes it (``PosteriorParams.occurrence_weight`` for normalised per-report counts)."""
+    return _clean_estimate(noisy, alpha, sigma, bins, A, occurrence_weight)[0]
 
 
 def lm_strength(pseudo: np.ndarray, alpha: np.ndarray) -> Any:
@@ -504,7 +514,9 @@ def posterior_release(
         order = sorted(range(len(found)), key=found.__getitem__)  # release order: sorted, not the storage order
         found, found_values = [found[i] for i in order], found_values[order]
     found_noisy = found_values
-    pseudo, found_values, fits = post_process(noisy_public, found, found_values, vocab, sigma, params.bins, channel)
+    pseudo, found_values, fits = post_process(
+        noisy_public, found, found_values, vocab, sigma, params.bins, channel, params.occurrence_weight
+    )
     found, found_noisy = found[: found_values.size], found_noisy[: found_values.size]
     items = tuple(vocab.items) + tuple(found)
     counts = np.concatenate([pseudo, found_values])
@@ -536,11 +548,13 @@ def post_process(
     sigma: float,
     bins: int,
     channel: NgramChannel | None = None,
+    occurrence_weight: float = 1.0,
 ) -> tuple[np.ndarray, np.ndarray, dict[int, OrderFit]]:
     """Step 5: the released pseudo-counts of the public items and of the discovered ones, from the
     Gaussian mechanism's outputs only (the noisy totals ``noisy_public``, the discovered items and
     their noisy totals), σ and public data (``vocab``'s counts, the public ``channel``), and what it fitted
-    to each order (the error bars hold it). With a channel that keeps too few words to estimate the clean
+    to each order (the error bars hold it). ``occurrence_weight``: of the totals, for the clean estimate's stop
+    (``PosteriorParams.occurrence_weight``). With a channel that keeps too few words to estimate the clean
     text from (not ``NgramChannel.informative``), the public counts themselves, nothing discovered and
     nothing fitted: measured end to end, anything estimated from such reports describes the users' text worse
     than the public prior does."""
@@ -561,7 +575,9 @@ def post_process(
             eb = eb_fit(noisy_public[sel], mu, sigma, bins)
             pseudo[sel], fits[n] = eb_means(eb, noisy_public[sel], sigma), OrderFit(eb)
         else:
-            pseudo[sel], fits[n] = _clean_estimate(noisy_public[sel], alpha, sigma, bins, channel.order(n, vocab))
+            pseudo[sel], fits[n] = _clean_estimate(
+                noisy_public[sel], alpha, sigma, bins, channel.order(n, vocab), occurrence_weight
+            )
         strength = lm_strength(pseudo[sel], alpha)
         pseudo[sel] *= strength
         found_values[found_orders == n] *= strength
