@@ -4,8 +4,7 @@
 
 Both services are registered from their generated descriptors with the roles each method
 serves (``INGEST_ROLES``, ``QUERY_ROLES``); ``lac.common.rpc`` identifies the caller by its
-mTLS certificate, checks the role and parses the request before a method runs; replies come
-from ``lac.curator.service.serde``.
+mTLS certificate, checks the role and parses the request before a method runs.
 """
 
 from __future__ import annotations
