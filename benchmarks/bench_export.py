@@ -113,9 +113,9 @@ class Server:
 
     def __init__(self, state: Path):
         from lac.curator.base.ngrams import NgramVocabulary
+        from lac.curator.service import lifecycle
         from lac.curator.service.config import CuratorConfig
         from lac.curator.service.server import create_server
-        from lac.curator.service.service import Curator
 
         self.loop = asyncio.new_event_loop()
         threading.Thread(target=self.loop.run_forever, daemon=True).start()
@@ -125,7 +125,7 @@ class Server:
         vocab = NgramVocabulary.from_sentences([["a", "b"]], max_n=3)
 
         async def start():
-            self.curator = Curator(config, vocab)
+            self.curator = lifecycle.open_state(config, vocab)
             self.server, port = create_server(self.curator)
             await self.server.start()
             return port
@@ -133,9 +133,11 @@ class Server:
         self.port = asyncio.run_coroutine_threadsafe(start(), self.loop).result(60)
 
     def stop(self) -> None:
+        from lac.curator.service import lifecycle
+
         async def stop():
             await self.server.stop(1)
-            await self.curator.stop()
+            await lifecycle.stop(self.curator)
 
         asyncio.run_coroutine_threadsafe(stop(), self.loop).result(60)
         self.loop.call_soon_threadsafe(self.loop.stop)

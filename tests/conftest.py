@@ -6,6 +6,7 @@ import asyncio
 import os
 import threading
 import uuid
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -91,14 +92,14 @@ def start_curator(tmp_path, public_corpus, curator_key_dir):
     """Factory: start an in-process curator on 127.0.0.1 (port 0 unless ``port=`` is given) with a tiny public
     prior."""
     from lac.curator.base.prior import public_vocabulary
+    from lac.curator.service import lifecycle
     from lac.curator.service.config import CuratorConfig
     from lac.curator.service.server import create_server
-    from lac.curator.service.service import Curator
 
     started = []
 
     def start(channel_progress=None, wait_channel=True, **overrides):
-        """``channel_progress``: passed to the Curator (a test can hold the channel's sampling with it);
+        """``channel_progress``: passed to the curator's state (a test can hold the channel's sampling with it);
         ``wait_channel``: return once the local channel is ready (releases answer UNAVAILABLE before)."""
         overrides.setdefault("state_dir", tmp_path / f"curator{len(started)}")
         overrides.setdefault("key_dir", curator_key_dir)
@@ -117,14 +118,14 @@ def start_curator(tmp_path, public_corpus, curator_key_dir):
         made = []
 
         async def build():
-            curator = Curator(config, vocab, channel_progress=channel_progress)
-            made.append(curator)
-            server, port = create_server(curator)
-            curator.start()
-            return server, port, curator.stop
+            state = lifecycle.open_state(config, vocab, channel_progress=channel_progress)
+            made.append(state)
+            server, port = create_server(state)
+            lifecycle.start(state)
+            return server, port, partial(lifecycle.stop, state)
 
         s = ServerThread(build)
-        s.curator = made[0]  # the library object, for tests that look inside
+        s.curator = made[0]  # the curator's state (lac.curator.service.state), for tests that look inside
         started.append(s)
         if wait_channel and config.clean_estimate:
             wait_until(lambda: s.curator.channel_progress.phase in ("ready", "failed"), timeout=120)

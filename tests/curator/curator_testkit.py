@@ -1,16 +1,20 @@
 """Helpers of the curator's process-level tests: a real ``lac curator serve`` subprocess and batches
-of real (plaintext) reports sent to it with IngestBatch; and the coverage of a release's error bars by simulation."""
+of real (plaintext) reports sent to it with IngestBatch; the handlers over a state without gRPC (``on_state``); and
+the coverage of a release's error bars by simulation."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import random
 import signal
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
+from typing import TypeVar
 
 import grpc
 import numpy as np
@@ -20,12 +24,19 @@ from lac.common import envelope
 from lac.common.privacy import Budget
 from lac.common.v1 import curator_pb2, curator_pb2_grpc
 from lac.curator.base.ngrams import NgramVocabulary, ReportItems, report_items
+from lac.curator.base.prior import public_vocabulary
 from lac.curator.release.channel import NgramChannel
 from lac.curator.release.core import StoredReports
 from lac.curator.release.errorbars import Bootstrap, held_post_process, interval, posterior_errors
 from lac.curator.release.posterior import PosteriorParams, WeightedTotals, posterior_release
+from lac.curator.service import lifecycle
+from lac.curator.service.config import CuratorConfig
+from lac.curator.service.state import CuratorState
 from lac.curator.store import segments
+from lac.curator.store.ingest import IngestBatch
 from lac.curator.store.store import CuratorStore
+
+T = TypeVar("T")
 
 WORDS = (
     "the",
@@ -108,6 +119,40 @@ def batch(n: int, rng: random.Random | None = None, batch_id: str | None = None)
     return curator_pb2.IngestBatchRequest(
         batch_id=batch_id or "b-" + os.urandom(8).hex(), reports=reports, privacy=batch_privacy(n)
     )
+
+
+def ingest_batch(sentences: list[list[str]], batch_id: str | None = None, window: int | None = None) -> IngestBatch:
+    """A batch as the servicer hands it to the ingest handler: one plaintext report per sentence, of distinct clients
+    in ``window`` (the current one by default)."""
+    payloads = [envelope.seal_insecure(content(s)).SerializeToString() for s in sentences]
+    return IngestBatch(batch_id or "b-" + os.urandom(8).hex(), payloads, batch_privacy(len(payloads), window=window))
+
+
+def on_state(tmp_path: Path, public_corpus: Path, run: Callable[[CuratorState], Awaitable[T]], **overrides) -> T:
+    """``await run(state)`` on a curator's state over ``tmp_path / "state"`` (``lifecycle.open_state`` with a tiny
+    public prior, plaintext reports, no local channel, seeded noise; started before and stopped after): the handlers
+    driven without gRPC, over the real SQLite store."""
+    overrides = {
+        "allow_plaintext_payloads": True,
+        "clean_estimate": False,
+        "min_signal_share": 0.0,
+        "ingest_workers": 1,
+        **overrides,
+    }
+    config = CuratorConfig(state_dir=tmp_path / "state", public_corpus=public_corpus, vocab_min_count=1, **overrides)
+    vocab = public_vocabulary(
+        config.public_corpus, config.max_n, config.vocab_min_count, config.vocab_max_items, config.state_dir / "prior"
+    )
+
+    async def main() -> T:
+        state = lifecycle.open_state(config, vocab, rng=np.random.default_rng(7))
+        lifecycle.start(state)
+        try:
+            return await run(state)
+        finally:
+            await lifecycle.stop(state)
+
+    return asyncio.run(main())
 
 
 class Stubs:

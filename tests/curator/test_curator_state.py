@@ -16,6 +16,7 @@ from lac_testkit import DEPLOYMENT, batch_privacy, content
 from lac.common import envelope
 from lac.common.errors import FailedPrecondition
 from lac.common.v1 import curator_pb2, curator_pb2_grpc, reports_pb2
+from lac.curator.service import lifecycle
 
 CLOSED = DEPLOYMENT.window(time.time()) - 3  # a closed, settled window (the default window is a day)
 
@@ -235,7 +236,7 @@ def test_words_are_kept_for_export_only_then_deleted(start_curator, curator_publ
     assert [p.split("/")[0] for p in _holding(state, WORDS)] == ["words", "words"]
     for path in (state / "words", *(state / "words").rglob("*")):  # private, as the rest of the state
         assert path.stat().st_mode & 0o077 == 0, path
-    assert cur.call(cur.curator.purge_words()) == 1  # the old window's: closed more than 5 days ago
+    assert cur.call(lifecycle.purge_words(cur.curator)) == 1  # the old window's: closed more than 5 days ago
     (kept,) = _holding(state, WORDS)
     assert f"window={CLOSED}/" in kept
     with CuratorClient(cur.address, insecure=True) as c:  # insecure: every caller holds every role

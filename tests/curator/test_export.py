@@ -24,6 +24,7 @@ from lac.common.privacy import VACUOUS_EPSILON, LocalGuarantee
 from lac.common.rpc import Role
 from lac.common.v1 import curator_pb2, curator_pb2_grpc
 from lac.curator.base.ngrams import item_names, report_items
+from lac.curator.service.handlers import status
 from lac.curator.store import export
 from lac.curator.store import segments as seg
 from lac.curator.store.store import CuratorStore
@@ -463,7 +464,7 @@ def test_exports_of_a_settled_window_stay_equal_when_a_late_batch_comes(
             )
             shuffler_pb2_grpc.ShufflerStub(ch).Submit(request, timeout=30)
     assert int(time.time() // ws) == window
-    wait_until(lambda: cur.call(cur.curator.status())["batches"] == 1)
+    wait_until(lambda: cur.call(status.status(cur.curator)).batches == 1)
     wait_until(lambda: sink.raw)  # the late batch was tried once
     with CuratorClient(cur.address, insecure=True) as c:
         time.sleep(max(0.0, (window + 1) * ws - time.time()) + 0.05)  # closed; settled 6 s later
@@ -482,7 +483,7 @@ def test_exports_of_a_settled_window_stay_equal_when_a_late_batch_comes(
             )
         )
         assert Counter(c.export_reports(window).texts()) == first
-    assert cur.call(cur.curator.status())["batches"] == 1
+    assert cur.call(status.status(cur.curator)).batches == 1
 
 
 def test_central_releases_over_exported_windows_say_how_they_compose(start_curator, curator_public_key, capsys):

@@ -117,7 +117,7 @@ def test_pooled_ingest_stores_what_one_process_stores(start_curator, curator_pub
         with grpc.insecure_channel(cur.address) as ch:
             replies = [ingest(ch, "b1", first), ingest(ch, "b2", second)]
             status = curator_pb2_grpc.CuratorStub(ch).GetStatus(curator_pb2.CuratorStatusRequest(), timeout=5)
-        assert bool(cur.curator._ingest.worker_pids()) == (workers > 1)
+        assert bool(cur.curator.ingest.worker_pids()) == (workers > 1)
         cur.stop()
         store = CuratorStore(tmp_path / f"w{workers}")
         outcome[workers] = (
@@ -168,7 +168,7 @@ def test_the_workers_start_with_the_curator_and_stay(start_curator, curator_publ
     seal = lambda c: envelope.seal(c, curator_public_key)  # noqa: E731
     rng = np.random.default_rng(5)
     cur = start_curator(ingest_workers=2)
-    pool = cur.curator._ingest
+    pool = cur.curator.ingest
     wait_until(lambda: len(pool.worker_pids()) == 2)  # before any batch
     pids = set(pool.worker_pids())
     assert set(pool.start()) <= pids  # started already: no new process

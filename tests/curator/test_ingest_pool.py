@@ -265,7 +265,7 @@ def test_a_worker_killed_during_a_batch_fails_it_at_once_and_is_replaced(start_c
     crew runs (the stopped worker killed with the old one); the batch sent again is stored; the metrics
     count the death."""
     cur = start_curator(ingest_workers=2, metrics_port=0, allow_plaintext_payloads=True)
-    pool = cur.curator._ingest
+    pool = cur.curator.ingest
     served: list[bool] = []
     set_serving = cur.curator.health.set_serving
     cur.curator.health.set_serving = lambda ok: (served.append(ok), set_serving(ok))  # type: ignore[method-assign]
@@ -306,7 +306,7 @@ def test_a_hanging_worker_is_bounded_by_ingest_stall_seconds(start_curator):
     replaced, and the batch sent again is stored; the metrics count one stall. (The batch is small: its
     chunks of 100 reports take ~20 ms each, far below the bound even on a loaded machine.)"""
     cur = start_curator(ingest_workers=2, ingest_stall_seconds=3, metrics_port=0, allow_plaintext_payloads=True)
-    pool = cur.curator._ingest
+    pool = cur.curator.ingest
     pids = pool.start()
     request = batch(pool.min_pool_batch)
     with Stubs(cur.address) as s:

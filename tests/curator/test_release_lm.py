@@ -19,8 +19,9 @@ from lac.curator.mechanisms import ReleaseSpec
 from lac.curator.release.core import PublicCaps
 from lac.curator.runner.offline import default_vocab_path, load_counts, offline_spec, release_offline
 from lac.curator.runner.run import ReleaseRecord, run
+from lac.curator.service import lifecycle
 from lac.curator.service.config import CuratorConfig
-from lac.curator.service.service import Curator
+from lac.curator.service.handlers import query
 
 
 @pytest.fixture(scope="module")
@@ -45,7 +46,7 @@ def _served_model(tmp_path: Path, vocab: NgramVocabulary, record: ReleaseRecord,
     """The release file's arrays stored by a curator and its model built by the curator's query path."""
 
     async def main() -> NgramModel:
-        curator = Curator(CuratorConfig(state_dir=tmp_path / "curator"), vocab)
+        curator = lifecycle.open_state(CuratorConfig(state_dir=tmp_path / "curator"), vocab)
         try:
             with np.load(release_file) as z:
                 items = tuple(z["items"].tobytes().decode("utf-8").split("\n"))
@@ -53,9 +54,9 @@ def _served_model(tmp_path: Path, vocab: NgramVocabulary, record: ReleaseRecord,
                 curator.store.add_release(
                     record.release_id, record.to_json(), items, z["log_probs"], pseudo, [0], None, Budget(1.0)
                 )
-            return await curator.model(record.release_id)
+            return await query.model(curator, record.release_id)
         finally:
-            await curator.stop()
+            await lifecycle.stop(curator)
 
     return asyncio.run(main())
 

@@ -306,8 +306,8 @@ def test_ingest_on_spark_stores_what_one_process_stores(
     for kind in ("local", "spark"):
         cur = start_curator(state_dir=tmp_path / kind, ingest_workers=1, ingest_engine=kind, spark_master="local[2]")
         if kind == "spark":
-            assert isinstance(cur.curator._ingest, SparkIngest) and cur.curator._ingest.session is spark.session
-            cur.curator._ingest.chunk_reports = 64
+            assert isinstance(cur.curator.ingest, SparkIngest) and cur.curator.ingest.session is spark.session
+            cur.curator.ingest.chunk_reports = 64
         with grpc.insecure_channel(cur.address) as ch:
             stub = curator_pb2_grpc.CuratorIngestStub(ch)
             replies = [

@@ -19,6 +19,7 @@ from lac.common import tls
 from lac.common.privacy import Budget
 from lac.common.v1 import curator_pb2, curator_pb2_grpc
 from lac.curator import mechanisms
+from lac.curator.service.handlers import release
 
 
 @pytest.fixture
@@ -106,13 +107,21 @@ def test_a_release_without_error_bars_says_why(serve, pki, capsys):
         reply = _stub_call(cur, pki, "TopNgrams", curator_pb2.TopNgramsRequest(release_id=dd.release_id, k=5))
         assert not any(g.HasField("noise_sd") or g.HasField("noise_low") for g in reply.ngrams)
         rid = c.release(epsilon=5.0, mechanism="laplace", force=True).release_id
-    record, items, log_probs, pseudo, errors = cur.call(cur.curator.get_release(rid))
-    assert errors is not None and errors.bars.family == "laplace"
-    old = dataclasses.replace(record, release_id="made-before", request_id="", error_bars={})
+    found = cur.call(release.get_release(cur.curator, rid))
+    assert found.errors is not None and found.errors.bars.family == "laplace"
+    old = dataclasses.replace(found.record, release_id="made-before", request_id="", error_bars={})
     store = cur.curator.store
     cur.call(
-        cur.curator._store.run(
-            store.add_release, old.release_id, old.to_json(), items, log_probs, pseudo, [0], None, Budget(1)
+        cur.curator.store_thread.run(
+            store.add_release,
+            old.release_id,
+            old.to_json(),
+            found.items,
+            found.log_probs,
+            found.pseudo_counts,
+            [0],
+            None,
+            Budget(1),
         )
     )
     with _client(cur, pki) as c:

@@ -6,7 +6,7 @@ Nothing here reads a report, so a preview spends no privacy budget. What it need
 * the public vocabulary and its counts α (the shape of text: per order n, π_j = α_j / Σ_{P_n} α);
 * the mechanism's noise, which is data-independent for every sound release;
 * a number of reports n: an assumption of the caller, or a count the curator already holds in a
-  form the caller may see (see ``lac.curator.service.service``); never the exact count for analysts.
+  form the caller may see (see ``lac.curator.service.handlers.release``); never the exact count for analysts.
 
 Model of the signal (deliberately simple, public): a report has L words, the public corpus's
 mean sentence length (L = Σ α over unigrams / α(</s>) − 1), and its n-grams of each order follow

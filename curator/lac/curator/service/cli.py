@@ -157,12 +157,14 @@ def register(subparsers) -> None:
 
 
 def _serve(args) -> int:
+    from functools import partial
+
     from lac.common.logs import configure as configure_logging
     from lac.common.server import PortUnavailable, run_until_signalled
     from lac.common.statelock import StateDirLocked
     from lac.curator.base.prior import public_vocabulary
+    from lac.curator.service import lifecycle
     from lac.curator.service.server import create_server
-    from lac.curator.service.service import Curator
     from lac.curator.store.store import FilesElsewhere, PrivacyUnitChanged
 
     config = cfg.from_args(CuratorConfig, ENV_PREFIX, args)
@@ -178,10 +180,10 @@ def _serve(args) -> int:
     )
 
     async def main():
-        curator = Curator(config, vocab)
-        server, port = create_server(curator)
-        curator.start()
-        await run_until_signalled(server, port, config.port_file, "curator", on_stop=curator.stop)
+        state = lifecycle.open_state(config, vocab)
+        server, port = create_server(state)
+        lifecycle.start(state)
+        await run_until_signalled(server, port, config.port_file, "curator", on_stop=partial(lifecycle.stop, state))
 
     try:
         asyncio.run(main())

@@ -10,10 +10,15 @@ from __future__ import annotations
 import logging
 import shutil
 import time
+from typing import TYPE_CHECKING
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from lac.common.metrics import MetricsEndpoint, RpcLatency, ScrapeTime, certificate_expiry, new_registry
+from lac.curator.service.handlers import status
+
+if TYPE_CHECKING:
+    from lac.curator.service.state import CuratorState
 
 log = logging.getLogger(__name__)
 
@@ -21,9 +26,10 @@ BUDGET_WINDOWS = 30  # the budget gauges cover this many most recent windows (wi
 
 
 class CuratorMetrics:
-    """The registry of one ``Curator``: RPC latencies it observes, the rest read from its store per scrape."""
+    """The registry of one curator (its ``CuratorState``): RPC latencies it observes, the rest read from its store
+    per scrape."""
 
-    def __init__(self, curator):
+    def __init__(self, curator: CuratorState):
         self.curator = curator
         self.registry = new_registry("curator")
         self.rpc = RpcLatency("lac_curator", self.registry)
@@ -53,7 +59,7 @@ class CuratorMetrics:
                 value=1 if c.channel_missing else 0,
             ),
         ]
-        ingest = c._ingest
+        ingest = c.ingest
         out += [
             GaugeMetricFamily(
                 "lac_curator_ingest_pool_ok",
@@ -106,9 +112,8 @@ class CuratorMetrics:
         except OSError:
             pass
         try:
-            status = await c.status()
-            by_mechanism = await c.releases_by_mechanism()
-            spent = await c.spent()
+            now = await status.status(c)
+            by_mechanism = await status.releases_by_mechanism(c)
         except Exception as exc:
             if not self._storage_failing:
                 log.error("metrics: the store could not be read (%s: %s)", type(exc).__name__, exc)
@@ -145,12 +150,12 @@ class CuratorMetrics:
             CounterMetricFamily(
                 "lac_curator_batches_ingested_total",
                 "Batches stored (a redelivered batch counts once).",
-                value=status["batches"],
+                value=now.batches,
             )
         )
         out.append(
             CounterMetricFamily(
-                "lac_curator_reports_ingested_total", "Reports stored (exact; operator only).", value=status["reports"]
+                "lac_curator_reports_ingested_total", "Reports stored (exact; operator only).", value=now.reports
             )
         )
         rejected = CounterMetricFamily(
@@ -160,14 +165,14 @@ class CuratorMetrics:
             "(replayed_report_id).",
             labels=["reason"],
         )
-        for reason, n in sorted(status["rejects"].items()):
+        for reason, n in sorted(now.rejects.items()):
             rejected.add_metric([reason], n)
         out.append(rejected)
         out.append(
             GaugeMetricFamily(
                 "lac_curator_quarantine_rows",
                 "Quarantined reports kept for diagnosis (the newest quarantine_max_rows).",
-                value=status["quarantined"],
+                value=now.quarantined,
             )
         )
         releases = CounterMetricFamily(
@@ -187,8 +192,8 @@ class CuratorMetrics:
                 ("delta_remaining", "δ left to spend in an accounting window."),
             )
         }
-        for w in sorted(spent)[-BUDGET_WINDOWS:]:
-            s = spent[w]
+        for w in sorted(now.spent)[-BUDGET_WINDOWS:]:
+            s = now.spent[w]
             families["epsilon_spent"].add_metric([str(w)], s.epsilon)
             families["epsilon_remaining"].add_metric([str(w)], max(0.0, budget.epsilon - s.epsilon))
             families["delta_spent"].add_metric([str(w)], s.delta)

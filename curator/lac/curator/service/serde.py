@@ -1,4 +1,5 @@
-"""Proto ⇄ domain translations of the curator's RPCs (the only curator module that builds replies).
+"""Proto ⇄ domain translations of the curator's RPCs: every generated message the curator reads or builds (the
+servicers of ``lac.curator.service.server`` parse with it, call one handler and reply with it).
 
 Views by role: an analyst's reply never carries an exact count, a pre-noise value or, for a
 data-dependent release, its data-derived sensitivity and noise scale; an operator's does (except
@@ -9,32 +10,50 @@ from __future__ import annotations
 
 import datetime as dt
 import math
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Iterator, Mapping
 from typing import Any
 
 from google.protobuf.message import DecodeError
 
+from lac.common.deployment import Deployment
 from lac.common.errors import InvalidArgument
-from lac.common.privacy import ERROR_BAR_LEVEL, Budget, LocalGuarantee, check_delta
+from lac.common.privacy import ERROR_BAR_LEVEL, Budget, check_delta
 from lac.common.rpc import LENGTH_DELIMITED, Caller, Role, fields
-from lac.common.serde import local_guarantee_message
+from lac.common.serde import deployment_to_proto, local_guarantee_message
 from lac.common.v1 import curator_pb2, reports_pb2
+from lac.common.version import server_version
 from lac.curator import mechanisms
 from lac.curator.mechanisms import ReleaseSpec
 from lac.curator.runner.preview import Preview
 from lac.curator.runner.run import ReleaseRecord
+from lac.curator.service.handlers.exports import Export
+from lac.curator.service.handlers.ingest import Ingested
+from lac.curator.service.handlers.query import NextWords, Perplexity, TopNgrams
+from lac.curator.service.handlers.release import StoredRelease
+from lac.curator.service.handlers.status import BudgetStatus, Status
 from lac.curator.store.ingest import IngestBatch
 
 __all__ = [
+    "SERVICE_NAMES",
     "ingest_batch",
+    "ingest_message",
     "release_spec",
     "request_id",
     "top_k",
     "record_message",
+    "releases_message",
+    "release_message",
     "preview_message",
+    "budget_message",
+    "status_message",
+    "deployment_message",
+    "probabilities_message",
+    "next_word_message",
+    "perplexity_message",
+    "arpa_messages",
     "window_budgets",
     "export_windows",
-    "export_header",
+    "export_messages",
     "export_records",
     "exports_per_window",
     "is_operator",
@@ -44,6 +63,8 @@ __all__ = [
     "DEFAULT_TOP_K",
 ]
 
+SERVICE_NAMES = [s.full_name for s in curator_pb2.DESCRIPTOR.services_by_name.values()]
+ARPA_CHUNK_CHARS = 1 << 20
 # What a request over RPC may ask for: beyond these the mechanisms' arithmetic breaks down (a noise
 # scale that overflows, a calibration with no root) long after the result stopped being useful.
 EPSILON_RANGE = (1e-6, 1e6)
@@ -88,6 +109,13 @@ def ingest_batch(raw: bytes, max_reports: int) -> IngestBatch:
     if statement is not None:
         statement.DiscardUnknownFields()
     return IngestBatch(name, payloads, statement)
+
+
+def ingest_message(r: Ingested) -> curator_pb2.IngestBatchResponse:
+    """IngestBatch's reply."""
+    if r.duplicate:
+        return curator_pb2.IngestBatchResponse(batch_id=r.batch_id, duplicate=True)
+    return curator_pb2.IngestBatchResponse(batch_id=r.batch_id, accepted=r.accepted, rejected=r.rejected)
 
 
 def is_operator(caller: Caller) -> bool:
@@ -167,15 +195,43 @@ def top_level(r: curator_pb2.TopNgramsRequest) -> float:
     return r.level
 
 
-def top_message(
-    top: list[tuple[str, float, float, float, float]], level: float, described: str
-) -> curator_pb2.TopNgramsResponse:
+def top_message(top: TopNgrams) -> curator_pb2.TopNgramsResponse:
     """TopNgrams' reply: each n-gram with its probability and error bar (left unset where it is NaN: none)."""
     ngrams = []
-    for g, p, sd, low, high in top:
+    for g, p, sd, low, high in top.rows:
         bar = {} if math.isnan(sd) else {"noise_sd": sd, "noise_low": low, "noise_high": high}
         ngrams.append(curator_pb2.NgramProbability(ngram=g, probability=p, **bar))
-    return curator_pb2.TopNgramsResponse(ngrams=ngrams, level=level, error_bars=described)
+    return curator_pb2.TopNgramsResponse(ngrams=ngrams, level=top.level, error_bars=top.described)
+
+
+def probabilities_message(found: list[tuple[str, float]]) -> curator_pb2.NgramProbabilitiesResponse:
+    """NgramProbabilities' reply."""
+    return curator_pb2.NgramProbabilitiesResponse(
+        ngrams=[curator_pb2.NgramProbability(ngram=g, probability=p) for g, p in found]
+    )
+
+
+def next_word_message(n: NextWords) -> curator_pb2.NextWordResponse:
+    """NextWord's reply."""
+    return curator_pb2.NextWordResponse(
+        context_used=n.context_used, words=[curator_pb2.NgramProbability(ngram=w, probability=p) for w, p in n.words]
+    )
+
+
+def perplexity_message(p: Perplexity) -> curator_pb2.PerplexityResponse:
+    """Perplexity's reply."""
+    return curator_pb2.PerplexityResponse(
+        perplexity=p.perplexity,
+        n_sentences=p.n_sentences,
+        n_tokens=p.n_tokens,
+        n_out_of_vocabulary=p.n_out_of_vocabulary,
+    )
+
+
+def arpa_messages(text: str) -> Iterator[curator_pb2.ArpaChunk]:
+    """ExportArpa's replies: the text in chunks of ``ARPA_CHUNK_CHARS`` characters."""
+    for i in range(0, len(text), ARPA_CHUNK_CHARS):
+        yield curator_pb2.ArpaChunk(text=text[i : i + ARPA_CHUNK_CHARS])
 
 
 def request_id(r: curator_pb2.ReleaseRequest) -> str | None:
@@ -220,6 +276,21 @@ def record_message(rec: ReleaseRecord, caller: Caller) -> curator_pb2.ReleaseRec
         discovered=rec.discovered,
         request_id=rec.request_id,
         error_bars=rec.bars.statement() if rec.bars is not None else "",
+    )
+
+
+def releases_message(records: list[ReleaseRecord], caller: Caller) -> curator_pb2.ListReleasesResponse:
+    """ListReleases' reply: each record as ``caller`` may see it."""
+    return curator_pb2.ListReleasesResponse(releases=[record_message(r, caller) for r in records])
+
+
+def release_message(r: StoredRelease, caller: Caller) -> curator_pb2.GetReleaseResponse:
+    """GetRelease's reply: the record as ``caller`` may see it, the items and their released values."""
+    return curator_pb2.GetReleaseResponse(
+        record=record_message(r.record, caller),
+        items=r.items,
+        log_probs=r.log_probs.tolist(),
+        pseudo_counts=[] if r.pseudo_counts is None else r.pseudo_counts.tolist(),
     )
 
 
@@ -279,6 +350,39 @@ def window_budgets(
     return out
 
 
+def budget_message(b: BudgetStatus, caller: Caller) -> curator_pb2.BudgetStatus:
+    """GetBudget's reply: each window's budget with its exports, and the exports as ``caller`` may see them."""
+    return curator_pb2.BudgetStatus(
+        budget_epsilon=b.budget.epsilon,
+        budget_delta=b.budget.delta,
+        windows=window_budgets(b.spent, b.budget, exports_per_window(b.exports)),
+        window_seconds=b.window_seconds,
+        reports_per_window=b.reports_per_window,
+        exports=export_records(b.exports, caller),
+    )
+
+
+def status_message(s: Status) -> curator_pb2.CuratorStatus:
+    """GetStatus' reply (operators only: exact counts)."""
+    return curator_pb2.CuratorStatus(
+        batches=s.batches,
+        reports=s.reports,
+        releases=s.releases,
+        rejects=s.rejects,
+        quarantined=s.quarantined,
+        budget_epsilon=s.budget.epsilon,
+        budget_delta=s.budget.delta,
+        replay_window_days=s.replay_window_days,
+        windows=window_budgets(s.spent, s.budget),
+        reports_by_window=s.reports_by_window,
+    )
+
+
+def deployment_message(d: Deployment) -> reports_pb2.Deployment:
+    """GetDeployment's reply, with this server's version."""
+    return deployment_to_proto(d, server_version=server_version("curator"))
+
+
 def export_windows(r: curator_pb2.ExportReportsRequest) -> tuple[int, int]:
     """The windows an export asks for; InvalidArgument unless both are given."""
     if not (r.HasField("first_window") and r.HasField("last_window")):
@@ -288,9 +392,11 @@ def export_windows(r: curator_pb2.ExportReportsRequest) -> tuple[int, int]:
     return int(r.first_window), int(r.last_window)
 
 
-def export_header(export_id: str, g: LocalGuarantee) -> curator_pb2.ExportChunk:
-    """The first message of an export: its id and guarantee."""
-    return curator_pb2.ExportChunk(export_id=export_id, guarantee=local_guarantee_message(g))
+async def export_messages(made: Export, chunks: AsyncIterator[bytes]) -> AsyncIterator[curator_pb2.ExportChunk]:
+    """ExportReports' replies: first the export's id and guarantee, then its rows' Arrow IPC ``chunks``."""
+    yield curator_pb2.ExportChunk(export_id=made.export_id, guarantee=local_guarantee_message(made.guarantee))
+    async for data in chunks:
+        yield curator_pb2.ExportChunk(arrow_ipc=data)
 
 
 def _rfc3339(unix: float) -> str:

@@ -1,15 +1,14 @@
-"""gRPC servicers (thin) and server factory for the curator.
+"""gRPC servicers and the server factory for the curator: each method parses its request with
+``lac.curator.service.serde``, calls one handler (``lac.curator.service.handlers``) over the curator's state
+(``lac.curator.service.state``) and replies with ``serde``.
 
 Both services are registered from their generated descriptors with the roles each method
 serves (``INGEST_ROLES``, ``QUERY_ROLES``); ``lac.common.rpc`` identifies the caller by its
-mTLS certificate, checks the role and parses the request before a method runs; replies come
-from ``lac.curator.service.serde``.
+mTLS certificate, checks the role and parses the request before a method runs.
 """
 
 from __future__ import annotations
 
-import asyncio
-import dataclasses
 from functools import partial
 
 import grpc
@@ -17,17 +16,14 @@ import grpc
 from lac.common import server as common_server
 from lac.common import tls
 from lac.common.rpc import Caller, CertificateRoles, Role, service_handler
-from lac.common.serde import deployment_to_proto
 from lac.common.v1 import curator_pb2
-from lac.common.version import server_version
 from lac.curator.service import serde
-from lac.curator.service.service import ARPA_CHUNK_CHARS, Curator
-from lac.curator.store import export
+from lac.curator.service.handlers import exports, ingest, query, release, status
+from lac.curator.service.state import CuratorState
 from lac.curator.store.ingest import IngestBatch
 
 INGEST = curator_pb2.DESCRIPTOR.services_by_name["CuratorIngest"]
 QUERY = curator_pb2.DESCRIPTOR.services_by_name["Curator"]
-SERVICE_NAMES = [INGEST.full_name, QUERY.full_name]
 
 _READERS = {Role.ANALYST, Role.OPERATOR}
 INGEST_ROLES = {"IngestBatch": {Role.INGEST}}
@@ -52,123 +48,77 @@ QUERY_ROLES = {
 class IngestServicer:
     """Batches from the shuffler."""
 
-    def __init__(self, curator: Curator):
-        self.curator = curator
+    def __init__(self, state: CuratorState):
+        self.state = state
 
     async def IngestBatch(self, batch: IngestBatch, context, caller: Caller):
-        return await self.curator.ingest(batch)
+        return serde.ingest_message(await ingest.ingest(self.state, batch))
 
 
 class QueryServicer:
     """Releases and queries (analysts, operators) and the published deployment."""
 
-    def __init__(self, curator: Curator):
-        self.curator = curator
+    def __init__(self, state: CuratorState):
+        self.state = state
 
     async def Release(self, request, context, caller: Caller):
         spec, request_id = serde.release_spec(request), serde.request_id(request)
-        return serde.record_message(
-            await self.curator.release(spec, operator=serde.is_operator(caller), request_id=request_id), caller
-        )
+        record = await release.release(self.state, spec, operator=serde.is_operator(caller), request_id=request_id)
+        return serde.record_message(record, caller)
 
     async def PreviewRelease(self, request, context, caller: Caller):
         spec = serde.release_spec(request)
-        return serde.preview_message(await self.curator.preview(spec, operator=serde.is_operator(caller)))
+        return serde.preview_message(await release.preview(self.state, spec, operator=serde.is_operator(caller)))
 
     async def ListReleases(self, request, context, caller: Caller):
-        return curator_pb2.ListReleasesResponse(
-            releases=[serde.record_message(r, caller) for r in await self.curator.list_releases()]
-        )
+        return serde.releases_message(await release.list_releases(self.state), caller)
 
     async def GetRelease(self, request, context, caller: Caller):
-        record, items, log_probs, pseudo, _ = await self.curator.get_release(request.release_id)
-        return curator_pb2.GetReleaseResponse(
-            record=serde.record_message(record, caller),
-            items=items,
-            log_probs=log_probs.tolist(),
-            pseudo_counts=[] if pseudo is None else pseudo.tolist(),
-        )
+        return serde.release_message(await release.get_release(self.state, request.release_id), caller)
 
     async def TopNgrams(self, request, context, caller: Caller):
-        level = serde.top_level(request)
-        top, described = await self.curator.top_ngrams(
-            request.release_id, serde.top_k(request), request.order, request.exclude_special, level
-        )
-        return serde.top_message(top, level, described)
+        k, level = serde.top_k(request), serde.top_level(request)
+        top = await query.top_ngrams(self.state, request.release_id, k, request.order, request.exclude_special, level)
+        return serde.top_message(top)
 
     async def GetBudget(self, request, context, caller: Caller):
-        d = self.curator.deployment
-        budget = self.curator.budget
-        exports = await self.curator.exports()
-        return curator_pb2.BudgetStatus(
-            budget_epsilon=budget.epsilon,
-            budget_delta=budget.delta,
-            windows=serde.window_budgets(await self.curator.spent(), budget, serde.exports_per_window(exports)),
-            window_seconds=d.window_seconds,
-            reports_per_window=d.reports_per_window,
-            exports=serde.export_records(exports, caller),
-        )
+        return serde.budget_message(await status.budget(self.state), caller)
 
     async def GetDeployment(self, request, context, caller: Caller):
-        ring = self.curator.keyring  # its key ids, the current key first: the SDK seals to none other
-        key_ids = (ring.current, *(k for k in ring.key_ids if k != ring.current)) if ring else ()
-        d = dataclasses.replace(self.curator.deployment, key_ids=key_ids)
-        return deployment_to_proto(d, server_version=server_version("curator"))
+        return serde.deployment_message(status.deployment(self.state))
 
     async def GetStatus(self, request, context, caller: Caller):
-        s = await self.curator.status()
-        budget = self.curator.budget
-        return curator_pb2.CuratorStatus(
-            batches=s["batches"],
-            reports=s["reports"],
-            releases=s["releases"],
-            rejects=s["rejects"],
-            quarantined=s["quarantined"],
-            budget_epsilon=budget.epsilon,
-            budget_delta=budget.delta,
-            replay_window_days=self.curator.config.replay_window_days,
-            windows=serde.window_budgets(await self.curator.spent(), budget),
-            reports_by_window=s["reports_by_window"],
-        )
+        return serde.status_message(await status.status(self.state))
 
     async def NgramProbabilities(self, request, context, caller: Caller):
-        found = await self.curator.ngram_probabilities(request.release_id, list(request.ngrams))
-        return curator_pb2.NgramProbabilitiesResponse(
-            ngrams=[curator_pb2.NgramProbability(ngram=g, probability=p) for g, p in found]
-        )
+        found = await query.ngram_probabilities(self.state, request.release_id, list(request.ngrams))
+        return serde.probabilities_message(found)
 
     async def NextWord(self, request, context, caller: Caller):
-        used, words = await self.curator.next_word(request.release_id, request.context, request.k)
-        return curator_pb2.NextWordResponse(
-            context_used=used, words=[curator_pb2.NgramProbability(ngram=w, probability=p) for w, p in words]
+        return serde.next_word_message(
+            await query.next_word(self.state, request.release_id, request.context, request.k)
         )
 
     async def Perplexity(self, request, context, caller: Caller):
-        ppl, n_sent, n_tok, oov = await self.curator.perplexity(request.release_id, request.text)
-        return curator_pb2.PerplexityResponse(
-            perplexity=ppl, n_sentences=n_sent, n_tokens=n_tok, n_out_of_vocabulary=oov
-        )
+        return serde.perplexity_message(await query.perplexity(self.state, request.release_id, request.text))
 
     async def ExportArpa(self, request, context, caller: Caller):
-        text = await self.curator.arpa(request.release_id)
-        for i in range(0, len(text), ARPA_CHUNK_CHARS):
-            yield curator_pb2.ArpaChunk(text=text[i : i + ARPA_CHUNK_CHARS])
+        for message in serde.arpa_messages(await query.arpa(self.state, request.release_id)):
+            yield message
 
     async def ExportReports(self, request, context, caller: Caller):
         first, last = serde.export_windows(request)
-        export_id, guarantee, rows = await self.curator.export_reports(first, last, caller.identity, caller.roles)
+        made = await exports.export_reports(self.state, first, last, caller.identity, caller.roles)
         try:
-            yield serde.export_header(export_id, guarantee)
-            chunks = rows.chunks()
-            while (data := await asyncio.to_thread(export.next_ipc, chunks)) is not None:
-                yield curator_pb2.ExportChunk(arrow_ipc=data)
+            async for message in serde.export_messages(made, exports.chunks(made)):
+                yield message
         finally:
-            rows.close()
+            made.rows.close()
 
 
-def create_server(curator: Curator) -> tuple[grpc.aio.Server, int]:
-    """Build (not start) the gRPC server for ``curator``, bound as its config says."""
-    cfg = curator.config
+def create_server(state: CuratorState) -> tuple[grpc.aio.Server, int]:
+    """Build (not start) the gRPC server for the curator of ``state``, bound as its config says."""
+    cfg = state.config
     if not cfg.insecure and not cfg.tls_client_ca:
         raise ValueError(
             "the curator identifies callers by mutual TLS: set tls_cert, tls_key and "
@@ -176,19 +126,19 @@ def create_server(curator: Curator) -> tuple[grpc.aio.Server, int]:
         )
     auth = CertificateRoles(cfg.roles, insecure=cfg.insecure)
     server = common_server.new_server(cfg.max_message_bytes, cfg.max_concurrent_streams, cfg.max_connections)
-    observe = curator.metrics.rpc  # latency per method and status code
+    observe = state.metrics.rpc  # latency per method and status code
     # A batch's bytes are scanned once: its reports cut out (counted as they are, refused above the limit) and
     # parsed only by the ingest workers.
     scan = {"IngestBatch": partial(serde.ingest_batch, max_reports=cfg.max_reports_per_batch)}
     server.add_generic_rpc_handlers(
         (
-            service_handler(INGEST, IngestServicer(curator), INGEST_ROLES, auth, observe=observe, parsers=scan),
-            service_handler(QUERY, QueryServicer(curator), QUERY_ROLES, auth, observe=observe),
+            service_handler(INGEST, IngestServicer(state), INGEST_ROLES, auth, observe=observe, parsers=scan),
+            service_handler(QUERY, QueryServicer(state), QUERY_ROLES, auth, observe=observe),
         )
     )
     # Mutual TLS is required: a caller without a certificate signed by the client CA is refused at the
     # handshake, before any RPC (its client sees UNAVAILABLE).
     server_tls = tls.server_tls(cfg.tls_cert, cfg.tls_key, cfg.tls_client_ca, insecure=cfg.insecure, name="curator")
     return common_server.finish_server(
-        server, SERVICE_NAMES, cfg.host, cfg.port, server_tls, health_state=curator.health
+        server, serde.SERVICE_NAMES, cfg.host, cfg.port, server_tls, health_state=state.health
     )

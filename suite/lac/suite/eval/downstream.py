@@ -130,8 +130,8 @@ class _Curator:
 
     def __init__(self, config) -> None:
         from lac.curator.base.ngrams import NgramVocabulary
+        from lac.curator.service import lifecycle
         from lac.curator.service.server import create_server
-        from lac.curator.service.service import Curator
 
         self.loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self.loop.run_forever, daemon=True)
@@ -139,7 +139,7 @@ class _Curator:
         vocab = NgramVocabulary.from_sentences([["the"]], max_n=config.max_n)  # releases are not used here
 
         async def start() -> int:
-            self.curator = Curator(config, vocab)
+            self.curator = lifecycle.open_state(config, vocab)
             self.server, port = create_server(self.curator)
             await self.server.start()
             return port
@@ -147,9 +147,11 @@ class _Curator:
         self.port = asyncio.run_coroutine_threadsafe(start(), self.loop).result(120)
 
     def stop(self) -> None:
+        from lac.curator.service import lifecycle
+
         async def stop() -> None:
             await self.server.stop(1)
-            await self.curator.stop()
+            await lifecycle.stop(self.curator)
 
         asyncio.run_coroutine_threadsafe(stop(), self.loop).result(120)
         self.loop.call_soon_threadsafe(self.loop.stop)
