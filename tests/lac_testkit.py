@@ -216,7 +216,7 @@ def run_traffic(
 
 def metrics_port(server) -> int:
     """The bound metrics port of a shuffler or curator started by the shared fixtures with ``metrics_port=0``."""
-    service = server._on_stop.__self__  # the Shuffler or Curator whose stop() the fixture registered
+    service = getattr(server, "shuffler", None) or server.curator  # a ShufflerState or a Curator
 
     async def port():
         return await service.metrics_ready

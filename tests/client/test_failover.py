@@ -275,7 +275,7 @@ def test_a_submit_that_may_have_stored_is_never_stored_in_a_second_log(start_shu
 def test_the_cli_takes_several_servers(start_shuffler, sink, data_dir, glove50k, tmp_path, capsys, in_order):
     """``lac client submit --server A --server B``: a closed A costs nothing; both closed, one line naming both."""
     shf = start_shuffler(sink.address, min_batch=1000)
-    wait_until(lambda: shf.shuffler._deployment is not None)
+    wait_until(lambda: shf.shuffler.deployment is not None)
     messages = tmp_path / "messages.txt"
     messages.write_text("hello world\n", encoding="utf-8")
     closed = [f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"]
