@@ -40,6 +40,7 @@ class FlushResult:
 
     @property
     def released(self) -> bool:
+        """Whether a batch was released."""
         return self.batch_id is not None
 
 

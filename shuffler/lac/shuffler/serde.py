@@ -5,7 +5,7 @@ message it reads or builds, as a server (``lac.v1.Shuffler``) and as a client of
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING
 
 import grpc
@@ -111,37 +111,20 @@ def deployment_reply(deployment: Deployment) -> reports_pb2.Deployment:
     return deployment_to_proto(deployment, server_version=server_version("shuffler"))
 
 
+def _message(cls, obj, **overrides):
+    """A ``cls`` message of the frozen dataclass ``obj``, whose fields are the message's by name (``overrides``
+    replace some)."""
+    return cls(**{f.name: getattr(obj, f.name) for f in fields(obj)} | overrides)
+
+
+def _privacy(raw: bytes) -> reports_pb2.BatchPrivacy:
+    return reports_pb2.BatchPrivacy.FromString(raw)
+
+
 def status_reply(s: Status) -> shuffler_pb2.ShufflerStatus:
     """``GetStatus``'s answer."""
-    return shuffler_pb2.ShufflerStatus(
-        buffered_reports=s.buffered_reports,
-        buffered_clients=s.buffered_clients,
-        min_batch=s.min_batch,
-        batches_forwarded=s.batches_forwarded,
-        reports_forwarded=s.reports_forwarded,
-        batches_pending=s.batches_pending,
-        rejects=s.rejects,
-        note=s.note,
-        window=s.window,
-        seconds_to_next_window=s.seconds_to_next_window,
-        log_bytes=s.log_bytes,
-        max_log_bytes=s.max_log_bytes,
-        counters=s.counters,
-        recent_batches=[
-            shuffler_pb2.BatchInfo(
-                batch_id=b.batch_id,
-                size=b.size,
-                delivered=b.delivered,
-                privacy=reports_pb2.BatchPrivacy.FromString(b.privacy),
-                refusal=b.refusal,
-            )
-            for b in s.recent_batches
-        ],
-        auth=s.auth,
-        batches_dead_letter=s.batches_dead_letter,
-        deployment_mismatch=s.deployment_mismatch,
-        release_lease=s.release_lease,
-    )
+    batches = [_message(shuffler_pb2.BatchInfo, b, privacy=_privacy(b.privacy)) for b in s.recent_batches]
+    return _message(shuffler_pb2.ShufflerStatus, s, recent_batches=batches)
 
 
 def flush_reply(result: FlushResult) -> shuffler_pb2.FlushResponse:
@@ -155,29 +138,13 @@ def flush_reply(result: FlushResult) -> shuffler_pb2.FlushResponse:
 
 def shard_assignment_reply(a: ShardAssignment) -> shuffler_pb2.ShardAssignment:
     """``GetShards``'s answer."""
-    return shuffler_pb2.ShardAssignment(
-        shards=a.shards,
-        shard_name=a.shard_name,
-        assigned_shard=a.assigned_shard,
-        effective_window=a.effective_window,
-        shards_digest=a.shards_digest,
-        store_id=a.store_id,
-    )
+    return _message(shuffler_pb2.ShardAssignment, a)
 
 
 def dead_letters_reply(letters: tuple[DeadLetter, ...]) -> shuffler_pb2.DeadLetters:
     """``ListDeadLetters``'s answer, oldest first."""
     return shuffler_pb2.DeadLetters(
-        batches=[
-            shuffler_pb2.DeadLetter(
-                batch_id=d.batch_id,
-                size=d.size,
-                refusal=d.refusal,
-                dead_since_unix=d.dead_since_unix,
-                privacy=reports_pb2.BatchPrivacy.FromString(d.privacy),
-            )
-            for d in letters
-        ]
+        batches=[_message(shuffler_pb2.DeadLetter, d, privacy=_privacy(d.privacy)) for d in letters]
     )
 
 
@@ -188,7 +155,7 @@ def selection(request: shuffler_pb2.DeadLetterSelection) -> tuple[list[str], boo
 
 def settled_reply(settled: Settled) -> shuffler_pb2.DeadLetterResult:
     """Retry/DropDeadLetters' answer."""
-    return shuffler_pb2.DeadLetterResult(batch_ids=list(settled.batch_ids), reports=settled.reports)
+    return _message(shuffler_pb2.DeadLetterResult, settled)
 
 
 # ------------------------------------------------------------------ the curator's messages

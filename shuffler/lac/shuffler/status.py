@@ -24,7 +24,7 @@ class BatchInfo:
 
 @dataclass(frozen=True)
 class Status:
-    """What ``GetStatus`` answers (the fields of ``lac.v1.ShufflerStatus``)."""
+    """What ``GetStatus`` answers: the fields of ``lac.v1.ShufflerStatus`` by name (``serde.status_reply``)."""
 
     buffered_reports: int
     buffered_clients: int
