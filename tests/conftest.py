@@ -140,9 +140,9 @@ def start_curator(tmp_path, public_corpus, curator_key_dir):
 def start_shuffler(tmp_path):
     """Factory: start an in-process shuffler on 127.0.0.1 (port 0 unless ``port=`` is given) forwarding
     to ``curator`` (host:port)."""
+    from lac.shuffler import lifecycle
     from lac.shuffler.config import ShufflerConfig
     from lac.shuffler.server import create_server
-    from lac.shuffler.service import Shuffler
 
     started = []
 
@@ -157,14 +157,14 @@ def start_shuffler(tmp_path):
         made = []
 
         async def build():
-            shuffler = Shuffler(config)
-            made.append(shuffler)
-            server, port = create_server(shuffler)
-            shuffler.start()
-            return server, port, shuffler.stop
+            state = lifecycle.open_state(config)
+            made.append(state)
+            server, port = create_server(state)
+            lifecycle.start(state)
+            return server, port, lambda: lifecycle.stop(state)
 
         s = ServerThread(build)
-        s.shuffler = made[0]  # the library object, for tests that look inside
+        s.shuffler = made[0]  # its ShufflerState, for tests that look inside
         started.append(s)
         return s
 

@@ -216,7 +216,7 @@ def run_traffic(
 
 def metrics_port(server) -> int:
     """The bound metrics port of a shuffler or curator started by the shared fixtures with ``metrics_port=0``."""
-    service = server.curator if hasattr(server, "curator") else server.shuffler  # as the fixtures set them
+    service = getattr(server, "shuffler", None) or server.curator  # as the fixtures set them
 
     async def port():
         return await service.metrics_ready

@@ -94,7 +94,7 @@ def tls_services(start_curator, start_shuffler, curator_key_dir, pki, tmp_path):
     )
     # Ready for clients once it has fetched the curator's deployment (before, GetDeployment answers
     # UNAVAILABLE with retry-after-seconds 5, and the SDK would sleep that long).
-    wait_until(lambda: shf.shuffler._deployment is not None)
+    wait_until(lambda: shf.shuffler.deployment is not None)
     files = tmp_path / "app"
     files.mkdir()
     shutil.copy(pki.ca, files / "ca.pem")

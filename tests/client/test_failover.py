@@ -33,6 +33,7 @@ import lac.client
 from lac.client import AckStatus
 from lac.common import envelope
 from lac.common.v1 import curator_pb2, curator_pb2_grpc, shuffler_pb2, shuffler_pb2_grpc
+from lac.shuffler import intake
 from lac.shuffler.reportlog import KEY_FILE, write_key
 
 STORED = AckStatus.STORED
@@ -244,7 +245,9 @@ def test_a_call_the_server_cancelled_is_retried_at_a_replica_of_its_log(
 
 
 @both_clients
-def test_a_submit_that_may_have_stored_is_never_stored_in_a_second_log(start_shuffler, sink, in_order, glove200, aio):
+def test_a_submit_that_may_have_stored_is_never_stored_in_a_second_log(
+    start_shuffler, sink, in_order, glove200, aio, monkeypatch
+):
     """Two independent shufflers (two SQLite report logs: two store ids) behind one client list; the first stores
     the report, then holds its reply past the call's deadline (DEADLINE_EXCEEDED: the client cannot know whether it
     was stored). The SDK sends it to the first again, not to the second: stored once, in the first log, acknowledged
@@ -253,16 +256,16 @@ def test_a_submit_that_may_have_stored_is_never_stored_in_a_second_log(start_shu
     assert first.shuffler.store_id != second.shuffler.store_id
     held: list[int] = []
     release = threading.Event()
-    submit = first.shuffler.submit
+    submit = intake.submit
 
-    async def stored_then_late(*args, **kwargs):
-        result = await submit(*args, **kwargs)  # committed
-        if not held:
+    async def stored_then_late(state, *args, **kwargs):
+        result = await submit(state, *args, **kwargs)  # committed
+        if state is first.shuffler and not held:
             held.append(1)
             await asyncio.to_thread(release.wait, 2 * DEADLINE)  # the reply, after the client's deadline
         return result
 
-    first.shuffler.submit = stored_then_late
+    monkeypatch.setattr(intake, "submit", stored_then_late)  # the first shuffler's Submit handler
     try:
         with _client([first.address, second.address], aio, timeout=3.0, attempts=5) as c:
             acks = c.submit(privatized(glove200))
@@ -275,7 +278,7 @@ def test_a_submit_that_may_have_stored_is_never_stored_in_a_second_log(start_shu
 def test_the_cli_takes_several_servers(start_shuffler, sink, data_dir, glove50k, tmp_path, capsys, in_order):
     """``lac client submit --server A --server B``: a closed A costs nothing; both closed, one line naming both."""
     shf = start_shuffler(sink.address, min_batch=1000)
-    wait_until(lambda: shf.shuffler._deployment is not None)
+    wait_until(lambda: shf.shuffler.deployment is not None)
     messages = tmp_path / "messages.txt"
     messages.write_text("hello world\n", encoding="utf-8")
     closed = [f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"]

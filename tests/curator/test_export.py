@@ -479,7 +479,7 @@ def test_exports_of_a_settled_window_stay_equal_when_a_late_batch_comes(
             lambda: any(
                 "FAILED_PRECONDITION" in r.getMessage() and "were exported" in r.getMessage()
                 for r in caplog.records
-                if r.name == "lac.shuffler.service"
+                if r.name == "lac.shuffler.forward"
             )
         )
         assert Counter(c.export_reports(window).texts()) == first

@@ -496,8 +496,8 @@ def test_cli_entry_point(capsys):
 def test_each_batch_carries_its_amplification_statement(tmp_path):
     from lac.common.deployment import Deployment
     from lac.shuffler.config import ShufflerConfig
+    from lac.shuffler.forward import batch_guarantee
     from lac.shuffler.reportlog import StoredBatch
-    from lac.shuffler.service import batch_guarantee
 
     config = ShufflerConfig(state_dir=tmp_path, auth="none", insecure=True, target_delta=1e-6)
 
@@ -522,8 +522,8 @@ def test_batch_statements_hold_for_reports_of_the_same_shape_only(tmp_path):
     every batch statement says so, amplified or not, authenticated or not."""
     from lac.common.deployment import Deployment
     from lac.shuffler.config import ShufflerConfig
+    from lac.shuffler.forward import batch_guarantee
     from lac.shuffler.reportlog import StoredBatch
-    from lac.shuffler.service import batch_guarantee
 
     config = ShufflerConfig(state_dir=tmp_path, auth="none", insecure=True, target_delta=1e-6)
     small = Deployment(epsilon_per_word=4.0, word_distance_bound=1.0, max_report_words=1)

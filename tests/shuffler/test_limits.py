@@ -31,7 +31,7 @@ from lac.common.v1 import shuffler_pb2, shuffler_pb2_grpc
 
 
 def _shuffler(shf):
-    return shf._on_stop.__self__  # the Shuffler whose stop() the fixture registered
+    return shf.shuffler  # its ShufflerState
 
 
 def _submit(address, reports, timeout=10):
@@ -166,7 +166,7 @@ def _connects(address, options) -> bool:
 
 def test_full_commit_queue_is_unavailable_with_retry_after(start_shuffler, sink):
     shf = start_shuffler(sink.address, min_batch=1000, max_pending_bytes=3000)
-    log = _shuffler(shf)._log
+    log = _shuffler(shf).reportlog
     gate, entered = threading.Event(), threading.Event()
     original = log.append_groups
 
@@ -204,7 +204,7 @@ def _storage_error(kind: str) -> Exception:
 def test_write_error_in_the_release_path_is_reported_and_recovers(start_shuffler, sink, kind, caplog):
     shf = start_shuffler(sink.address, min_batch=3)
     shuffler = _shuffler(shf)
-    log = shuffler._log
+    log = shuffler.reportlog
     original, failing = log.release, threading.Event()
     failing.set()
 
@@ -230,12 +230,12 @@ def test_write_error_in_the_release_path_is_reported_and_recovers(start_shuffler
     wait_for(lambda: len(sink.tags()) == 6)
     unusable = [r for r in caplog.records if "report log unusable" in r.getMessage()]
     assert len(unusable) == 1 and not any(r.exc_info for r in caplog.records)
-    assert all(t.done() is False for t in shuffler._tasks)  # no background task ended
+    assert all(t.done() is False for t in shuffler.tasks)  # no background task ended
 
 
 def test_stalled_commit_answers_unavailable_then_the_retry_is_a_duplicate(start_shuffler, sink):
     shf = start_shuffler(sink.address, min_batch=1000, commit_timeout_seconds=0.5)
-    log = _shuffler(shf)._log
+    log = _shuffler(shf).reportlog
     original, disk_back = log.append_groups, threading.Event()
 
     def stalled(*args):

@@ -317,7 +317,7 @@ def test_sdk_refuses_replicas_midway_through_a_reshard(start_replica, tmp_path, 
         assert [x.status for x in sdk.submit_prepared([report()], token=token)] == [AckStatus.STORED]
         assert sdk.replica(token) == a
     replica_a.stop()
-    with caplog.at_level(logging.WARNING, logger="lac.shuffler.service"):
+    with caplog.at_level(logging.WARNING, logger="lac.shuffler.shards"):
         start_replica(pa, "127.0.0.1:1", shards=new, shard_name=a, min_batch=1000)
     assert any("SHARD LIST CHANGED" in r.getMessage() for r in caplog.records)
     start_replica(pc, "127.0.0.1:1", shards=new, shard_name=c, min_batch=1000)

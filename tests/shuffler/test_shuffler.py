@@ -56,11 +56,11 @@ def test_concurrent_submits_share_commits(start_shuffler, sink):
 
 
 async def _commits(shf):
-    return shf_shuffler(shf)._log.commits
+    return shf_shuffler(shf).reportlog.commits
 
 
 def shf_shuffler(shf):
-    return shf._on_stop.__self__  # the Shuffler whose stop() the fixture registered
+    return shf.shuffler  # its ShufflerState
 
 
 def test_client_stream_and_idempotency(start_shuffler, sink):

@@ -42,11 +42,11 @@ def _stored_batches(address: str) -> int:
 def test_a_shuffler_whose_unit_is_not_the_curators_acknowledges_no_report(start_curator, start_shuffler, monkeypatch):
     """Refused at once, with both units named, health NOT_SERVING; served again once the curator's deployment agrees
     (fetched again every MISMATCH_RECHECK_SECONDS while they differ, here 0.2 s)."""
-    monkeypatch.setattr("lac.shuffler.service.MISMATCH_RECHECK_SECONDS", 0.2)
+    monkeypatch.setattr("lac.shuffler.forward.MISMATCH_RECHECK_SECONDS", 0.2)
     port = free_port()
     cur = start_curator(port=port)  # a day per window
     shf = start_shuffler(cur.address, window_seconds=3600.0, min_batch=1)
-    wait_until(lambda: shf.shuffler._deployment is not None, DEADLINE)
+    wait_until(lambda: shf.shuffler.deployment is not None, DEADLINE)
     with pytest.raises(grpc.RpcError) as refused:
         _submit(shf.address, _reports(1))
     assert refused.value.code() == grpc.StatusCode.UNAVAILABLE
@@ -57,7 +57,7 @@ def test_a_shuffler_whose_unit_is_not_the_curators_acknowledges_no_report(start_
     assert "MISCONFIGURED" in status.note
     assert health(shf.address) == "NOT_SERVING"
     agreeing = start_shuffler(cur.address, min_batch=1)  # the same curator, the same unit: served
-    wait_until(lambda: agreeing.shuffler._deployment is not None, DEADLINE)
+    wait_until(lambda: agreeing.shuffler.deployment is not None, DEADLINE)
     _submit(agreeing.address, _reports(1))
     wait_until(lambda: _stored_batches(cur.address) == 1, DEADLINE)
     assert health(agreeing.address) == "SERVING"

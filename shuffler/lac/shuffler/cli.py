@@ -238,19 +238,19 @@ def _serve(args) -> int:
     from lac.common.logs import configure as configure_logging
     from lac.common.server import PortUnavailable, run_until_signalled
     from lac.common.statelock import StateDirLocked
+    from lac.shuffler import lifecycle
     from lac.shuffler.reportlog import ClientKeyError
     from lac.shuffler.server import create_server
-    from lac.shuffler.service import Shuffler
 
     config = cfg.from_args(ShufflerConfig, ENV_PREFIX, args)
     configure_logging(config.log_format, getattr(args, "verbose", False))
     tracing.configure_service(config, "shuffler")
 
     async def main():
-        shuffler = Shuffler(config)
-        server, port = create_server(shuffler)
-        shuffler.start()
-        await run_until_signalled(server, port, config.port_file, "shuffler", on_stop=shuffler.stop)
+        state = lifecycle.open_state(config)
+        server, port = create_server(state)
+        lifecycle.start(state)
+        await run_until_signalled(server, port, config.port_file, "shuffler", on_stop=lambda: lifecycle.stop(state))
 
     try:
         asyncio.run(main())

@@ -2,8 +2,8 @@
 
 Counters kept in the report log (accepted, duplicates, rejects by reason, batches and reports
 released and forwarded) are read from it at scrape time, so they survive restarts and agree with
-``GetStatus``. Latencies are histograms observed as they happen. Nothing here imports the service:
-``ShufflerMetrics`` reads the ``Shuffler`` it is given.
+``GetStatus``. Latencies are histograms observed as they happen. Nothing here imports the state:
+``ShufflerMetrics`` reads the ``ShufflerState`` it is given.
 """
 
 from __future__ import annotations
@@ -19,10 +19,10 @@ FORWARD_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
 
 
 class ShufflerMetrics:
-    """The registry of one ``Shuffler``: latency histograms it observes, the rest read per scrape."""
+    """The registry of one ``ShufflerState``: latency histograms it observes, the rest read per scrape."""
 
-    def __init__(self, shuffler):
-        self.shuffler = shuffler
+    def __init__(self, state):
+        self.state = state
         self.registry = new_registry("shuffler")
         self.ingest_seconds = Histogram(
             "lac_shuffler_ingest_seconds",
@@ -38,7 +38,7 @@ class ShufflerMetrics:
             registry=self.registry,
         )
         self.rpc = RpcLatency("lac_shuffler", self.registry)
-        cfg = shuffler.config
+        cfg = state.config
         certificate_expiry(
             self.registry,
             {
@@ -53,7 +53,7 @@ class ShufflerMetrics:
         self.endpoint = MetricsEndpoint(self.registry, [self._scraped])
 
     async def _collect(self):
-        s = self.shuffler
+        s = self.state
         try:
             await s.recount()
             c = await s.counters()

@@ -1,4 +1,5 @@
-"""gRPC servicer (thin) and server factory for the shuffler.
+"""gRPC servicer (thin: parse with ``serde``, one handler call, reply with ``serde``) and server factory for the
+shuffler.
 
 Every method of ``lac.v1.Shuffler`` is registered from the generated descriptor with the roles
 it serves (``ROLES``); ``lac.common.rpc`` identifies the caller, checks the role and parses
@@ -8,6 +9,7 @@ the request before a method runs.
 from __future__ import annotations
 
 import logging
+from contextlib import contextmanager
 
 import grpc
 
@@ -16,20 +18,14 @@ from lac.common import tls
 from lac.common.errors import InvalidArgument, RejectReason
 from lac.common.rpc import Caller, Receiving, Role, count_field, service_handler
 from lac.common.v1 import shuffler_pb2
-from lac.shuffler import wire
-from lac.shuffler.service import (
-    MAX_BATCH_ID_CHARS,
-    MAX_DEAD_LETTER_IDS,
-    SERVICE_NAME,
-    ShardListMismatch,
-    Shuffler,
-    WrongShard,
-)
-from lac.shuffler.shards import SHARD_METADATA_KEY, SHARDS_DIGEST_METADATA_KEY
+from lac.shuffler import forward, intake, releases, serde, shards, status, wire
+from lac.shuffler.forward import MAX_BATCH_ID_CHARS, MAX_DEAD_LETTER_IDS
+from lac.shuffler.shards import SHARD_METADATA_KEY, SHARDS_DIGEST_METADATA_KEY, ShardListMismatch, WrongShard
+from lac.shuffler.state import ShufflerState
 
 log = logging.getLogger(__name__)
 
-SERVICE = shuffler_pb2.DESCRIPTOR.services_by_name["Shuffler"]
+SERVICE = serde.SERVICE
 SCAN_ABOVE_BYTES = 64 * 1024  # Submit messages larger than this have their reports counted before parsing
 _SELECTED_IDS = shuffler_pb2.DeadLetterSelection.DESCRIPTOR.fields_by_name["batch_ids"].number
 
@@ -46,16 +42,16 @@ ROLES = {
 }
 
 
-def _bounded_reports(shuffler: Shuffler):
+def _bounded_reports(state: ShufflerState):
     """A ``before_parse`` check of Submit and SubmitStream messages: more reports than
     ``max_reports_per_request`` are refused (and counted) before parsing, since parsed an empty report
     costs ~70 bytes of memory for its 2 bytes on the wire (a large message of them would take gigabytes).
     ``lac.common.rpc`` runs it only for callers with the client role, after receiving their message."""
-    limit = shuffler.config.max_reports_per_request
+    limit = state.config.max_reports_per_request
 
     def check(raw: bytes) -> None:
         if len(raw) > SCAN_ABOVE_BYTES and wire.count_reports(raw, limit) > limit:
-            shuffler._log.count_reject(RejectReason.INVALID_ARGUMENT)
+            state.count_reject(RejectReason.INVALID_ARGUMENT)
             raise InvalidArgument(f"more than {limit} reports in one request (max_reports_per_request)")
 
     return check
@@ -73,14 +69,19 @@ def _bounded_selection(raw: bytes) -> None:
         )
 
 
-def _name_the_right_shard(context, refusal: WrongShard | ShardListMismatch) -> None:
+@contextmanager
+def _naming_the_right_shard(context):
     """Put the right replica's address in the trailing metadata of a wrong-shard refusal (``lac-shard``), or this
     replica's shard-list digest in that of a refusal for another list (``lac-shards-digest``), so the SDK can act
     on it without parsing the message; ``lac.common.rpc`` then answers FAILED_PRECONDITION."""
-    if isinstance(refusal, WrongShard):
+    try:
+        yield
+    except WrongShard as refusal:
         context.set_trailing_metadata(((SHARD_METADATA_KEY, refusal.shard),))
-    else:
+        raise
+    except ShardListMismatch as refusal:
         context.set_trailing_metadata(((SHARDS_DIGEST_METADATA_KEY, refusal.own),))
+        raise
 
 
 def _sent_digest(context) -> str | None:
@@ -90,68 +91,51 @@ def _sent_digest(context) -> str | None:
 
 
 class ShufflerServicer:
-    """The ``lac.v1.Shuffler`` methods (roles in ``ROLES``); the work is in ``Shuffler``."""
+    """The ``lac.v1.Shuffler`` methods (roles in ``ROLES``): each parses through ``serde``, calls one handler over
+    the ``ShufflerState`` and replies through ``serde``."""
 
-    def __init__(self, shuffler: Shuffler):
-        self.shuffler = shuffler
+    def __init__(self, state: ShufflerState):
+        self.state = state
 
     async def Submit(self, request, context, caller: Caller):
-        try:
-            stored = await self.shuffler.submit(request.reports, caller.identity, _sent_digest(context))
-            return wire.submit_response((r.idempotency_id for r in request.reports), stored)
-        except (WrongShard, ShardListMismatch) as exc:
-            _name_the_right_shard(context, exc)
-            raise
+        submission = serde.submission(request, self.state.config)
+        with _naming_the_right_shard(context):
+            ack = await intake.submit(self.state, submission, caller.identity, _sent_digest(context))
+        return serde.submit_reply([ack])
 
     async def SubmitStream(self, requests, context, caller: Caller):
-        acks, total, limit = [], 0, self.shuffler.config.max_reports_per_request
-        async for request in requests:
-            total += len(request.reports)
-            if total > limit:  # the one response carries an ack per report: bound the whole call
-                await self.shuffler.count_reject(RejectReason.INVALID_ARGUMENT, len(request.reports))
-                raise InvalidArgument(
-                    f"more than {limit} reports in one SubmitStream call (max_reports_per_request); "
-                    f"the earlier messages' reports may be stored: resend them in a new call "
-                    f"with the same idempotency ids"
-                )
-            try:
-                stored = await self.shuffler.submit(request.reports, caller.identity, _sent_digest(context))
-            except (WrongShard, ShardListMismatch) as exc:  # raised by the first message, before anything is stored
-                _name_the_right_shard(context, exc)
-                raise
-            acks.append(wire.submit_response((r.idempotency_id for r in request.reports), stored))
-        return b"".join(acks)
+        submissions = serde.submissions(requests, self.state.config)
+        with _naming_the_right_shard(context):  # raised by the first message, before anything is stored
+            acks = await intake.submit_stream(self.state, submissions, caller.identity, _sent_digest(context))
+        return serde.submit_reply(acks)
 
     async def GetDeployment(self, request, context, caller: Caller):
-        return self.shuffler.deployment_message()
+        return serde.deployment_reply(forward.known_deployment(self.state))
 
     async def GetStatus(self, request, context, caller: Caller):
-        return await self.shuffler.status()
+        return serde.status_reply(await status.status(self.state))
 
     async def Flush(self, request, context, caller: Caller):
-        released = await self.shuffler.flush()
-        if released is None:
-            return shuffler_pb2.FlushResponse(released=False, note=self.shuffler.note)
-        return shuffler_pb2.FlushResponse(
-            released=True, batch_id=released[0], batch_size=released[1], note=self.shuffler.note
-        )
+        return serde.flush_reply(await releases.flush(self.state))
 
     async def GetShards(self, request, context, caller: Caller):
-        return self.shuffler.shard_assignment(caller.identity)
+        return serde.shard_assignment_reply(shards.assignment(self.state, caller.identity))
 
     async def ListDeadLetters(self, request, context, caller: Caller):
-        return await self.shuffler.dead_letters()
+        return serde.dead_letters_reply(await forward.dead_letters(self.state))
 
     async def RetryDeadLetters(self, request, context, caller: Caller):
-        return await self.shuffler.settle_dead_letters(list(request.batch_ids), request.all, drop=False)
+        batch_ids, every = serde.selection(request)
+        return serde.settled_reply(await forward.settle_dead_letters(self.state, batch_ids, every, drop=False))
 
     async def DropDeadLetters(self, request, context, caller: Caller):
-        return await self.shuffler.settle_dead_letters(list(request.batch_ids), request.all, drop=True)
+        batch_ids, every = serde.selection(request)
+        return serde.settled_reply(await forward.settle_dead_letters(self.state, batch_ids, every, drop=True))
 
 
-def create_server(shuffler: Shuffler) -> tuple[grpc.aio.Server, int]:
-    """Build (not start) the gRPC server for ``shuffler``, bound as its config says."""
-    cfg = shuffler.config
+def create_server(state: ShufflerState) -> tuple[grpc.aio.Server, int]:
+    """Build (not start) the gRPC server over a shuffler's ``state``, bound as its config says."""
+    cfg = state.config
     server = common_server.new_server(
         cfg.max_message_bytes,
         cfg.max_concurrent_streams,
@@ -160,18 +144,18 @@ def create_server(shuffler: Shuffler) -> tuple[grpc.aio.Server, int]:
     )
 
     async def count_malformed(method: str) -> None:
-        await shuffler.count_reject(RejectReason.MALFORMED)
+        state.count_reject(RejectReason.MALFORMED)
 
     handler = service_handler(
         SERVICE,
-        ShufflerServicer(shuffler),
+        ShufflerServicer(state),
         ROLES,
-        shuffler.auth,
+        state.auth,
         on_malformed=count_malformed,
-        observe=shuffler.metrics.rpc,
+        observe=state.metrics.rpc,
         before_parse={
-            "Submit": _bounded_reports(shuffler),
-            "SubmitStream": _bounded_reports(shuffler),
+            "Submit": _bounded_reports(state),
+            "SubmitStream": _bounded_reports(state),
             "RetryDeadLetters": _bounded_selection,
             "DropDeadLetters": _bounded_selection,
         },
@@ -182,5 +166,5 @@ def create_server(shuffler: Shuffler) -> tuple[grpc.aio.Server, int]:
     # without, callers are identified by bearer tokens only.
     server_tls = tls.server_tls(cfg.tls_cert, cfg.tls_key, cfg.tls_client_ca, insecure=cfg.insecure, name="shuffler")
     return common_server.finish_server(
-        server, [SERVICE_NAME], cfg.host, cfg.port, server_tls, health_state=shuffler.health
+        server, [serde.SERVICE_NAME], cfg.host, cfg.port, server_tls, health_state=state.health
     )

@@ -28,13 +28,29 @@ from the same list, and it is independent of the order in which the list is writ
 one window for a quota of one), so each publishes the digest of its list in ``GetShards``; the SDK
 submits only to a replica whose digest is its bootstrap replica's, and sends that digest with each
 Submit (``SHARDS_DIGEST_METADATA_KEY``), which a replica with another list refuses.
+
+The handlers of a replica over its shard list are here too: ``check_shard`` (Submit's first check: a sharded replica
+refuses another replica's client before looking at its reports, ``WrongShard``: FAILED_PRECONDITION naming the right
+replica, counted as reject ``wrong_shard``), ``assignment`` (what ``GetShards`` answers) and ``note_shard_change``
+(the start's warning when the list changed and applies at once).
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
+import logging
 import re
+import time
 from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from lac.common.errors import ErrorReason, FailedPrecondition, RejectReason, Unavailable
+from lac.common.storage import storage_failure_reason
+
+if TYPE_CHECKING:
+    from lac.shuffler.state import ShufflerState
 
 __all__ = [
     "SHARD_METADATA_KEY",
@@ -43,7 +59,16 @@ __all__ = [
     "shards_digest",
     "shard_weight",
     "assign_shard",
+    "WrongShard",
+    "ShardListMismatch",
+    "ShardAssignment",
+    "assigned_shard",
+    "check_shard",
+    "assignment",
+    "note_shard_change",
 ]
+
+log = logging.getLogger(__name__)
 
 SHARD_METADATA_KEY = "lac-shard"  # trailing metadata of a wrong-shard refusal: the address to submit to
 SHARDS_DIGEST_METADATA_KEY = "lac-shards-digest"  # a Submit's: the list its client was routed by
@@ -86,3 +111,123 @@ def assign_shard(client_id: str, shards: Iterable[str]) -> str:
     if not shards:
         raise ValueError("no shards to assign a client to")
     return max(shards, key=lambda s: (shard_weight(s, client_id), s))
+
+
+class WrongShard(FailedPrecondition):
+    """A sharded replica's refusal: the calling client belongs to the replica at ``shard``."""
+
+    def __init__(self, shard: str, this_replica: str):
+        super().__init__(
+            f"this client belongs to the shuffler replica at {shard}, not to {this_replica}: send the "
+            f"same reports there (trailing metadata lac-shard); nothing was stored here",
+            reason=RejectReason.WRONG_SHARD,
+        )
+        self.shard = shard
+
+
+class ShardListMismatch(FailedPrecondition):
+    """A replica's refusal of a Submit routed by another shard list (``digest``) than its own (``own``)."""
+
+    def __init__(self, digest: str, own: str):
+        super().__init__(
+            f"this client was routed by a shard list (digest {digest[:16] or 'none: not sharded'}) other than "
+            f"this replica's (digest {own[:16] or 'none: not sharded'}): the shuffler replicas' --shards differ, "
+            f"tell their operator; nothing was stored here",
+            reason=RejectReason.SHARD_LIST_MISMATCH,
+        )
+        self.own = own
+
+
+@dataclass(frozen=True)
+class ShardAssignment:
+    """What ``GetShards`` answers a client: the shard list, this replica's entry and the client's shard."""
+
+    shards: tuple[str, ...]
+    shard_name: str
+    assigned_shard: str  # "" when not sharded or for an anonymous caller
+    effective_window: int
+    shards_digest: str
+    store_id: str
+
+
+def note_shard_change(state: ShufflerState) -> None:
+    """Log the shard topology; warn when it differs from the one this state directory last served
+    with and applies at once (a client that moves mid-window gets a fresh quota on its new replica)."""
+    cfg = state.config
+    window = state.window()
+    current = {
+        "shards": sorted(state.shards),
+        "shard_name": cfg.shard_name,
+        "effective_window": cfg.shards_effective_window,
+    }
+    stored = state.reportlog.get_meta("shards")
+    previous = json.loads(stored) if stored else None
+    if state.shards:
+        log.info(
+            "shard %s of %d replicas (%s), applying from window %d (now %d)",
+            cfg.shard_name,
+            len(state.shards),
+            ", ".join(state.shards),
+            cfg.shards_effective_window,
+            window,
+        )
+    if previous is not None and previous["shards"] != current["shards"] and cfg.shards_effective_window <= window:
+        log.warning(
+            "SHARD LIST CHANGED (was %s) and applies at once, in window %d: unless every replica "
+            "switched at this window's start, a client that moved replica gets a fresh quota on its new "
+            "one for the rest of this window. Change the list at a window boundary: give every replica "
+            "the new list with shards_effective_window set to the next window",
+            ", ".join(previous["shards"]) or "not sharded",
+            window,
+        )
+    if previous != current:
+        try:
+            state.reportlog.set_meta("shards", json.dumps(current).encode())
+        except Exception as exc:
+            if storage_failure_reason(exc) is None:
+                raise
+            log.warning("could not record the shard list in the report log (%s)", exc)
+
+
+def assigned_shard(state: ShufflerState, client_id: str | None) -> str | None:
+    """The address of the replica that serves ``client_id`` (None: not sharded, or an anonymous caller)."""
+    if not state.shards or client_id is None:
+        return None
+    return assign_shard(client_id, state.shards)
+
+
+def check_shard(state: ShufflerState, client_id: str | None, n_reports: int, digest: str | None = None) -> None:
+    """Refuse (and count as rejects) ``n_reports`` reports of a client this replica does not serve:
+    ``ShardListMismatch`` for a client routed by another list (``digest``, None: the client sent none),
+    ``WrongShard`` for another replica's client, ``Unavailable`` before the shard list applies."""
+    if digest is not None and digest != state.shards_digest:
+        state.count_reject(RejectReason.SHARD_LIST_MISMATCH, n_reports)
+        raise ShardListMismatch(digest, state.shards_digest)
+    home = assigned_shard(state, client_id)
+    if home is None:
+        return
+    start = state.config.shards_effective_window
+    if state.window() < start:
+        state.count_reject(RejectReason.SHARDS_NOT_EFFECTIVE, n_reports)
+        wait = start * state.config.window_seconds - time.time()
+        raise Unavailable(
+            f"this replica's shard list applies from accounting window {start} (in {wait:.0f} s); retry then",
+            retry_after=wait,
+            reason=RejectReason.SHARDS_NOT_EFFECTIVE,
+            error_reason=ErrorReason.NOTHING_STORED,
+        )
+    if home != state.config.shard_name:
+        state.count_reject(RejectReason.WRONG_SHARD, n_reports)
+        raise WrongShard(home, state.config.shard_name)
+
+
+def assignment(state: ShufflerState, client_id: str | None) -> ShardAssignment:
+    """What ``GetShards`` answers ``client_id``: the shard list, this replica's entry and the client's shard."""
+    return ShardAssignment(
+        shards=tuple(state.shards),
+        shard_name=state.config.shard_name,
+        assigned_shard=assigned_shard(state, client_id) or "",
+        effective_window=state.config.shards_effective_window,
+        shards_digest=state.shards_digest,
+        store_id=state.store_id,
+    )
