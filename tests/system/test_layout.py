@@ -74,3 +74,10 @@ def test_the_curator_is_in_wings():
         assert init.is_file(), wing
         assert ast.get_docstring(ast.parse(init.read_text(encoding="utf-8"))), wing
         assert list((CURATOR / wing).glob("*.py")) != [init], f"{wing} holds no module"
+
+
+def test_test_modules_have_unique_names():
+    """The test folders are not packages, so pytest imports each module by its file name: two modules of one
+    name in different folders cannot both be collected."""
+    names = Counter(p.name for p in TESTS.rglob("test_*.py"))
+    assert [n for n, k in names.items() if k > 1] == []
