@@ -3,14 +3,14 @@
 building its n-gram products) and a default release with the channel against the same release without it; and
 each of them with its error bars (the bootstrap, ``--error-bar-draws``) against the same release without.
 
-    python benchmarks/bench_channel.py [--draws 400] [--min-draws 50] [--epsilon 8] [--compare] [--reports 1000000]
+    python benchmarks/bench_channel.py [--draws 55] [--min-draws 30] [--epsilon 8] [--compare] [--reports 1000000]
         [--error-bar-draws 100]
 
-The word channel is sampled anew (no cache) with the curator's method: draws by public frequency (``--draws``
-for the words that carry half of the public text, at least ``--min-draws``), numpy's OS-seeded generator, the
+The word channel is sampled anew (no cache) with the curator's method: draws shared by public frequency
+(``--draws`` per word on average, at least ``--min-draws``; ``channel_draws``), numpy's OS-seeded generator, the
 fastest nearest-word kernel this CPU runs; the time is split into noise sampling, the nearest-word search, the
 <unk> row and the rest (counting, the matrix). ``--compare`` also samples it with the old method in the same run
-(``--draws`` for every word, the ChaCha20 CSPRNG, the AVX2 kernel) and prints the ratio; ``--old-every K`` times
+(``--old-draws`` for every word, the ChaCha20 CSPRNG, the AVX2 kernel) and prints the ratio; ``--old-every K`` times
 the old method on every K-th word only and scales its time by K (it is linear in the words). ``--reports 0``
 skips the release part.
 
@@ -32,6 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
+from lac.curator.release.channel import CHANNEL_DRAWS, MIN_DRAWS
 from lac.curator.release.errorbars import DRAWS, Bootstrap
 
 
@@ -94,8 +95,9 @@ def _parts(total: float, timers: Counter) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--draws", type=int, default=400, help="Monte-Carlo draws of the most frequent words")
-    ap.add_argument("--min-draws", type=int, default=50, help="... and of the rarest")
+    ap.add_argument("--draws", type=int, default=CHANNEL_DRAWS, help="Monte-Carlo draws per word on average")
+    ap.add_argument("--min-draws", type=int, default=MIN_DRAWS, help="... and at least, for each word")
+    ap.add_argument("--old-draws", type=int, default=400, help="draws of every word with the old method")
     ap.add_argument("--epsilon", type=float, default=8.0, help="ε per word of the deployment")
     ap.add_argument("--compare", action="store_true", help="also time the old method (uniform draws) in this run")
     ap.add_argument("--old-every", type=int, default=1, help="time the old method on every K-th word (scaled by K)")
@@ -131,7 +133,7 @@ def main() -> None:
     word, t_word, timers = sample_word_channel(vocab, embedding, args.epsilon, unk, args.draws, args.min_draws)
     points = int(timers["perturbations"])
     print(
-        f"word channel, new method: {len(vocab.words):,} words x {word.least_draws}-{word.draws} draws "
+        f"word channel, new method: {len(vocab.words):,} words x {word.describe()}; "
         f"({points:,} perturbations with the <unk> row) sampled in {t_word:.1f} s (+ {t_emb:.1f} s to load the "
         f"embedding): {_parts(t_word, timers)}"
     )
@@ -148,11 +150,13 @@ def main() -> None:
         if args.old_every > 1:
             words = sorted(vocab.words)[:: args.old_every]
             sub = NgramVocabulary(tuple(words), np.ones(len(words)), 1)  # (uniform draws: the counts do not matter)
-        _, t_old, old_timers = sample_word_channel(sub, embedding, args.epsilon, unk, args.draws, args.draws, old=True)
+        _, t_old, old_timers = sample_word_channel(
+            sub, embedding, args.epsilon, unk, args.old_draws, args.old_draws, old=True
+        )
         scaled = t_old * args.old_every
         what = f"every {args.old_every}th word, time x{args.old_every}" if args.old_every > 1 else "every word"
         print(
-            f"word channel, old method (uniform {args.draws} draws, ChaCha20, AVX2 kernel; {what}): {scaled:.1f} s "
+            f"word channel, old method (uniform {args.old_draws} draws, ChaCha20, AVX2 kernel; {what}): {scaled:.1f} s "
             f"({_parts(t_old, old_timers)}, unscaled). New / old: {t_word / scaled:.3f} "
             f"({scaled / t_word:.1f}x faster); load average now {os.getloadavg()[0]:.2f}"
         )

@@ -64,7 +64,7 @@ __all__ = [
 ]
 
 # The channel model's own relative error on real text: from the clean totals of 20k real users it predicts their
-# perturbed unigram totals to within a median 8.7%, mass-weighted 4.7% (benchmarks/channel_error.py, ε = 8 over
+# perturbed unigram totals to within a median 8.8%, mass-weighted 5.3% (benchmarks/channel_error.py, ε = 8 over
 # GloVe 50k; with 400 draws for the words carrying half the text and ∝ √count below it was 19% and 11%), about what
 # the users' own random choices leave (a median 8.9% at 20k users); a fit closer than that chases the model's error.
 MODEL_ERROR = 0.08
@@ -75,8 +75,9 @@ MIN_KEEP_SHARE = 0.25  # below: the channel keeps too few words for a clean esti
 # variance Σ_w x_w² P(1−P)/n_w is smallest for n_w ∝ x_w; a word's own relative error, weighted by its
 # frequency, is smallest for n_w ∝ √x_w. Measured on 20k real users at ε = 8 over GloVe 50k
 # (benchmarks/channel_error.py): median error of the predicted unigram totals 19% with 400 draws for the words
-# carrying half the text and ∝ √count below (1.53M draws); 7% with 1.24M draws shared as ``channel_draws`` does.
-CHANNEL_DRAWS = 70
+# carrying half the text and ∝ √count below (1.40M perturbations); 8.8% with 0.88M shared as ``channel_draws`` does
+# (8.7% with 1.13M: the word channel's time, 54 s on two cores, buys little more accuracy above this).
+CHANNEL_DRAWS = 55
 MIN_DRAWS = 30  # ... and never fewer for one word: its row's standard error ≤ 0.5/√30 ≈ 0.091
 _FORMAT = 2
 COUNT_SHARE = 0.5  # of the draws above the floor: shared ∝ count; the rest ∝ √count (channel_draws)

@@ -73,7 +73,7 @@ class EvalConfig:
     e2e_vocab_min_count: int = 2  # the release vocabulary: the curator's defaults (public n-grams seen twice ...)
     e2e_vocab_items: int = 50_000  # ... at most this many)
     e2e_runs: int = 1  # releases per row (at these sizes the release's own noise moves perplexity by < 1%)
-    e2e_channel_draws: int = 70  # local channel's Monte-Carlo draws per word on average (the curator's CHANNEL_DRAWS)
+    e2e_channel_draws: int = 55  # local channel's Monte-Carlo draws per word on average (the curator's CHANNEL_DRAWS)
     # authorship vs topic after the Localizer (lac.suite.eval.authorship; seed 003 §6)
     authorship_authors: int = 40  # GCIDE's most quoted authors (by quoted words)
     authorship_snippet_words: int = 50  # words per snippet (author and topic alike)
