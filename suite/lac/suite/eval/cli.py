@@ -21,8 +21,9 @@ def register(subparsers) -> None:
     p = subparsers.add_parser(
         "eval",
         help="reproduce the BayesianDP paper's results on real text and evaluate the pipeline",
-        description="Writes PNG plots, results.json and report.md into --out. Defaults take minutes; --quick "
-        "is a smaller configuration (about 2 minutes on 2 cores).",
+        description="Writes PNG plots, results.json and report.md into --out. The defaults (200k and 1.02M users) "
+        "take hours; --quick is a smaller configuration (about 5 minutes on 2 cores the first time, which prepares "
+        "the user corpus and samples the default deployment's local channel; about 4 minutes after that).",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     p.add_argument("--out", type=Path, required=True, help="output folder (created)")
