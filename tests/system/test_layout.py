@@ -10,7 +10,7 @@ from pathlib import Path
 TESTS = Path(__file__).resolve().parents[1]
 CURATOR = TESTS.parent / "curator" / "lac" / "curator"
 # The curator's wings (docs/design.md, "Layout"): a newcomer sees them from the listing.
-CURATOR_WINGS = {"base", "lm", "mechanisms", "release", "runner", "service", "store"}
+CURATOR_WINGS = {"base", "engines", "ingest", "lm", "mechanisms", "release", "runner", "service", "store"}
 ROLES = ("common", "client", "shuffler", "curator", "analyst")
 # The peer a role's tests may import besides lac.common and the role itself: the one they drive as a real
 # counterpart (the client's tests register a token on a real shuffler; the shuffler's use the SDK as caller;
