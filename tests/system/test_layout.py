@@ -76,6 +76,15 @@ def test_the_curator_is_in_wings():
         assert list((CURATOR / wing).glob("*.py")) != [init], f"{wing} holds no module"
 
 
+# Module names that say nothing of what a room holds (issue 36): a reader has to open the file to learn it.
+VAGUE_NAMES = {"core", "common", "util", "utils", "misc", "helpers", "stuff"}
+
+
+def test_no_curator_module_has_a_name_that_says_nothing():
+    vague = sorted(str(p.relative_to(CURATOR)) for p in CURATOR.rglob("*.py") if p.stem in VAGUE_NAMES)
+    assert not vague, vague
+
+
 def test_test_modules_have_unique_names():
     """The test folders are not packages, so pytest imports each module by its file name: two modules of one
     name in different folders cannot both be collected."""
