@@ -114,8 +114,8 @@ def main() -> None:
     from lac.curator.base.ngrams import NgramVocabulary, report_items
     from lac.curator.base.prior import public_vocabulary
     from lac.curator.mechanisms import ReleaseSpec
+    from lac.curator.release.building import ItemReports, PublicCaps
     from lac.curator.release.channel import NgramChannel, public_unk_words
-    from lac.curator.release.core import ItemReports, PublicCaps
     from lac.curator.runner.run import run
     from lac.curator.service.config import CuratorConfig
     from lac.suite.data import prepare_corpora, user_texts

@@ -9,7 +9,7 @@ texts, one per user, in a fixed random order) or the BSD fortunes (the demo's us
 into sentences and cut into reports of at most L = 40 words (the default deployment's cap, as
 clients split longer texts), repeated in order when more reports are asked for than there are;
 words NOT perturbed; sealed with HPKE to a fresh curator key. Timed per worker count (best of ``--repeat``,
-after the pool's workers have started): ``IngestPool.run`` (``lac.curator.store.ingest``: open, validate,
+after the pool's workers have started): ``IngestPool.run`` (``lac.curator.ingest.chunks``: open, validate,
 count every n-gram, chunk by chunk on the workers) plus ``merge_counts`` (the chunks' counts
 combined into the batch's, as the store does before writing the segment). The results are checked
 equal across worker counts. Writing the segment (Parquet, one file, serial) is timed once, apart.
@@ -35,9 +35,9 @@ from pathlib import Path
 from benchkit import cpu_seconds, real_reports, sealed_payloads
 
 from lac.common import envelope
+from lac.curator.ingest.chunks import MIN_POOL_BATCH, IngestContext, IngestPool, merge_counts
 from lac.curator.service.config import CORES, CuratorConfig
 from lac.curator.store import segments
-from lac.curator.store.ingest import MIN_POOL_BATCH, IngestContext, IngestPool, merge_counts
 
 
 def _batch_seconds(pool: IngestPool, payloads: list[bytes]) -> float:

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Release at scale over stored Parquet segments: streaming (``lac.curator.release.engine``) vs the
+"""Release at scale over stored Parquet segments: streaming (``lac.curator.engines.local``) vs the
 in-memory path (every segment read into one counts matrix, then the mechanism) — SYNTHETIC Zipf
 data, a speed and memory benchmark only, not language.
 
@@ -71,9 +71,9 @@ def write_segments(root: Path, users: int, items: int, per_user: float, per_segm
 def run_engine(engine: str, root: Path, items: int, master: str, mechanisms: str = MECHANISMS) -> dict:
     """One engine's releases over the segments under ``root`` (in this process)."""
     from lac.common.privacy import PrivacyUnit
+    from lac.curator.engines.local import LOCAL
     from lac.curator.mechanisms import ReleaseSpec
-    from lac.curator.release.core import PublicCaps, StoredReports
-    from lac.curator.release.engine import LOCAL
+    from lac.curator.release.building import PublicCaps, StoredReports
     from lac.curator.runner.run import run
 
     vocab = vocabulary(items)
@@ -89,11 +89,11 @@ def run_engine(engine: str, root: Path, items: int, master: str, mechanisms: str
     out = {"engine": engine}
     eng = LOCAL
     if engine.startswith("stream:"):  # stream:N = N worker processes
-        from lac.curator.release.engine import LocalEngine
+        from lac.curator.engines.local import LocalEngine
 
         eng = LocalEngine(workers=int(engine.split(":")[1]))
     if engine == "spark":
-        from lac.curator.release.spark import SparkEngine
+        from lac.curator.engines.spark import SparkEngine
 
         eng = SparkEngine.start(master)
     for name, spec in specs.items():

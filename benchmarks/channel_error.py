@@ -30,8 +30,8 @@ from lac.common.paths import data_dir
 from lac.common.text import sentences
 from lac.curator.base.ngrams import report_items
 from lac.curator.base.prior import public_vocabulary
+from lac.curator.release.building import vocab_counts
 from lac.curator.release.channel import deployment_channel
-from lac.curator.release.core import vocab_counts
 from lac.curator.service.config import CuratorConfig
 from lac.suite.data import prepare_corpora, user_texts
 

@@ -25,15 +25,15 @@ from lac.common.privacy import Budget
 from lac.common.v1 import curator_pb2, curator_pb2_grpc
 from lac.curator.base.ngrams import NgramVocabulary, ReportItems, report_items
 from lac.curator.base.prior import public_vocabulary
+from lac.curator.ingest.chunks import IngestBatch
+from lac.curator.release.building import StoredReports
 from lac.curator.release.channel import NgramChannel
-from lac.curator.release.core import StoredReports
 from lac.curator.release.errorbars import Bootstrap, held_post_process, interval, posterior_errors
 from lac.curator.release.posterior import PosteriorParams, WeightedTotals, posterior_release
 from lac.curator.service import lifecycle
 from lac.curator.service.config import CuratorConfig
 from lac.curator.service.state import CuratorState
 from lac.curator.store import segments
-from lac.curator.store.ingest import IngestBatch
 from lac.curator.store.store import CuratorStore
 
 T = TypeVar("T")

@@ -11,8 +11,8 @@ from curator_testkit import ingest_batch, on_state
 from lac_testkit import batch_privacy
 
 from lac.common.errors import FailedPrecondition, InvalidArgument, RejectReason
+from lac.curator.ingest.chunks import IngestBatch
 from lac.curator.service.handlers import ingest, status
-from lac.curator.store.ingest import IngestBatch
 
 SENTENCES = [["the", "dog", "sleeps"], ["a", "fox", "is", "a", "small", "animal"], ["we", "walk", "the", "dog"]]
 

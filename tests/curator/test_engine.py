@@ -1,4 +1,4 @@
-"""Streaming releases (``lac.curator.release.engine``): folds over Parquet segments give releases
+"""Streaming releases (``lac.curator.engines.local``): folds over Parquet segments give releases
 bit-identical to the in-memory path, with the same noise."""
 
 from __future__ import annotations
@@ -8,10 +8,10 @@ import pytest
 from curator_testkit import random_stored
 
 from lac.common.privacy import PrivacyUnit
+from lac.curator.engines.local import LOCAL
 from lac.curator.mechanisms import ReleaseSpec
 from lac.curator.release.bayesian import BayesianParams, bayesian_dp
-from lac.curator.release.core import PublicCaps, vocab_counts
-from lac.curator.release.engine import LOCAL
+from lac.curator.release.building import PublicCaps, vocab_counts
 from lac.curator.release.posterior import weighted_totals
 from lac.curator.runner.run import run
 
@@ -70,7 +70,7 @@ def test_a_fold_sees_each_segment_once_in_order(stored):
 
 
 def test_worker_processes_give_the_same_release(stored):
-    from lac.curator.release.engine import LocalEngine
+    from lac.curator.engines.local import LocalEngine
 
     two = LocalEngine(workers=2)
     for spec in (ReleaseSpec(epsilon=1.0), ReleaseSpec(epsilon=1.0, mechanism="bayesian", sensitivity="bruteforce")):

@@ -20,7 +20,7 @@ from lac.curator.base.ngrams import NgramVocabulary, report_items
 from lac.curator.mechanisms import ReleaseSpec
 from lac.curator.release.baselines import laplace_from_stats
 from lac.curator.release.bayesian import count_stats
-from lac.curator.release.core import PublicCaps, vocab_counts
+from lac.curator.release.building import PublicCaps, vocab_counts
 from lac.curator.release.errorbars import Bootstrap, held_post_process, interval, laplace_errors
 from lac.curator.release.posterior import PosteriorParams, WeightedTotals, posterior_release, weighted_totals
 from lac.curator.runner.run import run

@@ -1,4 +1,4 @@
-"""All-core ingest (lac.curator.store.ingest): the same accepted reports, quarantine and segment bytes on
+"""All-core ingest (lac.curator.ingest.chunks): the same accepted reports, quarantine and segment bytes on
 one process or a pool of workers, warm workers, and none left by a killed curator (workers killed and
 hanging: test_ingest_pool.py)."""
 
@@ -19,9 +19,9 @@ from lac.common import envelope
 from lac.common.text import sentences
 from lac.common.v1 import curator_pb2, curator_pb2_grpc, reports_pb2
 from lac.curator.base.ngrams import report_items
+from lac.curator.ingest.chunks import IngestContext, IngestPool, OpenedChunk, count_chunk, merge_counts, open_chunk
 from lac.curator.service.config import CuratorConfig
 from lac.curator.store import segments as seg
-from lac.curator.store.ingest import IngestContext, IngestPool, OpenedChunk, count_chunk, merge_counts, open_chunk
 from lac.curator.store.store import CuratorStore
 
 WINDOW = DEPLOYMENT.window(time.time())
@@ -202,7 +202,7 @@ def test_a_killed_curator_takes_its_release_workers_with_it(tmp_path):
     when their parent is SIGKILLed, end within seconds, and so do the forkserver and tracker."""
     script = (
         "import time, types\n"
-        "from lac.curator.release.engine import LocalEngine\n"
+        "from lac.curator.engines.local import LocalEngine\n"
         "parts = types.SimpleNamespace(parts=lambda: [120, 120], load=time.sleep)\n"
         "LocalEngine(2).fold(parts, repr, lambda acc, r: acc, None)\n"
     )

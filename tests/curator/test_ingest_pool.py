@@ -27,8 +27,8 @@ from lac.common import envelope
 from lac.common.errors import Unavailable
 from lac.common.v1 import curator_pb2
 from lac.curator.base.workers import NoWorkers, WorkerPool
+from lac.curator.ingest.chunks import IngestContext, IngestPool, ingest_chunk
 from lac.curator.service.config import CuratorConfig
-from lac.curator.store.ingest import IngestContext, IngestPool, ingest_chunk
 
 BATCH = 6000  # reports: 4 chunks of 1,500 on 2 workers, each chunk's result ~0.8 MB (many pipe buffers)
 WRITE_SYSCALL = {"x86_64": 1, "aarch64": 64}.get(platform.machine())

@@ -30,9 +30,9 @@ from lac.common.privacy import Budget, PrivacyUnit
 from lac.curator import mechanisms
 from lac.curator.base.ngrams import NgramVocabulary, report_items
 from lac.curator.mechanisms import ReleaseSpec
-from lac.curator.release import core as release
+from lac.curator.release import building
+from lac.curator.release.building import ItemReports, MatrixReports, PublicCaps
 from lac.curator.release.channel import NgramChannel, WordChannel
-from lac.curator.release.core import ItemReports, MatrixReports, PublicCaps
 from lac.curator.runner import run as runner
 
 DATA = Path(__file__).parent / "data"
@@ -113,7 +113,7 @@ def _channel(vocab: NgramVocabulary) -> NgramChannel:
     return NgramChannel.build(word, vocab)
 
 
-def _run(case: str, run=runner.run) -> release.Release:
+def _run(case: str, run=runner.run) -> building.Release:
     kw, kind, with_channel = CASES[case]
     vocab = _vocab()
     items = ItemReports([report_items([[s] for s in _sents(_USERS)], vocab.max_n, vocab.words)], vocab)
@@ -123,7 +123,7 @@ def _run(case: str, run=runner.run) -> release.Release:
     return run(reports, vocab, ReleaseSpec(**kw), CAPS, PrivacyUnit.report(), rng=rng, channel=channel)
 
 
-def _summary(r: release.Release) -> dict:
+def _summary(r: building.Release) -> dict:
     return dict(
         mechanism=r.mechanism,
         items=list(r.items),
@@ -374,7 +374,7 @@ class _Uniform:
 
     def run(self, reports, vocab, spec, caps, unit, rng, engine, channel, errors=None):
         n = len(vocab)
-        return release.Release(
+        return building.Release(
             self.name,
             tuple(vocab.items),
             np.full(n, -math.log(n)),

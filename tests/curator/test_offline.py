@@ -8,7 +8,7 @@ from lac_testkit import run_lac
 from lac.common.privacy import PrivacyUnit
 from lac.curator.base.ngrams import NgramVocabulary
 from lac.curator.mechanisms import ReleaseSpec
-from lac.curator.release.core import PublicCaps
+from lac.curator.release.building import PublicCaps
 from lac.curator.runner.offline import (
     ReleaseRefused,
     default_out_path,

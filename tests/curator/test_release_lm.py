@@ -16,7 +16,7 @@ from lac.common.text import sentences
 from lac.curator.base.ngrams import NgramVocabulary, count_reports
 from lac.curator.lm.model import NgramModel, release_model
 from lac.curator.mechanisms import ReleaseSpec
-from lac.curator.release.core import PublicCaps
+from lac.curator.release.building import PublicCaps
 from lac.curator.runner.offline import default_vocab_path, load_counts, offline_spec, release_offline
 from lac.curator.runner.run import ReleaseRecord, run
 from lac.curator.service import lifecycle

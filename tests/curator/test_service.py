@@ -15,7 +15,7 @@ import pytest
 from lac.common import envelope
 from lac.common.v1 import curator_pb2, curator_pb2_grpc, reports_pb2
 from lac.curator.base.ngrams import NgramVocabulary, item_names, report_items, user_counts
-from lac.curator.release.core import StoredReports
+from lac.curator.release.building import StoredReports
 from lac.curator.store import segments as seg
 from lac.curator.store.store import OPENED, CuratorStore
 

@@ -1,7 +1,7 @@
-"""Releases on Apache Spark (``lac.curator.release.spark``) with a real local Spark (``local[2]``): every
-mechanism gives the same release, bit for bit, as ``LocalEngine`` on the same segments, through a
-classic session and through a Spark Connect session; the curator service selects Spark from its
-flags. One Spark session for the module (startup takes seconds); it also serves Spark Connect."""
+"""Releases (``lac.curator.engines.spark``) and ingest (``lac.curator.ingest.spark``) on Apache Spark with a
+real local Spark (``local[2]``): every mechanism gives the same release, bit for bit, as ``LocalEngine`` on the
+same segments, through a classic session and through a Spark Connect session; the curator service selects Spark
+from its flags. One Spark session for the module (startup takes seconds); it also serves Spark Connect."""
 
 from __future__ import annotations
 
@@ -25,10 +25,11 @@ from lac.common.privacy import PrivacyUnit
 from lac.common.text import sentences
 from lac.common.v1 import curator_pb2, curator_pb2_grpc
 from lac.curator.base.ngrams import NgramVocabulary, ReportItems
+from lac.curator.engines.local import LOCAL
+from lac.curator.engines.spark import SparkEngine
+from lac.curator.ingest.spark import SparkIngest
 from lac.curator.mechanisms import ReleaseSpec
-from lac.curator.release.core import PublicCaps, StoredReports, block_stats
-from lac.curator.release.engine import LOCAL
-from lac.curator.release.spark import SparkEngine, SparkIngest
+from lac.curator.release.building import PublicCaps, StoredReports, block_stats
 from lac.curator.runner.run import run
 from lac.curator.store import segments
 from lac.curator.store.store import CuratorStore
@@ -332,7 +333,7 @@ def test_ingest_on_spark_stores_what_one_process_stores(
 
 def test_key_shipping_needs_authentication_and_encryption():
     """Issue 23.20: which sessions may receive the curator's private keys (ingest on Spark)."""
-    from lac.curator.release.spark import KEY_SAFE_CONF, key_shipping_gaps
+    from lac.curator.ingest.spark import KEY_SAFE_CONF, key_shipping_gaps
 
     assert key_shipping_gaps("local[2]", {}) == [] and key_shipping_gaps("local", {}) == []
     gaps = key_shipping_gaps("spark://spark-master:7077", {"spark.authenticate": "true"})

@@ -8,7 +8,7 @@ from pathlib import Path
 from lac.common import envelope
 from lac.common.errors import RejectReason
 from lac.common.v1 import reports_pb2
-from lac.curator.store.ingest import IngestContext, open_chunk
+from lac.curator.ingest.chunks import IngestContext, open_chunk
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = [ROOT / "common" / "lac", ROOT / "shuffler" / "lac", ROOT / "curator" / "lac"]

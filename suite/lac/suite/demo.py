@@ -73,7 +73,7 @@ def _run(args, workdir: Path) -> int:
     from lac.client.submit import ShufflerClient
     from lac.curator.base.ngrams import report_items
     from lac.curator.lm.model import NgramModel, release_model
-    from lac.curator.release.core import vocab_counts
+    from lac.curator.release.building import vocab_counts
     from lac.shuffler.auth import add_clients
     from lac.suite.data import load_users, prepare_corpora
 

@@ -12,7 +12,7 @@ from lac.common.text import sentences
 from lac.curator.base.ngrams import NgramVocabulary
 from lac.curator.lm.model import release_model
 from lac.curator.mechanisms import ReleaseSpec
-from lac.curator.release.core import PublicCaps
+from lac.curator.release.building import PublicCaps
 from lac.curator.runner.run import run
 from lac.suite.eval.config import EvalConfig
 from lac.suite.eval.data import count

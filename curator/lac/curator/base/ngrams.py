@@ -568,7 +568,7 @@ def keyed_report_items(
     reports: Sequence[Sequence[Sequence[str]]], max_n: int = 3, words: frozenset[str] | None = None, spell: bool = True
 ) -> tuple[ReportItems, np.ndarray, int, tuple[str, ...]]:
     """``report_items`` with the items' keys (int64, increasing, one per item), the base B of the
-    keys and the word of each id (``""`` for 0): what ``lac.curator.store.ingest`` needs to merge the
+    keys and the word of each id (``""`` for 0): what ``lac.curator.ingest.chunks`` needs to merge the
     counts of several chunks of reports into those of all of them. ``spell=False`` leaves
     ``items`` empty (the caller spells the keys)."""
     check_int(max_n, "max_n")

@@ -4,7 +4,7 @@ Each module of this package exposes one object, ``MECHANISM``, in the shape of O
 measurement: validated, frozen parameters (``ReleaseSpec``, defined here: the request, checked against
 the mechanism's ``knobs``) and a privacy map (``charge``: the (ε, δ) a spec spends; ``noise``: the
 per-item noise the accuracy preview reads), with ``run`` turning reports into a
-``lac.curator.release.core.Release`` that carries its typed ``Guarantee`` and, when asked (``errors``), its
+``lac.curator.release.building.Release`` that carries its typed ``Guarantee`` and, when asked (``errors``), its
 per-item error bars (``lac.curator.release.errorbars``). The mechanisms are built from
 the algorithms of ``lac.curator.release``.
 
@@ -28,10 +28,10 @@ from lac.common.checks import check_int
 from lac.common.privacy import Budget, PrivacyUnit, check_delta, check_epsilon
 from lac.common.rng import RandomSource
 from lac.curator.base.ngrams import NgramVocabulary
+from lac.curator.engines.local import Engine
 from lac.curator.release.bayesian import SENSITIVITY_METHODS
+from lac.curator.release.building import PublicCaps, Release, Reports
 from lac.curator.release.channel import NgramChannel
-from lac.curator.release.core import PublicCaps, Release, Reports
-from lac.curator.release.engine import Engine
 from lac.curator.release.errorbars import Bootstrap
 from lac.curator.release.gaussian import METHODS as CALIBRATIONS
 

@@ -10,11 +10,11 @@ from typing import Any
 from lac.common.privacy import PrivacyUnit
 from lac.common.rng import RandomSource
 from lac.curator.base.ngrams import NgramVocabulary
+from lac.curator.engines.local import Engine
 from lac.curator.mechanisms import Defaults, LogitNoise, NoiseQuery, ReleaseSpec
-from lac.curator.release import core as release
+from lac.curator.release import building
 from lac.curator.release.bayesian import BayesianParams, BayesianRelease, bayesian_dp, bayesian_from_stats
 from lac.curator.release.channel import NgramChannel
-from lac.curator.release.engine import Engine
 from lac.curator.release.errorbars import Bootstrap, ItemErrors, logit_errors, none
 from lac.curator.release.gaussian import calibrate
 from lac.curator.release.sound import sound_gamma
@@ -22,7 +22,7 @@ from lac.curator.release.sound import sound_gamma
 __all__ = ["MECHANISM", "BayesianDP", "params", "logit_noise", "logit_release_errors"]
 
 
-def params(spec: ReleaseSpec, caps: release.PublicCaps, unit: PrivacyUnit) -> BayesianParams:
+def params(spec: ReleaseSpec, caps: building.PublicCaps, unit: PrivacyUnit) -> BayesianParams:
     """The BayesianDP parameters of ``spec`` under ``caps``."""
     return BayesianParams(
         epsilon=spec.epsilon,
@@ -60,7 +60,7 @@ def logit_release_errors(
     if errors is None:
         return None
     if data_dependent:
-        return none(release.NOT_DP_NO_ERRORS)
+        return none(building.NOT_DP_NO_ERRORS)
     return logit_errors(log_theta, sigma, vocab.orders, errors)
 
 
@@ -68,14 +68,14 @@ def bayesian_release(
     r: BayesianRelease,
     p: BayesianParams,
     items: tuple[str, ...],
-    caps: release.PublicCaps,
+    caps: building.PublicCaps,
     common: dict[str, Any],
     errors: ItemErrors | None = None,
-) -> release.Release:
-    return release.Release(
+) -> building.Release:
+    return building.Release(
         "bayesian",
         items,
-        release.rounded(r.log_theta),
+        building.rounded(r.log_theta),
         None,
         r.guarantee,
         "",
@@ -107,27 +107,27 @@ class BayesianDP(Defaults):
 
     def run(
         self,
-        reports: release.Reports,
+        reports: building.Reports,
         vocab: NgramVocabulary,
         spec: ReleaseSpec,
-        caps: release.PublicCaps,
+        caps: building.PublicCaps,
         unit: PrivacyUnit,
         rng: RandomSource | None,
         engine: Engine,
         channel: NgramChannel | None,
         errors: Bootstrap | None = None,
-    ) -> release.Release:
+    ) -> building.Release:
         W, C = caps.W, caps.C
         items = tuple(vocab.items)
         p = params(spec, caps, unit)
-        if not isinstance(reports, release.MatrixReports):  # streamed, block by block
-            stats = release.stream_stats(reports, vocab, C, W, engine)
+        if not isinstance(reports, building.MatrixReports):  # streamed, block by block
+            stats = building.stream_stats(reports, vocab, C, W, engine)
             max_sq = None
             if spec.sensitivity == "bruteforce":
                 max_sq = engine.fold(
                     reports,
-                    partial(release.block_max_sq_dist, vocab=vocab, C=C, W=W, stats=stats, S=p.S),
-                    release.max_of,
+                    partial(building.block_max_sq_dist, vocab=vocab, C=C, W=W, stats=stats, S=p.S),
+                    building.max_of,
                     0.0,
                 )
             r = bayesian_from_stats(stats, vocab.alpha, p, rng=rng, max_sq_dist=max_sq)

@@ -8,12 +8,12 @@ from dataclasses import dataclass
 from lac.common.privacy import PrivacyUnit
 from lac.common.rng import RandomSource
 from lac.curator.base.ngrams import NgramVocabulary
+from lac.curator.engines.local import Engine
 from lac.curator.mechanisms import Defaults, LogitNoise, NoiseQuery, ReleaseSpec
 from lac.curator.mechanisms.bayesian import logit_noise, logit_release_errors
-from lac.curator.release import core as release
+from lac.curator.release import building
 from lac.curator.release.channel import NgramChannel
 from lac.curator.release.endtoend import SELECTION_SHARE, EndToEndParams, end_to_end_dp
-from lac.curator.release.engine import Engine
 from lac.curator.release.errorbars import Bootstrap
 
 __all__ = ["MECHANISM", "EndToEndDP"]
@@ -36,16 +36,16 @@ class EndToEndDP(Defaults):
 
     def run(
         self,
-        reports: release.Reports,
+        reports: building.Reports,
         vocab: NgramVocabulary,
         spec: ReleaseSpec,
-        caps: release.PublicCaps,
+        caps: building.PublicCaps,
         unit: PrivacyUnit,
         rng: RandomSource | None,
         engine: Engine,
         channel: NgramChannel | None,
         errors: Bootstrap | None = None,
-    ) -> release.Release:
+    ) -> building.Release:
         W, C = caps.W, caps.C
         items = tuple(vocab.items)
         U = reports.vocab_counts(C, W)
@@ -62,10 +62,10 @@ class EndToEndDP(Defaults):
         )
         e = end_to_end_dp(U, vocab.alpha, ep, rng=rng)
         er = e.release
-        return release.Release(
+        return building.Release(
             self.name,
             items,
-            release.rounded(er.log_theta),
+            building.rounded(er.log_theta),
             None,
             e.guarantee,
             "",

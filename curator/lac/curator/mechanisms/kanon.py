@@ -7,11 +7,11 @@ from dataclasses import dataclass
 from lac.common.privacy import PrivacyUnit
 from lac.common.rng import RandomSource
 from lac.curator.base.ngrams import NgramVocabulary
+from lac.curator.engines.local import Engine
 from lac.curator.mechanisms import Defaults, NoiseQuery, ReleaseSpec
-from lac.curator.release import core as release
+from lac.curator.release import building
 from lac.curator.release.baselines import k_anonymity
 from lac.curator.release.channel import NgramChannel
-from lac.curator.release.engine import Engine
 from lac.curator.release.errorbars import Bootstrap
 
 __all__ = ["MECHANISM", "KAnonymity"]
@@ -34,20 +34,20 @@ class KAnonymity(Defaults):
 
     def run(
         self,
-        reports: release.Reports,
+        reports: building.Reports,
         vocab: NgramVocabulary,
         spec: ReleaseSpec,
-        caps: release.PublicCaps,
+        caps: building.PublicCaps,
         unit: PrivacyUnit,
         rng: RandomSource | None,
         engine: Engine,
         channel: NgramChannel | None,
         errors: Bootstrap | None = None,
-    ) -> release.Release:
+    ) -> building.Release:
         items = tuple(vocab.items)
         U = reports.vocab_counts(caps.C, caps.W)
         b = k_anonymity(U, K=spec.K, C=caps.C)
-        return release.baseline_release(
+        return building.baseline_release(
             spec.mechanism, items, b, dict(vocab_size=len(items), n_reports=int(U.shape[0])), vocab.orders, errors
         )
 

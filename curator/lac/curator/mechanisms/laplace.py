@@ -8,11 +8,11 @@ from dataclasses import dataclass
 from lac.common.privacy import PrivacyUnit
 from lac.common.rng import RandomSource
 from lac.curator.base.ngrams import NgramVocabulary
+from lac.curator.engines.local import Engine
 from lac.curator.mechanisms import Defaults, ItemNoise, NoiseQuery, ReleaseSpec
-from lac.curator.release import core as release
+from lac.curator.release import building
 from lac.curator.release.baselines import laplace_dp, laplace_from_stats
 from lac.curator.release.channel import NgramChannel
-from lac.curator.release.engine import Engine
 from lac.curator.release.errorbars import Bootstrap
 
 __all__ = ["MECHANISM", "Laplace"]
@@ -46,18 +46,18 @@ class Laplace(Defaults):
 
     def run(
         self,
-        reports: release.Reports,
+        reports: building.Reports,
         vocab: NgramVocabulary,
         spec: ReleaseSpec,
-        caps: release.PublicCaps,
+        caps: building.PublicCaps,
         unit: PrivacyUnit,
         rng: RandomSource | None,
         engine: Engine,
         channel: NgramChannel | None,
         errors: Bootstrap | None = None,
-    ) -> release.Release:
+    ) -> building.Release:
         W, C, eps = caps.W, caps.C, spec.epsilon
-        return release.counted_baseline(
+        return building.counted_baseline(
             reports,
             vocab,
             spec.mechanism,

@@ -12,10 +12,10 @@ import numpy as np
 from lac.common.privacy import PrivacyUnit
 from lac.common.rng import RandomSource
 from lac.curator.base.ngrams import NgramVocabulary
+from lac.curator.engines.local import Engine
 from lac.curator.mechanisms import Defaults, ItemNoise, NoiseQuery, ReleaseSpec
-from lac.curator.release import core as release
+from lac.curator.release import building
 from lac.curator.release.channel import NgramChannel
-from lac.curator.release.engine import Engine
 from lac.curator.release.errorbars import Bootstrap, posterior_errors
 from lac.curator.release.posterior import PosteriorParams, WeightedTotals, posterior_release
 
@@ -55,22 +55,22 @@ class Posterior(Defaults):
 
     def run(
         self,
-        reports: release.Reports,
+        reports: building.Reports,
         vocab: NgramVocabulary,
         spec: ReleaseSpec,
-        caps: release.PublicCaps,
+        caps: building.PublicCaps,
         unit: PrivacyUnit,
         rng: RandomSource | None,
         engine: Engine,
         channel: NgramChannel | None,
         errors: Bootstrap | None = None,
-    ) -> release.Release:
+    ) -> building.Release:
         W, C = caps.W, caps.C
         pp = PosteriorParams(epsilon=spec.epsilon, delta=spec.delta, W=W, C=C, discovery=spec.discovery, unit=unit)
         totals = engine.fold(
             reports,
-            partial(release.block_totals, vocab=vocab, W=W, C=C, tau=pp.tau, candidates=spec.discovery),
-            release.add_totals,
+            partial(building.block_totals, vocab=vocab, W=W, C=C, tau=pp.tau, candidates=spec.discovery),
+            building.add_totals,
             WeightedTotals(np.zeros(len(vocab))),
         )
         pr = posterior_release(totals, vocab, pp, rng=rng, channel=channel)
@@ -88,10 +88,10 @@ class Posterior(Defaults):
                 channel,
                 errors,
             )
-        return release.Release(
+        return building.Release(
             self.name,
             pr.items,
-            release.rounded(pr.log_probs),
+            building.rounded(pr.log_probs),
             pr.pseudo_counts,
             pr.guarantee,
             "",

@@ -51,7 +51,7 @@ from lac.common.rng import RandomSource
 from lac.curator import mechanisms
 from lac.curator.base.ngrams import NgramVocabulary
 from lac.curator.mechanisms import ReleaseSpec
-from lac.curator.release.core import PublicCaps
+from lac.curator.release.building import PublicCaps
 from lac.curator.release.errorbars import Bootstrap
 from lac.curator.runner.preview import MIN_SIGNAL_SHARE, Preview, predict, refusal
 from lac.curator.runner.run import run

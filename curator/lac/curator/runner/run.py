@@ -19,10 +19,10 @@ from lac.common.privacy import ErrorBars, ExportedWindows, PeriodLoss, PrivacyUn
 from lac.common.rng import RandomSource
 from lac.curator import mechanisms
 from lac.curator.base.ngrams import NgramVocabulary
+from lac.curator.engines.local import LOCAL, Engine
 from lac.curator.mechanisms import ReleaseSpec
+from lac.curator.release.building import MatrixReports, PublicCaps, Release, Reports
 from lac.curator.release.channel import NgramChannel
-from lac.curator.release.core import MatrixReports, PublicCaps, Release, Reports
-from lac.curator.release.engine import LOCAL, Engine
 from lac.curator.release.errorbars import Bootstrap
 
 __all__ = ["run", "ReleaseRecord"]
@@ -42,7 +42,7 @@ def run(
     """Run ``spec`` on ``reports`` (a ``Reports`` source, or a per-report counts matrix over ``vocab``).
 
     The mechanism (``lac.curator.mechanisms``) runs it: stored and in-memory reports are streamed
-    through ``engine`` (``lac.curator.release.engine``): every mechanism but EndToEndDP and k-anonymity
+    through ``engine`` (``lac.curator.engines.local``): every mechanism but EndToEndDP and k-anonymity
     reads them block by block; an offline matrix is used as given. With the deployment's local
     ``channel``, the default mechanism estimates the users' clean statistics (post-processing,
     ``lac.curator.release.posterior.clean_estimate``). With ``errors`` (how to bootstrap), the release carries its

@@ -13,7 +13,7 @@ from lac.common import config as cfg
 from lac.common import tracing
 from lac.curator import mechanisms
 from lac.curator.mechanisms import ReleaseSpec
-from lac.curator.release.core import PublicCaps
+from lac.curator.release.building import PublicCaps
 from lac.curator.service.config import ENV_PREFIX, CuratorConfig
 
 

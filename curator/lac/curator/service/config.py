@@ -16,9 +16,9 @@ from lac.common.config import CORES, ServiceSettings, setting
 from lac.common.database import is_postgres_url
 from lac.common.deployment import DEFAULT_EMBEDDING, DEFAULT_EMBEDDING_DIAMETER, Deployment
 from lac.common.rpc import Role, parse_names
+from lac.curator.ingest.chunks import STALL_SECONDS
 from lac.curator.release.errorbars import DRAWS
 from lac.curator.runner.preview import MIN_SIGNAL_SHARE
-from lac.curator.store.ingest import STALL_SECONDS
 
 ENV_PREFIX = "LAC_CURATOR_"
 """The cores this process may run on."""

@@ -18,18 +18,18 @@ from lac.common.rng import RandomSource
 from lac.common.rpc import Role
 from lac.common.statelock import StateDirLock
 from lac.curator.base.ngrams import NgramVocabulary
+from lac.curator.engines.local import Engine, create_engine
+from lac.curator.ingest.chunks import IngestContext, IngestPool
 from lac.curator.release.channel import NgramChannel
-from lac.curator.release.engine import Engine, create_engine
 from lac.curator.service.channel import ChannelProgress, load_channel
 from lac.curator.service.config import CuratorConfig
 from lac.curator.service.serde import SERVICE_NAMES
 from lac.curator.service.state import CuratorState
 from lac.curator.store import export
-from lac.curator.store.ingest import IngestContext, IngestPool
 from lac.curator.store.store import UNIT_FIELDS, CuratorStore
 
 if TYPE_CHECKING:
-    from lac.curator.release.spark import SparkIngest
+    from lac.curator.ingest.spark import SparkIngest
 
 log = logging.getLogger(__name__)
 
@@ -114,7 +114,8 @@ def _ingest_workers(
     """Where batches are opened and counted (``ingest_workers`` processes, or Spark), and the Spark session started
     for ingest alone (engine local, ingest spark), else None."""
     if config.ingest_engine == "spark":
-        from lac.curator.release.spark import SparkEngine, SparkIngest
+        from lac.curator.engines.spark import SparkEngine
+        from lac.curator.ingest.spark import SparkIngest
 
         spark: Engine | None = None
         if isinstance(engine, SparkEngine):

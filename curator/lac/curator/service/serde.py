@@ -23,6 +23,7 @@ from lac.common.serde import deployment_to_proto, local_guarantee_message
 from lac.common.v1 import curator_pb2, reports_pb2
 from lac.common.version import server_version
 from lac.curator import mechanisms
+from lac.curator.ingest.chunks import IngestBatch
 from lac.curator.mechanisms import ReleaseSpec
 from lac.curator.runner.preview import Preview
 from lac.curator.runner.run import ReleaseRecord
@@ -31,7 +32,6 @@ from lac.curator.service.handlers.ingest import Ingested
 from lac.curator.service.handlers.query import NextWords, Perplexity, TopNgrams
 from lac.curator.service.handlers.release import StoredRelease
 from lac.curator.service.handlers.status import BudgetStatus, Status
-from lac.curator.store.ingest import IngestBatch
 
 __all__ = [
     "SERVICE_NAMES",

@@ -17,10 +17,10 @@ from lac.common import server as common_server
 from lac.common import tls
 from lac.common.rpc import Caller, CertificateRoles, Role, service_handler
 from lac.common.v1 import curator_pb2
+from lac.curator.ingest.chunks import IngestBatch
 from lac.curator.service import serde
 from lac.curator.service.handlers import exports, ingest, query, release, status
 from lac.curator.service.state import CuratorState
-from lac.curator.store.ingest import IngestBatch
 
 INGEST = curator_pb2.DESCRIPTOR.services_by_name["CuratorIngest"]
 QUERY = curator_pb2.DESCRIPTOR.services_by_name["Curator"]

@@ -20,20 +20,20 @@ from lac.common.server import Health
 from lac.common.statelock import StateDirLock
 from lac.common.storage import StorageGuard, StoreThread
 from lac.curator.base.ngrams import NgramVocabulary
+from lac.curator.engines.local import Engine
+from lac.curator.ingest.chunks import IngestPool
 from lac.curator.lm.model import NgramModel
+from lac.curator.release.building import PublicCaps, StoredReports
 from lac.curator.release.channel import NgramChannel
-from lac.curator.release.core import PublicCaps, StoredReports
-from lac.curator.release.engine import Engine
 from lac.curator.release.errorbars import Bootstrap
 from lac.curator.runner.run import ReleaseRecord
 from lac.curator.service.channel import ChannelProgress
 from lac.curator.service.config import CuratorConfig
 from lac.curator.service.metrics import CuratorMetrics
-from lac.curator.store.ingest import IngestPool
 from lac.curator.store.store import CuratorStore
 
 if TYPE_CHECKING:
-    from lac.curator.release.spark import SparkIngest
+    from lac.curator.ingest.spark import SparkIngest
 
 MAX_CLOCK_SKEW_SECONDS = 300.0  # a batch's newest window may be this far ahead of the curator's clock
 
@@ -91,9 +91,7 @@ class CuratorState:
         self.rng = rng  # None: a fresh CSPRNG generator per release (production)
         self.bootstrap = Bootstrap(config.error_bar_draws)  # its own generator, seeded from the OS per release
         self.keyring = keyring
-        self.engine = (
-            engine  # where releases' aggregations run (lac.curator.release.engine); noise and ledger stay here
-        )
+        self.engine = engine  # where releases' aggregations run (lac.curator.engines.local); noise and ledger stay here
         self.ingest, self.spark = make_ingest(self.serving)  # spark: a session started for ingest alone
         self.ingest_started: asyncio.Future[list[int]] | None = None  # the workers' start (lifecycle.start)
         self.models: OrderedDict[str, NgramModel] = OrderedDict()

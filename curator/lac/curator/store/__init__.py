@@ -1,2 +1,2 @@
 """The curator's storage: the report store and its Parquet segments, the journal and the privacy
-ledger, ingest of the shuffler's batches, and exports of stored reports."""
+ledger, and exports of stored reports (opening and counting the shuffler's batches is ``lac.curator.ingest``)."""

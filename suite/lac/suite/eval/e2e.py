@@ -43,8 +43,8 @@ from lac.curator.base.ngrams import ReportItems, report_items
 from lac.curator.base.prior import public_vocabulary
 from lac.curator.lm.model import release_model
 from lac.curator.mechanisms import ReleaseSpec
+from lac.curator.release.building import ItemReports, PublicCaps, vocab_counts
 from lac.curator.release.channel import NgramChannel, deployment_channel
-from lac.curator.release.core import ItemReports, PublicCaps, vocab_counts
 from lac.curator.runner.run import run
 from lac.curator.service.config import CuratorConfig
 from lac.suite.data import close_texts, prepare_corpora, user_texts

@@ -15,7 +15,7 @@ from lac.common.rng import RandomSource
 from lac.curator import mechanisms
 from lac.curator.base.ngrams import NgramVocabulary
 from lac.curator.mechanisms import ReleaseSpec
-from lac.curator.release.core import MatrixReports, PublicCaps, Release
+from lac.curator.release.building import MatrixReports, PublicCaps, Release
 from lac.curator.runner.run import run
 
 from .config import EvalConfig

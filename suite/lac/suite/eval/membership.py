@@ -31,7 +31,7 @@ from lac.common.rng import RandomSource
 from lac.curator.mechanisms import bayesian as bayesian_mechanism
 from lac.curator.release.baselines import laplace_dp
 from lac.curator.release.bayesian import bayesian_dp
-from lac.curator.release.core import MatrixReports
+from lac.curator.release.building import MatrixReports
 from lac.curator.release.posterior import PosteriorParams, weighted_totals
 
 from . import plots

@@ -35,7 +35,7 @@ from lac.common.text import sentences
 from lac.curator.base.ngrams import report_items
 from lac.curator.base.prior import public_vocabulary
 from lac.curator.lm.model import NgramModel, release_model
-from lac.curator.release.core import ItemReports, MatrixReports, PublicCaps, vocab_counts
+from lac.curator.release.building import ItemReports, MatrixReports, PublicCaps, vocab_counts
 from lac.curator.runner.run import run as release_run
 from lac.suite.data import prepare_corpora, user_texts
 

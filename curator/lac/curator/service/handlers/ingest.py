@@ -2,7 +2,7 @@
 
 * A batch is identified by its ``batch_id``: a redelivered batch is acknowledged as a duplicate
   and stored once.
-* Every payload is opened, validated and counted by ``lac.curator.store.ingest`` on ``ingest_workers``
+* Every payload is opened, validated and counted by ``lac.curator.ingest.chunks`` on ``ingest_workers``
   processes. A report that cannot be opened or is invalid is quarantined (reason, a detail that
   names the rule, a position and a length but never the content, and the sealed bytes of a report that
   could not be opened) and counted by reason (``lac.common.errors.RejectReason``); it never fails the batch.
@@ -33,8 +33,8 @@ from typing import TYPE_CHECKING
 from lac.common import tracing
 from lac.common.deployment import windows_in_period
 from lac.common.errors import FailedPrecondition, InvalidArgument
+from lac.curator.ingest.chunks import IngestBatch, merge_counts
 from lac.curator.service.state import MAX_CLOCK_SKEW_SECONDS
-from lac.curator.store.ingest import IngestBatch, merge_counts
 
 if TYPE_CHECKING:
     from lac.curator.service.state import CuratorState

@@ -1,5 +1,5 @@
 """Where a release's aggregations run: over the stored reports one segment at a time on this
-machine (``LocalEngine``, the default) or on Apache Spark (``lac.curator.release.spark``, optional).
+machine (``LocalEngine``, the default) or on Apache Spark (``lac.curator.engines.spark``, optional).
 
 Every aggregation a release needs is a fold over segments: a module-level function of one
 segment's ``ReportItems`` (picklable, so an executor can run it) gives a partial result, and
@@ -8,7 +8,7 @@ in any order; the posterior's real-valued weights are summed in the same order b
 so all engines give bit-identical releases. Memory on the driver is a few partial results plus
 the accumulator; the segments themselves are never all in memory.
 
-The folds (``lac.curator.release.core``; a release runs them through ``lac.curator.runner.run.run``):
+The folds (``lac.curator.release.building``; a release runs them through ``lac.curator.runner.run.run``):
 
 * posterior: ``WeightedTotals`` (one pass);
 * BayesianDP and the Laplace baselines: ``CountStats`` of the W-capped, C-clamped counts over
@@ -90,7 +90,7 @@ class LocalEngine:
                 acc = combine(acc, fn(reports.load(part)))
             return acc
         ctx = multiprocessing.get_context("forkserver")
-        ctx.set_forkserver_preload(["lac.curator.release.core"])
+        ctx.set_forkserver_preload(["lac.curator.release.building"])
         payload = pickle.dumps((fn, reports.load), protocol=pickle.HIGHEST_PROTOCOL)
         with ProcessPoolExecutor(
             min(self.workers, len(parts)), mp_context=ctx, initializer=_install, initargs=(payload, os.getpid())
@@ -111,7 +111,7 @@ ENGINES = ("local", "spark")
 
 def create_engine(kind: str = "local", spark_master: str = "", workers: int = 1) -> Engine:
     """The engine an operator selected: ``local`` (``workers`` processes) or ``spark`` on
-    ``spark_master`` (``lac.curator.release.spark``; needs the ``spark`` extra)."""
+    ``spark_master`` (``lac.curator.engines.spark``; needs the ``spark`` extra)."""
     if kind == "local":
         return LOCAL if workers == 1 else LocalEngine(workers)
     if kind == "spark":
@@ -120,7 +120,7 @@ def create_engine(kind: str = "local", spark_master: str = "", workers: int = 1)
                 "the spark engine needs a master: local[N], spark://host:port, yarn, ... or "
                 "sc://host:port (Spark Connect)"
             )
-        from lac.curator.release.spark import SparkEngine
+        from lac.curator.engines.spark import SparkEngine
 
         return SparkEngine.start(spark_master)
     raise ValueError(f"unknown engine {kind!r}; available: {', '.join(ENGINES)}")

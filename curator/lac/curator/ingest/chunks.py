@@ -437,7 +437,7 @@ class IngestPool:
                 _work,
                 stall_seconds=stall_seconds,
                 stall_setting="ingest_stall_seconds",
-                preload=["lac.curator.store.ingest"],
+                preload=["lac.curator.ingest.chunks"],
                 on_change=on_change,
                 what="ingest worker",
             )

@@ -10,7 +10,7 @@ engine runs over them, and the ``Release`` a mechanism returns.
 * ``Release``: the released items, log-probabilities and pseudo-counts, and the typed ``Guarantee`` its
   statement is rendered from.
 * the folds (``block_totals``, ``block_stats``, ``block_max_sq_dist``, ``stream_stats``) an engine
-  (``lac.curator.release.engine``) runs block by block, and ``counted_baseline`` for the baselines.
+  (``lac.curator.engines.local``) runs block by block, and ``counted_baseline`` for the baselines.
 
 The request (``ReleaseSpec``) and the registry that runs it are ``lac.curator.mechanisms``; running a
 request and recording it, ``lac.curator.runner.run``.
@@ -34,9 +34,9 @@ import scipy.sparse as sp
 from lac.common.checks import check_int
 from lac.common.privacy import Budget, Guarantee
 from lac.curator.base.ngrams import NgramVocabulary, ReportItems, cap_and_clamp
+from lac.curator.engines.local import Engine
 from lac.curator.release.baselines import BaselineRelease
 from lac.curator.release.bayesian import LOG_THETA_GRID, CountStats, bruteforce_sq_dists, count_stats
-from lac.curator.release.engine import Engine
 from lac.curator.release.errorbars import Bootstrap, ItemErrors, laplace_errors, none
 from lac.curator.release.posterior import WeightedTotals, weighted_totals
 from lac.curator.store import segments

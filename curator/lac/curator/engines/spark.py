@@ -1,4 +1,4 @@
-"""Releases on Apache Spark: ``SparkEngine`` runs a release's folds (``lac.curator.release.engine``) on a
+"""Releases on Apache Spark: ``SparkEngine`` runs a release's folds (``lac.curator.engines.local``) on a
 Spark cluster, with the DataFrame API only, so it works with a classic session and with a Spark
 Connect one (``sc://...``). Optional: ``pip install 'lac-curator[spark]'`` (on the driver and on
 every executor: the executors' Python imports ``lac.curator`` to run LAC's own kernels).
@@ -15,21 +15,19 @@ Only aggregations run on the cluster. The noise is drawn on the driver after the
 (``lac.curator.runner.run.run``) and the privacy ledger is committed by the curator service on the
 driver, in one transaction with the release record: executors never see a noise draw or the budget.
 
-``SparkIngest`` (optional, ``ingest_engine = "spark"``) opens, validates and counts ingested
-batches on the executors (``lac.curator.store.ingest``); the driver still drops replays and commits the
-segment. See docs/operator/spark.md for installing, shared storage and what executors are trusted with.
+Ingest on Spark (``SparkIngest``) is ``lac.curator.ingest.spark``; it runs its jobs with this module's
+``collect``. See docs/operator/spark.md for installing, shared storage and what executors are trusted with.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import os
 import pickle
 import sys
 import warnings
 import zlib
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping
 from functools import partial
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -38,15 +36,13 @@ from lac.common.errors import DataLoss, Unavailable
 from lac.curator.base.ngrams import ReportItems
 
 if TYPE_CHECKING:  # the engine selects this module (create_engine); this module never imports it back
-    from lac.curator.release.engine import Parts
+    from lac.curator.engines.local import Parts
 
 __all__ = [
     "INSTALL_HINT",
-    "KEY_SAFE_CONF",
     "SparkEngine",
-    "SparkIngest",
     "SparkUnavailable",
-    "key_shipping_gaps",
+    "collect",
     "require_pyspark",
 ]
 
@@ -78,19 +74,7 @@ def require_pyspark() -> None:
         raise SparkUnavailable(f"the spark engine needs pyspark ({exc}): {INSTALL_HINT}") from None
 
 
-def _master(session: Any) -> str:
-    """The master URL of a classic session ("sc://" for a Connect one, whose URL it does not show)."""
-    if "connect" in type(session).__module__:
-        return "sc://"
-    return str(session.conf.get("spark.master"))
-
-
-def _conf(session: Any) -> dict[str, str]:
-    """The settings ``key_shipping_gaps`` reads."""
-    return {k: str(session.conf.get(k, "false")) for k in KEY_SAFE_CONF}
-
-
-def _collect(df: Any, what: str) -> list:
+def collect(df: Any, what: str) -> list:
     """``df.collect()``; a failed Spark job as DATA_LOSS (a segment missing or corrupt) or
     UNAVAILABLE (anything else: executors lost, the cluster unreachable; nothing was stored or
     charged, so a retry is safe)."""
@@ -204,7 +188,7 @@ class SparkEngine:
         rows = [(first + k, h) for k, h in enumerate(handles)]
         df = self.session.createDataFrame(rows, schema="index long, part binary").repartition(len(rows))
         out = df.mapInArrow(partial(_map_parts, task, self.compress_level), "index long, partial binary")
-        got = sorted((int(r[0]), bytes(r[1])) for r in _collect(out, "a release"))
+        got = sorted((int(r[0]), bytes(r[1])) for r in collect(out, "a release"))
         if [i for i, _ in got] != [r[0] for r in rows]:
             raise RuntimeError(
                 f"spark returned partials for parts {[i for i, _ in got]}, expected {first}..{first + len(rows) - 1}"
@@ -230,132 +214,3 @@ class SparkEngine:
 
     def __repr__(self) -> str:
         return f"SparkEngine({type(self.session).__module__}.{type(self.session).__name__})"
-
-
-def _count_chunks(ctx: bytes, level: int, batches: Iterator[Any]) -> Iterator[Any]:
-    """The executors' side of ``SparkIngest`` (``mapInArrow``): rows (chunk, position, payload)
-    sorted by chunk and position, a partition holding whole chunks; one output row per chunk."""
-    import pyarrow as pa
-
-    from lac.curator.store.ingest import ingest_chunk
-
-    context = pickle.loads(ctx)
-
-    def out(chunk: int, payloads: list[bytes]) -> Any:
-        blob = zlib.compress(pickle.dumps(ingest_chunk(context, payloads), protocol=pickle.HIGHEST_PROTOCOL), level)
-        return pa.RecordBatch.from_arrays(
-            [pa.array([chunk], pa.int32()), pa.array([blob], pa.binary())], names=["chunk", "counted"]
-        )
-
-    current = -1  # the chunk of ``payloads`` (set whenever it is not empty)
-    payloads: list[bytes] = []
-    for batch in batches:  # a chunk may span Arrow batches
-        for chunk, payload in zip(batch.column(0).to_pylist(), batch.column(2).to_pylist()):
-            if chunk != current and payloads:
-                yield out(current, payloads)
-                payloads = []
-            current = chunk
-            payloads.append(payload)
-    if payloads:
-        yield out(current, payloads)
-
-
-KEY_SAFE_CONF = {
-    "spark.authenticate": "the executors and the driver authenticate each other (a shared secret)",
-    "spark.network.crypto.enabled": "RPC traffic, which carries the tasks and so the keys, is encrypted (AES)",
-    "spark.io.encryption.enabled": "shuffle and spill files, which hold opened reports, are encrypted on disk",
-}
-"""Settings a classic session on a cluster must have on before executors get the curator's private keys."""
-
-
-def key_shipping_gaps(master: str, conf: Mapping[str, str]) -> list[str]:
-    """Why it is unsafe to ship the curator's private keys to the executors of a session on ``master``
-    whose settings are ``conf`` ([]: safe). ``local[...]``: the executors are this machine's processes,
-    reached over loopback, inside the curator's boundary. ``sc://``: the Connect URL must ask for TLS
-    (``use_ssl=true``) and carry a token. A cluster: every setting of ``KEY_SAFE_CONF`` must be true."""
-    if master == "local" or master.startswith("local["):
-        return []
-    if master.startswith("sc://"):
-        params = dict(kv.split("=", 1) for kv in master.partition("/;")[2].split(";") if "=" in kv)
-        gaps = []
-        if params.get("use_ssl", "").lower() != "true":
-            gaps.append("use_ssl=true in the sc:// URL (TLS to the Connect server)")
-        if not params.get("token"):
-            gaps.append("token=... in the sc:// URL (the Connect server authenticates the curator)")
-        return gaps
-    return [f"{k}=true ({why})" for k, why in KEY_SAFE_CONF.items() if str(conf.get(k, "false")).lower() != "true"]
-
-
-class SparkIngest:
-    """Opens, validates and counts sealed reports on Spark (``lac.curator.store.ingest.ingest_chunk`` in
-    ``mapInArrow`` over a DataFrame of (chunk, position, serialized ``SealedPayload``)), with the
-    interface of ``lac.curator.store.ingest.IngestPool``: the chunks come back in batch order and
-    ``merge_counts`` makes the same segment as single-node ingest, byte for byte.
-
-    The executors get the curator's PRIVATE HPKE keys (in ``ctx``, shipped with the task) and see
-    the opened reports: they are inside the curator's trust boundary. Run them on machines only
-    the curator's operator controls, with Spark's authentication and encryption on
-    (``spark.authenticate``, ``spark.network.crypto.enabled``, ``spark.io.encryption.enabled``;
-    TLS to a Spark Connect server)."""
-
-    ok = True  # no local worker processes to break (Spark retries its own tasks)
-    deaths = stalls = 0
-
-    def __init__(
-        self,
-        ctx: Any,
-        session: Any,
-        chunk_reports: int | None = None,
-        compress_level: int = 1,
-        master: str | None = None,
-    ):
-        """Refuses (``ValueError``) a session that would ship the keys unprotected (``key_shipping_gaps``);
-        ``master``: the URL the session was made from (needed for a Spark Connect session)."""
-        from lac.curator.store.ingest import CHUNK_REPORTS
-
-        master = master or _master(session)
-        gaps = key_shipping_gaps(master, _conf(session))
-        if gaps:
-            raise ValueError(
-                f"ingest on Spark ships the curator's PRIVATE keys to the executors of {master}; refusing "
-                f"until the session has: {'; '.join(gaps)} (docs/operator/spark.md)"
-            )
-        self.ctx, self.session = ctx, session
-        self.chunk_reports = chunk_reports or CHUNK_REPORTS
-        self.compress_level = compress_level
-
-    def pooled(self, n_reports: int) -> bool:
-        """Every batch goes to Spark."""
-        return True
-
-    def run(self, payloads: Sequence[bytes]) -> list[Any]:
-        """The batch's ``CountedChunk``s, in batch order (blocking: one Spark job)."""
-        from lac.curator.store.ingest import ingest_chunk
-
-        n = len(payloads)
-        if n == 0:
-            return [ingest_chunk(self.ctx, [])]
-        n_chunks = -(-n // self.chunk_reports)
-        rows = [(i * n_chunks // n, i, bytes(p)) for i, p in enumerate(payloads)]
-        df = (
-            self.session.createDataFrame(rows, schema="chunk int, pos long, payload binary")
-            .repartitionByRange(n_chunks, "chunk")
-            .sortWithinPartitions("chunk", "pos")
-        )
-        ctx = pickle.dumps(self.ctx, protocol=pickle.HIGHEST_PROTOCOL)
-        out = df.mapInArrow(partial(_count_chunks, ctx, self.compress_level), "chunk int, counted binary")
-        got = sorted((int(r[0]), bytes(r[1])) for r in _collect(out, "an ingested batch"))
-        if [c for c, _ in got] != list(range(n_chunks)):
-            raise RuntimeError(f"spark returned chunks {[c for c, _ in got]}, expected 0..{n_chunks - 1}")
-        return [pickle.loads(zlib.decompress(blob)) for _, blob in got]
-
-    async def count(self, payloads: Sequence[bytes]) -> list[Any]:
-        """``run`` without blocking the event loop."""
-        return await asyncio.to_thread(self.run, payloads)
-
-    def worker_pids(self) -> list[int]:
-        """No local worker processes (the executors are Spark's)."""
-        return []
-
-    def close(self) -> None:
-        """Nothing to stop (the session belongs to the release engine or the caller)."""
