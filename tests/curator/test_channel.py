@@ -233,7 +233,7 @@ def test_the_clean_estimate_is_post_processing_of_the_noisy_totals_alone(setup):
     rb = posterior_release(b, vocab, p, _Normals(z + (a.public - b.public) / p.sigma), channel=channel)
     assert np.allclose(ra.noisy_public, rb.noisy_public)
     assert np.array_equal(ra.pseudo_counts, rb.pseudo_counts)
-    pseudo, _, _ = post_process(ra.noisy_public, [], np.empty(0), vocab, p.sigma, p.bins, channel)
+    pseudo, _, _ = post_process(ra.noisy_public, [], np.empty(0), vocab, p.sigma, p.bins, channel, p.occurrence_weight)
     assert np.array_equal(pseudo, ra.pseudo_counts)
     # so are its error bars: the bootstrap reads the same DP outputs, fits and public data, never the totals
     bars = [
