@@ -11,8 +11,8 @@ word are in the curator's published deployment — so its channel P(output | inp
   share ``CHANNEL_DRAWS`` draws each on average by public frequency, at least ``MIN_DRAWS`` each
   (``channel_draws``: half of the rest ∝ count, since the error of the predicted perturbed totals comes
   from the frequent words' rows times their counts; half ∝ √count, for each word's own relative error).
-  Each row states its own standard error. The clean
-  ``<unk>`` row is the mixture over the public corpus's words outside the word list.
+  Each row states its own standard error. The clean ``<unk>`` row is the mixture over the public
+  corpus's words outside the word list.
 * ``NgramChannel``: the n-gram channel over the release vocabulary. Words are perturbed
   independently, so P(j' | j) = Πₜ P(j'ₜ | jₜ): one sparse |P_n| × |P_n| matrix per order n
   (observed public n-gram j' from clean public n-gram j).

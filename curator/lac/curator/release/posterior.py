@@ -441,7 +441,7 @@ def channel_prior(alpha: np.ndarray) -> np.ndarray:
 
 
 def _clean_estimate(
-    noisy: np.ndarray, alpha: np.ndarray, sigma: float, bins: int, A: sp.csr_matrix, occurrence_weight: float = 1.0
+    noisy: np.ndarray, alpha: np.ndarray, sigma: float, bins: int, A: sp.csr_matrix, occurrence_weight: float
 ) -> tuple[np.ndarray, OrderFit]:
     prior = channel_prior(alpha)
     pushed = A @ prior
@@ -547,8 +547,8 @@ def post_process(
     vocab: NgramVocabulary,
     sigma: float,
     bins: int,
-    channel: NgramChannel | None = None,
-    occurrence_weight: float = 1.0,
+    channel: NgramChannel | None,
+    occurrence_weight: float,
 ) -> tuple[np.ndarray, np.ndarray, dict[int, OrderFit]]:
     """Step 5: the released pseudo-counts of the public items and of the discovered ones, from the
     Gaussian mechanism's outputs only (the noisy totals ``noisy_public``, the discovered items and
