@@ -33,6 +33,7 @@ from lac.curator.release.posterior import (
     WeightedTotals,
     post_process,
     posterior_release,
+    public_masses,
     weighted_totals,
 )
 
@@ -251,6 +252,32 @@ def test_the_clean_estimate_is_post_processing_of_the_noisy_totals_alone(setup):
     assert ra.guarantee.budget == plain.guarantee.budget
     assert "deconvolved with the public local channel" in ra.statement and ra.channel
     assert "local channel" not in plain.statement and not plain.channel
+
+
+def test_the_clean_estimate_splits_its_mass_between_orders_as_the_public_corpus_does(setup):
+    """Perturbation breaks word sequences: far fewer of the perturbed reports' bigrams and trigrams are public
+    n-grams than the clean text's, and the channel-blind release keeps that split. The clean estimate releases each
+    order (discovered n-grams included) at the public corpus's share (longer n-grams' counts discounted: the
+    vocabulary was chosen from that text), which is closer to the clean text's; where the data are strong the lowest
+    order keeps its own strength."""
+    vocab, _, channel, clean, reports = setup
+    orders = vocab.orders
+    shares = lambda c, o: np.array([c[o == n].sum() for n in (1, 2, 3)]) / c.sum()  # noqa: E731
+    masses = public_masses(vocab, (1, 2, 3), clean=True)
+    public = np.array([masses[n] for n in (1, 2, 3)]) / sum(masses.values())
+    clean_s, pert_s = shares(_raw_totals(clean, vocab), orders), shares(_raw_totals(reports, vocab), orders)
+    assert np.all(np.abs(public - clean_s)[1:] < np.abs(pert_s - clean_s)[1:]), (public, clean_s, pert_s)
+    p = PosteriorParams(8.0, 1e-6)  # strong data: the unigrams' pseudo-counts outweigh a quarter of the prior's
+    totals = _totals(reports * 4, vocab, candidates=True)
+    aware = posterior_release(totals, vocab, p, np.random.default_rng(8), channel=channel)
+    blind = posterior_release(totals, vocab, p, np.random.default_rng(8))
+    rel_orders = np.array([it.count(" ") + 1 for it in aware.items])
+    assert np.allclose(shares(aware.pseudo_counts, rel_orders), public, rtol=1e-9)
+    blind_orders = np.array([it.count(" ") + 1 for it in blind.items])
+    assert abs(shares(blind.pseudo_counts, blind_orders)[1] - public[1]) > 0.02  # the perturbed reports' bigrams
+    uni = orders == 1
+    assert aware.pseudo_counts[: len(vocab)][uni].sum() > 0.25 * vocab.alpha[uni].sum() * 1.01
+    assert "How the mass splits between n-gram orders is the public corpus's" in aware.statement
 
 
 def test_the_channel_aware_intervals_cover_the_noise_free_estimate_as_often_as_they_say(setup):

@@ -43,7 +43,14 @@ from lac.common.config import CORES
 from lac.common.privacy import ErrorBarMethod, ErrorBars
 from lac.curator.base.ngrams import NgramVocabulary
 from lac.curator.release.channel import NgramChannel, deconvolve_steps
-from lac.curator.release.posterior import OrderFit, channel_prior, eb_means, lm_strength
+from lac.curator.release.posterior import (
+    OrderFit,
+    channel_prior,
+    eb_means,
+    order_scales,
+    public_masses,
+    released_mass,
+)
 
 __all__ = [
     "DRAWS",
@@ -269,9 +276,13 @@ def held_post_process(
             x = deconvolve_steps(h.T, channel.order(n, vocab), channel_prior(vocab.alpha[sel]), fit.steps, dtype).T
             mass = x.sum(axis=1, keepdims=True)
             h = np.where(mass > 0, x * (h.sum(axis=1, keepdims=True) / np.where(mass > 0, mass, 1.0)), x)
-        strength = lm_strength(h, vocab.alpha[sel])[:, None]
-        counts[:, sel] = h * strength
-        counts[:, V + np.flatnonzero(found_orders == n)] *= strength
+        counts[:, sel] = h
+    aware = channel is not None and any(fit.steps >= 0 for fit in fits.values())
+    pseudo, found_values = counts[:, :V], counts[:, V:]
+    masses = {n: released_mass(pseudo, found_values, vocab.orders, found_orders, n, aware) for n in fits}
+    for n, scale in order_scales(masses, public_masses(vocab, fits, aware), aware).items():
+        counts[:, np.flatnonzero(vocab.orders == n)] *= np.asarray(scale)[:, None]
+        counts[:, V + np.flatnonzero(found_orders == n)] *= np.asarray(scale)[:, None]
     return counts
 
 

@@ -21,7 +21,8 @@ Mechanism
    posterior mean is the released pseudo-count of j ∈ P (never 0); a discovered candidate keeps
    max(ỹ, 0) (no prior). Where the users' mass of an order is below a quarter of the public
    prior's, the order's pseudo-counts are scaled up to it (``lm_strength``: the strength a
-   Kneser–Ney model needs; probabilities within an order are unchanged).
+   Kneser–Ney model needs; probabilities within an order are unchanged). A clean estimate (with the
+   public local channel) instead releases every order at its public share (``order_scales``).
 
 Privacy (add/remove one user's m reports; D' = D + u)
 -----------------------------------------------------
@@ -50,7 +51,7 @@ mitigation in the spirit of Mironov 2012, not a proof).
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from numbers import Real
 from typing import Any
@@ -282,6 +283,10 @@ _EB_ITERATIONS = 300
 MIN_BIN_ITEMS = 500  # fewest items an empirical-Bayes bin pools
 BIN_RELATIVE_ERROR = 0.1  # a bin's prior mass must pin its mean ratio to this relative standard error
 LM_PRIOR_SHARE = 0.25  # an order's pseudo-counts carry at least this share of the public prior's mass
+# The clean estimate's order shares take the public counts of bigrams and longer less this (Kneser–Ney's usual
+# absolute discount): the public vocabulary was chosen from the public text, whose own n-grams therefore cover it
+# better than any other text's, most in the longer orders, where counts are small.
+PUBLIC_SHARE_DISCOUNT = 0.75
 
 
 def information_bins(prior_mean: np.ndarray, sigma: float, max_bins: int) -> tuple[np.ndarray, int]:
@@ -472,9 +477,38 @@ def lm_strength(pseudo: np.ndarray, alpha: np.ndarray) -> Any:
     the users' small mass, and Kneser–Ney over small pseudo-counts over-smooths that shape (its
     discounts are absolute): the posterior keeps part of the prior's strength instead. ``pseudo``'s last
     axis is the order's items: a float for one set of pseudo-counts, an array for several (redraws)."""
-    total = np.asarray(pseudo).sum(axis=-1)
+    return lm_strength_of(np.asarray(pseudo).sum(axis=-1), float(alpha.sum()))
+
+
+def order_scales(masses: Mapping[int, Any], public: Mapping[int, float], public_shares: bool) -> dict[int, Any]:
+    """The factor each order's pseudo-counts (and its discovered n-grams' values) are multiplied by, from each
+    order's released mass ``masses[n]`` (a float, or an array over redraws: the bootstrap's) and the public prior's
+    count mass ``public[n]`` (``public_masses``). Without ``public_shares``, each order by itself (``lm_strength``).
+    With it (the clean estimate), every order at its public share of the mass, at the lowest order's strength
+    relative to the public prior (at least ``LM_PRIOR_SHARE``): perturbation breaks word sequences, so the
+    perturbed reports carry far fewer n-grams of the public vocabulary in the higher orders than the clean text
+    does, and how many more the channel cannot tell (the clean n-grams outside the vocabulary that perturbation
+    moves inside are not identified by it); the public corpus's shares are the better estimate (measured,
+    BENCHMARKS.md)."""
+    if not public_shares:
+        return {n: lm_strength_of(masses[n], public[n]) for n in masses}
+    low = min(masses)
+    anchor = np.asarray(masses[low], dtype=np.float64)
+    level = np.maximum(LM_PRIOR_SHARE, np.where(anchor > 0, anchor, 0.0) / max(public[low], np.finfo(float).tiny))
+    out = {}
+    for n, mass in masses.items():
+        m = np.asarray(mass, dtype=np.float64)
+        factor = np.where((m > 0) & (public[n] > 0), level * public[n] / np.where(m > 0, m, 1.0), 1.0)
+        out[n] = float(factor) if factor.ndim == 0 else factor
+    return out
+
+
+def lm_strength_of(mass: Any, public: float) -> Any:
+    """``lm_strength`` from an order's pseudo-count mass (a float or an array over redraws) and the public
+    prior's count mass of that order."""
+    total = np.asarray(mass)
     positive = np.where(total > 0, total, 1.0)
-    factor = np.where(total > 0, np.maximum(1.0, LM_PRIOR_SHARE * float(alpha.sum()) / positive), 1.0)
+    factor = np.where(total > 0, np.maximum(1.0, LM_PRIOR_SHARE * float(public) / positive), 1.0)
     return float(factor) if factor.ndim == 0 else factor
 
 
@@ -578,10 +612,34 @@ def post_process(
             pseudo[sel], fits[n] = _clean_estimate(
                 noisy_public[sel], alpha, sigma, bins, channel.order(n, vocab), occurrence_weight
             )
-        strength = lm_strength(pseudo[sel], alpha)
-        pseudo[sel] *= strength
-        found_values[found_orders == n] *= strength
+    masses = {n: released_mass(pseudo, found_values, orders, found_orders, n, channel is not None) for n in fits}
+    for n, scale in order_scales(masses, public_masses(vocab, fits, channel is not None), channel is not None).items():
+        pseudo[orders == n] *= scale
+        found_values[found_orders == n] *= scale
     return pseudo, found_values, fits
+
+
+def public_masses(vocab: NgramVocabulary, orders: Iterable[int], clean: bool) -> dict[int, float]:
+    """Each order's public count mass, as ``order_scales`` takes it: for a clean estimate (``clean``), the counts of
+    the orders above the lowest less ``PUBLIC_SHARE_DISCOUNT`` each (what text not used to choose the vocabulary
+    would put there, in expectation, relative to the lowest order)."""
+    orders = sorted(orders)
+    out = {}
+    for n in orders:
+        alpha = vocab.alpha[vocab.orders == n].astype(np.float64)
+        discounted = clean and n > orders[0]
+        out[n] = float((np.maximum(alpha - PUBLIC_SHARE_DISCOUNT, 0.0) if discounted else alpha).sum())
+    return out
+
+
+def released_mass(
+    pseudo: np.ndarray, found: np.ndarray, orders: np.ndarray, found_orders: np.ndarray, n: int, with_found: bool
+) -> Any:
+    """Order ``n``'s released mass (last axis: items; an array over redraws when there are several): its public
+    items' pseudo-counts, with its discovered n-grams' values when ``with_found`` (the clean estimate's shares count
+    them)."""
+    mass = pseudo[..., orders == n].sum(axis=-1)
+    return mass + found[..., found_orders == n].sum(axis=-1) if with_found else mass
 
 
 def _guarantee(p: PosteriorParams, sigma: float, threshold: float, V: int, channel: NgramChannel | None) -> Guarantee:
@@ -621,6 +679,8 @@ def _guarantee(p: PosteriorParams, sigma: float, threshold: float, V: int, chann
             f"reports are deconvolved with the public local channel ({w.deployment_key.split('|words:')[0]}; Monte "
             f"Carlo, {w.describe()}) — post-processing of the "
             f"noisy totals with public data, so the guarantee above is unchanged. Discovered n-grams are counted "
-            f"as perturbed."
+            f"as perturbed. How the mass splits between n-gram orders is the public corpus's (its counts of longer "
+            f"n-grams less {PUBLIC_SHARE_DISCOUNT:g} each): perturbation breaks word sequences, and the channel "
+            f"cannot tell how many of the clean text's longer n-grams it moved out of the public vocabulary."
         )
     return Guarantee(Model.CENTRAL, p.epsilon, p.delta, p.unit, Adjacency.ADD_REMOVE, NAME, details=tuple(details))
