@@ -474,6 +474,25 @@ def test_malformed_report_is_an_invalid_report_error(start_shuffler, sink):
     _assert_wrapped(err.value, errors.NotRetryableError, grpc.StatusCode.INVALID_ARGUMENT)
 
 
+def test_a_request_over_the_message_size_is_invalid_not_a_quota(start_shuffler, sink):
+    """The shuffler refuses a message over ``max_message_bytes`` with RESOURCE_EXHAUSTED and no retry-after:
+    waiting would not help, so it is no ``QuotaExceeded`` (a retryable error) but an ``InvalidReportError``."""
+    shf = start_shuffler(sink.address, min_batch=1000, max_message_bytes=64 * 1024)
+    big = [
+        shuffler_pb2.ClientReport(
+            idempotency_id=os.urandom(16),
+            payload=reports_pb2.SealedPayload(
+                encoding=reports_pb2.PAYLOAD_ENCODING_PLAINTEXT_INSECURE, data=os.urandom(40_000)
+            ),
+        )
+        for _ in range(2)
+    ]
+    with _client(shf.address) as c, pytest.raises(lac.client.InvalidReportError) as err:
+        c.submit_prepared(big)
+    _assert_wrapped(err.value, errors.NotRetryableError, grpc.StatusCode.RESOURCE_EXHAUSTED)
+    assert not isinstance(err.value, lac.client.QuotaExceeded) and "retry after" not in str(err.value)
+
+
 def test_unknown_deployment_is_unavailable_after_retries(start_shuffler, monkeypatch):
     import lac.client.submit
 

@@ -65,6 +65,9 @@ def wrap(exc: grpc.RpcError, what: str) -> errors.LacClientError:
     details = (exc.details() if callable(getattr(exc, "details", None)) else None) or str(exc)
     trailing = trailing_of(exc)
     base = errors.error_class_for_status(code.name)
+    if base is errors.QuotaExceeded and retry_after(trailing) is None:
+        # a refusal with no time to wait for is not a quota: the request itself is over a limit (its size)
+        base = errors.InvalidReportError
     cls = _FLAVOUR[base]
     kwargs: dict[str, Any] = dict(status_code=code, status_details=details, trailing=trailing)
     hint = ""

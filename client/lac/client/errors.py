@@ -6,10 +6,12 @@ never a raw ``grpc.RpcError``.
     LacClientError
     ├── Cancelled               the app cancelled a long privatize_many (progress callback or cancel event)
     ├── RetryableError          UNAVAILABLE, DEADLINE_EXCEEDED, CANCELLED (after the client's own retries)
-    │   └── QuotaExceeded       RESOURCE_EXHAUSTED: this client's reports per window are used up
+    │   └── QuotaExceeded       RESOURCE_EXHAUSTED with a retry-after: this client's reports per window (or
+    │                           windows per period) are used up
     └── NotRetryableError       any other status (FAILED_PRECONDITION, INTERNAL, ...)
         ├── AuthenticationError UNAUTHENTICATED, PERMISSION_DENIED
-        ├── InvalidReportError  INVALID_ARGUMENT
+        ├── InvalidReportError  INVALID_ARGUMENT; RESOURCE_EXHAUSTED without a retry-after (a request over the
+        │                       shuffler's message size)
         │   └── UnsupportedText a text with no word the tokeniser reads, refused on the device (also a ValueError)
         ├── DeploymentMismatch  a Localizer the curator's deployment would not accept (also a ValueError)
         └── EmbeddingUnavailable the embedding's wheel or reader is not installed (also a RuntimeError)
@@ -128,7 +130,9 @@ class AuthenticationError(NotRetryableError):
 
 
 class InvalidReportError(NotRetryableError):
-    """INVALID_ARGUMENT: the shuffler refused the request (malformed, oversized or plaintext reports)."""
+    """INVALID_ARGUMENT: the shuffler refused the request (malformed, oversized or plaintext reports); or
+    RESOURCE_EXHAUSTED without a retry-after: the request is over the shuffler's message size (send fewer reports
+    per call)."""
 
 
 class UnsupportedText(InvalidReportError, ValueError):
@@ -181,5 +185,6 @@ _BY_STATUS: dict[str, type[LacClientError]] = {
 
 
 def error_class_for_status(name: str) -> type[LacClientError]:
-    """The SDK class for a gRPC status ``name`` (e.g. "UNAVAILABLE"); ``NotRetryableError`` if unmapped."""
+    """The SDK class for a gRPC status ``name`` (e.g. "UNAVAILABLE"); ``NotRetryableError`` if unmapped. (A
+    RESOURCE_EXHAUSTED without ``retry-after-seconds`` is not a quota: the SDK raises ``InvalidReportError``.)"""
     return _BY_STATUS.get(name, NotRetryableError)
