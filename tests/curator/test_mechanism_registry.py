@@ -26,7 +26,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from lac.common.privacy import Budget, PrivacyUnit
+from lac.common.privacy import Adjacency, Budget, Guarantee, Model, PrivacyUnit
 from lac.curator import mechanisms
 from lac.curator.base.ngrams import NgramVocabulary, report_items
 from lac.curator.mechanisms import ReleaseSpec
@@ -283,6 +283,50 @@ def test_charge_per_mechanism(name, charge, data_dependent):
     assert mechanisms.get(name).with_delta is (charge[1] > 0)
 
 
+# every mechanism and variant over a grid of ε and δ: (ReleaseSpec keywords, reports kind)
+GRID = [
+    ({**kw, "epsilon": eps, "delta": delta}, kind)
+    for kw, kind, _ in CASES.values()
+    for eps in (0.5, 4.0)
+    for delta in (1e-7, 1e-5)
+]
+
+
+@pytest.mark.parametrize("kw, kind", GRID)
+def test_the_ledger_records_exactly_the_privacy_map(kw, kind):
+    """The one charge: what the ledger's record spends is the mechanism's privacy map of the spec (0: not DP)."""
+    from lac.curator.runner.run import ReleaseRecord
+
+    spec = ReleaseSpec(**kw)
+    vocab = _vocab()
+    items = ItemReports([report_items([[s] for s in _sents(_USERS[:40])], vocab.max_n, vocab.words)], vocab)
+    reports = items if kind == "items" else MatrixReports(items.vocab_counts(CAPS.C, CAPS.W), vocab)
+    r = runner.run(reports, vocab, spec, CAPS, rng=np.random.default_rng(1))
+    rec = ReleaseRecord.of(r, "id", "now", vocab.max_n, (0, 0), PrivacyUnit.report())
+    m = mechanisms.get(spec.mechanism)
+    want = Budget(0.0, 0.0) if m.data_dependent(spec) else m.charge(spec)
+    assert (rec.charged_epsilon, rec.charged_delta) == (want.epsilon, want.delta)
+    assert r.charge == (None if m.data_dependent(spec) else m.charge(spec))
+    assert rec.differentially_private is (r.charge is not None)
+
+
+def test_a_guarantee_that_disagrees_with_the_privacy_map_is_refused():
+    """The check can fail: a mechanism whose map charges a release its guarantee says is not DP."""
+    from lac.curator.mechanisms.laplace import Laplace
+
+    class BrokenMap(Laplace):
+        def data_dependent(self, spec: ReleaseSpec) -> bool:  # wrong: its Laplace release is DP
+            return True
+
+    mechanisms.register(BrokenMap(name="toy-broken-map"))
+    try:
+        spec = ReleaseSpec(epsilon=1.0, mechanism="toy-broken-map")
+        with pytest.raises(RuntimeError, match="toy-broken-map.*release is DP but its privacy map charges None"):
+            runner.run(sp.csr_matrix((3, len(_vocab()))), _vocab(), spec, CAPS)
+    finally:
+        mechanisms.unregister("toy-broken-map")
+
+
 def test_data_dependent_variants_are_flagged_by_their_mechanism():
     for name in ("bayesian", "endtoend"):
         assert ReleaseSpec(1.0, mechanism=name, sensitivity="bruteforce").data_dependent
@@ -372,22 +416,19 @@ class _Uniform:
     def noise(self, q):
         return mechanisms.ItemNoise(lambda e: 1.0 / e, "probabilities", 1.0, True)
 
-    def run(self, reports, vocab, spec, caps, unit, rng, engine, channel, errors=None):
-        n = len(vocab)
+    def run(self, spec, inputs):
+        n = len(inputs.vocab)
         return building.Release(
-            self.name,
-            tuple(vocab.items),
-            np.full(n, -math.log(n)),
-            None,
-            None,
-            "uniform",
-            "none",
-            0.0,
-            0.0,
-            "",
-            0.0,
-            0,
-            n,
+            mechanism=self.name,
+            items=tuple(inputs.vocab.items),
+            log_probs=np.full(n, -math.log(n)),
+            pseudo_counts=None,
+            guarantee=Guarantee(
+                Model.CENTRAL, spec.epsilon, 0.0, inputs.unit, Adjacency.ADD_REMOVE, "uniform (no data read)"
+            ),
+            sensitivity_method="none",
+            n_reports=0,
+            vocab_size=n,
         )
 
 

@@ -3,10 +3,13 @@
 Each module of this package exposes one object, ``MECHANISM``, in the shape of OpenDP's
 measurement: validated, frozen parameters (``ReleaseSpec``, defined here: the request, checked against
 the mechanism's ``knobs``) and a privacy map (``charge``: the (ε, δ) a spec spends; ``noise``: the
-per-item noise the accuracy preview reads), with ``run`` turning reports into a
-``lac.curator.release.building.Release`` that carries its typed ``Guarantee`` and, when asked (``errors``), its
-per-item error bars (``lac.curator.release.errorbars``). The mechanisms are built from
-the algorithms of ``lac.curator.release``.
+per-item noise the accuracy preview reads), with ``run(spec, inputs)`` turning the reports and public
+context of ``ReleaseInputs`` into a ``lac.curator.release.building.Release`` that carries its typed
+``Guarantee`` and, when asked (``inputs.errors``), its per-item error bars (``lac.curator.release.errorbars``).
+``release`` (here) is the one way a spec is run: it stamps the release with the charge of the mechanism's
+privacy map (None when the spec is data-dependent), the only charge anyone reads: the handler's check
+before the run, the preview and the ledger after it. The mechanisms are built from the algorithms of
+``lac.curator.release``.
 
 Everything that dispatches on a mechanism's name (``ReleaseSpec``, ``lac.curator.runner.run``, the RPC
 translations in ``lac.curator.service.serde``, the preview, the CLI, ``lac eval``) asks this registry.
@@ -20,23 +23,21 @@ import importlib
 import math
 import pkgutil
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from numbers import Real
 from typing import Protocol
 
 from lac.common.checks import check_int
 from lac.common.privacy import Budget, PrivacyUnit, check_delta, check_epsilon
-from lac.common.rng import RandomSource
 from lac.curator.base.ngrams import NgramVocabulary
-from lac.curator.engines.local import Engine
 from lac.curator.release.bayesian import SENSITIVITY_METHODS
-from lac.curator.release.building import PublicCaps, Release, Reports
-from lac.curator.release.channel import NgramChannel
-from lac.curator.release.errorbars import Bootstrap
+from lac.curator.release.building import Release, ReleaseInputs
 from lac.curator.release.gaussian import METHODS as CALIBRATIONS
 
 __all__ = [
     "ReleaseSpec",
+    "ReleaseInputs",
+    "release",
     "Defaults",
     "Mechanism",
     "NoiseQuery",
@@ -136,20 +137,9 @@ class Mechanism(Protocol):
     def noise(self, q: NoiseQuery) -> LogitNoise | ItemNoise | None:
         """The noise the accuracy preview predicts from (None: nothing to predict)."""
 
-    def run(
-        self,
-        reports: Reports,
-        vocab: NgramVocabulary,
-        spec: ReleaseSpec,
-        caps: PublicCaps,
-        unit: PrivacyUnit,
-        rng: RandomSource | None,
-        engine: Engine,
-        channel: NgramChannel | None,
-        errors: Bootstrap | None = None,
-    ) -> Release:
-        """The release of ``spec`` over ``reports``, with its error bars unless ``errors`` is None (a
-        release that is not DP gets none, with the reason)."""
+    def run(self, spec: ReleaseSpec, inputs: ReleaseInputs) -> Release:
+        """The release of ``spec`` over ``inputs.reports``, with its error bars unless ``inputs.errors`` is None (a
+        release that is not DP gets none, with the reason); its ``charge`` is left to ``release``."""
 
 
 class Defaults:
@@ -276,6 +266,20 @@ class ReleaseSpec:
     def budget(self) -> Budget:
         """The (ε, δ) this release spends from each window it covers when it is DP."""
         return get(self.mechanism).charge(self)
+
+
+def release(spec: ReleaseSpec, inputs: ReleaseInputs) -> Release:
+    """Run ``spec`` by its mechanism and stamp the result with the charge of the mechanism's privacy map
+    (None: data-dependent, never charged). A guarantee that disagrees with the map is a bug, refused here."""
+    m = get(spec.mechanism)
+    charge = None if m.data_dependent(spec) else m.charge(spec)
+    r = m.run(spec, inputs)
+    if r.differentially_private != (charge is not None):
+        raise RuntimeError(
+            f"mechanism {spec.mechanism!r}: its release is {'' if r.differentially_private else 'not '}DP "
+            f"but its privacy map charges {charge}"
+        )
+    return replace(r, charge=charge)
 
 
 def _load_builtin() -> None:

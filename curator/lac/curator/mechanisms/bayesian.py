@@ -8,13 +8,10 @@ from functools import partial
 from typing import Any
 
 from lac.common.privacy import PrivacyUnit
-from lac.common.rng import RandomSource
 from lac.curator.base.ngrams import NgramVocabulary
-from lac.curator.engines.local import Engine
-from lac.curator.mechanisms import Defaults, LogitNoise, NoiseQuery, ReleaseSpec
+from lac.curator.mechanisms import Defaults, LogitNoise, NoiseQuery, ReleaseInputs, ReleaseSpec
 from lac.curator.release import building
 from lac.curator.release.bayesian import BayesianParams, BayesianRelease, bayesian_dp, bayesian_from_stats
-from lac.curator.release.channel import NgramChannel
 from lac.curator.release.errorbars import Bootstrap, ItemErrors, logit_errors, none
 from lac.curator.release.gaussian import calibrate
 from lac.curator.release.sound import sound_gamma
@@ -73,17 +70,15 @@ def bayesian_release(
     errors: ItemErrors | None = None,
 ) -> building.Release:
     return building.Release(
-        "bayesian",
-        items,
-        building.rounded(r.log_theta),
-        None,
-        r.guarantee,
-        "",
-        r.sensitivity_method,
-        r.gamma,
-        r.sigma,
-        r.calibration,
-        0.0,
+        mechanism="bayesian",
+        items=items,
+        log_probs=building.rounded(r.log_theta),
+        pseudo_counts=None,
+        guarantee=r.guarantee,
+        sensitivity_method=r.sensitivity_method,
+        gamma=r.gamma,
+        sigma=r.sigma,
+        calibration=r.calibration,
         params=dict(S=p.S, C=caps.C, rho=p.rho, W=caps.W, count_clip=caps.count_clip),
         errors=errors,
         **common,
@@ -105,21 +100,11 @@ class BayesianDP(Defaults):
     def noise(self, q: NoiseQuery) -> LogitNoise:
         return logit_noise(q)
 
-    def run(
-        self,
-        reports: building.Reports,
-        vocab: NgramVocabulary,
-        spec: ReleaseSpec,
-        caps: building.PublicCaps,
-        unit: PrivacyUnit,
-        rng: RandomSource | None,
-        engine: Engine,
-        channel: NgramChannel | None,
-        errors: Bootstrap | None = None,
-    ) -> building.Release:
+    def run(self, spec: ReleaseSpec, inputs: ReleaseInputs) -> building.Release:
+        reports, vocab, caps, engine, rng = inputs.reports, inputs.vocab, inputs.caps, inputs.engine, inputs.rng
         W, C = caps.W, caps.C
         items = tuple(vocab.items)
-        p = params(spec, caps, unit)
+        p = params(spec, caps, inputs.unit)
         if not isinstance(reports, building.MatrixReports):  # streamed, block by block
             stats = building.stream_stats(reports, vocab, C, W, engine)
             max_sq = None
@@ -136,7 +121,7 @@ class BayesianDP(Defaults):
             U = reports.vocab_counts(C, W)
             r = bayesian_dp(U, vocab.alpha, p, rng=rng)
             common = dict(vocab_size=len(items), n_reports=int(U.shape[0]))
-        errs = logit_release_errors(r.log_theta, r.sigma, r.data_dependent, vocab, errors)
+        errs = logit_release_errors(r.log_theta, r.sigma, r.data_dependent, vocab, inputs.errors)
         return bayesian_release(r, p, items, caps, common, errs)
 
 

@@ -5,16 +5,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from lac.common.privacy import PrivacyUnit
-from lac.common.rng import RandomSource
-from lac.curator.base.ngrams import NgramVocabulary
-from lac.curator.engines.local import Engine
-from lac.curator.mechanisms import Defaults, LogitNoise, NoiseQuery, ReleaseSpec
+from lac.curator.mechanisms import Defaults, LogitNoise, NoiseQuery, ReleaseInputs, ReleaseSpec
 from lac.curator.mechanisms.bayesian import logit_noise, logit_release_errors
 from lac.curator.release import building
-from lac.curator.release.channel import NgramChannel
 from lac.curator.release.endtoend import SELECTION_SHARE, EndToEndParams, end_to_end_dp
-from lac.curator.release.errorbars import Bootstrap
 
 __all__ = ["MECHANISM", "EndToEndDP"]
 
@@ -34,21 +28,11 @@ class EndToEndDP(Defaults):
     def noise(self, q: NoiseQuery) -> LogitNoise:
         return logit_noise(q, SELECTION_SHARE)  # the release step keeps what the selection does not spend
 
-    def run(
-        self,
-        reports: building.Reports,
-        vocab: NgramVocabulary,
-        spec: ReleaseSpec,
-        caps: building.PublicCaps,
-        unit: PrivacyUnit,
-        rng: RandomSource | None,
-        engine: Engine,
-        channel: NgramChannel | None,
-        errors: Bootstrap | None = None,
-    ) -> building.Release:
+    def run(self, spec: ReleaseSpec, inputs: ReleaseInputs) -> building.Release:
+        vocab, caps = inputs.vocab, inputs.caps
         W, C = caps.W, caps.C
         items = tuple(vocab.items)
-        U = reports.vocab_counts(C, W)
+        U = inputs.reports.vocab_counts(C, W)
         ep = EndToEndParams(
             epsilon=spec.epsilon,
             delta=spec.delta,
@@ -58,22 +42,21 @@ class EndToEndDP(Defaults):
             W=W,
             count_clip=caps.count_clip,
             validation_cap=caps.validation_cap,
-            unit=unit,
+            unit=inputs.unit,
         )
-        e = end_to_end_dp(U, vocab.alpha, ep, rng=rng)
+        e = end_to_end_dp(U, vocab.alpha, ep, rng=inputs.rng)
         er = e.release
         return building.Release(
-            self.name,
-            items,
-            building.rounded(er.log_theta),
-            None,
-            e.guarantee,
-            "",
-            er.sensitivity_method,
-            er.gamma,
-            er.sigma,
-            er.calibration,
-            e.laplace_scale,
+            mechanism=self.name,
+            items=items,
+            log_probs=building.rounded(er.log_theta),
+            pseudo_counts=None,
+            guarantee=e.guarantee,
+            sensitivity_method=er.sensitivity_method,
+            gamma=er.gamma,
+            sigma=er.sigma,
+            calibration=er.calibration,
+            laplace_scale=e.laplace_scale,
             params=dict(
                 S=e.S,
                 C=C,
@@ -85,7 +68,7 @@ class EndToEndDP(Defaults):
             ),
             vocab_size=len(items),
             n_reports=int(U.shape[0]),
-            errors=logit_release_errors(er.log_theta, er.sigma, e.guarantee.data_dependent, vocab, errors),
+            errors=logit_release_errors(er.log_theta, er.sigma, e.guarantee.data_dependent, vocab, inputs.errors),
         )
 
 
