@@ -2,14 +2,15 @@
 
 Each module of this package exposes one object, ``MECHANISM``, in the shape of OpenDP's
 measurement: validated, frozen parameters (``ReleaseSpec``, defined here: the request, checked against
-the mechanism's ``knobs``) and a privacy map (``charge``: the (ε, δ) a spec spends; ``noise``: the
-per-item noise the accuracy preview reads), with ``run(spec, inputs)`` turning the reports and public
-context of ``ReleaseInputs`` into a ``lac.curator.release.building.Release`` that carries its typed
-``Guarantee`` and, when asked (``inputs.errors``), its per-item error bars (``lac.curator.release.errorbars``).
-``release`` (here) is the one way a spec is run: it stamps the release with the charge of the mechanism's
-privacy map (None when the spec is data-dependent), the only charge anyone reads: the handler's check
-before the run, the preview and the ledger after it. The mechanisms are built from the algorithms of
-``lac.curator.release``.
+the mechanism's ``knobs``), a privacy map (``charge``: the (ε, δ) a spec spends), the noise the accuracy
+preview reads (``noise``, from the spec and a ``PublicContext``) and ``run(spec, inputs)``, turning the
+reports and public context of ``ReleaseInputs`` into a ``lac.curator.release.building.Release`` that carries
+its typed ``Guarantee`` and, when asked (``inputs.errors``), its per-item error bars
+(``lac.curator.release.errorbars``). ``release`` (here) is the one way a spec is run: it stamps the release
+with the charge of the mechanism's privacy map (None when the spec is data-dependent), the only charge
+anyone reads: the handler's check before the run, the preview and the ledger after it. The request goes
+from the RPC (``lac.curator.service.serde``) to the noise draw as this one ``ReleaseSpec``. The mechanisms
+are built from the algorithms of ``lac.curator.release``.
 
 Everything that dispatches on a mechanism's name (``ReleaseSpec``, ``lac.curator.runner.run``, the RPC
 translations in ``lac.curator.service.serde``, the preview, the CLI, ``lac eval``) asks this registry.
@@ -31,7 +32,7 @@ from lac.common.checks import check_int
 from lac.common.privacy import Budget, PrivacyUnit, check_delta, check_epsilon
 from lac.curator.base.ngrams import NgramVocabulary
 from lac.curator.release.bayesian import SENSITIVITY_METHODS
-from lac.curator.release.building import Release, ReleaseInputs
+from lac.curator.release.building import PublicCaps, Release, ReleaseInputs
 from lac.curator.release.gaussian import METHODS as CALIBRATIONS
 
 __all__ = [
@@ -40,7 +41,7 @@ __all__ = [
     "release",
     "Defaults",
     "Mechanism",
-    "NoiseQuery",
+    "PublicContext",
     "LogitNoise",
     "ItemNoise",
     "KNOBS",
@@ -60,22 +61,14 @@ KNOBS = frozenset({"sensitivity", "public_sensitivity", "S", "rho", "calibration
 
 
 @dataclass(frozen=True)
-class NoiseQuery:
-    """What the accuracy preview knows of a release: public caps, the request and the privacy unit."""
+class PublicContext:
+    """What the accuracy preview knows besides the request: the public vocabulary and caps, the privacy unit
+    and L, the public corpus's mean sentence length (``lac.curator.runner.preview``)."""
 
-    epsilon: float
-    delta: float
     vocab: NgramVocabulary
-    W: int
-    C: int
+    caps: PublicCaps
     unit: PrivacyUnit
-    discovery: bool = True
-    S: float = 0.01
-    rho: float = 0.5
-    count_clip: int = 1_000_000
-    calibration: str = "auto"
-    data_dependent: bool = False
-    words_per_report: float = 1.0  # L: the public corpus's mean sentence length (``lac.curator.runner.preview``)
+    words_per_report: float = 1.0
 
 
 @dataclass(frozen=True)
@@ -134,8 +127,8 @@ class Mechanism(Protocol):
     def charge(self, spec: ReleaseSpec) -> Budget:
         """The (ε, δ) a DP release of ``spec`` spends from each window it covers."""
 
-    def noise(self, q: NoiseQuery) -> LogitNoise | ItemNoise | None:
-        """The noise the accuracy preview predicts from (None: nothing to predict)."""
+    def noise(self, spec: ReleaseSpec, ctx: PublicContext) -> LogitNoise | ItemNoise | None:
+        """The noise the accuracy preview predicts ``spec`` to add (None: nothing to predict)."""
 
     def run(self, spec: ReleaseSpec, inputs: ReleaseInputs) -> Release:
         """The release of ``spec`` over ``inputs.reports``, with its error bars unless ``inputs.errors`` is None (a

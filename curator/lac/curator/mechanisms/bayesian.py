@@ -9,7 +9,7 @@ from typing import Any
 
 from lac.common.privacy import PrivacyUnit
 from lac.curator.base.ngrams import NgramVocabulary
-from lac.curator.mechanisms import Defaults, LogitNoise, NoiseQuery, ReleaseInputs, ReleaseSpec
+from lac.curator.mechanisms import Defaults, LogitNoise, PublicContext, ReleaseInputs, ReleaseSpec
 from lac.curator.release import building
 from lac.curator.release.bayesian import BayesianParams, BayesianRelease, bayesian_dp, bayesian_from_stats
 from lac.curator.release.errorbars import Bootstrap, ItemErrors, logit_errors, none
@@ -35,17 +35,18 @@ def params(spec: ReleaseSpec, caps: building.PublicCaps, unit: PrivacyUnit) -> B
     )
 
 
-def logit_noise(q: NoiseQuery, selection_share: float = 0.0) -> LogitNoise:
+def logit_noise(spec: ReleaseSpec, ctx: PublicContext, selection_share: float = 0.0) -> LogitNoise:
     """The sound σ on the logits of a release that spends ``selection_share`` of ε elsewhere (NaN
     when the sensitivity is data-dependent)."""
-    if q.data_dependent:
+    if spec.data_dependent:
         return LogitNoise(float("nan"), lambda e: float("nan"), "")
-    gamma = sound_gamma(q.S, q.C, q.W, len(q.vocab), q.count_clip, q.unit.max_reports)
-    eps_rel = q.epsilon - q.epsilon * selection_share  # what the release step spends
-    sigma = calibrate(q.rho * gamma, eps_rel, q.delta, q.calibration)[0]
+    caps = ctx.caps
+    gamma = sound_gamma(spec.S, caps.C, caps.W, len(ctx.vocab), caps.count_clip, ctx.unit.max_reports)
+    eps_rel = spec.epsilon - spec.epsilon * selection_share  # what the release step spends
+    sigma = calibrate(spec.rho * gamma, eps_rel, spec.delta, spec.calibration)[0]
     return LogitNoise(
         sigma,
-        lambda e: calibrate(q.rho * gamma, e, q.delta, q.calibration)[0],
+        lambda e: calibrate(spec.rho * gamma, e, spec.delta, spec.calibration)[0],
         "BayesianDP's sound noise does not shrink with more reports; use the default mechanism (posterior)",
     )
 
@@ -97,8 +98,8 @@ class BayesianDP(Defaults):
     def data_dependent(self, spec: ReleaseSpec) -> bool:
         return spec.sensitivity != "sound"
 
-    def noise(self, q: NoiseQuery) -> LogitNoise:
-        return logit_noise(q)
+    def noise(self, spec: ReleaseSpec, ctx: PublicContext) -> LogitNoise:
+        return logit_noise(spec, ctx)
 
     def run(self, spec: ReleaseSpec, inputs: ReleaseInputs) -> building.Release:
         reports, vocab, caps, engine, rng = inputs.reports, inputs.vocab, inputs.caps, inputs.engine, inputs.rng

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from lac.curator.mechanisms import Defaults, LogitNoise, NoiseQuery, ReleaseInputs, ReleaseSpec
+from lac.curator.mechanisms import Defaults, LogitNoise, PublicContext, ReleaseInputs, ReleaseSpec
 from lac.curator.mechanisms.bayesian import logit_noise, logit_release_errors
 from lac.curator.release import building
 from lac.curator.release.endtoend import SELECTION_SHARE, EndToEndParams, end_to_end_dp
@@ -25,8 +25,8 @@ class EndToEndDP(Defaults):
     def data_dependent(self, spec: ReleaseSpec) -> bool:
         return spec.sensitivity != "sound"
 
-    def noise(self, q: NoiseQuery) -> LogitNoise:
-        return logit_noise(q, SELECTION_SHARE)  # the release step keeps what the selection does not spend
+    def noise(self, spec: ReleaseSpec, ctx: PublicContext) -> LogitNoise:
+        return logit_noise(spec, ctx, SELECTION_SHARE)  # the release step keeps what the selection does not spend
 
     def run(self, spec: ReleaseSpec, inputs: ReleaseInputs) -> building.Release:
         vocab, caps = inputs.vocab, inputs.caps

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from lac.curator.mechanisms import Defaults, NoiseQuery, ReleaseInputs, ReleaseSpec
+from lac.curator.mechanisms import Defaults, PublicContext, ReleaseInputs, ReleaseSpec
 from lac.curator.release import building
 from lac.curator.release.baselines import k_anonymity
 
@@ -23,7 +23,7 @@ class KAnonymity(Defaults):
     def data_dependent(self, spec: ReleaseSpec) -> bool:
         return True
 
-    def noise(self, q: NoiseQuery) -> None:
+    def noise(self, spec: ReleaseSpec, ctx: PublicContext) -> None:
         return None
 
     def run(self, spec: ReleaseSpec, inputs: ReleaseInputs) -> building.Release:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from lac.curator.mechanisms import Defaults, ItemNoise, NoiseQuery, ReleaseInputs, ReleaseSpec
+from lac.curator.mechanisms import Defaults, ItemNoise, PublicContext, ReleaseInputs, ReleaseSpec
 from lac.curator.release import building
 from lac.curator.release.baselines import laplace_dp, laplace_from_stats
 
@@ -24,16 +24,16 @@ class Laplace(Defaults):
     def data_dependent(self, spec: ReleaseSpec) -> bool:
         return False
 
-    def noise(self, q: NoiseQuery) -> ItemNoise:
-        m = q.unit.max_reports
+    def noise(self, spec: ReleaseSpec, ctx: PublicContext) -> ItemNoise:
+        m, W, C = ctx.unit.max_reports, ctx.caps.W, ctx.caps.C
 
         def noise_at(e: float) -> float:  # the Laplace scale m·W·C/ε, as a standard deviation
-            return math.sqrt(2.0) * m * q.W * q.C / e
+            return math.sqrt(2.0) * m * W * C / e
 
         return ItemNoise(
             noise_at,
             "counts",
-            q.words_per_report,
+            ctx.words_per_report,
             False,
             ("the default mechanism (posterior), whose noise does not grow with W·C",),
         )

@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from lac.curator.mechanisms import Defaults, ItemNoise, NoiseQuery, ReleaseInputs, ReleaseSpec
+from lac.curator.mechanisms import Defaults, ItemNoise, PublicContext, ReleaseInputs, ReleaseSpec
 from lac.curator.release import building
 from lac.curator.release.baselines import laplace_public_dp, laplace_public_from_stats
 
@@ -25,7 +25,7 @@ class LaplacePublic(Defaults):
     def data_dependent(self, spec: ReleaseSpec) -> bool:
         return spec.public_sensitivity != "sound"
 
-    def noise(self, q: NoiseQuery) -> ItemNoise:
+    def noise(self, spec: ReleaseSpec, ctx: PublicContext) -> ItemNoise:
         def noise_at(e: float) -> float:  # the Laplace scale 2/ε on a probability vector, as a standard deviation
             return math.sqrt(2.0) * 2.0 / e
 

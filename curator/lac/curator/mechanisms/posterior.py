@@ -9,7 +9,7 @@ from functools import partial
 
 import numpy as np
 
-from lac.curator.mechanisms import Defaults, ItemNoise, NoiseQuery, ReleaseInputs, ReleaseSpec
+from lac.curator.mechanisms import Defaults, ItemNoise, PublicContext, ReleaseInputs, ReleaseSpec
 from lac.curator.release import building
 from lac.curator.release.errorbars import posterior_errors
 from lac.curator.release.posterior import PosteriorParams, WeightedTotals, posterior_release
@@ -29,13 +29,13 @@ class Posterior(Defaults):
     def data_dependent(self, spec: ReleaseSpec) -> bool:
         return False
 
-    def noise(self, q: NoiseQuery) -> ItemNoise:
-        def noise_at(e: float) -> float:
-            return PosteriorParams(
-                e, q.delta, W=q.W, C=q.C, discovery=q.discovery and e > 2 * q.delta, unit=q.unit
-            ).sigma
+    def noise(self, spec: ReleaseSpec, ctx: PublicContext) -> ItemNoise:
+        W, C, delta = ctx.caps.W, ctx.caps.C, spec.delta
 
-        m = q.unit.max_reports
+        def noise_at(e: float) -> float:
+            return PosteriorParams(e, delta, W=W, C=C, discovery=spec.discovery and e > 2 * delta, unit=ctx.unit).sigma
+
+        m = ctx.unit.max_reports
         remedies = (
             (
                 f"covering fewer accounting windows (one user may send {m} reports over these, and σ grows "
@@ -45,7 +45,7 @@ class Posterior(Defaults):
             else ()
         )
         # expected weight of an item with π_j = 1, per report
-        per_report = math.sqrt(q.words_per_report / q.vocab.max_n)
+        per_report = math.sqrt(ctx.words_per_report / ctx.vocab.max_n)
         return ItemNoise(noise_at, "normalised report weights", per_report, False, remedies)
 
     def run(self, spec: ReleaseSpec, inputs: ReleaseInputs) -> building.Release:

@@ -134,22 +134,13 @@ async def windows_of(state: CuratorState, spec: ReleaseSpec) -> tuple[tuple[int,
 def _predict(state: CuratorState, spec: ReleaseSpec, unit: PrivacyUnit, reports: int | None, source: str) -> Preview:
     try:
         return predict(
-            spec.mechanism,
-            spec.epsilon,
-            spec.budget.delta,  # 0 for a pure ε-DP mechanism, whatever δ the request carried
+            spec,
             state.vocab,
-            W=state.caps.W,
-            C=state.caps.C,
-            unit=unit,
+            state.caps,
+            unit,
             reports=reports,
             reports_source=source,
             target_share=state.config.min_signal_share,
-            discovery=spec.discovery,
-            S=spec.S,
-            rho=spec.rho,
-            count_clip=state.caps.count_clip,
-            calibration=spec.calibration,
-            data_dependent=spec.data_dependent,
         )
     except ArithmeticError as exc:
         raise _out_of_range(spec, exc) from None
@@ -206,10 +197,10 @@ async def preview(state: CuratorState, spec: ReleaseSpec, operator: bool = False
         )
     if spec.data_dependent:  # never charged
         return p
-    charge = Budget(p.epsilon, p.delta)
+    charge = spec.budget  # the mechanism's privacy map
     checked = not (spec.force or state.config.min_signal_share <= 0)
     if checked and reports is None and p.reports_needed is not None:  # the check takes a DP count first
-        charge = Budget(p.epsilon + state.config.count_epsilon, p.delta)
+        charge = Budget(charge.epsilon + state.config.count_epsilon, charge.delta)
     spent = await state.store_thread.run(state.store.spent)
     after = []
     for w in range(span[0], span[1] + 1):
