@@ -403,6 +403,7 @@ class _Uniform:
     takes_epsilon = True
     with_delta = False
     knobs = frozenset({"public_sensitivity"})
+    options = ()
 
     def validate(self, spec):
         if spec.epsilon > 100:

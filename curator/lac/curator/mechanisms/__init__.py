@@ -24,9 +24,9 @@ import importlib
 import math
 import pkgutil
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from numbers import Real
-from typing import Protocol
+from typing import Any, Protocol
 
 from lac.common.checks import check_int
 from lac.common.privacy import Budget, PrivacyUnit, check_delta, check_epsilon
@@ -45,6 +45,7 @@ __all__ = [
     "LogitNoise",
     "ItemNoise",
     "KNOBS",
+    "Knob",
     "REGISTRY",
     "register",
     "unregister",
@@ -55,9 +56,20 @@ __all__ = [
     "with_knob",
 ]
 
-# The request knobs a mechanism may take (``ReleaseSpec`` fields): a knob given a non-default value
-# for a mechanism that does not list it is refused.
+# The request knobs the built-in mechanisms share (``ReleaseSpec`` fields, listed by a mechanism's ``knobs``). A
+# knob of one mechanism only is declared by it (``Knob``, its ``options``) and travels in ``ReleaseSpec.options``.
 KNOBS = frozenset({"sensitivity", "public_sensitivity", "S", "rho", "calibration", "discovery", "K", "channel"})
+
+
+@dataclass(frozen=True)
+class Knob:
+    """A knob a mechanism declares for itself: its name, default and check (the validated value, or ValueError).
+    ``ReleaseSpec`` refuses it on any other mechanism."""
+
+    name: str
+    default: Any
+    check: Callable[[Any], Any]
+    help: str = ""
 
 
 @dataclass(frozen=True)
@@ -116,7 +128,11 @@ class Mechanism(Protocol):
 
     @property
     def knobs(self) -> frozenset[str]:
-        """The request knobs (``KNOBS``) that apply to it."""
+        """The shared request knobs (``KNOBS``) that apply to it."""
+
+    @property
+    def options(self) -> tuple[Knob, ...]:
+        """The knobs it declares for itself (``ReleaseSpec.options``)."""
 
     def validate(self, spec: ReleaseSpec) -> None:
         """Mechanism-specific checks of a spec beyond the knobs (ValueError)."""
@@ -140,6 +156,7 @@ class Defaults:
     release spends (ε, δ) from each window it covers, δ = 0 for a pure ε-DP mechanism (``with_delta``)."""
 
     with_delta: bool
+    options: tuple[Knob, ...] = ()
 
     def validate(self, spec: ReleaseSpec) -> None:
         """No mechanism-specific checks."""
@@ -159,6 +176,9 @@ def register(mechanism: Mechanism) -> Mechanism:
     unknown = set(mechanism.knobs) - KNOBS
     if unknown:
         raise ValueError(f"mechanism {mechanism.name!r}: unknown knobs {sorted(unknown)}")
+    clash = {k.name for k in mechanism.options} & (KNOBS | set(ReleaseSpec.__dataclass_fields__))
+    if clash:
+        raise ValueError(f"mechanism {mechanism.name!r}: its own knobs {sorted(clash)} are request fields")
     REGISTRY[mechanism.name] = mechanism
     ordered = sorted(REGISTRY.values(), key=lambda m: m.rank)
     REGISTRY.clear()
@@ -192,8 +212,8 @@ def offline_only() -> tuple[str, ...]:
 
 
 def with_knob(knob: str) -> tuple[str, ...]:
-    """The mechanisms ``knob`` applies to."""
-    return tuple(n for n, m in REGISTRY.items() if knob in m.knobs)
+    """The mechanisms ``knob`` (shared, or declared by a mechanism) applies to."""
+    return tuple(n for n, m in REGISTRY.items() if knob in m.knobs or any(k.name == knob for k in m.options))
 
 
 @dataclass(frozen=True)
@@ -214,6 +234,7 @@ class ReleaseSpec:
     discovery: bool = True  # posterior: DP discovery of n-grams outside the public vocabulary
     force: bool = False  # release even if the accuracy check predicts the noise would swamp the signal
     expected_reports: int | None = None  # the number of reports the accuracy check assumes (lac.curator.runner.preview)
+    options: dict[str, Any] = field(default_factory=dict)  # the mechanism's own knobs (``Knob``), checked, defaulted
 
     def __post_init__(self) -> None:
         if self.expected_reports is not None:
@@ -248,7 +269,15 @@ class ReleaseSpec:
             raise ValueError("give both first_window and last_window, or neither")
         if self.first_window is not None and self.first_window > self.last_window:
             raise ValueError("first_window must not be after last_window")
+        object.__setattr__(self, "options", _checked_options(m, self.options))
         m.validate(self)
+
+    def as_dict(self) -> dict[str, Any]:
+        """The spec as JSON-ready values (its options only when its mechanism declares any)."""
+        d = asdict(self)
+        if not d["options"]:
+            del d["options"]
+        return d
 
     @property
     def data_dependent(self) -> bool:
@@ -273,6 +302,18 @@ def release(spec: ReleaseSpec, inputs: ReleaseInputs) -> Release:
             f"but its privacy map charges {charge}"
         )
     return replace(r, charge=charge)
+
+
+def _checked_options(m: Mechanism, given: dict[str, Any]) -> dict[str, Any]:
+    """``given`` checked against the knobs ``m`` declares, with their defaults (ValueError for another's knob)."""
+    own = {k.name: k for k in m.options}
+    for name in given:
+        if name not in own:
+            others = with_knob(name)
+            raise ValueError(
+                f"knob {name!r} applies to {' and '.join(others)} only" if others else f"unknown knob {name!r}"
+            )
+    return {n: k.check(given[n]) if n in given else k.default for n, k in own.items()}
 
 
 def _load_builtin() -> None:

@@ -203,7 +203,7 @@ def release_offline(
     bars = r.errors.bars if r.errors is not None else None
     rec = {
         "mechanism": r.mechanism,
-        "spec": asdict(spec),
+        "spec": spec.as_dict(),
         "caps": asdict(caps),
         "reports_per_user": reports_per_user,
         "epsilon": r.guarantee.epsilon if r.guarantee else None,

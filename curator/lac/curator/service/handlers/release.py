@@ -13,7 +13,7 @@ import json
 import logging
 import time
 import uuid
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from functools import partial
 from typing import TYPE_CHECKING
 
@@ -51,7 +51,7 @@ class StoredRelease:
 
 def spec_key(spec: ReleaseSpec) -> str:
     """A canonical text of a release request's parameters: retries with one request id must match it."""
-    return json.dumps(asdict(spec), sort_keys=True)
+    return json.dumps(spec.as_dict(), sort_keys=True)
 
 
 def _out_of_range(spec: ReleaseSpec, exc: ArithmeticError) -> InvalidArgument:
