@@ -16,7 +16,7 @@ from lac.curator.release.errorbars import Bootstrap, ItemErrors, logit_errors, n
 from lac.curator.release.gaussian import calibrate
 from lac.curator.release.sound import sound_gamma
 
-__all__ = ["MECHANISM", "BayesianDP", "params", "logit_noise", "logit_release_errors"]
+__all__ = ["MECHANISM", "BayesianDP", "params", "logit_noise", "logit_fields", "logit_release_errors"]
 
 
 def params(spec: ReleaseSpec, caps: building.PublicCaps, unit: PrivacyUnit) -> BayesianParams:
@@ -62,27 +62,15 @@ def logit_release_errors(
     return logit_errors(log_theta, sigma, vocab.orders, errors)
 
 
-def bayesian_release(
-    r: BayesianRelease,
-    p: BayesianParams,
-    items: tuple[str, ...],
-    caps: building.PublicCaps,
-    common: dict[str, Any],
-    errors: ItemErrors | None = None,
-) -> building.Release:
-    return building.Release(
-        mechanism="bayesian",
-        items=items,
+def logit_fields(r: BayesianRelease) -> dict[str, Any]:
+    """The ``Release`` fields of a release of noisy logits (BayesianDP, EndToEndDP's release step)."""
+    return dict(
         log_probs=building.rounded(r.log_theta),
         pseudo_counts=None,
-        guarantee=r.guarantee,
         sensitivity_method=r.sensitivity_method,
         gamma=r.gamma,
         sigma=r.sigma,
         calibration=r.calibration,
-        params=dict(S=p.S, C=caps.C, rho=p.rho, W=caps.W, count_clip=caps.count_clip),
-        errors=errors,
-        **common,
     )
 
 
@@ -123,7 +111,15 @@ class BayesianDP(Defaults):
             r = bayesian_dp(U, vocab.alpha, p, rng=rng)
             common = dict(vocab_size=len(items), n_reports=int(U.shape[0]))
         errs = logit_release_errors(r.log_theta, r.sigma, r.data_dependent, vocab, inputs.errors)
-        return bayesian_release(r, p, items, caps, common, errs)
+        return building.Release(
+            mechanism=self.name,
+            items=items,
+            guarantee=r.guarantee,
+            params=dict(S=p.S, C=C, rho=p.rho, W=W, count_clip=caps.count_clip),
+            errors=errs,
+            **logit_fields(r),
+            **common,
+        )
 
 
 MECHANISM = BayesianDP()

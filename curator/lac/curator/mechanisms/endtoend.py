@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from lac.curator.mechanisms import Defaults, LogitNoise, PublicContext, ReleaseInputs, ReleaseSpec
-from lac.curator.mechanisms.bayesian import logit_noise, logit_release_errors
+from lac.curator.mechanisms.bayesian import logit_fields, logit_noise, logit_release_errors
 from lac.curator.release import building
 from lac.curator.release.endtoend import SELECTION_SHARE, EndToEndParams, end_to_end_dp
 
@@ -49,14 +49,9 @@ class EndToEndDP(Defaults):
         return building.Release(
             mechanism=self.name,
             items=items,
-            log_probs=building.rounded(er.log_theta),
-            pseudo_counts=None,
             guarantee=e.guarantee,
-            sensitivity_method=er.sensitivity_method,
-            gamma=er.gamma,
-            sigma=er.sigma,
-            calibration=er.calibration,
             laplace_scale=e.laplace_scale,
+            **logit_fields(er),
             params=dict(
                 S=e.S,
                 C=C,
