@@ -105,7 +105,7 @@ class BayesianDP(Defaults):
                     0.0,
                 )
             r = bayesian_from_stats(stats, vocab.alpha, p, rng=rng, max_sq_dist=max_sq)
-            common = dict(vocab_size=len(items), n_reports=stats.n_users)
+            common: dict[str, Any] = dict(vocab_size=len(items), n_reports=stats.n_users)
         else:
             U = reports.vocab_counts(C, W)
             r = bayesian_dp(U, vocab.alpha, p, rng=rng)
