@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from lac.curator.mechanisms import Defaults, LogitNoise, PublicContext, ReleaseInputs, ReleaseSpec
-from lac.curator.mechanisms.bayesian import logit_fields, logit_noise, logit_release_errors
+from lac.curator.mechanisms import LogitNoise, PublicContext, ReleaseInputs, ReleaseSpec
+from lac.curator.mechanisms.bayesian import BayesianDP, logit_fields, logit_noise, logit_release_errors
 from lac.curator.release import building
 from lac.curator.release.endtoend import SELECTION_SHARE, EndToEndParams, end_to_end_dp
 
@@ -14,16 +14,11 @@ __all__ = ["MECHANISM", "EndToEndDP"]
 
 
 @dataclass(frozen=True)
-class EndToEndDP(Defaults):
+class EndToEndDP(BayesianDP):
+    """BayesianDP's knobs, flags and data dependence; its own noise (ε split) and run."""
+
     name: str = "endtoend"
     rank: int = 30
-    over_rpc: bool = True
-    takes_epsilon: bool = True
-    with_delta: bool = True
-    knobs: frozenset[str] = frozenset({"sensitivity", "S", "rho", "calibration"})
-
-    def data_dependent(self, spec: ReleaseSpec) -> bool:
-        return spec.sensitivity != "sound"
 
     def noise(self, spec: ReleaseSpec, ctx: PublicContext) -> LogitNoise:
         return logit_noise(spec, ctx, SELECTION_SHARE)  # the release step keeps what the selection does not spend
