@@ -26,7 +26,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from lac.common.privacy import Budget, PrivacyUnit
+from lac.common.privacy import Adjacency, Budget, Guarantee, Model, PrivacyUnit
 from lac.curator import mechanisms
 from lac.curator.base.ngrams import NgramVocabulary, report_items
 from lac.curator.mechanisms import ReleaseSpec
@@ -259,9 +259,10 @@ def test_the_rpc_translation_reads_the_registry():
 UNIT3 = PrivacyUnit.user(3)
 
 
-def _query(**kw) -> mechanisms.NoiseQuery:
-    base = dict(epsilon=1.5, delta=1e-6, vocab=_vocab(), W=CAPS.W, C=CAPS.C, unit=UNIT3, words_per_report=5.0)
-    return mechanisms.NoiseQuery(**{**base, **kw})
+def _noise(name: str, unit: PrivacyUnit = UNIT3, **kw):
+    """The preview's noise of ``name`` at ε = 1.5, δ = 1e-6 (spec keywords ``kw``), L = 5 words per report."""
+    spec = ReleaseSpec(epsilon=1.5, delta=1e-6, mechanism=name, **kw)
+    return mechanisms.get(name).noise(spec, mechanisms.PublicContext(_vocab(), CAPS, unit, words_per_report=5.0))
 
 
 @pytest.mark.parametrize(
@@ -283,6 +284,50 @@ def test_charge_per_mechanism(name, charge, data_dependent):
     assert mechanisms.get(name).with_delta is (charge[1] > 0)
 
 
+# every mechanism and variant over a grid of ε and δ: (ReleaseSpec keywords, reports kind)
+GRID = [
+    ({**kw, "epsilon": eps, "delta": delta}, kind)
+    for kw, kind, _ in CASES.values()
+    for eps in (0.5, 4.0)
+    for delta in (1e-7, 1e-5)
+]
+
+
+@pytest.mark.parametrize("kw, kind", GRID)
+def test_the_ledger_records_exactly_the_privacy_map(kw, kind):
+    """The one charge: what the ledger's record spends is the mechanism's privacy map of the spec (0: not DP)."""
+    from lac.curator.runner.run import ReleaseRecord
+
+    spec = ReleaseSpec(**kw)
+    vocab = _vocab()
+    items = ItemReports([report_items([[s] for s in _sents(_USERS[:40])], vocab.max_n, vocab.words)], vocab)
+    reports = items if kind == "items" else MatrixReports(items.vocab_counts(CAPS.C, CAPS.W), vocab)
+    r = runner.run(reports, vocab, spec, CAPS, rng=np.random.default_rng(1))
+    rec = ReleaseRecord.of(r, "id", "now", vocab.max_n, (0, 0), PrivacyUnit.report())
+    m = mechanisms.get(spec.mechanism)
+    want = Budget(0.0, 0.0) if m.data_dependent(spec) else m.charge(spec)
+    assert (rec.charged_epsilon, rec.charged_delta) == (want.epsilon, want.delta)
+    assert r.charge == (None if m.data_dependent(spec) else m.charge(spec))
+    assert rec.differentially_private is (r.charge is not None)
+
+
+def test_a_guarantee_that_disagrees_with_the_privacy_map_is_refused():
+    """The check can fail: a mechanism whose map charges a release its guarantee says is not DP."""
+    from lac.curator.mechanisms.laplace import Laplace
+
+    class BrokenMap(Laplace):
+        def data_dependent(self, spec: ReleaseSpec) -> bool:  # wrong: its Laplace release is DP
+            return True
+
+    mechanisms.register(BrokenMap(name="toy-broken-map"))
+    try:
+        spec = ReleaseSpec(epsilon=1.0, mechanism="toy-broken-map")
+        with pytest.raises(RuntimeError, match="toy-broken-map.*release is DP but its privacy map charges None"):
+            runner.run(sp.csr_matrix((3, len(_vocab()))), _vocab(), spec, CAPS)
+    finally:
+        mechanisms.unregister("toy-broken-map")
+
+
 def test_data_dependent_variants_are_flagged_by_their_mechanism():
     for name in ("bayesian", "endtoend"):
         assert ReleaseSpec(1.0, mechanism=name, sensitivity="bruteforce").data_dependent
@@ -291,7 +336,7 @@ def test_data_dependent_variants_are_flagged_by_their_mechanism():
 
 
 def test_laplace_noise_is_its_scale_m_w_c_over_epsilon():
-    n = mechanisms.get("laplace").noise(_query())
+    n = _noise("laplace")
     assert isinstance(n, mechanisms.ItemNoise)
     # scale b = m·W·C/ε = 3·20·2/1.5 = 80; standard deviation √2·b
     assert n.noise_at(1.5) == math.sqrt(2.0) * 80.0 == 113.13708498984761
@@ -301,7 +346,7 @@ def test_laplace_noise_is_its_scale_m_w_c_over_epsilon():
 
 
 def test_laplace_public_noise_is_two_over_epsilon():
-    n = mechanisms.get("laplace-public").noise(_query())
+    n = _noise("laplace-public")
     assert isinstance(n, mechanisms.ItemNoise)
     assert n.noise_at(1.5) == math.sqrt(2.0) * 2.0 / 1.5 == 1.885618083164127
     assert (n.unit, n.per_report, n.fixed) == ("probabilities", 1.0, True)
@@ -311,35 +356,35 @@ def test_laplace_public_noise_is_two_over_epsilon():
 def test_posterior_noise_is_its_params_sigma():
     from lac.curator.release.posterior import PosteriorParams
 
-    n = mechanisms.get("posterior").noise(_query())
+    n = _noise("posterior")
     assert isinstance(n, mechanisms.ItemNoise)
     assert n.noise_at(1.5) == pytest.approx(8.986970429352231, rel=GOLDEN_RTOL)  # the calibration, recorded
     assert n.noise_at(1.5) == PosteriorParams(1.5, 1e-6, W=CAPS.W, C=CAPS.C, discovery=True, unit=UNIT3).sigma
     assert n.per_report == math.sqrt(5.0 / 2) and n.unit == "normalised report weights"
     assert len(n.remedies) == 1 and "3 reports" in n.remedies[0]
-    assert mechanisms.get("posterior").noise(_query(unit=PrivacyUnit.report())).remedies == ()
+    assert _noise("posterior", unit=PrivacyUnit.report()).remedies == ()
 
 
 def test_bayesian_and_endtoend_noise_on_the_logits():
     from lac.curator.release.endtoend import SELECTION_SHARE
 
-    b = mechanisms.get("bayesian").noise(_query())
-    e = mechanisms.get("endtoend").noise(_query())
+    b = _noise("bayesian")
+    e = _noise("endtoend")
     assert isinstance(b, mechanisms.LogitNoise) and isinstance(e, mechanisms.LogitNoise)
     assert b.sigma == pytest.approx(11.950621164450316, rel=GOLDEN_RTOL)
     assert e.sigma == pytest.approx(17.38516857066525, rel=GOLDEN_RTOL)
     # EndToEndDP's release step spends what its selection (SELECTION_SHARE of ε) leaves
     assert e.sigma == b.sigma_at(1.5 - 1.5 * SELECTION_SHARE)
     assert b.sigma_at(3.0) == e.sigma_at(3.0) == pytest.approx(6.353214457409594, rel=GOLDEN_RTOL)
-    assert math.isnan(mechanisms.get("bayesian").noise(_query(data_dependent=True)).sigma)
+    assert math.isnan(_noise("bayesian", sensitivity="bruteforce").sigma)
 
 
 def test_kanon_has_no_noise_and_no_preview():
     from lac.curator.runner.preview import predict
 
-    assert mechanisms.get("kanon").noise(_query()) is None
+    assert _noise("kanon") is None
     with pytest.raises(ValueError, match="no preview for mechanism 'kanon'"):
-        predict("kanon", 1.0, 0.0, _vocab(), W=20, C=2, unit=PrivacyUnit.report(), reports=10)
+        predict(ReleaseSpec(1.0, mechanism="kanon"), _vocab(), CAPS, PrivacyUnit.report(), reports=10)
 
 
 def _golden_meta() -> dict:
@@ -358,6 +403,7 @@ class _Uniform:
     takes_epsilon = True
     with_delta = False
     knobs = frozenset({"public_sensitivity"})
+    options = ()
 
     def validate(self, spec):
         if spec.epsilon > 100:
@@ -369,25 +415,22 @@ class _Uniform:
     def charge(self, spec):
         return Budget(spec.epsilon, 0.0)
 
-    def noise(self, q):
+    def noise(self, spec, ctx):
         return mechanisms.ItemNoise(lambda e: 1.0 / e, "probabilities", 1.0, True)
 
-    def run(self, reports, vocab, spec, caps, unit, rng, engine, channel, errors=None):
-        n = len(vocab)
+    def run(self, spec, inputs):
+        n = len(inputs.vocab)
         return building.Release(
-            self.name,
-            tuple(vocab.items),
-            np.full(n, -math.log(n)),
-            None,
-            None,
-            "uniform",
-            "none",
-            0.0,
-            0.0,
-            "",
-            0.0,
-            0,
-            n,
+            mechanism=self.name,
+            items=tuple(inputs.vocab.items),
+            log_probs=np.full(n, -math.log(n)),
+            pseudo_counts=None,
+            guarantee=Guarantee(
+                Model.CENTRAL, spec.epsilon, 0.0, inputs.unit, Adjacency.ADD_REMOVE, "uniform (no data read)"
+            ),
+            sensitivity_method="none",
+            n_reports=0,
+            vocab_size=n,
         )
 
 
@@ -415,7 +458,7 @@ def test_a_new_mechanism_is_one_registered_object(toy):
     np.testing.assert_allclose(np.exp(r.log_probs).sum(), 1.0)
     from lac.curator.runner.preview import predict
 
-    p = predict("toy-uniform", 2.0, 0.0, vocab, W=20, C=2, unit=PrivacyUnit.report(), reports=10)
+    p = predict(spec, vocab, CAPS, PrivacyUnit.report(), reports=10)
     assert p.noise == 0.5 and p.noise_unit == "probabilities"
 
 

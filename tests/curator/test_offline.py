@@ -221,17 +221,13 @@ def test_offline_accuracy_check_refuses_a_swamped_release_unless_forced(files, t
     code, _, err = run_lac(capsys, "curator", "release", *args)
     vocab = NgramVocabulary(ITEMS, load_public(public, ITEMS), 2)
     want = predict(
-        "posterior",
-        0.001,
-        1e-6,
+        ReleaseSpec(0.001, discovery=False),
         vocab,
-        W=100,
-        C=3,
-        unit=PrivacyUnit.user(1),
+        PublicCaps(W=100, C=3),
+        PrivacyUnit.user(1),
         reports=60,
         reports_source="the rows of the counts, exact",
         target_share=0.25,
-        discovery=False,
     )
     assert want.swamped
     assert code == 2 and err.strip() == f"lac curator release: {refusal(want, 'nothing was spent')}"

@@ -17,6 +17,8 @@ from lac.common import envelope, tls
 from lac.common.privacy import PrivacyUnit
 from lac.common.v1 import curator_pb2, curator_pb2_grpc
 from lac.curator.base.ngrams import NgramVocabulary
+from lac.curator.mechanisms import ReleaseSpec
+from lac.curator.release.building import PublicCaps
 from lac.curator.runner.preview import SNR, mean_sentence_words, predict
 
 WORDS = [
@@ -132,19 +134,9 @@ VOCAB = _public_vocab()
 UNIT = PrivacyUnit.report()
 
 
-def _p(mechanism="posterior", eps=1.0, reports=None, **kw):
-    return predict(
-        mechanism,
-        eps,
-        1e-6,
-        VOCAB,
-        W=100,
-        C=3,
-        unit=kw.pop("unit", UNIT),
-        reports=reports,
-        target_share=kw.pop("target", 0.5),
-        **kw,
-    )
+def _p(mechanism="posterior", eps=1.0, reports=None, unit=UNIT, target=0.5, **kw):
+    spec = ReleaseSpec(epsilon=eps, delta=1e-6, mechanism=mechanism, **kw)
+    return predict(spec, VOCAB, PublicCaps(W=100, C=3), unit, reports=reports, target_share=target)
 
 
 def test_signal_share_grows_with_reports_and_epsilon():
@@ -180,7 +172,7 @@ def test_posterior_noise_grows_with_the_reports_one_user_sends_and_the_advice_sa
 def test_bayesian_sound_noise_does_not_shrink_with_reports():
     a, b = _p("bayesian", reports=100), _p("bayesian", reports=10**8)
     assert a.noise == b.noise > 1 and a.swamped and b.swamped and "posterior" in a.advice
-    dd = _p("bayesian", reports=100, data_dependent=True)
+    dd = _p("bayesian", reports=100, sensitivity="bruteforce")
     assert dd.swamped is None and not np.isfinite(dd.noise)
     assert _p("laplace-public", reports=10).swamped and _p("laplace-public", reports=10**9).reports_needed is None
 

@@ -122,16 +122,12 @@ __all__ = [
 PARQUET_RECORD_KEY = "lac.release"  # Parquet key-value metadata: the release record as JSON
 PARQUET_FORMAT_KEY = "lac.format"
 PARQUET_FORMAT = "lac-release/1"
+# A release's knobs: every ReleaseRequest field but the common ones, read from the message itself so that a knob
+# the curator gains is one here without an edit; "S" is the curator's spelling of the field s.
+_RELEASE_COMMON = frozenset({"mechanism", "epsilon", "delta", "first_window", "last_window", "request_id"})
 _KNOBS = {
+    **{f.name: f.name for f in curator_pb2.ReleaseRequest.DESCRIPTOR.fields if f.name not in _RELEASE_COMMON},
     "S": "s",
-    "s": "s",
-    "rho": "rho",
-    "sensitivity": "sensitivity",
-    "calibration": "calibration",
-    "public_sensitivity": "public_sensitivity",
-    "discovery": "discovery",
-    "force": "force",
-    "expected_reports": "expected_reports",
 }
 
 

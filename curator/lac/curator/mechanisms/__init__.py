@@ -2,11 +2,15 @@
 
 Each module of this package exposes one object, ``MECHANISM``, in the shape of OpenDP's
 measurement: validated, frozen parameters (``ReleaseSpec``, defined here: the request, checked against
-the mechanism's ``knobs``) and a privacy map (``charge``: the (ε, δ) a spec spends; ``noise``: the
-per-item noise the accuracy preview reads), with ``run`` turning reports into a
-``lac.curator.release.building.Release`` that carries its typed ``Guarantee`` and, when asked (``errors``), its
-per-item error bars (``lac.curator.release.errorbars``). The mechanisms are built from
-the algorithms of ``lac.curator.release``.
+the mechanism's ``knobs``), a privacy map (``charge``: the (ε, δ) a spec spends), the noise the accuracy
+preview reads (``noise``, from the spec and a ``PublicContext``) and ``run(spec, inputs)``, turning the
+reports and public context of ``ReleaseInputs`` into a ``lac.curator.release.building.Release`` that carries
+its typed ``Guarantee`` and, when asked (``inputs.errors``), its per-item error bars
+(``lac.curator.release.errorbars``). ``release`` (here) is the one way a spec is run: it stamps the release
+with the charge of the mechanism's privacy map (None when the spec is data-dependent), the only charge
+anyone reads: the handler's check before the run, the preview and the ledger after it. The request goes
+from the RPC (``lac.curator.service.serde``) to the noise draw as this one ``ReleaseSpec``. The mechanisms
+are built from the algorithms of ``lac.curator.release``.
 
 Everything that dispatches on a mechanism's name (``ReleaseSpec``, ``lac.curator.runner.run``, the RPC
 translations in ``lac.curator.service.serde``, the preview, the CLI, ``lac eval``) asks this registry.
@@ -20,29 +24,28 @@ import importlib
 import math
 import pkgutil
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, field, replace
 from numbers import Real
-from typing import Protocol
+from typing import Any, Protocol
 
 from lac.common.checks import check_int
 from lac.common.privacy import Budget, PrivacyUnit, check_delta, check_epsilon
-from lac.common.rng import RandomSource
 from lac.curator.base.ngrams import NgramVocabulary
-from lac.curator.engines.local import Engine
 from lac.curator.release.bayesian import SENSITIVITY_METHODS
-from lac.curator.release.building import PublicCaps, Release, Reports
-from lac.curator.release.channel import NgramChannel
-from lac.curator.release.errorbars import Bootstrap
+from lac.curator.release.building import PublicCaps, Release, ReleaseInputs
 from lac.curator.release.gaussian import METHODS as CALIBRATIONS
 
 __all__ = [
     "ReleaseSpec",
+    "ReleaseInputs",
+    "release",
     "Defaults",
     "Mechanism",
-    "NoiseQuery",
+    "PublicContext",
     "LogitNoise",
     "ItemNoise",
     "KNOBS",
+    "Knob",
     "REGISTRY",
     "register",
     "unregister",
@@ -53,28 +56,31 @@ __all__ = [
     "with_knob",
 ]
 
-# The request knobs a mechanism may take (``ReleaseSpec`` fields): a knob given a non-default value
-# for a mechanism that does not list it is refused.
+# The request knobs the built-in mechanisms share (``ReleaseSpec`` fields, listed by a mechanism's ``knobs``). A
+# knob of one mechanism only is declared by it (``Knob``, its ``options``) and travels in ``ReleaseSpec.options``.
 KNOBS = frozenset({"sensitivity", "public_sensitivity", "S", "rho", "calibration", "discovery", "K", "channel"})
 
 
 @dataclass(frozen=True)
-class NoiseQuery:
-    """What the accuracy preview knows of a release: public caps, the request and the privacy unit."""
+class Knob:
+    """A knob a mechanism declares for itself: its name, default and check (the validated value, or ValueError).
+    ``ReleaseSpec`` refuses it on any other mechanism."""
 
-    epsilon: float
-    delta: float
+    name: str
+    default: Any
+    check: Callable[[Any], Any]
+    help: str = ""
+
+
+@dataclass(frozen=True)
+class PublicContext:
+    """What the accuracy preview knows besides the request: the public vocabulary and caps, the privacy unit
+    and L, the public corpus's mean sentence length (``lac.curator.runner.preview``)."""
+
     vocab: NgramVocabulary
-    W: int
-    C: int
+    caps: PublicCaps
     unit: PrivacyUnit
-    discovery: bool = True
-    S: float = 0.01
-    rho: float = 0.5
-    count_clip: int = 1_000_000
-    calibration: str = "auto"
-    data_dependent: bool = False
-    words_per_report: float = 1.0  # L: the public corpus's mean sentence length (``lac.curator.runner.preview``)
+    words_per_report: float = 1.0
 
 
 @dataclass(frozen=True)
@@ -122,7 +128,11 @@ class Mechanism(Protocol):
 
     @property
     def knobs(self) -> frozenset[str]:
-        """The request knobs (``KNOBS``) that apply to it."""
+        """The shared request knobs (``KNOBS``) that apply to it."""
+
+    @property
+    def options(self) -> tuple[Knob, ...]:
+        """The knobs it declares for itself (``ReleaseSpec.options``)."""
 
     def validate(self, spec: ReleaseSpec) -> None:
         """Mechanism-specific checks of a spec beyond the knobs (ValueError)."""
@@ -133,23 +143,12 @@ class Mechanism(Protocol):
     def charge(self, spec: ReleaseSpec) -> Budget:
         """The (ε, δ) a DP release of ``spec`` spends from each window it covers."""
 
-    def noise(self, q: NoiseQuery) -> LogitNoise | ItemNoise | None:
-        """The noise the accuracy preview predicts from (None: nothing to predict)."""
+    def noise(self, spec: ReleaseSpec, ctx: PublicContext) -> LogitNoise | ItemNoise | None:
+        """The noise the accuracy preview predicts ``spec`` to add (None: nothing to predict)."""
 
-    def run(
-        self,
-        reports: Reports,
-        vocab: NgramVocabulary,
-        spec: ReleaseSpec,
-        caps: PublicCaps,
-        unit: PrivacyUnit,
-        rng: RandomSource | None,
-        engine: Engine,
-        channel: NgramChannel | None,
-        errors: Bootstrap | None = None,
-    ) -> Release:
-        """The release of ``spec`` over ``reports``, with its error bars unless ``errors`` is None (a
-        release that is not DP gets none, with the reason)."""
+    def run(self, spec: ReleaseSpec, inputs: ReleaseInputs) -> Release:
+        """The release of ``spec`` over ``inputs.reports``, with its error bars unless ``inputs.errors`` is None (a
+        release that is not DP gets none, with the reason); its ``charge`` is left to ``release``."""
 
 
 class Defaults:
@@ -157,6 +156,7 @@ class Defaults:
     release spends (ε, δ) from each window it covers, δ = 0 for a pure ε-DP mechanism (``with_delta``)."""
 
     with_delta: bool
+    options: tuple[Knob, ...] = ()
 
     def validate(self, spec: ReleaseSpec) -> None:
         """No mechanism-specific checks."""
@@ -176,6 +176,9 @@ def register(mechanism: Mechanism) -> Mechanism:
     unknown = set(mechanism.knobs) - KNOBS
     if unknown:
         raise ValueError(f"mechanism {mechanism.name!r}: unknown knobs {sorted(unknown)}")
+    clash = {k.name for k in mechanism.options} & (KNOBS | set(ReleaseSpec.__dataclass_fields__))
+    if clash:
+        raise ValueError(f"mechanism {mechanism.name!r}: its own knobs {sorted(clash)} are request fields")
     REGISTRY[mechanism.name] = mechanism
     ordered = sorted(REGISTRY.values(), key=lambda m: m.rank)
     REGISTRY.clear()
@@ -209,8 +212,8 @@ def offline_only() -> tuple[str, ...]:
 
 
 def with_knob(knob: str) -> tuple[str, ...]:
-    """The mechanisms ``knob`` applies to."""
-    return tuple(n for n, m in REGISTRY.items() if knob in m.knobs)
+    """The mechanisms ``knob`` (shared, or declared by a mechanism) applies to."""
+    return tuple(n for n, m in REGISTRY.items() if knob in m.knobs or any(k.name == knob for k in m.options))
 
 
 @dataclass(frozen=True)
@@ -231,6 +234,7 @@ class ReleaseSpec:
     discovery: bool = True  # posterior: DP discovery of n-grams outside the public vocabulary
     force: bool = False  # release even if the accuracy check predicts the noise would swamp the signal
     expected_reports: int | None = None  # the number of reports the accuracy check assumes (lac.curator.runner.preview)
+    options: dict[str, Any] = field(default_factory=dict)  # the mechanism's own knobs (``Knob``), checked, defaulted
 
     def __post_init__(self) -> None:
         if self.expected_reports is not None:
@@ -265,7 +269,15 @@ class ReleaseSpec:
             raise ValueError("give both first_window and last_window, or neither")
         if self.first_window is not None and self.first_window > self.last_window:
             raise ValueError("first_window must not be after last_window")
+        object.__setattr__(self, "options", _checked_options(m, self.options))
         m.validate(self)
+
+    def as_dict(self) -> dict[str, Any]:
+        """The spec as JSON-ready values (its options only when its mechanism declares any)."""
+        d = asdict(self)
+        if not d["options"]:
+            del d["options"]
+        return d
 
     @property
     def data_dependent(self) -> bool:
@@ -276,6 +288,32 @@ class ReleaseSpec:
     def budget(self) -> Budget:
         """The (ε, δ) this release spends from each window it covers when it is DP."""
         return get(self.mechanism).charge(self)
+
+
+def release(spec: ReleaseSpec, inputs: ReleaseInputs) -> Release:
+    """Run ``spec`` by its mechanism and stamp the result with the charge of the mechanism's privacy map
+    (None: data-dependent, never charged). A guarantee that disagrees with the map is a bug, refused here."""
+    m = get(spec.mechanism)
+    charge = None if m.data_dependent(spec) else m.charge(spec)
+    r = m.run(spec, inputs)
+    if r.differentially_private != (charge is not None):
+        raise RuntimeError(
+            f"mechanism {spec.mechanism!r}: its release is {'' if r.differentially_private else 'not '}DP "
+            f"but its privacy map charges {charge}"
+        )
+    return replace(r, charge=charge)
+
+
+def _checked_options(m: Mechanism, given: dict[str, Any]) -> dict[str, Any]:
+    """``given`` checked against the knobs ``m`` declares, with their defaults (ValueError for another's knob)."""
+    own = {k.name: k for k in m.options}
+    for name in given:
+        if name not in own:
+            others = with_knob(name)
+            raise ValueError(
+                f"knob {name!r} applies to {' and '.join(others)} only" if others else f"unknown knob {name!r}"
+            )
+    return {n: k.check(given[n]) if n in given else k.default for n, k in own.items()}
 
 
 def _load_builtin() -> None:

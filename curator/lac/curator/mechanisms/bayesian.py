@@ -8,18 +8,15 @@ from functools import partial
 from typing import Any
 
 from lac.common.privacy import PrivacyUnit
-from lac.common.rng import RandomSource
 from lac.curator.base.ngrams import NgramVocabulary
-from lac.curator.engines.local import Engine
-from lac.curator.mechanisms import Defaults, LogitNoise, NoiseQuery, ReleaseSpec
+from lac.curator.mechanisms import Defaults, LogitNoise, PublicContext, ReleaseInputs, ReleaseSpec
 from lac.curator.release import building
 from lac.curator.release.bayesian import BayesianParams, BayesianRelease, bayesian_dp, bayesian_from_stats
-from lac.curator.release.channel import NgramChannel
 from lac.curator.release.errorbars import Bootstrap, ItemErrors, logit_errors, none
 from lac.curator.release.gaussian import calibrate
 from lac.curator.release.sound import sound_gamma
 
-__all__ = ["MECHANISM", "BayesianDP", "params", "logit_noise", "logit_release_errors"]
+__all__ = ["MECHANISM", "BayesianDP", "params", "logit_noise", "logit_fields", "logit_release_errors"]
 
 
 def params(spec: ReleaseSpec, caps: building.PublicCaps, unit: PrivacyUnit) -> BayesianParams:
@@ -38,17 +35,18 @@ def params(spec: ReleaseSpec, caps: building.PublicCaps, unit: PrivacyUnit) -> B
     )
 
 
-def logit_noise(q: NoiseQuery, selection_share: float = 0.0) -> LogitNoise:
+def logit_noise(spec: ReleaseSpec, ctx: PublicContext, selection_share: float = 0.0) -> LogitNoise:
     """The sound σ on the logits of a release that spends ``selection_share`` of ε elsewhere (NaN
     when the sensitivity is data-dependent)."""
-    if q.data_dependent:
+    if spec.data_dependent:
         return LogitNoise(float("nan"), lambda e: float("nan"), "")
-    gamma = sound_gamma(q.S, q.C, q.W, len(q.vocab), q.count_clip, q.unit.max_reports)
-    eps_rel = q.epsilon - q.epsilon * selection_share  # what the release step spends
-    sigma = calibrate(q.rho * gamma, eps_rel, q.delta, q.calibration)[0]
+    caps = ctx.caps
+    gamma = sound_gamma(spec.S, caps.C, caps.W, len(ctx.vocab), caps.count_clip, ctx.unit.max_reports)
+    eps_rel = spec.epsilon - spec.epsilon * selection_share  # what the release step spends
+    sigma = calibrate(spec.rho * gamma, eps_rel, spec.delta, spec.calibration)[0]
     return LogitNoise(
         sigma,
-        lambda e: calibrate(q.rho * gamma, e, q.delta, q.calibration)[0],
+        lambda e: calibrate(spec.rho * gamma, e, spec.delta, spec.calibration)[0],
         "BayesianDP's sound noise does not shrink with more reports; use the default mechanism (posterior)",
     )
 
@@ -64,29 +62,15 @@ def logit_release_errors(
     return logit_errors(log_theta, sigma, vocab.orders, errors)
 
 
-def bayesian_release(
-    r: BayesianRelease,
-    p: BayesianParams,
-    items: tuple[str, ...],
-    caps: building.PublicCaps,
-    common: dict[str, Any],
-    errors: ItemErrors | None = None,
-) -> building.Release:
-    return building.Release(
-        "bayesian",
-        items,
-        building.rounded(r.log_theta),
-        None,
-        r.guarantee,
-        "",
-        r.sensitivity_method,
-        r.gamma,
-        r.sigma,
-        r.calibration,
-        0.0,
-        params=dict(S=p.S, C=caps.C, rho=p.rho, W=caps.W, count_clip=caps.count_clip),
-        errors=errors,
-        **common,
+def logit_fields(r: BayesianRelease) -> dict[str, Any]:
+    """The ``Release`` fields of a release of noisy logits (BayesianDP, EndToEndDP's release step)."""
+    return dict(
+        log_probs=building.rounded(r.log_theta),
+        pseudo_counts=None,
+        sensitivity_method=r.sensitivity_method,
+        gamma=r.gamma,
+        sigma=r.sigma,
+        calibration=r.calibration,
     )
 
 
@@ -102,24 +86,14 @@ class BayesianDP(Defaults):
     def data_dependent(self, spec: ReleaseSpec) -> bool:
         return spec.sensitivity != "sound"
 
-    def noise(self, q: NoiseQuery) -> LogitNoise:
-        return logit_noise(q)
+    def noise(self, spec: ReleaseSpec, ctx: PublicContext) -> LogitNoise:
+        return logit_noise(spec, ctx)
 
-    def run(
-        self,
-        reports: building.Reports,
-        vocab: NgramVocabulary,
-        spec: ReleaseSpec,
-        caps: building.PublicCaps,
-        unit: PrivacyUnit,
-        rng: RandomSource | None,
-        engine: Engine,
-        channel: NgramChannel | None,
-        errors: Bootstrap | None = None,
-    ) -> building.Release:
+    def run(self, spec: ReleaseSpec, inputs: ReleaseInputs) -> building.Release:
+        reports, vocab, caps, engine, rng = inputs.reports, inputs.vocab, inputs.caps, inputs.engine, inputs.rng
         W, C = caps.W, caps.C
         items = tuple(vocab.items)
-        p = params(spec, caps, unit)
+        p = params(spec, caps, inputs.unit)
         if not isinstance(reports, building.MatrixReports):  # streamed, block by block
             stats = building.stream_stats(reports, vocab, C, W, engine)
             max_sq = None
@@ -131,13 +105,21 @@ class BayesianDP(Defaults):
                     0.0,
                 )
             r = bayesian_from_stats(stats, vocab.alpha, p, rng=rng, max_sq_dist=max_sq)
-            common = dict(vocab_size=len(items), n_reports=stats.n_users)
+            common: dict[str, Any] = dict(vocab_size=len(items), n_reports=stats.n_users)
         else:
             U = reports.vocab_counts(C, W)
             r = bayesian_dp(U, vocab.alpha, p, rng=rng)
             common = dict(vocab_size=len(items), n_reports=int(U.shape[0]))
-        errs = logit_release_errors(r.log_theta, r.sigma, r.data_dependent, vocab, errors)
-        return bayesian_release(r, p, items, caps, common, errs)
+        errs = logit_release_errors(r.log_theta, r.sigma, r.data_dependent, vocab, inputs.errors)
+        return building.Release(
+            mechanism=self.name,
+            items=items,
+            guarantee=r.guarantee,
+            params=dict(S=p.S, C=C, rho=p.rho, W=W, count_clip=caps.count_clip),
+            errors=errs,
+            **logit_fields(r),
+            **common,
+        )
 
 
 MECHANISM = BayesianDP()

@@ -5,50 +5,29 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from lac.common.privacy import PrivacyUnit
-from lac.common.rng import RandomSource
-from lac.curator.base.ngrams import NgramVocabulary
-from lac.curator.engines.local import Engine
-from lac.curator.mechanisms import Defaults, LogitNoise, NoiseQuery, ReleaseSpec
-from lac.curator.mechanisms.bayesian import logit_noise, logit_release_errors
+from lac.curator.mechanisms import LogitNoise, PublicContext, ReleaseInputs, ReleaseSpec
+from lac.curator.mechanisms.bayesian import BayesianDP, logit_fields, logit_noise, logit_release_errors
 from lac.curator.release import building
-from lac.curator.release.channel import NgramChannel
 from lac.curator.release.endtoend import SELECTION_SHARE, EndToEndParams, end_to_end_dp
-from lac.curator.release.errorbars import Bootstrap
 
 __all__ = ["MECHANISM", "EndToEndDP"]
 
 
 @dataclass(frozen=True)
-class EndToEndDP(Defaults):
+class EndToEndDP(BayesianDP):
+    """BayesianDP's knobs, flags and data dependence; its own noise (ε split) and run."""
+
     name: str = "endtoend"
     rank: int = 30
-    over_rpc: bool = True
-    takes_epsilon: bool = True
-    with_delta: bool = True
-    knobs: frozenset[str] = frozenset({"sensitivity", "S", "rho", "calibration"})
 
-    def data_dependent(self, spec: ReleaseSpec) -> bool:
-        return spec.sensitivity != "sound"
+    def noise(self, spec: ReleaseSpec, ctx: PublicContext) -> LogitNoise:
+        return logit_noise(spec, ctx, SELECTION_SHARE)  # the release step keeps what the selection does not spend
 
-    def noise(self, q: NoiseQuery) -> LogitNoise:
-        return logit_noise(q, SELECTION_SHARE)  # the release step keeps what the selection does not spend
-
-    def run(
-        self,
-        reports: building.Reports,
-        vocab: NgramVocabulary,
-        spec: ReleaseSpec,
-        caps: building.PublicCaps,
-        unit: PrivacyUnit,
-        rng: RandomSource | None,
-        engine: Engine,
-        channel: NgramChannel | None,
-        errors: Bootstrap | None = None,
-    ) -> building.Release:
+    def run(self, spec: ReleaseSpec, inputs: ReleaseInputs) -> building.Release:
+        vocab, caps = inputs.vocab, inputs.caps
         W, C = caps.W, caps.C
         items = tuple(vocab.items)
-        U = reports.vocab_counts(C, W)
+        U = inputs.reports.vocab_counts(C, W)
         ep = EndToEndParams(
             epsilon=spec.epsilon,
             delta=spec.delta,
@@ -58,22 +37,16 @@ class EndToEndDP(Defaults):
             W=W,
             count_clip=caps.count_clip,
             validation_cap=caps.validation_cap,
-            unit=unit,
+            unit=inputs.unit,
         )
-        e = end_to_end_dp(U, vocab.alpha, ep, rng=rng)
+        e = end_to_end_dp(U, vocab.alpha, ep, rng=inputs.rng)
         er = e.release
         return building.Release(
-            self.name,
-            items,
-            building.rounded(er.log_theta),
-            None,
-            e.guarantee,
-            "",
-            er.sensitivity_method,
-            er.gamma,
-            er.sigma,
-            er.calibration,
-            e.laplace_scale,
+            mechanism=self.name,
+            items=items,
+            guarantee=e.guarantee,
+            laplace_scale=e.laplace_scale,
+            **logit_fields(er),
             params=dict(
                 S=e.S,
                 C=C,
@@ -85,7 +58,7 @@ class EndToEndDP(Defaults):
             ),
             vocab_size=len(items),
             n_reports=int(U.shape[0]),
-            errors=logit_release_errors(er.log_theta, er.sigma, e.guarantee.data_dependent, vocab, errors),
+            errors=logit_release_errors(er.log_theta, er.sigma, e.guarantee.data_dependent, vocab, inputs.errors),
         )
 
 

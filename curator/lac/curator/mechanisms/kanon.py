@@ -4,15 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from lac.common.privacy import PrivacyUnit
-from lac.common.rng import RandomSource
-from lac.curator.base.ngrams import NgramVocabulary
-from lac.curator.engines.local import Engine
-from lac.curator.mechanisms import Defaults, NoiseQuery, ReleaseSpec
+from lac.curator.mechanisms import Defaults, PublicContext, ReleaseInputs, ReleaseSpec
 from lac.curator.release import building
 from lac.curator.release.baselines import k_anonymity
-from lac.curator.release.channel import NgramChannel
-from lac.curator.release.errorbars import Bootstrap
 
 __all__ = ["MECHANISM", "KAnonymity"]
 
@@ -29,27 +23,16 @@ class KAnonymity(Defaults):
     def data_dependent(self, spec: ReleaseSpec) -> bool:
         return True
 
-    def noise(self, q: NoiseQuery) -> None:
+    def noise(self, spec: ReleaseSpec, ctx: PublicContext) -> None:
         return None
 
-    def run(
-        self,
-        reports: building.Reports,
-        vocab: NgramVocabulary,
-        spec: ReleaseSpec,
-        caps: building.PublicCaps,
-        unit: PrivacyUnit,
-        rng: RandomSource | None,
-        engine: Engine,
-        channel: NgramChannel | None,
-        errors: Bootstrap | None = None,
-    ) -> building.Release:
+    def run(self, spec: ReleaseSpec, inputs: ReleaseInputs) -> building.Release:
+        vocab, caps = inputs.vocab, inputs.caps
         items = tuple(vocab.items)
-        U = reports.vocab_counts(caps.C, caps.W)
+        U = inputs.reports.vocab_counts(caps.C, caps.W)
         b = k_anonymity(U, K=spec.K, C=caps.C)
-        return building.baseline_release(
-            spec.mechanism, items, b, dict(vocab_size=len(items), n_reports=int(U.shape[0])), vocab.orders, errors
-        )
+        common = dict(vocab_size=len(items), n_reports=int(U.shape[0]))
+        return building.baseline_release(spec.mechanism, items, b, common, vocab.orders, inputs.errors)
 
 
 MECHANISM = KAnonymity()

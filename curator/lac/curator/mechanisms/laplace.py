@@ -5,15 +5,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from lac.common.privacy import PrivacyUnit
-from lac.common.rng import RandomSource
-from lac.curator.base.ngrams import NgramVocabulary
-from lac.curator.engines.local import Engine
-from lac.curator.mechanisms import Defaults, ItemNoise, NoiseQuery, ReleaseSpec
+from lac.curator.mechanisms import Defaults, ItemNoise, PublicContext, ReleaseInputs, ReleaseSpec
 from lac.curator.release import building
 from lac.curator.release.baselines import laplace_dp, laplace_from_stats
-from lac.curator.release.channel import NgramChannel
-from lac.curator.release.errorbars import Bootstrap
 
 __all__ = ["MECHANISM", "Laplace"]
 
@@ -30,42 +24,27 @@ class Laplace(Defaults):
     def data_dependent(self, spec: ReleaseSpec) -> bool:
         return False
 
-    def noise(self, q: NoiseQuery) -> ItemNoise:
-        m = q.unit.max_reports
+    def noise(self, spec: ReleaseSpec, ctx: PublicContext) -> ItemNoise:
+        m, W, C = ctx.unit.max_reports, ctx.caps.W, ctx.caps.C
 
         def noise_at(e: float) -> float:  # the Laplace scale m·W·C/ε, as a standard deviation
-            return math.sqrt(2.0) * m * q.W * q.C / e
+            return math.sqrt(2.0) * m * W * C / e
 
         return ItemNoise(
             noise_at,
             "counts",
-            q.words_per_report,
+            ctx.words_per_report,
             False,
             ("the default mechanism (posterior), whose noise does not grow with W·C",),
         )
 
-    def run(
-        self,
-        reports: building.Reports,
-        vocab: NgramVocabulary,
-        spec: ReleaseSpec,
-        caps: building.PublicCaps,
-        unit: PrivacyUnit,
-        rng: RandomSource | None,
-        engine: Engine,
-        channel: NgramChannel | None,
-        errors: Bootstrap | None = None,
-    ) -> building.Release:
-        W, C, eps = caps.W, caps.C, spec.epsilon
+    def run(self, spec: ReleaseSpec, inputs: ReleaseInputs) -> building.Release:
+        W, C, eps, rng, unit = inputs.caps.W, inputs.caps.C, spec.epsilon, inputs.rng, inputs.unit
         return building.counted_baseline(
-            reports,
-            vocab,
             spec.mechanism,
-            caps,
-            engine,
+            inputs,
             lambda stats: laplace_from_stats(stats, W=W, C=C, epsilon=eps, rng=rng, unit=unit),
             lambda U: laplace_dp(U, W=W, C=C, epsilon=eps, rng=rng, unit=unit),
-            errors,
         )
 
 

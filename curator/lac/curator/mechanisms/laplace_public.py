@@ -6,15 +6,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from lac.common.privacy import PrivacyUnit
-from lac.common.rng import RandomSource
-from lac.curator.base.ngrams import NgramVocabulary
-from lac.curator.engines.local import Engine
-from lac.curator.mechanisms import Defaults, ItemNoise, NoiseQuery, ReleaseSpec
+from lac.curator.mechanisms import Defaults, ItemNoise, PublicContext, ReleaseInputs, ReleaseSpec
 from lac.curator.release import building
 from lac.curator.release.baselines import laplace_public_dp, laplace_public_from_stats
-from lac.curator.release.channel import NgramChannel
-from lac.curator.release.errorbars import Bootstrap
 
 __all__ = ["MECHANISM", "LaplacePublic"]
 
@@ -31,36 +25,22 @@ class LaplacePublic(Defaults):
     def data_dependent(self, spec: ReleaseSpec) -> bool:
         return spec.public_sensitivity != "sound"
 
-    def noise(self, q: NoiseQuery) -> ItemNoise:
+    def noise(self, spec: ReleaseSpec, ctx: PublicContext) -> ItemNoise:
         def noise_at(e: float) -> float:  # the Laplace scale 2/ε on a probability vector, as a standard deviation
             return math.sqrt(2.0) * 2.0 / e
 
         return ItemNoise(noise_at, "probabilities", 1.0, True, ("the default mechanism (posterior)",))
 
-    def run(
-        self,
-        reports: building.Reports,
-        vocab: NgramVocabulary,
-        spec: ReleaseSpec,
-        caps: building.PublicCaps,
-        unit: PrivacyUnit,
-        rng: RandomSource | None,
-        engine: Engine,
-        channel: NgramChannel | None,
-        errors: Bootstrap | None = None,
-    ) -> building.Release:
-        W, C, eps, sens, alpha = caps.W, caps.C, spec.epsilon, spec.public_sensitivity, vocab.alpha
+    def run(self, spec: ReleaseSpec, inputs: ReleaseInputs) -> building.Release:
+        W, C, eps, sens, alpha = inputs.caps.W, inputs.caps.C, spec.epsilon, spec.public_sensitivity, inputs.vocab.alpha
+        rng, unit = inputs.rng, inputs.unit
         return building.counted_baseline(
-            reports,
-            vocab,
             spec.mechanism,
-            caps,
-            engine,
+            inputs,
             lambda stats: laplace_public_from_stats(
                 stats, alpha, W=W, C=C, epsilon=eps, sensitivity=sens, rng=rng, unit=unit
             ),
             lambda U: laplace_public_dp(U, alpha, W=W, C=C, epsilon=eps, sensitivity=sens, rng=rng, unit=unit),
-            errors,
         )
 
 

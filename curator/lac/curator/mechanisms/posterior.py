@@ -9,14 +9,9 @@ from functools import partial
 
 import numpy as np
 
-from lac.common.privacy import PrivacyUnit
-from lac.common.rng import RandomSource
-from lac.curator.base.ngrams import NgramVocabulary
-from lac.curator.engines.local import Engine
-from lac.curator.mechanisms import Defaults, ItemNoise, NoiseQuery, ReleaseSpec
+from lac.curator.mechanisms import Defaults, ItemNoise, PublicContext, ReleaseInputs, ReleaseSpec
 from lac.curator.release import building
-from lac.curator.release.channel import NgramChannel
-from lac.curator.release.errorbars import Bootstrap, posterior_errors
+from lac.curator.release.errorbars import posterior_errors
 from lac.curator.release.posterior import PosteriorParams, WeightedTotals, posterior_release
 
 __all__ = ["MECHANISM", "Posterior"]
@@ -34,13 +29,13 @@ class Posterior(Defaults):
     def data_dependent(self, spec: ReleaseSpec) -> bool:
         return False
 
-    def noise(self, q: NoiseQuery) -> ItemNoise:
-        def noise_at(e: float) -> float:
-            return PosteriorParams(
-                e, q.delta, W=q.W, C=q.C, discovery=q.discovery and e > 2 * q.delta, unit=q.unit
-            ).sigma
+    def noise(self, spec: ReleaseSpec, ctx: PublicContext) -> ItemNoise:
+        W, C, delta = ctx.caps.W, ctx.caps.C, spec.delta
 
-        m = q.unit.max_reports
+        def noise_at(e: float) -> float:
+            return PosteriorParams(e, delta, W=W, C=C, discovery=spec.discovery and e > 2 * delta, unit=ctx.unit).sigma
+
+        m = ctx.unit.max_reports
         remedies = (
             (
                 f"covering fewer accounting windows (one user may send {m} reports over these, and σ grows "
@@ -50,30 +45,21 @@ class Posterior(Defaults):
             else ()
         )
         # expected weight of an item with π_j = 1, per report
-        per_report = math.sqrt(q.words_per_report / q.vocab.max_n)
+        per_report = math.sqrt(ctx.words_per_report / ctx.vocab.max_n)
         return ItemNoise(noise_at, "normalised report weights", per_report, False, remedies)
 
-    def run(
-        self,
-        reports: building.Reports,
-        vocab: NgramVocabulary,
-        spec: ReleaseSpec,
-        caps: building.PublicCaps,
-        unit: PrivacyUnit,
-        rng: RandomSource | None,
-        engine: Engine,
-        channel: NgramChannel | None,
-        errors: Bootstrap | None = None,
-    ) -> building.Release:
-        W, C = caps.W, caps.C
-        pp = PosteriorParams(epsilon=spec.epsilon, delta=spec.delta, W=W, C=C, discovery=spec.discovery, unit=unit)
-        totals = engine.fold(
-            reports,
+    def run(self, spec: ReleaseSpec, inputs: ReleaseInputs) -> building.Release:
+        vocab, W, C, channel, errors = inputs.vocab, inputs.caps.W, inputs.caps.C, inputs.channel, inputs.errors
+        pp = PosteriorParams(
+            epsilon=spec.epsilon, delta=spec.delta, W=W, C=C, discovery=spec.discovery, unit=inputs.unit
+        )
+        totals = inputs.engine.fold(
+            inputs.reports,
             partial(building.block_totals, vocab=vocab, W=W, C=C, tau=pp.tau, candidates=spec.discovery),
             building.add_totals,
             WeightedTotals(np.zeros(len(vocab))),
         )
-        pr = posterior_release(totals, vocab, pp, rng=rng, channel=channel)
+        pr = posterior_release(totals, vocab, pp, rng=inputs.rng, channel=channel)
         errs = None
         if errors is not None:  # the Gaussian mechanism's outputs, the post-processing's fits and public data
             errs = posterior_errors(
@@ -89,19 +75,15 @@ class Posterior(Defaults):
                 errors,
             )
         return building.Release(
-            self.name,
-            pr.items,
-            building.rounded(pr.log_probs),
-            pr.pseudo_counts,
-            pr.guarantee,
-            "",
-            "sound",
-            0.0,
-            pr.sigma,
-            "analytic",
-            0.0,
-            pr.n_reports,
-            len(pr.items),
+            mechanism=self.name,
+            items=pr.items,
+            log_probs=building.rounded(pr.log_probs),
+            pseudo_counts=pr.pseudo_counts,
+            guarantee=pr.guarantee,
+            sigma=pr.sigma,
+            calibration="analytic",
+            n_reports=pr.n_reports,
+            vocab_size=len(pr.items),
             params=dict(C=C, W=W, tau=pp.tau, discovery=float(pp.discovery), channel=float(bool(pr.channel))),
             threshold=pr.threshold,
             discovered=pr.discovered,

@@ -17,7 +17,8 @@ request and recording it, ``lac.curator.runner.run``.
 
 Data-dependent sensitivities (the papers' "bruteforce", "claim1", laplace-public "observed")
 and k-anonymity are never differentially private: their releases carry that label and callers
-must not charge them to a privacy budget (``Release.charge`` is None).
+must not charge them to a privacy budget (``Release.charge`` is None). The charge is the mechanism's
+privacy map's, stamped by ``lac.curator.mechanisms.release``; a ``Release`` never computes it.
 """
 
 from __future__ import annotations
@@ -32,11 +33,13 @@ import numpy as np
 import scipy.sparse as sp
 
 from lac.common.checks import check_int
-from lac.common.privacy import Budget, Guarantee
+from lac.common.privacy import Budget, Guarantee, PrivacyUnit
+from lac.common.rng import RandomSource
 from lac.curator.base.ngrams import NgramVocabulary, ReportItems, cap_and_clamp
 from lac.curator.engines.local import Engine
 from lac.curator.release.baselines import BaselineRelease
 from lac.curator.release.bayesian import LOG_THETA_GRID, CountStats, bruteforce_sq_dists, count_stats
+from lac.curator.release.channel import NgramChannel
 from lac.curator.release.errorbars import Bootstrap, ItemErrors, laplace_errors, none
 from lac.curator.release.posterior import WeightedTotals, weighted_totals
 from lac.curator.store import segments
@@ -44,6 +47,7 @@ from lac.curator.store import segments
 __all__ = [
     "PublicCaps",
     "Release",
+    "ReleaseInputs",
     "Reports",
     "StoredReports",
     "ItemReports",
@@ -161,28 +165,47 @@ class MatrixReports:
         return self.U
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True)
+class ReleaseInputs:
+    """What a run reads besides the spec: the reports, the public vocabulary and caps, the privacy unit,
+    the generator, the engine that folds the reports, the deployment's local channel and how to bootstrap
+    error bars (None: none asked for)."""
+
+    reports: Reports
+    vocab: NgramVocabulary
+    caps: PublicCaps
+    unit: PrivacyUnit
+    rng: RandomSource | None
+    engine: Engine
+    channel: NgramChannel | None = None
+    errors: Bootstrap | None = None
+
+
+@dataclass(frozen=True, eq=False, kw_only=True)
 class Release:
-    """A computed release: what is published (items, log-probabilities, pseudo-counts) and what it guarantees."""
+    """A computed release: what is published (items, log-probabilities, pseudo-counts), what it guarantees
+    and what it is charged (built with keywords; the one result type of every central mechanism)."""
 
     mechanism: str
     items: tuple[str, ...]
     log_probs: np.ndarray
     pseudo_counts: np.ndarray | None  # the posterior mechanism's counts (None: a distribution only)
     guarantee: Guarantee | None  # None: k-anonymity (no guarantee at all)
-    note: str
-    sensitivity_method: str
-    gamma: float
-    sigma: float
-    calibration: str
-    laplace_scale: float
     n_reports: int  # exact: library/operator only
     vocab_size: int
+    note: str = ""  # the statement when there is no guarantee
+    sensitivity_method: str = "sound"
+    gamma: float = 0.0
+    sigma: float = 0.0
+    calibration: str = ""
+    laplace_scale: float = 0.0
     params: dict[str, float] = field(default_factory=dict)  # public knobs and caps
     threshold: float = 0.0  # the discovery threshold (posterior)
     discovered: int = 0  # n-grams released by discovery (a DP output)
     channel: str = ""  # the deployment whose public local channel estimated the clean statistics ("": none)
     errors: ItemErrors | None = None  # per-item error bars (None: not asked for, e.g. an evaluation's releases)
+    # what it spends from each window it covers: its mechanism's privacy map (None: not DP, never charged)
+    charge: Budget | None = None
 
     @property
     def differentially_private(self) -> bool:
@@ -191,12 +214,6 @@ class Release:
     @property
     def statement(self) -> str:
         return self.guarantee.statement() if self.guarantee is not None else self.note
-
-    @property
-    def charge(self) -> Budget | None:
-        """What this release spends from each window it covers (None: not DP, never charged)."""
-        g = self.guarantee
-        return g.budget if g is not None and g.differentially_private else None
 
 
 def rounded(log_probs: np.ndarray) -> np.ndarray:
@@ -245,21 +262,18 @@ def stream_stats(reports: Reports, vocab: NgramVocabulary, C: int, W: int, engin
 
 
 def counted_baseline(
-    reports: Reports,
-    vocab: NgramVocabulary,
     mechanism: str,
-    caps: PublicCaps,
-    engine: Engine,
+    inputs: ReleaseInputs,
     from_stats: Callable[[CountStats], BaselineRelease],
     from_counts: Callable[[sp.csr_matrix], BaselineRelease],
-    errors: Bootstrap | None = None,
 ) -> Release:
     """A baseline over the vocabulary's per-report counts (first W items, clamped at C): from column totals
-    streamed block by block through ``engine``, or from an offline counts matrix as given; with its error
-    bars unless ``errors`` is None."""
+    streamed block by block through the inputs' engine, or from an offline counts matrix as given; with its
+    error bars unless ``inputs.errors`` is None."""
+    reports, vocab, caps, errors = inputs.reports, inputs.vocab, inputs.caps, inputs.errors
     items = tuple(vocab.items)
     if not isinstance(reports, MatrixReports):
-        stats = stream_stats(reports, vocab, caps.C, caps.W, engine)
+        stats = stream_stats(reports, vocab, caps.C, caps.W, inputs.engine)
         common = dict(vocab_size=len(items), n_reports=stats.n_users)
         return baseline_release(mechanism, items, from_stats(stats), common, vocab.orders, errors)
     U = reports.vocab_counts(caps.C, caps.W)
@@ -301,17 +315,14 @@ def baseline_release(
     with np.errstate(divide="ignore"):
         log_probs = np.log(b.probs)
     return Release(
-        mechanism,
-        items,
-        rounded(log_probs),
-        None,
-        b.guarantee,
-        b.note,
-        b.sensitivity_method,
-        0.0,
-        0.0,
-        "",
-        b.scale,
+        mechanism=mechanism,
+        items=items,
+        log_probs=rounded(log_probs),
+        pseudo_counts=None,
+        guarantee=b.guarantee,
+        note=b.note,
+        sensitivity_method=b.sensitivity_method,
+        laplace_scale=b.scale,
         params={k: float(v) for k, v in b.params.items() if isinstance(v, (int, float)) and not isinstance(v, bool)},
         errors=None if errors is None or orders is None else baseline_errors(b, orders),
         **common,

@@ -155,22 +155,7 @@ def _predict(
         else (int(U.shape[0]), "the rows of the counts, exact")
     )
     return predict(
-        spec.mechanism,
-        spec.epsilon,
-        spec.delta,
-        ngrams,
-        W=caps.W,
-        C=caps.C,
-        unit=PrivacyUnit.user(m),
-        reports=reports,
-        reports_source=source,
-        target_share=target_share,
-        discovery=spec.discovery,
-        S=spec.S,
-        rho=spec.rho,
-        count_clip=caps.count_clip,
-        calibration=spec.calibration,
-        data_dependent=spec.data_dependent,
+        spec, ngrams, caps, PrivacyUnit.user(m), reports=reports, reports_source=source, target_share=target_share
     )
 
 
@@ -218,7 +203,7 @@ def release_offline(
     bars = r.errors.bars if r.errors is not None else None
     rec = {
         "mechanism": r.mechanism,
-        "spec": asdict(spec),
+        "spec": spec.as_dict(),
         "caps": asdict(caps),
         "reports_per_user": reports_per_user,
         "epsilon": r.guarantee.epsilon if r.guarantee else None,

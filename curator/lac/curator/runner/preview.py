@@ -32,7 +32,8 @@ import numpy as np
 from lac.common.privacy import PrivacyUnit
 from lac.curator import mechanisms
 from lac.curator.base.ngrams import NgramVocabulary
-from lac.curator.mechanisms import LogitNoise, NoiseQuery
+from lac.curator.mechanisms import LogitNoise, PublicContext, ReleaseSpec
+from lac.curator.release.building import PublicCaps
 
 __all__ = ["SNR", "MIN_SIGNAL_SHARE", "Preview", "predict", "mean_sentence_words", "refusal"]
 
@@ -167,61 +168,35 @@ def _epsilon_for(noise_at, target_noise: float, epsilon: float) -> float | None:
 
 
 def predict(
-    mechanism: str,
-    epsilon: float,
-    delta: float,
+    spec: ReleaseSpec,
     vocab: NgramVocabulary,
-    *,
-    W: int,
-    C: int,
+    caps: PublicCaps,
     unit: PrivacyUnit,
+    *,
     reports: int | None,
     reports_source: str = "assumed",
     target_share: float = 0.5,
-    discovery: bool = True,
-    S: float = 0.01,
-    rho: float = 0.5,
-    count_clip: int = 1_000_000,
-    calibration: str = "auto",
-    data_dependent: bool = False,
 ) -> Preview:
-    """Predict the release of ``mechanism`` at (ε, δ) over ``vocab`` with public caps W, C and
-    ``unit`` (its m reports per user) for ``reports`` reports (see the module docstring)."""
+    """Predict the release of ``spec`` over ``vocab`` with the public ``caps`` and ``unit`` (its m reports
+    per user) for ``reports`` reports (see the module docstring); its δ is the mechanism's charge (0 for a
+    pure ε-DP mechanism, whatever δ the request carried)."""
+    m = mechanisms.get(spec.mechanism)
+    epsilon = spec.epsilon
     L = mean_sentence_words(vocab)
     shares = _word_shares(vocab)
     pi_star = _pi_needed(shares, target_share)
     preview = partial(
         Preview,
-        mechanism=mechanism,
+        mechanism=spec.mechanism,
         epsilon=epsilon,
-        delta=delta,
+        delta=m.charge(spec).delta,
         reports=reports,
         reports_source=reports_source,
         target_share=target_share,
     )
-    noise_model = (
-        mechanisms.get(mechanism).noise(
-            NoiseQuery(
-                epsilon,
-                delta,
-                vocab,
-                W,
-                C,
-                unit,
-                discovery=discovery,
-                S=S,
-                rho=rho,
-                count_clip=count_clip,
-                calibration=calibration,
-                data_dependent=data_dependent,
-                words_per_report=L,
-            )
-        )
-        if mechanism in mechanisms.REGISTRY
-        else None
-    )
+    noise_model = m.noise(spec, PublicContext(vocab, caps, unit, words_per_report=L))
     if noise_model is None:
-        raise ValueError(f"no preview for mechanism {mechanism!r}")
+        raise ValueError(f"no preview for mechanism {spec.mechanism!r}")
     if isinstance(noise_model, LogitNoise):
         if math.isnan(noise_model.sigma):
             return preview(

@@ -21,7 +21,7 @@ from lac.curator import mechanisms
 from lac.curator.base.ngrams import NgramVocabulary
 from lac.curator.engines.local import LOCAL, Engine
 from lac.curator.mechanisms import ReleaseSpec
-from lac.curator.release.building import MatrixReports, PublicCaps, Release, Reports
+from lac.curator.release.building import MatrixReports, PublicCaps, Release, ReleaseInputs, Reports
 from lac.curator.release.channel import NgramChannel
 from lac.curator.release.errorbars import Bootstrap
 
@@ -47,10 +47,12 @@ def run(
     ``channel``, the default mechanism estimates the users' clean statistics (post-processing,
     ``lac.curator.release.posterior.clean_estimate``). With ``errors`` (how to bootstrap), the release carries its
     per-item error bars (``lac.curator.release.errorbars``): the curator's releases always do; an evaluation's
-    many releases need not."""
+    many releases need not. The release carries the charge of the mechanism's privacy map
+    (``lac.curator.mechanisms.release``)."""
     if sp.issparse(reports):
         reports = MatrixReports(sp.csr_matrix(reports), vocab)
-    return mechanisms.get(spec.mechanism).run(reports, vocab, spec, caps, unit, rng, engine, channel, errors)
+    inputs = ReleaseInputs(reports, vocab, caps, unit, rng, engine, channel, errors)
+    return mechanisms.release(spec, inputs)
 
 
 def _data_dependent_caveat(n: int) -> str:

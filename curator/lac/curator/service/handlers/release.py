@@ -13,7 +13,7 @@ import json
 import logging
 import time
 import uuid
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from functools import partial
 from typing import TYPE_CHECKING
 
@@ -51,7 +51,7 @@ class StoredRelease:
 
 def spec_key(spec: ReleaseSpec) -> str:
     """A canonical text of a release request's parameters: retries with one request id must match it."""
-    return json.dumps(asdict(spec), sort_keys=True)
+    return json.dumps(spec.as_dict(), sort_keys=True)
 
 
 def _out_of_range(spec: ReleaseSpec, exc: ArithmeticError) -> InvalidArgument:
@@ -134,22 +134,13 @@ async def windows_of(state: CuratorState, spec: ReleaseSpec) -> tuple[tuple[int,
 def _predict(state: CuratorState, spec: ReleaseSpec, unit: PrivacyUnit, reports: int | None, source: str) -> Preview:
     try:
         return predict(
-            spec.mechanism,
-            spec.epsilon,
-            spec.budget.delta,  # 0 for a pure ε-DP mechanism, whatever δ the request carried
+            spec,
             state.vocab,
-            W=state.caps.W,
-            C=state.caps.C,
-            unit=unit,
+            state.caps,
+            unit,
             reports=reports,
             reports_source=source,
             target_share=state.config.min_signal_share,
-            discovery=spec.discovery,
-            S=spec.S,
-            rho=spec.rho,
-            count_clip=state.caps.count_clip,
-            calibration=spec.calibration,
-            data_dependent=spec.data_dependent,
         )
     except ArithmeticError as exc:
         raise _out_of_range(spec, exc) from None
@@ -206,10 +197,10 @@ async def preview(state: CuratorState, spec: ReleaseSpec, operator: bool = False
         )
     if spec.data_dependent:  # never charged
         return p
-    charge = Budget(p.epsilon, p.delta)
+    charge = spec.budget  # the mechanism's privacy map
     checked = not (spec.force or state.config.min_signal_share <= 0)
     if checked and reports is None and p.reports_needed is not None:  # the check takes a DP count first
-        charge = Budget(p.epsilon + state.config.count_epsilon, p.delta)
+        charge = Budget(charge.epsilon + state.config.count_epsilon, charge.delta)
     spent = await state.store_thread.run(state.store.spent)
     after = []
     for w in range(span[0], span[1] + 1):
