@@ -113,7 +113,7 @@ def main() -> None:
         f"{sum(map(len, payloads)) / n:.0f} B sealed on average); sealed in {t_seal:.1f} s; "
         f"{CORES} core(s) available, load average {os.getloadavg()[0]:.2f}"
     )
-    ctx = IngestContext.of(CuratorConfig(), ring, 3)
+    ctx = CuratorConfig().ingest_context(ring, 3)
     if sizes:
         return by_size(ctx, payloads, sizes, a.repeat)
     base = None

@@ -32,6 +32,7 @@ from lac.curator.release.errorbars import Bootstrap, held_post_process, interval
 from lac.curator.release.posterior import PosteriorParams, WeightedTotals, posterior_release
 from lac.curator.service import lifecycle
 from lac.curator.service.config import CuratorConfig
+from lac.curator.service.serde import batch_statement
 from lac.curator.service.state import CuratorState
 from lac.curator.store import segments
 from lac.curator.store.store import CuratorStore
@@ -125,7 +126,8 @@ def ingest_batch(sentences: list[list[str]], batch_id: str | None = None, window
     """A batch as the servicer hands it to the ingest handler: one plaintext report per sentence, of distinct clients
     in ``window`` (the current one by default)."""
     payloads = [envelope.seal_insecure(content(s)).SerializeToString() for s in sentences]
-    return IngestBatch(batch_id or "b-" + os.urandom(8).hex(), payloads, batch_privacy(len(payloads), window=window))
+    statement = batch_statement(batch_privacy(len(payloads), window=window))
+    return IngestBatch(batch_id or "b-" + os.urandom(8).hex(), payloads, statement)
 
 
 def on_state(tmp_path: Path, public_corpus: Path, run: Callable[[CuratorState], Awaitable[T]], **overrides) -> T:

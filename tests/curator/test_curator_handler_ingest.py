@@ -8,7 +8,6 @@ import dataclasses
 
 import pytest
 from curator_testkit import ingest_batch, on_state
-from lac_testkit import batch_privacy
 
 from lac.common.errors import FailedPrecondition, InvalidArgument, RejectReason
 from lac.curator.ingest.chunks import IngestBatch
@@ -46,8 +45,7 @@ def test_a_bad_report_is_quarantined_and_the_batch_stored(tmp_path, public_corpu
 
 def test_batches_the_curator_cannot_account_for_are_refused(tmp_path, public_corpus):
     batch = ingest_batch(SENTENCES)
-    other_quota = batch_privacy(len(SENTENCES))
-    other_quota.reports_per_window += 1
+    other_quota = dataclasses.replace(batch.privacy, reports_per_window=batch.privacy.reports_per_window + 1)
     future = ingest_batch(SENTENCES, window=10**9)
 
     async def run(state):

@@ -19,7 +19,7 @@ from lac.common import envelope
 from lac.common.text import sentences
 from lac.common.v1 import curator_pb2, curator_pb2_grpc, reports_pb2
 from lac.curator.base.ngrams import report_items
-from lac.curator.ingest.chunks import IngestContext, IngestPool, OpenedChunk, count_chunk, merge_counts, open_chunk
+from lac.curator.ingest.chunks import IngestPool, OpenedChunk, count_chunk, merge_counts, open_chunk
 from lac.curator.service.config import CuratorConfig
 from lac.curator.store import segments as seg
 from lac.curator.store.store import CuratorStore
@@ -153,7 +153,7 @@ def test_pooled_ingest_stores_what_one_process_stores(start_curator, curator_pub
 
 def test_open_chunk_quarantines_what_is_not_a_sealed_payload(curator_key_dir, curator_public_key):
     ring = envelope.CuratorKeyRing.load(curator_key_dir)
-    ctx = IngestContext.of(CuratorConfig(), ring, 3)
+    ctx = CuratorConfig().ingest_context(ring, 3)
     assert "keys" not in repr(ctx) and ring.private_material()[0][1].hex() not in repr(ctx)
     good = envelope.seal(content(["the", "dog"]), curator_public_key).SerializeToString()
     opened = open_chunk(ctx, [b"\xff\xff\xff", good])
@@ -224,13 +224,13 @@ def test_a_batch_is_scanned_as_protobuf_parses_it():
     statement split in two on the wire; malformed bytes and too many reports are INVALID_ARGUMENT."""
     from lac.common.errors import InvalidArgument
     from lac.common.rpc import count_field, fields
-    from lac.curator.service.serde import ingest_batch
+    from lac.curator.service.serde import batch_statement, ingest_batch
 
     for n in (0, 1, 7, 300):
         request = batch(n)
         raw = request.SerializeToString()
         got = ingest_batch(raw, max_reports=300)
-        assert got.batch_id == request.batch_id and got.privacy == request.privacy
+        assert got.batch_id == request.batch_id and got.privacy == batch_statement(request.privacy)
         assert got.payloads == [p.SerializeToString() for p in request.reports]
         assert count_field(raw, 2, 1000) == n and sum(f[0] == 2 for f in fields(raw)) == n
     request = batch(3)
@@ -250,7 +250,8 @@ def test_a_batch_is_scanned_as_protobuf_parses_it():
     )
     parsed = curator_pb2.IngestBatchRequest.FromString(raw)
     got = ingest_batch(raw, max_reports=3)
-    assert (got.batch_id, got.privacy) == (parsed.batch_id, parsed.privacy) == (request.batch_id, request.privacy)
+    assert (got.batch_id, got.privacy) == (parsed.batch_id, batch_statement(parsed.privacy))
+    assert parsed.privacy == request.privacy and got.privacy.encoded == request.privacy.SerializeToString()
     assert got.payloads == [p.SerializeToString() for p in parsed.reports]
     assert ingest_batch(b"", max_reports=1).privacy is None
     for bad in (b"\xff\xff\xff", b"\x0a\x05ab", b"\x0b", b"\x12\x02\x0a", b"\x0a\x02\xff\xfe"):

@@ -27,7 +27,7 @@ from lac.common import envelope
 from lac.common.errors import Unavailable
 from lac.common.v1 import curator_pb2
 from lac.curator.base.workers import NoWorkers, WorkerPool
-from lac.curator.ingest.chunks import IngestContext, IngestPool, ingest_chunk
+from lac.curator.ingest.chunks import IngestPool, ingest_chunk
 from lac.curator.service.config import CuratorConfig
 
 BATCH = 6000  # reports: 4 chunks of 1,500 on 2 workers, each chunk's result ~0.8 MB (many pipe buffers)
@@ -372,7 +372,7 @@ def test_where_no_worker_can_start_batches_are_opened_in_process(curator_key_dir
     """Workers that end while starting (here their initializer exits): after MAX_START_ATTEMPTS the pool
     gives up (``NoWorkers``) and ``IngestPool`` counts batches in the calling process, as before."""
     ring = envelope.CuratorKeyRing.load(curator_key_dir)
-    ctx = IngestContext.of(CuratorConfig(), ring, 3)
+    ctx = CuratorConfig().ingest_context(ring, 3)
     pool = IngestPool(ctx, 2, min_pool_batch=1)
     pool._pool = WorkerPool(2, sys.exit, (3,), len, stall_seconds=DEADLINE, what="ingest worker")
     payloads = [envelope.seal(content(["the", "dog", "sleeps"]), curator_public_key).SerializeToString()] * 3

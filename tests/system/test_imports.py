@@ -3,7 +3,8 @@ it back (directly or through others). Imports inside functions (deliberately laz
 ``TYPE_CHECKING`` are not load-time imports and are not counted. The curator is held to more: no
 circle among its modules even counting the imports inside functions (only ``TYPE_CHECKING`` ones, which
 never run, are left out), and its wings are layered in one declared order (``CURATOR_WING_ORDER``,
-docs/design.md): a wing imports only wings below it, again counting the imports inside functions."""
+docs/design.md): a wing imports only wings below it, counting the imports inside functions and the type-only
+ones under ``TYPE_CHECKING`` too."""
 
 from __future__ import annotations
 
@@ -28,9 +29,10 @@ def _modules() -> dict[str, Path]:
     return out
 
 
-def _load_time_imports(path: Path, name: str, known: set[str], lazy: bool = False) -> set[str]:
+def _load_time_imports(path: Path, name: str, known: set[str], lazy: bool = False, type_only: bool = False) -> set[str]:
     """Modules of ``known`` that ``name`` imports at load time (module level, not under TYPE_CHECKING);
-    with ``lazy``, also those it imports inside functions and classes (still not under TYPE_CHECKING)."""
+    with ``lazy``, also those it imports inside functions and classes; with ``type_only``, also those under
+    TYPE_CHECKING (which never run, but still tie a module to another)."""
     tree = ast.parse(path.read_text(), str(path))
     is_pkg = path.name == "__init__.py"
     found: set[str] = set()
@@ -45,7 +47,7 @@ def _load_time_imports(path: Path, name: str, known: set[str], lazy: bool = Fals
     def visit(stmts):
         for node in stmts:
             if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
-                visit(node.orelse)
+                visit(node.body + node.orelse if type_only else node.orelse)
                 continue
             if isinstance(node, (ast.If, ast.Try, ast.With)) or (
                 lazy and not isinstance(node, (ast.Import, ast.ImportFrom)) and hasattr(node, "body")
@@ -146,7 +148,7 @@ def _curator_wing(module: str) -> str | None:
 
 
 def _wing_graph() -> dict[str, set[str]]:
-    """Which curator wings each curator wing imports (imports inside functions too, not TYPE_CHECKING)."""
+    """Which curator wings each curator wing imports (imports inside functions and under TYPE_CHECKING too)."""
     modules = _modules()
     known = set(modules)
     graph: dict[str, set[str]] = {}
@@ -155,7 +157,7 @@ def _wing_graph() -> dict[str, set[str]]:
         if wing is None:
             continue
         deps = graph.setdefault(wing, set())
-        for m in _load_time_imports(path, name, known, lazy=True):
+        for m in _load_time_imports(path, name, known, lazy=True, type_only=True):
             other = _curator_wing(m)
             if other is not None and other != wing:
                 deps.add(other)
@@ -207,3 +209,14 @@ def test_the_wing_graph_counts_imports_inside_functions():
     eager = _load_time_imports(path, "lac.curator.service.cli", set(modules))
     lazy = _load_time_imports(path, "lac.curator.service.cli", set(modules), lazy=True)
     assert "lac.curator.runner.offline" in lazy - eager
+
+
+def test_the_wing_graph_counts_type_only_imports(tmp_path):
+    """An import under TYPE_CHECKING ties a wing to another as much as one that runs: the layering counts it."""
+    path = tmp_path / "chunks.py"
+    path.write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from lac.curator.service.config import CuratorConfig\n"
+    )
+    known = {"lac.curator.service.config"}
+    assert _load_time_imports(path, "lac.curator.ingest.chunks", known, lazy=True) == set()
+    assert _load_time_imports(path, "lac.curator.ingest.chunks", known, lazy=True, type_only=True) == known

@@ -42,7 +42,6 @@ import signal
 import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
@@ -60,10 +59,8 @@ from lac.curator.base.ngrams import ReportItems, keyed_report_items, spell
 from lac.curator.base.workers import NoWorkers, WorkerPool
 from lac.curator.store.store import Quarantined
 
-if TYPE_CHECKING:
-    from lac.curator.service.config import CuratorConfig
-
 __all__ = [
+    "BatchStatement",
     "IngestBatch",
     "IngestContext",
     "OpenedChunk",
@@ -94,6 +91,24 @@ STALL_SECONDS = 60.0
 _RESERVED_TOKENS = frozenset({BOS, EOS, UNK})
 
 
+@dataclass(frozen=True)
+class BatchStatement:
+    """What the shuffler states about a batch (read from the wire by the curator's serde): the privacy unit it
+    enforced (quota per window, the cap on windows per period), whether each report comes from a distinct
+    client, the accounting windows of its reports, its rendered amplification statement, and ``encoded``, the
+    statement as received, which the store keeps with the batch."""
+
+    reports_per_window: int
+    window_seconds: float
+    windows_per_period: int
+    period_seconds: float  # 0: a shuffler older than periods
+    distinct_clients: bool
+    first_window: int
+    last_window: int
+    statement: str
+    encoded: bytes = field(repr=False, default=b"")
+
+
 @dataclass(frozen=True, eq=False)
 class IngestBatch:
     """A batch from the shuffler as ingest sees it: its id, each report's serialized ``SealedPayload``
@@ -101,14 +116,14 @@ class IngestBatch:
 
     batch_id: str
     payloads: list[bytes]
-    privacy: reports_pb2.BatchPrivacy | None
+    privacy: BatchStatement | None
 
 
 @dataclass(frozen=True)
 class IngestContext:
     """What opening and validating a report needs: the key ring's private material (secret; not in
     the repr), whether plaintext payloads are accepted, the published deployment's values, the
-    curator's caps on reports, and the longest n-gram counted."""
+    curator's caps on reports, and the longest n-gram counted (a curator's: ``CuratorConfig.ingest_context``)."""
 
     keys: tuple[tuple[str, bytes], ...] = field(repr=False)  # CuratorKeyRing.private_material(); () = no ring
     allow_plaintext: bool
@@ -120,23 +135,6 @@ class IngestContext:
     max_token_chars: int
     max_n: int
     exact_epsilon: bool = False  # reports at exactly epsilon_per_word only (the deployment's exact_epsilon)
-
-    @classmethod
-    def of(cls, config: CuratorConfig, keyring: envelope.CuratorKeyRing | None, max_n: int) -> IngestContext:
-        """The context of a curator with ``config`` and ``keyring``, counting n-grams up to ``max_n``."""
-        d = config.deployment
-        return cls(
-            keys=keyring.private_material() if keyring is not None else (),
-            allow_plaintext=config.allow_plaintext_payloads,
-            mechanism=d.mechanism,
-            epsilon_per_word=d.epsilon_per_word,
-            embedding=d.embedding,
-            max_report_words=d.max_report_words,
-            max_sentences_per_report=config.max_sentences_per_report,
-            max_token_chars=config.max_token_chars,
-            max_n=max_n,
-            exact_epsilon=d.exact_epsilon,
-        )
 
 
 @functools.lru_cache(maxsize=4)

@@ -15,8 +15,9 @@ from pathlib import Path
 from lac.common.config import CORES, ServiceSettings, setting
 from lac.common.database import is_postgres_url
 from lac.common.deployment import DEFAULT_EMBEDDING, DEFAULT_EMBEDDING_DIAMETER, Deployment
+from lac.common.envelope import CuratorKeyRing
 from lac.common.rpc import Role, parse_names
-from lac.curator.ingest.chunks import STALL_SECONDS
+from lac.curator.ingest.chunks import STALL_SECONDS, IngestContext
 from lac.curator.release.errorbars import DRAWS
 from lac.curator.runner.preview import MIN_SIGNAL_SHARE
 
@@ -415,3 +416,20 @@ class CuratorConfig(ServiceSettings):
     def channel_dir(self) -> Path:
         """Where the local channel is cached: ``channel_cache_dir``, by default files_dir/prior."""
         return self.channel_cache_dir or self.files_dir / "prior"
+
+    def ingest_context(self, keyring: CuratorKeyRing | None, max_n: int) -> IngestContext:
+        """What opening and validating a report needs on this curator, with ``keyring``, counting n-grams up to
+        ``max_n``."""
+        d = self.deployment
+        return IngestContext(
+            keys=keyring.private_material() if keyring is not None else (),
+            allow_plaintext=self.allow_plaintext_payloads,
+            mechanism=d.mechanism,
+            epsilon_per_word=d.epsilon_per_word,
+            embedding=d.embedding,
+            max_report_words=d.max_report_words,
+            max_sentences_per_report=self.max_sentences_per_report,
+            max_token_chars=self.max_token_chars,
+            max_n=max_n,
+            exact_epsilon=d.exact_epsilon,
+        )

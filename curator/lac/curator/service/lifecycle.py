@@ -92,7 +92,7 @@ def open_state(
             "never charged to the budget)"
         )
     engine = create_engine(config.engine, config.spark_master, config.release_workers)
-    ingest = IngestContext.of(config, keyring, vocab.max_n)
+    ingest = config.ingest_context(keyring, vocab.max_n)
     return CuratorState(
         config,
         vocab,

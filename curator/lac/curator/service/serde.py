@@ -23,7 +23,7 @@ from lac.common.serde import deployment_to_proto, local_guarantee_message
 from lac.common.v1 import curator_pb2, reports_pb2
 from lac.common.version import server_version
 from lac.curator import mechanisms
-from lac.curator.ingest.chunks import IngestBatch
+from lac.curator.ingest.chunks import BatchStatement, IngestBatch
 from lac.curator.mechanisms import ReleaseSpec
 from lac.curator.runner.preview import Preview
 from lac.curator.runner.run import ReleaseRecord
@@ -36,6 +36,7 @@ from lac.curator.service.handlers.status import BudgetStatus, Status
 __all__ = [
     "SERVICE_NAMES",
     "ingest_batch",
+    "batch_statement",
     "ingest_message",
     "release_spec",
     "request_id",
@@ -106,9 +107,25 @@ def ingest_batch(raw: bytes, max_reports: int) -> IngestBatch:
         name = batch_id.decode()
     except (ValueError, DecodeError):  # a UnicodeDecodeError is a ValueError
         raise InvalidArgument("malformed IngestBatchRequest (not a valid protobuf message)") from None
-    if statement is not None:
-        statement.DiscardUnknownFields()
-    return IngestBatch(name, payloads, statement)
+    if statement is None:
+        return IngestBatch(name, payloads, None)
+    statement.DiscardUnknownFields()
+    return IngestBatch(name, payloads, batch_statement(statement))
+
+
+def batch_statement(p: reports_pb2.BatchPrivacy) -> BatchStatement:
+    """The shuffler's statement about a batch, as ingest reads it (``encoded``: the message, for the store)."""
+    return BatchStatement(
+        reports_per_window=int(p.reports_per_window),
+        window_seconds=float(p.window_seconds),
+        windows_per_period=int(p.windows_per_period),
+        period_seconds=float(p.period_seconds),
+        distinct_clients=bool(p.distinct_clients),
+        first_window=int(p.first_window),
+        last_window=int(p.last_window),
+        statement=p.statement,
+        encoded=p.SerializeToString(),
+    )
 
 
 def ingest_message(r: Ingested) -> curator_pb2.IngestBatchResponse:

@@ -97,7 +97,7 @@ def batch_windows(state: CuratorState, batch: IngestBatch) -> tuple[int, int]:
             f"<= last <= {newest} (the current window; the shuffler's clock may be ahead by "
             f"{MAX_CLOCK_SKEW_SECONDS:g} s)"
         )
-    return int(p.first_window), int(p.last_window)
+    return p.first_window, p.last_window
 
 
 async def ingest(state: CuratorState, batch: IngestBatch) -> Ingested:
@@ -130,7 +130,7 @@ async def ingest(state: CuratorState, batch: IngestBatch) -> Ingested:
             extra={"batch_id": batch.batch_id, "reject_reason": str(reason), "reports": per_reason[reason]},
         )
     window = state.config.replay_window_days * 86400.0
-    privacy = batch.privacy.SerializeToString() if batch.privacy is not None else None
+    privacy = batch.privacy.encoded if batch.privacy is not None else None
     result = await state.store_thread.run(
         partial(
             state.store.add_batch,
