@@ -215,7 +215,9 @@ def test_the_wing_graph_counts_type_only_imports(tmp_path):
     """An import under TYPE_CHECKING ties a wing to another as much as one that runs: the layering counts it."""
     path = tmp_path / "chunks.py"
     path.write_text(
-        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from lac.curator.service.config import CuratorConfig\n"
+        "from typing import TYPE_CHECKING\n"
+        "if TYPE_CHECKING:\n"
+        "    from lac.curator.service.config import CuratorConfig\n"
     )
     known = {"lac.curator.service.config"}
     assert _load_time_imports(path, "lac.curator.ingest.chunks", known, lazy=True) == set()
