@@ -47,6 +47,11 @@ def test_no_service_module_reads_another_objects_underscore_attribute(service):
     assert foreign_underscore_reads(SERVICES[service][0]) == []
 
 
+def test_no_curator_module_reads_another_objects_underscore_attribute():
+    """Below the service wing too: every wing of the curator asks the owner through a public name."""
+    assert foreign_underscore_reads(ROOT / "curator" / "lac" / "curator") == []
+
+
 @pytest.mark.parametrize("service", sorted(SERVICES))
 def test_no_service_module_is_left(service):
     """Issue 36: the one class that held every concern is gone (``lifecycle``, ``state`` and the handlers)."""

@@ -240,7 +240,8 @@ class NgramVocabulary:
             return cls(items, z["alpha"], int(z["max_n"]))
 
     @cached_property
-    def _lookup(self) -> _Lookup:
+    def lookup(self) -> _Lookup:
+        """The vocabulary's n-grams as integer keys over its tokens (built once), what ``report_counts`` reads."""
         parts = [it.split(" ") for it in self.items]
         tokens = sorted({t for p in parts for t in p})
         all_ids = {t: i for i, t in enumerate(tokens)}
@@ -437,7 +438,7 @@ def count_reports(
     if W is not None:
         check_int(W, "W")
     check_int(chunk_size, "chunk_size")
-    lk = vocab._lookup
+    lk = vocab.lookup
     nnz_parts, col_parts, data_parts = [], [], []
     totals = np.zeros(4, dtype=np.int64)
     chunk: list = []

@@ -122,6 +122,7 @@ class SparkEngine:
         first_wave: int = 16,
         max_result_bytes: int = 256 << 20,
         compress_level: int = 1,
+        owned: bool = False,
     ):
         for key, v in (
             ("parts_per_job", parts_per_job),
@@ -135,7 +136,7 @@ class SparkEngine:
         self.max_result_bytes = max_result_bytes
         self.compress_level = compress_level
         self.last_waves: list[int] = []  # the parts each Spark job of the last fold mapped
-        self._owned = False
+        self._owned = owned  # True: this engine started the session, and stopping it stops the session
 
     @classmethod
     def start(
@@ -154,9 +155,7 @@ class SparkEngine:
             remote = ConnectSession.builder.remote(master)
             for k, v in (conf or {}).items():
                 remote = remote.config(k, v)
-            engine = cls(remote.create(), **options)
-            engine._owned = True
-            return engine
+            return cls(remote.create(), owned=True, **options)
         from pyspark import SparkContext
         from pyspark.sql import SparkSession
 
@@ -173,9 +172,7 @@ class SparkEngine:
                 f"a Spark session on {session.conf.get('spark.master')} is already running in this "
                 f"process; cannot start one on {master}"
             )
-        engine = cls(session, **options)
-        engine._owned = not running
-        return engine
+        return cls(session, owned=not running, **options)
 
     def stop(self) -> None:
         """Stop the session if ``start`` created it (a session passed in, or reused, is the caller's)."""

@@ -421,10 +421,11 @@ class NgramChannel:
                 log.warning("the cached n-gram channel %s is unreadable (%s); building it again", path, exc)
         channel = cls.build(word, vocab)
         private_dir(cache_dir)
-        channel._save(path, key)
+        channel.save(path, key)
         return channel
 
-    def _save(self, path: Path, key: str) -> None:
+    def save(self, path: Path, key: str) -> None:
+        """Write this channel to ``path`` under the cache ``key`` (by a temporary name, then renamed)."""
         arrays: dict[str, Any] = {}  # Any: numpy's stub types savez's keywords as its own options
         for n, cols in self.columns.items():
             m = self.matrices[n].tocsr()

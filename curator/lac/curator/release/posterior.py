@@ -204,9 +204,14 @@ class WeightedTotals:
         self._parts = []
         self.add_candidates(pa.array(list(totals), pa.string()), np.fromiter(totals.values(), np.float64, len(totals)))
 
+    @property
+    def has_candidates(self) -> bool:
+        """True when any candidate n-gram has been added."""
+        return bool(self._parts)
+
     def __iadd__(self, other: WeightedTotals) -> WeightedTotals:
         self.public += other.public
-        if other._parts:
+        if other.has_candidates:
             self._parts.append(other.candidate_arrays())  # summed first, as other's dict was
         self.n_reports += other.n_reports
         return self
