@@ -12,7 +12,16 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from lac.common.privacy import Adjacency, Budget, Guarantee, Model, PeriodLoss, PrivacyUnit, check_epsilon
+from lac.common.privacy import (
+    Adjacency,
+    Budget,
+    Guarantee,
+    Model,
+    PeriodLoss,
+    PrivacyUnit,
+    check_epsilon,
+    report_epsilon0,
+)
 
 __all__ = [
     "Deployment",
@@ -115,8 +124,8 @@ class Deployment:
 
     @property
     def report_epsilon0(self) -> float:
-        """Worst-case pure local DP of one report: L·ε·bound."""
-        return self.max_report_words * self.epsilon_per_word * self.word_distance_bound
+        """Worst-case pure local DP of one report: L·ε·bound (``lac.common.privacy.report_epsilon0``)."""
+        return report_epsilon0(self.max_report_words, self.epsilon_per_word, self.word_distance_bound)
 
     def window(self, unix_time: float) -> int:
         """The accounting window containing ``unix_time``."""

@@ -28,6 +28,7 @@ from numbers import Real
 from typing import Any
 
 __all__ = [
+    "report_epsilon0",
     "ExportedWindows",
     "ERROR_BAR_LEVEL",
     "ErrorBarMethod",
@@ -551,6 +552,12 @@ class WindowShuffle:
         return f"window {self.window}: {batches}, {verdict}"
 
 
+def report_epsilon0(max_report_words: int, epsilon_per_word: float, word_distance_bound: float) -> float:
+    """Worst-case pure local DP of one report of at most L = ``max_report_words`` words, each perturbed with metric
+    DP at ``epsilon_per_word`` over an embedding whose words are at most ``word_distance_bound`` apart: L·ε·bound."""
+    return max_report_words * epsilon_per_word * word_distance_bound
+
+
 @dataclass(frozen=True)
 class LocalGuarantee:
     """The guarantee of exported privatized reports: what they are, never more.
@@ -597,8 +604,8 @@ class LocalGuarantee:
 
     @property
     def report_epsilon0(self) -> float:
-        """Worst-case pure local DP of one report: L·ε·bound."""
-        return self.max_report_words * self.epsilon_per_word * self.word_distance_bound
+        """Worst-case pure local DP of one report (``report_epsilon0``)."""
+        return report_epsilon0(self.max_report_words, self.epsilon_per_word, self.word_distance_bound)
 
     @property
     def vacuous(self) -> bool:
