@@ -28,6 +28,7 @@ from numbers import Real
 from typing import Any
 
 __all__ = [
+    "GuaranteedResult",
     "report_epsilon0",
     "ExportedWindows",
     "ERROR_BAR_LEVEL",
@@ -301,6 +302,24 @@ class Guarantee:
             f"{self.headline()} Its sensitivity and noise scale are computed from the data and are shown to "
             f"operators only."
         )
+
+
+class GuaranteedResult:
+    """What a result with an optional ``guarantee`` (None: it has none, e.g. k-anonymity) and a ``note`` (its
+    statement when it has none) says of itself; mixed into the release types."""
+
+    guarantee: Guarantee | None
+    note: str
+
+    @property
+    def differentially_private(self) -> bool:
+        """True when the result carries a (data-independent) DP guarantee."""
+        return self.guarantee is not None and self.guarantee.differentially_private
+
+    @property
+    def statement(self) -> str:
+        """The guarantee in words, or the note of a result without one."""
+        return self.guarantee.statement() if self.guarantee is not None else self.note
 
 
 @dataclass(frozen=True)

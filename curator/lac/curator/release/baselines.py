@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from lac.common.checks import check_int
-from lac.common.privacy import Adjacency, Guarantee, Model, PrivacyUnit, check_epsilon
+from lac.common.privacy import Adjacency, Guarantee, GuaranteedResult, Model, PrivacyUnit, check_epsilon
 from lac.common.rng import RandomSource, secure_generator
 from lac.curator.release.bayesian import CountStats, count_stats
 from lac.curator.release.sound import cap_rows
@@ -43,7 +43,7 @@ __all__ = [
 
 
 @dataclass(frozen=True, eq=False)
-class BaselineRelease:
+class BaselineRelease(GuaranteedResult):
     """A baseline release (Laplace, Laplace over public counts, or k-anonymity) with its guarantee, if any."""
 
     probs: np.ndarray  # released probability vector over the vocabulary
@@ -65,16 +65,6 @@ class BaselineRelease:
     def data_dependent(self) -> bool:
         """True for k-anonymity and data-dependent calibrations: no DP guarantee."""
         return self.guarantee is None or self.guarantee.data_dependent
-
-    @property
-    def differentially_private(self) -> bool:
-        """True when the release carries a (data-independent) DP guarantee."""
-        return self.guarantee is not None and self.guarantee.differentially_private
-
-    @property
-    def statement(self) -> str:
-        """The guarantee in words, or the note of a release without one."""
-        return self.guarantee.statement() if self.guarantee is not None else self.note
 
 
 def _normalise(v: np.ndarray) -> np.ndarray:

@@ -33,7 +33,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from lac.common.checks import check_int
-from lac.common.privacy import Budget, Guarantee, PrivacyUnit
+from lac.common.privacy import Budget, Guarantee, GuaranteedResult, PrivacyUnit
 from lac.common.rng import RandomSource
 from lac.curator.base.ngrams import NgramVocabulary, ReportItems, cap_and_clamp
 from lac.curator.engines.local import Engine
@@ -182,7 +182,7 @@ class ReleaseInputs:
 
 
 @dataclass(frozen=True, eq=False, kw_only=True)
-class Release:
+class Release(GuaranteedResult):
     """A computed release: what is published (items, log-probabilities, pseudo-counts), what it guarantees
     and what it is charged (built with keywords; the one result type of every central mechanism)."""
 
@@ -206,14 +206,6 @@ class Release:
     errors: ItemErrors | None = None  # per-item error bars (None: not asked for, e.g. an evaluation's releases)
     # what it spends from each window it covers: its mechanism's privacy map (None: not DP, never charged)
     charge: Budget | None = None
-
-    @property
-    def differentially_private(self) -> bool:
-        return self.guarantee is not None and self.guarantee.differentially_private
-
-    @property
-    def statement(self) -> str:
-        return self.guarantee.statement() if self.guarantee is not None else self.note
 
 
 def rounded(log_probs: np.ndarray) -> np.ndarray:
