@@ -43,14 +43,7 @@ from lac.common.config import CORES
 from lac.common.privacy import ErrorBarMethod, ErrorBars
 from lac.curator.base.ngrams import NgramVocabulary
 from lac.curator.release.channel import NgramChannel, deconvolve_steps
-from lac.curator.release.posterior import (
-    OrderFit,
-    channel_prior,
-    eb_means,
-    order_scales,
-    public_masses,
-    released_mass,
-)
+from lac.curator.release.posterior import OrderFit, channel_prior, eb_means, scale_orders
 
 __all__ = [
     "DRAWS",
@@ -278,11 +271,7 @@ def held_post_process(
             h = np.where(mass > 0, x * (h.sum(axis=1, keepdims=True) / np.where(mass > 0, mass, 1.0)), x)
         counts[:, sel] = h
     aware = channel is not None and any(fit.steps >= 0 for fit in fits.values())
-    pseudo, found_values = counts[:, :V], counts[:, V:]
-    masses = {n: released_mass(pseudo, found_values, vocab.orders, found_orders, n, aware) for n in fits}
-    for n, scale in order_scales(masses, public_masses(vocab, fits, aware), aware).items():
-        counts[:, np.flatnonzero(vocab.orders == n)] *= np.asarray(scale)[:, None]
-        counts[:, V + np.flatnonzero(found_orders == n)] *= np.asarray(scale)[:, None]
+    scale_orders(counts[:, :V], counts[:, V:], found_orders, vocab, fits, aware)
     return counts
 
 

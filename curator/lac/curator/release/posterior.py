@@ -86,6 +86,7 @@ __all__ = [
     "post_process",
     "clean_estimate",
     "lm_strength",
+    "scale_orders",
 ]
 
 NAME = "Gaussian posterior (LAC): normalised per-report counts, DP n-gram discovery, public prior afterwards"
@@ -476,13 +477,16 @@ def clean_estimate(
     return _clean_estimate(noisy, alpha, sigma, bins, A, occurrence_weight)[0]
 
 
-def lm_strength(pseudo: np.ndarray, alpha: np.ndarray) -> Any:
+def lm_strength(mass: Any, public: float) -> Any:
     """The factor (≥ 1) that gives an order's pseudo-counts at least ``LM_PRIOR_SHARE`` of the
-    public prior's count mass. Where the data are weak the posterior has the prior's shape but
+    public prior's count mass ``public``. Where the data are weak the posterior has the prior's shape but
     the users' small mass, and Kneser–Ney over small pseudo-counts over-smooths that shape (its
-    discounts are absolute): the posterior keeps part of the prior's strength instead. ``pseudo``'s last
-    axis is the order's items: a float for one set of pseudo-counts, an array for several (redraws)."""
-    return lm_strength_of(np.asarray(pseudo).sum(axis=-1), float(alpha.sum()))
+    discounts are absolute): the posterior keeps part of the prior's strength instead. ``mass``: the order's
+    pseudo-count mass, a float for one set of pseudo-counts, an array for several (redraws)."""
+    total = np.asarray(mass)
+    positive = np.where(total > 0, total, 1.0)
+    factor = np.where(total > 0, np.maximum(1.0, LM_PRIOR_SHARE * float(public) / positive), 1.0)
+    return float(factor) if factor.ndim == 0 else factor
 
 
 def order_scales(masses: Mapping[int, Any], public: Mapping[int, float], public_shares: bool) -> dict[int, Any]:
@@ -496,7 +500,7 @@ def order_scales(masses: Mapping[int, Any], public: Mapping[int, float], public_
     moves inside are not identified by it); the public corpus's shares are the better estimate (measured,
     BENCHMARKS.md)."""
     if not public_shares:
-        return {n: lm_strength_of(masses[n], public[n]) for n in masses}
+        return {n: lm_strength(masses[n], public[n]) for n in masses}
     low = min(masses)
     anchor = np.asarray(masses[low], dtype=np.float64)
     level = np.maximum(LM_PRIOR_SHARE, np.where(anchor > 0, anchor, 0.0) / max(public[low], np.finfo(float).tiny))
@@ -506,15 +510,6 @@ def order_scales(masses: Mapping[int, Any], public: Mapping[int, float], public_
         factor = np.where((m > 0) & (public[n] > 0), level * public[n] / np.where(m > 0, m, 1.0), 1.0)
         out[n] = float(factor) if factor.ndim == 0 else factor
     return out
-
-
-def lm_strength_of(mass: Any, public: float) -> Any:
-    """``lm_strength`` from an order's pseudo-count mass (a float or an array over redraws) and the public
-    prior's count mass of that order."""
-    total = np.asarray(mass)
-    positive = np.where(total > 0, total, 1.0)
-    factor = np.where(total > 0, np.maximum(1.0, LM_PRIOR_SHARE * float(public) / positive), 1.0)
-    return float(factor) if factor.ndim == 0 else factor
 
 
 def posterior_release(
@@ -617,11 +612,27 @@ def post_process(
             pseudo[sel], fits[n] = _clean_estimate(
                 noisy_public[sel], alpha, sigma, bins, channel.order(n, vocab), occurrence_weight
             )
-    masses = {n: released_mass(pseudo, found_values, orders, found_orders, n, channel is not None) for n in fits}
-    for n, scale in order_scales(masses, public_masses(vocab, fits, channel is not None), channel is not None).items():
-        pseudo[orders == n] *= scale
-        found_values[found_orders == n] *= scale
+    scale_orders(pseudo, found_values, found_orders, vocab, fits, channel is not None)
     return pseudo, found_values, fits
+
+
+def scale_orders(
+    pseudo: np.ndarray,
+    found: np.ndarray,
+    found_orders: np.ndarray,
+    vocab: NgramVocabulary,
+    orders: Iterable[int],
+    clean: bool,
+) -> None:
+    """Step 5's last part, in place: each of ``orders`` scaled as ``order_scales`` says, its public items'
+    ``pseudo``-counts and its discovered n-grams' values (``found``, of orders ``found_orders``) alike; ``clean``:
+    a clean estimate (public shares). The last axis is the items; a leading one holds redraws (the bootstrap's)."""
+    orders = sorted(orders)
+    masses = {n: released_mass(pseudo, found, vocab.orders, found_orders, n, clean) for n in orders}
+    for n, scale in order_scales(masses, public_masses(vocab, orders, clean), clean).items():
+        factor = np.expand_dims(np.asarray(scale), -1)  # one per redraw, over the items
+        pseudo[..., vocab.orders == n] *= factor
+        found[..., found_orders == n] *= factor
 
 
 def public_masses(vocab: NgramVocabulary, orders: Iterable[int], clean: bool) -> dict[int, float]:
