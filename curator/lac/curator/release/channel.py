@@ -18,7 +18,8 @@ word are in the curator's published deployment — so its channel P(output | inp
   (observed public n-gram j' from clean public n-gram j).
 * ``deconvolve``: the clean totals x ≥ 0 from observed totals, by the expectation–maximisation
   of Poisson deconvolution with censoring (Richardson–Lucy / the iterative Bayesian update of
-  LDP frequency estimation), started at the public prior and stopped by the discrepancy
+  LDP frequency estimation), started at the public prior (or, where asked and it fits the observed totals
+  better, at the item-wise estimate ``item_estimate``) and stopped by the discrepancy
   principle: as soon as the fit explains the observed totals to within their noise (the DP
   Gaussian's σ², the channel's own sampling variance and the channel model's relative error), so
   neither noise nor the model's error is fitted.
@@ -37,7 +38,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import scipy.sparse as sp
@@ -54,6 +55,8 @@ __all__ = [
     "Deconvolution",
     "deconvolve",
     "deconvolve_steps",
+    "EMStart",
+    "item_estimate",
     "word_channel",
     "deployment_channel",
     "CHANNEL_DRAWS",
@@ -69,6 +72,8 @@ __all__ = [
 # the users' own random choices leave (a median 8.9% at 20k users); a fit closer than that chases the model's error.
 MODEL_ERROR = 0.08
 MAX_ITERATIONS = 50
+# Where the deconvolution's EM starts: the public prior π, or the item-wise estimate (``item_estimate``).
+EMStart = Literal["prior", "items"]
 MIN_KEEP_SHARE = 0.25  # below: the channel keeps too few words for a clean estimate (see NgramChannel.informative)
 # Monte-Carlo perturbations per word of the word list on average (the <unk> row's share included), shared by
 # public frequency: the predicted perturbed total of an output word is Σ_w x_w P(out | w), whose sampling
@@ -473,12 +478,31 @@ class NgramChannel:
 
 @dataclass(frozen=True)
 class Deconvolution:
-    """A deconvolved estimate of clean totals, and how the fit stopped."""
+    """A deconvolved estimate of clean totals, where its EM started and how the fit stopped."""
 
     clean: np.ndarray
     iterations: int
     discrepancy: float  # Σ (observed − A x)² / variance, per observed cell, at the end (≈ 1: fitted to the noise)
-    start_discrepancy: float  # the same at the public prior
+    start_discrepancy: float  # the same at the starting point
+    start: EMStart = "prior"
+
+
+def item_estimate(y: np.ndarray, A: sp.csr_matrix, prior: np.ndarray) -> np.ndarray:
+    """Clean totals read off observed totals ``y`` item by item: yⱼ·πⱼ/(Aπ)ⱼ, the share of item j's observed total
+    that the public ``prior`` π says stayed j (Aⱼⱼπⱼ/(Aπ)ⱼ by Bayes' rule), over its keep rate Aⱼⱼ. One EM step from
+    the prior spreads every observed total back over all the items that could have become it, which blurs where
+    the channel mostly keeps words; this does not. ``y``: (items,) or (items, draws)."""
+    pushed = A @ prior
+    ratio = np.divide(prior, pushed, out=np.zeros_like(pushed, dtype=np.float64), where=pushed > 0)
+    return y * ratio.reshape(-1, *([1] * (np.ndim(y) - 1))).astype(np.result_type(y), copy=False)
+
+
+def _start(kind: EMStart, y: np.ndarray, A: sp.csr_matrix, prior: np.ndarray) -> np.ndarray:
+    """The EM's starting point of ``kind``, scaled so that its fit A·x has the mass of ``y`` (per column)."""
+    x = item_estimate(y, A, prior) if kind == "items" else np.multiply.outer(prior, np.ones(y.shape[1:]))
+    fitted = (A @ x).sum(axis=0)
+    scale = np.divide(y.sum(axis=0), fitted, out=np.zeros_like(np.asarray(fitted, dtype=np.float64)), where=fitted > 0)
+    return (x * scale).astype(y.dtype, copy=False)
 
 
 def deconvolve(
@@ -488,6 +512,7 @@ def deconvolve(
     sigma: float,
     *,
     fit_to: np.ndarray | None = None,
+    starts: Sequence[EMStart] = ("prior",),
     max_iter: int = MAX_ITERATIONS,
     target: float | None = None,
     model_error: float = MODEL_ERROR,
@@ -498,7 +523,9 @@ def deconvolve(
     ``occurrence_weight``: 1 for raw counts, 1/‖c‖₂ of its report for normalised ones) and η = ``model_error``,
     the channel model's own relative error).
 
-    Started at the public ``prior`` scaled to the observed mass; each step is the EM update of
+    Started at whichever of ``starts`` fits ``observed`` best (the public ``prior``; ``"items"``: the item-wise
+    estimate of the fitted values, ``item_estimate``, a candidate only where those are denoised, or it would follow
+    the noise), scaled to the observed mass; each step is the EM update of
     Poisson deconvolution with censoring (mass that leaves the observed cells is accounted for by
     each clean item's detection probability Σ_j' A[j', j]); stops once the mean discrepancy
     Σ (observed − A x)²/variance / |cells| is at most ``target`` (the discrepancy principle; default
@@ -513,18 +540,21 @@ def deconvolve(
     detect = np.asarray(A.sum(axis=0)).ravel()
     AT = A.T.tocsr()
     p = np.asarray(prior, dtype=np.float64)
-    fitted = A @ p
     # the starting mass: the noisy total (unbiased; max(observed, 0) is inflated where noise dominates)
-    mass = float(y.sum()) if fit_to is not None or obs.sum() <= 0 else float(obs.sum())
-    x = p * (mass / fitted.sum() if fitted.sum() > 0 else 0.0)
+    at_mass = y if fit_to is not None or obs.sum() <= 0 else y * (obs.sum() / max(y.sum(), np.finfo(float).tiny))
     s2 = sigma * sigma
 
     def disc(fit: np.ndarray) -> float:
         f = np.maximum(fit, 0.0)
         return float(np.mean((obs - fit) ** 2 / (s2 + occurrence_weight * f + (model_error * f) ** 2)))
 
-    fit = A @ x
-    d0 = d = disc(fit)
+    candidates = []
+    for kind in starts:
+        x0 = _start(kind, at_mass, A, p)
+        fit0 = A @ x0
+        candidates.append((disc(fit0), kind, x0, fit0))
+    d0, start, x, fit = min(candidates, key=lambda c: c[0])  # ties: the first named
+    d = d0
     it = 0
     while it < max_iter and d > target:
         nxt, nfit = _em_step(x, y, fit, A, AT, detect)
@@ -533,7 +563,7 @@ def deconvolve(
             break
         x, fit, d = nxt, nfit, nd
         it += 1
-    return Deconvolution(x, it, d, d0)
+    return Deconvolution(x, it, d, d0, start)
 
 
 def _em_step(
@@ -549,18 +579,22 @@ def _em_step(
 
 
 def deconvolve_steps(
-    fit_to: np.ndarray, A: sp.csr_matrix, prior: np.ndarray, steps: int, dtype: type[np.floating] = np.float64
+    fit_to: np.ndarray,
+    A: sp.csr_matrix,
+    prior: np.ndarray,
+    steps: int,
+    dtype: type[np.floating] = np.float64,
+    start: EMStart = "prior",
 ) -> np.ndarray:
-    """``deconvolve(..., fit_to=fit_to)`` run for exactly ``steps`` EM steps (no stopping rule), for several
-    targets at once: ``fit_to`` is (items, draws), one column per draw; returns the clean totals alike, computed in
-    ``dtype`` (float32 halves the memory traffic of the sparse products where ~7 significant digits suffice)."""
+    """``deconvolve(..., fit_to=fit_to)`` from ``start``, run for exactly ``steps`` EM steps (no stopping rule), for
+    several targets at once: ``fit_to`` is (items, draws), one column per draw; returns the clean totals alike,
+    computed in ``dtype`` (float32 halves the memory traffic of the sparse products where ~7 significant digits
+    suffice)."""
     y = np.maximum(np.asarray(fit_to, dtype=dtype), 0.0)
     A = A.astype(dtype, copy=False)
     detect = np.asarray(A.sum(axis=0)).ravel()
     AT = A.T.tocsr()
-    fitted = float((A @ prior).sum())
-    scale = y.sum(axis=0, dtype=np.float64) / fitted if fitted > 0 else np.zeros(y.shape[1])
-    x = (prior[:, None] * scale[None, :]).astype(dtype)
+    x = _start(start, y, A, np.asarray(prior, dtype=np.float64))
     fit = A @ x
     for _ in range(steps):
         x, fit = _em_step(x, y, fit, A, AT, detect)

@@ -11,9 +11,9 @@ it), a centre and a standard deviation; an interval at any level is read from th
   (and to the discovered n-grams' noisy totals) and the release's post-processing is run again: each
   order's empirical-Bayes posterior, the deconvolution by the channel, the discovery threshold, the
   strength scaling and the normalisation. What the release fitted to its noisy totals is held as it was:
-  the empirical-Bayes prior (each order's prior mean and mixture weights) and the deconvolution's number of
-  EM steps (refitting them per draw would cost a release's post-processing per draw, and their jumps with
-  the noise are not a spread an interval can describe). The standard deviation is the root-mean-square
+  the empirical-Bayes prior (each order's prior mean and mixture weights) and where the deconvolution's EM
+  started and its number of steps (refitting them per draw would cost a release's post-processing per draw, and
+  their jumps with the noise are not a spread an interval can describe). The standard deviation is the root-mean-square
   distance of the redrawn probabilities from the released one (bias included), the interval the released
   probability ± its normal quantile.
 * BayesianDP and EndToEndDP (``logit_errors``): the same bootstrap on the released logits (Gaussian noise
@@ -234,7 +234,8 @@ def posterior_errors(
             seed=seed,
             seed_source=source,
             given=given,
-            held=("the empirical-Bayes prior",) + (("the deconvolution's number of EM steps",) if steps else ()),
+            held=("the empirical-Bayes prior",)
+            + (("where the deconvolution's EM started and its number of steps",) if steps else ()),
             not_covered=("the prior's bias",) + (("the channel model's error",) if channel else ()),
         )
     )
@@ -252,12 +253,12 @@ def held_post_process(
     dtype: type[np.floating] = np.float64,
 ) -> np.ndarray:
     """The posterior's step 5 (``lac.curator.release.posterior.post_process``) with what the release fitted held
-    (``fits``: each order's empirical-Bayes prior and number of deconvolution steps), for several sets of noisy
-    totals at once: ``noisy`` (draws × public items) and the discovered items' (draws × ``found``), each released
-    only above ``threshold`` as discovery does. Returns the pseudo-counts (draws × public then discovered items).
-    At the release's own noisy totals it gives its pseudo-counts again (to rounding). ``dtype``: of the
-    deconvolution's EM steps (the bootstrap runs them in float32: its standard deviations are good to a few percent,
-    float32's rounding is ~1e-7 relative)."""
+    (``fits``: each order's empirical-Bayes prior, and where its deconvolution started and its number of steps), for
+    several sets of noisy totals at once: ``noisy`` (draws × public items) and the discovered items' (draws ×
+    ``found``), each released only above ``threshold`` as discovery does. Returns the pseudo-counts (draws × public
+    then discovered items). At the release's own noisy totals it gives its pseudo-counts again (to rounding).
+    ``dtype``: of the deconvolution's EM steps (the bootstrap runs them in float32: its standard deviations are good
+    to a few percent, float32's rounding is ~1e-7 relative)."""
     V = len(vocab)
     found_orders = orders_of(found)
     counts = np.zeros((noisy.shape[0], V + len(found)))
@@ -266,7 +267,9 @@ def held_post_process(
         sel = np.flatnonzero(vocab.orders == n)
         h = eb_means(fit.eb, noisy[:, sel], sigma, prune=PRUNE)
         if fit.steps >= 0 and channel is not None:
-            x = deconvolve_steps(h.T, channel.order(n, vocab), channel_prior(vocab.alpha[sel]), fit.steps, dtype).T
+            x = deconvolve_steps(
+                h.T, channel.order(n, vocab), channel_prior(vocab.alpha[sel]), fit.steps, dtype, fit.start
+            ).T
             mass = x.sum(axis=1, keepdims=True)
             h = np.where(mass > 0, x * (h.sum(axis=1, keepdims=True) / np.where(mass > 0, mass, 1.0)), x)
         counts[:, sel] = h

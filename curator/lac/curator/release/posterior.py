@@ -67,7 +67,7 @@ from lac.common.checks import check_int
 from lac.common.privacy import Adjacency, Guarantee, Model, PrivacyUnit, check_delta, check_epsilon
 from lac.common.rng import RandomSource, secure_generator
 from lac.curator.base.ngrams import NgramVocabulary, ReportItems, item_array
-from lac.curator.release.channel import MIN_KEEP_SHARE, NgramChannel, deconvolve
+from lac.curator.release.channel import MIN_KEEP_SHARE, EMStart, NgramChannel, deconvolve
 from lac.curator.release.gaussian import analytic_sigma
 
 __all__ = [
@@ -440,10 +440,12 @@ def empirical_bayes(noisy: np.ndarray, prior_mean: np.ndarray, sigma: float, bin
 @dataclass(frozen=True, eq=False)
 class OrderFit:
     """What step 5 fitted to one order's noisy totals (post-processing of DP outputs): its empirical-Bayes prior
-    and, for a clean estimate, the deconvolution's number of EM steps (-1: no channel). The error bars hold them."""
+    and, for a clean estimate, where the deconvolution's EM started and its number of steps (-1: no channel). The
+    error bars hold them."""
 
     eb: EBPrior
     steps: int = -1
+    start: EMStart = "prior"
 
 
 def channel_prior(alpha: np.ndarray) -> np.ndarray:
@@ -459,10 +461,12 @@ def _clean_estimate(
     total = max(float(noisy.sum()), 1.0)
     eb = eb_fit(noisy, total * pushed / max(float(pushed.sum()), 1e-300), sigma, bins)
     denoised = eb_means(eb, noisy, sigma)
-    d = deconvolve(noisy, A, prior, sigma, fit_to=denoised, occurrence_weight=occurrence_weight)
+    d = deconvolve(
+        noisy, A, prior, sigma, fit_to=denoised, starts=("prior", "items"), occurrence_weight=occurrence_weight
+    )
     clean = d.clean
     mass = float(clean.sum())
-    return (clean * (float(denoised.sum()) / mass) if mass > 0 else clean), OrderFit(eb, d.iterations)
+    return (clean * (float(denoised.sum()) / mass) if mass > 0 else clean), OrderFit(eb, d.iterations, d.start)
 
 
 def clean_estimate(
@@ -470,7 +474,8 @@ def clean_estimate(
 ) -> np.ndarray:
     """One order's clean totals from the noisy totals of its perturbed public n-grams, A the
     order's channel (observed × clean): the empirical-Bayes posterior under the pushed-through
-    prior A·π, deconvolved from the prior π (``lac.curator.release.channel.deconvolve``), then scaled to
+    prior A·π, deconvolved (``lac.curator.release.channel.deconvolve``: EM from whichever of the prior π and the
+    posterior's item-wise estimate, ``item_estimate``, fits the noisy totals better), then scaled to
     the posterior's mass (the EM's mass on the public items is inflated by leaks from n-grams the
     public vocabulary does not list, whose chance of being seen intact is small). ``occurrence_weight``: as
     ``deconvolve`` takes it (``PosteriorParams.occurrence_weight`` for normalised per-report counts)."""
@@ -524,7 +529,8 @@ def posterior_release(
     With the public local ``channel`` (``lac.curator.release.channel``), step 5 estimates the users'
     *clean* n-gram statistics from the noisy totals of their perturbed reports: per order, the
     empirical-Bayes posterior under the public prior pushed through the channel, deconvolved by
-    the channel (EM from the public prior, stopped by the discrepancy principle) and kept at the
+    the channel (EM from the public prior or the item-wise estimate, whichever fits the noisy totals better,
+    stopped by the discrepancy principle) and kept at the
     posterior's mass on the public items. It reads only the noisy totals, σ and public data:
     post-processing, the guarantee is the same."""
     if not isinstance(params, PosteriorParams):
@@ -694,8 +700,9 @@ def _guarantee(p: PosteriorParams, sigma: float, threshold: float, V: int, chann
             f"The public n-grams' pseudo-counts estimate the users' clean text: the noisy totals of their perturbed "
             f"reports are deconvolved with the public local channel ({w.deployment_key.split('|words:')[0]}; Monte "
             f"Carlo, {w.describe()}) — post-processing of the "
-            f"noisy totals with public data, so the guarantee above is unchanged. Discovered n-grams are counted "
-            f"as perturbed. How the mass splits between n-gram orders is the public corpus's (its counts of longer "
+            f"noisy totals with public data, so the guarantee above is unchanged. Its EM starts from whichever of the "
+            f"public prior and the item-by-item reading of the noisy totals fits them better. Discovered n-grams are "
+            f"counted as perturbed. How the mass splits between n-gram orders is the public corpus's (its counts of longer "
             f"n-grams less {PUBLIC_SHARE_DISCOUNT:g} each): perturbation breaks word sequences, and the channel "
             f"cannot tell how many of the clean text's longer n-grams it moved out of the public vocabulary."
         )
