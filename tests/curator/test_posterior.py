@@ -15,11 +15,17 @@ from scipy.special import log_ndtr
 
 from lac.common.privacy import PrivacyUnit
 from lac.curator.base.ngrams import NgramVocabulary, report_items
+from lac.curator.release import posterior
 from lac.curator.release.gaussian import analytic_sigma
 from lac.curator.release.posterior import (
+    _RATIO_GRID,
+    NOISE_ONLY_TOTAL,
     PosteriorParams,
     WeightedTotals,
+    clean_mass,
     discovery_threshold,
+    eb_fit,
+    eb_means,
     empirical_bayes,
     posterior_release,
     weighted_totals,
@@ -189,3 +195,37 @@ def test_discovered_ngrams_are_released_in_an_order_independent_of_the_data():
     assert seen != seen_prime and seen[0].startswith("zebra") and seen_prime[0].startswith("apple")
     assert {"zebra runs", "apple pie"} <= set(found)
     assert found == found_prime == tuple(sorted(found))
+
+
+def test_a_bin_whose_noisy_total_is_within_its_noise_keeps_the_prior(monkeypatch):
+    """A Zipfian order whose true total (5,000) is well within its noise (σ = 40 on 20,000 items: the noisy total
+    822 is below 2σ√items) keeps ratio 1 everywhere: no item lands 10× above its prior mean. Fitted instead, the
+    mixture explains the noise's tail by items far above their prior (a third of the posterior's mass here)."""
+    rng = np.random.default_rng(1)
+    n, sigma = 20_000, 40.0
+    prior = 1.0 / np.arange(1, n + 1)
+    truth = prior / prior.sum() * 5_000 * rng.lognormal(0, 0.8, n)
+    noisy = truth + sigma * rng.standard_normal(n)
+    assert noisy.sum() <= NOISE_ONLY_TOTAL * sigma * math.sqrt(n)
+    mu = prior * max(noisy.sum(), 1.0) / prior.sum()
+
+    def far_above(eb) -> float:
+        post = eb_means(eb, noisy, sigma)
+        return float(post[post > 10 * mu].sum() / post.sum())
+
+    eb = eb_fit(noisy, mu, sigma, 30)
+    assert [int(np.argmax(w)) for _, w in eb.bins] == [int(np.argmin(np.abs(np.log(_RATIO_GRID))))]
+    assert far_above(eb) == 0.0
+    monkeypatch.setattr(posterior, "NOISE_ONLY_TOTAL", -math.inf)
+    assert far_above(eb_fit(noisy, mu, sigma, 30)) > 0.2
+
+
+def test_a_clean_estimate_keeps_the_noisy_total_of_what_the_channel_never_produced():
+    """Items the channel never produced (pushed-through prior 0) keep max(noisy, 0) in the posterior; the mass a
+    clean estimate is kept at counts their noisy total instead (unbiased), not the noise's positive half."""
+    denoised = np.array([10.0, 20.0, 3.0, 0.0, 5.0])
+    noisy = np.array([9.0, 21.0, 3.0, -4.0, 5.0])
+    mu = np.array([8.0, 19.0, 0.0, 0.0, 0.0])
+    assert clean_mass(denoised, noisy, mu) == 30.0 + 4.0
+    assert clean_mass(denoised[None].repeat(2, 0), noisy[None].repeat(2, 0), mu).tolist() == [34.0, 34.0]
+    assert clean_mass(denoised, noisy - np.array([0, 0, 9, 0, 0]), mu) == 30.0  # their noisy total below 0: none

@@ -43,7 +43,7 @@ from lac.common.config import CORES
 from lac.common.privacy import ErrorBarMethod, ErrorBars
 from lac.curator.base.ngrams import NgramVocabulary
 from lac.curator.release.channel import NgramChannel, deconvolve_steps
-from lac.curator.release.posterior import OrderFit, channel_prior, eb_means, scale_orders
+from lac.curator.release.posterior import OrderFit, channel_prior, clean_mass, eb_means, scale_orders
 
 __all__ = [
     "DRAWS",
@@ -271,7 +271,8 @@ def held_post_process(
                 h.T, channel.order(n, vocab), channel_prior(vocab.alpha[sel]), fit.steps, dtype, fit.start
             ).T
             mass = x.sum(axis=1, keepdims=True)
-            h = np.where(mass > 0, x * (h.sum(axis=1, keepdims=True) / np.where(mass > 0, mass, 1.0)), x)
+            kept = clean_mass(h, noisy[:, sel], fit.eb.prior_mean)[:, None]
+            h = np.where(mass > 0, x * (kept / np.where(mass > 0, mass, 1.0)), x)
         counts[:, sel] = h
     aware = channel is not None and any(fit.steps >= 0 for fit in fits.values())
     scale_orders(counts[:, :V], counts[:, V:], found_orders, vocab, fits, aware)

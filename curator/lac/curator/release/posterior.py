@@ -85,6 +85,7 @@ __all__ = [
     "channel_prior",
     "post_process",
     "clean_estimate",
+    "clean_mass",
     "lm_strength",
     "scale_orders",
 ]
@@ -288,6 +289,10 @@ _RATIO_SPREAD = float(np.log(_RATIO_GRID[1] / _RATIO_GRID[0]))
 _EB_ITERATIONS = 300
 MIN_BIN_ITEMS = 500  # fewest items an empirical-Bayes bin pools
 BIN_RELATIVE_ERROR = 0.1  # a bin's prior mass must pin its mean ratio to this relative standard error
+# A bin whose noisy total is at most this many of its standard deviations (σ·√items) says nothing its noise could not:
+# its ratio stays at 1 (the prior as it is). Fitted, the mixture explains the noise's own tail with items far above
+# their prior (measured at ε = 0.1: a fifth of a noise-only order's mass on items 10× above it, BENCHMARKS.md).
+NOISE_ONLY_TOTAL = 2.0
 LM_PRIOR_SHARE = 0.25  # an order's pseudo-counts carry at least this share of the public prior's mass
 # The clean estimate's order shares take the public counts of bigrams and longer less this (Kneser–Ney's usual
 # absolute discount): the public vocabulary was chosen from the public text, whose own n-grams therefore cover it
@@ -331,7 +336,8 @@ class EBPrior:
 
 def eb_fit(noisy: np.ndarray, prior_mean: np.ndarray, sigma: float, bins: int) -> EBPrior:
     """The prior ``empirical_bayes`` fits: per bin of μ (``information_bins``), the mixture weights over
-    the ratio grid that maximise the bin's marginal likelihood (EM from a log-normal centred on r = 1)."""
+    the ratio grid that maximise the bin's marginal likelihood (EM from a log-normal centred on r = 1); a bin whose
+    noisy total is within ``NOISE_ONLY_TOTAL`` standard deviations of 0 keeps r = 1."""
     # One BLAS thread: the EM's matrix-vector products are memory-bound and OpenBLAS's threads spin; with other
     # work on the cores two threads took several times as long as one (benchmarks/bench_eb.py, BENCHMARKS.md).
     with threadpool_limits(1, user_api="blas"):
@@ -349,6 +355,9 @@ def _eb_fit(noisy: np.ndarray, prior_mean: np.ndarray, sigma: float, bins: int) 
     fitted = []
     for j in range(k):
         sel = idx[b == j]
+        if float(noisy[sel].sum()) <= NOISE_ONLY_TOTAL * sigma * math.sqrt(sel.size):
+            fitted.append((sel, (np.abs(log_grid) == np.abs(log_grid).min()).astype(np.float64)))
+            continue
         lik = _eb_likelihoods(noisy[sel][:, None], prior_mean[sel], _RATIO_GRID, sigma)[0]
         w = start.copy()
         for _ in range(_EB_ITERATIONS):
@@ -453,6 +462,15 @@ def channel_prior(alpha: np.ndarray) -> np.ndarray:
     return alpha / alpha.sum() if alpha.sum() > 0 else np.full(alpha.size, 1.0 / max(alpha.size, 1))
 
 
+def clean_mass(denoised: np.ndarray, noisy: np.ndarray, prior_mean: np.ndarray) -> np.ndarray:
+    """The mass a clean estimate is kept at (over the last axis): the posterior's (``denoised``) on the items the
+    channel produces (``prior_mean``, the pushed-through prior, > 0) and the noisy total of those it never produced in
+    its Monte Carlo, at least 0. Their posterior keeps max(noisy, 0), whose sum is the noise's positive half: at
+    ε = 0.1 over 20k users, half the unigrams' posterior mass."""
+    produced = prior_mean > 0
+    return denoised[..., produced].sum(axis=-1) + np.maximum(noisy[..., ~produced].sum(axis=-1), 0.0)
+
+
 def _clean_estimate(
     noisy: np.ndarray, alpha: np.ndarray, sigma: float, bins: int, A: sp.csr_matrix, occurrence_weight: float
 ) -> tuple[np.ndarray, OrderFit]:
@@ -466,7 +484,8 @@ def _clean_estimate(
     )
     clean = d.clean
     mass = float(clean.sum())
-    return (clean * (float(denoised.sum()) / mass) if mass > 0 else clean), OrderFit(eb, d.iterations, d.start)
+    kept = float(clean_mass(denoised, noisy, eb.prior_mean))
+    return (clean * (kept / mass) if mass > 0 else clean), OrderFit(eb, d.iterations, d.start)
 
 
 def clean_estimate(
@@ -476,7 +495,7 @@ def clean_estimate(
     order's channel (observed × clean): the empirical-Bayes posterior under the pushed-through
     prior A·π, deconvolved (``lac.curator.release.channel.deconvolve``: EM from whichever of the prior π and the
     posterior's item-wise estimate, ``item_estimate``, fits the noisy totals better), then scaled to
-    the posterior's mass (the EM's mass on the public items is inflated by leaks from n-grams the
+    the posterior's mass (``clean_mass``; the EM's mass on the public items is inflated by leaks from n-grams the
     public vocabulary does not list, whose chance of being seen intact is small). ``occurrence_weight``: as
     ``deconvolve`` takes it (``PosteriorParams.occurrence_weight`` for normalised per-report counts)."""
     return _clean_estimate(noisy, alpha, sigma, bins, A, occurrence_weight)[0]
@@ -702,8 +721,8 @@ def _guarantee(p: PosteriorParams, sigma: float, threshold: float, V: int, chann
             f"Carlo, {w.describe()}) — post-processing of the "
             f"noisy totals with public data, so the guarantee above is unchanged. Its EM starts from whichever of the "
             f"public prior and the item-by-item reading of the noisy totals fits them better. Discovered n-grams are "
-            f"counted as perturbed. How the mass splits between n-gram orders is the public corpus's (its counts of longer "
-            f"n-grams less {PUBLIC_SHARE_DISCOUNT:g} each): perturbation breaks word sequences, and the channel "
+            f"counted as perturbed. How the mass splits between n-gram orders is the public corpus's (its counts of "
+            f"longer n-grams less {PUBLIC_SHARE_DISCOUNT:g} each): perturbation breaks word sequences, and the channel "
             f"cannot tell how many of the clean text's longer n-grams it moved out of the public vocabulary."
         )
     return Guarantee(Model.CENTRAL, p.epsilon, p.delta, p.unit, Adjacency.ADD_REMOVE, NAME, details=tuple(details))
