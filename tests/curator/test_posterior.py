@@ -199,8 +199,10 @@ def test_discovered_ngrams_are_released_in_an_order_independent_of_the_data():
 
 def test_a_bin_whose_noisy_total_is_within_its_noise_keeps_the_prior(monkeypatch):
     """A Zipfian order whose true total (5,000) is well within its noise (σ = 40 on 20,000 items: the noisy total
-    822 is below 2σ√items) keeps ratio 1 everywhere: no item lands 10× above its prior mean. Fitted instead, the
-    mixture explains the noise's tail by items far above their prior (a third of the posterior's mass here)."""
+    822, and the prior mass scaled to it, are below 2σ√items) keeps ratio 1 everywhere: no item lands 10× above its
+    prior mean. Fitted instead, the mixture explains the noise's tail by items far above their prior (a third of the
+    posterior's mass here). A prior mass well above the noise (50,000) is fitted: the total near 0 says the ratio is
+    small, and the posterior keeps less than a third of the prior's mass."""
     rng = np.random.default_rng(1)
     n, sigma = 20_000, 40.0
     prior = 1.0 / np.arange(1, n + 1)
@@ -216,6 +218,8 @@ def test_a_bin_whose_noisy_total_is_within_its_noise_keeps_the_prior(monkeypatch
     eb = eb_fit(noisy, mu, sigma, 30)
     assert [int(np.argmax(w)) for _, w in eb.bins] == [int(np.argmin(np.abs(np.log(_RATIO_GRID))))]
     assert far_above(eb) == 0.0
+    big = prior * 50_000 / prior.sum()
+    assert eb_means(eb_fit(noisy, big, sigma, 30), noisy, sigma).sum() < big.sum() / 3
     monkeypatch.setattr(posterior, "NOISE_ONLY_TOTAL", -math.inf)
     assert far_above(eb_fit(noisy, mu, sigma, 30)) > 0.2
 

@@ -289,9 +289,11 @@ _RATIO_SPREAD = float(np.log(_RATIO_GRID[1] / _RATIO_GRID[0]))
 _EB_ITERATIONS = 300
 MIN_BIN_ITEMS = 500  # fewest items an empirical-Bayes bin pools
 BIN_RELATIVE_ERROR = 0.1  # a bin's prior mass must pin its mean ratio to this relative standard error
-# A bin whose noisy total is at most this many of its standard deviations (σ·√items) says nothing its noise could not:
-# its ratio stays at 1 (the prior as it is). Fitted, the mixture explains the noise's own tail with items far above
-# their prior (measured at ε = 0.1: a fifth of a noise-only order's mass on items 10× above it, BENCHMARKS.md).
+# A bin whose noisy total and prior mass are both at most this many of its noise's standard deviations (σ·√items)
+# says nothing its noise could not: its ratio stays at 1 (the prior as it is). Fitted, the mixture explains the
+# noise's own tail with items far above their prior (measured at ε = 0.1: a fifth of a noise-only order's mass on
+# items 10× above it, BENCHMARKS.md). A prior mass above the noise is fitted: a total near 0 then says the ratio is
+# small.
 NOISE_ONLY_TOTAL = 2.0
 LM_PRIOR_SHARE = 0.25  # an order's pseudo-counts carry at least this share of the public prior's mass
 # The clean estimate's order shares take the public counts of bigrams and longer less this (Kneser–Ney's usual
@@ -337,7 +339,7 @@ class EBPrior:
 def eb_fit(noisy: np.ndarray, prior_mean: np.ndarray, sigma: float, bins: int) -> EBPrior:
     """The prior ``empirical_bayes`` fits: per bin of μ (``information_bins``), the mixture weights over
     the ratio grid that maximise the bin's marginal likelihood (EM from a log-normal centred on r = 1); a bin whose
-    noisy total is within ``NOISE_ONLY_TOTAL`` standard deviations of 0 keeps r = 1."""
+    noisy total and prior mass are both within ``NOISE_ONLY_TOTAL`` standard deviations of its noise keeps r = 1."""
     # One BLAS thread: the EM's matrix-vector products are memory-bound and OpenBLAS's threads spin; with other
     # work on the cores two threads took several times as long as one (benchmarks/bench_eb.py, BENCHMARKS.md).
     with threadpool_limits(1, user_api="blas"):
@@ -355,7 +357,7 @@ def _eb_fit(noisy: np.ndarray, prior_mean: np.ndarray, sigma: float, bins: int) 
     fitted = []
     for j in range(k):
         sel = idx[b == j]
-        if float(noisy[sel].sum()) <= NOISE_ONLY_TOTAL * sigma * math.sqrt(sel.size):
+        if max(float(noisy[sel].sum()), float(prior_mean[sel].sum())) <= NOISE_ONLY_TOTAL * sigma * math.sqrt(sel.size):
             fitted.append((sel, (np.abs(log_grid) == np.abs(log_grid).min()).astype(np.float64)))
             continue
         lik = _eb_likelihoods(noisy[sel][:, None], prior_mean[sel], _RATIO_GRID, sigma)[0]
