@@ -286,6 +286,8 @@ class PosteriorRelease:
 # grid step, whose weights are fitted to the noisy totals (maximum marginal likelihood, by EM).
 _RATIO_GRID = np.exp(np.linspace(math.log(1e-4), math.log(1e4), 97))
 _RATIO_SPREAD = float(np.log(_RATIO_GRID[1] / _RATIO_GRID[0]))
+_AT_ONE = np.eye(_RATIO_GRID.size)[np.argmin(np.abs(np.log(_RATIO_GRID)))]  # all weight on the grid's r = 1
+_AT_ONE.setflags(write=False)
 _EB_ITERATIONS = 300
 MIN_BIN_ITEMS = 500  # fewest items an empirical-Bayes bin pools
 BIN_RELATIVE_ERROR = 0.1  # a bin's prior mass must pin its mean ratio to this relative standard error
@@ -358,7 +360,7 @@ def _eb_fit(noisy: np.ndarray, prior_mean: np.ndarray, sigma: float, bins: int) 
     for j in range(k):
         sel = idx[b == j]
         if max(float(noisy[sel].sum()), float(prior_mean[sel].sum())) <= NOISE_ONLY_TOTAL * sigma * math.sqrt(sel.size):
-            fitted.append((sel, (np.abs(log_grid) == np.abs(log_grid).min()).astype(np.float64)))
+            fitted.append((sel, _AT_ONE))
             continue
         lik = _eb_likelihoods(noisy[sel][:, None], prior_mean[sel], _RATIO_GRID, sigma)[0]
         w = start.copy()
