@@ -18,6 +18,7 @@ from lac.client.mechanisms import MultivariateLaplace
 from lac.common.text import sentences
 from lac.curator.base.ngrams import NgramVocabulary, report_items
 from lac.curator.release.channel import (
+    ITEM_FALSE_ALARM,
     MIN_DRAWS,
     MIN_KEEP_SHARE,
     NgramChannel,
@@ -26,12 +27,16 @@ from lac.curator.release.channel import (
     deconvolve,
     item_estimate,
     public_unk_words,
+    stands_out,
     word_channel,
 )
 from lac.curator.release.errorbars import Bootstrap, held_post_process, posterior_errors
 from lac.curator.release.posterior import (
     PosteriorParams,
     WeightedTotals,
+    clean_estimate,
+    deconvolution_target,
+    eb_fit,
     eb_means,
     post_process,
     posterior_release,
@@ -367,9 +372,11 @@ def test_the_em_starts_where_the_noisy_totals_are_fitted_better_and_the_error_ba
     for n, fit in r.fits.items():
         sel = vocab.orders == n
         y, A, prior = r.noisy_public[sel], channel.order(n, vocab), vocab.alpha[sel] / vocab.alpha[sel].sum()
-        den = eb_means(fit.eb, y, p.sigma)
+        target = deconvolution_target(fit.eb, y, p.sigma)
         fits = {
-            start: deconvolve(y, A, prior, p.sigma, fit_to=den, starts=(start,), occurrence_weight=p.occurrence_weight)
+            start: deconvolve(
+                y, A, prior, p.sigma, fit_to=target, starts=(start,), occurrence_weight=p.occurrence_weight
+            )
             for start in ("prior", "items")
         }
         assert fits["items"].start_discrepancy < fits["prior"].start_discrepancy, n
@@ -381,3 +388,89 @@ def test_the_em_starts_where_the_noisy_totals_are_fitted_better_and_the_error_ba
         r.noisy_public[None], [], np.empty((1, 0)), from_prior, vocab, r.sigma, r.threshold, channel
     )
     assert not np.allclose(wrong[0], r.pseudo_counts, rtol=1e-3)
+
+
+def _false_alarms_within(hits: int, trials: int, rate: float, alpha: float = 1e-3) -> bool:
+    """Whether ``hits`` in ``trials`` is consistent with a chance of at most ``rate`` each (one-sided binomial test
+    at false-alarm rate ``alpha``)."""
+    return bool(stats.binom.sf(hits - 1, trials, rate) > alpha)
+
+
+def test_items_stand_out_of_the_noise_with_the_stated_false_alarm_rate(setup):
+    """Where every noisy total is the prior's prediction plus DP noise, some item of the order stands out in at most
+    ``ITEM_FALSE_ALARM`` of the trials (binomial test, false-alarm rate 0.1%); the same audit rejects a gate without
+    the Bonferroni correction (each item at that rate), and a real deviation stands out."""
+    vocab, _, channel, _, _ = setup
+    rng = np.random.default_rng(5)
+    sigma, trials = 4.4, 2000
+    for n in (2, 3):
+        sel = vocab.orders == n
+        A, prior = channel.order(n, vocab), vocab.alpha[sel] / vocab.alpha[sel].sum()
+        mean = np.asarray(A @ (3000.0 * prior))
+        obs = mean[:, None] + sigma * rng.standard_normal((mean.size, trials))
+        hits = int(stands_out(obs, A, prior, sigma).any(axis=0).sum())
+        assert _false_alarms_within(hits, trials, ITEM_FALSE_ALARM), (n, hits)
+        per_item = stands_out(obs, A, prior, sigma, false_alarm=ITEM_FALSE_ALARM * mean.size)
+        assert not _false_alarms_within(int(per_item.any(axis=0).sum()), trials, ITEM_FALSE_ALARM), n
+        shifted = obs.copy()
+        shifted[7] += 12 * sigma  # ~7σ beyond the threshold
+        assert stands_out(shifted, A, prior, sigma)[7].all(), n
+
+
+def _spiked(setup):
+    """A release whose trigrams the channel rarely keeps intact (3× the users' reports at ε = 1) and, one at a time,
+    a noise spike just under the threshold of ``stands_out`` on each of the 12 trigrams least often seen intact: the
+    trigram, the spiked noisy totals, the empirical-Bayes prior fitted to them, the order's prior and channel."""
+    vocab, _, channel, _, reports = setup
+    p = PosteriorParams(1.0, 1e-6, discovery=False)
+    totals = _totals(reports, vocab)
+    totals.public *= 3
+    r = posterior_release(totals, vocab, p, np.random.default_rng(12), channel=channel)
+    sel = vocab.orders == 3
+    noisy, A, alpha = r.noisy_public[sel], channel.order(3, vocab), vocab.alpha[sel]
+    prior = alpha / alpha.sum()
+    pushed = np.asarray(A @ prior)
+    quiet = np.flatnonzero((pushed > 0) & ~stands_out(noisy, A, prior, p.sigma))
+    z = float(stats.norm.isf(ITEM_FALSE_ALARM / (2 * noisy.size)))
+    for j in quiet[np.argsort(-(prior[quiet] / pushed[quiet]))[:12]]:
+        y = noisy.copy()
+        y[j] = pushed[j] * y.sum() / pushed.sum() + (z - 0.5) * p.sigma
+        assert not stands_out(y, A, prior, p.sigma)[j]
+        yield j, y, eb_fit(y, y.sum() * pushed / pushed.sum(), p.sigma, p.bins), alpha, A, p
+
+
+def test_an_items_own_weight_in_the_mixture_is_left_out_of_what_is_deconvolved(setup):
+    """The empirical-Bayes mixture is fitted to the same totals, so a spike on an item the prior expects ~0 of gets
+    weight of its own and its plain posterior mean believes it (≥ 100× its prior mean in most of the cases);
+    ``deconvolution_target`` leaves that weight out (under 10×), and elsewhere stays within a few percent of the plain
+    posterior (the orders' masses within 1%)."""
+    believed = 0
+    for j, y, eb, *_, p in _spiked(setup):
+        mu = eb.prior_mean[j]
+        believed += int(eb_means(eb, y, p.sigma)[j] > 100 * mu)
+        assert deconvolution_target(eb, y, p.sigma)[j] < 10 * mu, j
+    assert believed >= 6, believed
+    vocab, _, channel, _, reports = setup
+    p = PosteriorParams(1.0, 1e-6, discovery=False)
+    r = posterior_release(_totals(reports, vocab), vocab, p, np.random.default_rng(3), channel=channel)
+    for n, fit in r.fits.items():
+        y = r.noisy_public[vocab.orders == n]
+        plain, target = eb_means(fit.eb, y, p.sigma), deconvolution_target(fit.eb, y, p.sigma)
+        np.testing.assert_allclose(target.sum(), plain.sum(), rtol=0.01)
+        ys = np.stack([y, y + p.sigma])
+        np.testing.assert_allclose(deconvolution_target(fit.eb, ys, p.sigma)[0], target, rtol=1e-12)
+
+
+def test_a_noise_spike_on_a_rarely_seen_item_is_not_read_item_wise_into_the_top(setup):
+    """The item-wise start divides an item's total by its keep rate, with none of the EM's early stop to hold it:
+    read so, a believed spike on a trigram the channel rarely keeps is the order's top item (a demo showed such a
+    trigram, one no user wrote, at the top of its list). The clean estimate reads only items that stand out and
+    leaves the item's own weight out of its posterior: each spiked item stays within 3× its prior share."""
+    topped = 0
+    for j, y, eb, alpha, A, p in _spiked(setup):
+        prior = alpha / alpha.sum()
+        as_is = item_estimate(eb_means(eb, y, p.sigma), A, prior)
+        topped += int(np.argmax(as_is) == j)  # the failure the gate prevents
+        clean = clean_estimate(y, alpha, p.sigma, p.bins, A, p.occurrence_weight)
+        assert clean[j] / clean.sum() < 3 * prior[j], (j, clean[j] / clean.sum(), prior[j])
+    assert topped >= 6, topped

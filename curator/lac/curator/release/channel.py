@@ -42,6 +42,7 @@ from typing import Any, Literal
 
 import numpy as np
 import scipy.sparse as sp
+from scipy import special
 
 from lac.common.files import atomic_file, private_dir
 from lac.common.text import BOS, EOS, UNK, sentences
@@ -57,6 +58,8 @@ __all__ = [
     "deconvolve_steps",
     "EMStart",
     "item_estimate",
+    "stands_out",
+    "ITEM_FALSE_ALARM",
     "word_channel",
     "deployment_channel",
     "CHANNEL_DRAWS",
@@ -74,6 +77,10 @@ MODEL_ERROR = 0.08
 MAX_ITERATIONS = 50
 # Where the deconvolution's EM starts: the public prior π, or the item-wise estimate (``item_estimate``).
 EMStart = Literal["prior", "items"]
+# The chance that the item-wise start reads any item of an order whose noisy totals are the channel's prediction plus
+# DP noise alone (``stands_out``): the reading divides an item's total by its keep rate (below 1% for rare trigrams),
+# with none of the EM's early stop to hold it, and one noise spike read that way topped a demo's trigrams.
+ITEM_FALSE_ALARM = 0.01
 MIN_KEEP_SHARE = 0.25  # below: the channel keeps too few words for a clean estimate (see NgramChannel.informative)
 # Monte-Carlo perturbations per word of the word list on average (the <unk> row's share included), shared by
 # public frequency: the predicted perturbed total of an output word is Σ_w x_w P(out | w), whose sampling
@@ -497,9 +504,43 @@ def item_estimate(y: np.ndarray, A: sp.csr_matrix, prior: np.ndarray) -> np.ndar
     return y * ratio.reshape(-1, *([1] * (np.ndim(y) - 1))).astype(np.result_type(y), copy=False)
 
 
-def _start(kind: EMStart, y: np.ndarray, A: sp.csr_matrix, prior: np.ndarray) -> np.ndarray:
-    """The EM's starting point of ``kind``, scaled so that its fit A·x has the mass of ``y`` (per column)."""
-    x = item_estimate(y, A, prior) if kind == "items" else np.multiply.outer(prior, np.ones(y.shape[1:]))
+def stands_out(
+    observed: np.ndarray, A: sp.csr_matrix, prior: np.ndarray, sigma: float, false_alarm: float = ITEM_FALSE_ALARM
+) -> np.ndarray:
+    """The items whose noisy total (``observed``, (items,) or (items, draws)) stands out of the DP noise (σ =
+    ``sigma``) around what the public ``prior`` pushed through the channel predicts at the observed mass: μⱼ =
+    sⱼ·Σ observed, sⱼ = (Aπ)ⱼ/Σ(Aπ). Where every total is c·(Aπ)ⱼ plus noise (any c), observedⱼ − μⱼ is normal with
+    standard deviation σ·√((1 − sⱼ)² + sⱼ²·(items − 1)); an item stands out beyond z of those, z the two-sided normal
+    quantile at ``false_alarm``/items, so that there any item stands out with probability at most ``false_alarm``
+    (Bonferroni)."""
+    obs = np.asarray(observed, dtype=np.float64)
+    pushed = np.asarray(A @ prior, dtype=np.float64)
+    share = (pushed / max(float(pushed.sum()), np.finfo(float).tiny)).reshape(-1, *([1] * (obs.ndim - 1)))
+    items = max(obs.shape[0], 1)
+    spread = sigma * np.sqrt((1.0 - share) ** 2 + share**2 * (items - 1))
+    z = -float(special.ndtri(false_alarm / (2 * items)))
+    return np.abs(obs - share * obs.sum(axis=0)) > z * spread
+
+
+def _start(
+    kind: EMStart,
+    y: np.ndarray,
+    A: sp.csr_matrix,
+    prior: np.ndarray,
+    observed: np.ndarray | None = None,
+    sigma: float = 0.0,
+) -> np.ndarray:
+    """The EM's starting point of ``kind``, scaled so that its fit A·x has the mass of ``y`` (per column). The
+    item-wise start reads only the items whose ``observed`` (noisy) totals stand out of the noise σ = ``sigma``
+    (``stands_out``); the others start at the prior's composition, as from the prior."""
+    ones = np.ones(y.shape[1:])
+    x = np.multiply.outer(prior, ones)
+    if kind == "items":
+        if observed is None:
+            raise ValueError("the item-wise start needs the observed (noisy) totals and their σ")
+        pushed = np.asarray(A @ prior, dtype=np.float64)
+        at_prior = np.multiply.outer(pushed, y.sum(axis=0) / max(float(pushed.sum()), np.finfo(float).tiny))
+        x = item_estimate(np.where(stands_out(observed, A, prior, sigma), y, at_prior), A, prior)
     fitted = (A @ x).sum(axis=0)
     scale = np.divide(y.sum(axis=0), fitted, out=np.zeros_like(np.asarray(fitted, dtype=np.float64)), where=fitted > 0)
     return (x * scale).astype(y.dtype, copy=False)
@@ -525,7 +566,8 @@ def deconvolve(
 
     Started at whichever of ``starts`` fits ``observed`` best (the public ``prior``; ``"items"``: the item-wise
     estimate of the fitted values, ``item_estimate``, a candidate only where those are denoised, or it would follow
-    the noise), scaled to the observed mass; each step is the EM update of
+    the noise, and read only for items whose observed totals stand out of the noise, ``stands_out``), scaled to the
+    observed mass; each step is the EM update of
     Poisson deconvolution with censoring (mass that leaves the observed cells is accounted for by
     each clean item's detection probability Σ_j' A[j', j]); stops once the mean discrepancy
     Σ (observed − A x)²/variance / |cells| is at most ``target`` (the discrepancy principle; default
@@ -550,7 +592,7 @@ def deconvolve(
 
     candidates = []
     for kind in starts:
-        x0 = _start(kind, at_mass, A, p)
+        x0 = _start(kind, at_mass, A, p, obs, sigma)
         fit0 = A @ x0
         candidates.append((disc(fit0), kind, x0, fit0))
     d0, start, x, fit = min(candidates, key=lambda c: c[0])  # ties: the first named
@@ -585,16 +627,19 @@ def deconvolve_steps(
     steps: int,
     dtype: type[np.floating] = np.float64,
     start: EMStart = "prior",
+    observed: np.ndarray | None = None,
+    sigma: float = 0.0,
 ) -> np.ndarray:
     """``deconvolve(..., fit_to=fit_to)`` from ``start``, run for exactly ``steps`` EM steps (no stopping rule), for
     several targets at once: ``fit_to`` is (items, draws), one column per draw; returns the clean totals alike,
     computed in ``dtype`` (float32 halves the memory traffic of the sparse products where ~7 significant digits
-    suffice)."""
+    suffice). ``observed`` (items, draws) and ``sigma``: the noisy totals and their σ, which the item-wise start
+    needs (``stands_out``)."""
     y = np.maximum(np.asarray(fit_to, dtype=dtype), 0.0)
     A = A.astype(dtype, copy=False)
     detect = np.asarray(A.sum(axis=0)).ravel()
     AT = A.T.tocsr()
-    x = _start(start, y, A, np.asarray(prior, dtype=np.float64))
+    x = _start(start, y, A, np.asarray(prior, dtype=np.float64), observed, sigma)
     fit = A @ x
     for _ in range(steps):
         x, fit = _em_step(x, y, fit, A, AT, detect)

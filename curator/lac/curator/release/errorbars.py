@@ -43,7 +43,14 @@ from lac.common.config import CORES
 from lac.common.privacy import ErrorBarMethod, ErrorBars
 from lac.curator.base.ngrams import NgramVocabulary
 from lac.curator.release.channel import NgramChannel, deconvolve_steps
-from lac.curator.release.posterior import OrderFit, channel_prior, clean_mass, eb_means, scale_orders
+from lac.curator.release.posterior import (
+    OrderFit,
+    channel_prior,
+    clean_mass,
+    eb_means,
+    eb_means_and_target,
+    scale_orders,
+)
 
 __all__ = [
     "DRAWS",
@@ -265,11 +272,12 @@ def held_post_process(
     counts[:, V:] = np.where(found_noisy > threshold, found_noisy, 0.0)  # discovery, run again
     for n, fit in fits.items():
         sel = np.flatnonzero(vocab.orders == n)
-        h = eb_means(fit.eb, noisy[:, sel], sigma, prune=PRUNE)
-        if fit.steps >= 0 and channel is not None:
-            x = deconvolve_steps(
-                h.T, channel.order(n, vocab), channel_prior(vocab.alpha[sel]), fit.steps, dtype, fit.start
-            ).T
+        if fit.steps < 0 or channel is None:
+            h = eb_means(fit.eb, noisy[:, sel], sigma, prune=PRUNE)
+        else:
+            A, prior = channel.order(n, vocab), channel_prior(vocab.alpha[sel])
+            h, target = eb_means_and_target(fit.eb, noisy[:, sel], sigma, PRUNE)
+            x = deconvolve_steps(target.T, A, prior, fit.steps, dtype, fit.start, noisy[:, sel].T, sigma).T
             mass = x.sum(axis=1, keepdims=True)
             kept = clean_mass(h, noisy[:, sel], fit.eb.prior_mean)[:, None]
             h = np.where(mass > 0, x * (kept / np.where(mass > 0, mass, 1.0)), x)

@@ -67,7 +67,7 @@ from lac.common.checks import check_int
 from lac.common.privacy import Adjacency, Guarantee, Model, PrivacyUnit, check_delta, check_epsilon
 from lac.common.rng import RandomSource, secure_generator
 from lac.curator.base.ngrams import NgramVocabulary, ReportItems, item_array
-from lac.curator.release.channel import MIN_KEEP_SHARE, EMStart, NgramChannel, deconvolve
+from lac.curator.release.channel import ITEM_FALSE_ALARM, MIN_KEEP_SHARE, EMStart, NgramChannel, deconvolve
 from lac.curator.release.gaussian import analytic_sigma
 
 __all__ = [
@@ -86,6 +86,8 @@ __all__ = [
     "post_process",
     "clean_estimate",
     "clean_mass",
+    "deconvolution_target",
+    "eb_means_and_target",
     "lm_strength",
     "scale_orders",
 ]
@@ -390,7 +392,7 @@ def eb_means(prior: EBPrior, noisy: np.ndarray, sigma: float, prune: float = 0.0
     are computed once for all draws, in parts of about ``EB_CELLS`` cells; the release itself prunes nothing."""
     noisy = np.asarray(noisy, dtype=np.float64)
     if prune > 0:
-        return _eb_means_redrawn(prior, noisy, sigma, prune)
+        return _eb_means_redrawn(prior, noisy, sigma, prune)[0]
     post = np.maximum(noisy, 0.0)
     s2 = sigma * sigma
     for sel, w in prior.bins:
@@ -407,10 +409,15 @@ def eb_means(prior: EBPrior, noisy: np.ndarray, sigma: float, prune: float = 0.0
 EB_CELLS = 1 << 22  # redraws' posterior means run on about this many (draw × item × component) cells at once
 
 
-def _eb_means_redrawn(prior: EBPrior, noisy: np.ndarray, sigma: float, prune: float) -> np.ndarray:
+def _eb_means_redrawn(
+    prior: EBPrior, noisy: np.ndarray, sigma: float, prune: float, leave_one_out: bool = False
+) -> tuple[np.ndarray, np.ndarray | None]:
     """``eb_means`` of many redraws (draws × items): the same normal-mixture posterior means, computed in log space
-    with each kept component's constants once (about twice as fast; equal to rounding and pruning)."""
+    with each kept component's constants once (about twice as fast; equal to rounding and pruning); with
+    ``leave_one_out``, also each item's posterior mean with its own responsibilities taken out of its bin's weights
+    (``deconvolution_target``), else None."""
     post = np.maximum(noisy, 0.0)
+    left = post.copy() if leave_one_out else None
     s2 = sigma * sigma
     for sel, w in prior.bins:
         keep = w > prune * w.max()
@@ -429,11 +436,28 @@ def _eb_means_redrawn(prior: EBPrior, noisy: np.ndarray, sigma: float, prune: fl
             d = y - m
             d *= d
             d *= half_inv
+            if left is not None:
+                loglik = log_w - np.log(w[keep]) - d  # log likelihood of each component
             np.subtract(log_w, d, out=d)
             d -= d.max(axis=-1, keepdims=True)
             np.exp(d, out=d)
-            post[lo : lo + step, sel] = np.maximum((d * (y * a + b)).sum(axis=-1) / d.sum(axis=-1), floor)
-    return post
+            means = y * a + b
+            total = d.sum(axis=-1)
+            post[lo : lo + step, sel] = np.maximum((d * means).sum(axis=-1) / total, floor)
+            if left is not None and sel.size > 1:
+                d /= total[..., None]  # each component's responsibility for the item
+                np.subtract(sel.size * w[keep], d, out=d)
+                with np.errstate(divide="ignore", invalid="ignore"):
+                    np.log(np.maximum(d, 0.0, out=d), out=d)
+                    d += loglik
+                    d -= d.max(axis=-1, keepdims=True)
+                    np.exp(d, out=d)
+                    loo = (d * means).sum(axis=-1) / d.sum(axis=-1)
+                plain = post[lo : lo + step, sel]
+                left[lo : lo + step, sel] = np.where(np.isfinite(loo), np.maximum(loo, floor), plain)
+            elif left is not None:
+                left[lo : lo + step, sel] = post[lo : lo + step, sel]
+    return post, left
 
 
 def empirical_bayes(noisy: np.ndarray, prior_mean: np.ndarray, sigma: float, bins: int) -> np.ndarray:
@@ -475,6 +499,30 @@ def clean_mass(denoised: np.ndarray, noisy: np.ndarray, prior_mean: np.ndarray) 
     return denoised[..., produced].sum(axis=-1) + np.maximum(noisy[..., ~produced].sum(axis=-1), 0.0)
 
 
+def deconvolution_target(eb: EBPrior, noisy: np.ndarray, sigma: float, prune: float = 0.0) -> np.ndarray:
+    """What one order's deconvolution fits (items on the last axis, redraws before it): each item's posterior mean
+    under its bin's mixture with that item's own responsibilities taken out of the bin's weights (leave one out);
+    where nothing else in the bin supports the item's data, its plain posterior mean (``eb_means``). Items with
+    μ = 0 keep max(noisy, 0). ``prune``: as ``eb_means`` takes it.
+
+    Why: the mixture is fitted to the same noisy totals, so it puts weight wherever one item alone asks and the
+    plain posterior believes a noise spike on an item the prior expects ~0 of; deconvolving divides that item's
+    excess by its small chance of being seen intact, and such a spike topped a demo's trigrams though no user wrote
+    that trigram. What many items share (real differences from the public corpus) the others still support."""
+    return eb_means_and_target(eb, noisy, sigma, prune)[1]
+
+
+def eb_means_and_target(
+    eb: EBPrior, noisy: np.ndarray, sigma: float, prune: float = 0.0
+) -> tuple[np.ndarray, np.ndarray]:
+    """``eb_means`` and ``deconvolution_target`` of the same noisy totals in one pass (they share each component's
+    likelihood): the error bars' bootstrap needs both for every redraw."""
+    noisy = np.asarray(noisy, dtype=np.float64)
+    means, left = _eb_means_redrawn(eb, noisy.reshape(-1, noisy.shape[-1]), sigma, prune, leave_one_out=True)
+    assert left is not None
+    return means.reshape(noisy.shape), left.reshape(noisy.shape)
+
+
 def _clean_estimate(
     noisy: np.ndarray, alpha: np.ndarray, sigma: float, bins: int, A: sp.csr_matrix, occurrence_weight: float
 ) -> tuple[np.ndarray, OrderFit]:
@@ -484,7 +532,13 @@ def _clean_estimate(
     eb = eb_fit(noisy, total * pushed / max(float(pushed.sum()), 1e-300), sigma, bins)
     denoised = eb_means(eb, noisy, sigma)
     d = deconvolve(
-        noisy, A, prior, sigma, fit_to=denoised, starts=("prior", "items"), occurrence_weight=occurrence_weight
+        noisy,
+        A,
+        prior,
+        sigma,
+        fit_to=deconvolution_target(eb, noisy, sigma),
+        starts=("prior", "items"),
+        occurrence_weight=occurrence_weight,
     )
     clean = d.clean
     mass = float(clean.sum())
@@ -498,7 +552,8 @@ def clean_estimate(
     """One order's clean totals from the noisy totals of its perturbed public n-grams, A the
     order's channel (observed × clean): the empirical-Bayes posterior under the pushed-through
     prior A·π, deconvolved (``lac.curator.release.channel.deconvolve``: EM from whichever of the prior π and the
-    posterior's item-wise estimate, ``item_estimate``, fits the noisy totals better), then scaled to
+    item-wise estimate, ``item_estimate``, of the items that stand out fits the noisy totals better; it fits the
+    leave-one-out posterior, ``deconvolution_target``), then scaled to
     the posterior's mass (``clean_mass``; the EM's mass on the public items is inflated by leaks from n-grams the
     public vocabulary does not list, whose chance of being seen intact is small). ``occurrence_weight``: as
     ``deconvolve`` takes it (``PosteriorParams.occurrence_weight`` for normalised per-report counts)."""
@@ -724,7 +779,10 @@ def _guarantee(p: PosteriorParams, sigma: float, threshold: float, V: int, chann
             f"reports are deconvolved with the public local channel ({w.deployment_key.split('|words:')[0]}; Monte "
             f"Carlo, {w.describe()}) — post-processing of the "
             f"noisy totals with public data, so the guarantee above is unchanged. Its EM starts from whichever of the "
-            f"public prior and the item-by-item reading of the noisy totals fits them better. Discovered n-grams are "
+            f"public prior and the item-by-item reading of the noisy totals fits them better, reading item by item "
+            f"only the n-grams whose noisy totals stand out of the noise (by noise alone, any of an order does with "
+            f"chance {ITEM_FALSE_ALARM:.0%}); what it deconvolves leaves out the weight each n-gram's own total gave "
+            f"the empirical-Bayes mixture. Discovered n-grams are "
             f"counted as perturbed. How the mass splits between n-gram orders is the public corpus's (its counts of "
             f"longer n-grams less {PUBLIC_SHARE_DISCOUNT:g} each): perturbation breaks word sequences, and the channel "
             f"cannot tell how many of the clean text's longer n-grams it moved out of the public vocabulary."
