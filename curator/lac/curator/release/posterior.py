@@ -436,8 +436,6 @@ def _eb_means_redrawn(
             d = y - m
             d *= d
             d *= half_inv
-            if left is not None:
-                loglik = log_w - np.log(w[keep]) - d  # log likelihood of each component
             np.subtract(log_w, d, out=d)
             d -= d.max(axis=-1, keepdims=True)
             np.exp(d, out=d)
@@ -445,16 +443,17 @@ def _eb_means_redrawn(
             total = d.sum(axis=-1)
             post[lo : lo + step, sel] = np.maximum((d * means).sum(axis=-1) / total, floor)
             if left is not None and sel.size > 1:
-                d /= total[..., None]  # each component's responsibility for the item
-                np.subtract(sel.size * w[keep], d, out=d)
+                # d ∝ wₖ·likelihoodₖ; without the item's own responsibilities the weights are items·wₖ − respₖ, so
+                # the left-out posterior's component weights are ∝ dₖ·(items − respₖ/wₖ), at least 0
+                others = d / (total[..., None] * w[keep])
+                np.subtract(sel.size, others, out=others)
+                np.maximum(others, 0.0, out=others)
+                others *= d
+                norm = others.sum(axis=-1)
                 with np.errstate(divide="ignore", invalid="ignore"):
-                    np.log(np.maximum(d, 0.0, out=d), out=d)
-                    d += loglik
-                    d -= d.max(axis=-1, keepdims=True)
-                    np.exp(d, out=d)
-                    loo = (d * means).sum(axis=-1) / d.sum(axis=-1)
+                    loo = (others * means).sum(axis=-1) / norm
                 plain = post[lo : lo + step, sel]
-                left[lo : lo + step, sel] = np.where(np.isfinite(loo), np.maximum(loo, floor), plain)
+                left[lo : lo + step, sel] = np.where(norm > 0, np.maximum(loo, floor), plain)
             elif left is not None:
                 left[lo : lo + step, sel] = post[lo : lo + step, sel]
     return post, left
