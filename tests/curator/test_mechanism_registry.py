@@ -462,6 +462,22 @@ def test_a_new_mechanism_is_one_registered_object(toy):
     assert p.noise == 0.5 and p.noise_unit == "probabilities"
 
 
+def test_a_knob_set_on_a_mechanism_that_would_ignore_it_is_refused():
+    """calibration, S, rho and K away from their defaults name the mechanisms they apply to; at their defaults (what
+    a request that does not set them carries) every mechanism takes them."""
+    for mechanism, knob, value in (
+        ("laplace", "calibration", "classic"),
+        ("posterior", "S", 0.5),
+        ("laplace-public", "rho", 0.9),
+        ("posterior", "K", 3),
+    ):
+        with pytest.raises(ValueError, match=rf"^{knob} = .* applies to .* only, not '{mechanism}'$"):
+            ReleaseSpec(epsilon=1.0, mechanism=mechanism, **{knob: value})
+    for mechanism in mechanisms.names():
+        ReleaseSpec(epsilon=1.0, mechanism=mechanism, calibration="auto", S=0.01, rho=0.5, K=50)
+    assert ReleaseSpec(epsilon=1.0, mechanism="bayesian", calibration="classic", S=0.5).S == 0.5
+
+
 def test_unknown_mechanism_message_is_unchanged():
     with pytest.raises(
         ValueError,

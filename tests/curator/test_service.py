@@ -373,6 +373,10 @@ def test_mechanisms_over_rpc(start_curator, seal):
             assert code == grpc.StatusCode.FAILED_PRECONDITION and "NOT differentially private" in details
         code, details = code_of(lambda: release(epsilon=1, delta=1e-6, sensitivity="bruteforce"))
         assert code == grpc.StatusCode.INVALID_ARGUMENT and "bayesian and endtoend only" in details
+        code, details = code_of(lambda: release(epsilon=1, delta=1e-6, calibration="classic"))
+        assert code == grpc.StatusCode.INVALID_ARGUMENT and "bayesian and endtoend only" in details
+        code, details = code_of(lambda: release(mechanism="laplace", epsilon=1, discovery=False))
+        assert code == grpc.StatusCode.INVALID_ARGUMENT and "discovery applies to posterior only" in details
         code, _ = code_of(lambda: release(mechanism="laplace-public", epsilon=1, public_sensitivity="observed"))
         assert code == grpc.StatusCode.FAILED_PRECONDITION
         e = release(mechanism="endtoend", epsilon=1, delta=1e-6)

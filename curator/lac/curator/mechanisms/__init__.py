@@ -24,7 +24,7 @@ import importlib
 import math
 import pkgutil
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 from numbers import Real
 from typing import Any, Protocol
 
@@ -261,6 +261,13 @@ class ReleaseSpec:
             )
         if self.calibration not in CALIBRATIONS:
             raise ValueError(f"unknown calibration {self.calibration!r}; available: {', '.join(CALIBRATIONS)}")
+        for f in fields(self):  # a knob set away from its default on a mechanism that would ignore it
+            ignored = f.name in ("calibration", "S", "rho", "K") and f.name not in m.knobs
+            if ignored and getattr(self, f.name) != f.default:
+                raise ValueError(
+                    f"{f.name} = {getattr(self, f.name)!r} applies to {' and '.join(with_knob(f.name))} only, not "
+                    f"{self.mechanism!r}"
+                )
         if isinstance(self.S, bool) or not (isinstance(self.S, Real) and math.isfinite(self.S) and self.S > 0):
             raise ValueError(f"S must be a finite number > 0, got {self.S!r}")
         if isinstance(self.rho, bool) or not (isinstance(self.rho, Real) and 0 < self.rho <= 1):

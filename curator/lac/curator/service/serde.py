@@ -187,8 +187,11 @@ def release_spec(r: curator_pb2.ReleaseRequest) -> ReleaseSpec:
         raise InvalidArgument(f"epsilon must be in [{lo:g}, {hi:g}] over RPC, got {spec.epsilon!r}")
     if spec.budget.delta and spec.delta < MIN_DELTA:
         raise InvalidArgument(f"delta must be in [{MIN_DELTA:g}, 1) over RPC, got {spec.delta!r}")
-    if (r.s or r.rho) and not {"S", "rho"} <= mechanisms.get(spec.mechanism).knobs:
+    knobs = mechanisms.get(spec.mechanism).knobs
+    if (r.s or r.rho) and not {"S", "rho"} <= knobs:
         raise InvalidArgument(f"S and rho apply to {' and '.join(mechanisms.with_knob('S'))} only")
+    if r.HasField("discovery") and "discovery" not in knobs:
+        raise InvalidArgument(f"discovery applies to {' and '.join(mechanisms.with_knob('discovery'))} only")
     return spec
 
 

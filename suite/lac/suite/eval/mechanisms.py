@@ -54,9 +54,12 @@ def spec(name: str, eps: float, cfg: EvalConfig, K: int | None = None) -> Releas
     if name not in SPECS:
         raise ValueError(f"unknown mechanism {name!r}")
     kw = dict(SPECS[name])
-    if not mechanisms.get(kw["mechanism"]).takes_epsilon:
+    m = mechanisms.get(kw["mechanism"])
+    if not m.takes_epsilon:
         eps = 1.0  # ignored (k-anonymity)
-    return ReleaseSpec(epsilon=eps, delta=cfg.delta, S=cfg.S, rho=cfg.rho, K=int(K or cfg.table_k), **kw)
+    knobs = {"S": cfg.S, "rho": cfg.rho, "K": int(K or cfg.table_k)}
+    kw.update({k: v for k, v in knobs.items() if k in m.knobs})  # the others would be refused
+    return ReleaseSpec(epsilon=eps, delta=cfg.delta, **kw)
 
 
 def caps(cfg: EvalConfig) -> PublicCaps:
