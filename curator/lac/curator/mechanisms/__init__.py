@@ -250,23 +250,16 @@ class ReleaseSpec:
             raise ValueError(f"unknown sensitivity {self.sensitivity!r}; available: {', '.join(SENSITIVITY_METHODS)}")
         if self.public_sensitivity not in ("sound", "observed"):
             raise ValueError(f"unknown public_sensitivity {self.public_sensitivity!r}; available: sound, observed")
-        if self.sensitivity != "sound" and "sensitivity" not in m.knobs:
-            raise ValueError(
-                f"sensitivity {self.sensitivity!r} applies to {' and '.join(with_knob('sensitivity'))} only"
-            )
-        if self.public_sensitivity != "sound" and "public_sensitivity" not in m.knobs:
-            raise ValueError(
-                f"public_sensitivity {self.public_sensitivity!r} applies to "
-                f"{' and '.join(with_knob('public_sensitivity'))} only"
-            )
         if self.calibration not in CALIBRATIONS:
             raise ValueError(f"unknown calibration {self.calibration!r}; available: {', '.join(CALIBRATIONS)}")
-        for f in fields(self):  # a knob set away from its default on a mechanism that would ignore it
-            ignored = f.name in ("calibration", "S", "rho", "K") and f.name not in m.knobs
-            if ignored and getattr(self, f.name) != f.default:
+        # a shared knob set away from its default on a mechanism that would ignore it (discovery is refused only when
+        # a request sends it: the offline CLI turns it off for every mechanism)
+        defaults = {f.name: f.default for f in fields(self)}
+        for knob in ("sensitivity", "public_sensitivity", "calibration", "S", "rho", "K"):
+            value = getattr(self, knob)
+            if knob not in m.knobs and value != defaults[knob]:
                 raise ValueError(
-                    f"{f.name} = {getattr(self, f.name)!r} applies to {' and '.join(with_knob(f.name))} only, not "
-                    f"{self.mechanism!r}"
+                    f"{knob} = {value!r} applies to {' and '.join(with_knob(knob))} only, not {self.mechanism!r}"
                 )
         if isinstance(self.S, bool) or not (isinstance(self.S, Real) and math.isfinite(self.S) and self.S > 0):
             raise ValueError(f"S must be a finite number > 0, got {self.S!r}")
