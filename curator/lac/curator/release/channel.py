@@ -533,11 +533,11 @@ def _start(
     """The EM's starting point of ``kind``, scaled so that its fit A·x has the mass of ``y`` (per column). The
     item-wise start reads only the items whose ``observed`` (noisy) totals stand out of the noise σ = ``sigma``
     (``stands_out``); the others start at the prior's composition, as from the prior."""
-    ones = np.ones(y.shape[1:])
-    x = np.multiply.outer(prior, ones)
-    if kind == "items":
-        if observed is None:
-            raise ValueError("the item-wise start needs the observed (noisy) totals and their σ")
+    if kind == "prior":
+        x = np.multiply.outer(prior, np.ones(y.shape[1:]))
+    elif observed is None:
+        raise ValueError("the item-wise start needs the observed (noisy) totals and their σ")
+    else:
         pushed = np.asarray(A @ prior, dtype=np.float64)
         at_prior = np.multiply.outer(pushed, y.sum(axis=0) / max(float(pushed.sum()), np.finfo(float).tiny))
         x = item_estimate(np.where(stands_out(observed, A, prior, sigma), y, at_prior), A, prior)

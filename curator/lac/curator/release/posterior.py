@@ -529,13 +529,13 @@ def _clean_estimate(
     pushed = A @ prior
     total = max(float(noisy.sum()), 1.0)
     eb = eb_fit(noisy, total * pushed / max(float(pushed.sum()), 1e-300), sigma, bins)
-    denoised = eb_means(eb, noisy, sigma)
+    denoised, target = eb_means_and_target(eb, noisy, sigma)
     d = deconvolve(
         noisy,
         A,
         prior,
         sigma,
-        fit_to=deconvolution_target(eb, noisy, sigma),
+        fit_to=target,
         starts=("prior", "items"),
         occurrence_weight=occurrence_weight,
     )
